@@ -1,0 +1,109 @@
+//! The event log as columns: one entry per operation that happened.
+//! Column meanings match the Python schema (`ddlsim.trace.schema`).
+
+use crate::engine::Time;
+use crate::graph::{Kind, OpCode};
+
+#[derive(Debug, Default, Clone)]
+pub struct EventLog {
+    pub id: Vec<i64>,
+    pub iteration: Vec<i32>,
+    pub rank: Vec<i32>,
+    pub kind: Vec<u8>,
+    pub op: Vec<u8>,
+    pub layer: Vec<i32>,
+    pub tensor: Vec<i32>,
+    pub peer: Vec<i32>,
+    pub bytes: Vec<i64>,
+    pub priority: Vec<i32>,
+    pub collective: Vec<i64>,
+    pub step: Vec<i32>,
+    pub rpc: Vec<i64>,
+    pub ready_ns: Vec<i64>,
+    pub start_ns: Vec<i64>,
+    pub end_ns: Vec<i64>,
+    /// CSR: row i depends on deps[dep_offsets[i]..dep_offsets[i+1]].
+    pub dep_offsets: Vec<i64>,
+    pub deps: Vec<i64>,
+}
+
+/// One row, as the executor fills it.
+#[derive(Debug, Clone, Copy)]
+pub struct Row {
+    pub id: i64,
+    pub iteration: i32,
+    pub rank: i32,
+    pub kind: Kind,
+    pub op: OpCode,
+    pub layer: i32,
+    pub tensor: i32,
+    pub peer: i32,
+    pub bytes: i64,
+    pub priority: i32,
+    pub collective: i64,
+    pub step: i32,
+    pub rpc: i64,
+    pub ready: Time,
+    pub start: Time,
+    pub end: Time,
+}
+
+impl EventLog {
+    pub fn new() -> Self {
+        EventLog { dep_offsets: vec![0], ..Default::default() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.id.is_empty()
+    }
+
+    pub fn push(&mut self, row: Row, deps: impl IntoIterator<Item = i64>) {
+        self.id.push(row.id);
+        self.iteration.push(row.iteration);
+        self.rank.push(row.rank);
+        self.kind.push(row.kind as u8);
+        self.op.push(row.op as u8);
+        self.layer.push(row.layer);
+        self.tensor.push(row.tensor);
+        self.peer.push(row.peer);
+        self.bytes.push(row.bytes);
+        self.priority.push(row.priority);
+        self.collective.push(row.collective);
+        self.step.push(row.step);
+        self.rpc.push(row.rpc);
+        self.ready_ns.push(row.ready as i64);
+        self.start_ns.push(row.start as i64);
+        self.end_ns.push(row.end as i64);
+        self.deps.extend(deps);
+        self.dep_offsets.push(self.deps.len() as i64);
+    }
+}
+
+impl EventLog {
+    /// Appends all rows of `other` (whose ids must not clash with ours).
+    pub fn append(&mut self, other: EventLog) {
+        let base = self.deps.len() as i64;
+        self.id.extend(other.id);
+        self.iteration.extend(other.iteration);
+        self.rank.extend(other.rank);
+        self.kind.extend(other.kind);
+        self.op.extend(other.op);
+        self.layer.extend(other.layer);
+        self.tensor.extend(other.tensor);
+        self.peer.extend(other.peer);
+        self.bytes.extend(other.bytes);
+        self.priority.extend(other.priority);
+        self.collective.extend(other.collective);
+        self.step.extend(other.step);
+        self.rpc.extend(other.rpc);
+        self.ready_ns.extend(other.ready_ns);
+        self.start_ns.extend(other.start_ns);
+        self.end_ns.extend(other.end_ns);
+        self.deps.extend(other.deps);
+        self.dep_offsets.extend(other.dep_offsets.into_iter().skip(1).map(|o| o + base));
+    }
+}

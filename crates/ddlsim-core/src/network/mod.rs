@@ -1,0 +1,59 @@
+//! Network models: they time transfers. `analytic` charges latency +
+//! bytes/bandwidth with no contention; `flow` shares links max-min fairly.
+
+pub mod maxmin;
+pub mod topology;
+
+pub use maxmin::{max_min_fair, FlowNetwork, Reschedule};
+pub use topology::{transmit_ns, Topology};
+
+use crate::engine::Time;
+use crate::spec::{Fidelity, NetworkSpec};
+
+pub enum Network {
+    Analytic(Topology),
+    Flow(FlowNetwork),
+}
+
+/// What starting a transfer produced.
+pub enum Started {
+    /// Analytic: delivered at this time, nothing else to track.
+    DeliveredAt(Time),
+    /// Flow-level: a flow id; its end time is among the reschedules.
+    Flow(u32),
+}
+
+impl Network {
+    pub fn new(spec: &NetworkSpec, hosts: u32) -> Result<Self, String> {
+        let topo = Topology::new(spec, hosts)?;
+        Ok(match spec.fidelity {
+            Fidelity::Analytic => Network::Analytic(topo),
+            Fidelity::Flow => Network::Flow(FlowNetwork::new(topo)),
+        })
+    }
+
+    pub fn start(&mut self, now: Time, src: u32, dst: u32, bytes: u64, out: &mut Vec<Reschedule>) -> Started {
+        match self {
+            Network::Analytic(topo) => {
+                let path = topo.route(src, dst);
+                Started::DeliveredAt(now + path.latency + transmit_ns(bytes as f64, topo.bottleneck(&path)))
+            }
+            Network::Flow(net) => Started::Flow(net.start(now, src, dst, bytes, out)),
+        }
+    }
+
+    /// Flow-level transmission end; see [`FlowNetwork::finish`].
+    pub fn finish(&mut self, now: Time, flow: u32, version: u32, out: &mut Vec<Reschedule>) -> Option<Time> {
+        match self {
+            Network::Analytic(_) => None,
+            Network::Flow(net) => net.finish(now, flow, version, out),
+        }
+    }
+
+    pub fn recomputations(&self) -> u64 {
+        match self {
+            Network::Analytic(_) => 0,
+            Network::Flow(net) => net.recomputations(),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+"""User-facing errors of ddlsim.
+
+Every error a user can cause (a bad file, a bad scenario, an unknown model)
+is a :class:`DdlsimError`. Its message is complete on its own: it names the
+file / field / row at fault and says how to fix it, so the CLI prints it
+without a traceback. Anything else escaping ddlsim is a bug.
+"""
+
+
+class DdlsimError(Exception):
+    """Base class of errors whose message is meant for the user."""
+
+
+class TraceError(DdlsimError):
+    """An event log or trace file is missing, malformed or inconsistent."""
+
+
+class ScenarioError(DdlsimError):
+    """A scenario (workload + strategy + network) is invalid."""
+
+
+class ModelError(DdlsimError):
+    """A model (layer table) is unknown or malformed."""
