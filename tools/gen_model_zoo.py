@@ -119,7 +119,7 @@ class ModelSpec:
     source: str
     input_shape: list[int]
     build: Callable[[], nn.Module]
-    make_input: Callable[[], dict] = None  # keyword arguments of forward()
+    make_input: Callable[[], dict] | None = None  # kwargs of forward(); default: image
     expected: dict = field(default_factory=dict)  # "parameters", "tensors"
 
     def __post_init__(self) -> None:

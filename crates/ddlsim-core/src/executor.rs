@@ -46,7 +46,7 @@ enum Owner {
 #[derive(Debug, Clone, Copy)]
 enum Event {
     OpDone(u32),
-    TxDone { flow: u32, version: u32 },
+    TxDone { class: u32, version: u32 },
     Delivered(Owner),
 }
 
@@ -76,6 +76,7 @@ struct Executor<'g> {
     flow_owner: Vec<Owner>,
     rings: Vec<Option<LiveRing>>,
     resched: Vec<Reschedule>,
+    done_flows: Vec<(u32, Time)>,
     detail: TraceDetail,
     step_log: EventLog,
     next_row: i64,
@@ -112,6 +113,7 @@ pub fn try_run(graph: &Graph, network: Network, detail: TraceDetail) -> Result<R
         flow_owner: Vec::new(),
         rings: (0..graph.collectives.len()).map(|_| None).collect(),
         resched: Vec::new(),
+        done_flows: Vec::new(),
         detail,
         step_log: EventLog::new(),
         next_row: n as i64,
@@ -128,12 +130,16 @@ pub fn try_run(graph: &Graph, network: Network, detail: TraceDetail) -> Result<R
     while let Some((now, event)) = ex.queue.pop() {
         match event {
             Event::OpDone(op) => ex.finish_op(op, now),
-            Event::TxDone { flow, version } => {
+            Event::TxDone { class, version } => {
                 let mut out = std::mem::take(&mut ex.resched);
-                if let Some(latency) = ex.network.finish(now, flow, version, &mut out) {
+                let mut done = std::mem::take(&mut ex.done_flows);
+                ex.network.finish(now, class, version, &mut done, &mut out);
+                for &(flow, latency) in &done {
                     let owner = ex.flow_owner[flow as usize];
                     ex.queue.push(now + latency, Event::Delivered(owner));
                 }
+                done.clear();
+                ex.done_flows = done;
                 ex.schedule(&mut out);
                 ex.resched = out;
             }
@@ -209,7 +215,7 @@ impl<'g> Executor<'g> {
 
     fn schedule(&mut self, out: &mut Vec<Reschedule>) {
         for r in out.drain(..) {
-            self.queue.push(r.done_at, Event::TxDone { flow: r.flow, version: r.version });
+            self.queue.push(r.done_at, Event::TxDone { class: r.class, version: r.version });
         }
     }
 

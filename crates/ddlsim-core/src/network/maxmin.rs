@@ -1,6 +1,9 @@
 //! Max-min fair sharing (progressive filling) and the flow-level network
 //! that recomputes it, incrementally, whenever a flow starts or finishes.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
 use super::topology::{transmit_ns, Path, Topology};
 use crate::engine::Time;
 
@@ -12,29 +15,30 @@ use crate::engine::Time;
 /// that share. Ties go to the lower link index, so the result is reproducible.
 pub fn max_min_fair(capacities: &[f64], flow_links: &[Vec<u32>]) -> Vec<f64> {
     let mut solver = WaterFill::default();
-    solver.solve(capacities, flow_links.iter().map(|v| v.as_slice()))
+    solver.solve_weighted(capacities, flow_links, &vec![1.0; flow_links.len()])
 }
 
 #[derive(Default)]
 struct WaterFill {
     remaining: Vec<f64>,
-    unfrozen: Vec<u32>,
+    unfrozen: Vec<f64>,
     link_flows: Vec<Vec<u32>>,
 }
 
 impl WaterFill {
-    fn solve<'a>(&mut self, capacities: &[f64], flows: impl Iterator<Item = &'a [u32]> + Clone) -> Vec<f64> {
+    /// Progressive filling where entry f stands for `weights[f]` identical
+    /// flows; returns the rate of one such flow.
+    fn solve_weighted(&mut self, capacities: &[f64], paths: &[Vec<u32>], weights: &[f64]) -> Vec<f64> {
         let nl = capacities.len();
         self.remaining.clear();
         self.remaining.extend_from_slice(capacities);
         self.unfrozen.clear();
-        self.unfrozen.resize(nl, 0);
+        self.unfrozen.resize(nl, 0.0);
         self.link_flows.iter_mut().for_each(Vec::clear);
         self.link_flows.resize_with(nl, Vec::new);
-        let paths: Vec<&[u32]> = flows.collect();
         for (f, links) in paths.iter().enumerate() {
             for &l in links.iter() {
-                self.unfrozen[l as usize] += 1;
+                self.unfrozen[l as usize] += weights[f];
                 self.link_flows[l as usize].push(f as u32);
             }
         }
@@ -44,8 +48,8 @@ impl WaterFill {
             let mut best = usize::MAX;
             let mut best_share = f64::INFINITY;
             for l in 0..nl {
-                if self.unfrozen[l] > 0 {
-                    let share = self.remaining[l].max(0.0) / self.unfrozen[l] as f64;
+                if self.unfrozen[l] > 0.0 {
+                    let share = self.remaining[l].max(0.0) / self.unfrozen[l];
                     if share < best_share {
                         best_share = share;
                         best = l;
@@ -66,9 +70,15 @@ impl WaterFill {
                 }
                 rate[f] = best_share;
                 left -= 1;
-                for &l in paths[f] {
-                    self.remaining[l as usize] -= best_share;
-                    self.unfrozen[l as usize] -= 1;
+                for &l in &paths[f] {
+                    self.remaining[l as usize] -= best_share * weights[f];
+                    self.unfrozen[l as usize] -= weights[f];
+                }
+            }
+            // Guard against float residue keeping a link "unfrozen".
+            for u in self.unfrozen.iter_mut() {
+                if *u < 0.5 {
+                    *u = 0.0;
                 }
             }
         }
@@ -76,22 +86,53 @@ impl WaterFill {
     }
 }
 
+/// Flows with the same route form a class: max-min gives them the same
+/// rate, so they progress in lockstep. A class keeps its per-flow service
+/// (bytes each member has sent since the class formed); a member is done
+/// when the service reaches its target. Only the class's earliest target
+/// needs a pending event, so a rate change costs O(classes), not O(flows).
 #[derive(Debug, Clone)]
-struct Flow {
+struct Class {
+    src: u32,
+    dst: u32,
     path: Path,
-    /// Bytes not yet transmitted as of `last`.
-    remaining: f64,
+    /// (target service, flow id), earliest first.
+    members: BinaryHeap<Reverse<(OrderedBytes, u32)>>,
+    service: f64,
     rate: f64,
     last: Time,
     version: u32,
-    active: bool,
 }
 
-/// A flow whose transmission-end time was (re)computed: the executor
-/// schedules `(flow, version)` at `done_at`; older versions are stale.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+struct OrderedBytes(f64);
+impl Eq for OrderedBytes {}
+impl Ord for OrderedBytes {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+impl Class {
+    fn settle(&mut self, now: Time) {
+        self.service += self.rate * (now - self.last) as f64;
+        self.last = now;
+    }
+
+    fn count(&self) -> u32 {
+        self.members.len() as u32
+    }
+
+    fn head_target(&self) -> f64 {
+        self.members.peek().map(|Reverse((t, _))| t.0).unwrap_or(self.service)
+    }
+}
+
+/// A class whose next member-completion time was (re)computed: the executor
+/// schedules `(class, version)` at `done_at`; older versions are stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reschedule {
-    pub flow: u32,
+    pub class: u32,
     pub version: u32,
     pub done_at: Time,
 }
@@ -99,17 +140,22 @@ pub struct Reschedule {
 /// Flow-level network: every active flow gets its max-min fair rate.
 pub struct FlowNetwork {
     topo: Topology,
-    flows: Vec<Flow>,
-    free: Vec<u32>,
-    link_flows: Vec<Vec<u32>>,
+    classes: Vec<Class>,
+    free_classes: Vec<u32>,
+    class_of_pair: HashMap<(u32, u32), u32>,
+    link_classes: Vec<Vec<u32>>,
+    next_flow: u32,
+    free_flows: Vec<u32>,
+    active: usize,
     // scratch, reused across recomputations
     link_mark: Vec<u32>,
-    flow_mark: Vec<u32>,
+    class_mark: Vec<u32>,
     epoch: u32,
     comp_links: Vec<u32>,
-    comp_flows: Vec<u32>,
+    comp_classes: Vec<u32>,
     local_of_link: Vec<u32>,
     local_paths: Vec<Vec<u32>>,
+    weights: Vec<f64>,
     caps: Vec<f64>,
     solver: WaterFill,
     recomputations: u64,
@@ -120,16 +166,21 @@ impl FlowNetwork {
         let nl = topo.links.len();
         FlowNetwork {
             topo,
-            flows: Vec::new(),
-            free: Vec::new(),
-            link_flows: vec![Vec::new(); nl],
+            classes: Vec::new(),
+            free_classes: Vec::new(),
+            class_of_pair: HashMap::new(),
+            link_classes: vec![Vec::new(); nl],
+            next_flow: 0,
+            free_flows: Vec::new(),
+            active: 0,
             link_mark: vec![0; nl],
-            flow_mark: Vec::new(),
+            class_mark: Vec::new(),
             epoch: 0,
             comp_links: Vec::new(),
-            comp_flows: Vec::new(),
+            comp_classes: Vec::new(),
             local_of_link: vec![0; nl],
             local_paths: Vec::new(),
+            weights: Vec::new(),
             caps: Vec::new(),
             solver: WaterFill::default(),
             recomputations: 0,
@@ -146,69 +197,124 @@ impl FlowNetwork {
     }
 
     pub fn active_flows(&self) -> usize {
-        self.flows.iter().filter(|f| f.active).count()
+        self.active
     }
 
-    /// Current rate of an active flow, in bytes/ns.
-    pub fn rate(&self, flow: u32) -> f64 {
-        self.flows[flow as usize].rate
+    /// Current per-flow rate between two hosts, in bytes/ns (0 if none).
+    pub fn rate_between(&self, src: u32, dst: u32) -> f64 {
+        self.class_of_pair.get(&(src, dst)).map(|&c| self.classes[c as usize].rate).unwrap_or(0.0)
     }
 
-    /// Starts a flow of `bytes` from `src` to `dst`; appends every flow whose
-    /// end time changed (the new one included) to `out`.
+    /// Starts a flow of `bytes` from `src` to `dst`; appends every class
+    /// whose next completion time changed to `out`. Returns the flow id.
     pub fn start(&mut self, now: Time, src: u32, dst: u32, bytes: u64, out: &mut Vec<Reschedule>) -> u32 {
-        let path = self.topo.route(src, dst);
-        let flow = Flow { path, remaining: bytes as f64, rate: 0.0, last: now, version: 0, active: true };
-        let id = match self.free.pop() {
+        let flow = self.free_flows.pop().unwrap_or_else(|| {
+            self.next_flow += 1;
+            self.next_flow - 1
+        });
+        self.active += 1;
+        let class = match self.class_of_pair.get(&(src, dst)) {
+            Some(&c) => c,
+            None => self.new_class(now, src, dst),
+        };
+        let c = &mut self.classes[class as usize];
+        c.settle(now);
+        let old_head = c.head_target();
+        let was_empty = c.members.is_empty();
+        c.members.push(Reverse((OrderedBytes(c.service + bytes as f64), flow)));
+        let head_changed = was_empty || c.head_target() != old_head;
+        let path = c.path;
+        if was_empty {
+            for &l in path.links() {
+                self.link_classes[l as usize].push(class);
+            }
+        }
+        self.reallocate(now, &path, if head_changed { Some(class) } else { None }, out);
+        flow
+    }
+
+    fn new_class(&mut self, now: Time, src: u32, dst: u32) -> u32 {
+        let class = Class {
+            src,
+            dst,
+            path: self.topo.route(src, dst),
+            members: BinaryHeap::new(),
+            service: 0.0,
+            rate: 0.0,
+            last: now,
+            version: 0,
+        };
+        let id = match self.free_classes.pop() {
             Some(id) => {
-                self.flows[id as usize] = flow;
+                let version = self.classes[id as usize].version;
+                self.classes[id as usize] = Class { version, ..class };
                 id
             }
             None => {
-                self.flows.push(flow);
-                self.flow_mark.push(0);
-                (self.flows.len() - 1) as u32
+                self.classes.push(class);
+                self.class_mark.push(0);
+                (self.classes.len() - 1) as u32
             }
         };
-        for &l in path.links() {
-            self.link_flows[l as usize].push(id);
-        }
-        self.reallocate(now, &path, out);
+        self.class_of_pair.insert((src, dst), id);
         id
     }
 
-    /// Handles a transmission-end event. Returns the path latency still to
-    /// elapse before delivery, or None if the event is stale.
-    pub fn finish(&mut self, now: Time, flow: u32, version: u32, out: &mut Vec<Reschedule>) -> Option<Time> {
-        let f = &mut self.flows[flow as usize];
-        if !f.active || f.version != version {
-            return None;
+    /// Handles a class's completion event: every member whose target is
+    /// reached is done. Appends `(flow, path latency)` for each to `done`;
+    /// appends nothing if the event is stale.
+    pub fn finish(&mut self, now: Time, class: u32, version: u32, done: &mut Vec<(u32, Time)>, out: &mut Vec<Reschedule>) {
+        let c = &mut self.classes[class as usize];
+        if c.version != version || c.members.is_empty() {
+            return;
         }
-        f.active = false;
-        f.remaining = 0.0;
-        let path = f.path;
-        for &l in path.links() {
-            let list = &mut self.link_flows[l as usize];
-            let pos = list.iter().position(|&x| x == flow).expect("flow registered on its links");
-            list.swap_remove(pos);
+        c.settle(now);
+        let latency = c.path.latency;
+        let tolerance = 1e-6 * c.service.abs().max(1.0);
+        let first = done.len();
+        while let Some(&Reverse((target, flow))) = c.members.peek() {
+            // The head is due by construction of the event time; others
+            // finish with it if they reached their target too.
+            if target.0 > c.service + tolerance && done.len() > first {
+                break;
+            }
+            c.members.pop();
+            done.push((flow, latency));
         }
-        self.free.push(flow);
-        self.reallocate(now, &path, out);
-        Some(path.latency)
+        self.active -= done.len() - first;
+        self.free_flows.extend(done[first..].iter().map(|&(f, _)| f));
+        let path = c.path;
+        let emptied = c.members.is_empty();
+        if emptied {
+            let key = (c.src, c.dst);
+            c.service = 0.0;
+            c.rate = 0.0;
+            c.version = c.version.wrapping_add(1);
+            for &l in path.links() {
+                let list = &mut self.link_classes[l as usize];
+                let pos = list.iter().position(|&x| x == class).expect("class registered on its links");
+                list.swap_remove(pos);
+            }
+            self.class_of_pair.remove(&key);
+            self.free_classes.push(class);
+        }
+        self.reallocate(now, &path, if emptied { None } else { Some(class) }, out);
     }
 
-    /// Recomputes max-min rates for the flows connected (through shared
-    /// links, transitively) to `seed`'s links; flows elsewhere keep theirs.
-    fn reallocate(&mut self, now: Time, seed: &Path, out: &mut Vec<Reschedule>) {
+    /// Recomputes max-min rates for the classes connected (through shared
+    /// links, transitively) to `seed`'s links; others keep theirs. `force`
+    /// is a class whose next completion must be rescheduled even if its rate
+    /// stays the same (its head member changed).
+    fn reallocate(&mut self, now: Time, seed: &Path, force: Option<u32>, out: &mut Vec<Reschedule>) {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
             self.link_mark.iter_mut().for_each(|m| *m = 0);
-            self.flow_mark.iter_mut().for_each(|m| *m = 0);
+            self.class_mark.iter_mut().for_each(|m| *m = 0);
             self.epoch = 1;
         }
         let epoch = self.epoch;
         self.comp_links.clear();
-        self.comp_flows.clear();
+        self.comp_classes.clear();
         let mut stack: Vec<u32> = Vec::new();
         for &l in seed.links() {
             if self.link_mark[l as usize] != epoch {
@@ -218,13 +324,13 @@ impl FlowNetwork {
         }
         while let Some(l) = stack.pop() {
             self.comp_links.push(l);
-            for &f in &self.link_flows[l as usize] {
-                if self.flow_mark[f as usize] == epoch {
+            for &c in &self.link_classes[l as usize] {
+                if self.class_mark[c as usize] == epoch {
                     continue;
                 }
-                self.flow_mark[f as usize] = epoch;
-                self.comp_flows.push(f);
-                for &l2 in self.flows[f as usize].path.links() {
+                self.class_mark[c as usize] = epoch;
+                self.comp_classes.push(c);
+                for &l2 in self.classes[c as usize].path.links() {
                     if self.link_mark[l2 as usize] != epoch {
                         self.link_mark[l2 as usize] = epoch;
                         stack.push(l2);
@@ -232,22 +338,21 @@ impl FlowNetwork {
                 }
             }
         }
-        if self.comp_flows.is_empty() {
+        if self.comp_classes.is_empty() {
             return;
         }
         self.recomputations += 1;
         // Deterministic order regardless of traversal details.
-        self.comp_flows.sort_unstable();
+        self.comp_classes.sort_unstable();
         self.comp_links.sort_unstable();
-        for &f in &self.comp_flows {
-            let fl = &mut self.flows[f as usize];
-            fl.remaining = (fl.remaining - fl.rate * (now - fl.last) as f64).max(0.0);
-            fl.last = now;
+        for &c in &self.comp_classes {
+            self.classes[c as usize].settle(now);
         }
-        if self.comp_flows.len() == 1 {
-            let f = self.comp_flows[0];
-            let rate = self.topo.bottleneck(&self.flows[f as usize].path);
-            self.set_rate(now, f, rate, out);
+        if self.comp_classes.len() == 1 {
+            let c = self.comp_classes[0];
+            let cl = &self.classes[c as usize];
+            let rate = self.topo.bottleneck(&cl.path) / cl.count() as f64;
+            self.set_rate(now, c, rate, force == Some(c), out);
             return;
         }
         self.caps.clear();
@@ -255,30 +360,34 @@ impl FlowNetwork {
             self.local_of_link[l as usize] = i as u32;
             self.caps.push(self.topo.links[l as usize].capacity);
         }
-        self.local_paths.resize_with(self.comp_flows.len(), Vec::new);
-        for (i, &f) in self.comp_flows.iter().enumerate() {
+        let k = self.comp_classes.len();
+        self.local_paths.resize_with(k, Vec::new);
+        self.weights.clear();
+        for (i, &c) in self.comp_classes.iter().enumerate() {
             let p = &mut self.local_paths[i];
             p.clear();
-            p.extend(self.flows[f as usize].path.links().iter().map(|&l| self.local_of_link[l as usize]));
+            p.extend(self.classes[c as usize].path.links().iter().map(|&l| self.local_of_link[l as usize]));
+            self.weights.push(self.classes[c as usize].count() as f64);
         }
-        let rates = self
-            .solver
-            .solve(&self.caps, self.local_paths[..self.comp_flows.len()].iter().map(|v| v.as_slice()));
-        for i in 0..self.comp_flows.len() {
-            let f = self.comp_flows[i];
-            self.set_rate(now, f, rates[i], out);
+        let rates = self.solver.solve_weighted(&self.caps, &self.local_paths[..k], &self.weights);
+        for i in 0..k {
+            let c = self.comp_classes[i];
+            self.set_rate(now, c, rates[i], force == Some(c), out);
         }
     }
 
-    fn set_rate(&mut self, now: Time, f: u32, rate: f64, out: &mut Vec<Reschedule>) {
-        let fl = &mut self.flows[f as usize];
-        let unchanged = fl.rate > 0.0 && (rate - fl.rate).abs() <= 1e-12 * fl.rate;
-        if unchanged {
+    fn set_rate(&mut self, now: Time, c: u32, rate: f64, force: bool, out: &mut Vec<Reschedule>) {
+        let cl = &mut self.classes[c as usize];
+        let unchanged = cl.rate > 0.0 && (rate - cl.rate).abs() <= 1e-12 * cl.rate;
+        if unchanged && !force {
             return;
         }
-        fl.rate = rate;
-        fl.version = fl.version.wrapping_add(1);
-        out.push(Reschedule { flow: f, version: fl.version, done_at: now + transmit_ns(fl.remaining, rate) });
+        if !unchanged {
+            cl.rate = rate;
+        }
+        cl.version = cl.version.wrapping_add(1);
+        let left = (cl.head_target() - cl.service).max(0.0);
+        out.push(Reschedule { class: c, version: cl.version, done_at: now + transmit_ns(left, cl.rate) });
     }
 }
 
@@ -336,23 +445,47 @@ mod tests {
     fn incast_shares_the_receiver_downlink_and_speeds_up_as_flows_leave() {
         let mut net = star(3);
         let mut out = Vec::new();
+        let mut done = Vec::new();
         let a = net.start(0, 0, 2, 1000, &mut out);
-        assert_eq!(out, vec![Reschedule { flow: a, version: 1, done_at: 1000 }]);
+        assert_eq!(out, vec![Reschedule { class: 0, version: 1, done_at: 1000 }]);
         out.clear();
-        // At t=500, a has 500 left; b joins: both at 0.5 B/ns.
+        // At t=500, a has 500 left; b joins from another host: 0.5 B/ns each.
         let b = net.start(500, 1, 2, 250, &mut out);
         assert_eq!(out.len(), 2);
-        assert!(out.contains(&Reschedule { flow: a, version: 2, done_at: 1500 }));
-        assert!(out.contains(&Reschedule { flow: b, version: 1, done_at: 1000 }));
+        assert!(out.contains(&Reschedule { class: 0, version: 2, done_at: 1500 }));
+        assert!(out.contains(&Reschedule { class: 1, version: 1, done_at: 1000 }));
         out.clear();
         // b ends at 1000; a has 250 left and gets the full link back.
-        assert_eq!(net.finish(1000, b, 1, &mut out), Some(0));
-        assert_eq!(out, vec![Reschedule { flow: a, version: 3, done_at: 1250 }]);
+        net.finish(1000, 1, 1, &mut done, &mut out);
+        assert_eq!(done, vec![(b, 0)]);
+        assert_eq!(out, vec![Reschedule { class: 0, version: 3, done_at: 1250 }]);
         out.clear();
+        done.clear();
         // The stale event for a (version 2) is ignored.
-        assert_eq!(net.finish(1500, a, 2, &mut out), None);
-        assert_eq!(net.finish(1250, a, 3, &mut out), Some(0));
+        net.finish(1500, 0, 2, &mut done, &mut out);
+        assert!(done.is_empty());
+        net.finish(1250, 0, 3, &mut done, &mut out);
+        assert_eq!(done, vec![(a, 0)]);
         assert_eq!(net.active_flows(), 0);
+    }
+
+    #[test]
+    fn flows_of_one_route_share_it_and_finish_in_size_order() {
+        let mut net = star(2);
+        let (mut out, mut done) = (Vec::new(), Vec::new());
+        let big = net.start(0, 0, 1, 300, &mut out);
+        let small = net.start(0, 0, 1, 100, &mut out);
+        assert_eq!(net.rate_between(0, 1), 0.5);
+        // small is the class head: done after 100 B at 0.5 B/ns.
+        assert_eq!(out.last(), Some(&Reschedule { class: 0, version: 2, done_at: 200 }));
+        out.clear();
+        net.finish(200, 0, 2, &mut done, &mut out);
+        assert_eq!(done, vec![(small, 0)]);
+        // big has 200 left at the full 1 B/ns.
+        assert_eq!(out, vec![Reschedule { class: 0, version: 3, done_at: 400 }]);
+        done.clear();
+        net.finish(400, 0, 3, &mut done, &mut out);
+        assert_eq!(done, vec![(big, 0)]);
     }
 
     #[test]

@@ -42,11 +42,10 @@ impl Network {
         }
     }
 
-    /// Flow-level transmission end; see [`FlowNetwork::finish`].
-    pub fn finish(&mut self, now: Time, flow: u32, version: u32, out: &mut Vec<Reschedule>) -> Option<Time> {
-        match self {
-            Network::Analytic(_) => None,
-            Network::Flow(net) => net.finish(now, flow, version, out),
+    /// Flow-level completion event of a route class; see [`FlowNetwork::finish`].
+    pub fn finish(&mut self, now: Time, class: u32, version: u32, done: &mut Vec<(u32, Time)>, out: &mut Vec<Reschedule>) {
+        if let Network::Flow(net) = self {
+            net.finish(now, class, version, done, out);
         }
     }
 

@@ -1,0 +1,220 @@
+"""Export an event log to the Chrome / Perfetto JSON Trace Event Format.
+
+Open the file in https://ui.perfetto.dev or chrome://tracing.
+
+Layout:
+
+* one process per rank: ``pid`` = rank, named "<role> <index>" where index
+  counts the ranks of that role in rank order ("worker 0", "server 0");
+  ranks that only receive get "rank <n>".
+* one thread per stream: tid 0 "compute" (kind compute), 1 "comm"
+  (collective), 2 "network" (transfer, on the sender), 3 "sync" (barrier).
+  The JSON format wants the slices of one thread to nest, so overlapping
+  slices of a stream spill onto extra lanes: tid ``base + 4*lane`` named
+  e.g. "network (2)"; ``tid % 4`` is always the stream.
+* every row is a complete event (``"ph": "X"``), ``ts``/``dur`` in
+  microseconds (floats from the integer nanoseconds), ``args`` holding
+  id, op, iteration, bytes, peer, tensor, deps and the other set fields.
+* every transfer also gets a zero-length "recv <op>" slice on the
+  receiver's network thread at its ``end_ns`` and a flow arrow
+  (``"ph": "s"`` / ``"f"``, flow id = row id) from sender to receiver.
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .parquet import atomic_output
+from .schema import BREAKDOWN_COLUMNS, SCHEMA_VERSION, rank_roles, validate_event_log
+
+STREAM_TIDS = {"compute": 0, "collective": 1, "transfer": 2, "barrier": 3}
+STREAM_NAMES = {0: "compute", 1: "comm", 2: "network", 3: "sync"}
+_LANE_STRIDE = len(STREAM_NAMES)
+_OPTIONAL_ARGS = ("name", "layer", "priority", "collective", "step", "rpc")
+
+
+@dataclass(order=True)
+class _Slice:
+    start_ns: int
+    neg_end_ns: int  # longer slices first at equal start, so nested ones follow
+    row_id: int
+    pid: int = field(compare=False)
+    stream: int = field(compare=False)
+    end_ns: int = field(compare=False)
+    event: dict[str, Any] = field(compare=False)
+    is_receive: bool = field(compare=False, default=False)
+    tid: int = field(compare=False, default=-1)
+
+
+def to_chrome_trace(df: pd.DataFrame) -> dict[str, Any]:
+    """The event log as a Trace Event Format dict (``json.dump`` it)."""
+    log = validate_event_log(df, source="event log for Chrome export", check_causality=False)
+    slices = [_row_slice(row) for row in log.itertuples(index=False)]
+    transfers = log[log["kind"] == "transfer"]
+    slices += [_receive_slice(row) for row in transfers.itertuples(index=False)]
+    lanes_used = _assign_lanes(slices)
+
+    events: list[dict[str, Any]] = _process_metadata(log)
+    events += _thread_metadata(lanes_used)
+    slices.sort(key=lambda s: (s.start_ns, s.pid, s.tid, s.row_id))
+    events += [s.event for s in slices]
+    events += _flow_events(slices)
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {"generator": "ddlsim", "schema_version": SCHEMA_VERSION},
+    }
+
+
+def write_chrome_trace(df: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Write :func:`to_chrome_trace` as JSON (gzip-compressed if ``path`` ends in .gz)."""
+    path = Path(path)
+    trace = to_chrome_trace(df)
+    text = json.dumps(trace, allow_nan=False, separators=(",", ":"))
+    with atomic_output(path) as temporary:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(temporary, "wt", encoding="utf-8") as stream:
+            stream.write(text)
+    return path
+
+
+def _microseconds(ns: int) -> float:
+    return ns / 1000.0
+
+
+def _row_args(row: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "id": int(row.id),
+        "op": row.op,
+        "iteration": int(row.iteration),
+        "bytes": int(row.bytes),
+        "peer": int(row.peer),
+        "tensor": int(row.tensor),
+        "deps": [int(dep) for dep in row.deps],
+        "ready_ns": int(row.ready_ns),
+        "queue_ns": int(row.start_ns - row.ready_ns),
+    }
+    defaults = {"name": "", "priority": 0}
+    for name in _OPTIONAL_ARGS:
+        value = getattr(row, name)
+        if value != defaults.get(name, -1):
+            args[name] = value if isinstance(value, str) else int(value)
+    for name in BREAKDOWN_COLUMNS:
+        value = getattr(row, name)
+        if not pd.isna(value):
+            args[name] = int(value)
+    return args
+
+
+def _row_slice(row: Any) -> _Slice:
+    title = f"{row.op} {row.name}" if row.name else row.op
+    event = {
+        "ph": "X",
+        "name": title,
+        "cat": row.kind,
+        "pid": int(row.rank),
+        "ts": _microseconds(row.start_ns),
+        "dur": _microseconds(row.end_ns - row.start_ns),
+        "args": _row_args(row),
+    }
+    return _Slice(
+        int(row.start_ns), -int(row.end_ns), int(row.id), int(row.rank), STREAM_TIDS[row.kind], int(row.end_ns), event
+    )
+
+
+def _receive_slice(row: Any) -> _Slice:
+    event = {
+        "ph": "X",
+        "name": f"recv {row.op}",
+        "cat": "transfer_recv",
+        "pid": int(row.peer),
+        "ts": _microseconds(row.end_ns),
+        "dur": 0.0,
+        "args": {"id": int(row.id), "from": int(row.rank), "bytes": int(row.bytes), "tensor": int(row.tensor)},
+    }
+    end = int(row.end_ns)
+    return _Slice(end, -end, int(row.id), int(row.peer), STREAM_TIDS["transfer"], end, event, is_receive=True)
+
+
+def _assign_lanes(slices: list[_Slice]) -> set[tuple[int, int]]:
+    """Give every slice a tid so that slices on one (pid, tid) never overlap."""
+    by_stream: dict[tuple[int, int], list[_Slice]] = {}
+    for slice_ in slices:
+        by_stream.setdefault((slice_.pid, slice_.stream), []).append(slice_)
+    used: set[tuple[int, int]] = set()
+    for (pid, stream), members in by_stream.items():
+        members.sort()
+        busy: list[tuple[int, int]] = []  # heap of (end_ns, lane)
+        free: list[int] = []  # heap of lanes; the lowest free lane is reused first
+        lanes = 0
+        for slice_ in members:
+            while busy and busy[0][0] <= slice_.start_ns:
+                heapq.heappush(free, heapq.heappop(busy)[1])
+            if free:
+                lane = heapq.heappop(free)
+            else:
+                lane, lanes = lanes, lanes + 1
+            heapq.heappush(busy, (slice_.end_ns, lane))
+            slice_.tid = stream + _LANE_STRIDE * lane
+            slice_.event["tid"] = slice_.tid
+            used.add((pid, slice_.tid))
+    return used
+
+
+def _process_metadata(log: pd.DataFrame) -> list[dict[str, Any]]:
+    roles = rank_roles(log)
+    receivers = set(int(peer) for peer in log.loc[log["kind"] == "transfer", "peer"])
+    events = []
+    index_in_role: dict[str, int] = {}
+    for rank in sorted(set(roles) | receivers):
+        role = roles.get(rank)
+        if role is None:
+            name = f"rank {rank}"
+        else:
+            name = f"{role} {index_in_role.get(role, 0)}"
+            index_in_role[role] = index_in_role.get(role, 0) + 1
+        events.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": name}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
+    return events
+
+
+def _thread_metadata(lanes_used: set[tuple[int, int]]) -> list[dict[str, Any]]:
+    events = []
+    for pid, tid in sorted(lanes_used):
+        stream, lane = tid % _LANE_STRIDE, tid // _LANE_STRIDE
+        name = STREAM_NAMES[stream] if lane == 0 else f"{STREAM_NAMES[stream]} ({lane + 1})"
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+        events.append(
+            {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": stream * 1000 + lane}}
+        )
+    return events
+
+
+def _flow_events(slices: list[_Slice]) -> list[dict[str, Any]]:
+    """One arrow per transfer, from its slice on the sender to its receive slice."""
+    flows = []
+    for slice_ in slices:
+        if slice_.stream != STREAM_TIDS["transfer"]:
+            continue
+        receive = slice_.is_receive
+        flows.append(
+            {
+                "ph": "f" if receive else "s",
+                "id": slice_.row_id,
+                "name": "transfer",
+                "cat": "transfer",
+                "pid": slice_.pid,
+                "tid": slice_.tid,
+                "ts": _microseconds(slice_.end_ns if receive else slice_.start_ns),
+                **({"bp": "e"} if receive else {}),
+            }
+        )
+    return flows

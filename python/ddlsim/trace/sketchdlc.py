@@ -1,0 +1,725 @@
+"""SketchDLC text traces (Xu et al., "SketchDLC: A Sketch on Distributed Deep
+Learning Communication via Trace Capturing", Table 1 and section 4.1).
+
+A SketchDLC trace is one tab-separated file per node of a parameter-server
+job, one record per message sent or received by that node, with the columns
+
+    id src dst length num_pp operation op_id dep_type d_time time_sec time_usec id_dep
+
+Mapping from the event log. Every PS transfer row (op push_request,
+push_response, pull_request, pull_response) is one message and becomes two
+records: a Send record in its sender's file and a Recv record in its
+receiver's file.
+
+=============  ==================  ==================  ==============
+event-log op   sender's record     receiver's record   operation_num
+=============  ==================  ==================  ==============
+push_request   Push_Send_Worker    Push_Recv_Server    4*iteration+0
+push_response  Push_Send_Server    Push_Recv_Worker    4*iteration+1
+pull_request   Pull_Send_Worker    Pull_Recv_Server    4*iteration+2
+pull_response  Pull_Send_Server    Pull_Recv_Worker    4*iteration+3
+=============  ==================  ==================  ==============
+
+* ``src``/``dst``: node numbers of the paper's eqs. 2-3 - the worker ranks,
+  in rank order, are nodes 0..W-1 and the server ranks W..W+S-1 (eq. 3's
+  ``numWorkers + [0, numWorkers)`` is read as ``[0, numServers)``). Files are
+  named after the node: ``w0.txt``, ``s0.txt`` (w<i> is node i, s<j> node W+j).
+* ``length``: the row's ``bytes`` (payload only; the paper also counts the
+  message's meta data).
+* ``num_pp``: the dispatch order of push / pull operations of the worker
+  involved, counted from 1 in order of the request's start (0 is the paper's
+  connection-setup value, which we never emit). The request and response of
+  one operation share it (matched by ``rpc``, tensor, iteration and peers),
+  and the server's records carry the worker's number.
+* ``op_id``: ``key-operation_num-peer`` with key = ``tensor`` and peer the
+  node at the other end, as in the paper's Fig. 8 (``4-7-s0`` in worker 0's
+  file). Both records of one message carry the same key and operation_num.
+* ``dep_type`` (0 independent, 1 Push_on_Push, 2 Pull_on_Push, 3
+  Pull_on_Pull, 4 Push_on_Pull) follows section 3.2.3; the record depended on
+  is on the same node with operation_num one less:
+  Push_Recv/Pull_Send/Pull_Recv_Worker on the previous record of the same key
+  and server; Push_Send_Worker on the Pull_Recv_Worker records of the previous
+  iteration (any key and server); Push_Recv_Server on the Pull_Send_Server
+  records of the previous iteration to that worker (any key);
+  Push_Send_Server on the Push_Recv_Server records of that key (any worker);
+  Pull_Recv/Pull_Send_Server on the previous record of the same key and worker.
+  Of the candidates, the latest one not after the record is taken; when there
+  is none the record is independent (dep_type 0, d_time 0, id_dep -1).
+* ``d_time``: microseconds since the record depended on; ``time_sec`` /
+  ``time_usec``: the record's time, a Send at the row's ``start_ns``, a Recv
+  at its ``end_ns``, truncated to microseconds (d_time is the difference of
+  the truncated times).
+* ``id``: 0, 1, 2 ... in time order within the file.
+
+What is not reproduced exactly:
+
+* no connection-setup / scheduler records (``SendCom_To_Servers``) and no
+  initialization records (the ``num_pp = -15`` pushes of worker 0 and the
+  initial pull): the event log has no such rows. Hence operation_num is
+  ``4*iteration + k`` on every node, where the paper starts non-zero workers'
+  training at 2, worker 0's at 4 and the servers' at -2 (rows with iteration
+  -1 get negative operation_nums).
+* one-to-many dependencies: the paper writes the operation_num of the whole
+  set (e.g. ``(3-s0.)``); we write the op_id of the latest record of the set,
+  the one that released the record, and d_time relative to it.
+* the file header block of the paper's Fig. 8 is replaced by ``#`` comment
+  lines followed by one line of column names.
+
+Reading (:func:`read_sketchdlc`) accepts these files and the paper's record
+layout (an ``OP:=`` prefix on the operation, setup records, which are
+skipped), pairs each Send record with the Recv record on its peer having the
+same operation, key, operation_num, src and dst (in time order when several
+do), and returns one transfer row per message with iteration =
+operation_num // 4, ``ready_ns = start_ns`` (SketchDLC does not say when a
+message became ready) and ``deps`` taken from the Send record's ``id_dep``
+where it names a Recv record of the same node.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from ..errors import TraceError
+from .parquet import atomic_output
+from .schema import PS_OPS, rank_roles, validate_event_log
+
+SKETCHDLC_COLUMNS = (
+    "id", "src", "dst", "length", "num_pp", "operation",
+    "op_id", "dep_type", "d_time", "time_sec", "time_usec", "id_dep",
+)  # fmt: skip
+
+DEP_INDEPENDENT = 0
+DEP_PUSH_ON_PUSH = 1
+DEP_PULL_ON_PUSH = 2
+DEP_PULL_ON_PULL = 3
+DEP_PUSH_ON_PULL = 4
+
+
+@dataclass(frozen=True)
+class _Message:
+    """How one PS transfer (event-log op) appears in SketchDLC."""
+
+    op: str
+    send: str
+    recv: str
+    offset: int  # operation_num = 4 * iteration + offset
+    sender_role: str
+    receiver_role: str
+
+    @property
+    def family(self) -> str:
+        return self.op.split("_")[0]
+
+
+MESSAGES = {
+    m.op: m
+    for m in (
+        _Message("push_request", "Push_Send_Worker", "Push_Recv_Server", 0, "worker", "server"),
+        _Message("push_response", "Push_Send_Server", "Push_Recv_Worker", 1, "server", "worker"),
+        _Message("pull_request", "Pull_Send_Worker", "Pull_Recv_Server", 2, "worker", "server"),
+        _Message("pull_response", "Pull_Send_Server", "Pull_Recv_Worker", 3, "server", "worker"),
+    )
+}
+_BY_OPERATION: dict[str, tuple[_Message, bool]] = {}
+for _message in MESSAGES.values():
+    _BY_OPERATION[_message.send] = (_message, True)
+    _BY_OPERATION[_message.recv] = (_message, False)
+OPERATIONS = tuple(_BY_OPERATION)
+
+
+@dataclass(frozen=True)
+class _DepRule:
+    """A record depends on records of operation ``on`` with operation_num - 1."""
+
+    dep_type: int
+    on: str
+    same_key: bool
+    same_peer: bool
+
+
+_DEP_RULES = {
+    "Push_Send_Worker": _DepRule(DEP_PUSH_ON_PULL, "Pull_Recv_Worker", same_key=False, same_peer=False),
+    "Push_Recv_Worker": _DepRule(DEP_PUSH_ON_PUSH, "Push_Send_Worker", same_key=True, same_peer=True),
+    "Pull_Send_Worker": _DepRule(DEP_PULL_ON_PUSH, "Push_Recv_Worker", same_key=True, same_peer=True),
+    "Pull_Recv_Worker": _DepRule(DEP_PULL_ON_PULL, "Pull_Send_Worker", same_key=True, same_peer=True),
+    "Push_Recv_Server": _DepRule(DEP_PUSH_ON_PULL, "Pull_Send_Server", same_key=False, same_peer=True),
+    "Push_Send_Server": _DepRule(DEP_PUSH_ON_PUSH, "Push_Recv_Server", same_key=True, same_peer=False),
+    "Pull_Recv_Server": _DepRule(DEP_PULL_ON_PUSH, "Push_Send_Server", same_key=True, same_peer=True),
+    "Pull_Send_Server": _DepRule(DEP_PULL_ON_PULL, "Pull_Recv_Server", same_key=True, same_peer=True),
+}
+
+_OP_ID = re.compile(r"^(-?\d+)-(-?\d+)-([ws])(\d+)$")
+_SETUP_PREFIX = "SendCom"
+
+
+def _op_id(key: int, operation_num: int, peer_name: str) -> str:
+    return f"{key}-{operation_num}-{peer_name}"
+
+
+def _split_us(time_us: int) -> tuple[int, int]:
+    return time_us // 1_000_000, time_us % 1_000_000
+
+
+# --------------------------------------------------------------------------
+# export
+
+
+@dataclass
+class _Record:
+    node: int
+    peer: int
+    operation: str
+    key: int
+    operation_num: int
+    length: int
+    num_pp: int
+    time_ns: int
+    row_id: int
+
+    @property
+    def time_us(self) -> int:
+        return self.time_ns // 1000
+
+
+@dataclass
+class _Nodes:
+    """Paper node numbers (eqs. 2-3) of the worker and server ranks."""
+
+    number: dict[int, int]  # rank -> node number
+    name: dict[int, str]  # rank -> "w0" / "s0"
+    num_workers: int
+    num_servers: int
+
+
+def to_sketchdlc(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """One SketchDLC table per node ("w0", "w1", "s0", ...), workers first."""
+    tables, _ = _export(df)
+    return tables
+
+
+def write_sketchdlc(df: pd.DataFrame, out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Write one tab-separated SketchDLC file per node into ``out_dir``.
+
+    Files are ``<node>.txt`` (``w0.txt``, ``s0.txt``...), each written
+    atomically; returns their paths in node order.
+    """
+    tables, nodes = _export(df)
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise TraceError(f"cannot create directory {out}: {err.strerror or err}") from None
+    paths = []
+    for name, table in tables.items():
+        path = out / f"{name}.txt"
+        text = _file_header(name, nodes) + _table_text(table)
+        with atomic_output(path) as temporary:
+            temporary.write_text(text, encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def _export(df: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], _Nodes]:
+    log = validate_event_log(df, source="event log for SketchDLC export", check_causality=False)
+    ps = log[(log["kind"] == "transfer") & log["op"].isin(PS_OPS)]
+    if ps.empty:
+        raise TraceError(
+            "event log has no parameter-server transfers (push_request/push_response/"
+            "pull_request/pull_response); SketchDLC describes PS communication only"
+        )
+    nodes = _number_nodes(log, ps)
+    num_pp = _dispatch_numbers(ps, nodes)
+    records = _records(ps, nodes, num_pp)
+    tables = {}
+    for rank in sorted(records, key=lambda r: nodes.number[r]):
+        tables[nodes.name[rank]] = _node_table(records[rank], nodes)
+    return tables, nodes
+
+
+def _number_nodes(log: pd.DataFrame, ps: pd.DataFrame) -> _Nodes:
+    roles = rank_roles(log)
+    for row in ps.itertuples(index=False):
+        message = MESSAGES[row.op]
+        if row.role != message.sender_role:
+            raise TraceError(
+                f"event log row id={row.id}: a {row.op} is sent by a {message.sender_role}, "
+                f"but its rank {row.rank} is a {row.role}"
+            )
+        receiver_role = roles.setdefault(int(row.peer), message.receiver_role)
+        if receiver_role != message.receiver_role:
+            raise TraceError(
+                f"event log row id={row.id}: a {row.op} goes to a {message.receiver_role}, "
+                f"but its peer {row.peer} is a {receiver_role}"
+            )
+    workers = sorted(rank for rank, role in roles.items() if role == "worker")
+    servers = sorted(rank for rank, role in roles.items() if role == "server")
+    number = {rank: index for index, rank in enumerate(workers)}
+    number.update({rank: len(workers) + index for index, rank in enumerate(servers)})
+    name = {rank: f"w{index}" for index, rank in enumerate(workers)}
+    name.update({rank: f"s{index}" for index, rank in enumerate(servers)})
+    return _Nodes(number, name, len(workers), len(servers))
+
+
+def _dispatch_numbers(ps: pd.DataFrame, nodes: _Nodes) -> dict[int, int]:
+    """num_pp of every PS row: the worker's push/pull operations in dispatch order."""
+    operations: dict[tuple, list[list[Any]]] = defaultdict(list)  # match key -> open operations
+    per_worker: dict[int, list[list[Any]]] = defaultdict(list)  # worker -> operations
+    ordered = ps.sort_values(["start_ns", "id"], kind="stable")
+    for row in ordered.itertuples(index=False):
+        message = MESSAGES[row.op]
+        worker, server = (row.rank, row.peer) if message.sender_role == "worker" else (row.peer, row.rank)
+        match_key = (int(worker), int(server), int(row.tensor), int(row.iteration), message.family, int(row.rpc))
+        waiting = operations[match_key]
+        if row.op.endswith("_response") and waiting:
+            waiting.pop(0).append(row)
+            continue
+        operation = [row]
+        if row.op.endswith("_request"):
+            waiting.append(operation)
+        per_worker[int(worker)].append(operation)
+    numbers = {}
+    for worker_operations in per_worker.values():
+        worker_operations.sort(key=lambda rows: (int(rows[0].start_ns), int(rows[0].id)))
+        for number, rows in enumerate(worker_operations, start=1):
+            for row in rows:
+                numbers[int(row.id)] = number
+    return numbers
+
+
+def _records(ps: pd.DataFrame, nodes: _Nodes, num_pp: dict[int, int]) -> dict[int, list[_Record]]:
+    records: dict[int, list[_Record]] = defaultdict(list)
+    for row in ps.itertuples(index=False):
+        message = MESSAGES[row.op]
+        sender, receiver = int(row.rank), int(row.peer)
+        common = dict(
+            key=int(row.tensor),
+            operation_num=4 * int(row.iteration) + message.offset,
+            length=int(row.bytes),
+            num_pp=num_pp[int(row.id)],
+            row_id=int(row.id),
+        )
+        records[sender].append(
+            _Record(node=sender, peer=receiver, operation=message.send, time_ns=int(row.start_ns), **common)
+        )
+        records[receiver].append(
+            _Record(node=receiver, peer=sender, operation=message.recv, time_ns=int(row.end_ns), **common)
+        )
+    return records
+
+
+class _DependencyIndex:
+    """Records of one node, searchable by (operation, operation_num, key?, peer?)."""
+
+    def __init__(self, records: Sequence[_Record]):
+        self._times: dict[tuple, list[int]] = defaultdict(list)
+        self._records: dict[tuple, list[_Record]] = defaultdict(list)
+        for record in records:  # already in time order
+            for key in (record.key, None):
+                for peer in (record.peer, None):
+                    slot = (record.operation, record.operation_num, key, peer)
+                    self._times[slot].append(record.time_ns)
+                    self._records[slot].append(record)
+
+    def depended_on(self, record: _Record) -> tuple[int, _Record | None]:
+        rule = _DEP_RULES[record.operation]
+        slot = (
+            rule.on,
+            record.operation_num - 1,
+            record.key if rule.same_key else None,
+            record.peer if rule.same_peer else None,
+        )
+        position = bisect.bisect_right(self._times.get(slot, []), record.time_ns)
+        if position == 0:
+            return DEP_INDEPENDENT, None
+        return rule.dep_type, self._records[slot][position - 1]
+
+
+def _node_table(records: list[_Record], nodes: _Nodes) -> pd.DataFrame:
+    records = sorted(records, key=lambda r: (r.time_ns, r.operation_num, r.row_id))
+    index = _DependencyIndex(records)
+    rows = []
+    for record_id, record in enumerate(records):
+        dep_type, dep = index.depended_on(record)
+        message, is_send = _BY_OPERATION[record.operation]
+        src, dst = (record.node, record.peer) if is_send else (record.peer, record.node)
+        time_sec, time_usec = _split_us(record.time_us)
+        rows.append(
+            {
+                "id": record_id,
+                "src": nodes.number[src],
+                "dst": nodes.number[dst],
+                "length": record.length,
+                "num_pp": record.num_pp,
+                "operation": record.operation,
+                "op_id": _op_id(record.key, record.operation_num, nodes.name[record.peer]),
+                "dep_type": dep_type,
+                "d_time": 0 if dep is None else record.time_us - dep.time_us,
+                "time_sec": time_sec,
+                "time_usec": time_usec,
+                "id_dep": "-1" if dep is None else _op_id(dep.key, dep.operation_num, nodes.name[dep.peer]),
+            }
+        )
+    table = pd.DataFrame(rows, columns=list(SKETCHDLC_COLUMNS))
+    integer_columns = [c for c in SKETCHDLC_COLUMNS if c not in ("operation", "op_id", "id_dep")]
+    table[integer_columns] = table[integer_columns].astype("int64")
+    return table.astype({"operation": "str", "op_id": "str", "id_dep": "str"})
+
+
+def _file_header(name: str, nodes: _Nodes) -> str:
+    role = "worker" if name.startswith("w") else "server"
+    last_worker, last_server = nodes.num_workers - 1, nodes.num_workers + nodes.num_servers - 1
+    lines = [
+        f"SketchDLC trace of node {name} ({role}), written by ddlsim",
+        f"num_workers:= {nodes.num_workers} num_servers:= {nodes.num_servers} "
+        f"(workers are nodes 0..{last_worker}, servers {nodes.num_workers}..{last_server})",
+        "op_id:= key-operation_num-peer; operation_num = 4*iteration + "
+        "(0 push_send, 1 push_recv, 2 pull_send, 3 pull_recv)",
+        "dep_type:= 0 independent, 1 push_on_push, 2 pull_on_push, 3 pull_on_pull, 4 push_on_pull",
+        "d_time, time_usec in microseconds; time_sec in seconds",
+    ]
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def _table_text(table: pd.DataFrame) -> str:
+    lines = ["\t".join(SKETCHDLC_COLUMNS)]
+    for values in table.itertuples(index=False):
+        lines.append("\t".join(str(value) for value in values))
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------
+# import
+
+
+@dataclass
+class _Parsed:
+    """One record read from a file."""
+
+    path: Path
+    line: int
+    node: int
+    peer: int
+    peer_name: str
+    operation: str
+    message: _Message
+    is_send: bool
+    length: int
+    num_pp: int
+    key: int
+    operation_num: int
+    time_ns: int
+    id_dep: str
+    row_id: int = -1  # event-log row of its message, once paired
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+    @property
+    def op_id(self) -> str:
+        return _op_id(self.key, self.operation_num, self.peer_name)
+
+
+@dataclass
+class _NodeFile:
+    path: Path
+    records: list[_Parsed] = field(default_factory=list)
+    node: int | None = None
+    role: str | None = None
+
+
+def read_sketchdlc(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
+    """Turn SketchDLC files (one per node) back into event-log transfer rows.
+
+    ``paths`` is a list of files, one file, or a directory (all its ``*.txt``).
+    Every Send record must have its Recv record in the peer's file and vice
+    versa. Raises :class:`TraceError` naming the file and line at fault.
+    """
+    files = [_parse_file(path) for path in _expand_paths(paths)]
+    _check_one_file_per_node(files)
+    records = [record for node_file in files for record in node_file.records]
+    _check_node_names(records)
+    messages = _pair_messages(records, files)
+    source = "SketchDLC files " + ", ".join(str(f.path) for f in files)
+    return validate_event_log(_transfer_rows(messages, files), source=source)
+
+
+def _expand_paths(paths: Any) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        path = Path(paths)
+        if path.is_dir():
+            found = sorted(path.glob("*.txt"))
+            if not found:
+                raise TraceError(f"{path}: directory holds no SketchDLC files (*.txt)")
+            return found
+        return [path]
+    expanded = [Path(path) for path in paths]
+    if not expanded:
+        raise TraceError("no SketchDLC files given; pass one file per node")
+    return expanded
+
+
+def _parse_file(path: Path) -> _NodeFile:
+    if not path.is_file():
+        raise TraceError(f"{path}: no such SketchDLC file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceError(f"{path}: cannot read as UTF-8 text ({err})") from None
+    node_file = _NodeFile(path)
+    header_seen = False
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        fields = [value.strip() for value in line.split("\t")]
+        if not header_seen and fields[0] == "id":
+            if tuple(fields) != SKETCHDLC_COLUMNS:
+                raise TraceError(
+                    f"{path}:{line_number}: header is {fields}, expected the tab-separated "
+                    f"columns {list(SKETCHDLC_COLUMNS)}"
+                )
+            header_seen = True
+            continue
+        header_seen = True
+        record = _parse_record(fields, path, line_number)
+        if record is not None:
+            _add_to_file(node_file, record)
+    return node_file
+
+
+def _operation_name(field_text: str) -> str:
+    return field_text.removeprefix("OP:=").strip()
+
+
+def _parse_record(fields: list[str], path: Path, line_number: int) -> _Parsed | None:
+    where = f"{path}:{line_number}"
+    if len(fields) > 5 and _operation_name(fields[5]).startswith(_SETUP_PREFIX):
+        return None  # connection setup with the scheduler / servers: not a PS message
+    if len(fields) != len(SKETCHDLC_COLUMNS):
+        raise TraceError(
+            f"{where}: expected {len(SKETCHDLC_COLUMNS)} tab-separated fields "
+            f"({', '.join(SKETCHDLC_COLUMNS)}), found {len(fields)}"
+        )
+    values = dict(zip(SKETCHDLC_COLUMNS, fields))
+    numbers = {name: _integer(values, name, where) for name in SKETCHDLC_COLUMNS if name not in ("operation", "op_id", "id_dep")}
+    operation = _operation_name(values["operation"])
+    if operation not in _BY_OPERATION:
+        raise TraceError(f"{where}: unknown operation {values['operation']!r}; expected one of {list(OPERATIONS)}")
+    message, is_send = _BY_OPERATION[operation]
+    match = _OP_ID.match(values["op_id"])
+    if match is None:
+        raise TraceError(f"{where}: op_id {values['op_id']!r} is not key-operation_num-node (e.g. 3-4-s0)")
+    key, operation_num, peer_letter, peer_index = match.groups()
+    _check_record(numbers, operation, message, is_send, peer_letter, int(operation_num), where)
+    src, dst = numbers["src"], numbers["dst"]
+    return _Parsed(
+        path=path,
+        line=line_number,
+        node=src if is_send else dst,
+        peer=dst if is_send else src,
+        peer_name=f"{peer_letter}{int(peer_index)}",
+        operation=operation,
+        message=message,
+        is_send=is_send,
+        length=numbers["length"],
+        num_pp=numbers["num_pp"],
+        key=int(key),
+        operation_num=int(operation_num),
+        time_ns=(numbers["time_sec"] * 1_000_000 + numbers["time_usec"]) * 1000,
+        id_dep=values["id_dep"],
+    )
+
+
+def _integer(values: dict[str, str], name: str, where: str) -> int:
+    try:
+        return int(values[name])
+    except ValueError:
+        raise TraceError(f"{where}: field {name!r} is {values[name]!r}, expected an integer") from None
+
+
+def _check_record(
+    numbers: dict[str, int],
+    operation: str,
+    message: _Message,
+    is_send: bool,
+    peer_letter: str,
+    operation_num: int,
+    where: str,
+) -> None:
+    if not 0 <= numbers["time_usec"] < 1_000_000:
+        raise TraceError(f"{where}: time_usec {numbers['time_usec']} is not in [0, 999999]")
+    if numbers["length"] < 0:
+        raise TraceError(f"{where}: length {numbers['length']} is negative")
+    if not DEP_INDEPENDENT <= numbers["dep_type"] <= DEP_PUSH_ON_PULL:
+        raise TraceError(f"{where}: dep_type {numbers['dep_type']} is not 0..4")
+    if numbers["src"] == numbers["dst"]:
+        raise TraceError(f"{where}: src and dst are both {numbers['src']}")
+    own_role = message.sender_role if is_send else message.receiver_role
+    expected_letter = "s" if own_role == "worker" else "w"
+    if peer_letter != expected_letter:
+        raise TraceError(
+            f"{where}: op_id names node {peer_letter}..., but the peer of a {operation} "
+            f"is a {'server' if expected_letter == 's' else 'worker'} ({expected_letter}<n>)"
+        )
+    if operation_num % 4 != message.offset:
+        raise TraceError(
+            f"{where}: operation_num {operation_num} of a {operation} should be "
+            f"4*iteration + {message.offset}"
+        )
+
+
+def _add_to_file(node_file: _NodeFile, record: _Parsed) -> None:
+    role = record.message.sender_role if record.is_send else record.message.receiver_role
+    if node_file.node is None:
+        node_file.node, node_file.role = record.node, role
+    elif (record.node, role) != (node_file.node, node_file.role):
+        raise TraceError(
+            f"{record.where}: record of {role} node {record.node}, but the file's earlier records are "
+            f"of {node_file.role} node {node_file.node}; a SketchDLC file holds one node's records"
+        )
+    node_file.records.append(record)
+
+
+def _check_one_file_per_node(files: list[_NodeFile]) -> None:
+    seen: dict[int, Path] = {}
+    for node_file in files:
+        if node_file.node is None:
+            continue
+        if node_file.node in seen:
+            raise TraceError(
+                f"{node_file.path}: holds node {node_file.node}, like {seen[node_file.node]}; pass one file per node"
+            )
+        seen[node_file.node] = node_file.path
+
+
+def _check_node_names(records: list[_Parsed]) -> None:
+    """The op_id peer names ("s0") must map one-to-one onto node numbers."""
+    number_of: dict[str, tuple[int, _Parsed]] = {}
+    name_of: dict[int, tuple[str, _Parsed]] = {}
+    for record in records:
+        known = number_of.setdefault(record.peer_name, (record.peer, record))
+        if known[0] != record.peer:
+            raise TraceError(
+                f"{record.where}: op_id calls node {record.peer} {record.peer_name}, but "
+                f"{known[1].where} calls node {known[0]} {record.peer_name}"
+            )
+        known_name = name_of.setdefault(record.peer, (record.peer_name, record))
+        if known_name[0] != record.peer_name:
+            raise TraceError(
+                f"{record.where}: op_id calls node {record.peer} {record.peer_name}, but "
+                f"{known_name[1].where} calls it {known_name[0]}"
+            )
+
+
+def _pair_messages(records: list[_Parsed], files: list[_NodeFile]) -> list[tuple[_Parsed, _Parsed]]:
+    """Match every Send record with the Recv record of the same message."""
+    sends: dict[tuple, deque[_Parsed]] = defaultdict(deque)
+    recvs: dict[tuple, deque[_Parsed]] = defaultdict(deque)
+    for record in sorted(records, key=lambda r: (r.time_ns, str(r.path), r.line)):
+        src, dst = (record.node, record.peer) if record.is_send else (record.peer, record.node)
+        key = (record.message.op, src, dst, record.key, record.operation_num)
+        (sends if record.is_send else recvs)[key].append(record)
+    file_of_node = {f.node: f.path for f in files if f.node is not None}
+    pairs, unmatched = [], []
+    for key in sorted(set(sends) | set(recvs)):
+        send_queue, recv_queue = sends.get(key, deque()), recvs.get(key, deque())
+        while send_queue and recv_queue:
+            pairs.append((send_queue.popleft(), recv_queue.popleft()))
+        unmatched += [*send_queue, *recv_queue]
+    if unmatched:
+        first = min(unmatched, key=lambda r: (r.time_ns, str(r.path), r.line))
+        raise TraceError(_unmatched_message(first, file_of_node))
+    return pairs
+
+
+def _unmatched_message(record: _Parsed, file_of_node: dict[int, Path]) -> str:
+    message = record.message
+    partner = message.recv if record.is_send else message.send
+    peer_file = file_of_node.get(record.peer)
+    where_to_look = (
+        f"in {peer_file}"
+        if peer_file is not None
+        else f"because no file of node {record.peer} ({record.peer_name}) was given; pass the files of all nodes"
+    )
+    return f"{record.where}: {record.operation} {record.op_id} has no matching {partner} record {where_to_look}"
+
+
+def _transfer_rows(pairs: list[tuple[_Parsed, _Parsed]], files: list[_NodeFile]) -> pd.DataFrame:
+    for send, recv in pairs:
+        if recv.time_ns < send.time_ns:
+            raise TraceError(
+                f"{recv.where}: {recv.operation} at {recv.time_ns // 1000} us is before its "
+                f"{send.operation} at {send.where} ({send.time_ns // 1000} us); the nodes' clocks "
+                "disagree - correct the clock offset before reading these files"
+            )
+    pairs = sorted(pairs, key=lambda p: (p[0].time_ns, p[0].node, p[0].peer, p[0].operation_num, p[0].key))
+    for row_id, (send, recv) in enumerate(pairs):
+        send.row_id = recv.row_id = row_id
+    end_of_row = [recv.time_ns for _, recv in pairs]
+    dependency = _DepResolver(files)
+    rpc_ids: dict[tuple, int] = {}
+    rows: dict[str, list[Any]] = defaultdict(list)
+    for row_id, (send, recv) in enumerate(pairs):
+        message = send.message
+        worker, server = (send.node, send.peer) if message.sender_role == "worker" else (send.peer, send.node)
+        iteration = send.operation_num // 4
+        rpc_key = (worker, server, send.key, iteration, message.family, send.num_pp)
+        dep = dependency.resolve(send)
+        deps = [dep] if dep is not None and end_of_row[dep] <= send.time_ns else []
+        row = {
+            "id": row_id,
+            "iteration": iteration,
+            "rank": send.node,
+            "role": message.sender_role,
+            "kind": "transfer",
+            "op": message.op,
+            "name": "",
+            "layer": -1,
+            "tensor": send.key,
+            "peer": send.peer,
+            "bytes": send.length,
+            "priority": 0,
+            "collective": -1,
+            "step": -1,
+            "rpc": rpc_ids.setdefault(rpc_key, len(rpc_ids)),
+            "ready_ns": send.time_ns,
+            "start_ns": send.time_ns,
+            "end_ns": recv.time_ns,
+            "deps": deps,
+        }
+        for name, value in row.items():
+            rows[name].append(value)
+    frame = pd.DataFrame({name: pd.Series(values, dtype=object) for name, values in rows.items()})
+    for name in ("w_proc_ns", "w_queue_ns", "ps_proc_ns", "ps_queue_ns", "n_tx_ns"):
+        frame[name] = pd.array([None] * len(frame), dtype="Int64")
+    return frame
+
+
+class _DepResolver:
+    """Finds the event-log row that a Send record's id_dep names."""
+
+    def __init__(self, files: list[_NodeFile]):
+        self._by_op_id: dict[tuple[int, str], list[_Parsed]] = defaultdict(list)
+        for node_file in files:
+            for record in sorted(node_file.records, key=lambda r: r.time_ns):
+                self._by_op_id[(record.node, record.op_id)].append(record)
+
+    def resolve(self, send: _Parsed) -> int | None:
+        match = _OP_ID.match(send.id_dep)
+        if match is None:  # "-1" or the paper's one-to-many form "(3-s0.)"
+            return None
+        key, operation_num, letter, index = match.groups()
+        op_id = _op_id(int(key), int(operation_num), f"{letter}{int(index)}")
+        candidates = [
+            r for r in self._by_op_id.get((send.node, op_id), []) if not r.is_send and r.time_ns <= send.time_ns
+        ]
+        return candidates[-1].row_id if candidates else None

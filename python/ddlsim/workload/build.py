@@ -1,0 +1,74 @@
+"""Turns a scenario's model section into a Model and per-layer times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ModelError, ScenarioError
+from ..scenario import ModelConfig
+from ..units import parse_duration_ns, parse_size_bytes
+from .devices import find_device
+from .model import Layer, Model, Tensor
+from .profile import apply_profile
+from .synthetic import synthetic_model
+from .zoo import load_model
+
+
+def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
+    if config.layers is not None:
+        if not config.layers:
+            raise ScenarioError("field 'model.layers': a custom model needs at least one layer")
+        layers = tuple(
+            Layer(
+                name=layer.name,
+                type="Custom",
+                tensors=(Tensor(f"{layer.name}.weight", layer.params, config.dtype_bytes),) if layer.params else (),
+                fwd_s=layer.fwd_ms / 1e3,
+                bwd_s=layer.bwd_ms / 1e3,
+            )
+            for layer in config.layers
+        )
+        model = Model(name=config.name, display_name=config.name, layers=layers, source="inline scenario layers")
+    elif config.name == "synthetic" or config.synthetic is not None:
+        s = config.synthetic
+        if s is None:
+            from ..scenario import SyntheticConfig
+
+            s = SyntheticConfig()
+        model = synthetic_model(
+            layers=s.layers,
+            model_size_bytes=parse_size_bytes(s.model_size),
+            compute_s=parse_duration_ns(s.compute) / 1e9,
+            forward_share=s.forward_share,
+            first_to_last_forward=s.first_to_last_forward,
+            size_distribution=s.size_distribution,
+            dtype_bytes=config.dtype_bytes,
+        )
+    else:
+        model = load_model(config.name)
+    if config.profile:
+        path = Path(config.profile)
+        if base_dir and not path.is_absolute():
+            path = Path(base_dir) / path
+        model = apply_profile(model, path)
+    return model
+
+
+def layer_times_ns(model: Model, config: ModelConfig) -> list[tuple[int, int]]:
+    """(forward, backward) ns per layer: given times win, else FLOPs on the device."""
+    device = find_device(config.device)
+    rate = device.peak_flops(config.precision) * config.efficiency
+    times = []
+    for layer in model.layers:
+        if layer.fwd_s is not None and layer.bwd_s is not None:
+            times.append((round(layer.fwd_s * 1e9), round(layer.bwd_s * 1e9)))
+        else:
+            times.append(
+                (
+                    round(layer.fwd_flops * config.batch_size / rate * 1e9),
+                    round(layer.bwd_flops * config.batch_size / rate * 1e9),
+                )
+            )
+    if not model.layers:
+        raise ModelError(f"model {model.name} has no layers")
+    return times

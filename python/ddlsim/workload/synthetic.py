@@ -1,0 +1,104 @@
+"""Synthetic models after the thesis' event-driven simulator (§4.4,
+Table 4.1): a number of layers, a model size and a total compute time per
+iteration, forward:backward = 1:2, per-layer forward times an arithmetic
+progression that falls with the layer index, and per-layer sizes following
+a chosen distribution.
+
+Size distributions:
+- "uniform": every layer the same size;
+- "thesis": the ResNet-50 profile of thesis §3 (Fig. 3.4): the first 80/180
+  of the layers carry almost nothing, the middle 70/180 about a fifth of
+  the weight of each of the last 30/180;
+- a zoo model name (e.g. "resnet50"): that model's per-layer size profile,
+  resampled to the requested number of layers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ModelError
+from .model import Layer, Model, Tensor
+
+# Relative per-layer weight of the three parts of the thesis profile; the
+# thesis says the first part bears "very little", 1% of the top is our reading.
+_THESIS_PARTS = ((80 / 180, 0.01), (70 / 180, 0.2), (30 / 180, 1.0))
+
+
+def _weights(layers: int, distribution: str) -> np.ndarray:
+    if distribution == "uniform":
+        return np.ones(layers)
+    if distribution == "thesis":
+        position = (np.arange(layers) + 0.5) / layers
+        w = np.empty(layers)
+        edge = 0.0
+        for share, weight in _THESIS_PARTS:
+            w[(position >= edge) & (position < edge + share + 1e-12)] = weight
+            edge += share
+        return w
+    from .zoo import load_model  # a zoo profile
+
+    try:
+        profile = load_model(distribution)
+    except ModelError as exc:
+        raise ModelError(f"size distribution {distribution!r}: use 'uniform', 'thesis' or a zoo model name. {exc}") from None
+    sizes = np.array([sum(t.bytes for t in layer.tensors) for layer in profile.layers], dtype=float)
+    cumulative = np.concatenate([[0.0], np.cumsum(sizes)]) / sizes.sum()
+    grid = np.linspace(0.0, 1.0, layers + 1)
+    source_grid = np.linspace(0.0, 1.0, len(sizes) + 1)
+    return np.diff(np.interp(grid, source_grid, cumulative))
+
+
+def synthetic_model(
+    layers: int = 100,
+    model_size_bytes: int = 100_000_000,
+    compute_s: float = 0.9,
+    forward_share: float = 1 / 3,
+    first_to_last_forward: float = 2.0,
+    size_distribution: str = "thesis",
+    dtype_bytes: int = 4,
+) -> Model:
+    """A synthetic model; defaults are the thesis' Table 4.1 values
+    (100 layers, 100 MB, 900 ms of compute, fwd:bwd = 1:2).
+
+    `first_to_last_forward` is the ratio of the first layer's forward time
+    to the last one's (the progression's slope); backward time of a layer is
+    (1 - forward_share)/forward_share times its forward time.
+    """
+    if layers < 1:
+        raise ModelError("synthetic model: layers must be >= 1")
+    if model_size_bytes < dtype_bytes * layers:
+        raise ModelError("synthetic model: model_size must give every layer at least one parameter")
+    if compute_s < 0 or not 0 < forward_share < 1 or first_to_last_forward <= 0:
+        raise ModelError("synthetic model: need compute_s >= 0, 0 < forward_share < 1, first_to_last_forward > 0")
+    # Arithmetic progression a, a+d, ..., with a/(a+(L-1)d) = r and sum = F.
+    forward_total = compute_s * forward_share
+    ratio = first_to_last_forward
+    last = 2 * forward_total / (layers * (1 + ratio))
+    first = ratio * last
+    fwd = np.linspace(first, last, layers)
+    bwd = fwd * (1 - forward_share) / forward_share
+    weights = _weights(layers, size_distribution)
+    elements_total = model_size_bytes // dtype_bytes
+    raw = weights / weights.sum() * elements_total
+    elements = np.maximum(1, np.floor(raw).astype(np.int64))
+    # Hand the rounding remainder to the largest layers so the total is exact.
+    remainder = int(elements_total - elements.sum())
+    order = np.argsort(-raw, kind="stable")
+    elements[order[: abs(remainder)]] += 1 if remainder > 0 else -1
+    model_layers = tuple(
+        Layer(
+            name=f"layer{i}",
+            type="Synthetic",
+            tensors=(Tensor(f"layer{i}.weight", int(elements[i]), dtype_bytes),),
+            fwd_s=float(fwd[i]),
+            bwd_s=float(bwd[i]),
+        )
+        for i in range(layers)
+    )
+    return Model(
+        name="synthetic",
+        display_name=f"synthetic ({layers} layers, {model_size_bytes / 1e6:g} MB, {compute_s * 1e3:g} ms)",
+        layers=model_layers,
+        source=f"ddlsim.workload.synthetic(size_distribution={size_distribution!r})",
+    )
