@@ -341,50 +341,59 @@ def test_chrome_trace_structure():
     assert trace["displayTimeUnit"] == "ns"
     json.dumps(trace, allow_nan=False)  # valid JSON
 
+    # pid = rank + 1 and tids from 1: Perfetto reserves pid 0 and treats tid 0 as unset
     processes = {e["pid"]: e["args"]["name"] for e in _events(trace, "M", "process_name")}
-    assert processes == {0: "worker 0", 1: "server 0"}
+    assert processes == {1: "worker 0", 2: "server 0"}
+    sort_index = {e["pid"]: e["args"]["sort_index"] for e in _events(trace, "M", "process_sort_index")}
+    assert sort_index == {1: 0, 2: 1}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in _events(trace, "M", "thread_name")}
     assert threads == {
-        (0, 0): "compute",
-        (0, 1): "comm",
-        (0, 2): "network",
-        (0, 6): "network (2)",  # the overlapping second transfer gets a second lane
-        (0, 3): "sync",
-        (1, 2): "network",
+        (1, 1): "compute",
+        (1, 2): "comm",
+        (1, 3): "network",
+        (1, 7): "network (2)",  # the overlapping second transfer gets a second lane
+        (1, 4): "sync",
+        (2, 3): "network",
     }
 
     slices = {e["args"]["id"]: e for e in _events(trace, "X") if e["cat"] != "transfer_recv"}
     assert sorted(slices) == [0, 1, 2, 3, 4, 5]
     forward = slices[0]
     assert forward == {
-        "ph": "X", "name": "forward fc1", "cat": "compute", "pid": 0, "tid": 0, "ts": 0.0, "dur": 1.5,
+        "ph": "X", "name": "forward fc1", "cat": "compute", "pid": 1, "tid": 1, "ts": 0.0, "dur": 1.5,
         "args": {"id": 0, "op": "forward", "iteration": 0, "bytes": 0, "peer": -1, "tensor": -1, "deps": [],
                  "ready_ns": 0, "queue_ns": 0, "name": "fc1", "layer": 0},
     }  # fmt: skip
     push = slices[1]
     assert (push["name"], push["cat"], push["pid"], push["tid"], push["ts"], push["dur"]) == (
-        "push_request fc1.weight", "transfer", 0, 2, 1.5, 2.5
+        "push_request fc1.weight", "transfer", 1, 3, 1.5, 2.5
     )
     assert push["args"]["bytes"] == 4096 and push["args"]["peer"] == 1 and push["args"]["deps"] == [0]
     assert push["args"]["rpc"] == 7 and push["args"]["tensor"] == 0
-    assert (slices[2]["tid"], slices[2]["args"]["priority"], slices[2]["ts"], slices[2]["dur"]) == (6, 2, 2.0, 1.0)
+    assert (slices[2]["tid"], slices[2]["args"]["priority"], slices[2]["ts"], slices[2]["dur"]) == (7, 2, 2.0, 1.0)
     response = slices[3]
-    assert (response["pid"], response["tid"], response["args"]["queue_ns"]) == (1, 2, 250)
+    assert (response["pid"], response["tid"], response["args"]["queue_ns"]) == (2, 3, 250)
     assert response["args"]["ps_proc_ns"] == 250 and response["args"]["n_tx_ns"] == 3250
-    assert (slices[4]["tid"], slices[4]["cat"], slices[4]["args"]["collective"]) == (1, "collective", 3)
-    assert (slices[5]["tid"], slices[5]["dur"]) == (3, 0.0)
+    assert (slices[4]["tid"], slices[4]["cat"], slices[4]["args"]["collective"]) == (2, "collective", 3)
+    assert (slices[5]["tid"], slices[5]["dur"]) == (4, 0.0)
 
     receives = {e["args"]["id"]: e for e in _events(trace, "X") if e["cat"] == "transfer_recv"}
     assert {i: (e["pid"], e["tid"], e["ts"], e["dur"]) for i, e in receives.items()} == {
-        1: (1, 2, 4.0, 0.0),
-        2: (1, 2, 3.0, 0.0),
-        3: (0, 2, 5.0, 0.0),
+        1: (2, 3, 4.0, 0.0),
+        2: (2, 3, 3.0, 0.0),
+        3: (1, 3, 5.0, 0.0),
     }
 
     starts = {e["id"]: (e["pid"], e["tid"], e["ts"]) for e in _events(trace, "s")}
     finishes = {e["id"]: (e["pid"], e["tid"], e["ts"], e["bp"]) for e in _events(trace, "f")}
-    assert starts == {1: (0, 2, 1.5), 2: (0, 6, 2.0), 3: (1, 2, 4.25)}
-    assert finishes == {1: (1, 2, 4.0, "e"), 2: (1, 2, 3.0, "e"), 3: (0, 2, 5.0, "e")}
+    assert starts == {1: (1, 3, 1.5), 2: (1, 7, 2.0), 3: (2, 3, 4.25)}
+    assert finishes == {1: (2, 3, 4.0, "e"), 2: (2, 3, 3.0, "e"), 3: (1, 3, 5.0, "e")}
+
+    # slices come in time order, flows after the slices they bind to
+    timed = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert [e["ts"] for e in timed] == sorted(e["ts"] for e in timed)
+    kinds = [e["ph"] for e in trace["traceEvents"]]
+    assert kinds.index("s") > max(i for i, ph in enumerate(kinds) if ph == "X")
 
 
 def test_chrome_lanes_never_overlap_within_a_thread():

@@ -300,8 +300,11 @@ impl<'g> Executor<'g> {
                     let n = spec.members.len() as u32;
                     let (src, dst) = (spec.members[from as usize], spec.members[((from + 1) % n) as usize]);
                     let live = self.rings[c].as_mut().expect("ring live");
+                    // A step depends on what it waited for: step 0 on what made its
+                    // collective ready (the collective itself ends after its steps).
                     let deps = if step == 0 {
-                        [live.ops[from as usize] as i64, -1]
+                        let op = live.ops[from as usize];
+                        [self.graph.deps(op).first().map_or(-1, |&d| d as i64), -1]
                     } else {
                         [live.ring.recv_row[from as usize], live.ring.send_row[from as usize]]
                     };

@@ -4,20 +4,27 @@ Open the file in https://ui.perfetto.dev or chrome://tracing.
 
 Layout:
 
-* one process per rank: ``pid`` = rank, named "<role> <index>" where index
-  counts the ranks of that role in rank order ("worker 0", "server 0");
-  ranks that only receive get "rank <n>".
-* one thread per stream: tid 0 "compute" (kind compute), 1 "comm"
-  (collective), 2 "network" (transfer, on the sender), 3 "sync" (barrier).
+* one process per rank, ``pid = rank + 1``, named "<role> <index>" where
+  index counts the ranks of that role in rank order ("worker 0",
+  "server 0"); ranks that only receive get "rank <n>". Sorted by rank.
+* one thread per stream: tid 1 "compute" (kind compute), 2 "comm"
+  (collective), 3 "network" (transfer, on the sender), 4 "sync" (barrier).
   The JSON format wants the slices of one thread to nest, so overlapping
   slices of a stream spill onto extra lanes: tid ``base + 4*lane`` named
-  e.g. "network (2)"; ``tid % 4`` is always the stream.
+  e.g. "network (2)".
 * every row is a complete event (``"ph": "X"``), ``ts``/``dur`` in
-  microseconds (floats from the integer nanoseconds), ``args`` holding
-  id, op, iteration, bytes, peer, tensor, deps and the other set fields.
+  microseconds (floats from the integer nanoseconds; Perfetto rounds them
+  back to whole ns), ``args`` holding id, op, iteration, bytes, peer,
+  tensor, deps and the other set fields.
 * every transfer also gets a zero-length "recv <op>" slice on the
   receiver's network thread at its ``end_ns`` and a flow arrow
   (``"ph": "s"`` / ``"f"``, flow id = row id) from sender to receiver.
+
+Why pid and tid start at 1: Perfetto's JSON importer treats pid 0 as the
+kernel's swapper process, and a tid of 0 as "no tid" (it substitutes the
+pid), which would merge a rank's compute thread with another stream.
+Timestamps far from 0 (e.g. epoch-based captures, ~1.7e15 us) keep only
+microsecond precision in a float.
 """
 
 from __future__ import annotations
@@ -35,8 +42,9 @@ import pandas as pd
 from .parquet import atomic_output
 from .schema import BREAKDOWN_COLUMNS, SCHEMA_VERSION, rank_roles, validate_event_log
 
-STREAM_TIDS = {"compute": 0, "collective": 1, "transfer": 2, "barrier": 3}
-STREAM_NAMES = {0: "compute", 1: "comm", 2: "network", 3: "sync"}
+STREAM_TIDS = {"compute": 1, "collective": 2, "transfer": 3, "barrier": 4}
+STREAM_NAMES = {1: "compute", 2: "comm", 3: "network", 4: "sync"}
+PID_OFFSET = 1  # pid = rank + PID_OFFSET
 _LANE_STRIDE = len(STREAM_NAMES)
 _OPTIONAL_ARGS = ("name", "layer", "priority", "collective", "step", "rpc")
 
@@ -120,13 +128,19 @@ def _row_slice(row: Any) -> _Slice:
         "ph": "X",
         "name": title,
         "cat": row.kind,
-        "pid": int(row.rank),
+        "pid": int(row.rank) + PID_OFFSET,
         "ts": _microseconds(row.start_ns),
         "dur": _microseconds(row.end_ns - row.start_ns),
         "args": _row_args(row),
     }
     return _Slice(
-        int(row.start_ns), -int(row.end_ns), int(row.id), int(row.rank), STREAM_TIDS[row.kind], int(row.end_ns), event
+        int(row.start_ns),
+        -int(row.end_ns),
+        int(row.id),
+        int(row.rank) + PID_OFFSET,
+        STREAM_TIDS[row.kind],
+        int(row.end_ns),
+        event,
     )
 
 
@@ -135,13 +149,14 @@ def _receive_slice(row: Any) -> _Slice:
         "ph": "X",
         "name": f"recv {row.op}",
         "cat": "transfer_recv",
-        "pid": int(row.peer),
+        "pid": int(row.peer) + PID_OFFSET,
         "ts": _microseconds(row.end_ns),
         "dur": 0.0,
         "args": {"id": int(row.id), "from": int(row.rank), "bytes": int(row.bytes), "tensor": int(row.tensor)},
     }
     end = int(row.end_ns)
-    return _Slice(end, -end, int(row.id), int(row.peer), STREAM_TIDS["transfer"], end, event, is_receive=True)
+    pid = int(row.peer) + PID_OFFSET
+    return _Slice(end, -end, int(row.id), pid, STREAM_TIDS["transfer"], end, event, is_receive=True)
 
 
 def _assign_lanes(slices: list[_Slice]) -> set[tuple[int, int]]:
@@ -181,15 +196,17 @@ def _process_metadata(log: pd.DataFrame) -> list[dict[str, Any]]:
         else:
             name = f"{role} {index_in_role.get(role, 0)}"
             index_in_role[role] = index_in_role.get(role, 0) + 1
-        events.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": name}})
-        events.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
+        pid = rank + PID_OFFSET
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": rank}})
     return events
 
 
 def _thread_metadata(lanes_used: set[tuple[int, int]]) -> list[dict[str, Any]]:
     events = []
     for pid, tid in sorted(lanes_used):
-        stream, lane = tid % _LANE_STRIDE, tid // _LANE_STRIDE
+        lane, stream = divmod(tid - 1, _LANE_STRIDE)
+        stream += 1
         name = STREAM_NAMES[stream] if lane == 0 else f"{STREAM_NAMES[stream]} ({lane + 1})"
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
         events.append(

@@ -1,0 +1,133 @@
+"""The `ddlsim` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import DdlsimError
+
+app = typer.Typer(
+    help="Simulate and analyze the network communication of distributed deep-learning training.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+# Tables stay readable when piped (rich would otherwise assume 80 columns).
+out = Console(width=None if sys.stdout.isatty() else 150)
+
+
+@app.command()
+def simulate(
+    scenario: Optional[Path] = typer.Argument(None, help="Scenario TOML file; flags override its values."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Zoo model (see `ddlsim models`), or 'synthetic'."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-n", help="Number of workers."),
+    servers: Optional[int] = typer.Option(None, "--servers", help="Parameter servers (strategy ps)."),
+    strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help="ring | ps"),
+    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", "-b", help="Host link bandwidth, e.g. 10Gbps."),
+    latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency, e.g. 10us."),
+    network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow"),
+    topology: Optional[str] = typer.Option(None, "--topology", help="star | leaf-spine"),
+    oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help="Leaf-spine oversubscription ratio."),
+    iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed."),
+    jitter: Optional[float] = typer.Option(None, "--jitter", help="Coefficient of variation of compute times."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size."),
+    device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
+    barrier: Optional[bool] = typer.Option(None, "--barrier/--no-barrier", help="Global barrier between iterations."),
+    trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write event log, trace, tables and timeline here."),
+    as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary only."),
+) -> None:
+    """Simulate training iterations and report where the time goes."""
+    from .simulate import simulate as run_simulation
+
+    overrides = {
+        "model": model, "workers": workers, "servers": servers, "strategy": strategy,
+        "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
+        "oversubscription": oversubscription, "iterations": iterations, "seed": seed, "jitter": jitter,
+        "batch_size": batch_size, "device": device, "barrier": barrier, "trace_detail": trace_detail,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    with err.status("simulating…", spinner="dots") if not as_json else _null():
+        result = run_simulation(scenario, **overrides)
+    summary = result.summary()
+    if out_dir is not None:
+        paths = result.save(out_dir)
+        summary["outputs"] = {k: str(v) for k, v in paths.items()}
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        return
+    from .report import print_summaries
+
+    sc = result.scenario
+    label = f"{sc.strategy}" + (f" ({sc.ps.servers} servers)" if sc.strategy == "ps" else "")
+    print_summaries(
+        {label: summary},
+        f"{result.model.display_name} · {sc.workers} workers · {sc.network.bandwidth} · {sc.network.fidelity}",
+        out,
+    )
+    out.print(f"{summary['events']:,} events, {summary['log_rows']:,} log rows, engine {summary['wall_s']:.3f} s")
+    if out_dir is not None:
+        for key, path in summary["outputs"].items():
+            out.print(f"  {key:13s} {path}")
+
+
+@app.command()
+def models(layers: Optional[str] = typer.Option(None, "--layers", help="Show the layer table of this model.")) -> None:
+    """List the model zoo: parameter tensors, parameters, size, FLOPs."""
+    from .workload import list_models, load_model
+
+    if layers:
+        m = load_model(layers)
+        table = Table(title=f"{m.display_name} layers", title_justify="left")
+        for col in ("#", "layer", "type", "tensors", "bytes", "fwd GFLOPs", "bwd GFLOPs"):
+            table.add_column(col, justify="right" if col not in ("layer", "type") else "left")
+        for i, row in m.layer_table().iterrows():
+            table.add_row(str(i), row["layer"], row["type"], str(row["tensors"]), f"{row['bytes']:,}",
+                          f"{row['fwd_flops'] / 1e9:.3f}", f"{row['bwd_flops'] / 1e9:.3f}")
+        out.print(table)
+        return
+    table = Table(title="model zoo (FLOPs per sample)", title_justify="left")
+    for col in ("name", "model", "tensors", "parameters", "size (MB)", "fwd GFLOPs", "bwd GFLOPs"):
+        table.add_column(col, justify="left" if col in ("name", "model") else "right")
+    for name in list_models():
+        m = load_model(name)
+        table.add_row(name, m.display_name, str(len(m.tensors)), f"{m.parameters:,}", f"{m.size_bytes / 1e6:.2f}",
+                      f"{m.fwd_flops / 1e9:.2f}", f"{m.bwd_flops / 1e9:.2f}")
+    out.print(table)
+
+
+@app.command()
+def demo(out_dir: Path = typer.Option(Path("ddlsim-out"), "--out", "-o", help="Where to write the outputs.")) -> None:
+    """Ring all-reduce vs parameter server for ResNet-50 on 8 workers at 10 Gbit/s."""
+    from .demo import run_demo
+
+    run_demo(out_dir, out)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def main() -> None:
+    try:
+        app()
+    except DdlsimError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

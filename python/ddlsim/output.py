@@ -1,0 +1,70 @@
+"""Writing results to a directory, all or nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from .errors import DdlsimError
+from .plot import save_figure, timeline_figure
+from .trace import write_chrome_trace, write_event_log
+
+if TYPE_CHECKING:
+    from .simulate import SimulationResult
+
+
+@contextmanager
+def staged_directory(out_dir: Path) -> Iterator[Path]:
+    """Yields a scratch directory beside `out_dir`; on success its files
+    move into `out_dir` (created if needed), on failure it vanishes."""
+    out_dir = Path(out_dir)
+    parent = out_dir.resolve().parent
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DdlsimError(f"{out_dir}: exists and is not a directory; choose another --out")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=parent))
+    except OSError as exc:
+        raise DdlsimError(f"{out_dir}: cannot write here ({exc.strerror}); choose another --out") from None
+    try:
+        yield stage
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for item in sorted(stage.iterdir()):
+            target = out_dir / item.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            item.replace(target)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def save_result(result: "SimulationResult", out_dir: Path, timeline: bool = True, prefix: str = "") -> dict[str, Path]:
+    names = {
+        "events": f"{prefix}events.parquet",
+        "chrome_trace": f"{prefix}trace.json",
+        "iterations": f"{prefix}iterations.csv",
+        "summary": f"{prefix}summary.json",
+    }
+    if timeline:
+        names["timeline"] = f"{prefix}timeline.png"
+    with staged_directory(out_dir) as stage:
+        write_result_files(result, stage, names)
+    return {key: Path(out_dir) / name for key, name in names.items()}
+
+
+def write_result_files(result: "SimulationResult", directory: Path, names: dict[str, str]) -> None:
+    from .simulate import scenario_json
+
+    metadata = {"source": "simulate", "scenario": json.loads(scenario_json(result.scenario)), "model": result.model.name}
+    write_event_log(result.events, directory / names["events"], metadata=metadata)
+    write_chrome_trace(result.events, directory / names["chrome_trace"])
+    result.iterations.to_csv(directory / names["iterations"], index=False)
+    (directory / names["summary"]).write_text(json.dumps(result.summary(), indent=2) + "\n", encoding="utf-8")
+    if "timeline" in names:
+        sc = result.scenario
+        title = f"{result.model.display_name}, {sc.workers} workers, {sc.strategy}, {sc.network.bandwidth}"
+        save_figure(timeline_figure(result.events, title), directory / names["timeline"])
