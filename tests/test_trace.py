@@ -181,6 +181,9 @@ def test_validate_can_skip_causality():
 def test_event_log_from_rows_requires_the_essential_fields():
     with pytest.raises(TraceError, match="row 0 has no 'end_ns'"):
         event_log_from_rows([dict(id=0, rank=0, role="worker", kind="compute", op="forward", ready_ns=0, start_ns=0)])
+    with pytest.raises(TraceError, match=r"unknown column\(s\) \['duration'\]"):
+        event_log_from_rows([dict(id=0, rank=0, role="worker", kind="compute", op="forward", ready_ns=0,
+                                  start_ns=0, end_ns=5, duration=5)])
 
 
 # --------------------------------------------------------------------------
@@ -623,6 +626,12 @@ def test_read_sketchdlc_unmatched_record_names_the_peer_file(tmp_path):
     with pytest.raises(TraceError) as caught:
         read_sketchdlc([w0, w1, s0])
     assert f"Push_Send_Worker 1-0-s0 has no matching Push_Recv_Server record in {s0}" in str(caught.value)
+
+
+def test_read_sketchdlc_of_files_without_records_is_an_empty_log(tmp_path):
+    path = tmp_path / "w0.txt"
+    path.write_text("# nothing yet\n" + "\t".join(SKETCHDLC_COLUMNS) + "\n")
+    pd.testing.assert_frame_equal(read_sketchdlc([path]), empty_event_log())
 
 
 def test_read_sketchdlc_missing_file_and_duplicate_node(tmp_path):

@@ -37,10 +37,12 @@ struct StepInFlight {
     deps: [i64; 2],
 }
 
+/// Who is waiting for a transfer: a graph op, or a ring step (index into
+/// the executor's slab of steps in flight, keeping events small).
 #[derive(Debug, Clone, Copy)]
 enum Owner {
     Op(u32),
-    Step(StepInFlight),
+    Step(u32),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +81,9 @@ struct Executor<'g> {
     done_flows: Vec<(u32, Time)>,
     detail: TraceDetail,
     step_log: EventLog,
+    flights: Vec<StepInFlight>,
+    free_flights: Vec<u32>,
+    actions: Vec<RingAction>,
     next_row: i64,
     transfers: u64,
     bytes_sent: Vec<u64>,
@@ -87,6 +92,7 @@ struct Executor<'g> {
 }
 
 const UNSET: Time = Time::MAX;
+const MAX_RING_ACTIONS: usize = 8;
 
 /// Runs `graph` to completion. Panics only on an internal inconsistency;
 /// a graph that cannot finish (a dependency cycle through streams) is
@@ -116,6 +122,9 @@ pub fn try_run(graph: &Graph, network: Network, detail: TraceDetail) -> Result<R
         done_flows: Vec::new(),
         detail,
         step_log: EventLog::new(),
+        flights: Vec::new(),
+        free_flights: Vec::new(),
+        actions: Vec::new(),
         next_row: n as i64,
         transfers: 0,
         bytes_sent: vec![0; ranks],
@@ -148,7 +157,11 @@ pub fn try_run(graph: &Graph, network: Network, detail: TraceDetail) -> Result<R
                 ex.bytes_received[o.peer as usize] += o.bytes;
                 ex.finish_op(op, now);
             }
-            Event::Delivered(Owner::Step(s)) => ex.step_delivered(s, now),
+            Event::Delivered(Owner::Step(slot)) => {
+                let s = ex.flights[slot as usize];
+                ex.free_flights.push(slot);
+                ex.step_delivered(s, now)
+            }
         }
     }
     if ex.finished_ops != n {
@@ -250,9 +263,10 @@ impl<'g> Executor<'g> {
             ops: vec![u32::MAX; spec.members.len()],
         });
         live.ops[member as usize] = id;
-        let mut actions = Vec::new();
+        let mut actions = std::mem::take(&mut self.actions);
         live.ring.join(now, member, &mut actions);
-        self.apply_ring_actions(c, actions, now);
+        self.apply_ring_actions(c, &mut actions, now);
+        self.actions = actions;
     }
 
     fn step_delivered(&mut self, s: StepInFlight, now: Time) {
@@ -287,13 +301,22 @@ impl<'g> Executor<'g> {
             };
             self.step_log.push(row, s.deps.into_iter().filter(|&d| d >= 0));
         }
-        let mut actions = Vec::new();
+        let mut actions = std::mem::take(&mut self.actions);
         live.ring.delivered(now, s.from, &mut actions);
-        self.apply_ring_actions(c, actions, now);
+        self.apply_ring_actions(c, &mut actions, now);
+        self.actions = actions;
     }
 
-    fn apply_ring_actions(&mut self, c: usize, actions: Vec<RingAction>, now: Time) {
-        for action in actions {
+    fn apply_ring_actions(&mut self, c: usize, actions: &mut Vec<RingAction>, now: Time) {
+        // Copy the batch out (a ring call yields at most four actions):
+        // finishing an op may start another collective, which needs the
+        // scratch vector.
+        let n = actions.len();
+        assert!(n <= MAX_RING_ACTIONS, "ring produced {n} actions at once");
+        let mut batch = [RingAction::Done { member: 0 }; MAX_RING_ACTIONS];
+        batch[..n].copy_from_slice(actions);
+        actions.clear();
+        for &action in &batch[..n] {
             match action {
                 RingAction::Send { from, step, bytes, ready } => {
                     let spec = &self.graph.collectives[c];
@@ -312,7 +335,17 @@ impl<'g> Executor<'g> {
                     self.next_row += 1;
                     live.ring.send_row[from as usize] = row;
                     let flight = StepInFlight { collective: c as u32, from, step, row, bytes, ready, start: now, deps };
-                    self.start_transfer(now, src, dst, bytes, Owner::Step(flight));
+                    let slot = match self.free_flights.pop() {
+                        Some(slot) => {
+                            self.flights[slot as usize] = flight;
+                            slot
+                        }
+                        None => {
+                            self.flights.push(flight);
+                            (self.flights.len() - 1) as u32
+                        }
+                    };
+                    self.start_transfer(now, src, dst, bytes, Owner::Step(slot));
                 }
                 RingAction::Done { member } => {
                     let op = self.rings[c].as_ref().expect("ring live").ops[member as usize];

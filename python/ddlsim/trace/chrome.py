@@ -40,7 +40,7 @@ from typing import Any
 import pandas as pd
 
 from .parquet import atomic_output
-from .schema import BREAKDOWN_COLUMNS, SCHEMA_VERSION, rank_roles, validate_event_log
+from .schema import BREAKDOWN_COLUMNS, SCHEMA_VERSION, iter_rows, rank_roles, validate_event_log
 
 STREAM_TIDS = {"compute": 1, "collective": 2, "transfer": 3, "barrier": 4}
 STREAM_NAMES = {1: "compute", 2: "comm", 3: "network", 4: "sync"}
@@ -65,9 +65,9 @@ class _Slice:
 def to_chrome_trace(df: pd.DataFrame) -> dict[str, Any]:
     """The event log as a Trace Event Format dict (``json.dump`` it)."""
     log = validate_event_log(df, source="event log for Chrome export", check_causality=False)
-    slices = [_row_slice(row) for row in log.itertuples(index=False)]
-    transfers = log[log["kind"] == "transfer"]
-    slices += [_receive_slice(row) for row in transfers.itertuples(index=False)]
+    rows = list(iter_rows(log))
+    slices = [_row_slice(row) for row in rows]
+    slices += [_receive_slice(row) for row in rows if row.kind == "transfer"]
     lanes_used = _assign_lanes(slices)
 
     events: list[dict[str, Any]] = _process_metadata(log)
@@ -100,63 +100,55 @@ def _microseconds(ns: int) -> float:
 
 def _row_args(row: Any) -> dict[str, Any]:
     args: dict[str, Any] = {
-        "id": int(row.id),
+        "id": row.id,
         "op": row.op,
-        "iteration": int(row.iteration),
-        "bytes": int(row.bytes),
-        "peer": int(row.peer),
-        "tensor": int(row.tensor),
-        "deps": [int(dep) for dep in row.deps],
-        "ready_ns": int(row.ready_ns),
-        "queue_ns": int(row.start_ns - row.ready_ns),
+        "iteration": row.iteration,
+        "bytes": row.bytes,
+        "peer": row.peer,
+        "tensor": row.tensor,
+        "deps": list(row.deps),
+        "ready_ns": row.ready_ns,
+        "queue_ns": row.start_ns - row.ready_ns,
     }
     defaults = {"name": "", "priority": 0}
     for name in _OPTIONAL_ARGS:
         value = getattr(row, name)
         if value != defaults.get(name, -1):
-            args[name] = value if isinstance(value, str) else int(value)
+            args[name] = value
     for name in BREAKDOWN_COLUMNS:
         value = getattr(row, name)
-        if not pd.isna(value):
-            args[name] = int(value)
+        if value is not pd.NA:
+            args[name] = value
     return args
 
 
 def _row_slice(row: Any) -> _Slice:
-    title = f"{row.op} {row.name}" if row.name else row.op
     event = {
         "ph": "X",
-        "name": title,
+        "name": f"{row.op} {row.name}" if row.name else row.op,
         "cat": row.kind,
-        "pid": int(row.rank) + PID_OFFSET,
+        "pid": row.rank + PID_OFFSET,
         "ts": _microseconds(row.start_ns),
         "dur": _microseconds(row.end_ns - row.start_ns),
         "args": _row_args(row),
     }
-    return _Slice(
-        int(row.start_ns),
-        -int(row.end_ns),
-        int(row.id),
-        int(row.rank) + PID_OFFSET,
-        STREAM_TIDS[row.kind],
-        int(row.end_ns),
-        event,
-    )
+    stream = STREAM_TIDS[row.kind]
+    return _Slice(row.start_ns, -row.end_ns, row.id, row.rank + PID_OFFSET, stream, row.end_ns, event)
 
 
 def _receive_slice(row: Any) -> _Slice:
+    """A zero-length slice on the receiver, for the transfer's flow arrow to land on."""
     event = {
         "ph": "X",
         "name": f"recv {row.op}",
         "cat": "transfer_recv",
-        "pid": int(row.peer) + PID_OFFSET,
+        "pid": row.peer + PID_OFFSET,
         "ts": _microseconds(row.end_ns),
         "dur": 0.0,
-        "args": {"id": int(row.id), "from": int(row.rank), "bytes": int(row.bytes), "tensor": int(row.tensor)},
+        "args": {"id": row.id, "from": row.rank, "bytes": row.bytes, "tensor": row.tensor},
     }
-    end = int(row.end_ns)
-    pid = int(row.peer) + PID_OFFSET
-    return _Slice(end, -end, int(row.id), pid, STREAM_TIDS["transfer"], end, event, is_receive=True)
+    end = row.end_ns
+    return _Slice(end, -end, row.id, row.peer + PID_OFFSET, STREAM_TIDS["transfer"], end, event, is_receive=True)
 
 
 def _assign_lanes(slices: list[_Slice]) -> set[tuple[int, int]]:

@@ -11,8 +11,9 @@ All times are integer nanoseconds on one clock. See ``docs/event-log.md``.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -133,6 +134,9 @@ def event_log_from_rows(rows: Iterable[Mapping[str, Any]], source: str = "rows")
     rows = list(rows)
     if not rows:
         return empty_event_log()
+    unknown = sorted({key for row in rows for key in row} - set(COLUMN_NAMES))
+    if unknown:
+        raise TraceError(f"{source}: unknown column(s) {unknown}; event-log columns are {list(COLUMN_NAMES)}")
     data: dict[str, list[Any]] = {}
     for column in COLUMNS:
         values = []
@@ -148,15 +152,19 @@ def event_log_from_rows(rows: Iterable[Mapping[str, Any]], source: str = "rows")
                     f"every row needs {', '.join(_required_names())}"
                 )
         data[column.name] = values
-    unknown = sorted({key for row in rows for key in row} - set(COLUMN_NAMES))
-    if unknown:
-        raise TraceError(f"{source}: unknown column(s) {unknown}; event-log columns are {list(COLUMN_NAMES)}")
     frame = pd.DataFrame({name: pd.Series(values, dtype=object) for name, values in data.items()})
     return validate_event_log(frame, source)
 
 
 def _required_names() -> list[str]:
     return [c.name for c in COLUMNS if c.default is None and not c.nullable]
+
+
+def iter_rows(log: pd.DataFrame, columns: Sequence[str] = COLUMN_NAMES) -> Iterator[Any]:
+    """Rows of ``log`` as namedtuples of plain Python values (fast, unlike itertuples on
+    Arrow-backed strings); nulls of the breakdown columns come as ``pd.NA``."""
+    row_type = namedtuple("Row", columns)  # type: ignore[misc]
+    return map(row_type._make, zip(*(log[column].tolist() for column in columns)))
 
 
 def rank_roles(log: pd.DataFrame) -> dict[int, str]:
@@ -286,9 +294,10 @@ def _integers(series: pd.Series, column: Column, problem: _Problem) -> np.ndarra
 
 
 def _object_integers(series: pd.Series, column: Column, problem: _Problem, fix: str) -> np.ndarray:
-    for position, value in enumerate(series.tolist()):
-        if not _is_int_value(value):
-            raise problem.at(column.name, position, f"has {value!r} ({type(value).__name__})", fix)
+    if pd.api.types.infer_dtype(series, skipna=False) not in ("integer", "empty"):
+        for position, value in enumerate(series.tolist()):
+            if not _is_int_value(value):
+                raise problem.at(column.name, position, f"has {value!r} ({type(value).__name__})", fix)
     try:
         return np.array(series.tolist(), dtype=np.int64)
     except OverflowError:

@@ -89,7 +89,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from .parquet import atomic_output
-from .schema import PS_OPS, rank_roles, validate_event_log
+from .schema import BREAKDOWN_COLUMNS, PS_OPS, empty_event_log, iter_rows, rank_roles, validate_event_log
 
 SKETCHDLC_COLUMNS = (
     "id", "src", "dst", "length", "num_pp", "operation",
@@ -227,6 +227,9 @@ def write_sketchdlc(df: pd.DataFrame, out_dir: str | os.PathLike[str]) -> list[P
     return paths
 
 
+_PS_COLUMNS = ("id", "iteration", "rank", "role", "op", "tensor", "peer", "bytes", "rpc", "start_ns", "end_ns")
+
+
 def _export(df: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], _Nodes]:
     log = validate_event_log(df, source="event log for SketchDLC export", check_causality=False)
     ps = log[(log["kind"] == "transfer") & log["op"].isin(PS_OPS)]
@@ -235,25 +238,26 @@ def _export(df: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], _Nodes]:
             "event log has no parameter-server transfers (push_request/push_response/"
             "pull_request/pull_response); SketchDLC describes PS communication only"
         )
-    nodes = _number_nodes(log, ps)
-    num_pp = _dispatch_numbers(ps, nodes)
-    records = _records(ps, nodes, num_pp)
+    rows = list(iter_rows(ps, _PS_COLUMNS))
+    nodes = _number_nodes(log, rows)
+    num_pp = _dispatch_numbers(rows)
+    records = _records(rows, num_pp)
     tables = {}
     for rank in sorted(records, key=lambda r: nodes.number[r]):
         tables[nodes.name[rank]] = _node_table(records[rank], nodes)
     return tables, nodes
 
 
-def _number_nodes(log: pd.DataFrame, ps: pd.DataFrame) -> _Nodes:
+def _number_nodes(log: pd.DataFrame, rows: list[Any]) -> _Nodes:
     roles = rank_roles(log)
-    for row in ps.itertuples(index=False):
+    for row in rows:
         message = MESSAGES[row.op]
         if row.role != message.sender_role:
             raise TraceError(
                 f"event log row id={row.id}: a {row.op} is sent by a {message.sender_role}, "
                 f"but its rank {row.rank} is a {row.role}"
             )
-        receiver_role = roles.setdefault(int(row.peer), message.receiver_role)
+        receiver_role = roles.setdefault(row.peer, message.receiver_role)
         if receiver_role != message.receiver_role:
             raise TraceError(
                 f"event log row id={row.id}: a {row.op} goes to a {message.receiver_role}, "
@@ -268,15 +272,14 @@ def _number_nodes(log: pd.DataFrame, ps: pd.DataFrame) -> _Nodes:
     return _Nodes(number, name, len(workers), len(servers))
 
 
-def _dispatch_numbers(ps: pd.DataFrame, nodes: _Nodes) -> dict[int, int]:
+def _dispatch_numbers(rows: list[Any]) -> dict[int, int]:
     """num_pp of every PS row: the worker's push/pull operations in dispatch order."""
     operations: dict[tuple, list[list[Any]]] = defaultdict(list)  # match key -> open operations
     per_worker: dict[int, list[list[Any]]] = defaultdict(list)  # worker -> operations
-    ordered = ps.sort_values(["start_ns", "id"], kind="stable")
-    for row in ordered.itertuples(index=False):
+    for row in sorted(rows, key=lambda r: (r.start_ns, r.id)):
         message = MESSAGES[row.op]
         worker, server = (row.rank, row.peer) if message.sender_role == "worker" else (row.peer, row.rank)
-        match_key = (int(worker), int(server), int(row.tensor), int(row.iteration), message.family, int(row.rpc))
+        match_key = (worker, server, row.tensor, row.iteration, message.family, row.rpc)
         waiting = operations[match_key]
         if row.op.endswith("_response") and waiting:
             waiting.pop(0).append(row)
@@ -284,33 +287,27 @@ def _dispatch_numbers(ps: pd.DataFrame, nodes: _Nodes) -> dict[int, int]:
         operation = [row]
         if row.op.endswith("_request"):
             waiting.append(operation)
-        per_worker[int(worker)].append(operation)
+        per_worker[worker].append(operation)
     numbers = {}
     for worker_operations in per_worker.values():
-        worker_operations.sort(key=lambda rows: (int(rows[0].start_ns), int(rows[0].id)))
-        for number, rows in enumerate(worker_operations, start=1):
-            for row in rows:
-                numbers[int(row.id)] = number
+        # already in order of their first row's (start_ns, id)
+        for number, operation in enumerate(worker_operations, start=1):
+            for row in operation:
+                numbers[row.id] = number
     return numbers
 
 
-def _records(ps: pd.DataFrame, nodes: _Nodes, num_pp: dict[int, int]) -> dict[int, list[_Record]]:
+def _records(rows: list[Any], num_pp: dict[int, int]) -> dict[int, list[_Record]]:
     records: dict[int, list[_Record]] = defaultdict(list)
-    for row in ps.itertuples(index=False):
+    for row in rows:
         message = MESSAGES[row.op]
-        sender, receiver = int(row.rank), int(row.peer)
-        common = dict(
-            key=int(row.tensor),
-            operation_num=4 * int(row.iteration) + message.offset,
-            length=int(row.bytes),
-            num_pp=num_pp[int(row.id)],
-            row_id=int(row.id),
+        operation_num = 4 * row.iteration + message.offset
+        number = num_pp[row.id]
+        records[row.rank].append(
+            _Record(row.rank, row.peer, message.send, row.tensor, operation_num, row.bytes, number, row.start_ns, row.id)
         )
-        records[sender].append(
-            _Record(node=sender, peer=receiver, operation=message.send, time_ns=int(row.start_ns), **common)
-        )
-        records[receiver].append(
-            _Record(node=receiver, peer=sender, operation=message.recv, time_ns=int(row.end_ns), **common)
+        records[row.peer].append(
+            _Record(row.peer, row.rank, message.recv, row.tensor, operation_num, row.bytes, number, row.end_ns, row.id)
         )
     return records
 
@@ -345,32 +342,32 @@ class _DependencyIndex:
 def _node_table(records: list[_Record], nodes: _Nodes) -> pd.DataFrame:
     records = sorted(records, key=lambda r: (r.time_ns, r.operation_num, r.row_id))
     index = _DependencyIndex(records)
-    rows = []
+    columns: dict[str, list[Any]] = {name: [] for name in SKETCHDLC_COLUMNS}
     for record_id, record in enumerate(records):
         dep_type, dep = index.depended_on(record)
-        message, is_send = _BY_OPERATION[record.operation]
+        _, is_send = _BY_OPERATION[record.operation]
         src, dst = (record.node, record.peer) if is_send else (record.peer, record.node)
         time_sec, time_usec = _split_us(record.time_us)
-        rows.append(
-            {
-                "id": record_id,
-                "src": nodes.number[src],
-                "dst": nodes.number[dst],
-                "length": record.length,
-                "num_pp": record.num_pp,
-                "operation": record.operation,
-                "op_id": _op_id(record.key, record.operation_num, nodes.name[record.peer]),
-                "dep_type": dep_type,
-                "d_time": 0 if dep is None else record.time_us - dep.time_us,
-                "time_sec": time_sec,
-                "time_usec": time_usec,
-                "id_dep": "-1" if dep is None else _op_id(dep.key, dep.operation_num, nodes.name[dep.peer]),
-            }
+        values = (
+            record_id,
+            nodes.number[src],
+            nodes.number[dst],
+            record.length,
+            record.num_pp,
+            record.operation,
+            _op_id(record.key, record.operation_num, nodes.name[record.peer]),
+            dep_type,
+            0 if dep is None else record.time_us - dep.time_us,
+            time_sec,
+            time_usec,
+            "-1" if dep is None else _op_id(dep.key, dep.operation_num, nodes.name[dep.peer]),
         )
-    table = pd.DataFrame(rows, columns=list(SKETCHDLC_COLUMNS))
-    integer_columns = [c for c in SKETCHDLC_COLUMNS if c not in ("operation", "op_id", "id_dep")]
-    table[integer_columns] = table[integer_columns].astype("int64")
-    return table.astype({"operation": "str", "op_id": "str", "id_dep": "str"})
+        for name, value in zip(SKETCHDLC_COLUMNS, values):
+            columns[name].append(value)
+    text_columns = ("operation", "op_id", "id_dep")
+    return pd.DataFrame(
+        {name: pd.Series(values, dtype="str" if name in text_columns else "int64") for name, values in columns.items()}
+    )
 
 
 def _file_header(name: str, nodes: _Nodes) -> str:
@@ -389,10 +386,7 @@ def _file_header(name: str, nodes: _Nodes) -> str:
 
 
 def _table_text(table: pd.DataFrame) -> str:
-    lines = ["\t".join(SKETCHDLC_COLUMNS)]
-    for values in table.itertuples(index=False):
-        lines.append("\t".join(str(value) for value in values))
-    return "\n".join(lines) + "\n"
+    return table.to_csv(sep="\t", index=False, lineterminator="\n")
 
 
 # --------------------------------------------------------------------------
@@ -654,6 +648,8 @@ def _unmatched_message(record: _Parsed, file_of_node: dict[int, Path]) -> str:
 
 
 def _transfer_rows(pairs: list[tuple[_Parsed, _Parsed]], files: list[_NodeFile]) -> pd.DataFrame:
+    if not pairs:
+        return empty_event_log()
     for send, recv in pairs:
         if recv.time_ns < send.time_ns:
             raise TraceError(
@@ -698,10 +694,14 @@ def _transfer_rows(pairs: list[tuple[_Parsed, _Parsed]], files: list[_NodeFile])
         }
         for name, value in row.items():
             rows[name].append(value)
-    frame = pd.DataFrame({name: pd.Series(values, dtype=object) for name, values in rows.items()})
-    for name in ("w_proc_ns", "w_queue_ns", "ps_proc_ns", "ps_queue_ns", "n_tx_ns"):
+    frame = pd.DataFrame({name: pd.Series(values, dtype=_dtype_of(name)) for name, values in rows.items()})
+    for name in BREAKDOWN_COLUMNS:
         frame[name] = pd.array([None] * len(frame), dtype="Int64")
     return frame
+
+
+def _dtype_of(column: str) -> Any:
+    return "str" if column in ("role", "kind", "op", "name") else object if column == "deps" else "int64"
 
 
 class _DepResolver:

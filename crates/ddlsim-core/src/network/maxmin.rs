@@ -2,7 +2,9 @@
 //! that recomputes it, incrementally, whenever a flow starts or finishes.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use super::topology::{transmit_ns, Path, Topology};
 use crate::engine::Time;
@@ -93,7 +95,9 @@ impl WaterFill {
 /// needs a pending event, so a rate change costs O(classes), not O(flows).
 #[derive(Debug, Clone)]
 struct Class {
+    #[allow(dead_code)]
     src: u32,
+    #[allow(dead_code)]
     dst: u32,
     path: Path,
     /// (target service, flow id), earliest first.
@@ -141,7 +145,6 @@ pub struct Reschedule {
 pub struct FlowNetwork {
     topo: Topology,
     classes: Vec<Class>,
-    free_classes: Vec<u32>,
     class_of_pair: HashMap<(u32, u32), u32>,
     link_classes: Vec<Vec<u32>>,
     next_flow: u32,
@@ -153,6 +156,7 @@ pub struct FlowNetwork {
     epoch: u32,
     comp_links: Vec<u32>,
     comp_classes: Vec<u32>,
+    stack: Vec<u32>,
     local_of_link: Vec<u32>,
     local_paths: Vec<Vec<u32>>,
     weights: Vec<f64>,
@@ -167,8 +171,7 @@ impl FlowNetwork {
         FlowNetwork {
             topo,
             classes: Vec::new(),
-            free_classes: Vec::new(),
-            class_of_pair: HashMap::new(),
+            class_of_pair: HashMap::default(),
             link_classes: vec![Vec::new(); nl],
             next_flow: 0,
             free_flows: Vec::new(),
@@ -178,6 +181,7 @@ impl FlowNetwork {
             epoch: 0,
             comp_links: Vec::new(),
             comp_classes: Vec::new(),
+            stack: Vec::new(),
             local_of_link: vec![0; nl],
             local_paths: Vec::new(),
             weights: Vec::new(),
@@ -218,6 +222,12 @@ impl FlowNetwork {
             None => self.new_class(now, src, dst),
         };
         let c = &mut self.classes[class as usize];
+        if c.members.is_empty() {
+            // An idle class restarts from zero service.
+            c.service = 0.0;
+            c.rate = 0.0;
+            c.last = now;
+        }
         c.settle(now);
         let old_head = c.head_target();
         let was_empty = c.members.is_empty();
@@ -233,8 +243,10 @@ impl FlowNetwork {
         flow
     }
 
+    /// Classes live as long as the network: an idle one keeps its heap's
+    /// capacity and is simply off its links' lists.
     fn new_class(&mut self, now: Time, src: u32, dst: u32) -> u32 {
-        let class = Class {
+        self.classes.push(Class {
             src,
             dst,
             path: self.topo.route(src, dst),
@@ -243,19 +255,9 @@ impl FlowNetwork {
             rate: 0.0,
             last: now,
             version: 0,
-        };
-        let id = match self.free_classes.pop() {
-            Some(id) => {
-                let version = self.classes[id as usize].version;
-                self.classes[id as usize] = Class { version, ..class };
-                id
-            }
-            None => {
-                self.classes.push(class);
-                self.class_mark.push(0);
-                (self.classes.len() - 1) as u32
-            }
-        };
+        });
+        self.class_mark.push(0);
+        let id = (self.classes.len() - 1) as u32;
         self.class_of_pair.insert((src, dst), id);
         id
     }
@@ -286,8 +288,6 @@ impl FlowNetwork {
         let path = c.path;
         let emptied = c.members.is_empty();
         if emptied {
-            let key = (c.src, c.dst);
-            c.service = 0.0;
             c.rate = 0.0;
             c.version = c.version.wrapping_add(1);
             for &l in path.links() {
@@ -295,8 +295,6 @@ impl FlowNetwork {
                 let pos = list.iter().position(|&x| x == class).expect("class registered on its links");
                 list.swap_remove(pos);
             }
-            self.class_of_pair.remove(&key);
-            self.free_classes.push(class);
         }
         self.reallocate(now, &path, if emptied { None } else { Some(class) }, out);
     }
@@ -306,6 +304,23 @@ impl FlowNetwork {
     /// is a class whose next completion must be rescheduled even if its rate
     /// stays the same (its head member changed).
     fn reallocate(&mut self, now: Time, seed: &Path, force: Option<u32>, out: &mut Vec<Reschedule>) {
+        if let Some(c) = force {
+            let alone = seed.links().iter().all(|&l| {
+                let on = &self.link_classes[l as usize];
+                on.len() == 1 && on[0] == c
+            });
+            if alone {
+                // The common case of a lone route: its own bottleneck, no traversal.
+                self.recomputations += 1;
+                let cl = &mut self.classes[c as usize];
+                cl.settle(now);
+                let rate = self.topo.bottleneck(&cl.path) / cl.count() as f64;
+                self.set_rate(now, c, rate, true, out);
+                return;
+            }
+        } else if seed.links().iter().all(|&l| self.link_classes[l as usize].is_empty()) {
+            return;
+        }
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
             self.link_mark.iter_mut().for_each(|m| *m = 0);
@@ -315,7 +330,7 @@ impl FlowNetwork {
         let epoch = self.epoch;
         self.comp_links.clear();
         self.comp_classes.clear();
-        let mut stack: Vec<u32> = Vec::new();
+        let mut stack = std::mem::take(&mut self.stack);
         for &l in seed.links() {
             if self.link_mark[l as usize] != epoch {
                 self.link_mark[l as usize] = epoch;
@@ -338,6 +353,7 @@ impl FlowNetwork {
                 }
             }
         }
+        self.stack = stack;
         if self.comp_classes.is_empty() {
             return;
         }
