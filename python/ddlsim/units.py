@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 
-_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
 _BANDWIDTH = {
     "bps": 1.0, "bit/s": 1.0, "b/s": 1.0,

@@ -1,0 +1,13 @@
+import pytest
+
+import ddlsim
+
+
+@pytest.fixture(scope="session")
+def resnet_runs():
+    """ResNet-50 on 8 workers, both strategies, with jitter (shared by invariant tests)."""
+    common = dict(model="resnet50", workers=8, iterations=2, jitter=0.05, seed=7)
+    return {
+        "ring": ddlsim.simulate(strategy="ring", **common),
+        "ps": ddlsim.simulate(strategy="ps", servers=2, **common),
+    }

@@ -1,0 +1,82 @@
+"""The command line, run as a user would (subprocess), including bad input."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from ddlsim.trace import read_event_log
+
+
+def ddlsim(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_simulate_json_summary():
+    p = ddlsim("simulate", "--model", "resnet50", "--workers", "8", "--strategy", "ps", "--servers", "2",
+               "--bandwidth", "10Gbps", "--latency", "10us", "--network", "flow", "--iterations", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    assert summary["strategy"] == "ps" and summary["servers"] == 2 and summary["workers"] == 8
+    assert summary["iteration_time_s"] == pytest.approx(sum(summary["iteration_times_s"]) / 2)
+    assert summary["iteration_time_s"] > 0
+
+
+def test_simulate_writes_outputs(tmp_path):
+    out = tmp_path / "run"
+    p = ddlsim("simulate", "--model", "lenet5", "--workers", "4", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "iteration" in p.stdout
+    names = sorted(f.name for f in out.iterdir())
+    assert names == ["events.parquet", "iterations.csv", "summary.json", "timeline.png", "trace.json"]
+    events, meta = read_event_log(out / "events.parquet")
+    assert meta["source"] == "simulate" and meta["scenario"]["workers"] == 4
+    trace = json.loads((out / "trace.json").read_text())
+    assert any(e.get("ph") == "X" for e in trace["traceEvents"])
+    assert len(pd.read_csv(out / "iterations.csv")) == 3
+
+
+def test_scenario_file_with_flag_override(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('workers = 4\n[model]\nname = "lenet5"\n')
+    p = ddlsim("simulate", str(f), "--workers", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["workers"] == 2
+
+
+def test_models_lists_the_zoo():
+    p = ddlsim("models")
+    assert p.returncode == 0
+    assert "resnet50" in p.stdout and "25,557,032" in p.stdout and "161" in p.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "resnet51"], "unknown model 'resnet51'"),
+        (["--workers", "0"], "workers"),
+        (["--bandwidth", "-10Gbps"], "bandwidth must be positive"),
+        (["--strategy", "allgather"], "strategy"),
+        (["--latency", "soon"], "latency"),
+    ],
+)
+def test_bad_input_fails_clearly_and_writes_nothing(tmp_path, args, message):
+    out = tmp_path / "out"
+    p = ddlsim("simulate", *args, "--out", str(out))
+    assert p.returncode != 0
+    assert message in p.stderr
+    assert "Traceback" not in p.stderr
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_malformed_scenario_file_fails_clearly(tmp_path):
+    f = tmp_path / "bad.toml"
+    f.write_text("workers = [\n")
+    out = tmp_path / "out"
+    p = ddlsim("simulate", str(f), "--out", str(out))
+    assert p.returncode != 0
+    assert "bad.toml: not valid TOML" in p.stderr and "Traceback" not in p.stderr
+    assert not out.exists()

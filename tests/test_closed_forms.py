@@ -1,0 +1,45 @@
+"""Through the Python API: idle-network closed forms, exact to the ns."""
+
+import pytest
+
+import ddlsim
+
+
+def one_tensor(params: int, **kw):
+    return ddlsim.simulate(
+        {
+            "model": {"name": "one-tensor", "layers": [{"name": "l0", "params": params, "fwd_ms": 0, "bwd_ms": 0}]},
+            "iterations": 1,
+            **kw,
+        }
+    )
+
+
+@pytest.mark.parametrize("fidelity", ["flow", "analytic"])
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+def test_ring_allreduce_time_is_2_n_minus_1_steps(fidelity, n):
+    # M = N * 2500 B, so M/N at 10 Gbit/s is exactly 2000 ns; latency 7 us.
+    m_bytes = n * 2500
+    r = one_tensor(m_bytes // 4, workers=n, strategy="ring", network={"fidelity": fidelity, "bandwidth": "10Gbps", "latency": "7us"})
+    expected_ns = 2 * (n - 1) * (m_bytes / n * 8 / 10e9 * 1e9 + 7000)
+    assert r.events["end_ns"].max() == expected_ns
+    steps = r.events[r.events["op"] == "ring_step"]
+    assert len(steps) == n * 2 * (n - 1)
+    assert steps["bytes"].sum() == 2 * (n - 1) * m_bytes
+
+
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_ps_incast_is_n_times_m_over_b_plus_latency(n):
+    m_bytes = 1_000_000
+    r = one_tensor(m_bytes // 4, workers=n, strategy="ps", network={"bandwidth": "10Gbps", "latency": "10us"})
+    pushes = r.events[r.events["op"] == "push_request"]
+    assert (pushes["end_ns"] == n * m_bytes * 8 / 10 + 10_000).all()
+    update = r.events[r.events["op"] == "update"].iloc[0]
+    assert update["ready_ns"] == n * m_bytes * 8 / 10 + 10_000
+
+
+def test_analytic_transfer_is_latency_plus_size_over_bandwidth():
+    r = one_tensor(250_000, workers=8, strategy="ps", network={"fidelity": "analytic", "latency": "10us"})
+    transfers = r.events[r.events["kind"] == "transfer"]
+    expected = 10_000 + transfers["bytes"] * 8 / 10
+    assert ((transfers["end_ns"] - transfers["start_ns"]) == expected).all()
