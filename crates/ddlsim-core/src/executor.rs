@@ -49,7 +49,16 @@ enum Owner {
 enum Event {
     OpDone(u32),
     TxDone { class: u32, version: u32 },
-    Delivered(Owner),
+    /// Transfer slot delivered, if its generation still matches.
+    Delivered { transfer: u32, generation: u32 },
+}
+
+/// A transfer in flight. The generation changes when a promised delivery
+/// time is withdrawn, which makes the old delivery event stale.
+#[derive(Debug, Clone, Copy)]
+struct TransferSlot {
+    owner: Owner,
+    generation: u32,
 }
 
 #[derive(Default)]
@@ -75,7 +84,9 @@ struct Executor<'g> {
     streams: Vec<Stream>,
     queue: EventQueue<Event>,
     network: Network,
-    flow_owner: Vec<Owner>,
+    transfers_in_flight: Vec<TransferSlot>,
+    free_transfers: Vec<u32>,
+    cancelled: Vec<u32>,
     rings: Vec<Option<LiveRing>>,
     resched: Vec<Reschedule>,
     done_flows: Vec<(u32, Time)>,
@@ -116,7 +127,9 @@ pub fn try_run(graph: &Graph, network: Network, detail: TraceDetail) -> Result<R
         streams: (0..graph.num_streams).map(|_| Stream::default()).collect(),
         queue: EventQueue::new(),
         network,
-        flow_owner: Vec::new(),
+        transfers_in_flight: Vec::new(),
+        free_transfers: Vec::new(),
+        cancelled: Vec::new(),
         rings: (0..graph.collectives.len()).map(|_| None).collect(),
         resched: Vec::new(),
         done_flows: Vec::new(),
@@ -143,24 +156,34 @@ pub fn try_run(graph: &Graph, network: Network, detail: TraceDetail) -> Result<R
                 let mut out = std::mem::take(&mut ex.resched);
                 let mut done = std::mem::take(&mut ex.done_flows);
                 ex.network.finish(now, class, version, &mut done, &mut out);
-                for &(flow, latency) in &done {
-                    let owner = ex.flow_owner[flow as usize];
-                    ex.queue.push(now + latency, Event::Delivered(owner));
+                for &(transfer, latency) in &done {
+                    let generation = ex.transfers_in_flight[transfer as usize].generation;
+                    ex.queue.push(now + latency, Event::Delivered { transfer, generation });
                 }
                 done.clear();
                 ex.done_flows = done;
                 ex.schedule(&mut out);
                 ex.resched = out;
             }
-            Event::Delivered(Owner::Op(op)) => {
-                let o = &ex.graph.ops[op as usize];
-                ex.bytes_received[o.peer as usize] += o.bytes;
-                ex.finish_op(op, now);
-            }
-            Event::Delivered(Owner::Step(slot)) => {
-                let s = ex.flights[slot as usize];
-                ex.free_flights.push(slot);
-                ex.step_delivered(s, now)
+            Event::Delivered { transfer, generation } => {
+                let slot = ex.transfers_in_flight[transfer as usize];
+                if slot.generation != generation {
+                    continue;
+                }
+                ex.transfers_in_flight[transfer as usize].generation = generation.wrapping_add(1);
+                ex.free_transfers.push(transfer);
+                match slot.owner {
+                    Owner::Op(op) => {
+                        let o = &ex.graph.ops[op as usize];
+                        ex.bytes_received[o.peer as usize] += o.bytes;
+                        ex.finish_op(op, now);
+                    }
+                    Owner::Step(flight) => {
+                        let s = ex.flights[flight as usize];
+                        ex.free_flights.push(flight);
+                        ex.step_delivered(s, now);
+                    }
+                }
             }
         }
     }
@@ -211,16 +234,28 @@ impl<'g> Executor<'g> {
     fn start_transfer(&mut self, now: Time, src: u32, dst: u32, bytes: u64, owner: Owner) {
         self.transfers += 1;
         self.bytes_sent[src as usize] += bytes;
-        let mut out = std::mem::take(&mut self.resched);
-        match self.network.start(now, src, dst, bytes, &mut out) {
-            Started::DeliveredAt(t) => self.queue.push(t, Event::Delivered(owner)),
-            Started::Flow(flow) => {
-                let f = flow as usize;
-                if f >= self.flow_owner.len() {
-                    self.flow_owner.resize(f + 1, owner);
-                }
-                self.flow_owner[f] = owner;
+        let id = match self.free_transfers.pop() {
+            Some(id) => {
+                self.transfers_in_flight[id as usize].owner = owner;
+                id
             }
+            None => {
+                self.transfers_in_flight.push(TransferSlot { owner, generation: 0 });
+                (self.transfers_in_flight.len() - 1) as u32
+            }
+        };
+        let mut out = std::mem::take(&mut self.resched);
+        let mut cancelled = std::mem::take(&mut self.cancelled);
+        let started = self.network.start(now, id, src, dst, bytes, &mut out, &mut cancelled);
+        for &withdrawn in &cancelled {
+            let slot = &mut self.transfers_in_flight[withdrawn as usize];
+            slot.generation = slot.generation.wrapping_add(1);
+        }
+        cancelled.clear();
+        self.cancelled = cancelled;
+        if let Started::DeliveredAt(t) = started {
+            let generation = self.transfers_in_flight[id as usize].generation;
+            self.queue.push(t, Event::Delivered { transfer: id, generation });
         }
         self.schedule(&mut out);
         self.resched = out;

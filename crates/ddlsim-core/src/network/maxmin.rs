@@ -106,6 +106,10 @@ struct Class {
     rate: f64,
     last: Time,
     version: u32,
+    /// Set while the class is a lone flow whose end was handed to the caller
+    /// directly (no completion event): its transmission ends then, unless
+    /// another flow joins one of its links first.
+    lone_until: Option<Time>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
@@ -141,14 +145,22 @@ pub struct Reschedule {
     pub done_at: Time,
 }
 
+/// What starting a flow led to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowStart {
+    /// Alone on its route: transmission ends at `tx_end`, delivery
+    /// `latency` later, unless the flow is later reported as cancelled.
+    Lone { tx_end: Time, latency: Time },
+    /// Sharing links: its end comes through completion events.
+    Shared,
+}
+
 /// Flow-level network: every active flow gets its max-min fair rate.
 pub struct FlowNetwork {
     topo: Topology,
     classes: Vec<Class>,
     class_of_pair: HashMap<(u32, u32), u32>,
     link_classes: Vec<Vec<u32>>,
-    next_flow: u32,
-    free_flows: Vec<u32>,
     active: usize,
     // scratch, reused across recomputations
     link_mark: Vec<u32>,
@@ -173,8 +185,6 @@ impl FlowNetwork {
             classes: Vec::new(),
             class_of_pair: HashMap::default(),
             link_classes: vec![Vec::new(); nl],
-            next_flow: 0,
-            free_flows: Vec::new(),
             active: 0,
             link_mark: vec![0; nl],
             class_mark: Vec::new(),
@@ -209,18 +219,34 @@ impl FlowNetwork {
         self.class_of_pair.get(&(src, dst)).map(|&c| self.classes[c as usize].rate).unwrap_or(0.0)
     }
 
-    /// Starts a flow of `bytes` from `src` to `dst`; appends every class
-    /// whose next completion time changed to `out`. Returns the flow id.
-    pub fn start(&mut self, now: Time, src: u32, dst: u32, bytes: u64, out: &mut Vec<Reschedule>) -> u32 {
-        let flow = self.free_flows.pop().unwrap_or_else(|| {
-            self.next_flow += 1;
-            self.next_flow - 1
-        });
+    /// Starts flow `flow` (the caller's id) of `bytes` from `src` to `dst`.
+    ///
+    /// A flow alone on every link of its route is [`FlowStart::Lone`]: its
+    /// end is known now and no completion event is needed. If a later flow
+    /// joins one of its links before that end, its id is appended to
+    /// `cancelled` and it gets a normal completion event like any shared
+    /// flow. Classes whose next completion changed are appended to `out`.
+    pub fn start(
+        &mut self,
+        now: Time,
+        flow: u32,
+        src: u32,
+        dst: u32,
+        bytes: u64,
+        out: &mut Vec<Reschedule>,
+        cancelled: &mut Vec<u32>,
+    ) -> FlowStart {
         self.active += 1;
         let class = match self.class_of_pair.get(&(src, dst)) {
             Some(&c) => c,
             None => self.new_class(now, src, dst),
         };
+        let path = self.classes[class as usize].path;
+        for &l in path.links() {
+            self.resolve_lone(now, l, out, cancelled);
+        }
+        let alone = self.classes[class as usize].members.is_empty()
+            && path.links().iter().all(|&l| self.link_classes[l as usize].is_empty());
         let c = &mut self.classes[class as usize];
         if c.members.is_empty() {
             // An idle class restarts from zero service.
@@ -233,14 +259,51 @@ impl FlowNetwork {
         let was_empty = c.members.is_empty();
         c.members.push(Reverse((OrderedBytes(c.service + bytes as f64), flow)));
         let head_changed = was_empty || c.head_target() != old_head;
-        let path = c.path;
         if was_empty {
             for &l in path.links() {
                 self.link_classes[l as usize].push(class);
             }
         }
+        if alone {
+            self.recomputations += 1;
+            let c = &mut self.classes[class as usize];
+            c.rate = self.topo.bottleneck(&path);
+            c.version = c.version.wrapping_add(1);
+            let tx_end = now + transmit_ns(bytes as f64, c.rate);
+            c.lone_until = Some(tx_end);
+            return FlowStart::Lone { tx_end, latency: path.latency };
+        }
         self.reallocate(now, &path, if head_changed { Some(class) } else { None }, out);
-        flow
+        FlowStart::Shared
+    }
+
+    /// Settles a lone class on `link` before another flow uses the link: if
+    /// its transmission is over it leaves the network; otherwise it becomes
+    /// an ordinary class with a completion event (and its direct end is
+    /// cancelled).
+    fn resolve_lone(&mut self, now: Time, link: u32, out: &mut Vec<Reschedule>, cancelled: &mut Vec<u32>) {
+        let Some(&class) = self.link_classes[link as usize].first() else { return };
+        let c = &mut self.classes[class as usize];
+        let Some(end) = c.lone_until.take() else { return };
+        debug_assert_eq!(self.link_classes[link as usize].len(), 1, "a lone class shares no link");
+        if end <= now {
+            c.members.clear();
+            c.rate = 0.0;
+            c.version = c.version.wrapping_add(1);
+            self.active -= 1;
+            let path = c.path;
+            for &l in path.links() {
+                let list = &mut self.link_classes[l as usize];
+                let pos = list.iter().position(|&x| x == class).expect("class registered on its links");
+                list.swap_remove(pos);
+            }
+        } else {
+            c.settle(now);
+            c.version = c.version.wrapping_add(1);
+            let Reverse((_, flow)) = *c.members.peek().expect("a lone class has its flow");
+            cancelled.push(flow);
+            out.push(Reschedule { class, version: c.version, done_at: end });
+        }
     }
 
     /// Classes live as long as the network: an idle one keeps its heap's
@@ -255,6 +318,7 @@ impl FlowNetwork {
             rate: 0.0,
             last: now,
             version: 0,
+            lone_until: None,
         });
         self.class_mark.push(0);
         let id = (self.classes.len() - 1) as u32;
@@ -267,7 +331,7 @@ impl FlowNetwork {
     /// appends nothing if the event is stale.
     pub fn finish(&mut self, now: Time, class: u32, version: u32, done: &mut Vec<(u32, Time)>, out: &mut Vec<Reschedule>) {
         let c = &mut self.classes[class as usize];
-        if c.version != version || c.members.is_empty() {
+        if c.version != version || c.members.is_empty() || c.lone_until.is_some() {
             return;
         }
         c.settle(now);
@@ -284,7 +348,6 @@ impl FlowNetwork {
             done.push((flow, latency));
         }
         self.active -= done.len() - first;
-        self.free_flows.extend(done[first..].iter().map(|&(f, _)| f));
         let path = c.path;
         let emptied = c.members.is_empty();
         if emptied {
@@ -460,58 +523,69 @@ mod tests {
     #[test]
     fn incast_shares_the_receiver_downlink_and_speeds_up_as_flows_leave() {
         let mut net = star(3);
-        let mut out = Vec::new();
-        let mut done = Vec::new();
-        let a = net.start(0, 0, 2, 1000, &mut out);
-        assert_eq!(out, vec![Reschedule { class: 0, version: 1, done_at: 1000 }]);
-        out.clear();
+        let (mut out, mut done, mut cancelled) = (Vec::new(), Vec::new(), Vec::new());
+        // a is alone: its end is known at once.
+        assert_eq!(net.start(0, 10, 0, 2, 1000, &mut out, &mut cancelled), FlowStart::Lone { tx_end: 1000, latency: 0 });
+        assert!(out.is_empty());
         // At t=500, a has 500 left; b joins from another host: 0.5 B/ns each.
-        let b = net.start(500, 1, 2, 250, &mut out);
-        assert_eq!(out.len(), 2);
-        assert!(out.contains(&Reschedule { class: 0, version: 2, done_at: 1500 }));
-        assert!(out.contains(&Reschedule { class: 1, version: 1, done_at: 1000 }));
+        assert_eq!(net.start(500, 11, 1, 2, 250, &mut out, &mut cancelled), FlowStart::Shared);
+        assert_eq!(cancelled, vec![10], "a's direct end no longer holds");
+        let latest = |out: &Vec<Reschedule>, class: u32| *out.iter().filter(|r| r.class == class).last().unwrap();
+        assert_eq!(latest(&out, 0).done_at, 1500);
+        assert_eq!(latest(&out, 1), Reschedule { class: 1, version: 1, done_at: 1000 });
+        let a_version = latest(&out, 0).version;
         out.clear();
         // b ends at 1000; a has 250 left and gets the full link back.
         net.finish(1000, 1, 1, &mut done, &mut out);
-        assert_eq!(done, vec![(b, 0)]);
-        assert_eq!(out, vec![Reschedule { class: 0, version: 3, done_at: 1250 }]);
+        assert_eq!(done, vec![(11, 0)]);
+        assert_eq!(out, vec![Reschedule { class: 0, version: a_version + 1, done_at: 1250 }]);
         out.clear();
         done.clear();
-        // The stale event for a (version 2) is ignored.
-        net.finish(1500, 0, 2, &mut done, &mut out);
+        // The stale event for a is ignored.
+        net.finish(1500, 0, a_version, &mut done, &mut out);
         assert!(done.is_empty());
-        net.finish(1250, 0, 3, &mut done, &mut out);
-        assert_eq!(done, vec![(a, 0)]);
+        net.finish(1250, 0, a_version + 1, &mut done, &mut out);
+        assert_eq!(done, vec![(10, 0)]);
         assert_eq!(net.active_flows(), 0);
+    }
+
+    #[test]
+    fn a_lone_flow_that_ended_leaves_when_the_next_one_comes() {
+        let mut net = star(2);
+        let (mut out, mut cancelled) = (Vec::new(), Vec::new());
+        assert_eq!(net.start(0, 1, 0, 1, 100, &mut out, &mut cancelled), FlowStart::Lone { tx_end: 100, latency: 0 });
+        assert_eq!(net.start(100, 2, 0, 1, 50, &mut out, &mut cancelled), FlowStart::Lone { tx_end: 150, latency: 0 });
+        assert!(cancelled.is_empty() && out.is_empty());
+        assert_eq!(net.active_flows(), 1);
     }
 
     #[test]
     fn flows_of_one_route_share_it_and_finish_in_size_order() {
         let mut net = star(2);
-        let (mut out, mut done) = (Vec::new(), Vec::new());
-        let big = net.start(0, 0, 1, 300, &mut out);
-        let small = net.start(0, 0, 1, 100, &mut out);
+        let (mut out, mut done, mut cancelled) = (Vec::new(), Vec::new(), Vec::new());
+        net.start(0, 1, 0, 1, 300, &mut out, &mut cancelled);
+        net.start(0, 2, 0, 1, 100, &mut out, &mut cancelled);
+        assert_eq!(cancelled, vec![1]);
         assert_eq!(net.rate_between(0, 1), 0.5);
-        // small is the class head: done after 100 B at 0.5 B/ns.
-        assert_eq!(out.last(), Some(&Reschedule { class: 0, version: 2, done_at: 200 }));
+        // the small flow is the class head: done after 100 B at 0.5 B/ns.
+        let head = *out.last().unwrap();
+        assert_eq!(head.done_at, 200);
         out.clear();
-        net.finish(200, 0, 2, &mut done, &mut out);
-        assert_eq!(done, vec![(small, 0)]);
-        // big has 200 left at the full 1 B/ns.
-        assert_eq!(out, vec![Reschedule { class: 0, version: 3, done_at: 400 }]);
+        net.finish(200, 0, head.version, &mut done, &mut out);
+        assert_eq!(done, vec![(2, 0)]);
+        // the big one has 200 left at the full 1 B/ns.
+        assert_eq!(out, vec![Reschedule { class: 0, version: head.version + 1, done_at: 400 }]);
         done.clear();
-        net.finish(400, 0, 3, &mut done, &mut out);
-        assert_eq!(done, vec![(big, 0)]);
+        net.finish(400, 0, head.version + 1, &mut done, &mut out);
+        assert_eq!(done, vec![(1, 0)]);
     }
 
     #[test]
     fn flows_on_disjoint_links_do_not_disturb_each_other() {
         let mut net = star(4);
-        let mut out = Vec::new();
-        net.start(0, 0, 1, 100, &mut out);
-        out.clear();
-        net.start(10, 2, 3, 100, &mut out);
-        assert_eq!(out.len(), 1, "only the new flow is rescheduled");
-        assert_eq!(net.recomputations(), 2);
+        let (mut out, mut cancelled) = (Vec::new(), Vec::new());
+        assert!(matches!(net.start(0, 0, 0, 1, 100, &mut out, &mut cancelled), FlowStart::Lone { .. }));
+        assert!(matches!(net.start(10, 1, 2, 3, 100, &mut out, &mut cancelled), FlowStart::Lone { .. }));
+        assert!(out.is_empty() && cancelled.is_empty());
     }
 }

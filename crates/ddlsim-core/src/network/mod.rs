@@ -4,7 +4,7 @@
 pub mod maxmin;
 pub mod topology;
 
-pub use maxmin::{max_min_fair, FlowNetwork, Reschedule};
+pub use maxmin::{max_min_fair, FlowNetwork, FlowStart, Reschedule};
 pub use topology::{transmit_ns, Topology};
 
 use crate::engine::Time;
@@ -17,10 +17,10 @@ pub enum Network {
 
 /// What starting a transfer produced.
 pub enum Started {
-    /// Analytic: delivered at this time, nothing else to track.
+    /// Delivered at this time unless later cancelled (flow model only).
     DeliveredAt(Time),
-    /// Flow-level: a flow id; its end time is among the reschedules.
-    Flow(u32),
+    /// Its end comes through completion events.
+    Pending,
 }
 
 impl Network {
@@ -32,13 +32,27 @@ impl Network {
         })
     }
 
-    pub fn start(&mut self, now: Time, src: u32, dst: u32, bytes: u64, out: &mut Vec<Reschedule>) -> Started {
+    /// Starts transfer `id` (the caller's); see [`FlowNetwork::start`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        &mut self,
+        now: Time,
+        id: u32,
+        src: u32,
+        dst: u32,
+        bytes: u64,
+        out: &mut Vec<Reschedule>,
+        cancelled: &mut Vec<u32>,
+    ) -> Started {
         match self {
             Network::Analytic(topo) => {
                 let path = topo.route(src, dst);
                 Started::DeliveredAt(now + path.latency + transmit_ns(bytes as f64, topo.bottleneck(&path)))
             }
-            Network::Flow(net) => Started::Flow(net.start(now, src, dst, bytes, out)),
+            Network::Flow(net) => match net.start(now, id, src, dst, bytes, out, cancelled) {
+                FlowStart::Lone { tx_end, latency } => Started::DeliveredAt(tx_end + latency),
+                FlowStart::Shared => Started::Pending,
+            },
         }
     }
 
