@@ -105,3 +105,23 @@ def test_leaf_spine_oversubscription_slows_cross_rack_rings():
     fast = ddlsim.simulate(oversubscription=1.0, **kw)
     slow = ddlsim.simulate(oversubscription=8.0, **kw)
     assert slow.iteration_time_s > fast.iteration_time_s
+
+
+def test_ps_rpc_breakdown_adds_up_to_the_rpc_latency(resnet_runs):
+    r = resnet_runs["ps"]
+    rpcs = r.rpcs
+    # one push and one pull RPC per worker, tensor and iteration
+    assert len(rpcs) == 2 * 8 * 161 * 2
+    parts = rpcs["n_tx_ns"] + rpcs["ps_queue_ns"] + rpcs["ps_proc_ns"] + rpcs["w_queue_ns"] + rpcs["w_proc_ns"]
+    assert (parts == rpcs["total_ns"]).all()
+    assert (rpcs[["n_tx_ns", "ps_queue_ns", "ps_proc_ns"]] >= 0).all().all()
+    pushes = rpcs[rpcs["kind"] == "push"]
+    assert (pushes["ps_proc_ns"] > 0).all() and (rpcs[rpcs["kind"] == "pull"]["ps_proc_ns"] == 0).all()
+    # the values sit on the response rows only
+    filled = r.events[r.events["n_tx_ns"].notna()]
+    assert set(filled["op"]) == {"push_response", "pull_response"}
+
+
+def test_ring_logs_have_no_rpc_breakdown(resnet_runs):
+    assert resnet_runs["ring"].events["n_tx_ns"].isna().all()
+    assert resnet_runs["ring"].rpcs.empty

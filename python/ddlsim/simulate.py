@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from . import _core
 from .analyze.breakdown import iteration_table
+from .analyze.rpc import fill_rpc_breakdown, rpc_table
 from .errors import ScenarioError
 from .scenario import Scenario, load_scenario, scenario_from_dict, with_overrides
 from .strategy import engine_document, engine_json
@@ -37,6 +38,11 @@ class SimulationResult:
     def iterations(self) -> pd.DataFrame:
         """Per-iteration time and breakdown (see ddlsim.analyze.breakdown)."""
         return iteration_table(self.events)
+
+    @cached_property
+    def rpcs(self) -> pd.DataFrame:
+        """Per-RPC latency breakdown (PS only; see ddlsim.analyze.rpc)."""
+        return rpc_table(self.events)
 
     @property
     def iteration_time_s(self) -> float:
@@ -127,6 +133,8 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: 
         raise ScenarioError(f"the engine rejected the scenario: {exc}") from None
     wall = time.perf_counter() - t0
     events = events_frame(columns, model, sc.workers)
+    if sc.strategy == "ps":
+        events = fill_rpc_breakdown(events)
     return SimulationResult(scenario=sc, model=model, events=events, stats=dict(stats), engine_document=document, wall_s=wall)
 
 
