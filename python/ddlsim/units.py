@@ -49,28 +49,26 @@ def parse_bandwidth(value: str | float | int) -> float:
     raise ValueError(f"unknown bandwidth unit {unit!r} in {value!r}; use Gbps, Mbps, Gbit/s or GB/s")
 
 
-def parse_duration_ns(value: str | float | int) -> int:
-    """Duration in integer nanoseconds, e.g. "10us", "0.01ms", "5ns"."""
+def _scaled(value: str | float | int, table: dict, base_unit: str, what: str, example: str, units: str) -> int:
+    """`value` in the table's base unit, rounded to an integer."""
     if isinstance(value, (int, float)):
-        number, unit = float(value), "s"
+        number, unit = float(value), base_unit
     else:
-        number, unit = _split(value, "duration", '"10us" or "1.5ms"')
-        unit = unit or "s"
-    if unit not in _TIME_NS:
-        raise ValueError(f"unknown time unit {unit!r} in {value!r}; use ns, us, ms or s")
-    return int(round(number * _TIME_NS[unit]))
+        number, unit = _split(value, what, example)
+        unit = unit or base_unit
+    if unit not in table:
+        raise ValueError(f"unknown {what} unit {unit!r} in {value!r}; use {units}")
+    return int(round(number * table[unit]))
+
+
+def parse_duration_ns(value: str | float | int) -> int:
+    """Duration in integer nanoseconds, e.g. "10us", "0.01ms", "5ns"; plain numbers are seconds."""
+    return _scaled(value, _TIME_NS, "s", "duration", '"10us" or "1.5ms"', "ns, us, ms or s")
 
 
 def parse_size_bytes(value: str | float | int) -> int:
     """Size in bytes, e.g. "100MB", "6.28MiB", 4096."""
-    if isinstance(value, (int, float)):
-        number, unit = float(value), "B"
-    else:
-        number, unit = _split(value, "size", '"100MB" or "64MiB"')
-        unit = unit or "B"
-    if unit not in _SIZE:
-        raise ValueError(f"unknown size unit {unit!r} in {value!r}; use B, KB, MB, GB, KiB, MiB or GiB")
-    return int(round(number * _SIZE[unit]))
+    return _scaled(value, _SIZE, "B", "size", '"100MB" or "64MiB"', "B, KB, MB, GB, KiB, MiB or GiB")
 
 
 def format_bandwidth(bps: float) -> str:
