@@ -80,3 +80,19 @@ def test_malformed_scenario_file_fails_clearly(tmp_path):
     assert p.returncode != 0
     assert "bad.toml: not valid TOML" in p.stderr and "Traceback" not in p.stderr
     assert not out.exists()
+
+
+def test_large_step_logs_keep_the_perfetto_trace_small(tmp_path, monkeypatch):
+    import ddlsim
+    from ddlsim import output
+
+    monkeypatch.setattr(output, "CHROME_STEP_LIMIT", 100)
+    r = ddlsim.simulate(model="lenet5", workers=4, iterations=1)
+    paths = r.save(tmp_path / "o")
+    trace = json.loads(paths["chrome_trace"].read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "allreduce" in " ".join(str(n) for n in names)
+    assert not any("ring_step" in str(e.get("args", {}).get("op", "")) for e in trace["traceEvents"])
+    assert any("ring-step rows left out" in n for n in r.notes)
+    events, _ = read_event_log(paths["events"])
+    assert (events["op"] == "ring_step").sum() == 4 * 2 * 3 * 10  # all steps stay in the Parquet log

@@ -62,6 +62,7 @@ def simulate(
     if out_dir is not None:
         paths = result.save(out_dir)
         summary["outputs"] = {k: str(v) for k, v in paths.items()}
+        summary["notes"] = list(result.notes)
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
@@ -78,6 +79,8 @@ def simulate(
     if out_dir is not None:
         for key, path in summary["outputs"].items():
             out.print(f"  {key:13s} {path}")
+    for note in result.notes:
+        out.print(f"[yellow]note:[/] {note}")
 
 
 @app.command()

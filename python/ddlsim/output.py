@@ -56,12 +56,33 @@ def save_result(result: "SimulationResult", out_dir: Path, timeline: bool = True
     return {key: Path(out_dir) / name for key, name in names.items()}
 
 
+# Above this many ring-step rows the Perfetto trace shows each rank's
+# all-reduce spans but not the steps inside them (a trace of millions of
+# slices is too slow to write and to open); the Parquet log keeps them all.
+CHROME_STEP_LIMIT = 100_000
+
+
+def chrome_view(events):
+    """The rows exported to the Perfetto trace, and a note if steps were left out."""
+    steps = events["op"] == "ring_step"
+    count = int(steps.sum())
+    if count <= CHROME_STEP_LIMIT:
+        return events, None
+    return events[~steps], (
+        f"{count:,} ring-step rows left out of the Perfetto trace (limit {CHROME_STEP_LIMIT:,}); "
+        "the all-reduce spans are there and every step is in the Parquet event log"
+    )
+
+
 def write_result_files(result: "SimulationResult", directory: Path, names: dict[str, str]) -> None:
     from .simulate import scenario_json
 
     metadata = {"source": "simulate", "scenario": json.loads(scenario_json(result.scenario)), "model": result.model.name}
     write_event_log(result.events, directory / names["events"], metadata=metadata)
-    write_chrome_trace(result.events, directory / names["chrome_trace"])
+    chrome_events, note = chrome_view(result.events)
+    write_chrome_trace(chrome_events, directory / names["chrome_trace"])
+    if note:
+        result.notes.append(note)
     result.iterations.to_csv(directory / names["iterations"], index=False)
     (directory / names["summary"]).write_text(json.dumps(result.summary(), indent=2) + "\n", encoding="utf-8")
     if "timeline" in names:

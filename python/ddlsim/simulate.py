@@ -33,6 +33,7 @@ class SimulationResult:
     stats: dict[str, Any]
     engine_document: dict = field(repr=False)
     wall_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @cached_property
     def iterations(self) -> pd.DataFrame:
@@ -85,6 +86,7 @@ class SimulationResult:
             "transfers": int(self.stats["transfers"]),
             "log_rows": int(len(self.events)),
             "wall_s": self.wall_s,
+            "notes": list(self.notes),
         }
 
     def save(self, out_dir: str | Path, timeline: bool = True) -> dict[str, Path]:
@@ -135,7 +137,13 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: 
     events = events_frame(columns, model, sc.workers)
     if sc.strategy == "ps":
         events = fill_rpc_breakdown(events)
-    return SimulationResult(scenario=sc, model=model, events=events, stats=dict(stats), engine_document=document, wall_s=wall)
+    result = SimulationResult(scenario=sc, model=model, events=events, stats=dict(stats), engine_document=document, wall_s=wall)
+    if sc.trace_detail == "auto" and document["trace_detail"] == "collective":
+        result.notes.append(
+            f"ring steps were simulated but not logged ({stats['transfers']:,} transfers); "
+            "the log has one row per rank per all-reduce. Use --trace-detail step to log every step"
+        )
+    return result
 
 
 def _column(columns: dict, name: str) -> np.ndarray:
