@@ -96,3 +96,29 @@ def test_large_step_logs_keep_the_perfetto_trace_small(tmp_path, monkeypatch):
     assert any("ring-step rows left out" in n for n in r.notes)
     events, _ = read_event_log(paths["events"])
     assert (events["op"] == "ring_step").sum() == 4 * 2 * 3 * 10  # all steps stay in the Parquet log
+
+
+def test_export_converts_a_ps_log_to_sketchdlc_chrome_and_csv(tmp_path):
+    run = tmp_path / "run"
+    assert ddlsim("simulate", "--model", "lenet5", "--workers", "2", "--strategy", "ps", "--iterations", "1",
+                  "--out", str(run)).returncode == 0
+    p = ddlsim("export", str(run / "events.parquet"), "--format", "sketchdlc", "--out", str(tmp_path / "dlc"))
+    assert p.returncode == 0, p.stderr
+    assert sorted(f.name for f in (tmp_path / "dlc").iterdir()) == ["s0.txt", "w0.txt", "w1.txt"]
+    text = (tmp_path / "dlc" / "w0.txt").read_text()
+    for operation in ("Push_Send_Worker", "Push_Recv_Worker", "Pull_Send_Worker", "Pull_Recv_Worker"):
+        assert operation in text
+    assert ddlsim("export", str(run / "events.parquet"), "-f", "chrome", "-o", str(tmp_path / "t.json")).returncode == 0
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert ddlsim("export", str(run / "events.parquet"), "-f", "csv", "-o", str(tmp_path / "e.csv")).returncode == 0
+    assert len(pd.read_csv(tmp_path / "e.csv")) == len(read_event_log(run / "events.parquet")[0])
+
+
+def test_export_of_a_missing_or_broken_log_fails_clearly(tmp_path):
+    p = ddlsim("export", str(tmp_path / "nope.parquet"), "-f", "chrome", "-o", str(tmp_path / "t.json"))
+    assert p.returncode == 2 and "nope.parquet" in p.stderr and "Traceback" not in p.stderr
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("not parquet")
+    p = ddlsim("export", str(bad), "-f", "chrome", "-o", str(tmp_path / "t.json"))
+    assert p.returncode == 2 and "bad.parquet" in p.stderr
+    assert not (tmp_path / "t.json").exists()

@@ -109,6 +109,33 @@ def models(layers: Optional[str] = typer.Option(None, "--layers", help="Show the
 
 
 @app.command()
+def export(
+    events: Path = typer.Argument(..., help="An event log (events.parquet)."),
+    fmt: str = typer.Option(..., "--format", "-f", help="chrome | sketchdlc | csv"),
+    out_path: Path = typer.Option(..., "--out", "-o", help="Output file (chrome, csv) or directory (sketchdlc)."),
+) -> None:
+    """Convert an event log: Perfetto/Chrome JSON, SketchDLC per-node text, or CSV."""
+    from .output import staged_directory
+    from .trace import read_event_log, write_chrome_trace, write_sketchdlc
+
+    if fmt not in ("chrome", "sketchdlc", "csv"):
+        raise DdlsimError(f"--format {fmt!r}: choose chrome, sketchdlc or csv")
+    log, _ = read_event_log(events)
+    if fmt == "chrome":
+        write_chrome_trace(log, out_path)
+    elif fmt == "csv":
+        with staged_directory(out_path.parent if str(out_path.parent) else Path(".")) as stage:
+            flat = log.assign(deps=log["deps"].map(lambda d: " ".join(str(int(x)) for x in d)))
+            flat.to_csv(stage / out_path.name, index=False)
+    else:
+        if not (log["op"].isin(["push_request", "push_response", "pull_request", "pull_response"])).any():
+            raise DdlsimError(f"{events}: SketchDLC describes parameter-server push/pull traffic; this log has none")
+        with staged_directory(out_path) as stage:
+            write_sketchdlc(log, stage)
+    out.print(f"wrote {out_path}")
+
+
+@app.command()
 def demo(out_dir: Path = typer.Option(Path("ddlsim-out"), "--out", "-o", help="Where to write the outputs.")) -> None:
     """Ring all-reduce vs parameter server for ResNet-50 on 8 workers at 10 Gbit/s."""
     from .demo import run_demo
