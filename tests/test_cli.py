@@ -122,3 +122,12 @@ def test_export_of_a_missing_or_broken_log_fails_clearly(tmp_path):
     p = ddlsim("export", str(bad), "-f", "chrome", "-o", str(tmp_path / "t.json"))
     assert p.returncode == 2 and "bad.parquet" in p.stderr
     assert not (tmp_path / "t.json").exists()
+
+
+def test_profile_flag_is_relative_to_the_working_directory(tmp_path):
+    (tmp_path / "prof.csv").write_text(
+        "layer,fwd_ms,bwd_ms\n" + "\n".join(f"{n},1,2" for n in ["conv1", "conv2", "fc1", "fc2", "fc3"]) + "\n"
+    )
+    p = ddlsim("simulate", "--model", "lenet5", "--workers", "2", "--profile", "prof.csv", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["compute_s"] == pytest.approx(0.015)

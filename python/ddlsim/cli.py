@@ -36,11 +36,17 @@ def simulate(
     network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow"),
     topology: Optional[str] = typer.Option(None, "--topology", help="star | leaf-spine"),
     oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help="Leaf-spine oversubscription ratio."),
+    hosts_per_leaf: Optional[int] = typer.Option(None, "--hosts-per-leaf", help="Leaf-spine: hosts under each leaf."),
+    spines: Optional[int] = typer.Option(None, "--spines", help="Leaf-spine: number of spine switches."),
+    placement: Optional[str] = typer.Option(None, "--placement", help="PS tensor placement: round-robin | size-balanced"),
     iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed."),
     jitter: Optional[float] = typer.Option(None, "--jitter", help="Coefficient of variation of compute times."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size."),
     device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | fp16"),
+    efficiency: Optional[float] = typer.Option(None, "--efficiency", help="Share of peak FLOP/s reached (0-1]."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms."),
     barrier: Optional[bool] = typer.Option(None, "--barrier/--no-barrier", help="Global barrier between iterations."),
     trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write event log, trace, tables and timeline here."),
@@ -52,7 +58,9 @@ def simulate(
     overrides = {
         "model": model, "workers": workers, "servers": servers, "strategy": strategy,
         "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
-        "oversubscription": oversubscription, "iterations": iterations, "seed": seed, "jitter": jitter,
+        "oversubscription": oversubscription, "hosts_per_leaf": hosts_per_leaf, "spines": spines,
+        "placement": placement, "precision": precision, "efficiency": efficiency,
+        "profile": str(profile.resolve()) if profile else None, "iterations": iterations, "seed": seed, "jitter": jitter,
         "batch_size": batch_size, "device": device, "barrier": barrier, "trace_detail": trace_detail,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
