@@ -78,6 +78,7 @@ def breakdown_figure(summaries: dict[str, dict], title: str = "") -> plt.Figure:
         bottom += values
     for x, total in enumerate(bottom):
         ax.text(x, total, f"{total:.1f} ms", ha="center", va="bottom")
+    ax.set_ylim(0, bottom.max() * 1.12 if len(bottom) and bottom.max() > 0 else 1)
     ax.set_ylabel("time per iteration (ms)")
     ax.set_title(title or "iteration time breakdown")
     ax.legend(fontsize=8)
