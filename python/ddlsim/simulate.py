@@ -113,7 +113,10 @@ def _resolve(scenario: Scenario | dict | str | Path | None, overrides: dict[str,
     if nested:
         data = base.model_dump(exclude={"base_dir"})
         for key, value in nested.items():
-            data.setdefault(key, {}).update(value) if isinstance(data.get(key), dict) else data.__setitem__(key, value)
+            if isinstance(data.get(key), dict):
+                data[key].update(value)
+            else:
+                data[key] = value
         base = scenario_from_dict(data, origin="arguments").model_copy(update={"base_dir": base.base_dir})
     return with_overrides(base, flat) if flat else base
 

@@ -105,13 +105,8 @@ struct Executor<'g> {
 const UNSET: Time = Time::MAX;
 const MAX_RING_ACTIONS: usize = 8;
 
-/// Runs `graph` to completion. Panics only on an internal inconsistency;
-/// a graph that cannot finish (a dependency cycle through streams) is
-/// reported in the error.
-pub fn run(graph: &Graph, network: Network, detail: TraceDetail) -> RunOutput {
-    try_run(graph, network, detail).unwrap_or_else(|e| panic!("{e}"))
-}
-
+/// Runs `graph` to completion on `network`. A graph that cannot finish
+/// (a dependency cycle through streams) is reported in the error.
 pub fn try_run(graph: &Graph, network: Network, detail: TraceDetail) -> Result<RunOutput, String> {
     let n = graph.len();
     let (succ_offsets, succ) = graph.successors();

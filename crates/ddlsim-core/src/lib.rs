@@ -14,7 +14,7 @@ pub mod ring;
 pub mod spec;
 pub mod training;
 
-pub use executor::{run, try_run, RunOutput};
+pub use executor::{try_run, RunOutput};
 pub use spec::TrainingSpec;
 
 /// Runs a training scenario end to end: lower it into a graph, execute it.

@@ -95,10 +95,6 @@ impl WaterFill {
 /// needs a pending event, so a rate change costs O(classes), not O(flows).
 #[derive(Debug, Clone)]
 struct Class {
-    #[allow(dead_code)]
-    src: u32,
-    #[allow(dead_code)]
-    dst: u32,
     path: Path,
     /// (target service, flow id), earliest first.
     members: BinaryHeap<Reverse<(OrderedBytes, u32)>>,
@@ -310,8 +306,6 @@ impl FlowNetwork {
     /// capacity and is simply off its links' lists.
     fn new_class(&mut self, now: Time, src: u32, dst: u32) -> u32 {
         self.classes.push(Class {
-            src,
-            dst,
             path: self.topo.route(src, dst),
             members: BinaryHeap::new(),
             service: 0.0,
