@@ -1,77 +1,114 @@
 //! Runs a workload graph on a network model and records the event log.
+//!
+//! The executor knows no algorithm: compute ops occupy their stream,
+//! transfers go to the [`NetworkModel`], collectives are driven by their
+//! [`Collective`] state machine, and each stream's [`StreamPolicy`] picks
+//! what runs next. Every wait it imposes is written into the log's deps:
+//! graph edges, the stream an op queued on (the row whose end freed the
+//! stream) and a collective step's causes (the deliveries it waited for
+//! and the joins of the members it met), so that each row's start equals
+//! the latest end among its deps, or its ready time when it has none.
 
-use std::collections::VecDeque;
+use rustc_hash::FxHashMap as HashMap;
 
+use crate::collective::{joined_op, new_collective, Action, Cause, Collective, NO_CAUSE};
 use crate::engine::{EventQueue, Time};
-use crate::graph::{Graph, Kind, OpCode, NO_STREAM};
-use crate::log::{EventLog, Row};
-use crate::network::{Network, Reschedule, Started};
-use crate::ring::{Ring, RingAction};
-use crate::spec::TraceDetail;
+use crate::graph::{Graph, Kind, PolicyKind, NO_STREAM};
+use crate::log::{EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
+use crate::network::{Delivery, FlowRecord, NetworkModel, Scheduler, TransferRequest};
+use crate::stream::{new_policy, StreamPolicy};
+
+/// How much of the inside of collectives goes into the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceDetail {
+    /// Every point-to-point step of every collective (a send and a recv row each).
+    Step,
+    /// One row per rank per collective; steps are simulated, not logged.
+    Collective,
+}
+
+/// Latest simulated time the engine accepts (about 146 years), so that
+/// sums of times never overflow.
+pub const MAX_TIME: Time = 1 << 62;
 
 /// What a finished run hands back.
 pub struct RunOutput {
     pub log: EventLog,
+    /// Names of the log's `op` codes: the graph's names, then collective step names.
+    pub op_names: Vec<String>,
     /// Events popped from the queue.
     pub events: u64,
-    /// Point-to-point transfers simulated (ring steps included).
+    /// Point-to-point transfers simulated (collective steps included).
     pub transfers: u64,
-    /// Max-min recomputations (flow model).
     pub recomputations: u64,
     /// Per rank: payload bytes handed to the network / delivered to it.
     pub bytes_sent: Vec<u64>,
     pub bytes_received: Vec<u64>,
     pub makespan: Time,
+    pub flows: Vec<FlowRecord>,
 }
 
-/// A ring step in flight, carried by its delivery event.
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    OpDone(u32),
+    Net(u64),
+}
+
+/// A collective step in flight, carried by its transfer slot.
 #[derive(Debug, Clone, Copy)]
 struct StepInFlight {
     collective: u32,
-    from: u32,
+    tag: u64,
+    /// Graph op of the sending member.
+    op: u32,
+    to_rank: u32,
     step: u32,
     row: i64,
+    message: i64,
     bytes: u64,
     ready: Time,
     start: Time,
-    deps: [i64; 2],
+    /// What it waited for: the collective's causes, and what freed a parked member's stream.
+    causes: [Cause; 5],
 }
 
-/// Who is waiting for a transfer: a graph op, or a ring step (index into
-/// the executor's slab of steps in flight, keeping events small).
 #[derive(Debug, Clone, Copy)]
 enum Owner {
     Op(u32),
     Step(u32),
 }
 
+/// A send a parked collective member wanted to make.
 #[derive(Debug, Clone, Copy)]
-enum Event {
-    OpDone(u32),
-    TxDone { class: u32, version: u32 },
-    /// Transfer slot delivered, if its generation still matches.
-    Delivered { transfer: u32, generation: u32 },
+struct Held {
+    collective: u32,
+    action: Action,
 }
 
-/// A transfer in flight. The generation changes when a promised delivery
-/// time is withdrawn, which makes the old delivery event stale.
-#[derive(Debug, Clone, Copy)]
-struct TransferSlot {
-    owner: Owner,
-    generation: u32,
+struct StreamState {
+    policy: Box<dyn StreamPolicy>,
+    current: Option<u32>,
+    /// Sends in flight of the current collective member (it can be parked only between sends).
+    in_flight: u32,
 }
 
-#[derive(Default)]
-struct Stream {
-    busy: bool,
-    waiting: VecDeque<u32>,
-}
-
-struct LiveRing {
-    ring: Ring,
+struct LiveCollective {
+    machine: Box<dyn Collective>,
     /// Graph op of each member (u32::MAX until it joins).
     ops: Vec<u32>,
 }
+
+/// The executor's event queue seen by a network model.
+struct NetQueue<'a>(&'a mut EventQueue<Event>);
+
+impl Scheduler for NetQueue<'_> {
+    fn schedule(&mut self, at: Time, token: u64) {
+        self.0.push(at, Event::Net(token));
+    }
+}
+
+const PARKED: u64 = 1 << 63;
+const UNSET: Time = Time::MAX;
 
 struct Executor<'g> {
     graph: &'g Graph,
@@ -81,36 +118,60 @@ struct Executor<'g> {
     ready: Vec<Time>,
     start: Vec<Time>,
     end: Vec<Time>,
-    streams: Vec<Stream>,
+    /// What freed the stream an op queued on ([`NO_CAUSE`] if it did not queue).
+    stream_dep: Vec<Cause>,
+    /// Recv row of each transfer op, and when its last byte left the sender.
+    recv_row: Vec<i64>,
+    tx_end: Vec<Time>,
+    message_of: Vec<i64>,
+    streams: Vec<StreamState>,
+    parked: HashMap<u32, Option<Held>>,
+    /// Parked members per collective.
+    parked_in: Vec<u32>,
     queue: EventQueue<Event>,
-    network: Network,
-    transfers_in_flight: Vec<TransferSlot>,
+    network: Box<dyn NetworkModel>,
+    transfer_owner: Vec<Owner>,
     free_transfers: Vec<u32>,
-    cancelled: Vec<u32>,
-    rings: Vec<Option<LiveRing>>,
-    resched: Vec<Reschedule>,
-    done_flows: Vec<(u32, Time)>,
+    collectives: Vec<Option<LiveCollective>>,
     detail: TraceDetail,
     step_log: EventLog,
+    step_op_names: Vec<u32>,
     flights: Vec<StepInFlight>,
     free_flights: Vec<u32>,
-    actions: Vec<RingAction>,
+    /// Scratch action lists, reused (issuing may start another collective while a batch is processed).
+    action_pool: Vec<Vec<Action>>,
+    deliveries: Vec<Delivery>,
     next_row: i64,
+    next_message: i64,
     transfers: u64,
     bytes_sent: Vec<u64>,
     bytes_received: Vec<u64>,
     finished_ops: usize,
 }
 
-const UNSET: Time = Time::MAX;
-const MAX_RING_ACTIONS: usize = 8;
-
 /// Runs `graph` to completion on `network`. A graph that cannot finish
-/// (a dependency cycle through streams) is reported in the error.
-pub fn try_run(graph: &Graph, network: Network, detail: TraceDetail) -> Result<RunOutput, String> {
+/// (a dependency cycle, a member that never joins its collective) or a
+/// time beyond [`MAX_TIME`] is reported in the error.
+pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -> Result<RunOutput, String> {
+    graph.check()?;
     let n = graph.len();
     let (succ_offsets, succ) = graph.successors();
-    let ranks = graph.ops.iter().map(|o| o.rank.max(o.peer.max(0) as u32) + 1).max().unwrap_or(0) as usize;
+    let ranks = graph.ranks() as usize;
+    let mut op_names = graph.op_names.clone();
+    let step_op_names = crate::collective::Algorithm::NAMES
+        .iter()
+        .enumerate()
+        .map(|(code, _)| {
+            let name = crate::collective::Algorithm::from_code(code as u8).expect("listed").step_op();
+            match op_names.iter().position(|n| n == name) {
+                Some(i) => i as u32,
+                None => {
+                    op_names.push(name.to_string());
+                    (op_names.len() - 1) as u32
+                }
+            }
+        })
+        .collect();
     let mut ex = Executor {
         graph,
         succ_offsets,
@@ -119,21 +180,31 @@ pub fn try_run(graph: &Graph, network: Network, detail: TraceDetail) -> Result<R
         ready: vec![UNSET; n],
         start: vec![UNSET; n],
         end: vec![UNSET; n],
-        streams: (0..graph.num_streams).map(|_| Stream::default()).collect(),
+        stream_dep: vec![-1; n],
+        recv_row: vec![-1; n],
+        tx_end: vec![0; n],
+        message_of: vec![-1; n],
+        streams: graph
+            .streams
+            .iter()
+            .map(|s| StreamState { policy: new_policy(s.policy), current: None, in_flight: 0 })
+            .collect(),
+        parked: HashMap::default(),
+        parked_in: vec![0; graph.collectives.len()],
         queue: EventQueue::new(),
         network,
-        transfers_in_flight: Vec::new(),
+        transfer_owner: Vec::new(),
         free_transfers: Vec::new(),
-        cancelled: Vec::new(),
-        rings: (0..graph.collectives.len()).map(|_| None).collect(),
-        resched: Vec::new(),
-        done_flows: Vec::new(),
+        collectives: (0..graph.collectives.len()).map(|_| None).collect(),
         detail,
         step_log: EventLog::new(),
+        step_op_names,
         flights: Vec::new(),
         free_flights: Vec::new(),
-        actions: Vec::new(),
+        action_pool: Vec::new(),
+        deliveries: Vec::new(),
         next_row: n as i64,
+        next_message: 0,
         transfers: 0,
         bytes_sent: vec![0; ranks],
         bytes_received: vec![0; ranks],
@@ -141,136 +212,262 @@ pub fn try_run(graph: &Graph, network: Network, detail: TraceDetail) -> Result<R
     };
     for id in 0..n as u32 {
         if ex.waiting_deps[id as usize] == 0 {
-            ex.make_ready(id, 0);
+            ex.make_ready(id, 0)?;
         }
     }
     while let Some((now, event)) = ex.queue.pop() {
+        if now > MAX_TIME {
+            return Err(format!(
+                "simulated time would pass {MAX_TIME} ns (about 146 years); the scenario's durations or sizes are far too large"
+            ));
+        }
         match event {
-            Event::OpDone(op) => ex.finish_op(op, now),
-            Event::TxDone { class, version } => {
-                let mut out = std::mem::take(&mut ex.resched);
-                let mut done = std::mem::take(&mut ex.done_flows);
-                ex.network.finish(now, class, version, &mut done, &mut out);
-                for &(transfer, latency) in &done {
-                    let generation = ex.transfers_in_flight[transfer as usize].generation;
-                    ex.queue.push(now + latency, Event::Delivered { transfer, generation });
+            Event::OpDone(op) => ex.finish_op(op, now)?,
+            Event::Net(token) => {
+                let mut delivered = std::mem::take(&mut ex.deliveries);
+                ex.network.on_event(now, token, &mut NetQueue(&mut ex.queue), &mut delivered)?;
+                for d in delivered.drain(..) {
+                    ex.delivered(d, now)?;
                 }
-                done.clear();
-                ex.done_flows = done;
-                ex.schedule(&mut out);
-                ex.resched = out;
-            }
-            Event::Delivered { transfer, generation } => {
-                let slot = ex.transfers_in_flight[transfer as usize];
-                if slot.generation != generation {
-                    continue;
-                }
-                ex.transfers_in_flight[transfer as usize].generation = generation.wrapping_add(1);
-                ex.free_transfers.push(transfer);
-                match slot.owner {
-                    Owner::Op(op) => {
-                        let o = &ex.graph.ops[op as usize];
-                        ex.bytes_received[o.peer as usize] += o.bytes;
-                        ex.finish_op(op, now);
-                    }
-                    Owner::Step(flight) => {
-                        let s = ex.flights[flight as usize];
-                        ex.free_flights.push(flight);
-                        ex.step_delivered(s, now);
-                    }
-                }
+                ex.deliveries = delivered;
             }
         }
     }
     if ex.finished_ops != n {
+        if std::env::var_os("DDLSIM_DEBUG_STUCK").is_some() {
+            for (i, st) in ex.streams.iter().enumerate() {
+                let cur = st.current.map(|o| (o, graph.ops[o as usize].collective, graph.ops[o as usize].priority, ex.parked.contains_key(&o)));
+                eprintln!("stream {i} rank {} current {:?} in_flight {} queued {:?}", graph.streams[i].rank, cur, st.in_flight, st.policy.peek_priority());
+            }
+            eprintln!("parked {:?}", ex.parked.keys().map(|&o| (o, graph.ops[o as usize].collective, graph.ops[o as usize].rank)).collect::<Vec<_>>());
+        }
         let stuck = (0..n).find(|&i| ex.end[i] == UNSET).unwrap_or(0);
+        let op = &graph.ops[stuck];
         return Err(format!(
-            "the workload graph cannot finish: {} of {} operations never ran (first: op {stuck}, {:?} on rank {})",
+            "the workload graph cannot finish: {} of {} operations never ran (first: op {stuck}, {} on rank {}); \
+             look for a dependency cycle or a collective member that never joins",
             n - ex.finished_ops,
             n,
-            graph.ops[stuck].code,
-            graph.ops[stuck].rank
+            graph.op_names[op.name as usize],
+            op.rank
         ));
     }
-    Ok(ex.into_output())
+    Ok(ex.into_output(op_names))
+}
+
+fn later(now: Time, by: u64) -> Result<Time, String> {
+    now.checked_add(by)
+        .filter(|&t| t <= MAX_TIME)
+        .ok_or_else(|| format!("simulated time would overflow: {now} ns + {by} ns is beyond {MAX_TIME} ns"))
 }
 
 impl<'g> Executor<'g> {
-    fn make_ready(&mut self, op: u32, now: Time) {
+    fn make_ready(&mut self, op: u32, now: Time) -> Result<(), String> {
         self.ready[op as usize] = now;
-        let stream = self.graph.ops[op as usize].stream;
-        if stream == NO_STREAM {
-            self.start_op(op, now);
-            return;
+        let o = &self.graph.ops[op as usize];
+        if o.stream == NO_STREAM {
+            return self.start_op(op, now);
         }
-        let s = &mut self.streams[stream as usize];
-        if s.busy {
-            s.waiting.push_back(op);
-        } else {
-            s.busy = true;
-            self.start_op(op, now);
+        let s = o.stream as usize;
+        let priority = o.priority;
+        match self.streams[s].current {
+            None => {
+                self.streams[s].current = Some(op);
+                self.start_op(op, now)
+            }
+            Some(running) => {
+                self.streams[s].policy.push(op as u64, priority, false);
+                // Whatever runs now instead of the current member waited for this op to be ready.
+                let arrival = crate::collective::join_cause(op);
+                self.maybe_preempt_idle(s, running, now, arrival)?;
+                self.maybe_yield(s, now, arrival)
+            }
         }
     }
 
-    fn start_op(&mut self, id: u32, now: Time) {
+    /// Under a priority policy, ranks may pick their collectives in different
+    /// orders; a member whose next send waits for a member that has not
+    /// joined yet (nothing sent in between) yields its stream to the next
+    /// queued op, and resumes later, so that no such order deadlocks.
+    fn maybe_yield(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+        if self.graph.streams[s].policy == PolicyKind::Fifo {
+            return Ok(());
+        }
+        let st = &self.streams[s];
+        let Some(op) = st.current else { return Ok(()) };
+        let o = &self.graph.ops[op as usize];
+        if o.kind != Kind::Collective || st.in_flight > 0 || st.policy.peek_priority().is_none() {
+            return Ok(());
+        }
+        if !self.waits_for_a_join(op) {
+            return Ok(());
+        }
+        // Yield only to an item that can make progress, so that two waiting
+        // members never swap forever (a preemption undone here is redone at
+        // the resumed member's next chunk boundary).
+        let mut skipped = Vec::new();
+        let mut found = None;
+        while let Some(item) = self.streams[s].policy.pop() {
+            let item_op = (item & !PARKED) as u32;
+            if item & PARKED != 0 && self.waits_for_a_join(item_op) {
+                skipped.push(item);
+            } else {
+                found = Some(item);
+                break;
+            }
+        }
+        for item in skipped {
+            let o = (item & !PARKED) as u32;
+            self.streams[s].policy.push(item, self.graph.ops[o as usize].priority, item & PARKED != 0);
+        }
+        let Some(next) = found else { return Ok(()) };
+        self.park(s, op, None);
+        self.run_item(s, next, now, release)
+    }
+
+    /// True if collective op `op`'s member waits for a member that has not joined.
+    fn waits_for_a_join(&self, op: u32) -> bool {
+        let o = &self.graph.ops[op as usize];
+        o.kind == Kind::Collective
+            && self.collectives[o.collective as usize].as_ref().is_some_and(|live| live.machine.waits_for_a_join(o.member))
+    }
+
+    /// A more urgent op arrived while the stream's collective member waits
+    /// between sends: park the member and run the op.
+    fn maybe_preempt_idle(&mut self, s: usize, running: u32, now: Time, release: Cause) -> Result<(), String> {
+        let st = &self.streams[s];
+        if !st.policy.preempts() || st.in_flight > 0 || self.graph.ops[running as usize].kind != Kind::Collective {
+            return Ok(());
+        }
+        if st.policy.peek_priority().is_some_and(|p| p < self.graph.ops[running as usize].priority) {
+            self.park(s, running, None);
+            self.run_next(s, now, release)?;
+        }
+        Ok(())
+    }
+
+    fn park(&mut self, s: usize, op: u32, held: Option<Held>) {
+        self.parked.insert(op, held);
+        self.parked_in[self.graph.ops[op as usize].collective as usize] += 1;
+        let st = &mut self.streams[s];
+        st.current = None;
+        st.policy.push(PARKED | op as u64, self.graph.ops[op as usize].priority, true);
+    }
+
+    /// The stream is free (`release` is what freed it): start or resume what its policy picks.
+    fn run_next(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+        let Some(item) = self.streams[s].policy.pop() else {
+            self.streams[s].current = None;
+            return Ok(());
+        };
+        self.run_item(s, item, now, release)
+    }
+
+    fn run_item(&mut self, s: usize, item: u64, now: Time, release: Cause) -> Result<(), String> {
+        let op = (item & !PARKED) as u32;
+        self.streams[s].current = Some(op);
+        self.streams[s].in_flight = 0;
+        if item & PARKED != 0 {
+            let held = self.parked.remove(&op).expect("a parked member is in the parked map");
+            self.parked_in[self.graph.ops[op as usize].collective as usize] -= 1;
+            match held {
+                // Resumed: the held send also waited for what freed the stream.
+                Some(Held { collective, action }) => self.issue(collective as usize, action, now, release)?,
+                None => self.maybe_yield(s, now, release)?,
+            }
+            return Ok(());
+        }
+        // An op that runs because it arrived waited for nothing but its own deps.
+        self.stream_dep[op as usize] = if release == crate::collective::join_cause(op) { NO_CAUSE } else { release };
+        self.start_op(op, now)
+    }
+
+    fn start_op(&mut self, id: u32, now: Time) -> Result<(), String> {
         self.start[id as usize] = now;
         let op = &self.graph.ops[id as usize];
         match op.kind {
-            Kind::Compute => self.queue.push(now + op.duration, Event::OpDone(id)),
-            Kind::Barrier => self.queue.push(now, Event::OpDone(id)),
-            Kind::Transfer => {
-                let (src, dst, bytes) = (op.rank, op.peer as u32, op.bytes);
-                self.start_transfer(now, src, dst, bytes, Owner::Op(id));
+            Kind::Compute => {
+                let t = later(now, op.duration)?;
+                self.queue.push(t, Event::OpDone(id));
             }
-            Kind::Collective => self.join_collective(id, now),
+            Kind::Barrier | Kind::Marker => self.queue.push(now, Event::OpDone(id)),
+            Kind::Transfer => {
+                let message = self.new_message();
+                self.message_of[id as usize] = message;
+                let (src, dst, bytes, band, tenant) = (op.rank, op.peer as u32, op.bytes, op.band, op.tenant);
+                self.start_transfer(now, src, dst, bytes, band, tenant, message, Owner::Op(id))?;
+            }
+            Kind::Collective => self.join_collective(id, now)?,
         }
+        Ok(())
     }
 
-    fn start_transfer(&mut self, now: Time, src: u32, dst: u32, bytes: u64, owner: Owner) {
+    fn new_message(&mut self) -> i64 {
+        self.next_message += 1;
+        self.next_message - 1
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_transfer(
+        &mut self,
+        now: Time,
+        src: u32,
+        dst: u32,
+        bytes: u64,
+        band: u8,
+        tenant: u32,
+        message: i64,
+        owner: Owner,
+    ) -> Result<(), String> {
         self.transfers += 1;
         self.bytes_sent[src as usize] += bytes;
         let id = match self.free_transfers.pop() {
             Some(id) => {
-                self.transfers_in_flight[id as usize].owner = owner;
+                self.transfer_owner[id as usize] = owner;
                 id
             }
             None => {
-                self.transfers_in_flight.push(TransferSlot { owner, generation: 0 });
-                (self.transfers_in_flight.len() - 1) as u32
+                self.transfer_owner.push(owner);
+                (self.transfer_owner.len() - 1) as u32
             }
         };
-        let mut out = std::mem::take(&mut self.resched);
-        let mut cancelled = std::mem::take(&mut self.cancelled);
-        let started = self.network.start(now, id, src, dst, bytes, &mut out, &mut cancelled);
-        for &withdrawn in &cancelled {
-            let slot = &mut self.transfers_in_flight[withdrawn as usize];
-            slot.generation = slot.generation.wrapping_add(1);
-        }
-        cancelled.clear();
-        self.cancelled = cancelled;
-        if let Started::DeliveredAt(t) = started {
-            let generation = self.transfers_in_flight[id as usize].generation;
-            self.queue.push(t, Event::Delivered { transfer: id, generation });
-        }
-        self.schedule(&mut out);
-        self.resched = out;
+        let req = TransferRequest { id, message: message as u64, src, dst, bytes, band, tenant };
+        self.network.start(now, req, &mut NetQueue(&mut self.queue))
     }
 
-    fn schedule(&mut self, out: &mut Vec<Reschedule>) {
-        for r in out.drain(..) {
-            self.queue.push(r.done_at, Event::TxDone { class: r.class, version: r.version });
+    fn delivered(&mut self, d: Delivery, now: Time) -> Result<(), String> {
+        self.free_transfers.push(d.id);
+        match self.transfer_owner[d.id as usize] {
+            Owner::Op(op) => {
+                let o = &self.graph.ops[op as usize];
+                self.bytes_received[o.peer as usize] += o.bytes;
+                self.tx_end[op as usize] = d.tx_end;
+                self.recv_row[op as usize] = self.new_row();
+                self.finish_op(op, now)
+            }
+            Owner::Step(flight) => {
+                let f = self.flights[flight as usize];
+                self.free_flights.push(flight);
+                self.bytes_received[f.to_rank as usize] += f.bytes;
+                self.step_delivered(f, d.tx_end, now)
+            }
         }
     }
 
-    fn finish_op(&mut self, id: u32, now: Time) {
+    fn new_row(&mut self) -> i64 {
+        self.next_row += 1;
+        self.next_row - 1
+    }
+
+    fn finish_op(&mut self, id: u32, now: Time) -> Result<(), String> {
         self.end[id as usize] = now;
         self.finished_ops += 1;
-        let stream = self.graph.ops[id as usize].stream;
-        if stream != NO_STREAM {
-            match self.streams[stream as usize].waiting.pop_front() {
-                Some(next) => self.start_op(next, now),
-                None => self.streams[stream as usize].busy = false,
-            }
+        let op = &self.graph.ops[id as usize];
+        let stream = op.stream;
+        if stream != NO_STREAM && self.streams[stream as usize].current == Some(id) {
+            // A transfer holds its stream until delivery: its recv row frees it.
+            let release = if op.kind == Kind::Transfer { self.recv_row[id as usize] } else { id as i64 };
+            self.run_next(stream as usize, now, release)?;
         }
         let (a, b) = (self.succ_offsets[id as usize] as usize, self.succ_offsets[id as usize + 1] as usize);
         for k in a..b {
@@ -278,150 +475,311 @@ impl<'g> Executor<'g> {
             let w = &mut self.waiting_deps[s as usize];
             *w -= 1;
             if *w == 0 {
-                self.make_ready(s, now);
+                self.make_ready(s, now)?;
             }
         }
+        Ok(())
     }
 
-    fn join_collective(&mut self, id: u32, now: Time) {
+    fn join_collective(&mut self, id: u32, now: Time) -> Result<(), String> {
         let op = &self.graph.ops[id as usize];
         let c = op.collective as usize;
         let member = op.member;
         let spec = &self.graph.collectives[c];
-        let live = self.rings[c].get_or_insert_with(|| LiveRing {
-            ring: Ring::new(spec.members.len() as u32, spec.bytes),
+        let track = self.detail == TraceDetail::Step;
+        let live = self.collectives[c].get_or_insert_with(|| LiveCollective {
+            machine: new_collective(spec.algorithm, spec.members.len() as u32, spec.bytes, track),
             ops: vec![u32::MAX; spec.members.len()],
         });
-        live.ops[member as usize] = id;
-        let mut actions = std::mem::take(&mut self.actions);
-        live.ring.join(now, member, &mut actions);
-        self.apply_ring_actions(c, &mut actions, now);
-        self.actions = actions;
-    }
-
-    fn step_delivered(&mut self, s: StepInFlight, now: Time) {
-        let c = s.collective as usize;
-        let spec = &self.graph.collectives[c];
-        let n = spec.members.len() as u32;
-        let from_rank = spec.members[s.from as usize];
-        let to = (s.from + 1) % n;
-        let to_rank = spec.members[to as usize];
-        self.bytes_received[to_rank as usize] += s.bytes;
-        let live = self.rings[c].as_mut().expect("ring live while steps fly");
-        live.ring.recv_row[to as usize] = s.row;
-        if self.detail == TraceDetail::Step {
-            let graph_op = &self.graph.ops[live.ops[s.from as usize] as usize];
-            let row = Row {
-                id: s.row,
-                iteration: graph_op.iteration,
-                rank: from_rank as i32,
-                kind: Kind::Transfer,
-                op: OpCode::RingStep,
-                layer: graph_op.layer,
-                tensor: graph_op.tensor,
-                peer: to_rank as i32,
-                bytes: s.bytes as i64,
-                priority: graph_op.priority,
-                collective: c as i64,
-                step: s.step as i32,
-                rpc: -1,
-                ready: s.ready,
-                start: s.start,
-                end: now,
-            };
-            self.step_log.push(row, s.deps.into_iter().filter(|&d| d >= 0));
+        if live.ops[member as usize] != u32::MAX {
+            return Err(format!("collective {c}: member {member} joined twice (ops {} and {id})", live.ops[member as usize]));
         }
-        let mut actions = std::mem::take(&mut self.actions);
-        live.ring.delivered(now, s.from, &mut actions);
-        self.apply_ring_actions(c, &mut actions, now);
-        self.actions = actions;
-    }
-
-    fn apply_ring_actions(&mut self, c: usize, actions: &mut Vec<RingAction>, now: Time) {
-        // Copy the batch out (a ring call yields at most four actions):
-        // finishing an op may start another collective, which needs the
-        // scratch vector.
-        let n = actions.len();
-        assert!(n <= MAX_RING_ACTIONS, "ring produced {n} actions at once");
-        let mut batch = [RingAction::Done { member: 0 }; MAX_RING_ACTIONS];
-        batch[..n].copy_from_slice(actions);
-        actions.clear();
-        for &action in &batch[..n] {
-            match action {
-                RingAction::Send { from, step, bytes, ready } => {
-                    let spec = &self.graph.collectives[c];
-                    let n = spec.members.len() as u32;
-                    let (src, dst) = (spec.members[from as usize], spec.members[((from + 1) % n) as usize]);
-                    let live = self.rings[c].as_mut().expect("ring live");
-                    // A step depends on what it waited for: step 0 on what made its
-                    // collective ready (the collective itself ends after its steps).
-                    let deps = if step == 0 {
-                        let op = live.ops[from as usize];
-                        [self.graph.deps(op).first().map_or(-1, |&d| d as i64), -1]
-                    } else {
-                        [live.ring.recv_row[from as usize], live.ring.send_row[from as usize]]
-                    };
-                    let row = self.next_row;
-                    self.next_row += 1;
-                    live.ring.send_row[from as usize] = row;
-                    let flight = StepInFlight { collective: c as u32, from, step, row, bytes, ready, start: now, deps };
-                    let slot = match self.free_flights.pop() {
-                        Some(slot) => {
-                            self.flights[slot as usize] = flight;
-                            slot
-                        }
-                        None => {
-                            self.flights.push(flight);
-                            (self.flights.len() - 1) as u32
-                        }
-                    };
-                    self.start_transfer(now, src, dst, bytes, Owner::Step(slot));
-                }
-                RingAction::Done { member } => {
-                    let op = self.rings[c].as_ref().expect("ring live").ops[member as usize];
-                    self.finish_op(op, now);
+        live.ops[member as usize] = id;
+        let cause = crate::collective::join_cause(id);
+        let mut actions = self.action_pool.pop().unwrap_or_default();
+        live.machine.join(now, member, cause, &mut actions);
+        self.apply(c, actions, now, cause)?;
+        let stream = self.graph.ops[id as usize].stream;
+        if stream != NO_STREAM && self.streams[stream as usize].current == Some(id) {
+            self.maybe_yield(stream as usize, now, cause)?;
+        }
+        if self.parked_in[c] > 0 {
+            // Members parked while waiting for this one may run again: their streams reconsider.
+            let members: Vec<u32> = match &self.collectives[c] {
+                Some(live) => live.ops.iter().copied().filter(|op| self.parked.contains_key(op)).collect(),
+                None => Vec::new(),
+            };
+            for op in members {
+                let s = self.graph.ops[op as usize].stream as usize;
+                match self.streams[s].current {
+                    Some(running) => {
+                        self.maybe_preempt_idle(s, running, now, cause)?;
+                        self.maybe_yield(s, now, cause)?;
+                    }
+                    None => self.run_next(s, now, cause)?,
                 }
             }
         }
-        if self.rings[c].as_ref().is_some_and(|live| live.ring.complete()) {
-            self.rings[c] = None;
+        Ok(())
+    }
+
+    fn step_delivered(&mut self, f: StepInFlight, tx_end: Time, now: Time) -> Result<(), String> {
+        let c = f.collective as usize;
+        let from_op = &self.graph.ops[f.op as usize];
+        let stream = from_op.stream;
+        if stream != NO_STREAM && self.streams[stream as usize].current == Some(f.op) {
+            self.streams[stream as usize].in_flight -= 1;
+        }
+        let mut recv_row = NO_CAUSE;
+        if self.detail == TraceDetail::Step {
+            recv_row = self.new_row();
+            let send = Row {
+                id: f.row,
+                iteration: from_op.iteration,
+                rank: from_op.rank as i32,
+                kind: KIND_SEND,
+                op: self.step_op_names[self.graph.collectives[c].algorithm as usize],
+                layer: from_op.layer,
+                tensor: from_op.tensor,
+                group: from_op.group,
+                peer: f.to_rank as i32,
+                message: f.message,
+                bytes: f.bytes as i64,
+                priority: from_op.priority,
+                tenant: from_op.tenant as i32,
+                collective: c as i64,
+                step: f.step as i32,
+                rpc: -1,
+                stream: stream_index(stream),
+                ready: f.ready,
+                start: f.start,
+                end: tx_end,
+            };
+            let recv = Row {
+                id: recv_row,
+                rank: f.to_rank as i32,
+                kind: KIND_RECV,
+                peer: from_op.rank as i32,
+                stream: -1,
+                ready: tx_end,
+                start: tx_end,
+                end: now,
+                ..send
+            };
+            let mut causes = Vec::with_capacity(4);
+            for cause in f.causes {
+                self.expand_cause(cause, &mut causes);
+            }
+            causes.sort_unstable();
+            causes.dedup();
+            self.step_log.push(send, causes);
+            self.step_log.push(recv, [f.row]);
+        }
+        let live = self.collectives[c].as_mut().expect("collective live while steps fly");
+        let mut actions = self.action_pool.pop().unwrap_or_default();
+        live.machine.delivered(now, f.tag, recv_row, &mut actions);
+        self.apply(c, actions, now, recv_row)?;
+        // The sender may now be idle between sends: a chunk boundary.
+        if stream != NO_STREAM {
+            let st = &self.streams[stream as usize];
+            if st.current == Some(f.op) && st.in_flight == 0 {
+                self.maybe_preempt_idle(stream as usize, f.op, now, recv_row)?;
+                self.maybe_yield(stream as usize, now, recv_row)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A row id as is; a join as the recorded deps of the joining op.
+    fn expand_cause(&self, cause: Cause, out: &mut Vec<i64>) {
+        if cause >= 0 {
+            out.push(cause);
+        } else if let Some(op) = joined_op(cause) {
+            self.op_deps(op, out);
         }
     }
 
-    fn into_output(self) -> RunOutput {
+    /// Recorded deps of an op's row: graph edges (a transfer dep stands for
+    /// its recv row) and the stream it queued on.
+    fn op_deps(&self, op: u32, out: &mut Vec<i64>) {
+        for &d in self.graph.deps(op) {
+            let d = d as usize;
+            out.push(if self.graph.ops[d].kind == Kind::Transfer { self.recv_row[d] } else { d as i64 });
+        }
+        self.expand_cause(self.stream_dep[op as usize], out);
+    }
+
+    /// Carries out a collective's actions; `trigger` is the event that produced them.
+    fn apply(&mut self, c: usize, mut actions: Vec<Action>, now: Time, trigger: Cause) -> Result<(), String> {
+        let result = self.apply_batch(c, &actions, now, trigger);
+        actions.clear();
+        self.action_pool.push(actions);
+        result
+    }
+
+    fn apply_batch(&mut self, c: usize, batch: &[Action], now: Time, trigger: Cause) -> Result<(), String> {
+        for &action in batch {
+            let member = match action {
+                Action::Send { from, .. } => from,
+                Action::Done { member } => member,
+            };
+            let op = self.collectives[c].as_ref().expect("collective live").ops[member as usize];
+            if let Some(held) = self.parked.get_mut(&op) {
+                match action {
+                    Action::Send { .. } => {
+                        debug_assert!(held.is_none(), "a parked member holds one send at most");
+                        *held = Some(Held { collective: c as u32, action });
+                        continue;
+                    }
+                    Action::Done { .. } => {
+                        // Finished by receipts while parked: no longer waiting to resume.
+                        self.parked.remove(&op);
+                        self.parked_in[c] -= 1;
+                        self.unpark_item(op);
+                    }
+                }
+            }
+            match action {
+                Action::Send { .. } => {
+                    let o = &self.graph.ops[op as usize];
+                    let s = o.stream;
+                    if s != NO_STREAM {
+                        let st = &self.streams[s as usize];
+                        if st.policy.preempts() && st.policy.peek_priority().is_some_and(|p| p < o.priority) {
+                            self.park(s as usize, op, Some(Held { collective: c as u32, action }));
+                            self.run_next(s as usize, now, trigger)?;
+                            continue;
+                        }
+                    }
+                    self.issue(c, action, now, NO_CAUSE)?;
+                }
+                Action::Done { .. } => self.finish_op(op, now)?,
+            }
+        }
+        if self.collectives[c].as_ref().is_some_and(|live| live.machine.complete()) {
+            self.collectives[c] = None;
+        }
+        Ok(())
+    }
+
+    /// Drops a parked member's resume entry from its stream's queue.
+    fn unpark_item(&mut self, op: u32) {
+        let s = self.graph.ops[op as usize].stream as usize;
+        let st = &mut self.streams[s];
+        let mut kept = Vec::new();
+        while let Some(item) = st.policy.pop() {
+            if item != PARKED | op as u64 {
+                kept.push(item);
+            }
+        }
+        for item in kept {
+            let o = (item & !PARKED) as u32;
+            st.policy.push(item, self.graph.ops[o as usize].priority, item & PARKED != 0);
+        }
+    }
+
+    fn issue(&mut self, c: usize, action: Action, now: Time, resumed_after: Cause) -> Result<(), String> {
+        let Action::Send { from, to, bytes, tag, step, ready, causes } = action else { return Ok(()) };
+        let live = self.collectives[c].as_ref().expect("collective live");
+        let op = live.ops[from as usize];
+        let spec = &self.graph.collectives[c];
+        let (src, dst) = (spec.members[from as usize], spec.members[to as usize]);
+        let o = &self.graph.ops[op as usize];
+        let (band, tenant, stream) = (o.band, o.tenant, o.stream);
+        if stream != NO_STREAM && self.streams[stream as usize].current == Some(op) {
+            self.streams[stream as usize].in_flight += 1;
+        }
+        let row = if self.detail == TraceDetail::Step { self.new_row() } else { -1 };
+        let message = self.new_message();
+        let [a, b, rendezvous_a, rendezvous_b] = causes;
+        let causes = [a, b, rendezvous_a, rendezvous_b, resumed_after];
+        let flight = StepInFlight { collective: c as u32, tag, op, to_rank: dst, step, row, message, bytes, ready, start: now, causes };
+        let slot = match self.free_flights.pop() {
+            Some(slot) => {
+                self.flights[slot as usize] = flight;
+                slot
+            }
+            None => {
+                self.flights.push(flight);
+                (self.flights.len() - 1) as u32
+            }
+        };
+        self.start_transfer(now, src, dst, bytes, band, tenant, message, Owner::Step(slot))
+    }
+
+    fn into_output(self, op_names: Vec<String>) -> RunOutput {
         let g = self.graph;
         let mut log = EventLog::new();
+        let mut deps = Vec::new();
         for (i, op) in g.ops.iter().enumerate() {
+            let kind = match op.kind {
+                Kind::Compute => KIND_COMPUTE,
+                Kind::Transfer => KIND_SEND,
+                Kind::Collective => KIND_COLLECTIVE,
+                Kind::Barrier => KIND_BARRIER,
+                Kind::Marker => KIND_MARKER,
+            };
             let row = Row {
                 id: i as i64,
                 iteration: op.iteration,
                 rank: op.rank as i32,
-                kind: op.kind,
-                op: op.code,
+                kind,
+                op: op.name,
                 layer: op.layer,
                 tensor: op.tensor,
+                group: op.group,
                 peer: op.peer,
+                message: self.message_of[i],
                 bytes: op.bytes as i64,
                 priority: op.priority,
+                tenant: op.tenant as i32,
                 collective: op.collective,
                 step: -1,
                 rpc: op.rpc,
+                stream: stream_index(op.stream),
                 ready: self.ready[i],
                 start: self.start[i],
-                end: self.end[i],
+                end: if op.kind == Kind::Transfer { self.tx_end[i] } else { self.end[i] },
             };
-            log.push(row, g.deps(i as u32).iter().map(|&d| d as i64));
+            deps.clear();
+            self.op_deps(i as u32, &mut deps);
+            log.push(row, deps.iter().copied());
+            if op.kind == Kind::Transfer {
+                let recv = Row {
+                    id: self.recv_row[i],
+                    rank: op.peer,
+                    kind: KIND_RECV,
+                    peer: op.rank as i32,
+                    stream: -1,
+                    ready: self.tx_end[i],
+                    start: self.tx_end[i],
+                    end: self.end[i],
+                    ..row
+                };
+                log.push(recv, [i as i64]);
+            }
         }
         log.append(self.step_log);
         let makespan = self.end.iter().copied().max().unwrap_or(0);
+        let mut network = self.network;
         RunOutput {
             log,
+            op_names,
             events: self.queue.processed(),
             transfers: self.transfers,
-            recomputations: self.network.recomputations(),
+            recomputations: network.stats().recomputations,
             bytes_sent: self.bytes_sent,
             bytes_received: self.bytes_received,
             makespan,
+            flows: network.take_flows(),
         }
+    }
+}
+
+fn stream_index(stream: u32) -> i32 {
+    if stream == NO_STREAM {
+        -1
+    } else {
+        stream as i32
     }
 }

@@ -1,73 +1,67 @@
 //! The workload graph: operations on ranks joined by dependencies.
 //!
-//! An operation is ready when every operation it depends on has ended. Ops
-//! that name a stream run one at a time on it, in the order they became
-//! ready (a GPU compute stream, a communication stream, a server's CPU).
+//! This is the engine's whole input. It knows no training algorithm:
+//! producers (training lowering, replay of a capture, a user's own code)
+//! build it, the executor runs it. An operation is ready when every
+//! operation it depends on has ended. Ops that name a stream are run one
+//! at a time on it, in the order its [`crate::stream::StreamPolicy`] picks.
+
+use crate::collective::Algorithm;
 
 /// What an operation does; decides how the executor runs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
-    /// Occupies its rank for `duration` ns.
+    /// Occupies its stream for `duration` ns.
     Compute = 0,
-    /// Moves `bytes` from `rank` to `peer` over the network.
+    /// A message of `bytes` from `rank` to `peer` (logged as a send row on
+    /// the sender and a recv row on the receiver).
     Transfer = 1,
-    /// This rank's part in collective `collective` (lowered at run time).
+    /// This rank's part in collective `collective` (lowered at run time by
+    /// its [`crate::collective::Collective`]).
     Collective = 2,
     /// Zero-duration synchronisation point.
     Barrier = 3,
+    /// Zero-duration marker (e.g. an iteration boundary in a capture).
+    Marker = 4,
 }
 
-/// The finer name of an operation, written to the event log's `op` column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum OpCode {
-    Forward = 0,
-    Backward = 1,
-    Update = 2,
-    PushRequest = 3,
-    PushResponse = 4,
-    PullRequest = 5,
-    PullResponse = 6,
-    RingStep = 7,
-    Send = 8,
-    AllReduce = 9,
-    Barrier = 10,
+impl Kind {
+    pub fn from_code(code: u8) -> Option<Kind> {
+        Some(match code {
+            0 => Kind::Compute,
+            1 => Kind::Transfer,
+            2 => Kind::Collective,
+            3 => Kind::Barrier,
+            4 => Kind::Marker,
+            _ => return None,
+        })
+    }
 }
 
-impl OpCode {
-    pub const NAMES: [&'static str; 11] = [
-        "forward",
-        "backward",
-        "update",
-        "push_request",
-        "push_response",
-        "pull_request",
-        "pull_response",
-        "ring_step",
-        "send",
-        "allreduce",
-        "barrier",
-    ];
-}
-
+/// No stream: the op starts as soon as it is ready.
 pub const NO_STREAM: u32 = u32::MAX;
 
 #[derive(Debug, Clone)]
 pub struct Op {
     pub kind: Kind,
-    pub code: OpCode,
+    /// Index into [`Graph::op_names`] (the log's open `op` vocabulary).
+    pub name: u32,
     pub rank: u32,
     /// Receiver of a transfer, -1 otherwise.
     pub peer: i32,
-    pub bytes: u64,
-    pub duration: u64,
-    pub priority: i32,
-    /// Global stream index, or [`NO_STREAM`].
     pub stream: u32,
+    pub duration: u64,
+    pub bytes: u64,
+    /// Scheduling priority: lower runs first under a priority stream policy.
+    pub priority: i32,
+    /// Network priority band of the op's transfers (0 = highest).
+    pub band: u8,
+    pub tenant: u32,
     pub iteration: i32,
     pub layer: i32,
     pub tensor: i32,
+    pub group: i32,
     pub collective: i64,
     /// This rank's position in the collective's member list.
     pub member: u32,
@@ -75,19 +69,22 @@ pub struct Op {
 }
 
 impl Op {
-    pub fn new(kind: Kind, code: OpCode, rank: u32) -> Self {
+    pub fn new(kind: Kind, name: u32, rank: u32) -> Self {
         Op {
             kind,
-            code,
+            name,
             rank,
             peer: -1,
-            bytes: 0,
-            duration: 0,
-            priority: 0,
             stream: NO_STREAM,
+            duration: 0,
+            bytes: 0,
+            priority: 0,
+            band: 0,
+            tenant: 0,
             iteration: -1,
             layer: -1,
             tensor: -1,
+            group: -1,
             collective: -1,
             member: 0,
             rpc: -1,
@@ -95,27 +92,85 @@ impl Op {
     }
 }
 
-/// A collective operation: which ranks take part and how many bytes each
-/// contributes (all-reduce of `bytes`).
+/// The collective type written to the log (`coll_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CollectiveType {
+    AllReduce = 0,
+}
+
+/// One collective instance: which ranks take part and how many bytes each contributes.
 #[derive(Debug, Clone)]
 pub struct CollectiveSpec {
+    pub algorithm: Algorithm,
+    pub coll_type: CollectiveType,
     pub members: Vec<u32>,
     pub bytes: u64,
 }
 
-/// Ops plus dependencies in compressed-sparse-row form.
+/// Which ready op a stream runs next (see [`crate::stream`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyKind {
+    Fifo,
+    /// Lowest `priority` first; with `preempt`, a running collective yields
+    /// to a more urgent op at its chunk boundaries.
+    Priority { preempt: bool },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct StreamSpec {
+    pub rank: u32,
+    /// Index into [`Graph::stream_names`].
+    pub name: u32,
+    pub policy: PolicyKind,
+}
+
+/// Ops plus dependencies in compressed-sparse-row form, the collectives,
+/// streams and the rank -> host map.
 #[derive(Debug, Default, Clone)]
 pub struct Graph {
     pub ops: Vec<Op>,
     dep_offsets: Vec<u32>,
     dep_ids: Vec<u32>,
     pub collectives: Vec<CollectiveSpec>,
-    pub num_streams: u32,
+    pub streams: Vec<StreamSpec>,
+    /// Host of each rank; ranks without an entry are on a host of their own.
+    pub host_of_rank: Vec<u32>,
+    pub op_names: Vec<String>,
+    pub stream_names: Vec<String>,
 }
 
 impl Graph {
     pub fn new() -> Self {
-        Graph { ops: Vec::new(), dep_offsets: vec![0], dep_ids: Vec::new(), collectives: Vec::new(), num_streams: 0 }
+        Graph { dep_offsets: vec![0], ..Default::default() }
+    }
+
+    /// Builds a graph from columns (the binding's path); checks every index.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_parts(
+        ops: Vec<Op>,
+        dep_offsets: Vec<u32>,
+        dep_ids: Vec<u32>,
+        collectives: Vec<CollectiveSpec>,
+        streams: Vec<StreamSpec>,
+        host_of_rank: Vec<u32>,
+        op_names: Vec<String>,
+        stream_names: Vec<String>,
+    ) -> Result<Self, String> {
+        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names };
+        g.check()?;
+        Ok(g)
+    }
+
+    /// Interns an op name, returning its index.
+    pub fn op_name(&mut self, name: &str) -> u32 {
+        match self.op_names.iter().position(|n| n == name) {
+            Some(i) => i as u32,
+            None => {
+                self.op_names.push(name.to_string());
+                (self.op_names.len() - 1) as u32
+            }
+        }
     }
 
     /// Adds an op depending on `deps` (ids of ops added earlier); returns its id.
@@ -133,9 +188,16 @@ impl Graph {
         (self.collectives.len() - 1) as i64
     }
 
-    pub fn new_stream(&mut self) -> u32 {
-        self.num_streams += 1;
-        self.num_streams - 1
+    pub fn new_stream(&mut self, rank: u32, name: &str, policy: PolicyKind) -> u32 {
+        let name = match self.stream_names.iter().position(|n| n == name) {
+            Some(i) => i as u32,
+            None => {
+                self.stream_names.push(name.to_string());
+                (self.stream_names.len() - 1) as u32
+            }
+        };
+        self.streams.push(StreamSpec { rank, name, policy });
+        (self.streams.len() - 1) as u32
     }
 
     pub fn len(&self) -> usize {
@@ -151,7 +213,34 @@ impl Graph {
         &self.dep_ids[self.dep_offsets[i] as usize..self.dep_offsets[i + 1] as usize]
     }
 
-    /// Successor lists (CSR) : for each op, the ops that depend on it.
+    pub fn dep_offsets(&self) -> &[u32] {
+        &self.dep_offsets
+    }
+
+    pub fn dep_ids(&self) -> &[u32] {
+        &self.dep_ids
+    }
+
+    /// Number of ranks: one more than the highest rank any op or collective names.
+    pub fn ranks(&self) -> u32 {
+        let ops = self.ops.iter().map(|o| o.rank.max(o.peer.max(0) as u32) + 1).max().unwrap_or(0);
+        let coll = self.collectives.iter().flat_map(|c| c.members.iter()).map(|&m| m + 1).max().unwrap_or(0);
+        ops.max(coll).max(self.host_of_rank.len() as u32)
+    }
+
+    /// The host of every rank (a rank without a given host gets its own).
+    pub fn hosts(&self) -> Vec<u32> {
+        let ranks = self.ranks() as usize;
+        let mut hosts = self.host_of_rank.clone();
+        let mut next = hosts.iter().copied().max().map_or(0, |h| h + 1);
+        while hosts.len() < ranks {
+            hosts.push(next);
+            next += 1;
+        }
+        hosts
+    }
+
+    /// Successor lists (CSR): for each op, the ops that depend on it.
     pub fn successors(&self) -> (Vec<u32>, Vec<u32>) {
         let n = self.ops.len();
         let mut counts = vec![0u32; n + 1];
@@ -170,5 +259,60 @@ impl Graph {
             }
         }
         (counts, succ)
+    }
+
+    /// Checks every cross-reference, so the executor can index without fear.
+    pub fn check(&self) -> Result<(), String> {
+        let n = self.ops.len();
+        if self.dep_offsets.len() != n + 1 || self.dep_offsets[0] != 0 {
+            return Err(format!("dep_offsets must have {} entries starting at 0", n + 1));
+        }
+        if self.dep_offsets.windows(2).any(|w| w[0] > w[1]) || *self.dep_offsets.last().unwrap() as usize != self.dep_ids.len() {
+            return Err("dep_offsets must be non-decreasing and end at the number of deps".into());
+        }
+        if let Some(&d) = self.dep_ids.iter().find(|&&d| d as usize >= n) {
+            return Err(format!("a dependency names op {d}, but the graph has {n} ops"));
+        }
+        for (i, op) in self.ops.iter().enumerate() {
+            if op.name as usize >= self.op_names.len() {
+                return Err(format!("op {i}: name index {} has no entry in op_names", op.name));
+            }
+            if op.stream != NO_STREAM && op.stream as usize >= self.streams.len() {
+                return Err(format!("op {i}: stream {} does not exist", op.stream));
+            }
+            match op.kind {
+                Kind::Transfer => {
+                    if op.peer < 0 || op.peer as u32 == op.rank {
+                        return Err(format!("op {i}: a transfer needs a peer other than its rank, got {}", op.peer));
+                    }
+                }
+                Kind::Collective => {
+                    let Some(c) = self.collectives.get(op.collective.max(0) as usize).filter(|_| op.collective >= 0) else {
+                        return Err(format!("op {i}: collective {} does not exist", op.collective));
+                    };
+                    if c.members.get(op.member as usize) != Some(&op.rank) {
+                        return Err(format!("op {i}: rank {} is not member {} of collective {}", op.rank, op.member, op.collective));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (c, spec) in self.collectives.iter().enumerate() {
+            if spec.members.is_empty() {
+                return Err(format!("collective {c} has no members"));
+            }
+            let mut seen = spec.members.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            if seen.len() != spec.members.len() {
+                return Err(format!("collective {c} lists a rank twice"));
+            }
+        }
+        for (s, spec) in self.streams.iter().enumerate() {
+            if spec.name as usize >= self.stream_names.len() {
+                return Err(format!("stream {s}: name index {} has no entry in stream_names", spec.name));
+            }
+        }
+        Ok(())
     }
 }

@@ -1,26 +1,36 @@
 //! ddlsim-core: the deterministic discrete-event engine of ddlsim.
 //!
-//! A training job is a graph of operations on ranks ([`graph`]); the
-//! [`executor`] runs it on a network model ([`network`]) and records what
-//! happened in a columnar [`log::EventLog`]. [`training`] lowers a training
-//! scenario ([`spec`]) into such a graph.
+//! The engine runs a generic workload [`graph`] (operations on ranks and
+//! streams, dependencies, collectives, a rank -> host map) on a
+//! [`network`] model and records what happened in a columnar
+//! [`log::EventLog`]. Three traits carry everything that varies:
+//! [`collective::Collective`] (all-reduce algorithms),
+//! [`stream::StreamPolicy`] (which ready op a stream runs next) and
+//! [`network::NetworkModel`] (how transfers are timed). Producers of graphs
+//! live in [`lower`] (training lowering today).
 
+pub mod collective;
 pub mod engine;
 pub mod executor;
 pub mod graph;
 pub mod log;
+pub mod lower;
 pub mod network;
-pub mod ring;
-pub mod spec;
-pub mod training;
+pub mod rng;
+pub mod stream;
 
-pub use executor::{try_run, RunOutput};
-pub use spec::TrainingSpec;
+pub use executor::{run, RunOutput, TraceDetail};
+pub use lower::training::TrainingSpec;
+pub use network::NetworkSpec;
 
-/// Runs a training scenario end to end: lower it into a graph, execute it.
-pub fn simulate_training(spec: &TrainingSpec) -> Result<RunOutput, String> {
-    spec.validate()?;
-    let graph = training::build_graph(spec);
-    let network = network::Network::new(&spec.network, spec.total_ranks())?;
-    try_run(&graph, network, spec.trace_detail)
+/// Lowers a training description into a graph and runs it on `network`.
+pub fn simulate_training(spec: &TrainingSpec, network: &NetworkSpec, detail: TraceDetail) -> Result<RunOutput, String> {
+    let graph = lower::training::build_graph(spec)?;
+    run_graph(&graph, network, detail)
+}
+
+/// Runs any workload graph on the network `network` describes.
+pub fn run_graph(graph: &graph::Graph, network: &NetworkSpec, detail: TraceDetail) -> Result<RunOutput, String> {
+    let model = network::build_network(network, &graph.hosts())?;
+    run(graph, model, detail)
 }

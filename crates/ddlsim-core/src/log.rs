@@ -1,8 +1,18 @@
-//! The event log as columns: one entry per operation that happened.
-//! Column meanings match the Python schema (`ddlsim.trace.schema`).
+//! The event log as columns (schema v2): one entry per operation that
+//! happened. Column meanings match `ddlsim.trace.schema`; the columns the
+//! engine cannot know (host, device, role, names, collective type and
+//! algorithm) are joined on in Python from the graph's tables.
 
 use crate::engine::Time;
-use crate::graph::{Kind, OpCode};
+
+/// The log's closed `kind` vocabulary, by code.
+pub const KIND_NAMES: [&str; 6] = ["compute", "send", "recv", "collective", "barrier", "marker"];
+pub const KIND_COMPUTE: u8 = 0;
+pub const KIND_SEND: u8 = 1;
+pub const KIND_RECV: u8 = 2;
+pub const KIND_COLLECTIVE: u8 = 3;
+pub const KIND_BARRIER: u8 = 4;
+pub const KIND_MARKER: u8 = 5;
 
 #[derive(Debug, Default, Clone)]
 pub struct EventLog {
@@ -10,15 +20,21 @@ pub struct EventLog {
     pub iteration: Vec<i32>,
     pub rank: Vec<i32>,
     pub kind: Vec<u8>,
-    pub op: Vec<u8>,
+    /// Index into the run's op-name table.
+    pub op: Vec<u32>,
     pub layer: Vec<i32>,
     pub tensor: Vec<i32>,
+    pub group: Vec<i32>,
     pub peer: Vec<i32>,
+    pub message: Vec<i64>,
     pub bytes: Vec<i64>,
     pub priority: Vec<i32>,
+    pub tenant: Vec<i32>,
     pub collective: Vec<i64>,
     pub step: Vec<i32>,
     pub rpc: Vec<i64>,
+    /// Graph stream index, -1 none.
+    pub stream: Vec<i32>,
     pub ready_ns: Vec<i64>,
     pub start_ns: Vec<i64>,
     pub end_ns: Vec<i64>,
@@ -33,16 +49,20 @@ pub struct Row {
     pub id: i64,
     pub iteration: i32,
     pub rank: i32,
-    pub kind: Kind,
-    pub op: OpCode,
+    pub kind: u8,
+    pub op: u32,
     pub layer: i32,
     pub tensor: i32,
+    pub group: i32,
     pub peer: i32,
+    pub message: i64,
     pub bytes: i64,
     pub priority: i32,
+    pub tenant: i32,
     pub collective: i64,
     pub step: i32,
     pub rpc: i64,
+    pub stream: i32,
     pub ready: Time,
     pub start: Time,
     pub end: Time,
@@ -65,25 +85,40 @@ impl EventLog {
         self.id.push(row.id);
         self.iteration.push(row.iteration);
         self.rank.push(row.rank);
-        self.kind.push(row.kind as u8);
-        self.op.push(row.op as u8);
+        self.kind.push(row.kind);
+        self.op.push(row.op);
         self.layer.push(row.layer);
         self.tensor.push(row.tensor);
+        self.group.push(row.group);
         self.peer.push(row.peer);
+        self.message.push(row.message);
         self.bytes.push(row.bytes);
         self.priority.push(row.priority);
+        self.tenant.push(row.tenant);
         self.collective.push(row.collective);
         self.step.push(row.step);
         self.rpc.push(row.rpc);
+        self.stream.push(row.stream);
         self.ready_ns.push(row.ready as i64);
         self.start_ns.push(row.start as i64);
         self.end_ns.push(row.end as i64);
         self.deps.extend(deps);
         self.dep_offsets.push(self.deps.len() as i64);
     }
-}
 
-impl EventLog {
+    pub fn deps_of(&self, row: usize) -> &[i64] {
+        &self.deps[self.dep_offsets[row] as usize..self.dep_offsets[row + 1] as usize]
+    }
+
+    /// Position of every row id (ids are dense: 0..len).
+    pub fn positions(&self) -> Vec<usize> {
+        let mut pos = vec![usize::MAX; self.len()];
+        for (i, &id) in self.id.iter().enumerate() {
+            pos[id as usize] = i;
+        }
+        pos
+    }
+
     /// Appends all rows of `other` (whose ids must not clash with ours).
     pub fn append(&mut self, other: EventLog) {
         let base = self.deps.len() as i64;
@@ -94,12 +129,16 @@ impl EventLog {
         self.op.extend(other.op);
         self.layer.extend(other.layer);
         self.tensor.extend(other.tensor);
+        self.group.extend(other.group);
         self.peer.extend(other.peer);
+        self.message.extend(other.message);
         self.bytes.extend(other.bytes);
         self.priority.extend(other.priority);
+        self.tenant.extend(other.tenant);
         self.collective.extend(other.collective);
         self.step.extend(other.step);
         self.rpc.extend(other.rpc);
+        self.stream.extend(other.stream);
         self.ready_ns.extend(other.ready_ns);
         self.start_ns.extend(other.start_ns);
         self.end_ns.extend(other.end_ns);

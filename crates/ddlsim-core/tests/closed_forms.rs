@@ -1,44 +1,86 @@
 //! On an idle network the simulator must reproduce the closed forms exactly.
 
-use ddlsim_core::graph::OpCode;
-use ddlsim_core::spec::*;
-use ddlsim_core::{simulate_training, RunOutput};
+mod common;
 
-fn network(fidelity: Fidelity, bandwidth_bps: f64, latency_ns: u64) -> NetworkSpec {
-    NetworkSpec { fidelity, bandwidth_bps, latency_ns, topology: Topology::Star }
-}
+use common::*;
+use ddlsim_core::collective::Algorithm;
+use ddlsim_core::graph::Graph;
+use ddlsim_core::log::{EventLog, KIND_RECV, KIND_SEND};
+use ddlsim_core::lower::training::{AlgorithmName, GroupSpec, LayerSpec, SyncSpec, TrainingSpec};
+use ddlsim_core::network::{Fidelity, NetworkSpec};
+use ddlsim_core::{run_graph, simulate_training, TraceDetail};
 
-fn one_tensor(strategy: Strategy, workers: u32, bytes: u64, net: NetworkSpec) -> TrainingSpec {
+fn one_group(sync: SyncSpec, workers: u32, bytes: u64) -> TrainingSpec {
     TrainingSpec {
-        strategy,
         workers,
-        servers: if strategy == Strategy::Ps { 1 } else { 0 },
         iterations: 1,
         seed: 1,
+        sync,
         jitter: 0.0,
         barrier: true,
         header_bytes: 0,
+        stream_policy: Default::default(),
+        preemption: false,
+        priority_bands: false,
+        tenant: 0,
         layers: vec![LayerSpec { fwd_ns: 0, bwd_ns: 0 }],
-        tensors: vec![TensorSpec { layer: 0, bytes, server: 0, update_ns: 0 }],
-        network: net,
-        trace_detail: TraceDetail::Step,
+        groups: vec![GroupSpec { layers: vec![0], tensor: 0, bytes, server: 0, update_ns: 0 }],
+        host_of_rank: vec![],
     }
 }
 
-fn rows_with(out: &RunOutput, code: OpCode) -> Vec<usize> {
-    (0..out.log.len()).filter(|&i| out.log.op[i] == code as u8).collect()
+fn op_rows(log: &EventLog, names: &[String], name: &str, kind: u8) -> Vec<usize> {
+    let code = names.iter().position(|n| n == name).unwrap() as u32;
+    (0..log.len()).filter(|&i| log.op[i] == code && log.kind[i] == kind).collect()
+}
+
+/// Makespan of one all-reduce of `bytes` over `n` ranks started together on an idle star.
+fn allreduce_time(algorithm: Algorithm, n: u32, bytes: u64, network: &NetworkSpec) -> (u64, EventLog) {
+    let mut g = Graph::new();
+    let members: Vec<u32> = (0..n).collect();
+    allreduce(&mut g, algorithm, &members, bytes, &[], &[]);
+    let out = run_graph(&g, network, TraceDetail::Step).unwrap();
+    (out.makespan, out.log)
 }
 
 #[test]
 fn ring_allreduce_matches_closed_form_to_the_nanosecond() {
     // M = N * 1250 B at 10 Gbit/s: each chunk takes exactly 1000 ns.
-    for (fidelity, n) in [(Fidelity::Flow, 8), (Fidelity::Analytic, 8), (Fidelity::Flow, 5), (Fidelity::Flow, 2)] {
+    for (fidelity, n) in [(Fidelity::Flow, 8), (Fidelity::Analytic, 8), (Fidelity::Flow, 5), (Fidelity::Flow, 2), (Fidelity::Flow, 16)] {
         let m = n as u64 * 1250;
         let lat = 3_000;
-        let out = simulate_training(&one_tensor(Strategy::Ring, n, m, network(fidelity, 10e9, lat))).unwrap();
-        let expected = 2 * (n as u64 - 1) * (1000 + lat);
-        assert_eq!(out.makespan, expected, "{fidelity:?} N={n}");
-        assert_eq!(rows_with(&out, OpCode::RingStep).len(), (n * 2 * (n - 1)) as usize);
+        let (makespan, log) = allreduce_time(Algorithm::Ring, n, m, &net(fidelity, 10e9, lat));
+        assert_eq!(makespan, 2 * (n as u64 - 1) * (1000 + lat), "{fidelity:?} N={n}");
+        let sends = (0..log.len()).filter(|&i| log.kind[i] == KIND_SEND).count();
+        assert_eq!(sends, (n * 2 * (n - 1)) as usize);
+        assert_deps_explain_every_start(&log);
+    }
+}
+
+#[test]
+fn halving_doubling_matches_its_closed_form_for_powers_of_two() {
+    // 2 log2(p) alpha + 2 (p-1)/p M beta, with M/p a whole number of ns at 1 B/ns.
+    for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
+        for p in [2u32, 4, 8, 16, 32] {
+            let (m, lat) = (p as u64 * 1000, 700);
+            let (makespan, log) = allreduce_time(Algorithm::HalvingDoubling, p, m, &net(fidelity, 8e9, lat));
+            let log2 = p.trailing_zeros() as u64;
+            assert_eq!(makespan, 2 * log2 * lat + 2 * (p as u64 - 1) * m / p as u64, "{fidelity:?} p={p}");
+            assert_deps_explain_every_start(&log);
+        }
+    }
+}
+
+#[test]
+fn halving_doubling_pays_two_whole_vector_steps_off_powers_of_two() {
+    for n in [3u32, 5, 6, 7, 12] {
+        let p = 1u32 << (31 - n.leading_zeros());
+        let (m, lat) = (p as u64 * 1000, 700);
+        let (makespan, log) = allreduce_time(Algorithm::HalvingDoubling, n, m, &net(Fidelity::Flow, 8e9, lat));
+        let log2 = p.trailing_zeros() as u64;
+        let core = 2 * log2 * lat + 2 * (p as u64 - 1) * m / p as u64;
+        assert_eq!(makespan, core + 2 * (lat + m), "n={n}");
+        assert_deps_explain_every_start(&log);
     }
 }
 
@@ -46,11 +88,11 @@ fn ring_allreduce_matches_closed_form_to_the_nanosecond() {
 fn ring_allreduce_with_uneven_chunks_is_within_rounding_of_closed_form() {
     let (n, m, lat) = (7u64, 25_557_032u64 * 4, 10_000u64);
     let bw = 10e9;
-    let out = simulate_training(&one_tensor(Strategy::Ring, n as u32, m, network(Fidelity::Flow, bw, lat))).unwrap();
+    let (makespan, _) = allreduce_time(Algorithm::Ring, n as u32, m, &net(Fidelity::Flow, bw, lat));
     let closed = 2.0 * (n - 1) as f64 * ((m as f64 / n as f64) * 8.0 / bw * 1e9 + lat as f64);
     // The largest chunk is ceil(M/N) bytes and every step rounds up to a whole ns.
-    let diff = out.makespan as f64 - closed;
-    assert!((0.0..=2.0 * (n - 1) as f64 * 2.0).contains(&diff), "makespan {} closed form {closed}", out.makespan);
+    let diff = makespan as f64 - closed;
+    assert!((0.0..=2.0 * (n - 1) as f64 * 2.0).contains(&diff), "makespan {makespan} closed form {closed}");
 }
 
 #[test]
@@ -60,31 +102,64 @@ fn ps_incast_shares_the_server_downlink() {
     for n in [1u32, 4, 16] {
         let m = 1_000_000u64;
         let lat = 10_000;
-        let out = simulate_training(&one_tensor(Strategy::Ps, n, m, network(Fidelity::Flow, 10e9, lat))).unwrap();
-        let update = rows_with(&out, OpCode::Update)[0];
+        let out = simulate_training(&one_group(SyncSpec::Ps { servers: 1 }, n, m), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
         let expected = n as u64 * m * 8 / 10 + lat; // ns at 10 Gbit/s
+        let update = op_rows(&out.log, &out.op_names, "update", 0)[0];
         assert_eq!(out.log.ready_ns[update] as u64, expected, "N={n}");
-        let pushes = rows_with(&out, OpCode::PushRequest);
-        assert!(pushes.iter().all(|&i| out.log.end_ns[i] as u64 == expected));
+        let arrivals = op_rows(&out.log, &out.op_names, "push_request", KIND_RECV);
+        assert_eq!(arrivals.len(), n as usize);
+        assert!(arrivals.iter().all(|&i| out.log.end_ns[i] as u64 == expected));
+        assert_deps_explain_every_start(&out.log);
     }
 }
 
 #[test]
 fn analytic_mode_is_latency_plus_size_over_bandwidth_without_contention() {
     let (n, m, lat) = (16u32, 1_000_000u64, 10_000u64);
-    let out = simulate_training(&one_tensor(Strategy::Ps, n, m, network(Fidelity::Analytic, 10e9, lat))).unwrap();
-    for i in rows_with(&out, OpCode::PushRequest) {
-        assert_eq!((out.log.end_ns[i] - out.log.start_ns[i]) as u64, lat + m * 8 / 10);
+    let out = simulate_training(&one_group(SyncSpec::Ps { servers: 1 }, n, m), &net(Fidelity::Analytic, 10e9, lat), TraceDetail::Step).unwrap();
+    let sends = op_rows(&out.log, &out.op_names, "push_request", KIND_SEND);
+    for i in sends {
+        assert_eq!((out.log.end_ns[i] - out.log.start_ns[i]) as u64, m * 8 / 10);
+    }
+    for i in op_rows(&out.log, &out.op_names, "push_request", KIND_RECV) {
+        assert_eq!(out.log.end_ns[i] as u64, lat + m * 8 / 10);
     }
 }
 
 #[test]
 fn every_byte_sent_is_received() {
-    let mut spec = one_tensor(Strategy::Ring, 6, 1_000_003, network(Fidelity::Flow, 10e9, 1000));
+    let mut spec = one_group(SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }, 6, 1_000_003);
     spec.iterations = 3;
-    let out = simulate_training(&spec).unwrap();
+    let out = simulate_training(&spec, &net(Fidelity::Flow, 10e9, 1000), TraceDetail::Step).unwrap();
     assert_eq!(out.bytes_sent.iter().sum::<u64>(), out.bytes_received.iter().sum::<u64>());
-    // each rank sends 2(N-1) chunks per iteration: 2(N-1)/N of M, give or take the uneven bytes
     let per_rank = out.bytes_sent[0] / 3;
     assert!((per_rank as i64 - (2 * 5 * 1_000_003 / 6) as i64).abs() <= 10);
+}
+
+#[test]
+fn training_logs_explain_every_start_for_every_strategy() {
+    let layers: Vec<LayerSpec> = (0..6).map(|l| LayerSpec { fwd_ns: 1000 + 100 * l, bwd_ns: 2000 + 50 * l }).collect();
+    let groups: Vec<GroupSpec> =
+        (0..6).map(|l| GroupSpec { layers: vec![l], tensor: l as i32, bytes: 50_000 + 7_919 * l as u64, server: l % 2, update_ns: 300 }).collect();
+    for sync in [
+        SyncSpec::Allreduce { algorithm: AlgorithmName::Ring },
+        SyncSpec::Allreduce { algorithm: AlgorithmName::HalvingDoubling },
+        SyncSpec::Ps { servers: 2 },
+    ] {
+        for (barrier, policy, preemption) in [(true, "fifo", false), (false, "priority", false), (false, "priority", true)] {
+            let mut spec = one_group(sync.clone(), 5, 1);
+            spec.layers = layers.clone();
+            spec.groups = groups.clone();
+            spec.iterations = 3;
+            spec.jitter = 0.2;
+            spec.barrier = barrier;
+            spec.stream_policy = if policy == "fifo" { Default::default() } else { ddlsim_core::lower::training::StreamPolicyName::Priority };
+            spec.preemption = preemption;
+            for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
+                let out = simulate_training(&spec, &net(fidelity, 10e9, 2_000), TraceDetail::Step)
+                    .unwrap_or_else(|e| panic!("{sync:?} barrier={barrier} {policy} preemption={preemption} {fidelity:?}: {e}"));
+                assert_deps_explain_every_start(&out.log);
+            }
+        }
+    }
 }

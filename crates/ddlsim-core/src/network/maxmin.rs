@@ -468,7 +468,7 @@ impl FlowNetwork {
 mod tests {
     use super::*;
     use crate::network::topology::Topology;
-    use crate::spec::{Fidelity, NetworkSpec, Topology as TopologySpec};
+    use crate::network::config::{Fidelity, NetworkSpec, TopologySpec};
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-12 * b.abs().max(1.0)
@@ -510,6 +510,9 @@ mod tests {
             bandwidth_bps: 8e9, // 1 byte/ns
             latency_ns: 0,
             topology: TopologySpec::Star,
+            intra_host_bandwidth_bps: None,
+            intra_host_latency_ns: 0,
+            record_flows: false,
         };
         FlowNetwork::new(Topology::new(&spec, hosts).unwrap())
     }

@@ -2,7 +2,7 @@
 //! pair's route over them.
 
 use crate::engine::Time;
-use crate::spec::{NetworkSpec, Topology as TopologySpec};
+use super::config::{NetworkSpec, TopologySpec};
 
 /// A directed link. Capacity is in bytes per nanosecond (1 Gbit/s = 0.125).
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +50,7 @@ impl Topology {
         }
         let leaf_spine = match spec.topology {
             TopologySpec::Star => None,
-            TopologySpec::LeafSpine { hosts_per_leaf, spines, oversubscription } => {
+            TopologySpec::LeafSpine { hosts_per_leaf, spines, oversubscription, .. } => {
                 let leaves = hosts.div_ceil(hosts_per_leaf);
                 let fabric_cap = host_cap * hosts_per_leaf as f64 / (spines as f64 * oversubscription);
                 for _ in 0..leaves * spines {
@@ -130,10 +130,10 @@ pub fn transmit_ns(bytes: f64, rate: f64) -> Time {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::Fidelity;
+    use super::super::config::Fidelity;
 
     fn spec(topology: TopologySpec) -> NetworkSpec {
-        NetworkSpec { fidelity: Fidelity::Flow, bandwidth_bps: 10e9, latency_ns: 1001, topology }
+        NetworkSpec { fidelity: Fidelity::Flow, bandwidth_bps: 10e9, latency_ns: 1001, topology, intra_host_bandwidth_bps: None, intra_host_latency_ns: 0, record_flows: false }
     }
 
     #[test]
@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn leaf_spine_cross_rack_uses_fabric_links() {
-        let s = spec(TopologySpec::LeafSpine { hosts_per_leaf: 2, spines: 2, oversubscription: 2.0 });
+        let s = spec(TopologySpec::LeafSpine { hosts_per_leaf: 2, spines: 2, oversubscription: 2.0, routing: Default::default() });
         let t = Topology::new(&s, 4).unwrap();
         assert_eq!(t.links.len(), 8 + 2 * 2 * 2);
         let same = t.route(0, 1);

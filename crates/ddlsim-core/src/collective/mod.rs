@@ -1,0 +1,95 @@
+//! Collectives: one state machine per collective instance, told when a
+//! member joins and when one of its transfers is delivered, answering with
+//! the transfers to start next or that a member is done. The executor has
+//! no algorithm-specific code; adding an algorithm is a new file here plus
+//! one line in [`Algorithm`] and [`new_collective`].
+
+mod exchange;
+pub mod halving_doubling;
+pub mod ring;
+
+use crate::engine::Time;
+pub use exchange::{Exchange, Plan, Stage};
+
+/// What made an action possible: a row of the event log (`>= 0`), the join
+/// of a member ([`join_cause`]), or nothing ([`NO_CAUSE`]).
+pub type Cause = i64;
+pub const NO_CAUSE: Cause = -1;
+
+/// The cause standing for "collective op `op` joined"; the executor expands
+/// it into whatever made that op start.
+pub fn join_cause(op: u32) -> Cause {
+    -(op as i64) - 2
+}
+
+/// The op of a [`join_cause`], if `cause` is one.
+pub fn joined_op(cause: Cause) -> Option<u32> {
+    (cause <= -2).then(|| (-cause - 2) as u32)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Member `from` sends `bytes` to member `to`. `tag` identifies the
+    /// transfer in [`Collective::delivered`]; `ready` is when the sender's
+    /// own prerequisites were met (the start may be later, e.g. rendezvous).
+    Send { from: u32, to: u32, bytes: u64, tag: u64, step: u32, ready: Time, causes: [Cause; 4] },
+    /// Member has sent and received everything: its part is over.
+    Done { member: u32 },
+}
+
+pub trait Collective {
+    /// Member `member` joined at `now`; `cause` stands for its join.
+    fn join(&mut self, now: Time, member: u32, cause: Cause, out: &mut Vec<Action>);
+    /// The transfer `tag` was delivered at `now`; `cause` is its recv row.
+    fn delivered(&mut self, now: Time, tag: u64, cause: Cause, out: &mut Vec<Action>);
+    /// True once every member is done.
+    fn complete(&self) -> bool;
+    /// True if the member has joined but the collective cannot start until others join.
+    fn waits_for_a_join(&self, member: u32) -> bool;
+}
+
+/// The all-reduce algorithms the engine knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Algorithm {
+    Ring = 0,
+    HalvingDoubling = 1,
+}
+
+impl Algorithm {
+    pub const NAMES: [&'static str; 2] = ["ring", "halving_doubling"];
+
+    pub fn from_code(code: u8) -> Option<Algorithm> {
+        match code {
+            0 => Some(Algorithm::Ring),
+            1 => Some(Algorithm::HalvingDoubling),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// Name of the log's `op` for this algorithm's point-to-point steps.
+    pub fn step_op(self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring_step",
+            Algorithm::HalvingDoubling => "hd_step",
+        }
+    }
+}
+
+/// The registry: a fresh state machine for an all-reduce of `bytes` over
+/// `members` ranks. With `track_causes` its sends name the log rows they
+/// waited for (needed only when steps are logged).
+pub fn new_collective(algorithm: Algorithm, members: u32, bytes: u64, track_causes: bool) -> Box<dyn Collective> {
+    fn boxed<P: Plan + 'static>(plan: P, track: bool) -> Box<dyn Collective> {
+        let exchange = Exchange::new(plan);
+        Box::new(if track { exchange.tracking_causes() } else { exchange })
+    }
+    match algorithm {
+        Algorithm::Ring => boxed(ring::RingPlan::new(members, bytes), track_causes),
+        Algorithm::HalvingDoubling => boxed(halving_doubling::HalvingDoublingPlan::new(members, bytes), track_causes),
+    }
+}

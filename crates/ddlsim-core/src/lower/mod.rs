@@ -1,0 +1,4 @@
+//! Producers of workload graphs. The engine runs any [`crate::graph::Graph`];
+//! these build one from a higher-level description.
+
+pub mod training;

@@ -1,0 +1,75 @@
+//! Shared helpers of the integration tests, written independently of the engine.
+#![allow(dead_code)]
+
+use ddlsim_core::collective::Algorithm;
+use ddlsim_core::graph::{CollectiveSpec, CollectiveType, Graph, Kind, Op, NO_STREAM};
+use ddlsim_core::log::EventLog;
+use ddlsim_core::network::{Fidelity, NetworkSpec, TopologySpec};
+
+pub fn net(fidelity: Fidelity, bandwidth_bps: f64, latency_ns: u64) -> NetworkSpec {
+    NetworkSpec {
+        fidelity,
+        bandwidth_bps,
+        latency_ns,
+        topology: TopologySpec::Star,
+        intra_host_bandwidth_bps: None,
+        intra_host_latency_ns: 0,
+        record_flows: false,
+    }
+}
+
+pub fn compute(g: &mut Graph, rank: u32, ns: u64, stream: u32) -> Op {
+    let mut op = Op::new(Kind::Compute, g.op_name("work"), rank);
+    op.duration = ns;
+    op.stream = stream;
+    op
+}
+
+pub fn transfer(g: &mut Graph, src: u32, dst: u32, bytes: u64) -> Op {
+    let mut op = Op::new(Kind::Transfer, g.op_name("send"), src);
+    op.peer = dst as i32;
+    op.bytes = bytes;
+    op
+}
+
+/// One collective over `members`; returns the op of each member (added with `deps[i]`).
+pub fn allreduce(g: &mut Graph, algorithm: Algorithm, members: &[u32], bytes: u64, streams: &[u32], deps: &[Vec<u32>]) -> Vec<u32> {
+    let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: members.to_vec(), bytes });
+    let name = g.op_name("allreduce");
+    members
+        .iter()
+        .enumerate()
+        .map(|(i, &rank)| {
+            let mut op = Op::new(Kind::Collective, name, rank);
+            op.collective = c;
+            op.member = i as u32;
+            op.bytes = bytes;
+            op.stream = streams.get(i).copied().unwrap_or(NO_STREAM);
+            g.add(op, deps.get(i).map(|d| d.as_slice()).unwrap_or(&[]))
+        })
+        .collect()
+}
+
+pub fn row_of(log: &EventLog, id: i64) -> usize {
+    log.id.iter().position(|&x| x == id).expect("row id exists")
+}
+
+/// The property the engine promises: every row starts exactly when the
+/// latest of its recorded deps ended, or at its ready time if it has none;
+/// every dep exists and ended no later than the row started.
+pub fn assert_deps_explain_every_start(log: &EventLog) {
+    let mut end_of = std::collections::HashMap::new();
+    for i in 0..log.len() {
+        assert!(end_of.insert(log.id[i], log.end_ns[i]).is_none(), "duplicate id {}", log.id[i]);
+    }
+    for i in 0..log.len() {
+        let deps = log.deps_of(i);
+        assert!(log.ready_ns[i] <= log.start_ns[i] && log.start_ns[i] <= log.end_ns[i], "row {} times out of order", log.id[i]);
+        if deps.is_empty() {
+            assert_eq!(log.start_ns[i], log.ready_ns[i], "row {} (kind {}) has no deps but waited", log.id[i], log.kind[i]);
+        } else {
+            let latest = deps.iter().map(|d| *end_of.get(d).unwrap_or_else(|| panic!("row {} depends on missing {d}", log.id[i]))).max().unwrap();
+            assert_eq!(log.start_ns[i], latest, "row {} (kind {}, op {}) start is not its latest dep's end; deps {deps:?}", log.id[i], log.kind[i], log.op[i]);
+        }
+    }
+}
