@@ -30,15 +30,29 @@ def simulate(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Zoo model (see `ddlsim models`), or 'synthetic'."),
     workers: Optional[int] = typer.Option(None, "--workers", "-n", help="Number of workers."),
     servers: Optional[int] = typer.Option(None, "--servers", help="Parameter servers (strategy ps)."),
-    strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help="ring | ps"),
-    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", "-b", help="Host link bandwidth, e.g. 10Gbps."),
-    latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency, e.g. 10us."),
+    strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help="ring (all-reduce) | ps (parameter server)"),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="All-reduce algorithm (strategy ring): ring | halving-doubling"),
+    stream_policy: Optional[str] = typer.Option(
+        None, "--stream-policy", help="Order of gradient transfers: fifo | priority (lowest layer first)"),
+    preemption: Optional[str] = typer.Option(
+        None, "--preemption", help="With --stream-policy priority: none (finish the running one) | chunk (preempt at chunk boundaries)"),
+    bandwidth: Optional[str] = typer.Option(
+        None, "--bandwidth", "-b", help="Host link bandwidth with a unit: 10Gbps (bits/s) or 10GB/s (bytes/s)."),
+    latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency with a unit (ns, us, ms, s), e.g. 10us."),
     network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow"),
     topology: Optional[str] = typer.Option(None, "--topology", help="star | leaf-spine"),
     oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help="Leaf-spine oversubscription ratio."),
     hosts_per_leaf: Optional[int] = typer.Option(None, "--hosts-per-leaf", help="Leaf-spine: hosts under each leaf."),
     spines: Optional[int] = typer.Option(None, "--spines", help="Leaf-spine: number of spine switches."),
     placement: Optional[str] = typer.Option(None, "--placement", help="PS tensor placement: round-robin | size-balanced"),
+    routing: Optional[str] = typer.Option(None, "--routing", help="Leaf-spine routing: ecmp (per-flow hash) | spray"),
+    ranks_per_host: Optional[int] = typer.Option(None, "--ranks-per-host", help="Ranks (GPUs) sharing one host and its link."),
+    rack_placement: Optional[str] = typer.Option(
+        None, "--rack-placement", help="Leaf-spine: packed (consecutive ranks fill a rack) | spread (round-robin over racks)"),
+    server_hosts: Optional[str] = typer.Option(
+        None, "--server-hosts", help="PS servers: separate (own hosts after the workers) | colocated (on the workers' hosts)"),
+    priority_bands: Optional[bool] = typer.Option(
+        None, "--priority-bands/--no-priority-bands", help="Gradient transfers use the network's strict-priority bands."),
     iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed."),
     jitter: Optional[float] = typer.Option(None, "--jitter", help="Coefficient of variation of compute times."),
@@ -59,7 +73,9 @@ def simulate(
         "model": model, "workers": workers, "servers": servers, "strategy": strategy,
         "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
         "oversubscription": oversubscription, "hosts_per_leaf": hosts_per_leaf, "spines": spines,
-        "placement": placement, "precision": precision, "efficiency": efficiency,
+        "placement": placement, "algorithm": algorithm, "stream_policy": stream_policy, "preemption": preemption,
+        "routing": routing, "ranks_per_host": ranks_per_host, "rack_placement": rack_placement,
+        "server_hosts": server_hosts, "priority_bands": priority_bands, "precision": precision, "efficiency": efficiency,
         "profile": str(profile.resolve()) if profile else None, "iterations": iterations, "seed": seed, "jitter": jitter,
         "batch_size": batch_size, "device": device, "barrier": barrier, "trace_detail": trace_detail,
     }

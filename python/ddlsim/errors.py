@@ -21,3 +21,17 @@ class ScenarioError(DdlsimError):
 
 class ModelError(DdlsimError):
     """A model (layer table) is unknown or malformed."""
+
+
+class InternalError(DdlsimError):
+    """The engine failed on a valid scenario: a bug in ddlsim.
+
+    `scenario_path` is where the offending scenario was saved (or None when
+    it could not be saved), so that the user can attach it to a report.
+    """
+
+    def __init__(self, detail: str, scenario_path: "str | None" = None):
+        self.detail = detail
+        self.scenario_path = scenario_path
+        where = f"; the scenario was saved to {scenario_path}" if scenario_path else ""
+        super().__init__(f"internal error, please report it{where} ({detail})")

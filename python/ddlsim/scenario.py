@@ -1,8 +1,31 @@
 """Scenarios: what to simulate (workload + strategy + network), validated.
 
 A scenario is a TOML file or a dict with the same shape; every field has a
-default that serves the common case (ResNet-50, 8 workers, ring, 10 Gbit/s,
-10 us, flow-level star). Errors name the file and field and say the fix.
+default that serves the common case (ResNet-50, 8 workers, ring all-reduce,
+10 Gbit/s, 10 us, flow-level star). Errors name the file and field and say
+the fix. Quantities follow :mod:`ddlsim.units` (bandwidth and durations need
+a unit; ``GB/s`` is bytes, ``Gbps`` bits).
+
+The strategy is a tagged section::
+
+    [strategy]
+    kind = "ring"                # all-reduce
+    algorithm = "ring"           # "ring" | "halving-doubling"
+    stream_policy = "fifo"       # "fifo" | "priority" (lowest layer first)
+    preemption = "none"          # "none" | "chunk" (needs stream_policy = "priority")
+
+    [strategy]
+    kind = "ps"                  # parameter server
+    servers = 4
+    placement = "size-balanced"  # "round-robin" | "size-balanced"
+    update_bandwidth = "20GB/s"  # bytes/s
+    header_bytes = 0
+    stream_policy = "fifo"
+    preemption = "none"
+
+The old form (top-level ``strategy = "ps"`` plus a ``[ps]`` section) is still
+read: it is migrated to the tagged section and a note saying what to write
+instead is left in :attr:`Scenario.migration_notes`.
 """
 
 from __future__ import annotations
@@ -10,9 +33,18 @@ from __future__ import annotations
 import difflib
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import ScenarioError
 from .units import parse_bandwidth, parse_duration_ns, parse_size_bytes
@@ -22,74 +54,112 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+
+def _check(parse):
+    def check(v):
+        parse(v)  # raises ValueError with the input and the fix
+        return v
+
+    return check
+
+
+# Quantities are stored as written ("10Gbps"); read them through the
+# `*_bps` / `*_ns` / `*_bytes` properties.
+Bandwidth = Annotated[Union[str, int, float], AfterValidator(_check(parse_bandwidth))]
+Duration = Annotated[Union[str, int, float], AfterValidator(_check(parse_duration_ns))]
+Size = Annotated[Union[str, int, float], AfterValidator(_check(parse_size_bytes))]
+# Kept for callers that imported it.
 Quantity = Union[str, float, int]
+
+StreamPolicy = Literal["fifo", "priority"]
+Preemption = Literal["none", "chunk"]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+# ----------------------------------------------------------------- network
+
+# Options that only mean something on a leaf-spine fabric, with their defaults.
+LEAF_SPINE_ONLY = {"hosts_per_leaf": 8, "spines": 2, "oversubscription": 1.0, "routing": "ecmp", "rack_placement": "packed"}
+
+
 class NetworkConfig(_Strict):
     fidelity: Literal["analytic", "flow"] = "flow"
-    bandwidth: Quantity = "10Gbps"
-    latency: Quantity = "10us"
+    bandwidth: Bandwidth = "10Gbps"
+    latency: Duration = "10us"
     topology: Literal["star", "leaf-spine"] = "star"
-    hosts_per_leaf: int = Field(8, ge=1)
-    spines: int = Field(2, ge=1)
-    oversubscription: float = Field(1.0, gt=0)
+    hosts_per_leaf: int = Field(8, ge=1, le=65536)
+    spines: int = Field(2, ge=1, le=4096)
+    oversubscription: float = Field(1.0, gt=0, le=1000, allow_inf_nan=False)
+    # ecmp: one hashed path per flow (today's behaviour); spray: per-packet over all spines.
+    routing: Literal["ecmp", "spray"] = "ecmp"
+    # packed: consecutive hosts fill a rack; spread: hosts round-robin over racks.
+    rack_placement: Literal["packed", "spread"] = "packed"
+    ranks_per_host: int = Field(1, ge=1, le=1024)
+    # Between ranks of one host: NVLink-class default (V100 NVLink2 aggregate).
+    intra_host_bandwidth: Bandwidth = "300GB/s"
+    intra_host_latency: Duration = "1us"
+    # PS servers on their own hosts after the workers', or on the workers' hosts.
+    server_hosts: Literal["separate", "colocated"] = "separate"
+    # Gradient transfers carry their priority into strict-priority network bands.
+    priority_bands: bool = False
 
-    @field_validator("bandwidth")
-    @classmethod
-    def _bandwidth(cls, v: Quantity) -> Quantity:
-        bps = parse_bandwidth(v)
-        if not bps > 0:
-            raise ValueError(f"bandwidth must be positive, got {v!r}; write e.g. \"10Gbps\"")
-        return v
-
-    @field_validator("latency")
-    @classmethod
-    def _latency(cls, v: Quantity) -> Quantity:
-        if parse_duration_ns(v) < 0:
-            raise ValueError(f"latency must be >= 0, got {v!r}; write e.g. \"10us\"")
-        return v
+    @model_validator(mode="after")
+    def _leaf_spine_only(self) -> "NetworkConfig":
+        if self.topology == "star":
+            for name, default in LEAF_SPINE_ONLY.items():
+                value = getattr(self, name)
+                if value != default:
+                    raise ValueError(
+                        f"network.{name} = {value!r} only applies to topology = \"leaf-spine\", but network.topology is "
+                        f"\"star\"; set topology = \"leaf-spine\" or remove {name}"
+                    )
+        return self
 
     @property
     def bandwidth_bps(self) -> float:
+        """Host link bandwidth in bit/s."""
         return parse_bandwidth(self.bandwidth)
 
     @property
     def latency_ns(self) -> int:
         return parse_duration_ns(self.latency)
 
+    @property
+    def intra_host_bandwidth_bps(self) -> float:
+        return parse_bandwidth(self.intra_host_bandwidth)
+
+    @property
+    def intra_host_latency_ns(self) -> int:
+        return parse_duration_ns(self.intra_host_latency)
+
+
+# ----------------------------------------------------------------- workload
+
 
 class SyntheticConfig(_Strict):
-    layers: int = Field(100, ge=1)
-    model_size: Quantity = "100MB"
-    compute: Quantity = "900ms"
+    layers: int = Field(100, ge=1, le=1_000_000)
+    model_size: Size = "100MB"
+    compute: Duration = "900ms"
     forward_share: float = Field(1 / 3, gt=0, lt=1)
-    first_to_last_forward: float = Field(2.0, gt=0)
+    first_to_last_forward: float = Field(2.0, gt=0, le=1e6, allow_inf_nan=False)
     size_distribution: str = "thesis"
 
     @field_validator("model_size")
     @classmethod
-    def _size(cls, v: Quantity) -> Quantity:
+    def _size(cls, v):
         if parse_size_bytes(v) <= 0:
-            raise ValueError("model_size must be positive, e.g. \"100MB\"")
-        return v
-
-    @field_validator("compute")
-    @classmethod
-    def _compute(cls, v: Quantity) -> Quantity:
-        if parse_duration_ns(v) < 0:
-            raise ValueError("compute must be >= 0, e.g. \"900ms\"")
+            raise ValueError(f"model_size must be positive, got {v!r}; write e.g. \"100MB\"")
         return v
 
 
 class CustomLayer(_Strict):
     name: str
-    params: int = Field(ge=0, description="number of parameters (elements)")
-    fwd_ms: float = Field(ge=0)
-    bwd_ms: float = Field(ge=0)
+    params: int = Field(ge=0, le=10**15, description="number of parameters (elements)")
+    fwd_ms: float = Field(ge=0, le=1e9, allow_inf_nan=False)
+    bwd_ms: float = Field(ge=0, le=1e9, allow_inf_nan=False)
 
 
 class ModelConfig(_Strict):
@@ -113,33 +183,152 @@ class ModelConfig(_Strict):
         return v.strip().upper()
 
 
-class PSConfig(_Strict):
-    servers: int = Field(1, ge=1)
-    placement: Literal["round-robin", "size-balanced"] = "round-robin"
-    update_bandwidth: Quantity = "20GB/s"
-    header_bytes: int = Field(0, ge=0)
+# ----------------------------------------------------------------- strategy
 
-    @field_validator("update_bandwidth")
-    @classmethod
-    def _update_bw(cls, v: Quantity) -> Quantity:
-        if not parse_bandwidth(v) > 0:
-            raise ValueError("update_bandwidth must be positive, e.g. \"20GB/s\"")
-        return v
+
+class _StrategyBase(_Strict):
+    # lowest layer index first (thesis §4.3) or first come, first served
+    stream_policy: StreamPolicy = "fifo"
+    # with priority: "none" lets a running collective / transfer finish,
+    # "chunk" preempts it at chunk boundaries
+    preemption: Preemption = "none"
+
+    @model_validator(mode="after")
+    def _preemption_needs_priority(self):
+        if self.preemption != "none" and self.stream_policy != "priority":
+            raise ValueError(
+                f"strategy.preemption = {self.preemption!r} needs strategy.stream_policy = \"priority\" "
+                f"(got {self.stream_policy!r}); set stream_policy = \"priority\" or preemption = \"none\""
+            )
+        return self
+
+
+class RingStrategy(_StrategyBase):
+    """All-reduce among the workers."""
+
+    kind: Literal["ring"] = "ring"
+    algorithm: Literal["ring", "halving-doubling"] = "ring"
+
+    @property
+    def servers(self) -> int:
+        """No parameter servers (so `scenario.strategy.servers` is 0 for ring)."""
+        return 0
+
+
+class PSStrategy(_StrategyBase):
+    """Parameter servers: workers push gradients and pull parameters."""
+
+    kind: Literal["ps"] = "ps"
+    servers: int = Field(1, ge=1, le=65536)
+    placement: Literal["round-robin", "size-balanced"] = "round-robin"
+    # server aggregation: N x tensor bytes at this rate (bytes/s by default)
+    update_bandwidth: Bandwidth = "20GB/s"
+    header_bytes: int = Field(0, ge=0, le=10**9)
+
+    @property
+    def update_bandwidth_bps(self) -> float:
+        """Server update rate in bit/s (divide by 8 for bytes/s)."""
+        return parse_bandwidth(self.update_bandwidth)
+
+
+Strategy = Annotated[Union[RingStrategy, PSStrategy], Field(discriminator="kind")]
+STRATEGY_CLASSES: dict[str, type[_StrategyBase]] = {"ring": RingStrategy, "ps": PSStrategy}
+SHARED_STRATEGY_FIELDS = ("stream_policy", "preemption")
+
+
+# ----------------------------------------------------------------- migration
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return repr(v)
+
+
+def migrate_old_form(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The old form (`strategy = "ps"` string, `[ps]` section) rewritten to the
+    tagged `[strategy]` section, and notes saying what to write instead.
+    New-form data comes back unchanged with no notes."""
+    strategy = data.get("strategy")
+    has_ps = "ps" in data
+    if not isinstance(strategy, str) and not (has_ps and strategy is None):
+        return data, []  # new form (a `[ps]` next to a `[strategy]` table is reported as an unknown key)
+    data = dict(data)
+    ps = data.pop("ps", None)
+    kind = strategy if isinstance(strategy, str) else "ring"
+    section: dict[str, Any] = {"kind": kind}
+    ignored = ""
+    if isinstance(ps, dict) and kind == "ps":
+        section.update(ps)
+    elif ps is not None:
+        ignored = (" The [ps] section was ignored because the strategy is "
+                   f"{kind!r}{' (the default)' if strategy is None else ''}; delete it.")
+    data["strategy"] = section
+    snippet = ", ".join(f"{k} = {_toml_value(v)}" for k, v in section.items())
+    old = " and ".join(x for x in ((f"strategy = {_toml_value(strategy)}" if isinstance(strategy, str) else ""),
+                                   ("a [ps] section" if has_ps else "")) if x)
+    note = (f"deprecated scenario form: {old}; write a [strategy] table instead, one key per line: "
+            f"[strategy] {snippet}.{ignored} (Read as that this time.)")
+    return data, [note]
+
+
+# ----------------------------------------------------------------- scenario
 
 
 class Scenario(_Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     workers: int = Field(8, ge=1, le=65536)
-    strategy: Literal["ring", "ps"] = "ring"
-    ps: PSConfig = Field(default_factory=PSConfig)
+    strategy: Strategy = Field(default_factory=RingStrategy)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
-    iterations: int = Field(3, ge=1)
+    iterations: int = Field(3, ge=1, le=1_000_000)
     seed: int = Field(0, ge=0, lt=2**63)
     jitter: float = Field(0.0, ge=0, le=1, description="coefficient of variation of compute times")
     barrier: bool = True
     trace_detail: Literal["auto", "step", "collective"] = "auto"
     # Where relative paths (model.profile) are resolved from.
     base_dir: Optional[str] = Field(None, exclude=True)
+
+    _migration_notes: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _migrate(cls, data: Any, handler):
+        notes: list[str] = []
+        if isinstance(data, dict):
+            data, notes = migrate_old_form(data)
+            strategy = data.get("strategy")
+            if isinstance(strategy, dict) and "kind" not in strategy:
+                raise ValueError('strategy.kind is missing; add kind = "ring" (all-reduce) or kind = "ps" (parameter server)')
+        scenario = handler(data)
+        if notes:
+            scenario._migration_notes = scenario._migration_notes + notes
+        return scenario
+
+    @model_validator(mode="after")
+    def _cross_section(self) -> "Scenario":
+        if self.network.server_hosts != "separate" and self.strategy.kind != "ps":
+            raise ValueError(
+                f"network.server_hosts = {self.network.server_hosts!r} places parameter servers, but strategy.kind is "
+                f"{self.strategy.kind!r}; remove server_hosts or set strategy kind = \"ps\""
+            )
+        return self
+
+    @property
+    def migration_notes(self) -> list[str]:
+        """Notes about old-form input that was migrated (show them to the user)."""
+        return list(self._migration_notes)
+
+    @property
+    def servers(self) -> int:
+        """Number of parameter servers: strategy.servers for ps, 0 for ring."""
+        return self.strategy.servers
+
+    @property
+    def ranks(self) -> int:
+        """Workers plus parameter servers."""
+        return self.workers + self.servers
 
 
 # Flat names accepted by simulate(**overrides) and the CLI flags.
@@ -150,8 +339,14 @@ FLAT_KEYS = {
     "precision": ("model", "precision"),
     "efficiency": ("model", "efficiency"),
     "profile": ("model", "profile"),
-    "servers": ("ps", "servers"),
-    "placement": ("ps", "placement"),
+    "strategy": ("strategy", "kind"),
+    "servers": ("strategy", "servers"),
+    "placement": ("strategy", "placement"),
+    "update_bandwidth": ("strategy", "update_bandwidth"),
+    "header_bytes": ("strategy", "header_bytes"),
+    "algorithm": ("strategy", "algorithm"),
+    "stream_policy": ("strategy", "stream_policy"),
+    "preemption": ("strategy", "preemption"),
     "bandwidth": ("network", "bandwidth"),
     "latency": ("network", "latency"),
     "network": ("network", "fidelity"),
@@ -160,15 +355,27 @@ FLAT_KEYS = {
     "hosts_per_leaf": ("network", "hosts_per_leaf"),
     "spines": ("network", "spines"),
     "oversubscription": ("network", "oversubscription"),
+    "routing": ("network", "routing"),
+    "ranks_per_host": ("network", "ranks_per_host"),
+    "intra_host_bandwidth": ("network", "intra_host_bandwidth"),
+    "intra_host_latency": ("network", "intra_host_latency"),
+    "rack_placement": ("network", "rack_placement"),
+    "server_hosts": ("network", "server_hosts"),
+    "priority_bands": ("network", "priority_bands"),
 }
 
 
+# ----------------------------------------------------------------- errors
+
+
 def _known_keys(model_cls: type[BaseModel]) -> list[str]:
-    return [k for k in model_cls.model_fields if k != "base_dir"]
+    return sorted((k for k in model_cls.model_fields if k != "base_dir"), key=lambda k: k != "kind")
 
 
-def _field_model(loc: tuple) -> type[BaseModel]:
+def _field_model(loc: tuple, kind: Optional[str]) -> type[BaseModel]:
     """The pydantic class that owns the field at `loc[:-1]`."""
+    if loc[:1] == ("strategy",) and kind in STRATEGY_CLASSES:
+        return STRATEGY_CLASSES[kind]
     cls: type[BaseModel] = Scenario
     for part in loc[:-1]:
         if isinstance(part, int):
@@ -177,31 +384,60 @@ def _field_model(loc: tuple) -> type[BaseModel]:
         args = getattr(ann, "__args__", ()) or (ann,)
         nested = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
         if not nested:
-            inner = [x for a in args for x in getattr(a, "__args__", ()) if isinstance(x, type) and issubclass(x, BaseModel)]
-            nested = inner
+            nested = [x for a in args for x in getattr(a, "__args__", ()) if isinstance(x, type) and issubclass(x, BaseModel)]
         if not nested:
             break
         cls = nested[0]
     return cls
 
 
+def _format_one(err: dict) -> str:
+    loc = tuple(err["loc"])
+    kind = None
+    if len(loc) >= 2 and loc[0] == "strategy" and loc[1] in STRATEGY_CLASSES:
+        kind, loc = loc[1], (loc[0],) + loc[2:]  # drop the union tag pydantic puts in the path
+    field = ".".join(str(p) for p in loc)
+    typ, msg = err["type"], err["msg"].removeprefix("Value error, ")
+    if typ == "extra_forbidden":
+        key = str(loc[-1])
+        if loc == ("ps",):
+            return ('unknown key \'ps\': the [ps] section is the old form and cannot be combined with a [strategy] table; '
+                    'move its keys (servers, placement, ...) into [strategy] with kind = "ps"')
+        if kind is not None and len(loc) == 2:
+            owners = [k for k, c in STRATEGY_CLASSES.items() if k != kind and key in c.model_fields]
+            if owners:
+                return (f"strategy.{key} is an option of kind = \"{owners[0]}\", but strategy.kind is \"{kind}\"; "
+                        f"remove {key} or set strategy kind = \"{owners[0]}\"")
+        known = _known_keys(_field_model(loc, kind))
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"unknown key {field!r}: {hint}known keys here: {', '.join(known)}"
+    if typ == "union_tag_invalid":
+        tag = (err.get("ctx") or {}).get("tag", err.get("input"))
+        return f"field '{field}.kind': unknown strategy kind {tag!r}; choose \"ring\" (all-reduce) or \"ps\" (parameter server)"
+    if typ == "union_tag_not_found":
+        return f"field '{field}.kind' is missing; add kind = \"ring\" or kind = \"ps\""
+    if typ == "model_attributes_type" and loc == ("strategy",):
+        return (f"field 'strategy': expected a [strategy] table with kind = \"ring\" or \"ps\", "
+                f"got {err.get('input')!r}")
+    if typ == "value_error":  # our own messages already show the input and the fix
+        return f"field {field!r}: {msg}" if field and f"{field}." not in msg else msg
+    got = err.get("input")
+    shown = "" if isinstance(got, dict) or repr(got) in msg else f" (got {got!r})"
+    return f"field {field!r}: {msg}{shown}" if field else f"{msg}{shown}"
+
+
 def _format_errors(exc: ValidationError, origin: str) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        field = ".".join(str(p) for p in loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            known = _known_keys(_field_model(loc))
-            close = difflib.get_close_matches(str(loc[-1]), known, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            lines.append(f"unknown key {field!r}: {hint}known keys here: {', '.join(known)}")
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"field {field!r}: {msg} (got {err.get('input')!r})")
+    lines = list(dict.fromkeys(_format_one(err) for err in exc.errors()))
     return f"{origin}: invalid scenario:\n  " + "\n  ".join(lines)
 
 
+# ----------------------------------------------------------------- loading
+
+
 def scenario_from_dict(data: dict[str, Any], origin: str = "scenario") -> Scenario:
+    """Validates a dict (TOML shape; the old strategy form is migrated, see
+    `Scenario.migration_notes`); raises ScenarioError naming the field."""
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
@@ -223,16 +459,38 @@ def load_scenario(path: str | Path) -> Scenario:
     return scenario.model_copy(update={"base_dir": str(path.resolve().parent)})
 
 
+def _apply_strategy(current: dict[str, Any], value: Any) -> dict[str, Any]:
+    """`current` strategy section with `value` (a kind name or a partial
+    section) applied; switching kind keeps only the shared fields."""
+    patch = {"kind": value} if isinstance(value, str) else dict(value)
+    kind = patch.get("kind", current.get("kind"))
+    if kind != current.get("kind"):
+        current = {k: v for k, v in current.items() if k in SHARED_STRATEGY_FIELDS}
+    return {**current, **patch, "kind": kind}
+
+
 def with_overrides(scenario: Scenario, overrides: dict[str, Any], origin: str = "arguments") -> Scenario:
-    """Applies flat (`workers=16`, `bandwidth="25Gbps"`) or nested overrides."""
+    """Applies flat (`workers=16`, `strategy="ps"`, `servers=4`, `bandwidth="25Gbps"`)
+    or nested (`network={"bandwidth": ...}`, `strategy={"kind": "ps", ...}`) overrides.
+
+    A `strategy` that changes the kind starts a fresh section of that kind
+    (only stream_policy and preemption carry over); options given together
+    that contradict (e.g. `strategy="ring", servers=4`) are errors naming both.
+    """
     data = scenario.model_dump(exclude={"base_dir"})
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key in FLAT_KEYS:
+    items = {k: v for k, v in overrides.items() if v is not None}
+    # the kind first, so that `servers=4, strategy="ps"` works in any order
+    for key in sorted(items, key=lambda k: k != "strategy"):
+        value = items[key]
+        if key == "strategy":
+            data["strategy"] = _apply_strategy(data["strategy"], value)
+        elif isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        elif key in FLAT_KEYS:
             section, field = FLAT_KEYS[key]
-            data.setdefault(section, {})[field] = value
+            data[section] = {**data.get(section, {}), field: value}
         else:
             data[key] = value
     result = scenario_from_dict(data, origin=origin)
+    result._migration_notes = scenario.migration_notes + result.migration_notes
     return result.model_copy(update={"base_dir": scenario.base_dir})
