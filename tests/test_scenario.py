@@ -9,11 +9,6 @@ from ddlsim.scenario import PSStrategy, RingStrategy, Scenario, scenario_from_di
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
-# These run the engine through the bridge (simulate.py / strategy.py), which is
-# being moved to the new scenario shape; until then it fails reading the old
-# attributes (scenario.ps). Remove the marker once the bridge reads scenario.strategy.
-needs_bridge = pytest.mark.xfail(raises=AttributeError, strict=False,
-                                 reason="engine bridge still reads the old scenario shape")
 
 
 def test_unknown_key_names_the_field_and_suggests_the_fix(tmp_path):
@@ -37,7 +32,6 @@ def test_missing_scenario_file():
         load_scenario("/nonexistent/scenario.toml")
 
 
-@needs_bridge
 def test_custom_inline_model_and_profile(tmp_path):
     profile = tmp_path / "prof.csv"
     profile.write_text("layer,fwd_ms,bwd_ms\nconv1,1.5,3\nfc,0.5,1\n")
@@ -60,7 +54,6 @@ def test_profile_with_unknown_layer_is_rejected(tmp_path):
         ddlsim.simulate(model="lenet5", profile=str(profile))
 
 
-@needs_bridge
 def test_synthetic_model_in_a_scenario():
     r = ddlsim.simulate({"model": {"name": "synthetic", "synthetic": {"layers": 10, "model_size": "10MB", "compute": "90ms"}},
                          "workers": 2, "iterations": 1})

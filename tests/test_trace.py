@@ -154,7 +154,7 @@ def test_validate_normalises_dtypes_and_keeps_values():
         (lambda df: df.assign(deps=[[], [0], [0], [9], [3], [4]]), "column 'deps', row 3 (id=3): depends on id 9, which is not in the log"),
         (lambda df: df.assign(deps=[[], [0], [0], [1], [4], [4]]), "column 'deps', row 4 (id=4): depends on itself"),
         (lambda df: df.assign(deps=[[], [0], [0], [1], [3], ["4"]]), "column 'deps', row 5 (id=5): has ['4']"),
-        (lambda df: df.assign(deps=[[], [0], [0], [1], [3], [3]], ready_ns=df["ready_ns"].where(df["id"] != 1, 1000), start_ns=df["start_ns"]), "column 'ready_ns', row 1 (id=1): ready_ns=1000 but it depends on id 0, which ends at 1500"),
+        (lambda df: df.assign(deps=[[], [0], [0], [1], [3], [3]], ready_ns=df["ready_ns"].where(df["id"] != 1, 1000), start_ns=df["start_ns"].where(df["id"] != 1, 1000)), "column 'start_ns', row 1 (id=1): start_ns=1000 but it depends on id 0, which ends at 1500"),
         (lambda df: df.assign(role=df["role"].where(df["id"] != 5, "server")), "column 'role', row 5 (id=5): rank 0 appears with roles ['server', 'worker']"),
         (lambda df: df.assign(name=df["name"].astype(object).where(df["id"] != 2, None)), "column 'name', row 2 (id=2): has None"),
         (lambda df: df.assign(tensor=df["tensor"].where(df["id"] != 2, -5)), "column 'tensor', row 2 (id=2): value -5 is out of range; tensor must be >= -1 (-1 means none)"),
@@ -174,7 +174,7 @@ def test_validate_can_skip_causality():
     log = small_log().assign(ready_ns=lambda df: df["ready_ns"].where(df["id"] != 1, 1000))
     log["start_ns"] = log["start_ns"].where(log["id"] != 1, 1000)
     validate_event_log(log, check_causality=False)  # no error
-    with pytest.raises(TraceError, match="ready_ns=1000 but it depends on id 0"):
+    with pytest.raises(TraceError, match="start_ns=1000 but it depends on id 0"):
         validate_event_log(log)
 
 

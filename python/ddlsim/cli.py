@@ -93,7 +93,7 @@ def simulate(
     from .report import print_summaries
 
     sc = result.scenario
-    label = f"{sc.strategy}" + (f" ({sc.ps.servers} servers)" if sc.strategy == "ps" else "")
+    label = sc.strategy.kind + (f" ({sc.servers} servers)" if sc.strategy.kind == "ps" else f" ({sc.strategy.algorithm})")
     print_summaries(
         {label: summary},
         f"{result.model.display_name} · {sc.workers} workers · {sc.network.bandwidth} · {sc.network.fidelity}",

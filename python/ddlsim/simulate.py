@@ -18,7 +18,7 @@ from .analyze.breakdown import iteration_table
 from .analyze.rpc import fill_rpc_breakdown, rpc_table
 from .errors import ScenarioError
 from .scenario import Scenario, load_scenario, scenario_from_dict, with_overrides
-from .strategy import engine_document, engine_json
+from .strategy import engine_json, network_document, resolve_trace_detail, training_document
 from .workload.build import build_model, layer_times_ns
 from .workload.model import Model
 
@@ -60,8 +60,10 @@ class SimulationResult:
             "parameters": self.model.parameters,
             "model_bytes": self.model.size_bytes,
             "workers": workers,
-            "servers": sc.ps.servers if sc.strategy == "ps" else 0,
-            "strategy": sc.strategy,
+            "servers": sc.servers,
+            "strategy": sc.strategy.kind,
+            "algorithm": getattr(sc.strategy, "algorithm", None),
+            "stream_policy": sc.strategy.stream_policy,
             "fidelity": sc.network.fidelity,
             "topology": sc.network.topology,
             "bandwidth_bps": sc.network.bandwidth_bps,
@@ -108,17 +110,7 @@ def _resolve(scenario: Scenario | dict | str | Path | None, overrides: dict[str,
         base = load_scenario(scenario)
     else:
         raise ScenarioError(f"scenario must be a Scenario, dict or TOML path, not {type(scenario).__name__}")
-    nested = {k: v for k, v in overrides.items() if isinstance(v, dict)}
-    flat = {k: v for k, v in overrides.items() if not isinstance(v, dict)}
-    if nested:
-        data = base.model_dump(exclude={"base_dir"})
-        for key, value in nested.items():
-            if isinstance(data.get(key), dict):
-                data[key].update(value)
-            else:
-                data[key] = value
-        base = scenario_from_dict(data, origin="arguments").model_copy(update={"base_dir": base.base_dir})
-    return with_overrides(base, flat) if flat else base
+    return with_overrides(base, overrides) if overrides else base
 
 
 def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: Any) -> SimulationResult:
@@ -130,20 +122,25 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: 
     sc = _resolve(scenario, overrides)
     model = build_model(sc.model, sc.base_dir)
     times = layer_times_ns(model, sc.model)
-    document = engine_document(sc, model, times)
+    training = training_document(sc, model, times)
+    network = network_document(sc)
+    detail = resolve_trace_detail(sc, len(training["groups"]))
     t0 = time.perf_counter()
     try:
-        columns, stats = _core.simulate_training_json(engine_json(document))
+        out = _core.simulate_training_json(engine_json(training), engine_json(network), detail)
     except ValueError as exc:
         raise ScenarioError(f"the engine rejected the scenario: {exc}") from None
     wall = time.perf_counter() - t0
-    events = events_frame(columns, model, sc.workers)
-    if sc.strategy == "ps":
+    events = events_frame(out["columns"], out["op_names"], model, sc.workers)
+    if sc.strategy.kind == "ps":
         events = fill_rpc_breakdown(events)
-    result = SimulationResult(scenario=sc, model=model, events=events, stats=dict(stats), engine_document=document, wall_s=wall)
-    if sc.trace_detail == "auto" and document["trace_detail"] == "collective":
+    stats = {k: out[k] for k in ("events", "transfers", "recomputations", "makespan_ns", "bytes_sent", "bytes_received")}
+    document = {"training": training, "network": network, "trace_detail": detail}
+    result = SimulationResult(scenario=sc, model=model, events=events, stats=stats, engine_document=document, wall_s=wall)
+    result.notes.extend(sc.migration_notes)
+    if sc.trace_detail == "auto" and detail == "collective":
         result.notes.append(
-            f"ring steps were simulated but not logged ({stats['transfers']:,} transfers); "
+            f"collective steps were simulated but not logged ({stats['transfers']:,} transfers); "
             "the log has one row per rank per all-reduce. Use --trace-detail step to log every step"
         )
     return result
@@ -154,43 +151,62 @@ def _column(columns: dict, name: str) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.dtype(dtype))
 
 
-def events_frame(columns: dict, model: Model, workers: int) -> pd.DataFrame:
-    """The engine's raw columns as an event-log DataFrame (schema v1)."""
-    kinds = np.array(_core.KIND_NAMES, dtype=object)
-    ops = np.array(_core.OP_NAMES, dtype=object)
-    rank = _column(columns, "rank")
-    layer = _column(columns, "layer")
-    tensor = _column(columns, "tensor")
+# The engine's kinds (schema v2) as this event-log schema names them: a
+# message's send and recv rows become one transfer row (delivered at the
+# recv row's end), and deps on a recv row point at that transfer row.
+_V1_KIND = {"compute": "compute", "send": "transfer", "collective": "collective", "barrier": "barrier", "marker": "barrier"}
+
+
+def events_frame(columns: dict, op_names: list[str], model: Model, workers: int) -> pd.DataFrame:
+    """The engine's raw columns as an event-log DataFrame."""
+    kinds = np.array(_core.KIND_NAMES, dtype=object)[_column(columns, "kind_code")]
+    ids = _column(columns, "id")
+    message = _column(columns, "message")
+    end = _column(columns, "end_ns").copy()
+    is_send = kinds == "send"
+    is_recv = kinds == "recv"
+    send_pos = np.flatnonzero(is_send)
+    recv_pos = np.flatnonzero(is_recv)
+    order = np.argsort(message[send_pos], kind="stable")
+    sends_by_message = send_pos[order]
+    match = sends_by_message[np.searchsorted(message[send_pos][order], message[recv_pos])]
+    end[match] = _column(columns, "end_ns")[recv_pos]
+    remap = np.arange(int(ids.max()) + 1 if len(ids) else 0, dtype=np.int64)
+    remap[ids[recv_pos]] = ids[match]
+    offsets = _column(columns, "dep_offsets")
+    deps_all = pa.ListArray.from_arrays(pa.array(offsets), pa.array(remap[_column(columns, "deps")]))
+    keep = np.flatnonzero(~is_recv)
+    deps = deps_all.take(pa.array(keep))
+    rank = _column(columns, "rank")[keep]
+    layer = _column(columns, "layer")[keep]
+    tensor = _column(columns, "tensor")[keep]
     layer_names = np.array([layer.name for layer in model.layers] + [""], dtype=object)
     tensor_names = np.array([t.name for t in model.tensors] + [""], dtype=object)
-    op = ops[_column(columns, "op_code")]
+    op = np.array(op_names, dtype=object)[_column(columns, "op_code")[keep]]
     name = np.where(tensor >= 0, tensor_names[tensor], layer_names[layer])
     name = np.where(op == "barrier", "barrier", name)
-    offsets = _column(columns, "dep_offsets")
-    deps_values = _column(columns, "deps")
-    deps = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32) if offsets[-1] < 2**31 else offsets), pa.array(deps_values))
-    n = len(rank)
+    n = len(keep)
     null_int = pd.array([pd.NA] * n, dtype="Int64") if n else pd.array([], dtype="Int64")
     frame = pd.DataFrame(
         {
-            "id": _column(columns, "id"),
-            "iteration": _column(columns, "iteration"),
+            "id": ids[keep],
+            "iteration": _column(columns, "iteration")[keep],
             "rank": rank,
             "role": np.where(rank < workers, "worker", "server").astype(object),
-            "kind": kinds[_column(columns, "kind_code")],
+            "kind": pd.Series(kinds[keep]).map(_V1_KIND).to_numpy(dtype=object),
             "op": op,
             "name": name,
             "layer": layer,
             "tensor": tensor,
-            "peer": _column(columns, "peer"),
-            "bytes": _column(columns, "bytes"),
-            "priority": _column(columns, "priority"),
-            "collective": _column(columns, "collective"),
-            "step": _column(columns, "step"),
-            "rpc": _column(columns, "rpc"),
-            "ready_ns": _column(columns, "ready_ns"),
-            "start_ns": _column(columns, "start_ns"),
-            "end_ns": _column(columns, "end_ns"),
+            "peer": _column(columns, "peer")[keep],
+            "bytes": _column(columns, "bytes")[keep],
+            "priority": _column(columns, "priority")[keep],
+            "collective": _column(columns, "collective")[keep],
+            "step": _column(columns, "step")[keep],
+            "rpc": _column(columns, "rpc")[keep],
+            "ready_ns": _column(columns, "ready_ns")[keep],
+            "start_ns": _column(columns, "start_ns")[keep],
+            "end_ns": end[keep],
             "deps": deps.to_pandas(zero_copy_only=False),
         }
     )

@@ -1,17 +1,23 @@
-"""Strategy-side choices made before the engine runs: parameter placement
-on servers, server update cost, and the engine's input document."""
+"""Strategy-side choices made before the engine runs, and the engine's
+input: the gradient-grouping pass, parameter placement on servers, server
+update cost, rank placement on hosts and racks, and the plain-data
+training and network descriptions the Rust engine reads (see
+crates/ddlsim-core/src/lower/training.rs and network/config.rs)."""
 
 from __future__ import annotations
 
 import heapq
 import json
+import math
 
+from .errors import ScenarioError
 from .scenario import Scenario
-from .units import parse_bandwidth
 from .workload.model import Model
 
-# Above this many logged ring steps, "auto" detail logs collectives only.
+# Above this many logged collective steps, "auto" detail logs collectives only.
 AUTO_STEP_ROW_LIMIT = 2_000_000
+# Engine time limit (2**62 ns, about 146 years): scenarios whose serial work could pass it are refused.
+MAX_TIME_NS = 1 << 62
 
 
 def place_tensors(sizes: list[int], servers: int, placement: str) -> list[int]:
@@ -32,63 +38,121 @@ def place_tensors(sizes: list[int], servers: int, placement: str) -> list[int]:
     return owner
 
 
-def resolve_trace_detail(scenario: Scenario, tensors: int) -> str:
+def group_per_tensor(model: Model) -> list[dict]:
+    """The grouping pass of wait-free backpropagation: one group per tensor."""
+    groups = []
+    tensor = 0
+    for layer_index, layer in enumerate(model.layers):
+        for t in layer.tensors:
+            groups.append({"layers": [layer_index], "tensor": tensor, "bytes": t.bytes})
+            tensor += 1
+    return groups
+
+
+def steps_per_allreduce(algorithm: str, n: int) -> int:
+    if n <= 1:
+        return 0
+    if algorithm == "ring":
+        return 2 * (n - 1)
+    p = 1 << (n.bit_length() - 1)
+    return 2 * (p.bit_length() - 1) + (2 if p != n else 0)
+
+
+def resolve_trace_detail(scenario: Scenario, groups: int) -> str:
     if scenario.trace_detail != "auto":
         return scenario.trace_detail
-    if scenario.strategy != "ring":
+    if scenario.strategy.kind != "ring":
         return "step"
     n = scenario.workers
-    rows = scenario.iterations * tensors * n * 2 * (n - 1)
+    rows = scenario.iterations * groups * n * steps_per_allreduce(scenario.strategy.algorithm, n)
     return "step" if rows <= AUTO_STEP_ROW_LIMIT else "collective"
 
 
-def engine_document(scenario: Scenario, model: Model, times_ns: list[tuple[int, int]]) -> dict:
-    """The plain-data scenario the Rust engine reads (see spec.rs)."""
+def host_of_rank(scenario: Scenario) -> list[int]:
+    """Host of every rank: workers first (ranks_per_host to a host), then servers.
+
+    Worker hosts fill racks in order (`packed`) or round-robin over racks
+    (`spread`); servers get hosts of their own after the workers'
+    (`separate`) or share worker s's host (`colocated`).
+    """
+    net = scenario.network
+    per_host = net.ranks_per_host
+    worker_hosts = math.ceil(scenario.workers / per_host)
+    host_index = list(range(worker_hosts))
+    if net.topology == "leaf-spine" and net.rack_placement == "spread":
+        leaves = math.ceil(worker_hosts / net.hosts_per_leaf)
+        host_index = [(h % leaves) * net.hosts_per_leaf + h // leaves for h in range(worker_hosts)]
+    hosts = [host_index[w // per_host] for w in range(scenario.workers)]
+    next_host = max(host_index) + 1 if host_index else 0
+    for s in range(scenario.servers):
+        if net.server_hosts == "colocated":
+            hosts.append(hosts[s % scenario.workers])
+        else:
+            hosts.append(next_host + s)
+    return hosts
+
+
+def network_document(scenario: Scenario) -> dict:
     net = scenario.network
     if net.topology == "star":
-        topology = {"kind": "star"}
+        topology: dict = {"kind": "star"}
     else:
         topology = {
             "kind": "leaf_spine",
             "hosts_per_leaf": net.hosts_per_leaf,
             "spines": net.spines,
             "oversubscription": net.oversubscription,
+            "routing": net.routing,
         }
-    layer_of = [i for i, layer in enumerate(model.layers) for _ in layer.tensors]
-    sizes = [t.bytes for t in model.tensors]
-    ps = scenario.ps
-    servers = ps.servers if scenario.strategy == "ps" else 0
-    owner = place_tensors(sizes, servers, ps.placement) if servers else [0] * len(sizes)
-    update_bytes_per_ns = parse_bandwidth(ps.update_bandwidth) / 8e9
-    tensors = [
-        {
-            "layer": layer_of[i],
-            "bytes": sizes[i],
-            "server": owner[i],
-            # The server reads every worker's gradient once: N x size bytes.
-            "update_ns": round(sizes[i] * scenario.workers / update_bytes_per_ns) if servers else 0,
-        }
-        for i in range(len(sizes))
-    ]
     return {
-        "strategy": scenario.strategy,
+        "fidelity": net.fidelity,
+        "bandwidth_bps": net.bandwidth_bps,
+        "latency_ns": net.latency_ns,
+        "topology": topology,
+        "intra_host_bandwidth_bps": net.intra_host_bandwidth_bps,
+        "intra_host_latency_ns": net.intra_host_latency_ns,
+    }
+
+
+def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int, int]]) -> dict:
+    """The training description the engine lowers into a workload graph."""
+    strategy = scenario.strategy
+    groups = group_per_tensor(model)
+    if strategy.kind == "ps":
+        owner = place_tensors([g["bytes"] for g in groups], strategy.servers, strategy.placement)
+        update_bytes_per_ns = strategy.update_bandwidth_bps / 8e9
+        for g, server in zip(groups, owner):
+            g["server"] = server
+            # The server reads every worker's gradient once: N x size bytes.
+            g["update_ns"] = math.ceil(g["bytes"] * scenario.workers / update_bytes_per_ns)
+        sync = {"kind": "ps", "servers": strategy.servers}
+    else:
+        sync = {"kind": "allreduce", "algorithm": strategy.algorithm.replace("-", "_")}
+    _check_time_budget(scenario, times_ns)
+    return {
         "workers": scenario.workers,
-        "servers": servers,
         "iterations": scenario.iterations,
         "seed": scenario.seed,
+        "sync": sync,
         "jitter": scenario.jitter,
         "barrier": scenario.barrier,
-        "header_bytes": ps.header_bytes,
+        "header_bytes": getattr(strategy, "header_bytes", 0),
+        "stream_policy": strategy.stream_policy,
+        "preemption": strategy.preemption == "chunk",
+        "priority_bands": scenario.network.priority_bands,
         "layers": [{"fwd_ns": f, "bwd_ns": b} for f, b in times_ns],
-        "tensors": tensors,
-        "network": {
-            "fidelity": net.fidelity,
-            "bandwidth_bps": net.bandwidth_bps,
-            "latency_ns": net.latency_ns,
-            "topology": topology,
-        },
-        "trace_detail": resolve_trace_detail(scenario, len(sizes)),
+        "groups": groups,
+        "host_of_rank": host_of_rank(scenario),
     }
+
+
+def _check_time_budget(scenario: Scenario, times_ns: list[tuple[int, int]]) -> None:
+    compute = sum(f + b for f, b in times_ns) * scenario.iterations
+    if compute * (1 + 6 * scenario.jitter) >= MAX_TIME_NS:
+        raise ScenarioError(
+            f"the compute of {scenario.iterations} iterations ({compute} ns) would overflow the engine's "
+            f"64-bit nanosecond clock (limit {MAX_TIME_NS} ns); use fewer iterations or shorter layer times"
+        )
 
 
 def engine_json(document: dict) -> str:

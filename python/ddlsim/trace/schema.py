@@ -37,6 +37,7 @@ OPS_BY_KIND: Mapping[str, tuple[str, ...]] = {
         "pull_request",
         "pull_response",
         "ring_step",
+        "hd_step",
         "send",
     ),
     "collective": ("allreduce",),
@@ -484,14 +485,16 @@ def _check_deps(columns: dict[str, Any], problem: _Problem, check_causality: boo
         raise problem.at("deps", int(owners[_first(self_dep)]), "depends on itself", "remove its own id from deps")
     if not check_causality:
         return
+    # deps hold every reason a row waited (graph edges, the stream it queued
+    # on, a collective's rendezvous), so the bound is on the start.
     dep_end = columns["end_ns"][order[slots]]
-    owner_ready = columns["ready_ns"][owners]
-    acausal = dep_end > owner_ready
+    owner_start = columns["start_ns"][owners]
+    acausal = dep_end > owner_start
     if acausal.any():
         bad = _first(acausal)
         raise problem.at(
-            "ready_ns",
+            "start_ns",
             int(owners[bad]),
-            f"ready_ns={owner_ready[bad]} but it depends on id {targets[bad]}, which ends at {dep_end[bad]}",
-            "a row is ready only after every row in its deps has ended (ready_ns >= their end_ns)",
+            f"start_ns={owner_start[bad]} but it depends on id {targets[bad]}, which ends at {dep_end[bad]}",
+            "a row starts only after every row in its deps has ended (start_ns >= their end_ns)",
         )
