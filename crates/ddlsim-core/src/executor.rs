@@ -302,14 +302,15 @@ impl<'g> Executor<'g> {
         if !self.waits_for_a_join(op) {
             return Ok(());
         }
-        // Yield only to an item that can make progress, so that two waiting
-        // members never swap forever (a preemption undone here is redone at
-        // the resumed member's next chunk boundary).
+        // Yield only to an item that can go on (a launched member, an op that
+        // is no collective, a collective this join launches) or to a more
+        // urgent collective, so that waiting members never swap forever and
+        // all ranks drift to the most urgent waiting collective.
+        let priority = o.priority;
         let mut skipped = Vec::new();
         let mut found = None;
         while let Some(item) = self.streams[s].policy.pop() {
-            let item_op = (item & !PARKED) as u32;
-            if item & PARKED != 0 && self.waits_for_a_join(item_op) {
+            if !self.can_take_over(item, priority) {
                 skipped.push(item);
             } else {
                 found = Some(item);
@@ -323,6 +324,20 @@ impl<'g> Executor<'g> {
         let Some(next) = found else { return Ok(()) };
         self.park(s, op, None);
         self.run_item(s, next, now, release)
+    }
+
+    fn can_take_over(&self, item: u64, priority: i32) -> bool {
+        let op = (item & !PARKED) as u32;
+        let o = &self.graph.ops[op as usize];
+        if item & PARKED != 0 {
+            return !self.waits_for_a_join(op);
+        }
+        if o.kind != Kind::Collective || o.priority < priority {
+            return true;
+        }
+        let members = self.graph.collectives[o.collective as usize].members.len() as u32;
+        let joined = self.collectives[o.collective as usize].as_ref().map_or(0, |live| live.machine.joined());
+        joined + 1 == members
     }
 
     /// True if collective op `op`'s member waits for a member that has not joined.

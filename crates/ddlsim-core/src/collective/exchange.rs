@@ -231,6 +231,10 @@ impl<P: Plan> Collective for Exchange<P> {
         self.finished == self.plan.members()
     }
 
+    fn joined(&self) -> u32 {
+        self.joined
+    }
+
     fn waits_for_a_join(&self, member: u32) -> bool {
         self.joined < self.plan.members() && self.joined_at[member as usize] != NOT_JOINED
     }

@@ -46,6 +46,8 @@ pub trait Collective {
     fn complete(&self) -> bool;
     /// True if the member has joined but the collective cannot start until others join.
     fn waits_for_a_join(&self, member: u32) -> bool;
+    /// Members that have joined so far.
+    fn joined(&self) -> u32;
 }
 
 /// The all-reduce algorithms the engine knows.
