@@ -11,12 +11,12 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::collective::{joined_op, new_collective, Action, Cause, Collective, NO_CAUSE};
+use crate::collective::{joined_op, new_collective, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
 use crate::engine::{EventQueue, Time};
 use crate::graph::{Graph, Kind, PolicyKind, NO_STREAM};
 use crate::log::{EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
 use crate::network::{Delivery, FlowRecord, NetworkModel, Scheduler, TransferRequest};
-use crate::stream::{new_policy, StreamPolicy};
+use crate::stream::{new_policy, QueueKey, StreamPolicy};
 
 /// How much of the inside of collectives goes into the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +147,15 @@ struct Executor<'g> {
     bytes_sent: Vec<u64>,
     bytes_received: Vec<u64>,
     finished_ops: usize,
+    /// Queue order of items on streams that tie-break by arrival.
+    seq: u64,
+    /// Collectives scheduled by negotiation (a member is queued only once
+    /// every member is ready), and how many members are ready so far.
+    negotiate: Vec<bool>,
+    negotiating: Vec<u32>,
+    /// CSR: the member ops of each collective, in member order.
+    coll_op_offsets: Vec<u32>,
+    coll_ops: Vec<u32>,
 }
 
 /// Runs `graph` to completion on `network`. A graph that cannot finish
@@ -172,6 +181,15 @@ pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -
             }
         })
         .collect();
+    let (coll_op_offsets, coll_ops) = collective_members(graph);
+    let negotiate = (0..graph.collectives.len())
+        .map(|c| {
+            coll_ops[coll_op_offsets[c] as usize..coll_op_offsets[c + 1] as usize].iter().any(|&op| {
+                let stream = graph.ops.get(op as usize).map_or(NO_STREAM, |o| o.stream);
+                stream != NO_STREAM && graph.streams[stream as usize].policy == NEGOTIATED
+            })
+        })
+        .collect();
     let mut ex = Executor {
         graph,
         succ_offsets,
@@ -184,11 +202,7 @@ pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -
         recv_row: vec![-1; n],
         tx_end: vec![0; n],
         message_of: vec![-1; n],
-        streams: graph
-            .streams
-            .iter()
-            .map(|s| StreamState { policy: new_policy(s.policy), current: None, in_flight: 0 })
-            .collect(),
+        streams: graph.streams.iter().map(|s| StreamState { policy: new_policy(s.policy), current: None, in_flight: 0 }).collect(),
         parked: HashMap::default(),
         parked_in: vec![0; graph.collectives.len()],
         queue: EventQueue::new(),
@@ -209,6 +223,11 @@ pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -
         bytes_sent: vec![0; ranks],
         bytes_received: vec![0; ranks],
         finished_ops: 0,
+        seq: 0,
+        negotiate,
+        negotiating: vec![0; graph.collectives.len()],
+        coll_op_offsets,
+        coll_ops,
     };
     for id in 0..n as u32 {
         if ex.waiting_deps[id as usize] == 0 {
@@ -217,9 +236,7 @@ pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -
     }
     while let Some((now, event)) = ex.queue.pop() {
         if now > MAX_TIME {
-            return Err(format!(
-                "simulated time would pass {MAX_TIME} ns (about 146 years); the scenario's durations or sizes are far too large"
-            ));
+            return Err(format!("simulated time would pass {MAX_TIME} ns (about 146 years); the scenario's durations or sizes are far too large"));
         }
         match event {
             Event::OpDone(op) => ex.finish_op(op, now)?,
@@ -237,9 +254,18 @@ pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -
         if std::env::var_os("DDLSIM_DEBUG_STUCK").is_some() {
             for (i, st) in ex.streams.iter().enumerate() {
                 let cur = st.current.map(|o| (o, graph.ops[o as usize].collective, graph.ops[o as usize].priority, ex.parked.contains_key(&o)));
-                eprintln!("stream {i} rank {} current {:?} in_flight {} queued {:?}", graph.streams[i].rank, cur, st.in_flight, st.policy.peek_priority());
+                eprintln!(
+                    "stream {i} rank {} current {:?} in_flight {} queued {:?}",
+                    graph.streams[i].rank,
+                    cur,
+                    st.in_flight,
+                    st.policy.peek_priority()
+                );
             }
-            eprintln!("parked {:?}", ex.parked.keys().map(|&o| (o, graph.ops[o as usize].collective, graph.ops[o as usize].rank)).collect::<Vec<_>>());
+            eprintln!(
+                "parked {:?}",
+                ex.parked.keys().map(|&o| (o, graph.ops[o as usize].collective, graph.ops[o as usize].rank)).collect::<Vec<_>>()
+            );
         }
         let stuck = (0..n).find(|&i| ex.end[i] == UNSET).unwrap_or(0);
         let op = &graph.ops[stuck];
@@ -255,10 +281,32 @@ pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -
     Ok(ex.into_output(op_names))
 }
 
+/// Priority streams without preemption schedule collectives as Horovod's
+/// coordinator does: a collective is queued on its ranks only once it is
+/// ready on all of them, every rank breaks priority ties by collective id,
+/// and a member waiting for a join yields to a more urgent collective or to
+/// a parked member of a collective the other ranks already launched. With
+/// one order on all ranks, the most urgent negotiated collective always
+/// gathers all its members, so no order of readiness can deadlock.
+const NEGOTIATED: PolicyKind = PolicyKind::Priority { preempt: false };
+
+/// CSR of each collective's member ops, in member order.
+fn collective_members(graph: &Graph) -> (Vec<u32>, Vec<u32>) {
+    let mut offsets = vec![0u32; graph.collectives.len() + 1];
+    for (c, spec) in graph.collectives.iter().enumerate() {
+        offsets[c + 1] = offsets[c] + spec.members.len() as u32;
+    }
+    let mut ops = vec![u32::MAX; offsets[graph.collectives.len()] as usize];
+    for (i, op) in graph.ops.iter().enumerate() {
+        if op.kind == Kind::Collective {
+            ops[(offsets[op.collective as usize] + op.member) as usize] = i as u32;
+        }
+    }
+    (offsets, ops)
+}
+
 fn later(now: Time, by: u64) -> Result<Time, String> {
-    now.checked_add(by)
-        .filter(|&t| t <= MAX_TIME)
-        .ok_or_else(|| format!("simulated time would overflow: {now} ns + {by} ns is beyond {MAX_TIME} ns"))
+    now.checked_add(by).filter(|&t| t <= MAX_TIME).ok_or_else(|| format!("simulated time would overflow: {now} ns + {by} ns is beyond {MAX_TIME} ns"))
 }
 
 impl<'g> Executor<'g> {
@@ -268,21 +316,65 @@ impl<'g> Executor<'g> {
         if o.stream == NO_STREAM {
             return self.start_op(op, now);
         }
-        let s = o.stream as usize;
-        let priority = o.priority;
+        if o.kind == Kind::Collective && self.negotiate[o.collective as usize] {
+            let c = o.collective as usize;
+            self.negotiating[c] += 1;
+            let (a, b) = (self.coll_op_offsets[c] as usize, self.coll_op_offsets[c + 1] as usize);
+            if (self.negotiating[c] as usize) < b - a {
+                return Ok(());
+            }
+            // Ready everywhere: every rank queues it now, having waited for this last member.
+            let arrival = ready_cause(op);
+            for k in a..b {
+                let member = self.coll_ops[k];
+                self.enqueue(member, now, if member == op { NO_CAUSE } else { arrival })?;
+            }
+            return Ok(());
+        }
+        self.enqueue(op, now, NO_CAUSE)
+    }
+
+    /// Puts a ready op on its stream; `arrival` is what it waited for beyond its own deps.
+    fn enqueue(&mut self, op: u32, now: Time, arrival: Cause) -> Result<(), String> {
+        let s = self.graph.ops[op as usize].stream as usize;
         match self.streams[s].current {
             None => {
                 self.streams[s].current = Some(op);
+                self.stream_dep[op as usize] = arrival;
                 self.start_op(op, now)
             }
             Some(running) => {
-                self.streams[s].policy.push(op as u64, priority, false);
-                // Whatever runs now instead of the current member waited for this op to be ready.
-                let arrival = crate::collective::join_cause(op);
+                self.queue_item(s, op as u64);
+                // Whatever runs now instead of the current member waited for this op to arrive.
+                let arrival = if arrival == NO_CAUSE { ready_cause(op) } else { arrival };
                 self.maybe_preempt_idle(s, running, now, arrival)?;
                 self.maybe_yield(s, now, arrival)
             }
         }
+    }
+
+    fn launched(&self, c: usize) -> bool {
+        self.collectives[c].as_ref().is_some_and(|live| live.machine.joined() as usize == self.graph.collectives[c].members.len())
+    }
+
+    fn key_of(&mut self, s: usize, item: u64) -> QueueKey {
+        let op = (item & !PARKED) as u32;
+        let o = &self.graph.ops[op as usize];
+        let parked = item & PARKED != 0;
+        if self.graph.streams[s].policy == NEGOTIATED {
+            let collective = o.kind == Kind::Collective;
+            let urgent = parked && collective && self.launched(o.collective as usize);
+            let order = if collective { o.collective as u64 } else { (1 << 40) + op as u64 };
+            QueueKey { not_urgent: !urgent, priority: o.priority, not_resumed: true, order }
+        } else {
+            self.seq += 1;
+            QueueKey { not_urgent: true, priority: o.priority, not_resumed: !parked, order: self.seq }
+        }
+    }
+
+    fn queue_item(&mut self, s: usize, item: u64) {
+        let key = self.key_of(s, item);
+        self.streams[s].policy.push(item, key);
     }
 
     /// Under a priority policy, ranks may pick their collectives in different
@@ -290,8 +382,10 @@ impl<'g> Executor<'g> {
     /// joined yet (nothing sent in between) yields its stream to the next
     /// queued op, and resumes later, so that no such order deadlocks.
     fn maybe_yield(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
-        if self.graph.streams[s].policy == PolicyKind::Fifo {
-            return Ok(());
+        match self.graph.streams[s].policy {
+            PolicyKind::Fifo => return Ok(()),
+            NEGOTIATED => return self.maybe_yield_negotiated(s, now, release),
+            PolicyKind::Priority { .. } => {}
         }
         let st = &self.streams[s];
         let Some(op) = st.current else { return Ok(()) };
@@ -318,12 +412,30 @@ impl<'g> Executor<'g> {
             }
         }
         for item in skipped {
-            let o = (item & !PARKED) as u32;
-            self.streams[s].policy.push(item, self.graph.ops[o as usize].priority, item & PARKED != 0);
+            self.queue_item(s, item);
         }
         let Some(next) = found else { return Ok(()) };
         self.park(s, op, None);
         self.run_item(s, next, now, release)
+    }
+
+    /// A member waiting for a join yields to a more urgent collective (in
+    /// the order all ranks share) or to an urgent parked member.
+    fn maybe_yield_negotiated(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+        let st = &self.streams[s];
+        let Some(op) = st.current else { return Ok(()) };
+        let o = &self.graph.ops[op as usize];
+        if o.kind != Kind::Collective || st.in_flight > 0 || !self.waits_for_a_join(op) {
+            return Ok(());
+        }
+        let Some(head) = st.policy.peek_key() else {
+            return Ok(());
+        };
+        if head.not_urgent && (head.priority, head.order) >= (o.priority, o.collective as u64) {
+            return Ok(());
+        }
+        self.park(s, op, None);
+        self.run_next(s, now, release)
     }
 
     fn can_take_over(&self, item: u64, priority: i32) -> bool {
@@ -343,8 +455,7 @@ impl<'g> Executor<'g> {
     /// True if collective op `op`'s member waits for a member that has not joined.
     fn waits_for_a_join(&self, op: u32) -> bool {
         let o = &self.graph.ops[op as usize];
-        o.kind == Kind::Collective
-            && self.collectives[o.collective as usize].as_ref().is_some_and(|live| live.machine.waits_for_a_join(o.member))
+        o.kind == Kind::Collective && self.collectives[o.collective as usize].as_ref().is_some_and(|live| live.machine.waits_for_a_join(o.member))
     }
 
     /// A more urgent op arrived while the stream's collective member waits
@@ -364,9 +475,8 @@ impl<'g> Executor<'g> {
     fn park(&mut self, s: usize, op: u32, held: Option<Held>) {
         self.parked.insert(op, held);
         self.parked_in[self.graph.ops[op as usize].collective as usize] += 1;
-        let st = &mut self.streams[s];
-        st.current = None;
-        st.policy.push(PARKED | op as u64, self.graph.ops[op as usize].priority, true);
+        self.streams[s].current = None;
+        self.queue_item(s, PARKED | op as u64);
     }
 
     /// The stream is free (`release` is what freed it): start or resume what its policy picks.
@@ -393,7 +503,7 @@ impl<'g> Executor<'g> {
             return Ok(());
         }
         // An op that runs because it arrived waited for nothing but its own deps.
-        self.stream_dep[op as usize] = if release == crate::collective::join_cause(op) { NO_CAUSE } else { release };
+        self.stream_dep[op as usize] = if release == ready_cause(op) { NO_CAUSE } else { release };
         self.start_op(op, now)
     }
 
@@ -423,17 +533,7 @@ impl<'g> Executor<'g> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn start_transfer(
-        &mut self,
-        now: Time,
-        src: u32,
-        dst: u32,
-        bytes: u64,
-        band: u8,
-        tenant: u32,
-        message: i64,
-        owner: Owner,
-    ) -> Result<(), String> {
+    fn start_transfer(&mut self, now: Time, src: u32, dst: u32, bytes: u64, band: u8, tenant: u32, message: i64, owner: Owner) -> Result<(), String> {
         self.transfers += 1;
         self.bytes_sent[src as usize] += bytes;
         let id = match self.free_transfers.pop() {
@@ -524,8 +624,14 @@ impl<'g> Executor<'g> {
                 Some(live) => live.ops.iter().copied().filter(|op| self.parked.contains_key(op)).collect(),
                 None => Vec::new(),
             };
+            let launched = self.launched(c);
             for op in members {
                 let s = self.graph.ops[op as usize].stream as usize;
+                if launched && self.graph.streams[s].policy == NEGOTIATED {
+                    // Launched elsewhere: its parked member now goes first on its stream.
+                    self.unpark_item(op);
+                    self.queue_item(s, PARKED | op as u64);
+                }
                 match self.streams[s].current {
                     Some(running) => {
                         self.maybe_preempt_idle(s, running, now, cause)?;
@@ -611,17 +717,23 @@ impl<'g> Executor<'g> {
             out.push(cause);
         } else if let Some(op) = joined_op(cause) {
             self.op_deps(op, out);
+        } else if let Some(op) = ready_op(cause) {
+            self.graph_deps(op, out);
         }
     }
 
-    /// Recorded deps of an op's row: graph edges (a transfer dep stands for
-    /// its recv row) and the stream it queued on.
+    /// Recorded deps of an op's row: graph edges and the stream it queued on.
     fn op_deps(&self, op: u32, out: &mut Vec<i64>) {
+        self.graph_deps(op, out);
+        self.expand_cause(self.stream_dep[op as usize], out);
+    }
+
+    /// Graph edges as row ids (a transfer dep stands for its recv row).
+    fn graph_deps(&self, op: u32, out: &mut Vec<i64>) {
         for &d in self.graph.deps(op) {
             let d = d as usize;
             out.push(if self.graph.ops[d].kind == Kind::Transfer { self.recv_row[d] } else { d as i64 });
         }
-        self.expand_cause(self.stream_dep[op as usize], out);
     }
 
     /// Carries out a collective's actions; `trigger` is the event that produced them.
@@ -680,21 +792,21 @@ impl<'g> Executor<'g> {
     /// Drops a parked member's resume entry from its stream's queue.
     fn unpark_item(&mut self, op: u32) {
         let s = self.graph.ops[op as usize].stream as usize;
-        let st = &mut self.streams[s];
         let mut kept = Vec::new();
-        while let Some(item) = st.policy.pop() {
+        while let Some(item) = self.streams[s].policy.pop() {
             if item != PARKED | op as u64 {
                 kept.push(item);
             }
         }
         for item in kept {
-            let o = (item & !PARKED) as u32;
-            st.policy.push(item, self.graph.ops[o as usize].priority, item & PARKED != 0);
+            self.queue_item(s, item);
         }
     }
 
     fn issue(&mut self, c: usize, action: Action, now: Time, resumed_after: Cause) -> Result<(), String> {
-        let Action::Send { from, to, bytes, tag, step, ready, causes } = action else { return Ok(()) };
+        let Action::Send { from, to, bytes, tag, step, ready, causes } = action else {
+            return Ok(());
+        };
         let live = self.collectives[c].as_ref().expect("collective live");
         let op = live.ops[from as usize];
         let spec = &self.graph.collectives[c];

@@ -11,62 +11,77 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use crate::graph::PolicyKind;
 
+/// How the executor ranks a queued item. Field order is the sort order:
+/// urgent items (a parked member of a collective that the other ranks
+/// already launched) first, then by priority (lower is more urgent), then
+/// a resumed member before fresh ops, then `order`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct QueueKey {
+    pub not_urgent: bool,
+    pub priority: i32,
+    pub not_resumed: bool,
+    /// Tie-break: the same on every rank for a collective (its id) under
+    /// negotiated scheduling, else the order the items were queued in.
+    pub order: u64,
+}
+
 pub trait StreamPolicy {
     /// Queue `item` (an op that became ready while the stream was busy, or a
-    /// parked collective member to resume, marked by `resumed`).
-    fn push(&mut self, item: u64, priority: i32, resumed: bool);
+    /// parked collective member to resume).
+    fn push(&mut self, item: u64, key: QueueKey);
     /// The next item to run once the stream is free.
     fn pop(&mut self) -> Option<u64>;
+    /// Key of the item `pop` would return.
+    fn peek_key(&self) -> Option<QueueKey>;
     /// Priority of the item `pop` would return.
-    fn peek_priority(&self) -> Option<i32>;
+    fn peek_priority(&self) -> Option<i32> {
+        self.peek_key().map(|k| k.priority)
+    }
     /// Whether a running collective yields to a more urgent op at its chunk boundaries.
     fn preempts(&self) -> bool;
 }
 
-/// In the order the ops became ready (resumed members first, as they were running).
+/// In the order the ops became ready (resumed or urgent members first, as they were running).
 #[derive(Default)]
 pub struct Fifo {
-    queue: VecDeque<(u64, i32)>,
+    queue: VecDeque<(u64, QueueKey)>,
 }
 
 impl StreamPolicy for Fifo {
-    fn push(&mut self, item: u64, priority: i32, resumed: bool) {
-        if resumed {
-            self.queue.push_front((item, priority));
+    fn push(&mut self, item: u64, key: QueueKey) {
+        if !key.not_resumed || !key.not_urgent {
+            self.queue.push_front((item, key));
         } else {
-            self.queue.push_back((item, priority));
+            self.queue.push_back((item, key));
         }
     }
     fn pop(&mut self) -> Option<u64> {
         self.queue.pop_front().map(|(item, _)| item)
     }
-    fn peek_priority(&self) -> Option<i32> {
-        self.queue.front().map(|&(_, p)| p)
+    fn peek_key(&self) -> Option<QueueKey> {
+        self.queue.front().map(|&(_, k)| k)
     }
     fn preempts(&self) -> bool {
         false
     }
 }
 
-/// Lowest priority value first (the thesis' priority queue: the first
-/// layer's gradients first); at equal priority a resumed member first, then
-/// in ready order.
+/// Smallest [`QueueKey`] first: lowest priority value first (the thesis'
+/// priority queue: the first layer's gradients first).
 pub struct StrictPriority {
-    heap: BinaryHeap<Reverse<(i32, bool, u64, u64)>>,
-    seq: u64,
+    heap: BinaryHeap<Reverse<(QueueKey, u64)>>,
     preempt: bool,
 }
 
 impl StreamPolicy for StrictPriority {
-    fn push(&mut self, item: u64, priority: i32, resumed: bool) {
-        self.seq += 1;
-        self.heap.push(Reverse((priority, !resumed, self.seq, item)));
+    fn push(&mut self, item: u64, key: QueueKey) {
+        self.heap.push(Reverse((key, item)));
     }
     fn pop(&mut self) -> Option<u64> {
-        self.heap.pop().map(|Reverse((_, _, _, item))| item)
+        self.heap.pop().map(|Reverse((_, item))| item)
     }
-    fn peek_priority(&self) -> Option<i32> {
-        self.heap.peek().map(|Reverse((p, _, _, _))| *p)
+    fn peek_key(&self) -> Option<QueueKey> {
+        self.heap.peek().map(|Reverse((k, _))| *k)
     }
     fn preempts(&self) -> bool {
         self.preempt
@@ -77,7 +92,7 @@ impl StreamPolicy for StrictPriority {
 pub fn new_policy(kind: PolicyKind) -> Box<dyn StreamPolicy> {
     match kind {
         PolicyKind::Fifo => Box::<Fifo>::default(),
-        PolicyKind::Priority { preempt } => Box::new(StrictPriority { heap: BinaryHeap::new(), seq: 0, preempt }),
+        PolicyKind::Priority { preempt } => Box::new(StrictPriority { heap: BinaryHeap::new(), preempt }),
     }
 }
 
@@ -85,13 +100,17 @@ pub fn new_policy(kind: PolicyKind) -> Box<dyn StreamPolicy> {
 mod tests {
     use super::*;
 
+    fn key(priority: i32, order: u64) -> QueueKey {
+        QueueKey { not_urgent: true, priority, not_resumed: true, order }
+    }
+
     #[test]
     fn fifo_keeps_ready_order_and_priority_sorts() {
         let mut f = new_policy(PolicyKind::Fifo);
         let mut p = new_policy(PolicyKind::Priority { preempt: false });
         for (item, prio) in [(1, 5), (2, 1), (3, 3), (4, 1)] {
-            f.push(item, prio, false);
-            p.push(item, prio, false);
+            f.push(item, key(prio, item));
+            p.push(item, key(prio, item));
         }
         assert_eq!(std::iter::from_fn(|| f.pop()).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
         assert_eq!(std::iter::from_fn(|| p.pop()).collect::<Vec<_>>(), vec![2, 4, 3, 1]);
@@ -100,8 +119,16 @@ mod tests {
     #[test]
     fn a_resumed_member_goes_before_equal_priority_ops() {
         let mut p = new_policy(PolicyKind::Priority { preempt: true });
-        p.push(1, 2, false);
-        p.push(9, 2, true);
+        p.push(1, key(2, 1));
+        p.push(9, QueueKey { not_resumed: false, ..key(2, 2) });
         assert_eq!(p.pop(), Some(9));
+    }
+
+    #[test]
+    fn an_urgent_member_goes_before_any_priority() {
+        let mut p = new_policy(PolicyKind::Priority { preempt: false });
+        p.push(1, key(0, 1));
+        p.push(7, QueueKey { not_urgent: false, ..key(40, 9) });
+        assert_eq!(p.pop(), Some(7));
     }
 }

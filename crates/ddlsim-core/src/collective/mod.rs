@@ -22,9 +22,21 @@ pub fn join_cause(op: u32) -> Cause {
     -(op as i64) - 2
 }
 
+const READY_BASE: i64 = 1 << 33;
+
 /// The op of a [`join_cause`], if `cause` is one.
 pub fn joined_op(cause: Cause) -> Option<u32> {
-    (cause <= -2).then(|| (-cause - 2) as u32)
+    (cause <= -2 && cause > -2 - READY_BASE).then(|| (-cause - 2) as u32)
+}
+
+/// The cause standing for "op `op` became ready": its graph dependencies only.
+pub fn ready_cause(op: u32) -> Cause {
+    -(op as i64) - 2 - READY_BASE
+}
+
+/// The op of a [`ready_cause`], if `cause` is one.
+pub fn ready_op(cause: Cause) -> Option<u32> {
+    (cause <= -2 - READY_BASE).then(|| (-cause - 2 - READY_BASE) as u32)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
