@@ -5,7 +5,7 @@ import pytest
 import ddlsim
 from ddlsim import ScenarioError, load_scenario
 from ddlsim.errors import DdlsimError, InternalError
-from ddlsim.scenario import PSStrategy, RingStrategy, Scenario, scenario_from_dict, with_overrides
+from ddlsim.simulation.scenario import PSStrategy, RingStrategy, Scenario, scenario_from_dict, with_overrides
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -62,7 +62,7 @@ def test_synthetic_model_in_a_scenario():
 
 
 def test_size_balanced_placement_balances_servers():
-    from ddlsim.strategy import place_tensors
+    from ddlsim.simulation.lowering import place_tensors
 
     sizes = [100, 60, 50, 40, 10]
     assert place_tensors(sizes, 2, "round-robin") == [0, 1, 0, 1, 0]
@@ -351,7 +351,7 @@ def test_contradicting_overrides_name_both_fields(overrides, both):
 
 def test_simulate_accepts_the_new_flat_keywords_up_to_the_bridge():
     """simulate(**kw) resolves the new keywords through with_overrides."""
-    from ddlsim.simulate import _resolve
+    from ddlsim.simulation.run import _resolve
 
     s = _resolve(None, {"strategy": "ps", "servers": 4, "stream_policy": "priority", "routing": "spray",
                         "topology": "leaf-spine"})

@@ -1,7 +1,7 @@
 """The engine and the trace schema agree on the vocabulary."""
 
 from ddlsim import _core
-from ddlsim.simulate import _V1_KIND
+from ddlsim.simulation.run import _V1_KIND
 from ddlsim.trace.schema import KINDS
 
 

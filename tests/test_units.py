@@ -3,7 +3,7 @@ import math
 import pytest
 
 from ddlsim import ScenarioError
-from ddlsim.scenario import scenario_from_dict
+from ddlsim.simulation.scenario import scenario_from_dict
 from ddlsim.units import parse_bandwidth, parse_duration_ns, parse_size_bytes
 
 

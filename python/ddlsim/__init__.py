@@ -8,8 +8,8 @@ of distributed deep-learning training.
 """
 
 from .errors import DdlsimError, ModelError, ScenarioError, TraceError
-from .scenario import Scenario, load_scenario
-from .simulate import SimulationResult, simulate
+from .api import SimulationResult, simulate
+from .simulation.scenario import Scenario, load_scenario
 from .workload import list_models, load_model, synthetic_model
 
 __version__ = "0.1.0"

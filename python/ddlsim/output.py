@@ -7,14 +7,12 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Any, Iterator
 
 from .errors import DdlsimError
-from .plot import save_figure, timeline_figure
+from .analyze.plot import save_figure, timeline_figure
+from .simulation.run import scenario_json
 from .trace import write_chrome_trace, write_event_log
-
-if TYPE_CHECKING:
-    from .simulate import SimulationResult
 
 
 @contextmanager
@@ -42,7 +40,7 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def save_result(result: "SimulationResult", out_dir: Path, timeline: bool = True, prefix: str = "") -> dict[str, Path]:
+def save_result(result: Any, out_dir: Path, timeline: bool = True, prefix: str = "") -> dict[str, Path]:
     names = {
         "events": f"{prefix}events.parquet",
         "chrome_trace": f"{prefix}trace.json",
@@ -74,9 +72,7 @@ def chrome_view(events):
     )
 
 
-def write_result_files(result: "SimulationResult", directory: Path, names: dict[str, str]) -> None:
-    from .simulate import scenario_json
-
+def write_result_files(result: Any, directory: Path, names: dict[str, str]) -> None:
     metadata = {"source": "simulate", "scenario": json.loads(scenario_json(result.scenario)), "model": result.model.name}
     write_event_log(result.events, directory / names["events"], metadata=metadata)
     chrome_events, note = chrome_view(result.events)

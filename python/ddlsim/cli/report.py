@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .units import format_bytes, format_seconds
+from ..units import format_bytes, format_seconds
 
 
 def summary_table(summaries: dict[str, dict], title: str = "ddlsim") -> Table:

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import DdlsimError
+from ..errors import DdlsimError
 
 app = typer.Typer(
     help="Simulate and analyze the network communication of distributed deep-learning training.",
@@ -67,7 +67,7 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary only."),
 ) -> None:
     """Simulate training iterations and report where the time goes."""
-    from .simulate import simulate as run_simulation
+    from ..api import simulate as run_simulation
 
     overrides = {
         "model": model, "workers": workers, "servers": servers, "strategy": strategy,
@@ -110,7 +110,7 @@ def simulate(
 @app.command()
 def models(layers: Optional[str] = typer.Option(None, "--layers", help="Show the layer table of this model.")) -> None:
     """List the model zoo: parameter tensors, parameters, size, FLOPs."""
-    from .workload import list_models, load_model
+    from ..workload import list_models, load_model
 
     if layers:
         m = load_model(layers)
@@ -139,8 +139,8 @@ def export(
     out_path: Path = typer.Option(..., "--out", "-o", help="Output file (chrome, csv) or directory (sketchdlc)."),
 ) -> None:
     """Convert an event log: Perfetto/Chrome JSON, SketchDLC per-node text, or CSV."""
-    from .output import staged_directory
-    from .trace import read_event_log, write_chrome_trace, write_sketchdlc
+    from ..output import staged_directory
+    from ..trace import read_event_log, write_chrome_trace, write_sketchdlc
 
     if fmt not in ("chrome", "sketchdlc", "csv"):
         raise DdlsimError(f"--format {fmt!r}: choose chrome, sketchdlc or csv")

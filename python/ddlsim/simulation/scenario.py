@@ -46,8 +46,8 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ScenarioError
-from .units import parse_bandwidth, parse_duration_ns, parse_size_bytes
+from ..errors import ScenarioError
+from ..units import parse_bandwidth, parse_duration_ns, parse_size_bytes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -176,7 +176,7 @@ class ModelConfig(_Strict):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        from .workload.devices import DEVICES
+        from ..workload.devices import DEVICES
 
         if v.strip().upper() not in DEVICES:
             raise ValueError(f"unknown device {v!r}; choose one of {', '.join(DEVICES)}")

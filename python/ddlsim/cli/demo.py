@@ -7,10 +7,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .output import staged_directory, write_result_files
-from .plot import breakdown_figure, save_figure
+from ..output import staged_directory, write_result_files
+from ..analyze.plot import breakdown_figure, save_figure
 from .report import print_summaries
-from .simulate import simulate
+from ..api import simulate
 
 DEMO_SCENARIOS = {
     "ring all-reduce": dict(strategy="ring"),

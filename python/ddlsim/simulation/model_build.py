@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ModelError, ScenarioError
-from ..scenario import ModelConfig
 from ..units import parse_duration_ns, parse_size_bytes
-from .devices import find_device
-from .model import Layer, Model, Tensor
-from .profile import apply_profile
-from .synthetic import synthetic_model
-from .zoo import load_model
+from ..workload.devices import find_device
+from ..workload.model import Layer, Model, Tensor
+from ..workload.profile import apply_profile
+from ..workload.synthetic import synthetic_model
+from ..workload.zoo import load_model
+from .scenario import ModelConfig, SyntheticConfig
 
 
 def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
@@ -32,8 +32,6 @@ def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
     elif config.name == "synthetic" or config.synthetic is not None:
         s = config.synthetic
         if s is None:
-            from ..scenario import SyntheticConfig
-
             s = SyntheticConfig()
         model = synthetic_model(
             layers=s.layers,

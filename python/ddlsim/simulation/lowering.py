@@ -10,9 +10,9 @@ import heapq
 import json
 import math
 
-from .errors import ScenarioError
+from ..errors import ScenarioError
 from .scenario import Scenario
-from .workload.model import Model
+from ..workload.model import Model
 
 # Above this many logged collective steps, "auto" detail logs collectives only.
 AUTO_STEP_ROW_LIMIT = 2_000_000

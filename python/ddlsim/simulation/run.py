@@ -1,11 +1,10 @@
-"""`simulate`: scenario -> event log (+ iteration table and summary)."""
+"""Runs a scenario on the engine: scenario -> event log."""
 
 from __future__ import annotations
 
 import json
 import time
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -13,19 +12,18 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from . import _core
-from .analyze.breakdown import iteration_table
-from .analyze.rpc import fill_rpc_breakdown, rpc_table
-from .errors import ScenarioError
+from .. import _core
+from ..errors import ScenarioError
+from ..workload.model import Model
+from .lowering import engine_json, network_document, resolve_trace_detail, training_document
+from .model_build import build_model, layer_times_ns
 from .scenario import Scenario, load_scenario, scenario_from_dict, with_overrides
-from .strategy import engine_json, network_document, resolve_trace_detail, training_document
-from .workload.build import build_model, layer_times_ns
-from .workload.model import Model
 
 
 @dataclass
-class SimulationResult:
-    """What one simulation produced. `events` is the event log."""
+class SimulationRun:
+    """What one simulation produced: the resolved scenario, the model, the
+    event log (`events`) and the engine's counters."""
 
     scenario: Scenario
     model: Model
@@ -34,69 +32,6 @@ class SimulationResult:
     engine_document: dict = field(repr=False)
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
-
-    @cached_property
-    def iterations(self) -> pd.DataFrame:
-        """Per-iteration time and breakdown (see ddlsim.analyze.breakdown)."""
-        return iteration_table(self.events)
-
-    @cached_property
-    def rpcs(self) -> pd.DataFrame:
-        """Per-RPC latency breakdown (PS only; see ddlsim.analyze.rpc)."""
-        return rpc_table(self.events)
-
-    @property
-    def iteration_time_s(self) -> float:
-        return float(self.iterations["time_s"].mean())
-
-    def summary(self) -> dict[str, Any]:
-        """Machine-readable summary (the CLI's --json)."""
-        it = self.iterations
-        sc = self.scenario
-        workers = sc.workers
-        sent = np.asarray(self.stats["bytes_sent"], dtype=np.int64)
-        return {
-            "model": self.model.name,
-            "parameters": self.model.parameters,
-            "model_bytes": self.model.size_bytes,
-            "workers": workers,
-            "servers": sc.servers,
-            "strategy": sc.strategy.kind,
-            "algorithm": getattr(sc.strategy, "algorithm", None),
-            "stream_policy": sc.strategy.stream_policy,
-            "fidelity": sc.network.fidelity,
-            "topology": sc.network.topology,
-            "bandwidth_bps": sc.network.bandwidth_bps,
-            "latency_ns": sc.network.latency_ns,
-            "batch_size": sc.model.batch_size,
-            "iterations": sc.iterations,
-            "seed": sc.seed,
-            "iteration_time_s": float(it["time_s"].mean()),
-            "iteration_times_s": [float(x) for x in it["time_s"]],
-            "compute_s": float(it["compute_s"].mean()),
-            "communication_s": float(it["communication_s"].mean()),
-            "overlap_s": float(it["overlap_s"].mean()),
-            "exposed_communication_s": float(it["exposed_communication_s"].mean()),
-            "idle_s": float(it["idle_s"].mean()),
-            "overlap_ratio": float(it["overlap_ratio"].mean()),
-            "throughput_samples_per_s": workers * sc.model.batch_size / float(it["time_s"].mean())
-            if float(it["time_s"].mean()) > 0
-            else float("inf"),
-            "bytes_sent_per_worker_per_iteration": float(sent[:workers].mean() / sc.iterations),
-            "trace_detail": self.engine_document["trace_detail"],
-            "events": int(self.stats["events"]),
-            "transfers": int(self.stats["transfers"]),
-            "log_rows": int(len(self.events)),
-            "wall_s": self.wall_s,
-            "notes": list(self.notes),
-        }
-
-    def save(self, out_dir: str | Path, timeline: bool = True) -> dict[str, Path]:
-        """Writes events.parquet, trace.json (Perfetto), iterations.csv,
-        summary.json and timeline.png into `out_dir`; returns the paths."""
-        from .output import save_result
-
-        return save_result(self, Path(out_dir), timeline=timeline)
 
 
 def _resolve(scenario: Scenario | dict | str | Path | None, overrides: dict[str, Any]) -> Scenario:
@@ -113,12 +48,8 @@ def _resolve(scenario: Scenario | dict | str | Path | None, overrides: dict[str,
     return with_overrides(base, overrides) if overrides else base
 
 
-def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: Any) -> SimulationResult:
-    """Simulates a training job and returns its event log and analysis.
-
-    >>> r = simulate(model="resnet50", workers=8, strategy="ring", bandwidth="10Gbps")
-    >>> r.iteration_time_s  # doctest: +SKIP
-    """
+def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrides: Any) -> SimulationRun:
+    """Simulates a training job and returns its event log."""
     sc = _resolve(scenario, overrides)
     model = build_model(sc.model, sc.base_dir)
     times = layer_times_ns(model, sc.model)
@@ -132,11 +63,9 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: 
         raise ScenarioError(f"the engine rejected the scenario: {exc}") from None
     wall = time.perf_counter() - t0
     events = events_frame(out["columns"], out["op_names"], model, sc.workers)
-    if sc.strategy.kind == "ps":
-        events = fill_rpc_breakdown(events)
     stats = {k: out[k] for k in ("events", "transfers", "recomputations", "makespan_ns", "bytes_sent", "bytes_received")}
     document = {"training": training, "network": network, "trace_detail": detail}
-    result = SimulationResult(scenario=sc, model=model, events=events, stats=stats, engine_document=document, wall_s=wall)
+    result = SimulationRun(scenario=sc, model=model, events=events, stats=stats, engine_document=document, wall_s=wall)
     result.notes.extend(sc.migration_notes)
     if sc.trace_detail == "auto" and detail == "collective":
         result.notes.append(

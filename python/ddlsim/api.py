@@ -1,0 +1,98 @@
+"""The Python API: `ddlsim.simulate(...)` and what it returns."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .analyze.breakdown import iteration_table
+from .analyze.rpc import fill_rpc_breakdown, rpc_table
+from .simulation.run import SimulationRun, run_scenario
+from .simulation.scenario import Scenario
+
+
+@dataclasses.dataclass
+class SimulationResult(SimulationRun):
+    """A simulation and its analysis: `events` is the event log,
+    `iterations` and `rpcs` the analysis tables, `save` writes it all."""
+
+    @cached_property
+    def iterations(self) -> pd.DataFrame:
+        """Per-iteration time and breakdown (see ddlsim.analyze.breakdown)."""
+        return iteration_table(self.events)
+
+    @cached_property
+    def rpcs(self) -> pd.DataFrame:
+        """Per-RPC latency breakdown (PS only; see ddlsim.analyze.rpc)."""
+        return rpc_table(self.events)
+
+    @property
+    def iteration_time_s(self) -> float:
+        return float(self.iterations["time_s"].mean())
+
+    def summary(self) -> dict[str, Any]:
+        """Machine-readable summary (the CLI's --json)."""
+        it = self.iterations
+        sc = self.scenario
+        workers = sc.workers
+        sent = np.asarray(self.stats["bytes_sent"], dtype=np.int64)
+        return {
+            "model": self.model.name,
+            "parameters": self.model.parameters,
+            "model_bytes": self.model.size_bytes,
+            "workers": workers,
+            "servers": sc.servers,
+            "strategy": sc.strategy.kind,
+            "algorithm": getattr(sc.strategy, "algorithm", None),
+            "stream_policy": sc.strategy.stream_policy,
+            "fidelity": sc.network.fidelity,
+            "topology": sc.network.topology,
+            "bandwidth_bps": sc.network.bandwidth_bps,
+            "latency_ns": sc.network.latency_ns,
+            "batch_size": sc.model.batch_size,
+            "iterations": sc.iterations,
+            "seed": sc.seed,
+            "iteration_time_s": float(it["time_s"].mean()),
+            "iteration_times_s": [float(x) for x in it["time_s"]],
+            "compute_s": float(it["compute_s"].mean()),
+            "communication_s": float(it["communication_s"].mean()),
+            "overlap_s": float(it["overlap_s"].mean()),
+            "exposed_communication_s": float(it["exposed_communication_s"].mean()),
+            "idle_s": float(it["idle_s"].mean()),
+            "overlap_ratio": float(it["overlap_ratio"].mean()),
+            "throughput_samples_per_s": workers * sc.model.batch_size / float(it["time_s"].mean())
+            if float(it["time_s"].mean()) > 0
+            else float("inf"),
+            "bytes_sent_per_worker_per_iteration": float(sent[:workers].mean() / sc.iterations),
+            "trace_detail": self.engine_document["trace_detail"],
+            "events": int(self.stats["events"]),
+            "transfers": int(self.stats["transfers"]),
+            "log_rows": int(len(self.events)),
+            "wall_s": self.wall_s,
+            "notes": list(self.notes),
+        }
+
+    def save(self, out_dir: str | Path, timeline: bool = True) -> dict[str, Path]:
+        """Writes events.parquet, trace.json (Perfetto), iterations.csv,
+        summary.json and timeline.png into `out_dir`; returns the paths."""
+        from .output import save_result
+
+        return save_result(self, Path(out_dir), timeline=timeline)
+
+
+def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: Any) -> SimulationResult:
+    """Simulates a training job and returns its event log and analysis.
+
+    >>> r = simulate(model="resnet50", workers=8, strategy="ring", bandwidth="10Gbps")
+    >>> r.iteration_time_s  # doctest: +SKIP
+    """
+    run = run_scenario(scenario, **overrides)
+    fields = {f.name: getattr(run, f.name) for f in dataclasses.fields(SimulationRun)}
+    if run.scenario.strategy.kind == "ps":
+        fields["events"] = fill_rpc_breakdown(run.events)
+    return SimulationResult(**fields)
