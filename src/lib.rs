@@ -4,7 +4,7 @@
 //! column buffers that numpy wraps without copying per element. Engine
 //! errors come back as ValueError with the engine's message.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
@@ -259,10 +259,20 @@ fn simulate_training_json<'py>(py: Python<'py>, training_json: &str, network_jso
     let spec = TrainingSpec::from_json(training_json).map_err(PyValueError::new_err)?;
     let net = network(network_json)?;
     let detail = detail(trace_detail)?;
-    let out = py
-        .allow_threads(|| build_graph(&spec).and_then(|g| run_graph(&g, &net, detail)))
-        .map_err(PyValueError::new_err)?;
+    let graph = build_graph(&spec).map_err(PyValueError::new_err)?;
+    let out = py.allow_threads(|| run_graph(&graph, &net, detail)).map_err(training_run_error)?;
     output(py, out)
+}
+
+/// A training graph is built by our own lowering, so a run that fails on it
+/// is a bug (RuntimeError), except for times and sizes beyond the engine's
+/// range, which are the scenario's (ValueError).
+fn training_run_error(message: String) -> PyErr {
+    if message.contains("would overflow") || message.contains("would pass") {
+        PyValueError::new_err(message)
+    } else {
+        PyRuntimeError::new_err(message)
+    }
 }
 
 #[pymodule]

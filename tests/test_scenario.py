@@ -288,6 +288,35 @@ def test_internal_error_carries_the_saved_scenario_path():
     assert InternalError("boom").scenario_path is None and "saved" not in str(InternalError("boom"))
 
 
+def test_an_engine_failure_on_a_valid_scenario_is_an_internal_error_with_the_scenario_saved(monkeypatch):
+    import json
+    import os
+
+    from ddlsim import _core
+    from ddlsim.simulation.run import run_scenario
+
+    def broken(*_args):
+        raise RuntimeError("the workload graph cannot finish: 3 of 9 operations never ran")
+
+    monkeypatch.setattr(_core, "simulate_training_json", broken)
+    with pytest.raises(InternalError) as exc:
+        run_scenario(model="resnet50", workers=3)
+    path = exc.value.scenario_path
+    try:
+        assert "internal error, please report it" in str(exc.value) and "cannot finish" in str(exc.value)
+        assert json.loads(open(path, encoding="utf-8").read())["workers"] == 3
+    finally:
+        os.unlink(path)
+
+
+def test_a_scenario_beyond_the_engines_time_range_is_a_user_error_not_internal():
+    from ddlsim.simulation.run import run_scenario
+
+    with pytest.raises(ScenarioError) as exc:
+        run_scenario({"model": {"layers": [{"name": "l", "params": 1, "fwd_ms": 1e14, "bwd_ms": 1e14}]}, "iterations": 30})
+    assert not isinstance(exc.value, InternalError)
+
+
 # ------------------------------------------------------------ flat overrides (CLI flags, simulate(**kw))
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from .. import _core
-from ..errors import ScenarioError
+from ..errors import InternalError, ScenarioError
 from ..workload.model import Model
 from .lowering import engine_json, network_document, resolve_trace_detail, training_document
 from .model_build import build_model, layer_times_ns
@@ -61,6 +63,10 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
         out = _core.simulate_training_json(engine_json(training), engine_json(network), detail)
     except ValueError as exc:
         raise ScenarioError(f"the engine rejected the scenario: {exc}") from None
+    except BaseException as exc:  # RuntimeError or a Rust panic (PanicException derives from BaseException)
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, MemoryError)):
+            raise
+        raise InternalError(f"engine: {exc}", save_crash_scenario(sc)) from None
     wall = time.perf_counter() - t0
     events = events_frame(out["columns"], out["op_names"], model, sc.workers)
     stats = {k: out[k] for k in ("events", "transfers", "recomputations", "makespan_ns", "bytes_sent", "bytes_received")}
@@ -142,6 +148,17 @@ def events_frame(columns: dict, op_names: list[str], model: Model, workers: int)
     for col in ("w_proc_ns", "w_queue_ns", "ps_proc_ns", "ps_queue_ns", "n_tx_ns"):
         frame[col] = null_int.copy()
     return frame
+
+
+def save_crash_scenario(sc: Scenario) -> str | None:
+    """Writes the scenario for a bug report; returns its path, None if that failed too."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="ddlsim-crash-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(scenario_json(sc) + "\n")
+        return path
+    except OSError:
+        return None
 
 
 def scenario_json(sc: Scenario) -> str:
