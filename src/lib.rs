@@ -50,7 +50,7 @@ fn network(json: &str) -> PyResult<NetworkSpec> {
 }
 
 /// The run's results: `(columns, stats, op_names, flows)`.
-fn output<'py>(py: Python<'py>, out: RunOutput) -> PyResult<Bound<'py, PyDict>> {
+fn output<'py>(py: Python<'py>, out: RunOutput, graph: &Graph) -> PyResult<Bound<'py, PyDict>> {
     let cols = PyDict::new(py);
     let log = &out.log;
     column(py, &cols, "id", "<i8", &log.id)?;
@@ -78,6 +78,8 @@ fn output<'py>(py: Python<'py>, out: RunOutput) -> PyResult<Bound<'py, PyDict>> 
     let result = PyDict::new(py);
     result.set_item("columns", cols)?;
     result.set_item("op_names", out.op_names)?;
+    let stream_names: Vec<&str> = graph.streams.iter().map(|st| graph.stream_names[st.name as usize].as_str()).collect();
+    result.set_item("stream_names", stream_names)?;
     result.set_item("events", out.events)?;
     result.set_item("transfers", out.transfers)?;
     result.set_item("recomputations", out.recomputations)?;
@@ -250,7 +252,7 @@ fn run_graph_columns<'py>(py: Python<'py>, graph: &Bound<'py, PyDict>, network_j
     let net = network(network_json)?;
     let detail = detail(trace_detail)?;
     let out = py.allow_threads(|| run_graph(&g, &net, detail)).map_err(PyValueError::new_err)?;
-    output(py, out)
+    output(py, out, &g)
 }
 
 /// Lowers and runs a training description in one call (no graph round trip).
@@ -261,7 +263,7 @@ fn simulate_training_json<'py>(py: Python<'py>, training_json: &str, network_jso
     let detail = detail(trace_detail)?;
     let graph = build_graph(&spec).map_err(PyValueError::new_err)?;
     let out = py.allow_threads(|| run_graph(&graph, &net, detail)).map_err(training_run_error)?;
-    output(py, out)
+    output(py, out, &graph)
 }
 
 /// A training graph is built by our own lowering, so a run that fails on it

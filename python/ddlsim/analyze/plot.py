@@ -3,57 +3,79 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
 
 COLORS = {"compute": "#4C72B0", "communication": "#DD8452", "sync": "#8C8C8C", "update": "#55A868"}
 MAX_RANKS = 16
 
 
-def _lanes(events: pd.DataFrame) -> list[int]:
-    workers = sorted(events.loc[events["role"] == "worker", "rank"].unique())
-    servers = sorted(events.loc[events["role"] == "server", "rank"].unique())
-    shown = workers[:MAX_RANKS] + servers[:MAX_RANKS]
-    return [int(r) for r in shown]
+def _lanes(rank: np.ndarray, role: np.ndarray) -> tuple[list[int], dict[int, str], int]:
+    """Ranks drawn (the first MAX_RANKS workers and servers), their roles, and how many ranks there are."""
+    ranks, first = np.unique(rank, return_index=True)
+    roles = {int(r): str(x) for r, x in zip(ranks, role[first])}
+    workers = sorted(r for r, x in roles.items() if x == "worker")
+    others = sorted(r for r, x in roles.items() if x != "worker")
+    return workers[:MAX_RANKS] + others[:MAX_RANKS], roles, len(roles)
 
 
-def timeline_figure(events: pd.DataFrame, title: str = "") -> plt.Figure:
-    """Each rank gets two lanes: compute (top) and communication (bottom)."""
-    lanes = _lanes(events)
+def timeline_figure(log: Any, title: str = "") -> plt.Figure:
+    """Each rank gets two lanes: compute (top) and communication (bottom).
+
+    `log` is an event log (:class:`ddlsim.trace.EventLog`). Communication is
+    the sender's send rows and the receiver's recv rows; when the log has
+    collective rows their steps are not drawn separately.
+    """
+    kind, op = log.column("kind"), log.column("op")
+    rank, start, end = log.column("rank"), log.column("start_ns"), log.column("end_ns")
+    step = log.column("step")
+    lanes, roles, total = _lanes(rank, log.column("role"))
     fig, ax = plt.subplots(figsize=(12, 0.55 * len(lanes) + 1.6))
-    comm_kinds = {"transfer", "collective"}
-    ev = events[events["op"] != "ring_step"] if (events["kind"] == "collective").any() else events
-    for y, rank in enumerate(lanes):
-        mine = ev[ev["rank"] == rank]
-        compute = mine[mine["kind"] == "compute"]
-        colors = [COLORS["update"] if op == "update" else COLORS["compute"] for op in compute["op"]]
-        ax.broken_barh(
-            list(zip(compute["start_ns"] / 1e6, (compute["end_ns"] - compute["start_ns"]) / 1e6)),
-            (y + 0.05, 0.4),
-            facecolors=colors,
-        )
-        comm = ev[ev["kind"].isin(comm_kinds) & ((ev["rank"] == rank) | (ev["peer"] == rank))]
-        ax.broken_barh(
-            list(zip(comm["start_ns"] / 1e6, (comm["end_ns"] - comm["start_ns"]) / 1e6)),
-            (y + 0.5, 0.4),
-            facecolors=COLORS["communication"],
-            alpha=0.6,
-        )
-    for _, barrier in ev[ev["kind"] == "barrier"].iterrows():
-        ax.axvline(barrier["end_ns"] / 1e6, color=COLORS["sync"], linestyle="--", linewidth=0.8)
-    roles = dict(zip(events["rank"], events["role"]))
+    has_collectives = bool((kind == "collective").any())
+    comm = np.isin(kind, ("send", "recv", "collective"))
+    if has_collectives:
+        comm &= ~(np.isin(kind, ("send", "recv")) & (step >= 0))
+    compute = kind == "compute"
+    update = compute & (op == "update")
+    drawn = set()
+    for y, r in enumerate(lanes):
+        mine = rank == r
+        for mask, color, label in ((compute & ~update, COLORS["compute"], "compute"), (update, COLORS["update"], "update")):
+            sel = mine & mask
+            if sel.any():
+                drawn.add(label)
+                ax.broken_barh(list(zip(start[sel] / 1e6, (end[sel] - start[sel]) / 1e6)), (y + 0.05, 0.4), facecolors=color)
+        sel = mine & comm
+        if sel.any():
+            drawn.add("communication")
+            ax.broken_barh(
+                list(zip(start[sel] / 1e6, (end[sel] - start[sel]) / 1e6)),
+                (y + 0.5, 0.4),
+                facecolors=COLORS["communication"],
+                alpha=0.6,
+            )
+    for t in np.unique(end[kind == "barrier"]):
+        drawn.add("barrier")
+        ax.axvline(t / 1e6, color=COLORS["sync"], linestyle="--", linewidth=0.8)
     ax.set_yticks([y + 0.5 for y in range(len(lanes))])
     ax.set_yticklabels([f"{roles[r]} {r}" for r in lanes])
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
-    ax.set_title(title or "timeline")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in ("compute", "update", "communication")]
-    ax.legend(handles, ["compute", "server update", "communication"], loc="upper right", fontsize=8)
+    shown = f" ({len(lanes)} of {total} ranks shown)" if len(lanes) < total else ""
+    ax.set_title((title or "timeline") + shown)
+    legend = [(k, label) for k, label in (("compute", "compute"), ("update", "update"), ("communication", "communication"),
+                                          ("barrier", "barrier")) if k in drawn]
+    handles = [
+        plt.Line2D([0], [0], color=COLORS["sync"], linestyle="--") if k == "barrier" else plt.Rectangle((0, 0), 1, 1, color=COLORS[k])
+        for k, _ in legend
+    ]
+    if handles:
+        ax.legend(handles, [label for _, label in legend], loc="upper right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig

@@ -1,0 +1,143 @@
+"""The engine's raw columns as an event log (schema v2).
+
+The engine knows codes and indices; this joins on what it cannot know:
+names (ops, layers, tensors, streams), roles, hosts, the collective type
+and algorithm, and the side tables (groups, flows). Vectorised: string
+columns go over as (codes, dictionary) pairs, deps as CSR.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .. import _core
+from ..trace import EventLog, event_log_from_arrays
+from ..workload.model import Model
+
+
+def raw_column(columns: Mapping[str, Any], name: str) -> np.ndarray:
+    dtype, raw = columns[name]
+    return np.frombuffer(raw, dtype=np.dtype(dtype))
+
+
+def _dictionary(names: Sequence[str], codes: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Codes into `names` (which may repeat) as codes into its unique values."""
+    unique, inverse = np.unique(np.asarray(list(names), dtype=object), return_inverse=True)
+    return inverse.astype(np.int32)[codes], [str(u) for u in unique]
+
+
+def event_log_from_engine(
+    out: Mapping[str, Any],
+    *,
+    model: Model,
+    workers: int,
+    host_of_rank: Sequence[int],
+    algorithm: str,
+    groups: Sequence[Mapping[str, Any]],
+    metadata: Mapping[str, Any],
+    check_causality: bool = True,
+) -> EventLog:
+    """The event log of one engine run (`out` as `_core.simulate_training_json` returns it)."""
+    cols = out["columns"]
+    c = {name: raw_column(cols, name) for name in cols}
+    rank = c["rank"]
+    layer, tensor = c["layer"], c["tensor"]
+    op_names = list(out["op_names"])
+
+    layer_names = [layer.name for layer in model.layers]
+    tensor_names = [t.name for t in model.tensors]
+    empty, barrier = len(layer_names) + len(tensor_names), len(layer_names) + len(tensor_names) + 1
+    name_code = np.where(tensor >= 0, len(layer_names) + tensor, np.where(layer >= 0, layer, empty))
+    barrier_ops = [i for i, name in enumerate(op_names) if name == "barrier"]
+    if barrier_ops:
+        name_code = np.where(np.isin(c["op_code"], barrier_ops), barrier, name_code)
+    name = _dictionary(layer_names + tensor_names + ["", "barrier"], name_code)
+
+    stream_names = list(out.get("stream_names", []))
+    stream = _dictionary([""] + stream_names, c["stream_index"] + 1)
+    in_collective = (c["collective"] >= 0).astype(np.int8)
+    hosts = np.asarray(host_of_rank, dtype=np.int32)
+    columns = {
+        "id": c["id"],
+        "iteration": c["iteration"],
+        "rank": rank,
+        "role": ((rank >= workers).astype(np.int8), ["worker", "server"]),
+        "host": hosts[rank] if len(hosts) else rank,
+        "stream": stream,
+        "kind": (c["kind_code"], list(_core.KIND_NAMES)),
+        "op": (c["op_code"], op_names),
+        "name": name,
+        "layer": layer,
+        "tensor": tensor,
+        "group": c["group"],
+        "peer": c["peer"],
+        "message": c["message"],
+        "bytes": c["bytes"],
+        "priority": c["priority"],
+        "tenant": c["tenant"],
+        "collective": c["collective"],
+        "coll_type": (in_collective, ["", "allreduce"]),
+        "algorithm": (in_collective, ["", algorithm]),
+        "step": c["step"],
+        "rpc": c["rpc"],
+        "ready_ns": c["ready_ns"],
+        "start_ns": c["start_ns"],
+        "end_ns": c["end_ns"],
+    }
+    host_ids = sorted({int(h) for h in hosts}) if len(hosts) else sorted({int(r) for r in np.unique(rank)})
+    meta = dict(metadata)
+    meta.setdefault("clocks", {str(h): {"offset_ns": 0, "domain": "simulation"} for h in host_ids})
+    return event_log_from_arrays(
+        columns,
+        deps_offsets=c["dep_offsets"],
+        deps_values=c["deps"],
+        metadata=meta,
+        groups=_groups_table(groups, model),
+        flows=_flows_table(out.get("flows")),
+        source="simulation",
+        check_causality=check_causality,
+    )
+
+
+def _groups_table(groups: Sequence[Mapping[str, Any]], model: Model) -> dict[str, Any]:
+    """One row per (group, tensor) of the gradient grouping the run used."""
+    group_ids, tensors, sizes = [], [], []
+    for g, group in enumerate(groups):
+        tensor_ids = group["tensors"] if "tensors" in group else [group["tensor"]]
+        for t in tensor_ids:
+            if t < 0:
+                continue
+            group_ids.append(g)
+            tensors.append(t)
+            sizes.append(model.tensors[t].bytes if t < len(model.tensors) else int(group["bytes"]))
+    offsets = np.zeros(len(sizes), dtype=np.int64)
+    for i in range(1, len(sizes)):
+        offsets[i] = offsets[i - 1] + sizes[i - 1] if group_ids[i] == group_ids[i - 1] else 0
+    return {
+        "group": np.asarray(group_ids, dtype=np.int32),
+        "tensor": np.asarray(tensors, dtype=np.int32),
+        "kind": np.asarray(["tensor"] * len(group_ids), dtype=object),
+        "offset": offsets,
+        "bytes": np.asarray(sizes, dtype=np.int64),
+    }
+
+
+def _flows_table(flows: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not flows:
+        return None
+    f = {name: raw_column(flows, name) for name in flows}
+    if not len(f["message"]):
+        return None
+    return {
+        "flow": np.arange(len(f["message"]), dtype=np.int64),
+        "message": f["message"].astype(np.int64),
+        "src": f["src"].astype(np.int32),
+        "dst": f["dst"].astype(np.int32),
+        "bytes": f["bytes"].astype(np.int64),
+        "band": f["band"].astype(np.int32),
+        "tenant": f["tenant"].astype(np.int32),
+        "start_ns": f["start_ns"].astype(np.int64),
+        "end_ns": f["delivered_ns"].astype(np.int64),
+    }
