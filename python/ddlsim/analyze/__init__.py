@@ -1,6 +1,16 @@
-"""Analysis of event logs — simulated or captured alike."""
+"""Analysis of event logs (ddlsim.trace.EventLog) — simulated or captured alike."""
 
-from .breakdown import iteration_table, union_length
-from .rpc import fill_rpc_breakdown, rpc_table
+from .breakdown import covered, iteration_table, iteration_windows, merge_intervals, rank_iteration_table, union_length
+from .rpc import RPC_COLUMNS, fill_rpc_breakdown, rpc_table
 
-__all__ = ["iteration_table", "union_length", "fill_rpc_breakdown", "rpc_table"]
+__all__ = [
+    "RPC_COLUMNS",
+    "covered",
+    "fill_rpc_breakdown",
+    "iteration_table",
+    "iteration_windows",
+    "merge_intervals",
+    "rank_iteration_table",
+    "rpc_table",
+    "union_length",
+]

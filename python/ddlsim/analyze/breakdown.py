@@ -1,15 +1,20 @@
-"""Where the time of an iteration goes, per worker.
+"""Where the time of an iteration goes, per rank, from the raw rows.
 
-For each iteration window (end of the previous iteration to the end of this
-one, where an iteration ends with its last operation) and each worker:
-- compute: time the worker computes (union of its compute intervals);
-- communication: time the worker has communication in progress (its
-  transfers, either direction, and its collective operations);
-- overlap: both at once (SketchDLC's phase 2);
-- exposed communication: communication while not computing (phase 3);
-- idle: neither.
-Means over workers are reported; SketchDLC's overlap ratio is
-overlap / iteration time.
+Iteration windows: iteration i ends with its last row (the latest ``end_ns``
+of the rows with ``iteration == i``, on the reference clock); its window
+starts where the previous one ended (the first at the log's earliest start).
+
+Per rank and window, every row of the rank clipped to the window:
+- compute: the union of its ``compute`` rows;
+- communication: the union of its ``send`` rows (it is the sender: start of
+  transmission to last byte out), ``recv`` rows (it is the receiver: until
+  delivered) and ``collective`` rows; steps inside a collective are covered
+  by the collective row, so nothing is counted twice;
+- overlap: both at once (SketchDLC's phase 2); exposed communication:
+  communication while not computing (phase 3); idle: neither.
+
+Times are put on the reference clock with the metadata's ``clocks`` offsets
+(``ddlsim.trace.aligned_times``), so windows compare across hosts.
 """
 
 from __future__ import annotations
@@ -17,78 +22,132 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..trace.schema import KINDS, EventLog, aligned_times
 
-def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
-    """Total length covered by the intervals [starts, ends)."""
+_COMPUTE = KINDS.index("compute")
+_COMMUNICATION = [KINDS.index(k) for k in ("send", "recv", "collective")]
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of [starts, ends) as sorted disjoint intervals (empty ones dropped)."""
     keep = ends > starts
-    if not keep.any():
-        return 0
-    s, e = starts[keep], ends[keep]
+    s, e = np.asarray(starts)[keep], np.asarray(ends)[keep]
+    if not len(s):
+        return s.astype(np.int64), e.astype(np.int64)
     order = np.argsort(s, kind="stable")
     s, e = s[order], e[order]
     reach = np.maximum.accumulate(e)
     new_group = np.empty(len(s), dtype=bool)
     new_group[0] = True
     new_group[1:] = s[1:] > reach[:-1]
-    group_start = s[new_group]
     last_of_group = np.append(np.flatnonzero(new_group)[1:] - 1, len(s) - 1)
-    return int((reach[last_of_group] - group_start).sum())
+    return s[new_group], reach[last_of_group]
 
 
-def _clip(starts: np.ndarray, ends: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.clip(starts, a, b), np.clip(ends, a, b)
+def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Total length covered by the intervals [starts, ends)."""
+    s, e = merge_intervals(starts, ends)
+    return int((e - s).sum())
 
 
-def iteration_windows(events: pd.DataFrame) -> pd.DataFrame:
-    """iteration, start_ns, end_ns: each iteration ends with its last operation."""
-    ends = events[events["iteration"] >= 0].groupby("iteration")["end_ns"].max().sort_index()
-    starts = ends.shift(1, fill_value=int(events["start_ns"].min()) if len(events) else 0)
-    return pd.DataFrame({"iteration": ends.index.astype(int), "start_ns": starts.to_numpy(), "end_ns": ends.to_numpy()})
+def covered(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Length of the union of [starts, ends) inside each window [a, b)."""
+    s, e = merge_intervals(starts, ends)
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    if not len(s):
+        return np.zeros(len(a), dtype=np.int64)
+    cumulative = np.concatenate([[0], np.cumsum(e - s)])
+
+    def up_to(t: np.ndarray) -> np.ndarray:  # covered length before time t
+        j = np.searchsorted(s, t, side="right") - 1
+        inside = np.clip(t - s[j.clip(0)], 0, (e - s)[j.clip(0)])
+        return np.where(j >= 0, cumulative[j.clip(0)] + inside, 0)
+
+    return np.maximum(up_to(b) - up_to(a), 0)
 
 
-def iteration_table(events: pd.DataFrame) -> pd.DataFrame:
-    """Per iteration: time and its breakdown (seconds, mean over workers)."""
-    windows = iteration_windows(events)
-    workers = np.sort(events.loc[events["role"] == "worker", "rank"].unique())
-    kind = events["kind"].to_numpy()
-    rank = events["rank"].to_numpy()
-    peer = events["peer"].to_numpy()
-    start = events["start_ns"].to_numpy()
-    end = events["end_ns"].to_numpy()
-    is_compute = kind == "compute"
-    is_transfer = kind == "transfer"
-    is_collective = kind == "collective"
-    # Ring steps are the inside of collectives: count the collective once.
-    if is_collective.any():
-        is_transfer &= events["op"].to_numpy() != "ring_step"
-    rows = []
-    for w in workers:
-        c_mask = is_compute & (rank == w)
-        m_mask = (is_transfer & ((rank == w) | (peer == w))) | (is_collective & (rank == w))
-        cs, ce = start[c_mask], end[c_mask]
-        ms, me = start[m_mask], end[m_mask]
-        for it, a, b in windows.itertuples(index=False):
-            c = _clip(cs, ce, a, b)
-            m = _clip(ms, me, a, b)
-            compute = union_length(*c)
-            comm = union_length(*m)
-            both = union_length(np.concatenate([c[0], m[0]]), np.concatenate([c[1], m[1]]))
-            rows.append((it, w, compute, comm, compute + comm - both, b - a - both))
-    per_worker = pd.DataFrame(rows, columns=["iteration", "rank", "compute", "communication", "overlap", "idle"])
-    mean = per_worker.groupby("iteration")[["compute", "communication", "overlap", "idle"]].mean()
-    table = windows.set_index("iteration").join(mean)
-    out = pd.DataFrame(
-        {
-            "iteration": table.index.astype(int),
-            "start_s": table["start_ns"].to_numpy() / 1e9,
-            "end_s": table["end_ns"].to_numpy() / 1e9,
-            "time_s": (table["end_ns"] - table["start_ns"]).to_numpy() / 1e9,
-            "compute_s": table["compute"].to_numpy() / 1e9,
-            "communication_s": table["communication"].to_numpy() / 1e9,
-            "overlap_s": table["overlap"].to_numpy() / 1e9,
-            "exposed_communication_s": (table["communication"] - table["overlap"]).to_numpy() / 1e9,
-            "idle_s": table["idle"].to_numpy() / 1e9,
-        }
-    )
-    out["overlap_ratio"] = np.where(out["time_s"] > 0, out["overlap_s"] / out["time_s"].where(out["time_s"] > 0, 1), 0.0)
+def iteration_windows(log: EventLog) -> pd.DataFrame:
+    """iteration, start_ns, end_ns (reference clock): an iteration ends with its last row."""
+    start, end = aligned_times(log)
+    iteration = log.column("iteration")
+    has = iteration >= 0
+    if not has.any():
+        return pd.DataFrame({"iteration": pd.Series([], dtype=int), "start_ns": pd.Series([], dtype=np.int64),
+                             "end_ns": pd.Series([], dtype=np.int64)})
+    numbers, inverse = np.unique(iteration[has], return_inverse=True)
+    ends = np.full(len(numbers), np.iinfo(np.int64).min)
+    np.maximum.at(ends, inverse, end[has])
+    ends = np.maximum.accumulate(ends)  # windows never run backwards
+    starts = np.concatenate([[int(start.min())], ends[:-1]])
+    return pd.DataFrame({"iteration": numbers.astype(int), "start_ns": starts, "end_ns": ends})
+
+
+def rank_iteration_table(log: EventLog) -> pd.DataFrame:
+    """One row per (iteration, rank): the window and compute / communication /
+    overlap / exposed communication / idle in ns."""
+    windows = iteration_windows(log)
+    a, b = windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy()
+    start, end = aligned_times(log)
+    rank = log.column("rank")
+    kind_codes, kind_dictionary = log.codes("kind")
+    kind = np.array([KINDS.index(k) for k in kind_dictionary], dtype=np.int64)[kind_codes] if len(kind_codes) else kind_codes
+    roles = {}
+    role_codes, role_dictionary = log.codes("role")
+    if len(rank):
+        pairs = np.unique(np.stack([rank.astype(np.int64), role_codes.astype(np.int64)]), axis=1)
+        roles = {int(r): str(role_dictionary[c]) for r, c in pairs.T}
+    is_compute = kind == _COMPUTE
+    is_communication = np.isin(kind, _COMMUNICATION)
+    order = np.argsort(rank, kind="stable")
+    ranks, first = np.unique(rank[order], return_index=True)
+    bounds = np.append(first, len(order))
+    parts = []
+    for index, r in enumerate(ranks):
+        rows = order[bounds[index]: bounds[index + 1]]
+        c, m = rows[is_compute[rows]], rows[is_communication[rows]]
+        both = np.concatenate([c, m])
+        compute = covered(start[c], end[c], a, b)
+        communication = covered(start[m], end[m], a, b)
+        busy = covered(start[both], end[both], a, b)
+        overlap = compute + communication - busy
+        parts.append(pd.DataFrame({
+            "iteration": windows["iteration"].to_numpy(),
+            "rank": int(r),
+            "role": roles[int(r)],
+            "start_ns": a,
+            "end_ns": b,
+            "compute_ns": compute,
+            "communication_ns": communication,
+            "overlap_ns": overlap,
+            "exposed_communication_ns": communication - overlap,
+            "idle_ns": (b - a) - busy,
+        }))
+    if not parts:
+        return pd.DataFrame(columns=["iteration", "rank", "role", "start_ns", "end_ns", "compute_ns",
+                                     "communication_ns", "overlap_ns", "exposed_communication_ns", "idle_ns"])
+    return pd.concat(parts, ignore_index=True).sort_values(["iteration", "rank"], kind="stable").reset_index(drop=True)
+
+
+def iteration_table(log: EventLog) -> pd.DataFrame:
+    """Per iteration: its time and breakdown in seconds, mean over the
+    workers (over all ranks if the log has no worker); SketchDLC's overlap
+    ratio is overlap / iteration time."""
+    per_rank = rank_iteration_table(log)
+    workers = per_rank[per_rank["role"] == "worker"]
+    if workers.empty:
+        workers = per_rank
+    parts = ["compute_ns", "communication_ns", "overlap_ns", "exposed_communication_ns", "idle_ns"]
+    mean = workers.groupby("iteration")[parts].mean()
+    windows = iteration_windows(log).set_index("iteration")
+    table = windows.join(mean)
+    time_ns = (table["end_ns"] - table["start_ns"]).to_numpy()
+    out = pd.DataFrame({
+        "iteration": table.index.to_numpy().astype(int),
+        "start_s": table["start_ns"].to_numpy() / 1e9,
+        "end_s": table["end_ns"].to_numpy() / 1e9,
+        "time_s": time_ns / 1e9,
+    })
+    for part in parts:
+        out[part.replace("_ns", "_s")] = table[part].to_numpy(dtype=float) / 1e9
+    out["overlap_ratio"] = np.where(time_ns > 0, out["overlap_s"] / np.where(time_ns > 0, out["time_s"], 1), 0.0)
     return out

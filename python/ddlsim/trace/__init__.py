@@ -1,24 +1,32 @@
-"""The trace layer: the event-log schema and its readers / writers.
+"""The trace layer: the event-log schema (v2) and its readers / writers.
 
-* :mod:`.schema` - the event-log columns, :func:`validate_event_log`.
-* :mod:`.parquet` - the native file: :func:`write_event_log`, :func:`read_event_log`.
+* :mod:`.schema` - the columns, :class:`EventLog`, :func:`event_log_from_arrays`,
+  :func:`validate_event_log`.
+* :mod:`.parquet` - the native files: :func:`write_event_log`, :func:`read_event_log`
+  (reads schema v1 files too).
 * :mod:`.chrome` - Chrome / Perfetto JSON export.
 * :mod:`.sketchdlc` - SketchDLC per-node text traces, export and import.
 """
 
 from .chrome import to_chrome_trace, write_chrome_trace
-from .parquet import read_event_log, write_event_log
+from .parquet import read_event_log, side_table_paths, write_event_log
 from .schema import (
     BREAKDOWN_COLUMNS,
+    COLL_TYPES,
     COLUMN_NAMES,
     COLUMNS,
     EVENT_LOG_SCHEMA,
+    EXTENSION_PREFIX,
     KINDS,
-    OPS_BY_KIND,
     PS_OPS,
+    REQUIRED_COLUMNS,
     ROLES,
     SCHEMA_VERSION,
+    SIDE_TABLES,
+    EventLog,
+    aligned_times,
     empty_event_log,
+    event_log_from_arrays,
     event_log_from_rows,
     rank_roles,
     validate_event_log,
@@ -27,20 +35,27 @@ from .sketchdlc import SKETCHDLC_COLUMNS, read_sketchdlc, to_sketchdlc, write_sk
 
 __all__ = [
     "BREAKDOWN_COLUMNS",
+    "COLL_TYPES",
     "COLUMN_NAMES",
     "COLUMNS",
     "EVENT_LOG_SCHEMA",
+    "EXTENSION_PREFIX",
+    "EventLog",
     "KINDS",
-    "OPS_BY_KIND",
     "PS_OPS",
+    "REQUIRED_COLUMNS",
     "ROLES",
     "SCHEMA_VERSION",
+    "SIDE_TABLES",
     "SKETCHDLC_COLUMNS",
+    "aligned_times",
     "empty_event_log",
+    "event_log_from_arrays",
     "event_log_from_rows",
     "rank_roles",
     "read_event_log",
     "read_sketchdlc",
+    "side_table_paths",
     "to_chrome_trace",
     "to_sketchdlc",
     "validate_event_log",

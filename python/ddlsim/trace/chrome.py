@@ -6,19 +6,23 @@ Layout:
 
 * one process per rank, ``pid = rank + 1``, named "<role> <index>" where
   index counts the ranks of that role in rank order ("worker 0",
-  "server 0"); ranks that only receive get "rank <n>". Sorted by rank.
-* one thread per stream: tid 1 "compute" (kind compute), 2 "comm"
-  (collective), 3 "network" (transfer, on the sender), 4 "sync" (barrier).
-  The JSON format wants the slices of one thread to nest, so overlapping
-  slices of a stream spill onto extra lanes: tid ``base + 4*lane`` named
-  e.g. "network (2)".
+  "server 0"). Sorted by rank.
+* one thread per kind of work: tid 1 "compute" (compute rows), 2 "comm"
+  (collective), 3 "network" (send rows on the sender, recv rows on the
+  receiver), 4 "sync" (barrier and marker). The JSON format wants the
+  slices of one thread to nest, so overlapping slices spill onto extra
+  lanes: tid ``base + 4*lane`` named e.g. "network (2)".
 * every row is a complete event (``"ph": "X"``), ``ts``/``dur`` in
   microseconds (floats from the integer nanoseconds; Perfetto rounds them
-  back to whole ns), ``args`` holding id, op, iteration, bytes, peer,
-  tensor, deps and the other set fields.
-* every transfer also gets a zero-length "recv <op>" slice on the
-  receiver's network thread at its ``end_ns`` and a flow arrow
-  (``"ph": "s"`` / ``"f"``, flow id = row id) from sender to receiver.
+  back to whole ns), ``args`` holding id, op, kind, iteration, bytes, peer,
+  message, tensor, deps, ready_ns, queue_ns and the other set fields
+  (``x_*`` extension columns included).
+* a flow arrow (``"ph": "s"`` on the send slice at its start, ``"ph": "f"``
+  with ``"bp": "e"`` on the recv slice at its start) joins every send to
+  every recv of its message: one arrow for a unicast message, one per copy
+  of a multicast, one per contribution to an aggregation.
+
+Times are the rows' own (each host's clock); clock offsets are not applied.
 
 Why pid and tid start at 1: Perfetto's JSON importer treats pid 0 as the
 kernel's swapper process, and a tid of 0 as "no tid" (it substitutes the
@@ -37,16 +41,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 
 from .parquet import atomic_output
-from .schema import BREAKDOWN_COLUMNS, SCHEMA_VERSION, iter_rows, rank_roles, validate_event_log
+from .schema import COLUMN_NAMES, SCHEMA_VERSION, EventLog, iter_rows, rank_roles, validate_event_log
 
-STREAM_TIDS = {"compute": 1, "collective": 2, "transfer": 3, "barrier": 4}
+STREAM_TIDS = {"compute": 1, "collective": 2, "send": 3, "recv": 3, "barrier": 4, "marker": 4}
 STREAM_NAMES = {1: "compute", 2: "comm", 3: "network", 4: "sync"}
 PID_OFFSET = 1  # pid = rank + PID_OFFSET
 _LANE_STRIDE = len(STREAM_NAMES)
-_OPTIONAL_ARGS = ("name", "layer", "priority", "collective", "step", "rpc")
+_OPTIONAL_ARGS = {
+    "name": "", "host": None, "device": "", "stream": "", "layer": -1, "group": -1, "slice": -1, "priority": 0,
+    "tenant": 0, "collective": -1, "coll_type": "", "algorithm": "", "step": -1, "rpc": -1,
+}
 
 
 @dataclass(order=True)
@@ -60,14 +66,16 @@ class _Slice:
     event: dict[str, Any] = field(compare=False)
     is_receive: bool = field(compare=False, default=False)
     tid: int = field(compare=False, default=-1)
+    message: int = field(compare=False, default=-1)
 
 
-def to_chrome_trace(df: pd.DataFrame) -> dict[str, Any]:
+def to_chrome_trace(log: EventLog | object) -> dict[str, Any]:
     """The event log as a Trace Event Format dict (``json.dump`` it)."""
-    log = validate_event_log(df, source="event log for Chrome export", check_causality=False)
-    rows = list(iter_rows(log))
-    slices = [_row_slice(row) for row in rows]
-    slices += [_receive_slice(row) for row in rows if row.kind == "transfer"]
+    if not isinstance(log, EventLog) or not log.is_validated:
+        log = validate_event_log(log, source="event log for Chrome export", check_causality=False)
+    columns = list(COLUMN_NAMES) + log.extension_columns
+    rows = list(iter_rows(log, columns))
+    slices = [_row_slice(row, log.extension_columns) for row in rows]
     lanes_used = _assign_lanes(slices)
 
     events: list[dict[str, Any]] = _process_metadata(log)
@@ -82,10 +90,10 @@ def to_chrome_trace(df: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def write_chrome_trace(df: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
+def write_chrome_trace(log: Any, path: str | os.PathLike[str]) -> Path:
     """Write :func:`to_chrome_trace` as JSON (gzip-compressed if ``path`` ends in .gz)."""
     path = Path(path)
-    trace = to_chrome_trace(df)
+    trace = to_chrome_trace(log)
     text = json.dumps(trace, allow_nan=False, separators=(",", ":"))
     with atomic_output(path) as temporary:
         opener = gzip.open if path.suffix == ".gz" else open
@@ -98,31 +106,33 @@ def _microseconds(ns: int) -> float:
     return ns / 1000.0
 
 
-def _row_args(row: Any) -> dict[str, Any]:
+def _row_args(row: Any, extensions: list[str]) -> dict[str, Any]:
     args: dict[str, Any] = {
         "id": row.id,
         "op": row.op,
+        "kind": row.kind,
         "iteration": row.iteration,
         "bytes": row.bytes,
         "peer": row.peer,
+        "message": row.message,
         "tensor": row.tensor,
-        "deps": list(row.deps),
+        "deps": None if row.deps is None else list(row.deps),
         "ready_ns": row.ready_ns,
-        "queue_ns": row.start_ns - row.ready_ns,
     }
-    defaults = {"name": "", "priority": 0}
-    for name in _OPTIONAL_ARGS:
+    if row.ready_ns is not None:
+        args["queue_ns"] = row.start_ns - row.ready_ns
+    for name, default in _OPTIONAL_ARGS.items():
         value = getattr(row, name)
-        if value != defaults.get(name, -1):
+        if value != (row.rank if name == "host" else default):
             args[name] = value
-    for name in BREAKDOWN_COLUMNS:
+    for name in extensions:
         value = getattr(row, name)
-        if value is not pd.NA:
+        if value is not None:
             args[name] = value
     return args
 
 
-def _row_slice(row: Any) -> _Slice:
+def _row_slice(row: Any, extensions: list[str]) -> _Slice:
     event = {
         "ph": "X",
         "name": f"{row.op} {row.name}" if row.name else row.op,
@@ -130,25 +140,12 @@ def _row_slice(row: Any) -> _Slice:
         "pid": row.rank + PID_OFFSET,
         "ts": _microseconds(row.start_ns),
         "dur": _microseconds(row.end_ns - row.start_ns),
-        "args": _row_args(row),
+        "args": _row_args(row, extensions),
     }
-    stream = STREAM_TIDS[row.kind]
-    return _Slice(row.start_ns, -row.end_ns, row.id, row.rank + PID_OFFSET, stream, row.end_ns, event)
-
-
-def _receive_slice(row: Any) -> _Slice:
-    """A zero-length slice on the receiver, for the transfer's flow arrow to land on."""
-    event = {
-        "ph": "X",
-        "name": f"recv {row.op}",
-        "cat": "transfer_recv",
-        "pid": row.peer + PID_OFFSET,
-        "ts": _microseconds(row.end_ns),
-        "dur": 0.0,
-        "args": {"id": row.id, "from": row.rank, "bytes": row.bytes, "tensor": row.tensor},
-    }
-    end = row.end_ns
-    return _Slice(end, -end, row.id, row.peer + PID_OFFSET, STREAM_TIDS["transfer"], end, event, is_receive=True)
+    slice_ = _Slice(row.start_ns, -row.end_ns, row.id, row.rank + PID_OFFSET, STREAM_TIDS[row.kind], row.end_ns, event)
+    slice_.is_receive = row.kind == "recv"
+    slice_.message = row.message if row.kind in ("send", "recv") else -1
+    return slice_
 
 
 def _assign_lanes(slices: list[_Slice]) -> set[tuple[int, int]]:
@@ -176,18 +173,14 @@ def _assign_lanes(slices: list[_Slice]) -> set[tuple[int, int]]:
     return used
 
 
-def _process_metadata(log: pd.DataFrame) -> list[dict[str, Any]]:
+def _process_metadata(log: EventLog) -> list[dict[str, Any]]:
     roles = rank_roles(log)
-    receivers = set(int(peer) for peer in log.loc[log["kind"] == "transfer", "peer"])
     events = []
     index_in_role: dict[str, int] = {}
-    for rank in sorted(set(roles) | receivers):
-        role = roles.get(rank)
-        if role is None:
-            name = f"rank {rank}"
-        else:
-            name = f"{role} {index_in_role.get(role, 0)}"
-            index_in_role[role] = index_in_role.get(role, 0) + 1
+    for rank in sorted(roles):
+        role = roles[rank]
+        name = f"{role} {index_in_role.get(role, 0)}"
+        index_in_role[role] = index_in_role.get(role, 0) + 1
         pid = rank + PID_OFFSET
         events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": rank}})
@@ -208,22 +201,20 @@ def _thread_metadata(lanes_used: set[tuple[int, int]]) -> list[dict[str, Any]]:
 
 
 def _flow_events(slices: list[_Slice]) -> list[dict[str, Any]]:
-    """One arrow per transfer, from its slice on the sender to its receive slice."""
-    flows = []
+    """One arrow from every send to every recv of its message."""
+    sends: dict[int, list[_Slice]] = {}
+    recvs: dict[int, list[_Slice]] = {}
     for slice_ in slices:
-        if slice_.stream != STREAM_TIDS["transfer"]:
-            continue
-        receive = slice_.is_receive
-        flows.append(
-            {
-                "ph": "f" if receive else "s",
-                "id": slice_.row_id,
-                "name": "transfer",
-                "cat": "transfer",
-                "pid": slice_.pid,
-                "tid": slice_.tid,
-                "ts": _microseconds(slice_.end_ns if receive else slice_.start_ns),
-                **({"bp": "e"} if receive else {}),
-            }
-        )
+        if slice_.message >= 0:
+            (recvs if slice_.is_receive else sends).setdefault(slice_.message, []).append(slice_)
+    flows = []
+    flow_id = 0
+    for message in sorted(sends):
+        for send in sends[message]:
+            for recv in recvs.get(message, []):
+                flow_id += 1
+                common = {"id": flow_id, "name": "message", "cat": "message"}
+                flows.append({"ph": "s", **common, "pid": send.pid, "tid": send.tid, "ts": _microseconds(send.start_ns)})
+                flows.append({"ph": "f", "bp": "e", **common, "pid": recv.pid, "tid": recv.tid,
+                              "ts": _microseconds(recv.start_ns)})
     return flows

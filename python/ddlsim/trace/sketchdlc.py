@@ -6,13 +6,13 @@ job, one record per message sent or received by that node, with the columns
 
     id src dst length num_pp operation op_id dep_type d_time time_sec time_usec id_dep
 
-Mapping from the event log. Every PS transfer row (op push_request,
-push_response, pull_request, pull_response) is one message and becomes two
-records: a Send record in its sender's file and a Recv record in its
-receiver's file.
+Mapping from the event log (schema v2). The send and recv rows of the PS
+ops (push_request, push_response, pull_request, pull_response) map one to
+one onto SketchDLC's 8 operations: a send row is the Send record in its
+rank's file, a recv row the Recv record in its rank's file.
 
 =============  ==================  ==================  ==============
-event-log op   sender's record     receiver's record   operation_num
+event-log op   send row's record   recv row's record   operation_num
 =============  ==================  ==================  ==============
 push_request   Push_Send_Worker    Push_Recv_Server    4*iteration+0
 push_response  Push_Send_Server    Push_Recv_Worker    4*iteration+1
@@ -46,9 +46,10 @@ pull_response  Pull_Send_Server    Pull_Recv_Worker    4*iteration+3
   Of the candidates, the latest one not after the record is taken; when there
   is none the record is independent (dep_type 0, d_time 0, id_dep -1).
 * ``d_time``: microseconds since the record depended on; ``time_sec`` /
-  ``time_usec``: the record's time, a Send at the row's ``start_ns``, a Recv
-  at its ``end_ns``, truncated to microseconds (d_time is the difference of
-  the truncated times).
+  ``time_usec``: the record's time, a Send at the send row's ``start_ns``, a
+  Recv at the recv row's ``end_ns``, on that node's own clock (no clock
+  offsets applied, as SketchDLC records them), truncated to microseconds
+  (d_time is the difference of the truncated times).
 * ``id``: 0, 1, 2 ... in time order within the file.
 
 What is not reproduced exactly:
@@ -69,10 +70,13 @@ Reading (:func:`read_sketchdlc`) accepts these files and the paper's record
 layout (an ``OP:=`` prefix on the operation, setup records, which are
 skipped), pairs each Send record with the Recv record on its peer having the
 same operation, key, operation_num, src and dst (in time order when several
-do), and returns one transfer row per message with iteration =
-operation_num // 4, ``ready_ns = start_ns`` (SketchDLC does not say when a
-message became ready) and ``deps`` taken from the Send record's ``id_dep``
-where it names a Recv record of the same node.
+do), and returns per message a send row (at the Send record's time,
+``start_ns = end_ns``) and a recv row (at the Recv record's time) sharing a
+message id, iteration = operation_num // 4, ``ready_ns`` null (SketchDLC
+does not say when a message became ready), ``host`` = node number with one
+clock domain per node in the metadata's ``clocks`` (offsets 0), and
+``deps`` from each record's ``id_dep`` where it names an earlier record of
+the same node (``[]`` for an independent record).
 """
 
 from __future__ import annotations
@@ -85,11 +89,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
 from .parquet import atomic_output
-from .schema import BREAKDOWN_COLUMNS, PS_OPS, empty_event_log, iter_rows, rank_roles, validate_event_log
+from .schema import (
+    PS_OPS,
+    EventLog,
+    empty_event_log,
+    event_log_from_arrays,
+    iter_rows,
+    rank_roles,
+    validate_event_log,
+)
 
 SKETCHDLC_COLUMNS = (
     "id", "src", "dst", "length", "num_pp", "operation",
@@ -199,19 +212,19 @@ class _Nodes:
     num_servers: int
 
 
-def to_sketchdlc(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def to_sketchdlc(log: Any) -> dict[str, pd.DataFrame]:
     """One SketchDLC table per node ("w0", "w1", "s0", ...), workers first."""
-    tables, _ = _export(df)
+    tables, _ = _export(log)
     return tables
 
 
-def write_sketchdlc(df: pd.DataFrame, out_dir: str | os.PathLike[str]) -> list[Path]:
+def write_sketchdlc(log: Any, out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write one tab-separated SketchDLC file per node into ``out_dir``.
 
     Files are ``<node>.txt`` (``w0.txt``, ``s0.txt``...), each written
     atomically; returns their paths in node order.
     """
-    tables, nodes = _export(df)
+    tables, nodes = _export(log)
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -227,20 +240,23 @@ def write_sketchdlc(df: pd.DataFrame, out_dir: str | os.PathLike[str]) -> list[P
     return paths
 
 
-_PS_COLUMNS = ("id", "iteration", "rank", "role", "op", "tensor", "peer", "bytes", "rpc", "start_ns", "end_ns")
+_PS_COLUMNS = ("id", "iteration", "rank", "role", "kind", "op", "tensor", "peer", "bytes", "rpc", "message",
+               "start_ns", "end_ns")
 
 
-def _export(df: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], _Nodes]:
-    log = validate_event_log(df, source="event log for SketchDLC export", check_causality=False)
-    ps = log[(log["kind"] == "transfer") & log["op"].isin(PS_OPS)]
-    if ps.empty:
+def _export(log: Any) -> tuple[dict[str, pd.DataFrame], _Nodes]:
+    if not isinstance(log, EventLog) or not log.is_validated:
+        log = validate_event_log(log, source="event log for SketchDLC export", check_causality=False)
+    kind, op = log.column("kind"), log.column("op")
+    ps = log.filter(np.isin(kind, ("send", "recv")) & np.isin(op, PS_OPS))
+    if not len(ps):
         raise TraceError(
-            "event log has no parameter-server transfers (push_request/push_response/"
+            "event log has no parameter-server send/recv rows (push_request/push_response/"
             "pull_request/pull_response); SketchDLC describes PS communication only"
         )
     rows = list(iter_rows(ps, _PS_COLUMNS))
     nodes = _number_nodes(log, rows)
-    num_pp = _dispatch_numbers(rows)
+    num_pp = _dispatch_numbers([row for row in rows if row.kind == "send"])
     records = _records(rows, num_pp)
     tables = {}
     for rank in sorted(records, key=lambda r: nodes.number[r]):
@@ -248,20 +264,22 @@ def _export(df: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], _Nodes]:
     return tables, nodes
 
 
-def _number_nodes(log: pd.DataFrame, rows: list[Any]) -> _Nodes:
+def _number_nodes(log: EventLog, rows: list[Any]) -> _Nodes:
     roles = rank_roles(log)
     for row in rows:
         message = MESSAGES[row.op]
-        if row.role != message.sender_role:
+        own, other = (message.sender_role, message.receiver_role) if row.kind == "send" else (
+            message.receiver_role, message.sender_role)
+        if row.role != own:
             raise TraceError(
-                f"event log row id={row.id}: a {row.op} is sent by a {message.sender_role}, "
+                f"event log row id={row.id}: the {row.kind} of a {row.op} is on a {own}, "
                 f"but its rank {row.rank} is a {row.role}"
             )
-        receiver_role = roles.setdefault(row.peer, message.receiver_role)
-        if receiver_role != message.receiver_role:
+        peer_role = roles.setdefault(row.peer, other)
+        if peer_role != other:
             raise TraceError(
-                f"event log row id={row.id}: a {row.op} goes to a {message.receiver_role}, "
-                f"but its peer {row.peer} is a {receiver_role}"
+                f"event log row id={row.id}: the {row.kind} of a {row.op} has a {other} as peer, "
+                f"but its peer {row.peer} is a {peer_role}"
             )
     workers = sorted(rank for rank, role in roles.items() if role == "worker")
     servers = sorted(rank for rank, role in roles.items() if role == "server")
@@ -272,11 +290,12 @@ def _number_nodes(log: pd.DataFrame, rows: list[Any]) -> _Nodes:
     return _Nodes(number, name, len(workers), len(servers))
 
 
-def _dispatch_numbers(rows: list[Any]) -> dict[int, int]:
-    """num_pp of every PS row: the worker's push/pull operations in dispatch order."""
+def _dispatch_numbers(sends: list[Any]) -> dict[int, int]:
+    """num_pp of every PS message (by message id): the worker's push/pull
+    operations in dispatch order."""
     operations: dict[tuple, list[list[Any]]] = defaultdict(list)  # match key -> open operations
     per_worker: dict[int, list[list[Any]]] = defaultdict(list)  # worker -> operations
-    for row in sorted(rows, key=lambda r: (r.start_ns, r.id)):
+    for row in sorted(sends, key=lambda r: (r.start_ns, r.id)):
         message = MESSAGES[row.op]
         worker, server = (row.rank, row.peer) if message.sender_role == "worker" else (row.peer, row.rank)
         match_key = (worker, server, row.tensor, row.iteration, message.family, row.rpc)
@@ -293,7 +312,7 @@ def _dispatch_numbers(rows: list[Any]) -> dict[int, int]:
         # already in order of their first row's (start_ns, id)
         for number, operation in enumerate(worker_operations, start=1):
             for row in operation:
-                numbers[row.id] = number
+                numbers.setdefault(row.message, number)
     return numbers
 
 
@@ -302,12 +321,12 @@ def _records(rows: list[Any], num_pp: dict[int, int]) -> dict[int, list[_Record]
     for row in rows:
         message = MESSAGES[row.op]
         operation_num = 4 * row.iteration + message.offset
-        number = num_pp[row.id]
+        if row.message not in num_pp:
+            raise TraceError(f"event log row id={row.id}: recv of message {row.message} has no send row")
+        is_send = row.kind == "send"
         records[row.rank].append(
-            _Record(row.rank, row.peer, message.send, row.tensor, operation_num, row.bytes, number, row.start_ns, row.id)
-        )
-        records[row.peer].append(
-            _Record(row.peer, row.rank, message.recv, row.tensor, operation_num, row.bytes, number, row.end_ns, row.id)
+            _Record(row.rank, row.peer, message.send if is_send else message.recv, row.tensor, operation_num,
+                    row.bytes, num_pp[row.message], row.start_ns if is_send else row.end_ns, row.id)
         )
     return records
 
@@ -430,8 +449,8 @@ class _NodeFile:
     role: str | None = None
 
 
-def read_sketchdlc(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
-    """Turn SketchDLC files (one per node) back into event-log transfer rows.
+def read_sketchdlc(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> EventLog:
+    """Turn SketchDLC files (one per node) back into event-log send/recv rows.
 
     ``paths`` is a list of files, one file, or a directory (all its ``*.txt``).
     Every Send record must have its Recv record in the peer's file and vice
@@ -443,7 +462,7 @@ def read_sketchdlc(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[st
     _check_node_names(records)
     messages = _pair_messages(records, files)
     source = "SketchDLC files " + ", ".join(str(f.path) for f in files)
-    return validate_event_log(_transfer_rows(messages, files), source=source)
+    return _message_rows(messages, files, source)
 
 
 def _expand_paths(paths: Any) -> list[Path]:
@@ -647,9 +666,14 @@ def _unmatched_message(record: _Parsed, file_of_node: dict[int, Path]) -> str:
     return f"{record.where}: {record.operation} {record.op_id} has no matching {partner} record {where_to_look}"
 
 
-def _transfer_rows(pairs: list[tuple[_Parsed, _Parsed]], files: list[_NodeFile]) -> pd.DataFrame:
+def _message_rows(pairs: list[tuple[_Parsed, _Parsed]], files: list[_NodeFile], source: str) -> EventLog:
+    clocks = {
+        str(f.node): {"offset_ns": 0, "domain": f"{'w' if f.role == 'worker' else 's'}{f.node}:{f.path.name}"}
+        for f in files if f.node is not None
+    }
+    metadata = {"source": "sketchdlc", "files": [str(f.path) for f in files], "clocks": clocks}
     if not pairs:
-        return empty_event_log()
+        return empty_event_log(metadata)
     for send, recv in pairs:
         if recv.time_ns < send.time_ns:
             raise TraceError(
@@ -658,54 +682,44 @@ def _transfer_rows(pairs: list[tuple[_Parsed, _Parsed]], files: list[_NodeFile])
                 "disagree - correct the clock offset before reading these files"
             )
     pairs = sorted(pairs, key=lambda p: (p[0].time_ns, p[0].node, p[0].peer, p[0].operation_num, p[0].key))
-    for row_id, (send, recv) in enumerate(pairs):
-        send.row_id = recv.row_id = row_id
-    end_of_row = [recv.time_ns for _, recv in pairs]
+    for index, (send, recv) in enumerate(pairs):
+        send.row_id, recv.row_id = 2 * index, 2 * index + 1
+    time_of_row = {}
+    for send, recv in pairs:
+        time_of_row[send.row_id], time_of_row[recv.row_id] = send.time_ns, recv.time_ns
     dependency = _DepResolver(files)
     rpc_ids: dict[tuple, int] = {}
     rows: dict[str, list[Any]] = defaultdict(list)
-    for row_id, (send, recv) in enumerate(pairs):
+    for index, (send, recv) in enumerate(pairs):
         message = send.message
         worker, server = (send.node, send.peer) if message.sender_role == "worker" else (send.peer, send.node)
         iteration = send.operation_num // 4
-        rpc_key = (worker, server, send.key, iteration, message.family, send.num_pp)
-        dep = dependency.resolve(send)
-        deps = [dep] if dep is not None and end_of_row[dep] <= send.time_ns else []
-        row = {
-            "id": row_id,
-            "iteration": iteration,
-            "rank": send.node,
-            "role": message.sender_role,
-            "kind": "transfer",
-            "op": message.op,
-            "name": "",
-            "layer": -1,
-            "tensor": send.key,
-            "peer": send.peer,
-            "bytes": send.length,
-            "priority": 0,
-            "collective": -1,
-            "step": -1,
-            "rpc": rpc_ids.setdefault(rpc_key, len(rpc_ids)),
-            "ready_ns": send.time_ns,
-            "start_ns": send.time_ns,
-            "end_ns": recv.time_ns,
-            "deps": deps,
-        }
-        for name, value in row.items():
-            rows[name].append(value)
-    frame = pd.DataFrame({name: pd.Series(values, dtype=_dtype_of(name)) for name, values in rows.items()})
-    for name in BREAKDOWN_COLUMNS:
-        frame[name] = pd.array([None] * len(frame), dtype="Int64")
-    return frame
-
-
-def _dtype_of(column: str) -> Any:
-    return "str" if column in ("role", "kind", "op", "name") else object if column == "deps" else "int64"
+        rpc = rpc_ids.setdefault((worker, server, send.key, iteration, message.family, send.num_pp), len(rpc_ids))
+        for record, kind, role in ((send, "send", message.sender_role), (recv, "recv", message.receiver_role)):
+            dep = dependency.resolve(record)
+            rows["id"].append(record.row_id)
+            rows["iteration"].append(iteration)
+            rows["rank"].append(record.node)
+            rows["role"].append(role)
+            rows["kind"].append(kind)
+            rows["op"].append(message.op)
+            rows["tensor"].append(record.key)
+            rows["peer"].append(record.peer)
+            rows["message"].append(index)
+            rows["bytes"].append(record.length)
+            rows["rpc"].append(rpc)
+            rows["start_ns"].append(record.time_ns)
+            rows["end_ns"].append(record.time_ns)
+            rows["deps"].append([dep] if dep is not None and time_of_row[dep] <= record.time_ns else [])
+    columns: dict[str, Any] = {name: np.asarray(values, dtype=object if name in ("role", "kind", "op") else np.int64)
+                               for name, values in rows.items() if name != "deps"}
+    columns["host"] = columns["rank"]
+    columns["deps"] = rows["deps"]
+    return event_log_from_arrays(columns, metadata=metadata, source=source)
 
 
 class _DepResolver:
-    """Finds the event-log row that a Send record's id_dep names."""
+    """Finds the event-log row that a record's id_dep names (a record of the same node)."""
 
     def __init__(self, files: list[_NodeFile]):
         self._by_op_id: dict[tuple[int, str], list[_Parsed]] = defaultdict(list)
@@ -713,13 +727,14 @@ class _DepResolver:
             for record in sorted(node_file.records, key=lambda r: r.time_ns):
                 self._by_op_id[(record.node, record.op_id)].append(record)
 
-    def resolve(self, send: _Parsed) -> int | None:
-        match = _OP_ID.match(send.id_dep)
+    def resolve(self, record: _Parsed) -> int | None:
+        match = _OP_ID.match(record.id_dep)
         if match is None:  # "-1" or the paper's one-to-many form "(3-s0.)"
             return None
         key, operation_num, letter, index = match.groups()
         op_id = _op_id(int(key), int(operation_num), f"{letter}{int(index)}")
         candidates = [
-            r for r in self._by_op_id.get((send.node, op_id), []) if not r.is_send and r.time_ns <= send.time_ns
+            r for r in self._by_op_id.get((record.node, op_id), [])
+            if r is not record and r.time_ns <= record.time_ns and r.row_id >= 0
         ]
         return candidates[-1].row_id if candidates else None
