@@ -30,9 +30,10 @@ def test_simulate_writes_outputs(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "iteration" in p.stdout
     names = sorted(f.name for f in out.iterdir())
-    assert names == ["events.parquet", "iterations.csv", "summary.json", "timeline.png", "trace.json"]
-    events, meta = read_event_log(out / "events.parquet")
-    assert meta["source"] == "simulate" and meta["scenario"]["workers"] == 4
+    assert names == ["events.parquet", "groups.parquet", "iterations.csv", "summary.json", "timeline.png", "trace.json"]
+    log = read_event_log(out / "events.parquet")
+    assert log.metadata["source"] == "simulate" and log.metadata["scenario"]["workers"] == 4
+    assert log.groups is not None and len(log.groups) == 10  # LeNet-5: one group per tensor
     trace = json.loads((out / "trace.json").read_text())
     assert any(e.get("ph") == "X" for e in trace["traceEvents"])
     assert len(pd.read_csv(out / "iterations.csv")) == 3
@@ -93,9 +94,10 @@ def test_large_step_logs_keep_the_perfetto_trace_small(tmp_path, monkeypatch):
     names = {e.get("name") for e in trace["traceEvents"]}
     assert "allreduce" in " ".join(str(n) for n in names)
     assert not any("ring_step" in str(e.get("args", {}).get("op", "")) for e in trace["traceEvents"])
-    assert any("ring-step rows left out" in n for n in r.notes)
-    events, _ = read_event_log(paths["events"])
-    assert (events["op"] == "ring_step").sum() == 4 * 2 * 3 * 10  # all steps stay in the Parquet log
+    assert any("collective-step rows left out" in n for n in r.notes)
+    log = read_event_log(paths["events"])
+    sends = log.column("kind") == "send"
+    assert (sends & (log.column("op") == "ring_step")).sum() == 4 * 2 * 3 * 10  # all steps stay in the Parquet log
 
 
 def test_export_converts_a_ps_log_to_sketchdlc_chrome_and_csv(tmp_path):
@@ -111,7 +113,7 @@ def test_export_converts_a_ps_log_to_sketchdlc_chrome_and_csv(tmp_path):
     assert ddlsim("export", str(run / "events.parquet"), "-f", "chrome", "-o", str(tmp_path / "t.json")).returncode == 0
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     assert ddlsim("export", str(run / "events.parquet"), "-f", "csv", "-o", str(tmp_path / "e.csv")).returncode == 0
-    assert len(pd.read_csv(tmp_path / "e.csv")) == len(read_event_log(run / "events.parquet")[0])
+    assert len(pd.read_csv(tmp_path / "e.csv")) == len(read_event_log(run / "events.parquet"))
 
 
 def test_export_of_a_missing_or_broken_log_fails_clearly(tmp_path):

@@ -22,8 +22,9 @@ def test_ring_allreduce_time_is_2_n_minus_1_steps(fidelity, n):
     m_bytes = n * 2500
     r = one_tensor(m_bytes // 4, workers=n, strategy="ring", network={"fidelity": fidelity, "bandwidth": "10Gbps", "latency": "7us"})
     expected_ns = 2 * (n - 1) * (m_bytes / n * 8 / 10e9 * 1e9 + 7000)
-    assert r.events["end_ns"].max() == expected_ns
-    steps = r.events[r.events["op"] == "ring_step"]
+    ev = r.events.to_pandas()
+    assert ev["end_ns"].max() == expected_ns
+    steps = ev[(ev["op"] == "ring_step") & (ev["kind"] == "send")]
     assert len(steps) == n * 2 * (n - 1)
     assert steps["bytes"].sum() == 2 * (n - 1) * m_bytes
 
@@ -32,14 +33,17 @@ def test_ring_allreduce_time_is_2_n_minus_1_steps(fidelity, n):
 def test_ps_incast_is_n_times_m_over_b_plus_latency(n):
     m_bytes = 1_000_000
     r = one_tensor(m_bytes // 4, workers=n, strategy="ps", network={"bandwidth": "10Gbps", "latency": "10us"})
-    pushes = r.events[r.events["op"] == "push_request"]
-    assert (pushes["end_ns"] == n * m_bytes * 8 / 10 + 10_000).all()
-    update = r.events[r.events["op"] == "update"].iloc[0]
+    ev = r.events.to_pandas()
+    pushes = ev[(ev["op"] == "push_request") & (ev["kind"] == "recv")]
+    assert len(pushes) == n and (pushes["end_ns"] == n * m_bytes * 8 / 10 + 10_000).all()
+    update = ev[ev["op"] == "update"].iloc[0]
     assert update["ready_ns"] == n * m_bytes * 8 / 10 + 10_000
 
 
 def test_analytic_transfer_is_latency_plus_size_over_bandwidth():
     r = one_tensor(250_000, workers=8, strategy="ps", network={"fidelity": "analytic", "latency": "10us"})
-    transfers = r.events[r.events["kind"] == "transfer"]
-    expected = 10_000 + transfers["bytes"] * 8 / 10
-    assert ((transfers["end_ns"] - transfers["start_ns"]) == expected).all()
+    ev = r.events.to_pandas()
+    sends = ev[ev["kind"] == "send"].set_index("message")
+    recvs = ev[ev["kind"] == "recv"].set_index("message").loc[sends.index]
+    expected = 10_000 + sends["bytes"] * 8 / 10
+    assert len(sends) == 8 * 4 and ((recvs["end_ns"] - sends["start_ns"]) == expected).all()

@@ -42,7 +42,8 @@ def test_custom_inline_model_and_profile(tmp_path):
         '[[model.layers]]\nname = "fc"\nparams = 5000\nfwd_ms = 9\nbwd_ms = 9\n'
     )
     r = ddlsim.simulate(scenario)
-    fwd = r.events[(r.events["op"] == "forward") & (r.events["rank"] == 0) & (r.events["iteration"] == 0)].sort_values("layer")
+    ev = r.events.to_pandas()
+    fwd = ev[(ev["op"] == "forward") & (ev["rank"] == 0) & (ev["iteration"] == 0)].sort_values("layer")
     # the profile (relative to the scenario file) wins over inline times
     assert list(fwd["end_ns"] - fwd["start_ns"]) == [1_500_000, 500_000]
 

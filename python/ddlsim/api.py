@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .analyze.breakdown import iteration_table
-from .analyze.rpc import fill_rpc_breakdown, rpc_table
+from .analyze.rpc import rpc_table
 from .simulation.run import SimulationRun, run_scenario
 from .simulation.scenario import Scenario
 
@@ -92,7 +92,4 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: 
     >>> r.iteration_time_s  # doctest: +SKIP
     """
     run = run_scenario(scenario, **overrides)
-    fields = {f.name: getattr(run, f.name) for f in dataclasses.fields(SimulationRun)}
-    if run.scenario.strategy.kind == "ps":
-        fields["events"] = fill_rpc_breakdown(run.events)
-    return SimulationResult(**fields)
+    return SimulationResult(**{f.name: getattr(run, f.name) for f in dataclasses.fields(SimulationRun)})

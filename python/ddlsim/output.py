@@ -9,9 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
+
 from .errors import DdlsimError
 from .analyze.plot import save_figure, timeline_figure
-from .simulation.run import scenario_json
 from .trace import write_chrome_trace, write_event_log
 
 
@@ -60,21 +61,20 @@ def save_result(result: Any, out_dir: Path, timeline: bool = True, prefix: str =
 CHROME_STEP_LIMIT = 100_000
 
 
-def chrome_view(events):
+def chrome_view(log):
     """The rows exported to the Perfetto trace, and a note if steps were left out."""
-    steps = events["op"] == "ring_step"
+    steps = np.isin(log.column("kind"), ("send", "recv")) & (log.column("step") >= 0)
     count = int(steps.sum())
     if count <= CHROME_STEP_LIMIT:
-        return events, None
-    return events[~steps], (
-        f"{count:,} ring-step rows left out of the Perfetto trace (limit {CHROME_STEP_LIMIT:,}); "
-        "the all-reduce spans are there and every step is in the Parquet event log"
+        return log, None
+    return log.filter(~steps), (
+        f"{count:,} collective-step rows left out of the Perfetto trace (limit {CHROME_STEP_LIMIT:,}); "
+        "the collective spans are there and every step is in the Parquet event log"
     )
 
 
 def write_result_files(result: Any, directory: Path, names: dict[str, str]) -> None:
-    metadata = {"source": "simulate", "scenario": json.loads(scenario_json(result.scenario)), "model": result.model.name}
-    write_event_log(result.events, directory / names["events"], metadata=metadata)
+    write_event_log(result.events, directory / names["events"])
     chrome_events, note = chrome_view(result.events)
     write_chrome_trace(chrome_events, directory / names["chrome_trace"])
     if note:
@@ -83,5 +83,7 @@ def write_result_files(result: Any, directory: Path, names: dict[str, str]) -> N
     (directory / names["summary"]).write_text(json.dumps(result.summary(), indent=2) + "\n", encoding="utf-8")
     if "timeline" in names:
         sc = result.scenario
-        title = f"{result.model.display_name}, {sc.workers} workers, {sc.strategy}, {sc.network.bandwidth}"
+        net = sc.network
+        place = f" {net.hosts_per_leaf}/leaf {net.rack_placement}" if net.topology == "leaf-spine" else ""
+        title = f"{result.model.display_name}, {sc.workers} workers, {sc.strategy.label}, {net.bandwidth} {net.topology}{place}"
         save_figure(timeline_figure(result.events, title), directory / names["timeline"])

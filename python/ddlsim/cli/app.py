@@ -139,20 +139,23 @@ def export(
     out_path: Path = typer.Option(..., "--out", "-o", help="Output file (chrome, csv) or directory (sketchdlc)."),
 ) -> None:
     """Convert an event log: Perfetto/Chrome JSON, SketchDLC per-node text, or CSV."""
+    import numpy as np
+
     from ..output import staged_directory
     from ..trace import read_event_log, write_chrome_trace, write_sketchdlc
 
     if fmt not in ("chrome", "sketchdlc", "csv"):
         raise DdlsimError(f"--format {fmt!r}: choose chrome, sketchdlc or csv")
-    log, _ = read_event_log(events)
+    log = read_event_log(events)
     if fmt == "chrome":
         write_chrome_trace(log, out_path)
     elif fmt == "csv":
         with staged_directory(out_path.parent if str(out_path.parent) else Path(".")) as stage:
-            flat = log.assign(deps=log["deps"].map(lambda d: " ".join(str(int(x)) for x in d)))
-            flat.to_csv(stage / out_path.name, index=False)
+            frame = log.to_pandas()
+            frame["deps"] = frame["deps"].map(lambda d: "" if d is None else " ".join(str(int(x)) for x in d))
+            frame.to_csv(stage / out_path.name, index=False)
     else:
-        if not (log["op"].isin(["push_request", "push_response", "pull_request", "pull_response"])).any():
+        if not np.isin(log.column("op"), ["push_request", "push_response", "pull_request", "pull_response"]).any():
             raise DdlsimError(f"{events}: SketchDLC describes parameter-server push/pull traffic; this log has none")
         with staged_directory(out_path) as stage:
             write_sketchdlc(log, stage)

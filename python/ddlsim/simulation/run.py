@@ -10,13 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-
 from .. import _core
 from ..errors import InternalError, ScenarioError
+from ..trace import EventLog
 from ..workload.model import Model
+from .bridge import event_log_from_engine
 from .lowering import engine_json, network_document, resolve_trace_detail, training_document
 from .model_build import build_model, layer_times_ns
 from .scenario import Scenario, load_scenario, scenario_from_dict, with_overrides
@@ -29,7 +27,7 @@ class SimulationRun:
 
     scenario: Scenario
     model: Model
-    events: pd.DataFrame
+    events: EventLog
     stats: dict[str, Any]
     engine_document: dict = field(repr=False)
     wall_s: float = 0.0
@@ -68,7 +66,17 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
             raise
         raise InternalError(f"engine: {exc}", save_crash_scenario(sc)) from None
     wall = time.perf_counter() - t0
-    events = events_frame(out["columns"], out["op_names"], model, sc.workers)
+    algorithm = getattr(sc.strategy, "algorithm", "") if sc.strategy.kind == "ring" else ""
+    events = event_log_from_engine(
+        out,
+        model=model,
+        workers=sc.workers,
+        host_of_rank=training["host_of_rank"],
+        algorithm=algorithm.replace("-", "_"),
+        groups=training["groups"],
+        metadata={"source": "simulate", "scenario": json.loads(scenario_json(sc)), "model": model.name},
+        check_causality=True,
+    )
     stats = {k: out[k] for k in ("events", "transfers", "recomputations", "makespan_ns", "bytes_sent", "bytes_received")}
     document = {"training": training, "network": network, "trace_detail": detail}
     result = SimulationRun(scenario=sc, model=model, events=events, stats=stats, engine_document=document, wall_s=wall)
@@ -79,75 +87,6 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
             "the log has one row per rank per all-reduce. Use --trace-detail step to log every step"
         )
     return result
-
-
-def _column(columns: dict, name: str) -> np.ndarray:
-    dtype, raw = columns[name]
-    return np.frombuffer(raw, dtype=np.dtype(dtype))
-
-
-# The engine's kinds (schema v2) as this event-log schema names them: a
-# message's send and recv rows become one transfer row (delivered at the
-# recv row's end), and deps on a recv row point at that transfer row.
-_V1_KIND = {"compute": "compute", "send": "transfer", "collective": "collective", "barrier": "barrier", "marker": "barrier"}
-
-
-def events_frame(columns: dict, op_names: list[str], model: Model, workers: int) -> pd.DataFrame:
-    """The engine's raw columns as an event-log DataFrame."""
-    kinds = np.array(_core.KIND_NAMES, dtype=object)[_column(columns, "kind_code")]
-    ids = _column(columns, "id")
-    message = _column(columns, "message")
-    end = _column(columns, "end_ns").copy()
-    is_send = kinds == "send"
-    is_recv = kinds == "recv"
-    send_pos = np.flatnonzero(is_send)
-    recv_pos = np.flatnonzero(is_recv)
-    order = np.argsort(message[send_pos], kind="stable")
-    sends_by_message = send_pos[order]
-    match = sends_by_message[np.searchsorted(message[send_pos][order], message[recv_pos])]
-    end[match] = _column(columns, "end_ns")[recv_pos]
-    remap = np.arange(int(ids.max()) + 1 if len(ids) else 0, dtype=np.int64)
-    remap[ids[recv_pos]] = ids[match]
-    offsets = _column(columns, "dep_offsets")
-    deps_all = pa.ListArray.from_arrays(pa.array(offsets), pa.array(remap[_column(columns, "deps")]))
-    keep = np.flatnonzero(~is_recv)
-    deps = deps_all.take(pa.array(keep))
-    rank = _column(columns, "rank")[keep]
-    layer = _column(columns, "layer")[keep]
-    tensor = _column(columns, "tensor")[keep]
-    layer_names = np.array([layer.name for layer in model.layers] + [""], dtype=object)
-    tensor_names = np.array([t.name for t in model.tensors] + [""], dtype=object)
-    op = np.array(op_names, dtype=object)[_column(columns, "op_code")[keep]]
-    name = np.where(tensor >= 0, tensor_names[tensor], layer_names[layer])
-    name = np.where(op == "barrier", "barrier", name)
-    n = len(keep)
-    null_int = pd.array([pd.NA] * n, dtype="Int64") if n else pd.array([], dtype="Int64")
-    frame = pd.DataFrame(
-        {
-            "id": ids[keep],
-            "iteration": _column(columns, "iteration")[keep],
-            "rank": rank,
-            "role": np.where(rank < workers, "worker", "server").astype(object),
-            "kind": pd.Series(kinds[keep]).map(_V1_KIND).to_numpy(dtype=object),
-            "op": op,
-            "name": name,
-            "layer": layer,
-            "tensor": tensor,
-            "peer": _column(columns, "peer")[keep],
-            "bytes": _column(columns, "bytes")[keep],
-            "priority": _column(columns, "priority")[keep],
-            "collective": _column(columns, "collective")[keep],
-            "step": _column(columns, "step")[keep],
-            "rpc": _column(columns, "rpc")[keep],
-            "ready_ns": _column(columns, "ready_ns")[keep],
-            "start_ns": _column(columns, "start_ns")[keep],
-            "end_ns": end[keep],
-            "deps": deps.to_pandas(zero_copy_only=False),
-        }
-    )
-    for col in ("w_proc_ns", "w_queue_ns", "ps_proc_ns", "ps_queue_ns", "n_tx_ns"):
-        frame[col] = null_int.copy()
-    return frame
 
 
 def save_crash_scenario(sc: Scenario) -> str | None:

@@ -210,6 +210,10 @@ class RingStrategy(_StrategyBase):
     algorithm: Literal["ring", "halving-doubling"] = "ring"
 
     @property
+    def label(self) -> str:
+        return f"{self.algorithm} all-reduce"
+
+    @property
     def servers(self) -> int:
         """No parameter servers (so `scenario.strategy.servers` is 0 for ring)."""
         return 0
@@ -220,6 +224,10 @@ class PSStrategy(_StrategyBase):
 
     kind: Literal["ps"] = "ps"
     servers: int = Field(1, ge=1, le=65536)
+
+    @property
+    def label(self) -> str:
+        return f"PS, {self.servers} server{'s' if self.servers != 1 else ''}"
     placement: Literal["round-robin", "size-balanced"] = "round-robin"
     # server aggregation: N x tensor bytes at this rate (bytes/s by default)
     update_bandwidth: Bandwidth = "20GB/s"
