@@ -663,7 +663,13 @@ def _as_arrow(value: Any, name: str, n: int, problem: _Problem) -> pa.Array | _O
             return pa.Array.from_pandas(value.reset_index(drop=True) if hasattr(value, "reset_index") else value)
         except (pa.ArrowException, TypeError, ValueError) as err:
             raise problem.column(name, f"cannot be read ({err})", "give a numpy or Arrow array") from None
-    array = np.asarray(value) if not isinstance(value, np.ndarray) else value
+    if isinstance(value, (list, tuple)):
+        array = np.empty(len(value), dtype=object)
+        array[:] = value
+        if all(isinstance(v, str) for v in value):
+            return pa.array(array, type=pa.string())
+    else:
+        array = np.asarray(value) if not isinstance(value, np.ndarray) else value
     if array.dtype == object:
         return _ObjectColumn(array)
     if array.ndim != 1:
@@ -725,6 +731,13 @@ def _integers(array: Any, column: Column, problem: _Problem) -> pa.Array:
 
 
 def _object_integers(values: np.ndarray, column: Column, problem: _Problem, fix: str) -> pa.Array:
+    from pandas.api.types import infer_dtype  # a compiled scan, no Python loop per row
+
+    if infer_dtype(values, skipna=True) in ("integer", "empty"):
+        try:
+            return pa.array(values, type=pa.int64(), from_pandas=True)
+        except (pa.ArrowException, OverflowError):
+            raise problem.column(column.name, "has a value outside the int64 range", fix) from None
     if column.nullable:
         good = [v is None or _is_int(v) or (isinstance(v, float) and np.isnan(v)) for v in values]
     else:
@@ -810,6 +823,8 @@ def _deps_input(columns: Mapping[str, Any], offsets: Any, values: Any, n: int, p
             raise problem.general("deps_offsets and deps_values come together", "give both (CSR) or neither")
         offsets = np.asarray(offsets)
         values = np.asarray(values)
+        if values.size == 0:
+            values = values.astype(np.int64)
         if offsets.dtype.kind not in "iu" or values.dtype.kind not in "iu":
             raise problem.column("deps", "deps_offsets/deps_values are not integers", "CSR arrays hold integers")
         if len(offsets) != n + 1:
