@@ -663,7 +663,13 @@ def _as_arrow(value: Any, name: str, n: int, problem: _Problem) -> pa.Array | _O
             return pa.Array.from_pandas(value.reset_index(drop=True) if hasattr(value, "reset_index") else value)
         except (pa.ArrowException, TypeError, ValueError) as err:
             raise problem.column(name, f"cannot be read ({err})", "give a numpy or Arrow array") from None
-    array = np.asarray(value) if not isinstance(value, np.ndarray) else value
+    if isinstance(value, (list, tuple)):
+        array = np.empty(len(value), dtype=object)
+        array[:] = value
+        if all(isinstance(v, str) for v in value):
+            return pa.array(array, type=pa.string())
+    else:
+        array = np.asarray(value) if not isinstance(value, np.ndarray) else value
     if array.dtype == object:
         return _ObjectColumn(array)
     if array.ndim != 1:
@@ -725,6 +731,13 @@ def _integers(array: Any, column: Column, problem: _Problem) -> pa.Array:
 
 
 def _object_integers(values: np.ndarray, column: Column, problem: _Problem, fix: str) -> pa.Array:
+    from pandas.api.types import infer_dtype  # a compiled scan, no Python loop per row
+
+    if infer_dtype(values, skipna=True) in ("integer", "empty"):
+        try:
+            return pa.array(values, type=pa.int64(), from_pandas=True)
+        except (pa.ArrowException, OverflowError):
+            raise problem.column(column.name, "has a value outside the int64 range", fix) from None
     if column.nullable:
         good = [v is None or _is_int(v) or (isinstance(v, float) and np.isnan(v)) for v in values]
     else:
@@ -810,6 +823,8 @@ def _deps_input(columns: Mapping[str, Any], offsets: Any, values: Any, n: int, p
             raise problem.general("deps_offsets and deps_values come together", "give both (CSR) or neither")
         offsets = np.asarray(offsets)
         values = np.asarray(values)
+        if values.size == 0:
+            values = values.astype(np.int64)
         if offsets.dtype.kind not in "iu" or values.dtype.kind not in "iu":
             raise problem.column("deps", "deps_offsets/deps_values are not integers", "CSR arrays hold integers")
         if len(offsets) != n + 1:
@@ -962,7 +977,7 @@ def _check_rows(log: EventLog, problem: _Problem, check_causality: bool) -> None
                     raise problem.at(column.name, position, what.format(column.name, dictionary[codes[position]]), fix)
     if n == 0:
         return
-    _check_unique_ids(ids, problem)
+    lookup = _check_unique_ids(ids, problem)
     start = log.table.column("start_ns").to_numpy()
     end = log.table.column("end_ns").to_numpy()
     backwards = end < start
@@ -986,7 +1001,7 @@ def _check_rows(log: EventLog, problem: _Problem, check_causality: bool) -> None
     offset = host_offsets(log.metadata, log.table.column("host").to_numpy())
     _check_messages(log, kind_index, start, end, offset, problem)
     _check_groups(log, problem)
-    _check_deps(log, ids, start, end, offset, problem, check_causality)
+    _check_deps(log, ids, lookup, start, end, offset, problem, check_causality)
 
 
 def _lookup(dictionary: np.ndarray, vocabulary: Sequence[str]) -> np.ndarray:
@@ -998,21 +1013,41 @@ def _lookup(dictionary: np.ndarray, vocabulary: Sequence[str]) -> np.ndarray:
 _SEND, _RECV = KINDS.index("send"), KINDS.index("recv")
 
 
-def _check_unique_ids(ids: np.ndarray, problem: _Problem) -> None:
+def _dense(values: np.ndarray) -> bool:
+    """Small non-negative integers: index tables beat sorting."""
+    return len(values) > 0 and int(values.min()) >= 0 and int(values.max()) < 4 * len(values) + 1024
+
+
+def _check_unique_ids(ids: np.ndarray, problem: _Problem) -> np.ndarray | None:
+    """Checks ids are unique; returns id -> row position (-1: none) when ids are dense."""
+    if _dense(ids):
+        lookup = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+        lookup[ids] = np.arange(len(ids))
+        if (lookup >= 0).sum() == len(ids):
+            return lookup
+        # a duplicate: the first row whose id's slot holds a later row
+        position = int(np.flatnonzero(lookup[ids] != np.arange(len(ids)))[0])
+        raise problem.at("id", int(lookup[ids[position]]) if lookup[ids[position]] > position else position,
+                         f"id {ids[position]} appears more than once", "ids must be unique")
     if len(ids) > 1 and np.all(ids[1:] > ids[:-1]):
-        return
+        return None
     order = np.argsort(ids, kind="stable")
     ordered = ids[order]
     same = ordered[1:] == ordered[:-1]
     if same.any():
         position = int(order[1:][same].min())
         raise problem.at("id", position, f"id {ids[position]} appears more than once", "ids must be unique")
+    return None
 
 
 def _check_roles_per_rank(log: EventLog, rank: np.ndarray, problem: _Problem) -> None:
     codes, dictionary = _codes(log, "role")
     role = _lookup(dictionary, ROLES)[codes]
     keys = rank.astype(np.int64) * len(ROLES) + role
+    if _dense(rank):
+        per_rank = (np.bincount(keys, minlength=(int(rank.max()) + 1) * len(ROLES)) > 0).reshape(-1, len(ROLES))
+        if (per_rank.sum(axis=1) <= 1).all():
+            return
     pairs, first_rows = np.unique(keys, return_index=True)
     ranks_of_pairs = pairs // len(ROLES)
     clash = ranks_of_pairs[1:] == ranks_of_pairs[:-1]
@@ -1054,6 +1089,16 @@ def _check_messages(log, kind, start, end, offset, problem: _Problem) -> None:
         return
     send_rows = np.flatnonzero(is_send)
     send_start = start[send_rows] if offset is None else start[send_rows] + offset[send_rows]
+    recv_end = end[recv_rows] if offset is None else end[recv_rows] + offset[recv_rows]
+    if _dense(message[send_rows]) and int(message[recv_rows].max()) < 4 * len(send_rows) + 1024:
+        top = max(int(message[send_rows].max()), int(message[recv_rows].max())) + 1
+        latest = np.full(top, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(latest, message[send_rows], send_start)
+        has_send = np.zeros(top, dtype=bool)
+        has_send[message[send_rows]] = True
+        found = has_send[message[recv_rows]]
+        _message_problems(found, recv_end, latest[message[recv_rows]], recv_rows, message, offset, problem)
+        return
     order = np.lexsort((send_start, message[send_rows]))
     send_messages = message[send_rows][order]
     # latest start of the sends of each message (aggregation: several sends)
@@ -1061,18 +1106,21 @@ def _check_messages(log, kind, start, end, offset, problem: _Problem) -> None:
     latest_start = send_start[order][::-1][last]
     slot = np.searchsorted(unique, message[recv_rows]).clip(max=max(len(unique) - 1, 0))
     found = (unique[slot] == message[recv_rows]) if len(unique) else np.zeros(len(recv_rows), bool)
+    _message_problems(found, recv_end, latest_start[slot], recv_rows, message, offset, problem)
+
+
+def _message_problems(found, recv_end, send_start, recv_rows, message, offset, problem: _Problem) -> None:
     if not found.all():
         position = int(recv_rows[_first(~found)])
         raise problem.at("message", position, f"recv of message {message[position]} has no send row with that message",
                          "every recv row needs the send row of its message in the log")
-    recv_end = end[recv_rows] if offset is None else end[recv_rows] + offset[recv_rows]
-    early = recv_end < latest_start[slot]
+    early = recv_end < send_start
     if early.any():
         at = _first(early)
         position = int(recv_rows[at])
         raise problem.at(
             "end_ns", position,
-            f"recv of message {message[position]} ends at {recv_end[at]}, before its send starts at {latest_start[slot][at]}"
+            f"recv of message {message[position]} ends at {recv_end[at]}, before its send starts at {send_start[at]}"
             + (" (clock offsets applied)" if offset is not None else ""),
             "a message is received after it is sent; check the hosts' clock offsets in metadata['clocks']",
         )
@@ -1091,16 +1139,17 @@ def _check_groups(log: EventLog, problem: _Problem) -> None:
                          "every group id used by a row has its tensors listed in the groups table")
 
 
-def _check_deps(log, ids, start, end, offset, problem: _Problem, check_causality: bool) -> None:
+def _check_deps(log, ids, lookup, start, end, offset, problem: _Problem, check_causality: bool) -> None:
     deps = _combined(log.table.column("deps"))
     targets = pc.list_flatten(deps).to_numpy()
     if not len(targets):
         return
     owners = pc.list_parent_indices(deps).to_numpy()
     n = len(ids)
-    if ids[0] == 0 and ids[-1] == n - 1 and (n == 1 or np.all(ids[1:] > ids[:-1])):
-        found = (targets >= 0) & (targets < n)
-        slots = np.where(found, targets, 0)
+    if lookup is not None:
+        inside = (targets >= 0) & (targets < len(lookup))
+        slots = lookup[np.where(inside, targets, 0)]
+        found = inside & (slots >= 0)
     else:
         order = np.argsort(ids, kind="stable")
         position = np.searchsorted(ids[order], targets).clip(max=n - 1)
