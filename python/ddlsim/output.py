@@ -12,7 +12,6 @@ from typing import Any, Iterator
 import numpy as np
 
 from .errors import DdlsimError
-from .analyze.plot import save_figure, timeline_figure
 from .trace import write_chrome_trace, write_event_log
 
 
@@ -63,7 +62,9 @@ CHROME_STEP_LIMIT = 100_000
 
 def chrome_view(log):
     """The rows exported to the Perfetto trace, and a note if steps were left out."""
-    steps = np.isin(log.column("kind"), ("send", "recv")) & (log.column("step") >= 0)
+    codes, dictionary = log.codes("kind")
+    point_to_point = [i for i, k in enumerate(dictionary) if k in ("send", "recv")]
+    steps = np.isin(codes, point_to_point) & (log.column("step") >= 0)
     count = int(steps.sum())
     if count <= CHROME_STEP_LIMIT:
         return log, None
@@ -82,6 +83,8 @@ def write_result_files(result: Any, directory: Path, names: dict[str, str]) -> N
     result.iterations.to_csv(directory / names["iterations"], index=False)
     (directory / names["summary"]).write_text(json.dumps(result.summary(), indent=2) + "\n", encoding="utf-8")
     if "timeline" in names:
+        from .analyze.plot import save_figure, timeline_figure  # matplotlib only when a picture is wanted
+
         sc = result.scenario
         net = sc.network
         place = f" {net.hosts_per_leaf}/leaf {net.rack_placement}" if net.topology == "leaf-spine" else ""

@@ -93,14 +93,15 @@ def rank_iteration_table(log: EventLog) -> pd.DataFrame:
     kind = np.array([KINDS.index(k) for k in kind_dictionary], dtype=np.int64)[kind_codes] if len(kind_codes) else kind_codes
     roles = {}
     role_codes, role_dictionary = log.codes("role")
-    if len(rank):
-        pairs = np.unique(np.stack([rank.astype(np.int64), role_codes.astype(np.int64)]), axis=1)
-        roles = {int(r): str(role_dictionary[c]) for r, c in pairs.T}
     is_compute = kind == _COMPUTE
     is_communication = np.isin(kind, _COMMUNICATION)
     order = np.argsort(rank, kind="stable")
-    ranks, first = np.unique(rank[order], return_index=True)
+    sorted_rank = rank[order]
+    first = np.flatnonzero(np.r_[True, sorted_rank[1:] != sorted_rank[:-1]]) if len(rank) else np.array([], dtype=np.int64)
+    ranks = sorted_rank[first]
     bounds = np.append(first, len(order))
+    # validation guarantees one role per rank, so the first row of each rank names it
+    roles = {int(r): str(role_dictionary[role_codes[order[i]]]) for r, i in zip(ranks, first)}
     parts = []
     for index, r in enumerate(ranks):
         rows = order[bounds[index]: bounds[index + 1]]

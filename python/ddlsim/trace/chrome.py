@@ -73,9 +73,10 @@ def to_chrome_trace(log: EventLog | object) -> dict[str, Any]:
     """The event log as a Trace Event Format dict (``json.dump`` it)."""
     if not isinstance(log, EventLog) or not log.is_validated:
         log = validate_event_log(log, source="event log for Chrome export", check_causality=False)
-    columns = list(COLUMN_NAMES) + log.extension_columns
+    extensions = log.extension_columns
+    columns = list(COLUMN_NAMES) + extensions
     rows = list(iter_rows(log, columns))
-    slices = [_row_slice(row, log.extension_columns) for row in rows]
+    slices = [_row_slice(row, extensions) for row in rows]
     lanes_used = _assign_lanes(slices)
 
     events: list[dict[str, Any]] = _process_metadata(log)
