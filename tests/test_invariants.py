@@ -65,6 +65,14 @@ def test_same_seed_gives_an_identical_log(resnet_runs, strategy):
     assert again.events.table.equals(resnet_runs[strategy].events.table)
 
 
+@pytest.mark.parametrize("fidelity", ["flow", "analytic"])
+def test_same_seed_gives_a_bit_identical_parquet_file_at_either_fidelity(tmp_path, fidelity):
+    kw = dict(model="resnet50", workers=6, iterations=2, jitter=0.1, seed=3, network=fidelity, barrier=False,
+              stream_policy="priority", trace_detail="step")
+    paths = [ddlsim.simulate(**kw).save(tmp_path / str(i), timeline=False)["events"] for i in range(2)]
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+
+
 def test_another_seed_with_jitter_gives_another_log(resnet_runs):
     base = resnet_runs["ring"]
     other = ddlsim.simulate(base.scenario, seed=8)
