@@ -133,3 +133,13 @@ def test_profile_flag_is_relative_to_the_working_directory(tmp_path):
     p = ddlsim("simulate", "--model", "lenet5", "--workers", "2", "--profile", "prof.csv", "--json", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["compute_s"] == pytest.approx(0.015)
+
+
+def test_version_and_format_in_any_case(tmp_path):
+    p = ddlsim("--version")
+    assert p.returncode == 0 and p.stdout.startswith("ddlsim ") and "engine" in p.stdout
+    run = tmp_path / "run"
+    assert ddlsim("simulate", "--model", "LeNet5", "--workers", "2", "--strategy", "PS", "--iterations", "1",
+                  "--out", str(run)).returncode == 0
+    p = ddlsim("export", str(run / "events.parquet"), "--format", "CSV", "--out", str(tmp_path / "e.csv"))
+    assert p.returncode == 0, p.stderr

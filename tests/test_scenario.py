@@ -400,3 +400,64 @@ def test_cli_declares_the_new_simulate_flags():
                           ("--routing", "spray"), ("--ranks-per-host", ""), ("--rack-placement", "spread"),
                           ("--server-hosts", "colocated"), ("--priority-bands", "--no-priority-bands")]:
         assert flag in text and choices in text, flag
+
+
+# ------------------------------------------------------------ no silent misreadings
+
+
+@pytest.mark.parametrize(
+    "data, both",
+    [
+        ({"model": {"name": "resnet50", "synthetic": {"layers": 5}}}, ("model.name = 'resnet50'", "[model.synthetic]")),
+        ({"model": {"name": "vgg16", "layers": [{"name": "l", "params": 1, "fwd_ms": 1, "bwd_ms": 1}]}},
+         ("model.name = 'vgg16'", "[[model.layers]]")),
+        ({"model": {"synthetic": {"layers": 5}, "layers": [{"name": "l", "params": 1, "fwd_ms": 1, "bwd_ms": 1}]}},
+         ("[model.synthetic]", "[[model.layers]]")),
+        ({"model": {"device": "A100", "profile": "p.csv"}}, ("model.profile", "model.device")),
+    ],
+)
+def test_contradictory_model_sources_name_both_fields(data, both):
+    with pytest.raises(ScenarioError) as exc:
+        scenario_from_dict(data)
+    assert all(b in str(exc.value) for b in both), str(exc.value)
+
+
+def test_a_synthetic_or_custom_model_without_a_zoo_name_is_fine():
+    assert scenario_from_dict({"model": {"synthetic": {"layers": 5}}}).model.synthetic.layers == 5
+    layers = [{"name": "l", "params": 1, "fwd_ms": 1, "bwd_ms": 1}]
+    assert scenario_from_dict({"model": {"name": "mine", "layers": layers}}).model.name == "mine"
+
+
+def test_device_flag_with_a_profile_in_the_file_is_refused_but_defaults_are_not_given_values():
+    base = scenario_from_dict({"model": {"profile": "p.csv"}})
+    assert with_overrides(base, {"workers": 4}).workers == 4  # the default device is not "given"
+    with pytest.raises(ScenarioError, match="model.device"):
+        with_overrides(base, {"device": "T4"})
+
+
+@pytest.mark.parametrize("key, value, path, expected", [
+    ("strategy", "PS", ("strategy", "kind"), "ps"),
+    ("network", "Flow", ("network", "fidelity"), "flow"),
+    ("topology", "Leaf-Spine", ("network", "topology"), "leaf-spine"),
+    ("stream_policy", "Priority", ("strategy", "stream_policy"), "priority"),
+    ("trace_detail", "STEP", ("trace_detail",), "step"),
+    ("precision", "FP16", ("model", "precision"), "fp16"),
+])
+def test_choices_are_accepted_in_any_case_like_model_names(key, value, path, expected):
+    sc = with_overrides(Scenario(), {key: value})
+    got = sc
+    for p in path:
+        got = getattr(got, p)
+    assert got == expected
+
+
+def test_choices_in_any_case_in_a_file_too():
+    sc = scenario_from_dict({"strategy": {"kind": "PS", "placement": "Size-Balanced"}, "network": {"fidelity": "Analytic"}})
+    assert (sc.strategy.kind, sc.strategy.placement, sc.network.fidelity) == ("ps", "size-balanced", "analytic")
+
+
+def test_an_empty_scenario_file_says_the_defaults_are_used(tmp_path):
+    (tmp_path / "empty.toml").write_text("")
+    sc = load_scenario(tmp_path / "empty.toml")
+    assert sc.model_dump(exclude={"base_dir"}) == Scenario().model_dump(exclude={"base_dir"})
+    assert any("empty: the defaults are used" in n for n in sc.migration_notes)

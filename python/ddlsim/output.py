@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -17,27 +18,35 @@ from .trace import write_chrome_trace, write_event_log
 
 @contextmanager
 def staged_directory(out_dir: Path) -> Iterator[Path]:
-    """Yields a scratch directory beside `out_dir`; on success its files
-    move into `out_dir` (created if needed), on failure it vanishes."""
+    """Yields a scratch directory inside `out_dir` (created if needed); on
+    success its files move into `out_dir`, on any failure (an error, Ctrl-C)
+    the scratch directory vanishes, and so does `out_dir` if this call
+    created it. Staging inside the target keeps every rename on one
+    filesystem and needs no write access to the parent."""
     out_dir = Path(out_dir)
-    parent = out_dir.resolve().parent
     if out_dir.exists() and not out_dir.is_dir():
         raise DdlsimError(f"{out_dir}: exists and is not a directory; choose another --out")
+    created = not out_dir.exists()
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=parent))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=".ddlsim-staging-", dir=out_dir))
     except OSError as exc:
-        raise DdlsimError(f"{out_dir}: cannot write here ({exc.strerror}); choose another --out") from None
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise DdlsimError(f"{out_dir}: cannot write here ({exc.strerror or exc}); choose another --out") from None
+    done = False
     try:
         yield stage
-        out_dir.mkdir(parents=True, exist_ok=True)
         for item in sorted(stage.iterdir()):
             target = out_dir / item.name
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
-            item.replace(target)
+            os.replace(item, target)
+        done = True
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        if created and not done:
+            shutil.rmtree(out_dir, ignore_errors=True)
 
 
 def save_result(result: Any, out_dir: Path, timeline: bool = True, prefix: str = "") -> dict[str, Path]:

@@ -20,6 +20,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+        from .._core import __version__ as engine_version
+
+        typer.echo(f"ddlsim {__version__} (engine {engine_version})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Simulate and analyze the network communication of distributed deep-learning training."""
 # Tables stay readable when piped (rich would otherwise assume 80 columns).
 out = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -144,6 +160,7 @@ def export(
     from ..output import staged_directory
     from ..trace import read_event_log, write_chrome_trace, write_sketchdlc
 
+    fmt = fmt.strip().lower()
     if fmt not in ("chrome", "sketchdlc", "csv"):
         raise DdlsimError(f"--format {fmt!r}: choose chrome, sketchdlc or csv")
     log = read_event_log(events)

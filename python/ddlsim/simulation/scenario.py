@@ -33,7 +33,7 @@ from __future__ import annotations
 import difflib
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -75,8 +75,32 @@ StreamPolicy = Literal["fifo", "priority"]
 Preemption = Literal["none", "chunk"]
 
 
+def _lowercase_choices(model: type[BaseModel], data: Any) -> Any:
+    """Choice values in any case (`PS`, `Flow`, `Leaf-Spine`), as model
+    names are: strings given for fields whose type is a Literal of
+    lowercase names are lowercased before validation."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for name, field in model.model_fields.items():
+        value = out.get(name)
+        annotation = field.annotation
+        if get_origin(annotation) is Optional or get_origin(annotation) is Union:
+            annotation = next((a for a in get_args(annotation) if get_origin(a) is Literal), annotation)
+        if isinstance(value, str) and get_origin(annotation) is Literal:
+            choices = get_args(annotation)
+            if all(isinstance(c, str) and c == c.lower() for c in choices):
+                out[name] = value.strip().lower()
+    return out
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _any_case(cls, data: Any) -> Any:
+        return _lowercase_choices(cls, data)
 
 
 # ----------------------------------------------------------------- network
@@ -172,6 +196,33 @@ class ModelConfig(_Strict):
     synthetic: Optional[SyntheticConfig] = None
     layers: Optional[list[CustomLayer]] = None
     dtype_bytes: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _one_source_of_layers(self) -> "ModelConfig":
+        given = self.model_fields_set
+        if self.synthetic is not None and self.layers is not None:
+            raise ValueError("[model.synthetic] and [[model.layers]] both define the model; keep one")
+        if self.synthetic is not None and "name" in given and self.name.lower() != "synthetic":
+            raise ValueError(
+                f"model.name = {self.name!r} names a zoo model, but [model.synthetic] defines a synthetic one; "
+                'set name = "synthetic" or remove the [model.synthetic] table'
+            )
+        if self.layers is not None and "name" in given:
+            from ..workload import list_models
+
+            if self.name.lower().replace("-", "").replace("_", "") in list_models():
+                raise ValueError(
+                    f"model.name = {self.name!r} is a zoo model, but [[model.layers]] defines a custom one; "
+                    "give the custom model another name or remove the [[model.layers]] tables"
+                )
+        if self.profile is not None:
+            ignored = [f for f in ("device", "precision", "efficiency") if f in given]
+            if ignored:
+                raise ValueError(
+                    f"model.profile gives measured layer times, so model.{ignored[0]} (used to turn FLOPs into times) "
+                    f"would be ignored; remove {' and '.join('model.' + f for f in ignored)} or the profile"
+                )
+        return self
 
     @field_validator("device")
     @classmethod
@@ -305,10 +356,14 @@ class Scenario(_Strict):
     def _migrate(cls, data: Any, handler):
         notes: list[str] = []
         if isinstance(data, dict):
+            if isinstance(data.get("strategy"), str):
+                data = {**data, "strategy": data["strategy"].strip().lower()}
             data, notes = migrate_old_form(data)
             strategy = data.get("strategy")
             if isinstance(strategy, dict) and "kind" not in strategy:
                 raise ValueError('strategy.kind is missing; add kind = "ring" (all-reduce) or kind = "ps" (parameter server)')
+            if isinstance(strategy, dict) and isinstance(strategy["kind"], str):
+                data = {**data, "strategy": {**strategy, "kind": strategy["kind"].strip().lower()}}
         scenario = handler(data)
         if notes:
             scenario._migration_notes = scenario._migration_notes + notes
@@ -464,13 +519,17 @@ def load_scenario(path: str | Path) -> Scenario:
     except UnicodeDecodeError:
         raise ScenarioError(f"{path}: not a text file; a scenario is TOML") from None
     scenario = scenario_from_dict(data, origin=str(path))
-    return scenario.model_copy(update={"base_dir": str(path.resolve().parent)})
+    if not data:
+        scenario._migration_notes = scenario._migration_notes + [f"{path} is empty: the defaults are used"]
+    copy = scenario.model_copy(update={"base_dir": str(path.resolve().parent)})
+    copy._migration_notes = scenario.migration_notes
+    return copy
 
 
 def _apply_strategy(current: dict[str, Any], value: Any) -> dict[str, Any]:
     """`current` strategy section with `value` (a kind name or a partial
     section) applied; switching kind keeps only the shared fields."""
-    patch = {"kind": value} if isinstance(value, str) else dict(value)
+    patch = {"kind": value.strip().lower()} if isinstance(value, str) else dict(value)
     kind = patch.get("kind", current.get("kind"))
     if kind != current.get("kind"):
         current = {k: v for k, v in current.items() if k in SHARED_STRATEGY_FIELDS}
@@ -485,7 +544,9 @@ def with_overrides(scenario: Scenario, overrides: dict[str, Any], origin: str = 
     (only stream_policy and preemption carry over); options given together
     that contradict (e.g. `strategy="ring", servers=4`) are errors naming both.
     """
-    data = scenario.model_dump(exclude={"base_dir"})
+    # only what was set, so that cross-field checks can tell given values from defaults
+    data = scenario.model_dump(exclude={"base_dir"}, exclude_unset=True)
+    data.setdefault("strategy", {"kind": scenario.strategy.kind})
     items = {k: v for k, v in overrides.items() if v is not None}
     # the kind first, so that `servers=4, strategy="ps"` works in any order
     for key in sorted(items, key=lambda k: k != "strategy"):

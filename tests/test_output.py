@@ -1,0 +1,61 @@
+"""Result directories are all or nothing, staged inside the target."""
+
+import tempfile
+
+import pytest
+
+import ddlsim
+from ddlsim import output
+from ddlsim.errors import DdlsimError
+
+
+def test_staging_happens_inside_the_target_directory(tmp_path, monkeypatch):
+    seen = []
+    real = tempfile.mkdtemp
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("dir"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", spy)
+    out = tmp_path / "parent" / "run"
+    ddlsim.simulate(model="lenet5", workers=2, iterations=1).save(out, timeline=False)
+    assert seen and all(str(d) == str(out) for d in seen)  # never the parent: it may be read-only or another filesystem
+    assert sorted(p.name for p in out.iterdir()) == ["events.parquet", "groups.parquet", "iterations.csv", "summary.json", "trace.json"]
+
+
+def test_a_failed_write_into_a_new_directory_leaves_nothing(tmp_path, monkeypatch):
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(output, "write_chrome_trace", boom)
+    out = tmp_path / "new"
+    with pytest.raises(KeyboardInterrupt):
+        ddlsim.simulate(model="lenet5", workers=2, iterations=1).save(out)
+    assert not out.exists()
+
+
+def test_a_failed_write_into_an_existing_directory_keeps_its_files_and_leaves_no_scratch(tmp_path, monkeypatch):
+    out = tmp_path / "existing"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+
+    def boom(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(output, "write_chrome_trace", boom)
+    with pytest.raises(OSError):
+        ddlsim.simulate(model="lenet5", workers=2, iterations=1).save(out)
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+
+
+def test_out_into_the_current_directory_works(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ddlsim.simulate(model="lenet5", workers=2, iterations=1).save(".", timeline=False)
+    assert (tmp_path / "events.parquet").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_out_onto_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(DdlsimError, match="exists and is not a directory"):
+        ddlsim.simulate(model="lenet5", workers=2, iterations=1).save(tmp_path / "f")
