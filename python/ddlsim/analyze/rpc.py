@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from ..trace.schema import BREAKDOWN_COLUMNS, EventLog, host_offsets
+from ..trace.schema import BREAKDOWN_COLUMNS, EventLog, as_event_log, host_offsets
 
 RPC_COLUMNS = (
     "rpc", "kind", "worker", "server", "iteration", "tensor", "request_bytes", "response_bytes",
@@ -57,6 +57,7 @@ def rpc_table(log: EventLog) -> pd.DataFrame:
     """One row per RPC (an rpc id with a request send): worker, server, kind
     (push / pull: the request op without ``_request``), iteration, tensor,
     bytes, t0, t1, total and the five components (ns, nullable Int64)."""
+    log = as_event_log(log)
     has_rpc = log.column("rpc") >= 0
     if not has_rpc.any():
         return _empty()

@@ -338,8 +338,8 @@ def rank_roles(log: EventLog) -> dict[int, str]:
     codes, dictionary = log.codes("role")
     if not len(ranks):
         return {}
-    pairs = np.unique(np.stack([ranks.astype(np.int64), codes.astype(np.int64)]), axis=1)
-    return {int(rank): str(dictionary[code]) for rank, code in pairs.T}
+    keys = np.unique(ranks.astype(np.int64) * max(len(dictionary), 1) + codes)
+    return {int(key // len(dictionary)): str(dictionary[key % len(dictionary)]) for key in keys}
 
 
 def host_offsets(metadata: Mapping[str, Any], hosts: np.ndarray) -> np.ndarray | None:
@@ -394,7 +394,7 @@ def event_log_from_arrays(
     Series, lists or scalars (broadcast). Omitted optional columns take their
     defaults (-1 / 0 / "" ; ``host`` = ``rank``; ``ready_ns`` and ``deps``
     null). A string column may also be given as a ``(codes, dictionary)``
-    pair or a ``pa.DictionaryArray``. ``deps`` comes either as a column (a
+    pair (code -1 meaning "") or a ``pa.DictionaryArray``. ``deps`` comes either as a column (a
     list array, lists, None for all-unknown) or as CSR ``deps_offsets``
     (length n+1) and ``deps_values``. Columns named ``x_*`` are kept.
     Raises :class:`TraceError` naming source, column, row and fix.
@@ -507,6 +507,14 @@ def validate_event_log(
     return event_log_from_arrays(
         columns, metadata=meta, source=source, check_causality=check_causality, **sides
     )
+
+
+def as_event_log(log: Any, source: str = "event log") -> EventLog:
+    """``log`` itself if it is an EventLog, else validated into one (no
+    causality check): lets analysis take a table or DataFrame too."""
+    if isinstance(log, EventLog):
+        return log
+    return validate_event_log(log, source=source, check_causality=False)
 
 
 def _table_from_pandas(frame: Any, source: str) -> pa.Table:
@@ -764,11 +772,14 @@ def _strings(value: Any, column: Column, n: int, problem: _Problem) -> pa.Array:
                 pa.array(list(dictionary), type=pa.string())
         except (pa.ArrowException, TypeError) as err:
             raise problem.column(column.name, f"dictionary is not text ({err})", "(codes, dictionary): the dictionary holds str") from None
+        if len(codes) and codes.min() == -1:  # -1: none, i.e. ""
+            codes = np.where(codes == -1, len(dictionary), codes)
+            dictionary = pa.concat_arrays([dictionary.cast(pa.string()), pa.array([""], pa.string())])
         if len(codes) and (codes.min() < 0 or codes.max() >= len(dictionary)):
             position = _first((codes < 0) | (codes >= len(dictionary)))
             raise problem.at(
                 column.name, position, f"code {codes[position]} is outside the dictionary of {len(dictionary)} values",
-                "(codes, dictionary): every code indexes the dictionary",
+                "(codes, dictionary): every code indexes the dictionary (or is -1 for '')",
             )
         array = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32, copy=False)), dictionary)
     else:
