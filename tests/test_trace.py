@@ -817,3 +817,9 @@ def test_read_can_skip_causality(tmp_path):
     with pytest.raises(TraceError, match="acausal.parquet: column 'start_ns', row 1"):
         read_event_log(tmp_path / "acausal.parquet")
     assert len(read_event_log(tmp_path / "acausal.parquet", check_causality=False)) == 6
+
+
+def test_to_pandas_of_some_columns():
+    frame = ps_iteration_log().to_pandas(["id", "op", "ready_ns"])
+    assert list(frame.columns) == ["id", "op", "ready_ns"] and frame["op"].dtype == "str"
+    assert frame["ready_ns"].isna().sum() == 18  # the recv rows

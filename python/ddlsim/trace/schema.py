@@ -277,24 +277,27 @@ class EventLog:
         fields.update(changes)
         return EventLog(**fields)
 
-    def to_pandas(self, *, categories: bool = False):
-        """The rows as a pandas DataFrame (imported here, on request).
+    def to_pandas(self, columns: Sequence[str] | None = None, *, categories: bool = False):
+        """The rows as a pandas DataFrame (pandas is imported here, on request).
 
-        Strings become plain ``str`` columns (``categories=True``: pandas
-        categoricals, faster), ``ready_ns`` a nullable ``Int64``, ``deps``
-        Python lists (None where unknown)."""
+        ``columns``: only these (e.g. leave out ``deps``, the slowest to
+        convert). Strings become pandas ``str`` columns (``categories=True``:
+        categoricals), ``ready_ns`` a nullable ``Int64``, ``deps`` Python lists
+        of ids (None where unknown)."""
         import pandas as pd
 
         data = {}
-        for name in self.table.column_names:
+        for name in self.table.column_names if columns is None else columns:
             chunked = self.table.column(name)
             array = _combined(chunked)
+            spec = COLUMN_BY_NAME.get(name)
             if pa.types.is_dictionary(array.type):
-                data[name] = array.to_pandas() if categories else pd.Series(column_values(chunked), dtype="str")
+                data[name] = array.to_pandas() if categories else array.cast(pa.string()).to_pandas()
             elif pa.types.is_list(array.type):
-                data[name] = pd.Series(array.to_pylist(), dtype=object)
-            elif pa.types.is_integer(array.type) and (array.null_count or COLUMN_BY_NAME.get(name, None) is not None
-                                                     and COLUMN_BY_NAME[name].nullable):
+                values = np.empty(len(array), dtype=object)
+                values[:] = array.to_pylist()
+                data[name] = pd.Series(values, dtype=object)
+            elif pa.types.is_integer(array.type) and (array.null_count or (spec is not None and spec.nullable)):
                 data[name] = array.to_pandas(types_mapper={array.type: pd.Int64Dtype()}.get)
             else:
                 data[name] = array.to_pandas()
