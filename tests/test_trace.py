@@ -823,3 +823,12 @@ def test_to_pandas_of_some_columns():
     frame = ps_iteration_log().to_pandas(["id", "op", "ready_ns"])
     assert list(frame.columns) == ["id", "op", "ready_ns"] and frame["op"].dtype == "str"
     assert frame["ready_ns"].isna().sum() == 18  # the recv rows
+
+
+def test_extension_text_column_with_gaps():
+    rows = small_rows()
+    rows[1]["x_kernel"] = "nccl:send"
+    log = event_log_from_rows(rows)
+    assert log.column("x_kernel").tolist() == [None, "nccl:send", None, None, None, None]
+    assert log.to_pandas()["x_kernel"].tolist()[1] == "nccl:send"
+    assert to_chrome_trace(log)  # gaps are left out of args

@@ -319,6 +319,10 @@ def _combined(array: pa.Array | pa.ChunkedArray) -> pa.Array:
 def column_values(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """numpy view of an Arrow column, as :meth:`EventLog.column` describes."""
     array = _combined(array)
+    if array.null_count and not pa.types.is_integer(array.type):  # e.g. an x_ text column with gaps
+        out = np.empty(len(array), dtype=object)
+        out[:] = array.to_pylist()
+        return out
     if pa.types.is_dictionary(array.type):
         dictionary = np.asarray(array.dictionary.to_pylist(), dtype=object)
         indices = array.indices.to_numpy(zero_copy_only=False)
