@@ -311,16 +311,20 @@ def _from_v1(table: pa.Table, metadata: dict[str, Any], path: Path, check_causal
 
     op = columns["op"]
     rank, peer = columns["rank"], columns["peer"]
-    roles = dict(zip(rank.tolist(), columns["role"].tolist()))
-    recv_role = np.array(
-        [roles.get(p, "server" if o.endswith("_request") else "worker") for p, o in zip(peer[transfer].tolist(), op[transfer].tolist())],
-        dtype=object,
-    )
+    # the receiver's role: its own where it ran rows, else by the op (a request goes to a server)
+    recv_role = np.where(np.char.endswith(op[transfer].astype(str), "_request"), "server", "worker").astype(object)
+    if n:
+        role_of = np.full(int(max(rank.max(), peer.max())) + 1, None, dtype=object)
+        role_of[rank] = columns["role"]
+        known = role_of[peer[transfer]]
+        recv_role = np.where(known != None, known, recv_role)  # noqa: E711 (element-wise)
     new_kind = kind.copy()
     new_kind[transfer] = "send"
     is_collective_related = (columns["collective"] >= 0) | (op == "allreduce")
     coll_type = np.where(is_collective_related, "allreduce", "").astype(object)
-    algorithm = np.array([_V1_ALGORITHM.get(o, "") for o in op.tolist()], dtype=object) if n else np.array([], object)
+    algorithm = np.full(n, "", dtype=object)
+    for step_op, name in _V1_ALGORITHM.items():
+        algorithm[op == step_op] = name
     message = np.full(n, -1, dtype=np.int64)
     message[transfer] = ids[transfer]
 
