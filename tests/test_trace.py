@@ -832,3 +832,21 @@ def test_extension_text_column_with_gaps():
     assert log.column("x_kernel").tolist() == [None, "nccl:send", None, None, None, None]
     assert log.to_pandas()["x_kernel"].tolist()[1] == "nccl:send"
     assert to_chrome_trace(log)  # gaps are left out of args
+
+
+def test_failed_write_of_a_side_table_changes_nothing(tmp_path, monkeypatch):
+    flows = {"flow": [0], "src": [0], "dst": [1], "start_ns": [0], "end_ns": [5]}
+    path = write_event_log(event_log_from_rows(small_rows(), flows=flows), tmp_path / "events.parquet")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real_write = pq.write_table
+
+    def fail_on_events(table, where, **kwargs):
+        if "flow" not in table.column_names:
+            raise OSError(5, "Input/output error")
+        real_write(table, where, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", fail_on_events)
+    changed = event_log_from_rows(small_rows(), flows={**flows, "bytes": [99]})
+    with pytest.raises(TraceError, match="Input/output error"):
+        write_event_log(changed, path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

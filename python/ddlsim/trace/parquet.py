@@ -17,8 +17,9 @@ in ``<prefix>groups.parquet``, ``<prefix>flows.parquet`` and
 ``<stem>.parquet`` has them in ``<stem>.groups.parquet`` etc. Only the files
 the events file names are read back, so a stale side file is never picked up.
 
-Writes are atomic: each file appears complete or not at all; side tables are
-written before the events file that names them.
+Writes are atomic per file: all files are first written to temporaries, then
+moved into place (side tables before the events file that names them); a
+failed write leaves the previous files as they were.
 """
 
 from __future__ import annotations
@@ -133,9 +134,9 @@ def write_event_log(
     source = f"event log for {path}"
     if not isinstance(log, EventLog) or not log.is_validated:
         log = validate_event_log(log, source=source)
-    merged = {**log.metadata, **(dict(metadata) if metadata is not None else {})}
     if metadata is not None and not isinstance(metadata, Mapping):
         raise TraceError(f"cannot write {path}: metadata must be a dict, got {type(metadata).__name__}")
+    merged = {**log.metadata, **(dict(metadata) if metadata is not None else {})}
     if (metadata or {}).get("clocks", log.metadata.get("clocks")) != log.metadata.get("clocks"):
         # new clock offsets change the cross-host checks: validate against them
         merged = validate_event_log(log.replace(metadata=merged), source=source).metadata
@@ -151,14 +152,16 @@ def write_event_log(
             SIDE_TABLES_KEY: json.dumps(written, sort_keys=True),
         }
     )
-    for name, side in sides.items():
-        with atomic_output(targets[name]) as temporary:
-            pq.write_table(side, temporary)
-    with atomic_output(path) as temporary:
+    strings = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
+    # Every file is written to a temporary first; only when all are complete are
+    # they moved into place, side tables before the events file that names them.
+    with contextlib.ExitStack() as stack:
+        events_temporary = stack.enter_context(atomic_output(path))
+        for name, side in sides.items():
+            pq.write_table(side, stack.enter_context(atomic_output(targets[name])))
         # Parquet dictionaries only for the (already dictionary-encoded) strings: trying them
         # on ids and timestamps costs time for nothing; statistics only where readers filter
-        strings = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
-        pq.write_table(table, temporary, use_dictionary=strings,
+        pq.write_table(table, events_temporary, use_dictionary=strings,
                        write_statistics=["iteration", "rank", "start_ns", "end_ns"])
     return path
 
