@@ -237,3 +237,9 @@ def test_rpc_breakdown_of_the_ps_iteration():
 def test_rpc_table_of_a_log_without_rpcs_is_empty():
     table = rpc_table(random_log(2))
     assert table.empty and "n_tx_ns" in table.columns
+
+
+def test_analysis_takes_a_table_or_dataframe_too():
+    log = event_log_from_rows(push_pull_rows())
+    assert records(rpc_table(log.to_pandas())) == EXPECTED_RPCS
+    assert iteration_table(log.table).equals(iteration_table(log))

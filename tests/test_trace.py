@@ -782,3 +782,71 @@ def test_read_sketchdlc_missing_file_and_duplicate_node(tmp_path):
 def test_epoch_times_survive_exactly():
     log = ps_iteration_log()
     assert int(log.column("start_ns").min()) == BASE_US * US
+
+
+def test_codes_minus_one_mean_empty_string():
+    log = event_log_from_arrays({"id": [0, 1, 2], "rank": 0, "role": "worker", "kind": "compute", "op": "x",
+                                 "start_ns": 0, "end_ns": 1, "stream": (np.array([-1, 0, 1]), ["compute", "comm"])})
+    assert log.column("stream").tolist() == ["", "compute", "comm"]
+
+
+def test_new_clocks_given_to_write_are_validated(tmp_path):
+    rows = small_rows()
+    rows[2]["host"] = 5  # the recv of message 7 on another host
+    log = event_log_from_rows(rows)
+    with pytest.raises(TraceError, match=r"row 2 \(id=2\): start_ns=3000 but it depends on id 1, which ends at 3000 \(before clock offsets\)"):
+        write_event_log(log, tmp_path / "e.parquet", {"clocks": {"5": {"offset_ns": -2000, "domain": "b"}}})
+    assert not (tmp_path / "e.parquet").exists()
+    write_event_log(log, tmp_path / "e.parquet", {"clocks": {"5": {"offset_ns": 0, "domain": "b"}}})
+    assert read_event_log(tmp_path / "e.parquet").metadata["clocks"] == {"5": {"offset_ns": 0, "domain": "b"}}
+
+
+def test_v1_plain_parquet_without_version_key_is_recognised(tmp_path):
+    write_v1(tmp_path / "v1.parquet", [
+        dict(id=0, rank=0, role="worker", kind="transfer", op="send", peer=1, ready_ns=0, start_ns=0, end_ns=10)])
+    table = pq.read_table(tmp_path / "v1.parquet").replace_schema_metadata(None)
+    pq.write_table(table, tmp_path / "plain.parquet")
+    log = read_event_log(tmp_path / "plain.parquet")
+    assert log.column("kind").tolist() == ["send", "recv"] and log.column("id").tolist() == [0, 1]
+
+
+def test_read_can_skip_causality(tmp_path):
+    rows = _rows_with(start_ns=1400, ready_ns=1400)
+    table = event_log_from_rows(rows, check_causality=False).table
+    pq.write_table(table, tmp_path / "acausal.parquet")
+    with pytest.raises(TraceError, match="acausal.parquet: column 'start_ns', row 1"):
+        read_event_log(tmp_path / "acausal.parquet")
+    assert len(read_event_log(tmp_path / "acausal.parquet", check_causality=False)) == 6
+
+
+def test_to_pandas_of_some_columns():
+    frame = ps_iteration_log().to_pandas(["id", "op", "ready_ns"])
+    assert list(frame.columns) == ["id", "op", "ready_ns"] and frame["op"].dtype == "str"
+    assert frame["ready_ns"].isna().sum() == 18  # the recv rows
+
+
+def test_extension_text_column_with_gaps():
+    rows = small_rows()
+    rows[1]["x_kernel"] = "nccl:send"
+    log = event_log_from_rows(rows)
+    assert log.column("x_kernel").tolist() == [None, "nccl:send", None, None, None, None]
+    assert log.to_pandas()["x_kernel"].tolist()[1] == "nccl:send"
+    assert to_chrome_trace(log)  # gaps are left out of args
+
+
+def test_failed_write_of_a_side_table_changes_nothing(tmp_path, monkeypatch):
+    flows = {"flow": [0], "src": [0], "dst": [1], "start_ns": [0], "end_ns": [5]}
+    path = write_event_log(event_log_from_rows(small_rows(), flows=flows), tmp_path / "events.parquet")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real_write = pq.write_table
+
+    def fail_on_events(table, where, **kwargs):
+        if "flow" not in table.column_names:
+            raise OSError(5, "Input/output error")
+        real_write(table, where, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", fail_on_events)
+    changed = event_log_from_rows(small_rows(), flows={**flows, "bytes": [99]})
+    with pytest.raises(TraceError, match="Input/output error"):
+        write_event_log(changed, path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..trace.schema import KINDS, EventLog, aligned_times
+from ..trace.schema import KINDS, EventLog, aligned_times, as_event_log
 
 _COMPUTE = KINDS.index("compute")
 _COMMUNICATION = [KINDS.index(k) for k in ("send", "recv", "collective")]
@@ -68,6 +68,7 @@ def covered(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) 
 
 def iteration_windows(log: EventLog) -> pd.DataFrame:
     """iteration, start_ns, end_ns (reference clock): an iteration ends with its last row."""
+    log = as_event_log(log)
     start, end = aligned_times(log)
     iteration = log.column("iteration")
     has = iteration >= 0
@@ -85,23 +86,23 @@ def iteration_windows(log: EventLog) -> pd.DataFrame:
 def rank_iteration_table(log: EventLog) -> pd.DataFrame:
     """One row per (iteration, rank): the window and compute / communication /
     overlap / exposed communication / idle in ns."""
+    log = as_event_log(log)
     windows = iteration_windows(log)
     a, b = windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy()
     start, end = aligned_times(log)
     rank = log.column("rank")
     kind_codes, kind_dictionary = log.codes("kind")
     kind = np.array([KINDS.index(k) for k in kind_dictionary], dtype=np.int64)[kind_codes] if len(kind_codes) else kind_codes
-    roles = {}
     role_codes, role_dictionary = log.codes("role")
     is_compute = kind == _COMPUTE
     is_communication = np.isin(kind, _COMMUNICATION)
     order = np.argsort(rank, kind="stable")
-    sorted_rank = rank[order]
-    first = np.flatnonzero(np.r_[True, sorted_rank[1:] != sorted_rank[:-1]]) if len(rank) else np.array([], dtype=np.int64)
-    ranks = sorted_rank[first]
+    sorted_ranks = rank[order]
+    first = np.flatnonzero(np.concatenate([[True], sorted_ranks[1:] != sorted_ranks[:-1]])) if len(rank) else \
+        np.zeros(0, dtype=np.int64)
+    ranks = sorted_ranks[first]
+    roles = {int(r): str(role_dictionary[role_codes[order[i]]]) for r, i in zip(ranks, first)}  # one role per rank
     bounds = np.append(first, len(order))
-    # validation guarantees one role per rank, so the first row of each rank names it
-    roles = {int(r): str(role_dictionary[role_codes[order[i]]]) for r, i in zip(ranks, first)}
     parts = []
     for index, r in enumerate(ranks):
         rows = order[bounds[index]: bounds[index + 1]]
@@ -133,6 +134,7 @@ def iteration_table(log: EventLog) -> pd.DataFrame:
     """Per iteration: its time and breakdown in seconds, mean over the
     workers (over all ranks if the log has no worker); SketchDLC's overlap
     ratio is overlap / iteration time."""
+    log = as_event_log(log)
     per_rank = rank_iteration_table(log)
     workers = per_rank[per_rank["role"] == "worker"]
     if workers.empty:

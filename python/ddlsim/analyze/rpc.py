@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from ..trace.schema import BREAKDOWN_COLUMNS, EventLog, host_offsets
+from ..trace.schema import BREAKDOWN_COLUMNS, EventLog, as_event_log, host_offsets
 
 RPC_COLUMNS = (
     "rpc", "kind", "worker", "server", "iteration", "tensor", "request_bytes", "response_bytes",
@@ -57,6 +57,7 @@ def rpc_table(log: EventLog) -> pd.DataFrame:
     """One row per RPC (an rpc id with a request send): worker, server, kind
     (push / pull: the request op without ``_request``), iteration, tensor,
     bytes, t0, t1, total and the five components (ns, nullable Int64)."""
+    log = as_event_log(log)
     has_rpc = log.column("rpc") >= 0
     if not has_rpc.any():
         return _empty()
@@ -183,10 +184,3 @@ def _compute_deps(log: EventLog, response_ids: np.ndarray, valid: np.ndarray, se
 def _empty() -> pd.DataFrame:
     return pd.DataFrame({name: pd.Series([], dtype="Int64" if name.endswith("_ns") or name == "response_bytes"
                                          else (object if name == "kind" else np.int64)) for name in RPC_COLUMNS})
-
-
-def fill_rpc_breakdown(events):
-    """Deprecated: schema v2 stores no breakdown; use :func:`rpc_table`. Returns ``events`` unchanged."""
-    warnings.warn("fill_rpc_breakdown is gone with event-log schema v2: call ddlsim.analyze.rpc_table(log)",
-                  DeprecationWarning, stacklevel=2)
-    return events

@@ -128,7 +128,7 @@ def _row_args(row: Any, extensions: list[str]) -> dict[str, Any]:
             args[name] = value
     for name in extensions:
         value = getattr(row, name)
-        if value is not None:
+        if value is not None and value == value:  # not null, not NaN (JSON has no NaN)
             args[name] = value
     return args
 

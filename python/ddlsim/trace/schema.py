@@ -277,24 +277,27 @@ class EventLog:
         fields.update(changes)
         return EventLog(**fields)
 
-    def to_pandas(self, *, categories: bool = False):
-        """The rows as a pandas DataFrame (imported here, on request).
+    def to_pandas(self, columns: Sequence[str] | None = None, *, categories: bool = False):
+        """The rows as a pandas DataFrame (pandas is imported here, on request).
 
-        Strings become plain ``str`` columns (``categories=True``: pandas
-        categoricals, faster), ``ready_ns`` a nullable ``Int64``, ``deps``
-        Python lists (None where unknown)."""
+        ``columns``: only these (e.g. leave out ``deps``, the slowest to
+        convert). Strings become pandas ``str`` columns (``categories=True``:
+        categoricals), ``ready_ns`` a nullable ``Int64``, ``deps`` Python lists
+        of ids (None where unknown)."""
         import pandas as pd
 
         data = {}
-        for name in self.table.column_names:
+        for name in self.table.column_names if columns is None else columns:
             chunked = self.table.column(name)
             array = _combined(chunked)
+            spec = COLUMN_BY_NAME.get(name)
             if pa.types.is_dictionary(array.type):
-                data[name] = array.to_pandas() if categories else pd.Series(column_values(chunked), dtype="str")
+                data[name] = array.to_pandas() if categories else array.cast(pa.string()).to_pandas()
             elif pa.types.is_list(array.type):
-                data[name] = pd.Series(array.to_pylist(), dtype=object)
-            elif pa.types.is_integer(array.type) and (array.null_count or COLUMN_BY_NAME.get(name, None) is not None
-                                                     and COLUMN_BY_NAME[name].nullable):
+                values = np.empty(len(array), dtype=object)
+                values[:] = array.to_pylist()
+                data[name] = pd.Series(values, dtype=object)
+            elif pa.types.is_integer(array.type) and (array.null_count or (spec is not None and spec.nullable)):
                 data[name] = array.to_pandas(types_mapper={array.type: pd.Int64Dtype()}.get)
             else:
                 data[name] = array.to_pandas()
@@ -316,6 +319,10 @@ def _combined(array: pa.Array | pa.ChunkedArray) -> pa.Array:
 def column_values(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """numpy view of an Arrow column, as :meth:`EventLog.column` describes."""
     array = _combined(array)
+    if array.null_count and not pa.types.is_integer(array.type):  # e.g. an x_ text column with gaps
+        out = np.empty(len(array), dtype=object)
+        out[:] = array.to_pylist()
+        return out
     if pa.types.is_dictionary(array.type):
         dictionary = np.asarray(array.dictionary.to_pylist(), dtype=object)
         indices = array.indices.to_numpy(zero_copy_only=False)
@@ -338,8 +345,8 @@ def rank_roles(log: EventLog) -> dict[int, str]:
     codes, dictionary = log.codes("role")
     if not len(ranks):
         return {}
-    pairs = np.unique(np.stack([ranks.astype(np.int64), codes.astype(np.int64)]), axis=1)
-    return {int(rank): str(dictionary[code]) for rank, code in pairs.T}
+    keys = np.unique(ranks.astype(np.int64) * max(len(dictionary), 1) + codes)
+    return {int(key // len(dictionary)): str(dictionary[key % len(dictionary)]) for key in keys}
 
 
 def host_offsets(metadata: Mapping[str, Any], hosts: np.ndarray) -> np.ndarray | None:
@@ -394,7 +401,7 @@ def event_log_from_arrays(
     Series, lists or scalars (broadcast). Omitted optional columns take their
     defaults (-1 / 0 / "" ; ``host`` = ``rank``; ``ready_ns`` and ``deps``
     null). A string column may also be given as a ``(codes, dictionary)``
-    pair or a ``pa.DictionaryArray``. ``deps`` comes either as a column (a
+    pair (code -1 meaning "") or a ``pa.DictionaryArray``. ``deps`` comes either as a column (a
     list array, lists, None for all-unknown) or as CSR ``deps_offsets``
     (length n+1) and ``deps_values``. Columns named ``x_*`` are kept.
     Raises :class:`TraceError` naming source, column, row and fix.
@@ -507,6 +514,14 @@ def validate_event_log(
     return event_log_from_arrays(
         columns, metadata=meta, source=source, check_causality=check_causality, **sides
     )
+
+
+def as_event_log(log: Any, source: str = "event log") -> EventLog:
+    """``log`` itself if it is an EventLog, else validated into one (no
+    causality check): lets analysis take a table or DataFrame too."""
+    if isinstance(log, EventLog):
+        return log
+    return validate_event_log(log, source=source, check_causality=False)
 
 
 def _table_from_pandas(frame: Any, source: str) -> pa.Table:
@@ -764,11 +779,14 @@ def _strings(value: Any, column: Column, n: int, problem: _Problem) -> pa.Array:
                 pa.array(list(dictionary), type=pa.string())
         except (pa.ArrowException, TypeError) as err:
             raise problem.column(column.name, f"dictionary is not text ({err})", "(codes, dictionary): the dictionary holds str") from None
+        if len(codes) and codes.min() == -1:  # -1: none, i.e. ""
+            codes = np.where(codes == -1, len(dictionary), codes)
+            dictionary = pa.concat_arrays([dictionary.cast(pa.string()), pa.array([""], pa.string())])
         if len(codes) and (codes.min() < 0 or codes.max() >= len(dictionary)):
             position = _first((codes < 0) | (codes >= len(dictionary)))
             raise problem.at(
                 column.name, position, f"code {codes[position]} is outside the dictionary of {len(dictionary)} values",
-                "(codes, dictionary): every code indexes the dictionary",
+                "(codes, dictionary): every code indexes the dictionary (or is -1 for '')",
             )
         array = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32, copy=False)), dictionary)
     else:
