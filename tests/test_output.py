@@ -59,3 +59,26 @@ def test_out_onto_a_file_is_refused(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(DdlsimError, match="exists and is not a directory"):
         ddlsim.simulate(model="lenet5", workers=2, iterations=1).save(tmp_path / "f")
+
+
+def test_a_long_run_keeps_the_perfetto_trace_bounded_and_says_what_it_shows(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(output, "CHROME_ROW_LIMIT", 100)
+    r = ddlsim.simulate(model="lenet5", workers=2, iterations=6, trace_detail="collective")
+    paths = r.save(tmp_path / "o", timeline=False)
+    slices = [e for e in json.loads(paths["chrome_trace"].read_text())["traceEvents"] if e.get("ph") == "X"]
+    per_iteration = len(r.events) // 6
+    assert len(r.events) > 100 and 0 < len(slices) <= 100
+    kept = 100 // per_iteration
+    assert any(f"shows iterations 0-{kept - 1} of 6" in n for n in r.notes), r.notes
+    assert len(ddlsim.trace.read_event_log(paths["events"])) == len(r.events)  # Parquet keeps everything
+
+
+def test_summary_json_carries_the_resolved_scenario(tmp_path):
+    import json
+
+    r = ddlsim.simulate(model="lenet5", workers=3, iterations=1, strategy="ps", servers=2)
+    summary = json.loads(r.save(tmp_path / "o", timeline=False)["summary"].read_text())
+    assert summary["scenario"]["strategy"] == {**summary["scenario"]["strategy"], "kind": "ps", "servers": 2}
+    assert summary["scenario"]["workers"] == 3 and summary["scenario"]["network"]["bandwidth"] == "10Gbps"

@@ -75,6 +75,7 @@ class SimulationResult(SimulationRun):
             "log_rows": int(len(self.events)),
             "wall_s": self.wall_s,
             "notes": list(self.notes),
+            "scenario": self.scenario.model_dump(mode="json", exclude={"base_dir"}),
         }
 
     def save(self, out_dir: str | Path, timeline: bool = True) -> dict[str, Path]:

@@ -63,32 +63,53 @@ def save_result(result: Any, out_dir: Path, timeline: bool = True, prefix: str =
     return {key: Path(out_dir) / name for key, name in names.items()}
 
 
-# Above this many ring-step rows the Perfetto trace shows each rank's
-# all-reduce spans but not the steps inside them (a trace of millions of
-# slices is too slow to write and to open); the Parquet log keeps them all.
+# Above this many collective-step rows the Perfetto trace shows each rank's
+# collective spans but not the steps inside them; above CHROME_ROW_LIMIT rows
+# in all it shows the first iterations only (a trace of millions of slices
+# is too slow to write and to open). The Parquet log keeps every row.
 CHROME_STEP_LIMIT = 100_000
+CHROME_ROW_LIMIT = 300_000
 
 
 def chrome_view(log):
-    """The rows exported to the Perfetto trace, and a note if steps were left out."""
+    """The rows exported to the Perfetto trace, and notes on what was left out."""
+    notes = []
     codes, dictionary = log.codes("kind")
     point_to_point = [i for i, k in enumerate(dictionary) if k in ("send", "recv")]
     steps = np.isin(codes, point_to_point) & (log.column("step") >= 0)
     count = int(steps.sum())
-    if count <= CHROME_STEP_LIMIT:
-        return log, None
-    return log.filter(~steps), (
-        f"{count:,} collective-step rows left out of the Perfetto trace (limit {CHROME_STEP_LIMIT:,}); "
-        "the collective spans are there and every step is in the Parquet event log"
-    )
+    view = log
+    if count > CHROME_STEP_LIMIT:
+        view = log.filter(~steps)
+        notes.append(
+            f"{count:,} collective-step rows left out of the Perfetto trace (limit {CHROME_STEP_LIMIT:,}); "
+            "the collective spans are there and every step is in the Parquet event log"
+        )
+    if len(view) > CHROME_ROW_LIMIT:
+        iteration = view.column("iteration")
+        numbers, counts = np.unique(iteration[iteration >= 0], return_counts=True)
+        budget = CHROME_ROW_LIMIT - int((iteration < 0).sum())
+        fits = max(1, int(np.searchsorted(np.cumsum(counts), budget, side="right")))
+        keep = (iteration < 0) | np.isin(iteration, numbers[:fits])
+        if int(keep.sum()) > CHROME_ROW_LIMIT:  # one iteration alone is too big: its earliest rows
+            start = view.column("start_ns")
+            cutoff = np.sort(start[keep])[CHROME_ROW_LIMIT - 1]
+            keep &= start <= cutoff
+        total = len(view)
+        view = view.filter(keep)
+        shown = f"iteration {numbers[0]}" if fits == 1 else f"iterations {numbers[0]}-{numbers[fits - 1]}"
+        notes.append(
+            f"the Perfetto trace shows {shown} of {len(numbers)} ({len(view):,} of {total:,} rows, limit "
+            f"{CHROME_ROW_LIMIT:,}); every row is in the Parquet event log"
+        )
+    return view, notes
 
 
 def write_result_files(result: Any, directory: Path, names: dict[str, str]) -> None:
     write_event_log(result.events, directory / names["events"])
-    chrome_events, note = chrome_view(result.events)
+    chrome_events, notes = chrome_view(result.events)
     write_chrome_trace(chrome_events, directory / names["chrome_trace"])
-    if note:
-        result.notes.append(note)
+    result.notes.extend(notes)
     result.iterations.to_csv(directory / names["iterations"], index=False)
     (directory / names["summary"]).write_text(json.dumps(result.summary(), indent=2) + "\n", encoding="utf-8")
     if "timeline" in names:

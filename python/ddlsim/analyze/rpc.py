@@ -37,7 +37,6 @@ row the log lacks are null.
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import pandas as pd
