@@ -143,3 +143,22 @@ def test_version_and_format_in_any_case(tmp_path):
                   "--out", str(run)).returncode == 0
     p = ddlsim("export", str(run / "events.parquet"), "--format", "CSV", "--out", str(tmp_path / "e.csv"))
     assert p.returncode == 0, p.stderr
+
+
+def test_the_summary_table_fits_80_columns_and_never_cuts_a_number():
+    import io
+
+    from rich.console import Console
+
+    from ddlsim.cli.report import _number, summary_table
+
+    big = {"iteration_time_s": 12345.678, "compute_s": 0.00000923, "communication_s": 999.99, "overlap_s": 3.2,
+           "exposed_communication_s": 0.5, "idle_s": 0.0, "throughput_samples_per_s": 1234567.0,
+           "bytes_sent_per_worker_per_iteration": 987654321098.0}
+    summaries = {"PS, 8 servers": big, "halving-doubling all-reduce": dict(big, idle_s=7.0)}
+    buffer = io.StringIO()
+    Console(file=buffer, width=80, color_system=None).print(summary_table(summaries, "t"))
+    text = buffer.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for value in ("12,346", _number(0.00000923), "1,000", "1,235", "988"):
+        assert value in text, (value, text)

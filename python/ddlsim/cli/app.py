@@ -109,7 +109,7 @@ def simulate(
     from .report import print_summaries
 
     sc = result.scenario
-    label = sc.strategy.kind + (f" ({sc.servers} servers)" if sc.strategy.kind == "ps" else f" ({sc.strategy.algorithm})")
+    label = sc.strategy.label
     print_summaries(
         {label: summary},
         f"{result.model.display_name} · {sc.workers} workers · {sc.network.bandwidth} · {sc.network.fidelity}",

@@ -2,29 +2,54 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..units import format_bytes, format_seconds
+_TIMES = ("iteration_time_s", "compute_s", "communication_s", "overlap_s", "exposed_communication_s", "idle_s")
+_TIME_HEADERS = ("iter", "compute", "comm", "overlap", "exposed", "idle")
+
+
+def _columns(summaries: dict[str, dict]) -> list[tuple[str, str, float]]:
+    """(header, summary key, scale); units chosen so that values stay narrow."""
+    longest = max((s[k] for s in summaries.values() for k in _TIMES), default=0.0)
+    time_unit, time_scale = ("ms", 1e3) if longest < 100 else ("s", 1.0)
+    rate = max((s["throughput_samples_per_s"] for s in summaries.values()), default=0.0)
+    rate_unit, rate_scale = ("/s", 1.0) if rate < 1e6 else ("k/s", 1e-3)
+    sent = max((s["bytes_sent_per_worker_per_iteration"] for s in summaries.values()), default=0.0)
+    size_unit, size_scale = ("MB", 1e-6) if sent < 1e11 else ("GB", 1e-9)
+    return [(f"{h}\n{time_unit}", k, time_scale) for h, k in zip(_TIME_HEADERS, _TIMES)] + [
+        (f"samples\n{rate_unit}", "throughput_samples_per_s", rate_scale),
+        (f"{size_unit} sent\n/wkr/it", "bytes_sent_per_worker_per_iteration", size_scale),
+    ]
+
+
+def _number(x: float) -> str:
+    """Three significant digits or more, never more than 9 characters wide for sane values."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    ax = abs(x)
+    if ax >= 99.95 or ax == 0:
+        return f"{x:,.0f}"
+    if ax >= 9.995:
+        return f"{x:.1f}"
+    if ax >= 0.9995:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
 
 
 def summary_table(summaries: dict[str, dict], title: str = "ddlsim") -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column("scenario")
-    for name in ("iteration", "compute", "comm", "overlap", "exposed comm", "idle", "samples/s", "sent/worker/iter"):
-        table.add_column(name, justify="right")
-    for label, s in summaries.items():
-        table.add_row(
-            label,
-            format_seconds(s["iteration_time_s"]),
-            format_seconds(s["compute_s"]),
-            format_seconds(s["communication_s"]),
-            format_seconds(s["overlap_s"]),
-            format_seconds(s["exposed_communication_s"]),
-            format_seconds(s["idle_s"]),
-            f"{s['throughput_samples_per_s']:.0f}",
-            format_bytes(s["bytes_sent_per_worker_per_iteration"]),
-        )
+    """One row per scenario; fits an 80-column terminal: numbers are never
+    cut (their columns do not wrap), only the scenario label wraps."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
+    table.add_column("scenario", min_width=min(12, max([8] + [len(label) for label in summaries])))
+    columns = _columns(summaries)
+    rows = [[_number(s[key] * scale) for _, key, scale in columns] for s in summaries.values()]
+    for index, (header, _, _) in enumerate(columns):
+        width = max([len(r[index]) for r in rows] + [max(len(h) for h in header.split("\n"))])
+        table.add_column(header, justify="right", no_wrap=True, min_width=width)
+    for label, cells in zip(summaries, rows):
+        table.add_row(label, *cells)
     return table
 
 
