@@ -7,10 +7,26 @@ of distributed deep-learning training.
     >>> result.events              # the event log (pandas DataFrame)
 """
 
+from importlib import import_module
+
 from .errors import DdlsimError, ModelError, ScenarioError, TraceError
-from .api import SimulationResult, simulate
-from .simulation.scenario import Scenario, load_scenario
-from .workload import list_models, load_model, synthetic_model
+
+# Loaded on first use, so that `import ddlsim` (and `ddlsim --version`) stay light.
+_LAZY = {
+    "SimulationResult": "api",
+    "simulate": "api",
+    "Scenario": "simulation.scenario",
+    "load_scenario": "simulation.scenario",
+    "list_models": "workload",
+    "load_model": "workload",
+    "synthetic_model": "workload",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __version__ = "0.1.0"
 

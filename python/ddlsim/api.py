@@ -7,13 +7,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from .analyze.breakdown import iteration_table
-from .analyze.rpc import rpc_table
+import numpy as np
+
+from .analyze.breakdown import iteration_arrays
 from .simulation.run import SimulationRun, run_scenario
 from .simulation.scenario import Scenario
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclasses.dataclass
@@ -22,22 +25,30 @@ class SimulationResult(SimulationRun):
     `iterations` and `rpcs` the analysis tables, `save` writes it all."""
 
     @cached_property
-    def iterations(self) -> pd.DataFrame:
+    def iterations(self) -> "pd.DataFrame":
         """Per-iteration time and breakdown (see ddlsim.analyze.breakdown)."""
-        return iteration_table(self.events)
+        import pandas as pd
+
+        return pd.DataFrame(self._iteration_arrays)
 
     @cached_property
-    def rpcs(self) -> pd.DataFrame:
+    def _iteration_arrays(self) -> dict:
+        return iteration_arrays(self.events)
+
+    @cached_property
+    def rpcs(self) -> "pd.DataFrame":
         """Per-RPC latency breakdown (PS only; see ddlsim.analyze.rpc)."""
+        from .analyze.rpc import rpc_table
+
         return rpc_table(self.events)
 
     @property
     def iteration_time_s(self) -> float:
-        return float(self.iterations["time_s"].mean())
+        return float(self._iteration_arrays["time_s"].mean())
 
     def summary(self) -> dict[str, Any]:
-        """Machine-readable summary (the CLI's --json)."""
-        it = self.iterations
+        """Machine-readable summary (the CLI's --json); needs no pandas."""
+        it = self._iteration_arrays
         sc = self.scenario
         workers = sc.workers
         sent = np.asarray(self.stats["bytes_sent"], dtype=np.int64)

@@ -1,15 +1,28 @@
-"""Analysis of event logs (ddlsim.trace.EventLog) — simulated or captured alike."""
+"""Analysis of event logs (ddlsim.trace.EventLog) — simulated or captured alike.
 
-from .breakdown import covered, iteration_table, iteration_windows, merge_intervals, rank_iteration_table, union_length
-from .rpc import RPC_COLUMNS, rpc_table
+Submodules load on first use (pandas and matplotlib are not imported until
+a table or a picture is asked for).
+"""
 
-__all__ = [
-    "RPC_COLUMNS",
-    "covered",
-    "iteration_table",
-    "iteration_windows",
-    "merge_intervals",
-    "rank_iteration_table",
-    "rpc_table",
-    "union_length",
-]
+from importlib import import_module
+
+_EXPORTS = {
+    "covered": "breakdown",
+    "iteration_arrays": "breakdown",
+    "iteration_table": "breakdown",
+    "iteration_windows": "breakdown",
+    "merge_intervals": "breakdown",
+    "rank_iteration_arrays": "breakdown",
+    "rank_iteration_table": "breakdown",
+    "union_length": "breakdown",
+    "RPC_COLUMNS": "rpc",
+    "rpc_table": "rpc",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

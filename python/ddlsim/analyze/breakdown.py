@@ -19,10 +19,14 @@ Times are put on the reference clock with the metadata's ``clocks`` offsets
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from ..trace.schema import KINDS, EventLog, aligned_times, as_event_log
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _COMPUTE = KINDS.index("compute")
 _COMMUNICATION = [KINDS.index(k) for k in ("send", "recv", "collective")]
@@ -66,29 +70,41 @@ def covered(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) 
     return np.maximum(up_to(b) - up_to(a), 0)
 
 
-def iteration_windows(log: EventLog) -> pd.DataFrame:
-    """iteration, start_ns, end_ns (reference clock): an iteration ends with its last row."""
+def window_arrays(log: EventLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(iterations, window starts, window ends) on the reference clock: an
+    iteration ends with its last row."""
     log = as_event_log(log)
     start, end = aligned_times(log)
     iteration = log.column("iteration")
     has = iteration >= 0
     if not has.any():
-        return pd.DataFrame({"iteration": pd.Series([], dtype=int), "start_ns": pd.Series([], dtype=np.int64),
-                             "end_ns": pd.Series([], dtype=np.int64)})
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
     numbers, inverse = np.unique(iteration[has], return_inverse=True)
     ends = np.full(len(numbers), np.iinfo(np.int64).min)
     np.maximum.at(ends, inverse, end[has])
     ends = np.maximum.accumulate(ends)  # windows never run backwards
     starts = np.concatenate([[int(start.min())], ends[:-1]])
+    return numbers.astype(np.int64), starts.astype(np.int64), ends
+
+
+def iteration_windows(log: EventLog) -> "pd.DataFrame":
+    """iteration, start_ns, end_ns (reference clock): an iteration ends with its last row."""
+    import pandas as pd
+
+    numbers, starts, ends = window_arrays(log)
     return pd.DataFrame({"iteration": numbers.astype(int), "start_ns": starts, "end_ns": ends})
 
 
-def rank_iteration_table(log: EventLog) -> pd.DataFrame:
-    """One row per (iteration, rank): the window and compute / communication /
-    overlap / exposed communication / idle in ns."""
+PARTS = ("compute_ns", "communication_ns", "overlap_ns", "exposed_communication_ns", "idle_ns")
+
+
+def rank_iteration_arrays(log: EventLog) -> dict:
+    """Per rank (axis 0) and iteration (axis 1): compute / communication /
+    overlap / exposed communication / idle in ns; plus `ranks`, `roles`,
+    `iterations`, `start_ns`, `end_ns` (the windows)."""
     log = as_event_log(log)
-    windows = iteration_windows(log)
-    a, b = windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy()
+    numbers, a, b = window_arrays(log)
     start, end = aligned_times(log)
     rank = log.column("rank")
     kind_codes, kind_dictionary = log.codes("kind")
@@ -101,10 +117,10 @@ def rank_iteration_table(log: EventLog) -> pd.DataFrame:
     first = np.flatnonzero(np.concatenate([[True], sorted_ranks[1:] != sorted_ranks[:-1]])) if len(rank) else \
         np.zeros(0, dtype=np.int64)
     ranks = sorted_ranks[first]
-    roles = {int(r): str(role_dictionary[role_codes[order[i]]]) for r, i in zip(ranks, first)}  # one role per rank
+    roles = [str(role_dictionary[role_codes[order[i]]]) for i in first]  # one role per rank
     bounds = np.append(first, len(order))
-    parts = []
-    for index, r in enumerate(ranks):
+    out = {part: np.zeros((len(ranks), len(numbers)), dtype=np.int64) for part in PARTS}
+    for index in range(len(ranks)):
         rows = order[bounds[index]: bounds[index + 1]]
         c, m = rows[is_compute[rows]], rows[is_communication[rows]]
         both = np.concatenate([c, m])
@@ -112,45 +128,60 @@ def rank_iteration_table(log: EventLog) -> pd.DataFrame:
         communication = covered(start[m], end[m], a, b)
         busy = covered(start[both], end[both], a, b)
         overlap = compute + communication - busy
-        parts.append(pd.DataFrame({
-            "iteration": windows["iteration"].to_numpy(),
-            "rank": int(r),
-            "role": roles[int(r)],
-            "start_ns": a,
-            "end_ns": b,
-            "compute_ns": compute,
-            "communication_ns": communication,
-            "overlap_ns": overlap,
-            "exposed_communication_ns": communication - overlap,
-            "idle_ns": (b - a) - busy,
-        }))
-    if not parts:
-        return pd.DataFrame(columns=["iteration", "rank", "role", "start_ns", "end_ns", "compute_ns",
-                                     "communication_ns", "overlap_ns", "exposed_communication_ns", "idle_ns"])
-    return pd.concat(parts, ignore_index=True).sort_values(["iteration", "rank"], kind="stable").reset_index(drop=True)
+        out["compute_ns"][index] = compute
+        out["communication_ns"][index] = communication
+        out["overlap_ns"][index] = overlap
+        out["exposed_communication_ns"][index] = communication - overlap
+        out["idle_ns"][index] = (b - a) - busy
+    out.update(ranks=ranks, roles=np.array(roles, dtype=object), iterations=numbers, start_ns=a, end_ns=b)
+    return out
 
 
-def iteration_table(log: EventLog) -> pd.DataFrame:
+def rank_iteration_table(log: EventLog) -> "pd.DataFrame":
+    """One row per (iteration, rank): the window and compute / communication /
+    overlap / exposed communication / idle in ns."""
+    import pandas as pd
+
+    arrays = rank_iteration_arrays(log)
+    ranks, iterations = arrays["ranks"], arrays["iterations"]
+    r, i = len(ranks), len(iterations)
+    frame = pd.DataFrame({
+        "iteration": np.tile(iterations.astype(int), r),
+        "rank": np.repeat(ranks.astype(int), i),
+        "role": np.repeat(arrays["roles"], i),
+        "start_ns": np.tile(arrays["start_ns"], r),
+        "end_ns": np.tile(arrays["end_ns"], r),
+        **{part: arrays[part].reshape(-1) for part in PARTS},
+    })
+    return frame.sort_values(["iteration", "rank"], kind="stable").reset_index(drop=True)
+
+
+def iteration_arrays(log: EventLog) -> dict:
+    """Per iteration: window, time and the breakdown in seconds, mean over
+    the workers (over all ranks if the log has no worker), and SketchDLC's
+    overlap ratio (overlap / iteration time); numpy only."""
+    arrays = rank_iteration_arrays(log)
+    workers = arrays["roles"] == "worker"
+    if not workers.any():
+        workers = np.ones(len(arrays["ranks"]), dtype=bool)
+    time_ns = arrays["end_ns"] - arrays["start_ns"]
+    out = {
+        "iteration": arrays["iterations"].astype(int),
+        "start_s": arrays["start_ns"] / 1e9,
+        "end_s": arrays["end_ns"] / 1e9,
+        "time_s": time_ns / 1e9,
+    }
+    for part in PARTS:
+        values = arrays[part][workers]
+        out[part.replace("_ns", "_s")] = (values.mean(axis=0) if len(values) else np.zeros(len(time_ns))) / 1e9
+    out["overlap_ratio"] = np.where(time_ns > 0, out["overlap_s"] / np.where(time_ns > 0, out["time_s"], 1), 0.0)
+    return out
+
+
+def iteration_table(log: EventLog) -> "pd.DataFrame":
     """Per iteration: its time and breakdown in seconds, mean over the
     workers (over all ranks if the log has no worker); SketchDLC's overlap
     ratio is overlap / iteration time."""
-    log = as_event_log(log)
-    per_rank = rank_iteration_table(log)
-    workers = per_rank[per_rank["role"] == "worker"]
-    if workers.empty:
-        workers = per_rank
-    parts = ["compute_ns", "communication_ns", "overlap_ns", "exposed_communication_ns", "idle_ns"]
-    mean = workers.groupby("iteration")[parts].mean()
-    windows = iteration_windows(log).set_index("iteration")
-    table = windows.join(mean)
-    time_ns = (table["end_ns"] - table["start_ns"]).to_numpy()
-    out = pd.DataFrame({
-        "iteration": table.index.to_numpy().astype(int),
-        "start_s": table["start_ns"].to_numpy() / 1e9,
-        "end_s": table["end_ns"].to_numpy() / 1e9,
-        "time_s": time_ns / 1e9,
-    })
-    for part in parts:
-        out[part.replace("_ns", "_s")] = table[part].to_numpy(dtype=float) / 1e9
-    out["overlap_ratio"] = np.where(time_ns > 0, out["overlap_s"] / np.where(time_ns > 0, out["time_s"], 1), 0.0)
-    return out
+    import pandas as pd
+
+    return pd.DataFrame(iteration_arrays(log))

@@ -32,7 +32,18 @@ from .schema import (
     rank_roles,
     validate_event_log,
 )
-from .sketchdlc import SKETCHDLC_COLUMNS, read_sketchdlc, to_sketchdlc, write_sketchdlc
+
+_SKETCHDLC = ("SKETCHDLC_COLUMNS", "read_sketchdlc", "to_sketchdlc", "write_sketchdlc")
+
+
+def __getattr__(name: str):
+    # SketchDLC needs pandas; load it on first use only
+    if name in _SKETCHDLC:
+        from . import sketchdlc
+
+        return getattr(sketchdlc, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BREAKDOWN_COLUMNS",

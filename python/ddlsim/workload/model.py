@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,9 @@ class Model:
     def bwd_flops(self) -> int:
         return sum(layer.bwd_flops for layer in self.layers)
 
-    def tensor_table(self) -> pd.DataFrame:
+    def tensor_table(self) -> "pd.DataFrame":
+        import pandas as pd
+
         """One row per parameter tensor: layer, name, elements, bytes."""
         rows = [
             {"layer_index": i, "layer": layer.name, "tensor": t.name, "elements": t.elements, "bytes": t.bytes}
@@ -69,7 +70,9 @@ class Model:
         ]
         return pd.DataFrame(rows)
 
-    def layer_table(self) -> pd.DataFrame:
+    def layer_table(self) -> "pd.DataFrame":
+        import pandas as pd
+
         """One row per layer: name, type, tensors, bytes, FLOPs per sample."""
         return pd.DataFrame(
             {
