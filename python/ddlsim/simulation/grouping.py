@@ -256,7 +256,7 @@ def user_groups(model: Model, names: Sequence[Sequence[str]]) -> list[dict]:
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ScenarioError(
                     f"strategy.grouping.groups[{g}] names tensor {name!r}, which model {model.name} does not have{hint}; "
-                    "list tensor names as `ddlsim models --tensors` shows them"
+                    "tensor names are those of ddlsim.load_model(name).tensor_table()"
                 )
             t = by_name[name]
             if t.index in seen:
