@@ -52,6 +52,9 @@ def simulate(
         None, "--stream-policy", help="Order of gradient transfers: fifo | priority (lowest layer first)"),
     preemption: Optional[str] = typer.Option(
         None, "--preemption", help="With --stream-policy priority: none (finish the running one) | chunk (preempt at chunk boundaries)"),
+    grouping: Optional[str] = typer.Option(
+        None, "--grouping", help="Which gradients travel together: per-tensor | synceasgd | mg-wfbp | fusion | thesis-fusion "
+        "| ddp | fixed, options after a colon: ddp:bucket_cap_mb=50, fusion:threshold=32MiB,cycle_time=2ms"),
     bandwidth: Optional[str] = typer.Option(
         None, "--bandwidth", "-b", help="Host link bandwidth with a unit: 10Gbps (bits/s) or 10GB/s (bytes/s)."),
     latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency with a unit (ns, us, ms, s), e.g. 10us."),
@@ -90,6 +93,7 @@ def simulate(
         "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
         "oversubscription": oversubscription, "hosts_per_leaf": hosts_per_leaf, "spines": spines,
         "placement": placement, "algorithm": algorithm, "stream_policy": stream_policy, "preemption": preemption,
+        "grouping": grouping,
         "routing": routing, "ranks_per_host": ranks_per_host, "rack_placement": rack_placement,
         "server_hosts": server_hosts, "priority_bands": priority_bands, "precision": precision, "efficiency": efficiency,
         "profile": str(profile.resolve()) if profile else None, "iterations": iterations, "seed": seed, "jitter": jitter,

@@ -103,22 +103,25 @@ def event_log_from_engine(
 
 def _groups_table(groups: Sequence[Mapping[str, Any]], model: Model) -> dict[str, Any]:
     """One row per (group, tensor) of the gradient grouping the run used."""
-    group_ids, tensors, sizes = [], [], []
+    group_ids, tensors, sizes, kinds = [], [], [], []
+    model_tensors = model.tensors
     for g, group in enumerate(groups):
         tensor_ids = group["tensors"] if "tensors" in group else [group["tensor"]]
+        kind = str(group.get("kind", "tensor"))
         for t in tensor_ids:
             if t < 0:
                 continue
             group_ids.append(g)
             tensors.append(t)
-            sizes.append(model.tensors[t].bytes if t < len(model.tensors) else int(group["bytes"]))
+            kinds.append(kind)
+            sizes.append(model_tensors[t].bytes if t < len(model_tensors) else int(group["bytes"]))
     offsets = np.zeros(len(sizes), dtype=np.int64)
     for i in range(1, len(sizes)):
         offsets[i] = offsets[i - 1] + sizes[i - 1] if group_ids[i] == group_ids[i - 1] else 0
     return {
         "group": np.asarray(group_ids, dtype=np.int32),
         "tensor": np.asarray(tensors, dtype=np.int32),
-        "kind": np.asarray(["tensor"] * len(group_ids), dtype=object),
+        "kind": np.asarray(kinds, dtype=object),
         "offset": offsets,
         "bytes": np.asarray(sizes, dtype=np.int64),
     }

@@ -11,6 +11,7 @@ import json
 import math
 
 from ..errors import ScenarioError
+from . import grouping
 from .scenario import Scenario
 from ..workload.model import Model
 
@@ -40,13 +41,39 @@ def place_tensors(sizes: list[int], servers: int, placement: str) -> list[int]:
 
 def group_per_tensor(model: Model) -> list[dict]:
     """The grouping pass of wait-free backpropagation: one group per tensor."""
-    groups = []
-    tensor = 0
-    for layer_index, layer in enumerate(model.layers):
-        for t in layer.tensors:
-            groups.append({"layers": [layer_index], "tensor": tensor, "bytes": t.bytes})
-            tensor += 1
-    return groups
+    return grouping.per_tensor(model)
+
+
+def allreduce_cost(scenario: Scenario) -> grouping.AllReduceCost:
+    """MG-WFBP's T_ar(M) = a + bM for the scenario (Table II, gamma = 0):
+    alpha = the host latency, beta = 8 / host bandwidth per byte. An
+    approximation on fabrics where ring steps cross other links."""
+    net = scenario.network
+    algorithm = getattr(scenario.strategy, "algorithm", "ring")
+    return grouping.AllReduceCost.table2(algorithm, scenario.workers, float(net.latency_ns), 8e9 / net.bandwidth_bps)
+
+
+def build_groups(scenario: Scenario, model: Model, times_ns: list[tuple[int, int]]) -> list[dict]:
+    """The training document's groups from the scenario's grouping pass."""
+    g = scenario.strategy.grouping
+    bwd = [b for _, b in times_ns]
+    if g.kind == "per-tensor":
+        return grouping.per_tensor(model)
+    if g.kind == "synceasgd":
+        return grouping.synceasgd(model)
+    if g.kind == "mg-wfbp":
+        return grouping.mg_wfbp(model, bwd, allreduce_cost(scenario), g.method)
+    if g.kind == "fusion":
+        return grouping.horovod_fusion(model, bwd, g.threshold_bytes, g.cycle_time_ns)
+    if g.kind == "thesis-fusion":
+        return grouping.thesis_fusion(model, g.fusion_buffer_bytes)
+    if g.kind == "ddp":
+        return grouping.ddp(model, g.bucket_cap_mb)
+    if g.kind == "fixed":
+        return grouping.fixed(model, g.size_bytes)
+    if g.kind == "groups":
+        return grouping.user_groups(model, g.groups)
+    raise ScenarioError(f"unknown grouping kind {g.kind!r}")  # pragma: no cover - validated by the scenario
 
 
 def steps_per_allreduce(algorithm: str, n: int) -> int:
@@ -117,7 +144,7 @@ def network_document(scenario: Scenario) -> dict:
 def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int, int]]) -> dict:
     """The training description the engine lowers into a workload graph."""
     strategy = scenario.strategy
-    groups = group_per_tensor(model)
+    groups = build_groups(scenario, model, times_ns)
     if strategy.kind == "ps":
         owner = place_tensors([g["bytes"] for g in groups], strategy.servers, strategy.placement)
         update_bytes_per_ns = strategy.update_bandwidth_bps / 8e9
@@ -156,4 +183,7 @@ def _check_time_budget(scenario: Scenario, times_ns: list[tuple[int, int]]) -> N
 
 
 def engine_json(document: dict) -> str:
+    """The document as the engine reads it; groups lose their log-only keys (`tensors`, `kind`)."""
+    if isinstance(document.get("groups"), list):
+        document = {**document, "groups": grouping.engine_groups(document["groups"])}
     return json.dumps(document, separators=(",", ":"))

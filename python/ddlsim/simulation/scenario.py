@@ -13,6 +13,7 @@ The strategy is a tagged section::
     algorithm = "ring"           # "ring" | "halving-doubling"
     stream_policy = "fifo"       # "fifo" | "priority" (lowest layer first)
     preemption = "none"          # "none" | "chunk" (needs stream_policy = "priority")
+    grouping = {kind = "ddp", bucket_cap_mb = 25}   # which gradients travel together
 
     [strategy]
     kind = "ps"                  # parameter server
@@ -22,6 +23,15 @@ The strategy is a tagged section::
     header_bytes = 0
     stream_policy = "fifo"
     preemption = "none"
+
+``grouping`` (any strategy) is a table with a ``kind`` or a string
+(``"ddp"``, ``"ddp:bucket_cap_mb=50"``): ``per-tensor`` (default, WFBP),
+``synceasgd``, ``mg-wfbp`` (``method`` = ``"optimal"`` | ``"algorithm1"``;
+ring only), ``fusion`` (Horovod: ``threshold`` = "64MiB",
+``cycle_time`` = "5ms"), ``thesis-fusion`` (``fusion_buffer_size``),
+``ddp`` (``bucket_cap_mb`` = 25), ``fixed`` (``size``), ``groups``
+(``groups`` = [["tensor", ...], ...]). See
+:mod:`ddlsim.simulation.grouping`.
 
 The old form (top-level ``strategy = "ps"`` plus a ``[ps]`` section) is still
 read: it is migrated to the tagged section and a note saying what to write
@@ -237,12 +247,162 @@ class ModelConfig(_Strict):
 # ----------------------------------------------------------------- strategy
 
 
+# ----------------------------------------------------------------- grouping
+# Which gradients travel together (python/ddlsim/simulation/grouping.py).
+
+
+class PerTensorGrouping(_Strict):
+    """Wait-free backpropagation: one synchronisation per tensor."""
+
+    kind: Literal["per-tensor"] = "per-tensor"
+
+
+class SyncEASGDGrouping(_Strict):
+    """One all-reduce of every gradient after the whole backward pass."""
+
+    kind: Literal["synceasgd"] = "synceasgd"
+
+
+class MGWFBPGrouping(_Strict):
+    """MG-WFBP merge plan from the layer backward times and the all-reduce
+    cost a + bM of the network (Table II, alpha = latency, beta = 1/bandwidth)."""
+
+    kind: Literal["mg-wfbp"] = "mg-wfbp"
+    # optimal: exact minimum of the paper's iteration time; algorithm1: the paper's greedy Algorithm 1
+    method: Literal["optimal", "algorithm1"] = "optimal"
+
+
+class FusionGrouping(_Strict):
+    """Horovod tensor fusion (defaults: HOROVOD_FUSION_THRESHOLD 64 MiB, HOROVOD_CYCLE_TIME 5 ms)."""
+
+    kind: Literal["fusion"] = "fusion"
+    threshold: Size = "64MiB"
+    cycle_time: Duration = "5ms"
+
+    @property
+    def threshold_bytes(self) -> int:
+        return parse_size_bytes(self.threshold)
+
+    @property
+    def cycle_time_ns(self) -> int:
+        return parse_duration_ns(self.cycle_time)
+
+
+class ThesisFusionGrouping(_Strict):
+    """The thesis' fusion buffers: contiguous layers from layer 0 while the buffer stays below the size."""
+
+    kind: Literal["thesis-fusion"] = "thesis-fusion"
+    fusion_buffer_size: Size = "5333329B"  # the thesis' Table 4.1 value
+
+    @field_validator("fusion_buffer_size")
+    @classmethod
+    def _positive(cls, v):
+        if parse_size_bytes(v) <= 0:
+            raise ValueError(f"fusion_buffer_size must be positive, got {v!r}; write e.g. \"5MB\"")
+        return v
+
+    @property
+    def fusion_buffer_bytes(self) -> int:
+        return parse_size_bytes(self.fusion_buffer_size)
+
+
+class DDPGrouping(_Strict):
+    """PyTorch DDP buckets (first bucket 1 MiB, then bucket_cap_mb MiB, reverse registration order)."""
+
+    kind: Literal["ddp"] = "ddp"
+    bucket_cap_mb: float = Field(25.0, gt=0, le=1e9, allow_inf_nan=False)
+
+
+class FixedGrouping(_Strict):
+    """Tensors in ready order, packed into groups of at most `size` bytes."""
+
+    kind: Literal["fixed"] = "fixed"
+    size: Size
+
+    @field_validator("size")
+    @classmethod
+    def _positive(cls, v):
+        if parse_size_bytes(v) <= 0:
+            raise ValueError(f"size must be positive, got {v!r}; write e.g. \"25MB\"")
+        return v
+
+    @property
+    def size_bytes(self) -> int:
+        return parse_size_bytes(self.size)
+
+
+class UserGrouping(_Strict):
+    """Groups given as lists of tensor names; tensors not named travel alone."""
+
+    kind: Literal["groups"] = "groups"
+    groups: list[list[str]]
+
+
+GROUPING_CLASSES: dict[str, type[_Strict]] = {
+    "per-tensor": PerTensorGrouping,
+    "synceasgd": SyncEASGDGrouping,
+    "mg-wfbp": MGWFBPGrouping,
+    "fusion": FusionGrouping,
+    "thesis-fusion": ThesisFusionGrouping,
+    "ddp": DDPGrouping,
+    "fixed": FixedGrouping,
+    "groups": UserGrouping,
+}
+GROUPING_ALIASES = {"wfbp": "per-tensor", "tensor": "per-tensor", "horovod": "fusion", "mgwfbp": "mg-wfbp",
+                    "sync-easgd": "synceasgd", "buckets": "ddp"}
+Grouping = Annotated[
+    Union[PerTensorGrouping, SyncEASGDGrouping, MGWFBPGrouping, FusionGrouping, ThesisFusionGrouping, DDPGrouping,
+          FixedGrouping, UserGrouping],
+    Field(discriminator="kind"),
+]
+
+
+def _grouping_kind(kind: str) -> str:
+    k = kind.strip().lower().replace("_", "-")
+    return GROUPING_ALIASES.get(k, k)
+
+
+def parse_grouping(value: Any) -> Any:
+    """A grouping given as a name (`"ddp"`), a name with options
+    (`"ddp:bucket_cap_mb=50"`, `"fusion:threshold=32MiB,cycle_time=2ms"`) or
+    a table; returns the table form (validated by the Grouping models)."""
+    if isinstance(value, str):
+        text = value.strip()
+        kind, _, rest = text.partition(":")
+        table: dict[str, Any] = {"kind": kind}
+        for item in filter(None, (x.strip() for x in rest.split(","))):
+            key, eq, v = item.partition("=")
+            if not eq or not key.strip():
+                raise ValueError(f"cannot read grouping option {item!r} in {value!r}; write e.g. \"ddp:bucket_cap_mb=50\"")
+            table[key.strip()] = v.strip()
+        value = table
+    if isinstance(value, dict):
+        if "kind" not in value:
+            raise ValueError(f"grouping.kind is missing; choose one of {', '.join(GROUPING_CLASSES)}")
+        if isinstance(value["kind"], str):
+            value = {**value, "kind": _grouping_kind(value["kind"])}
+            if value["kind"] not in GROUPING_CLASSES:
+                close = difflib.get_close_matches(value["kind"], list(GROUPING_CLASSES), n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ValueError(f"unknown grouping kind {value['kind']!r}; {hint}choose one of {', '.join(GROUPING_CLASSES)}")
+    return value
+
+
 class _StrategyBase(_Strict):
     # lowest layer index first (thesis §4.3) or first come, first served
     stream_policy: StreamPolicy = "fifo"
     # with priority: "none" lets a running collective / transfer finish,
     # "chunk" preempts it at chunk boundaries
     preemption: Preemption = "none"
+    # which gradients travel together (default: one synchronisation per tensor)
+    grouping: Grouping = Field(default_factory=PerTensorGrouping)
+
+    @field_validator("grouping", mode="before")
+    @classmethod
+    def _grouping_forms(cls, v: Any) -> Any:
+        if isinstance(v, BaseModel):
+            return v
+        return parse_grouping(v)
 
     @model_validator(mode="after")
     def _preemption_needs_priority(self):
@@ -250,6 +410,11 @@ class _StrategyBase(_Strict):
             raise ValueError(
                 f"strategy.preemption = {self.preemption!r} needs strategy.stream_policy = \"priority\" "
                 f"(got {self.stream_policy!r}); set stream_policy = \"priority\" or preemption = \"none\""
+            )
+        if self.grouping.kind == "mg-wfbp" and getattr(self, "kind", "") == "ps":
+            raise ValueError(
+                'strategy.grouping kind = "mg-wfbp" plans merges with the all-reduce cost model, but strategy.kind is "ps"; '
+                'use kind = "ring" or another grouping'
             )
         return self
 
@@ -292,7 +457,7 @@ class PSStrategy(_StrategyBase):
 
 Strategy = Annotated[Union[RingStrategy, PSStrategy], Field(discriminator="kind")]
 STRATEGY_CLASSES: dict[str, type[_StrategyBase]] = {"ring": RingStrategy, "ps": PSStrategy}
-SHARED_STRATEGY_FIELDS = ("stream_policy", "preemption")
+SHARED_STRATEGY_FIELDS = ("stream_policy", "preemption", "grouping")
 
 
 # ----------------------------------------------------------------- migration
@@ -410,6 +575,7 @@ FLAT_KEYS = {
     "algorithm": ("strategy", "algorithm"),
     "stream_policy": ("strategy", "stream_policy"),
     "preemption": ("strategy", "preemption"),
+    "grouping": ("strategy", "grouping"),
     "bandwidth": ("network", "bandwidth"),
     "latency": ("network", "latency"),
     "network": ("network", "fidelity"),
@@ -459,6 +625,9 @@ def _format_one(err: dict) -> str:
     kind = None
     if len(loc) >= 2 and loc[0] == "strategy" and loc[1] in STRATEGY_CLASSES:
         kind, loc = loc[1], (loc[0],) + loc[2:]  # drop the union tag pydantic puts in the path
+    grouping_kind = None
+    if len(loc) >= 3 and loc[:2] == ("strategy", "grouping") and loc[2] in GROUPING_CLASSES:
+        grouping_kind, loc = loc[2], loc[:2] + loc[3:]
     field = ".".join(str(p) for p in loc)
     typ, msg = err["type"], err["msg"].removeprefix("Value error, ")
     if typ == "extra_forbidden":
@@ -471,7 +640,13 @@ def _format_one(err: dict) -> str:
             if owners:
                 return (f"strategy.{key} is an option of kind = \"{owners[0]}\", but strategy.kind is \"{kind}\"; "
                         f"remove {key} or set strategy kind = \"{owners[0]}\"")
-        known = _known_keys(_field_model(loc, kind))
+        owner = GROUPING_CLASSES[grouping_kind] if grouping_kind and len(loc) == 3 else _field_model(loc, kind)
+        if grouping_kind and len(loc) == 3:
+            owners = [k for k, c in GROUPING_CLASSES.items() if k != grouping_kind and key in c.model_fields]
+            if owners:
+                return (f"strategy.grouping.{key} is an option of kind = \"{owners[0]}\", but the grouping kind is "
+                        f"\"{grouping_kind}\"; remove {key} or set grouping kind = \"{owners[0]}\"")
+        known = _known_keys(owner)
         close = difflib.get_close_matches(key, known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         return f"unknown key {field!r}: {hint}known keys here: {', '.join(known)}"
