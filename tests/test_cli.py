@@ -162,3 +162,30 @@ def test_the_summary_table_fits_80_columns_and_never_cuts_a_number():
     assert max(len(line) for line in text.splitlines()) <= 80
     for value in ("12,346", _number(0.00000923), "1,000", "1,235", "988"):
         assert value in text, (value, text)
+
+
+def test_help_shows_the_scenario_defaults_and_no_bool_placeholders():
+    p = ddlsim("simulate", "--help")
+    assert p.returncode == 0 and "<bool>" not in p.stdout
+    text = " ".join(p.stdout.split())
+    assert "(default: 10Gbps)" in text and "(default: 8)" in text and "--barrier / --no-barrier" in text
+
+
+def test_the_defaults_shown_in_help_are_the_scenario_defaults():
+    from ddlsim.cli.app import SIMULATE_DEFAULTS
+    from ddlsim.simulation.scenario import FLAT_KEYS, PSStrategy, Scenario
+
+    data = Scenario().model_dump()
+    shown = {"on": True, "off": False}
+    for key, text in SIMULATE_DEFAULTS.items():
+        if key in ("servers", "placement"):  # options of the ps strategy
+            actual = getattr(PSStrategy(), key)
+            text = text.split(" ")[0]
+        elif key in FLAT_KEYS:
+            section, field = FLAT_KEYS[key]
+            actual = data[section][field]
+        else:
+            actual = data[key]
+        if isinstance(actual, dict):
+            actual = actual["kind"]
+        assert shown.get(text, text) == actual or text == str(actual), (key, text, actual)

@@ -18,6 +18,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 err = Console(stderr=True)
 
@@ -125,6 +126,32 @@ def simulate(
             out.print(f"  {key:13s} {path}")
     for note in result.notes:
         out.print(f"[yellow]note:[/] {note}")
+
+
+# Scenario defaults shown in `simulate --help` (the flags default to "not
+# given", so that a scenario file's values stand). A test checks that they
+# equal the Scenario model's defaults, so they cannot drift.
+SIMULATE_DEFAULTS = {
+    "model": "resnet50", "workers": "8", "servers": "1 (with --strategy ps)", "strategy": "ring",
+    "algorithm": "ring", "stream_policy": "fifo", "preemption": "none", "grouping": "per-tensor",
+    "bandwidth": "10Gbps", "latency": "10us", "network": "flow", "topology": "star", "oversubscription": "1.0",
+    "hosts_per_leaf": "8", "spines": "2", "placement": "round-robin", "routing": "ecmp", "ranks_per_host": "1",
+    "rack_placement": "packed", "server_hosts": "separate", "priority_bands": "off", "iterations": "3", "seed": "0",
+    "jitter": "0.0", "batch_size": "32", "device": "V100", "precision": "fp32", "efficiency": "0.5",
+    "barrier": "on", "trace_detail": "auto",
+}
+
+
+def _show_defaults(command, defaults: dict[str, str]) -> None:
+    import inspect
+
+    for name, parameter in inspect.signature(command).parameters.items():
+        info = parameter.default
+        if name in defaults and getattr(info, "help", None):
+            info.help = f"{info.help} (default: {defaults[name]})"
+
+
+_show_defaults(simulate, SIMULATE_DEFAULTS)
 
 
 @app.command()
