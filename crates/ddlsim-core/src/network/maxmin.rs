@@ -9,8 +9,9 @@
 //! flow by the share of its rate it carries (a sprayed flow is `1/spines` of
 //! a flow on each spine link). A flow is done at the first whole nanosecond
 //! at which the bytes it was served reach its size: `ceil` of the exact
-//! crossing time, computed in f64 with only float noise forgiven (a time
-//! within 1e-11 relative above a whole ns, see [`ceil_ns`]); it keeps its
+//! crossing time, computed in f64 with only float noise forgiven (bytes
+//! missing at a whole ns that are within 1e-11 of the flow's accumulated
+//! target, [`NOISE`], count as served); it keeps its
 //! rate until then and its share is released at that nanosecond. A flow
 //! alone on its route is timed exactly ([`Path::transmit_ns`], u128).
 
@@ -19,7 +20,7 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::topology::{ceil_ns, Path, Topology};
+use super::topology::{Path, Topology, NOISE};
 use crate::engine::Time;
 use crate::executor::MAX_TIME;
 
@@ -249,7 +250,16 @@ impl Class {
         if !(self.rate > 0.0) {
             return None;
         }
-        let dt = ceil_ns((target - self.base).max(0.0) / self.rate)?;
+        let left = target - self.base;
+        let x = left.max(0.0) / self.rate;
+        if !(x < 1.8e19) {
+            return None;
+        }
+        // Whole ns at which the service reaches the target: floor(x) if the
+        // bytes still missing then are float noise of the accumulated service
+        // (NOISE relative to the target), else floor(x) + 1.
+        let whole = x.floor();
+        let dt = if left - whole * self.rate <= NOISE * target.abs().max(1.0) { whole as Time } else { whole as Time + 1 };
         self.since.checked_add(dt).filter(|&t| t <= MAX_TIME)
     }
 }
