@@ -300,3 +300,180 @@ fn flow_model_matches_an_independent_fluid_oracle() {
     // off-by-one is a bug.
     assert!(off_by_one * 100 <= checked, "{off_by_one} of {checked} off by one ns");
 }
+
+// ---------------------------------------------------------------------------
+// (b) Cross-rack PS incast.
+//
+// n workers in rack 0 each push B bytes at t = 0 to a server in rack 1.
+// Every flow crosses its worker's uplink, the leaf's uplinks to the spines,
+// the spines' downlinks to rack 1 and the server's downlink. With spray the
+// leaf's uplinks act as one link of aggregate capacity
+// U = bandwidth * hosts_per_leaf / oversubscription, whatever the number of
+// spines, and all n flows get min(bandwidth, U) / n (no worker uplink binds:
+// n flows of one each). They all end after n B / min(bandwidth, U), rounded
+// up, and arrive one path latency (2 * latency across racks) later:
+//     T = 2 L + ceil(n B 8e9 / min(bw, bw hpl / os)).
+// With ECMP each pair is hashed onto one spine of capacity U / S, so flows may
+// pile on a spine: T_ecmp >= T.
+
+/// ceil(n B 8e9 / min(bw, bw hpl q / p)) + 2 L for oversubscription p / q.
+fn incast_closed_form(n: u64, b: u64, bw: u64, hpl: u64, (p, q): (u64, u64), lat: u64) -> u64 {
+    let bits = n as u128 * b as u128 * 8_000_000_000;
+    // aggregate uplink binds iff hpl / os < 1 iff hpl q < p
+    let tx = if hpl * q < p { (bits * p as u128).div_ceil(bw as u128 * hpl as u128 * q as u128) } else { bits.div_ceil(bw as u128) };
+    tx as u64 + 2 * lat
+}
+
+#[test]
+fn cross_rack_ps_incast_with_spray_equals_the_closed_form_for_any_spine_count() {
+    let (bw, lat) = (10_000_000_000u64, 1_500u64);
+    for (n, hpl) in [(4u32, 4u32), (3, 5), (8, 8)] {
+        for os in [(1u64, 1u64), (2, 1), (3, 1), (3, 2), (6, 1), (10, 1), (16, 1)] {
+            for spines in 1..=8u32 {
+                for b in [1_000_000u64, 999_983] {
+                    // workers on hosts 0..n (rack 0), the server first in rack 1
+                    let xfers: Vec<Xfer> = (0..n).map(|w| Xfer { src: w, dst: n, bytes: b, start: 0, band: 0 }).collect();
+                    let mut placement: Vec<u32> = (0..n).collect();
+                    placement.push(hpl);
+                    let expected = incast_closed_form(n as u64, b, bw, hpl as u64, os, lat);
+                    let spray = leaf_spine(bw as f64, lat, hpl, spines, os.0 as f64 / os.1 as f64, Routing::Spray);
+                    let flows = run_transfers(&xfers, &placement, &spray);
+                    let last = flows.iter().map(|f| f.delivered).max().unwrap();
+                    assert_eq!(last, expected, "spray n={n} hpl={hpl} os={os:?} spines={spines} B={b}");
+                    let ecmp = leaf_spine(bw as f64, lat, hpl, spines, os.0 as f64 / os.1 as f64, Routing::Ecmp);
+                    let last_ecmp = run_transfers(&xfers, &placement, &ecmp).iter().map(|f| f.delivered).max().unwrap();
+                    assert!(last_ecmp >= expected, "ecmp n={n} hpl={hpl} os={os:?} spines={spines}: {last_ecmp} < {expected}");
+                    if spines == 1 {
+                        assert_eq!(last_ecmp, expected, "one spine: ecmp is spray");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ecmp_collisions_cost_what_the_hash_predicts() {
+    // 2 workers -> server across racks, 4 spines, oversubscription 4 so a
+    // spine link carries bw * hpl / (S os) = bw / 8: both pushes on one spine
+    // take twice as long as on two.
+    let (bw, lat, b) = (8_000_000_000u64, 0, 100_000u64);
+    let spine = |a: u64, d: u64| splitmix((a << 32) | d) % 4;
+    let spec = leaf_spine(bw as f64, lat, 2, 4, 4.0, Routing::Ecmp);
+    let xfers = [Xfer { src: 0, dst: 2, bytes: b, start: 0, band: 0 }, Xfer { src: 1, dst: 2, bytes: b, start: 0, band: 0 }];
+    let last = run_transfers(&xfers, &[0, 1, 2], &spec).iter().map(|f| f.tx_end).max().unwrap();
+    let per_spine_ns = b * 8; // b bytes at 1/8 B/ns
+    let expected = if spine(0, 2) == spine(1, 2) { 2 * per_spine_ns } else { per_spine_ns };
+    assert_eq!(last, expected);
+}
+
+// ---------------------------------------------------------------------------
+// (c) Priority bands.
+
+#[test]
+fn a_high_priority_flow_is_unaffected_by_a_low_priority_one() {
+    // Star at 10 Gbit/s (1.25 B/ns). Low: host 1 -> 2, 2.5 MB from t = 0
+    // (2 ms alone). High: host 0 -> 2, 1 MB from t = 1000 (0.8 ms alone).
+    let lat = 700;
+    let spec = net(Fidelity::Flow, 10e9, lat);
+    let high = Xfer { src: 0, dst: 2, bytes: 1_000_000, start: 1_000, band: 0 };
+    let low = Xfer { src: 1, dst: 2, bytes: 2_500_000, start: 0, band: 1 };
+    let alone = run_transfers(&[high], &[0, 1, 2], &spec)[0];
+    assert_eq!(alone.tx_end, 1_000 + 800_000);
+    let both = run_transfers(&[high, low], &[0, 1, 2], &spec);
+    assert_eq!((both[0].tx_end, both[0].delivered), (alone.tx_end, alone.delivered), "high priority as if alone");
+    // Low is paused for all of high's 0.8 ms and then resumes.
+    assert_eq!(both[1].tx_end, 2_000_000 + 800_000);
+    // In one band they would have shared the downlink.
+    let same = run_transfers(&[Xfer { band: 1, ..high }, low], &[0, 1, 2], &spec);
+    assert!(same[0].tx_end > alone.tx_end);
+    // The reverse order of arrival (high first) gives the same.
+    let late_low = Xfer { start: 2_000, ..low };
+    let both = run_transfers(&[high, late_low], &[0, 1, 2], &spec);
+    assert_eq!(both[0].tx_end, alone.tx_end);
+    assert_eq!(both[1].tx_end, 801_000 + 2_000_000);
+}
+
+#[test]
+fn a_low_priority_flow_gets_what_the_high_band_leaves() {
+    // Leaf-spine, 2 hosts per leaf, 1 spine, oversubscription 4: the fabric
+    // link carries 2 * 1.25 / 4 = 0.625 B/ns. High: host 0 -> host 2 across
+    // racks, held to 0.625 B/ns by the fabric. Low: host 3 -> host 2 in rack
+    // 1 gets the 0.625 B/ns high leaves on host 2's downlink.
+    let spec = leaf_spine(10e9, 0, 2, 1, 4.0, Routing::Ecmp);
+    let high = Xfer { src: 0, dst: 2, bytes: 2_000_000, start: 0, band: 0 };
+    let low = Xfer { src: 3, dst: 2, bytes: 500_000, start: 0, band: 2 };
+    let r = run_transfers(&[high, low], &[0, 1, 2, 3], &spec);
+    assert_eq!(r[0].tx_end, 3_200_000); // 2 MB at 0.625 B/ns
+    assert_eq!(r[1].tx_end, 800_000); // 0.5 MB at 0.625 B/ns
+    // and a middle band in between takes its share first
+    let mid = Xfer { src: 1, dst: 2, bytes: 250_000, start: 0, band: 1 };
+    let r = run_transfers(&[high, low, mid], &[0, 1, 2, 3], &spec);
+    assert_eq!(r[0].tx_end, 3_200_000);
+    // mid is cross-rack too: it gets nothing of the saturated fabric link
+    // until high is done, then 0.625 B/ns
+    assert_eq!(r[2].tx_end, 3_200_000 + 400_000);
+    assert_eq!(r[1].tx_end, 800_000);
+}
+
+// ---------------------------------------------------------------------------
+// (d) Intra-host links.
+
+#[test]
+fn same_host_transfers_use_the_intra_host_link_and_others_share_the_nic() {
+    let (bw, lat, ibw, ilat) = (10_000_000_000u64, 2_000u64, 900_000_000_000u64, 300u64);
+    let mut spec = net(Fidelity::Flow, bw as f64, lat);
+    spec.intra_host_bandwidth_bps = Some(ibw as f64);
+    spec.intra_host_latency_ns = ilat;
+    let hosts = [0, 0, 0, 1];
+    let b = 12_345_679u64;
+    for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
+        spec.fidelity = fidelity;
+        // 0 -> 1 on the host and 0 -> 3 off it, at once: nothing shared.
+        let r = run_transfers(&[Xfer { src: 0, dst: 1, bytes: b, start: 0, band: 0 }, Xfer { src: 0, dst: 3, bytes: b, start: 0, band: 0 }], &hosts, &spec);
+        assert_eq!(r[0].delivered, ceil_tx(b, ibw) + ilat, "{fidelity:?} intra");
+        assert_eq!(r[1].delivered, ceil_tx(b, bw) + lat, "{fidelity:?} inter");
+    }
+    spec.fidelity = Fidelity::Flow;
+    // Two ranks of host 0 send off the host at once: they share its NIC.
+    let r = run_transfers(&[Xfer { src: 0, dst: 3, bytes: b, start: 0, band: 0 }, Xfer { src: 1, dst: 3, bytes: b, start: 0, band: 0 }], &hosts, &spec);
+    assert!(r.iter().all(|f| f.delivered == ceil_tx(2 * b, bw) + lat));
+    // Two ranks send to a third on their host: they share its ingress port;
+    // two disjoint pairs on one host do not share anything.
+    let r = run_transfers(&[Xfer { src: 0, dst: 2, bytes: b, start: 0, band: 0 }, Xfer { src: 1, dst: 2, bytes: b, start: 0, band: 0 }], &hosts, &spec);
+    assert!(r.iter().all(|f| f.delivered == ceil_tx(2 * b, ibw) + ilat));
+    let r = run_transfers(&[Xfer { src: 0, dst: 1, bytes: b, start: 0, band: 0 }, Xfer { src: 2, dst: 0, bytes: b, start: 0, band: 0 }], &hosts, &spec);
+    assert!(r.iter().all(|f| f.delivered == ceil_tx(b, ibw) + ilat));
+}
+
+#[test]
+fn without_an_intra_host_bandwidth_same_host_transfers_hairpin_through_the_nic() {
+    let (bw, lat) = (10_000_000_000u64, 2_000u64);
+    let spec = net(Fidelity::Flow, bw as f64, lat);
+    let hosts = [0, 0, 1];
+    let b = 1_000_001u64;
+    let r = run_transfers(&[Xfer { src: 0, dst: 1, bytes: b, start: 0, band: 0 }], &hosts, &spec);
+    assert_eq!(r[0].delivered, ceil_tx(b, bw) + lat);
+    // ... and share the host's uplink with its traffic to other hosts.
+    let r = run_transfers(&[Xfer { src: 0, dst: 1, bytes: b, start: 0, band: 0 }, Xfer { src: 1, dst: 2, bytes: b, start: 0, band: 0 }], &hosts, &spec);
+    assert!(r.iter().all(|f| f.delivered == ceil_tx(2 * b, bw) + lat), "{r:?}");
+}
+
+// ---------------------------------------------------------------------------
+// Flow records.
+
+#[test]
+fn both_models_record_one_flow_per_transfer_only_when_asked() {
+    for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
+        let xfers = [Xfer { src: 0, dst: 1, bytes: 5_000, start: 10, band: 2 }, Xfer { src: 1, dst: 0, bytes: 7, start: 0, band: 0 }];
+        let spec = net(fidelity, 8e9, 100);
+        let r = run_transfers(&xfers, &[0, 1], &spec);
+        assert_eq!((r[0].tx_end, r[0].delivered), (5_010, 5_110));
+        assert_eq!((r[1].tx_end, r[1].delivered), (7, 107));
+        assert_ne!(r[0].message, r[1].message);
+        let mut g = Graph::new();
+        let op = transfer(&mut g, 0, 1, 10);
+        g.add(op, &[]);
+        assert!(run_graph(&g, &spec, TraceDetail::Step).unwrap().flows.is_empty(), "record_flows is off by default");
+    }
+}
