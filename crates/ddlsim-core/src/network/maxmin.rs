@@ -264,6 +264,42 @@ impl Class {
     }
 }
 
+/// Settles a lone class on `link` before another flow uses the link: if
+/// its transmission is over it leaves the network; otherwise it becomes
+/// an ordinary class with a completion event at its (exact) end, and its
+/// direct end is cancelled.
+#[allow(clippy::too_many_arguments)]
+fn resolve_lone(
+    classes: &mut [Class],
+    link_classes: &mut [Vec<u32>],
+    paths: &[Path],
+    active: &mut usize,
+    now: Time,
+    link: u32,
+    out: &mut Vec<Reschedule>,
+    cancelled: &mut Vec<u32>,
+) {
+    let Some(&class) = link_classes[link as usize].first() else { return };
+    let c = &mut classes[class as usize];
+    let Some(end) = c.lone_until.take() else { return };
+    debug_assert_eq!(link_classes[link as usize].len(), 1, "a lone class shares no link");
+    c.version = c.version.wrapping_add(1);
+    if end <= now {
+        c.members.clear();
+        c.rate = 0.0;
+        *active -= 1;
+        for &l in paths[class as usize].links() {
+            let list = &mut link_classes[l as usize];
+            let pos = list.iter().position(|&x| x == class).expect("class registered on its links");
+            list.swap_remove(pos);
+        }
+    } else {
+        let Reverse((_, flow)) = *c.members.peek().expect("a lone class has its flow");
+        cancelled.push(flow);
+        out.push(Reschedule { class, version: c.version, done_at: end });
+    }
+}
+
 /// A class whose next member-completion time was (re)computed: the executor
 /// schedules `(class, version)` at `done_at`; older versions are stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,7 +319,6 @@ pub enum FlowStart {
     Shared,
 }
 
-type RouteKey = ((bool, u32, u32), u8);
 
 /// Flow-level network: every active flow gets its strict-priority max-min rate.
 pub struct FlowNetwork {
@@ -291,7 +326,8 @@ pub struct FlowNetwork {
     classes: Vec<Class>,
     /// Route of each class (apart from `classes` so both can be borrowed).
     paths: Vec<Path>,
-    class_of: HashMap<RouteKey, u32>,
+    /// Class of each (route key | band << 55).
+    class_of: HashMap<u64, u32>,
     link_classes: Vec<Vec<u32>>,
     active: usize,
     scale: f64,
@@ -352,7 +388,7 @@ impl FlowNetwork {
 
     /// Current per-flow rate from rank `src` to rank `dst` in `band`, in bytes/ns (0 if none).
     pub fn rate_between(&self, src: u32, dst: u32, band: u8) -> f64 {
-        let key = (self.topo.route_key(src, dst), band);
+        let key = self.topo.route_key(src, dst) | (band as u64) << 55;
         self.class_of.get(&key).map(|&c| &self.classes[c as usize]).filter(|c| !c.members.is_empty()).map_or(0.0, |c| c.rate)
     }
 
@@ -376,20 +412,17 @@ impl FlowNetwork {
         out: &mut Vec<Reschedule>,
         cancelled: &mut Vec<u32>,
     ) -> Result<FlowStart, String> {
-        let key = (self.topo.route_key(src, dst), band);
+        let key = self.topo.route_key(src, dst) | (band as u64) << 55;
         let class = match self.class_of.get(&key) {
             Some(&c) => c,
             None => self.new_class(now, src, dst, band, key),
         };
         self.active += 1;
-        let mut seed = std::mem::take(&mut self.seed);
-        seed.clear();
-        seed.extend_from_slice(self.paths[class as usize].links());
-        for &l in &seed {
-            self.resolve_lone(now, l, out, cancelled);
+        let links = self.paths[class as usize].links();
+        for &l in links {
+            resolve_lone(&mut self.classes, &mut self.link_classes, &self.paths, &mut self.active, now, l, out, cancelled);
         }
-        let alone = self.classes[class as usize].members.is_empty() && seed.iter().all(|&l| self.link_classes[l as usize].is_empty());
-        self.seed = seed;
+        let alone = self.classes[class as usize].members.is_empty() && links.iter().all(|&l| self.link_classes[l as usize].is_empty());
         let c = &mut self.classes[class as usize];
         let was_empty = c.members.is_empty();
         if was_empty {
@@ -424,35 +457,9 @@ impl FlowNetwork {
         Ok(FlowStart::Shared)
     }
 
-    /// Settles a lone class on `link` before another flow uses the link: if
-    /// its transmission is over it leaves the network; otherwise it becomes
-    /// an ordinary class with a completion event at its (exact) end, and its
-    /// direct end is cancelled.
-    fn resolve_lone(&mut self, now: Time, link: u32, out: &mut Vec<Reschedule>, cancelled: &mut Vec<u32>) {
-        let Some(&class) = self.link_classes[link as usize].first() else { return };
-        let c = &mut self.classes[class as usize];
-        let Some(end) = c.lone_until.take() else { return };
-        debug_assert_eq!(self.link_classes[link as usize].len(), 1, "a lone class shares no link");
-        c.version = c.version.wrapping_add(1);
-        if end <= now {
-            c.members.clear();
-            c.rate = 0.0;
-            self.active -= 1;
-            for &l in self.paths[class as usize].links() {
-                let list = &mut self.link_classes[l as usize];
-                let pos = list.iter().position(|&x| x == class).expect("class registered on its links");
-                list.swap_remove(pos);
-            }
-        } else {
-            let Reverse((_, flow)) = *c.members.peek().expect("a lone class has its flow");
-            cancelled.push(flow);
-            out.push(Reschedule { class, version: c.version, done_at: end });
-        }
-    }
-
     /// Classes live as long as the network: an idle one keeps its heap's
     /// capacity and is simply off its links' lists.
-    fn new_class(&mut self, now: Time, src: u32, dst: u32, band: u8, key: RouteKey) -> u32 {
+    fn new_class(&mut self, now: Time, src: u32, dst: u32, band: u8, key: u64) -> u32 {
         self.classes.push(Class { band, members: BinaryHeap::new(), base: 0.0, since: now, rate: 0.0, version: 0, lone_until: None });
         self.paths.push(self.topo.route(src, dst));
         self.class_mark.push(0);

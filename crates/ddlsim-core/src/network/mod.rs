@@ -77,31 +77,35 @@ pub trait NetworkModel {
 
 pub fn build_network(spec: &NetworkSpec, host_of_rank: &[u32]) -> Result<Box<dyn NetworkModel>, String> {
     let topo = Topology::new(spec, host_of_rank)?;
-    let common = Common { record: spec.record_flows, slots: Vec::new(), records: Vec::new(), recorded: 0 };
+    let common = Common::new(spec.record_flows);
     Ok(match spec.fidelity {
         Fidelity::Analytic => Box::new(Analytic { topo, routes: HashMap::default(), paths: Vec::new(), scratch: Path::default(), common }),
         Fidelity::Flow => Box::new(Flow { net: FlowNetwork::new(topo), common, out: Vec::new(), cancelled: Vec::new(), done: Vec::new() }),
     })
 }
 
-/// Per transfer slot: delivery generation, end of transmission, and what
-/// a flow record needs.
-#[derive(Clone, Copy)]
+/// Per transfer slot: delivery generation and end of transmission.
+#[derive(Clone, Copy, Default)]
 struct Slot {
     generation: u32,
     tx_end: Time,
-    start: Time,
-    req: TransferRequest,
 }
 
 struct Common {
     record: bool,
     slots: Vec<Slot>,
+    /// Per transfer slot, with `record` only: its request and start.
+    requests: Vec<(TransferRequest, Time)>,
     records: Vec<FlowRecord>,
     recorded: u64,
 }
 
 impl Common {
+    fn new(record: bool) -> Self {
+        Common { record, slots: Vec::new(), requests: Vec::new(), records: Vec::new(), recorded: 0 }
+    }
+
+    #[inline]
     fn check(&self, req: &TransferRequest, ranks: u32) -> Result<(), String> {
         if req.src >= ranks || req.dst >= ranks {
             return Err(format!("internal error, please report: transfer {} -> {} outside the {ranks} placed ranks", req.src, req.dst));
@@ -109,22 +113,27 @@ impl Common {
         Ok(())
     }
 
+    #[inline]
     fn begin(&mut self, now: Time, req: TransferRequest) -> &mut Slot {
         let id = req.id as usize;
         if self.slots.len() <= id {
-            self.slots.resize(id + 1, Slot { generation: 0, tx_end: 0, start: 0, req });
+            self.slots.resize(id + 1, Slot::default());
         }
-        let slot = &mut self.slots[id];
-        slot.start = now;
-        slot.req = req;
-        slot
+        if self.record {
+            if self.requests.len() <= id {
+                self.requests.resize(id + 1, (req, now));
+            }
+            self.requests[id] = (req, now);
+        }
+        &mut self.slots[id]
     }
 
+    #[inline]
     fn deliver(&mut self, id: u32, now: Time, out: &mut Vec<Delivery>) {
-        let slot = &self.slots[id as usize];
-        out.push(Delivery { id, tx_end: slot.tx_end });
+        let tx_end = self.slots[id as usize].tx_end;
+        out.push(Delivery { id, tx_end });
         if self.record {
-            let r = slot.req;
+            let (r, start) = self.requests[id as usize];
             self.recorded += 1;
             self.records.push(FlowRecord {
                 message: r.message,
@@ -133,8 +142,8 @@ impl Common {
                 bytes: r.bytes,
                 band: r.band,
                 tenant: r.tenant,
-                start: slot.start,
-                tx_end: slot.tx_end,
+                start,
+                tx_end,
                 delivered: now,
             });
         }
@@ -150,7 +159,7 @@ fn at(now: Time, dt: Time) -> Result<Time, String> {
 /// No contention: route latency plus size over the route's bottleneck.
 struct Analytic {
     topo: Topology,
-    routes: HashMap<(bool, u32, u32), u32>,
+    routes: HashMap<u64, u32>,
     paths: Vec<Path>,
     scratch: Path,
     common: Common,

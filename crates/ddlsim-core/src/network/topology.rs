@@ -112,7 +112,13 @@ impl Ratio {
 /// Nanoseconds to send `bytes` at an exact rate of `bps` bits per second:
 /// `ceil(bytes * 8e9 / bps)` in u128 integer arithmetic. None if that does
 /// not fit (the caller then falls back to f64).
+#[inline]
 pub fn transmit_ns_exact(bytes: u64, bps: Ratio) -> Option<Time> {
+    // Common case in u64: a whole number of bit/s and under 2^30 bytes.
+    if bps.den == 1 && bytes < (1 << 30) && bps.num <= u64::MAX as u128 {
+        let bits = bytes * 8_000_000_000;
+        return Some(bits.div_ceil(bps.num as u64));
+    }
     let num = (bytes as u128).checked_mul(8_000_000_000)?.checked_mul(bps.den)?;
     Time::try_from(num.div_ceil(bps.num)).ok()
 }
@@ -274,6 +280,9 @@ impl Topology {
     pub fn new(spec: &NetworkSpec, host_of_rank: &[u32]) -> Result<Self, String> {
         let bw = positive("bandwidth_bps", spec.bandwidth_bps)?;
         let hosts = host_of_rank.iter().copied().max().map_or(0, |h| h + 1);
+        if hosts >= 1 << 27 || host_of_rank.len() >= 1 << 27 {
+            return Err(format!("network: at most {} ranks and hosts", (1u32 << 27) - 1));
+        }
         let bw_exact = Ratio::from_f64(bw);
         let (up_delay, down_delay) = (spec.latency_ns - spec.latency_ns / 2, spec.latency_ns / 2);
         if spec.latency_ns > crate::executor::MAX_TIME / 4 || spec.intra_host_latency_ns > crate::executor::MAX_TIME / 4 {
@@ -371,13 +380,16 @@ impl Topology {
     }
 
     /// An identity of the route between two ranks: transfers with equal keys
-    /// take the same links the same way.
-    pub fn route_key(&self, src: u32, dst: u32) -> (bool, u32, u32) {
+    /// take the same links the same way. Bits 0..27: destination (host, or
+    /// rank on the intra-host fabric), 27..54: source, 54: intra-host fabric;
+    /// bits 55.. are free for the caller (the flow model puts the band there).
+    #[inline]
+    pub fn route_key(&self, src: u32, dst: u32) -> u64 {
         let (a, b) = (self.host_of(src), self.host_of(dst));
         if a == b && self.intra_base.is_some() {
-            (true, src, dst)
+            (1 << 54) | ((src as u64) << 27) | dst as u64
         } else {
-            (false, a, b)
+            ((a as u64) << 27) | b as u64
         }
     }
 
@@ -585,7 +597,7 @@ mod tests {
         let t = Topology::new(&s, &[0, 0, 1]).unwrap();
         let p = t.route(0, 1);
         assert_eq!((p.links(), p.latency), (&[0u32, 1][..], 1001));
-        assert_eq!(t.route_key(0, 1), (false, 0, 0));
+        assert_eq!(t.route_key(0, 1), 0);
         s.intra_host_bandwidth_bps = Some(800e9);
         s.intra_host_latency_ns = 300;
         let t = Topology::new(&s, &[0, 0, 1]).unwrap();
@@ -595,7 +607,8 @@ mod tests {
         assert_eq!(p.bottleneck, 100.0);
         assert!(p.switches().is_empty());
         assert_eq!(t.route(0, 2).links(), &[0, 3]);
-        assert_eq!(t.route_key(0, 1), (true, 0, 1));
+        assert_eq!(t.route_key(0, 1), (1 << 54) | 1);
+        assert_eq!(t.route_key(0, 2), 1);
     }
 
     #[test]
