@@ -120,12 +120,18 @@ impl Common {
             self.slots.resize(id + 1, Slot::default());
         }
         if self.record {
-            if self.requests.len() <= id {
-                self.requests.resize(id + 1, (req, now));
-            }
-            self.requests[id] = (req, now);
+            self.remember(now, req);
         }
         &mut self.slots[id]
+    }
+
+    #[cold]
+    fn remember(&mut self, now: Time, req: TransferRequest) {
+        let id = req.id as usize;
+        if self.requests.len() <= id {
+            self.requests.resize(id + 1, (req, now));
+        }
+        self.requests[id] = (req, now);
     }
 
     #[inline]
@@ -133,20 +139,25 @@ impl Common {
         let tx_end = self.slots[id as usize].tx_end;
         out.push(Delivery { id, tx_end });
         if self.record {
-            let (r, start) = self.requests[id as usize];
-            self.recorded += 1;
-            self.records.push(FlowRecord {
-                message: r.message,
-                src: r.src,
-                dst: r.dst,
-                bytes: r.bytes,
-                band: r.band,
-                tenant: r.tenant,
-                start,
-                tx_end,
-                delivered: now,
-            });
+            self.write_record(id, tx_end, now);
         }
+    }
+
+    #[cold]
+    fn write_record(&mut self, id: u32, tx_end: Time, now: Time) {
+        let (r, start) = self.requests[id as usize];
+        self.recorded += 1;
+        self.records.push(FlowRecord {
+            message: r.message,
+            src: r.src,
+            dst: r.dst,
+            bytes: r.bytes,
+            band: r.band,
+            tenant: r.tenant,
+            start,
+            tx_end,
+            delivered: now,
+        });
     }
 }
 

@@ -229,6 +229,7 @@ impl Path {
 
     /// Whole nanoseconds for `bytes` alone on this route, rounded up
     /// (exact in u128 when the bottleneck is an exact rational).
+    #[inline]
     pub fn transmit_ns(&self, bytes: u64) -> Option<Time> {
         if bytes == 0 {
             return Some(0);
