@@ -477,3 +477,30 @@ fn both_models_record_one_flow_per_transfer_only_when_asked() {
         assert!(run_graph(&g, &spec, TraceDetail::Step).unwrap().flows.is_empty(), "record_flows is off by default");
     }
 }
+
+#[test]
+fn a_transfer_past_the_clock_is_an_error_not_a_panic() {
+    for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
+        let mut g = Graph::new();
+        let op = transfer(&mut g, 0, 1, u64::MAX);
+        g.add(op, &[]);
+        let err = run_graph(&g, &net(fidelity, 1.0, 0), TraceDetail::Step).err().expect("refused");
+        assert!(err.contains("146 years"), "{fidelity:?}: {err}");
+    }
+}
+
+#[test]
+fn the_model_exposes_switches_and_routes_name_them() {
+    use ddlsim_core::network::{build_network, SwitchKind};
+    let spec = leaf_spine(10e9, 1000, 2, 3, 1.0, Routing::Spray);
+    let model = build_network(&spec, &[0, 1, 2, 3]).unwrap();
+    let topo = model.topology();
+    let kinds: Vec<SwitchKind> = topo.switches().iter().map(|s| s.kind).collect();
+    assert_eq!(kinds, [SwitchKind::Leaf, SwitchKind::Leaf, SwitchKind::Spine, SwitchKind::Spine, SwitchKind::Spine]);
+    assert_eq!(topo.route(0, 3).switches(), &[0, 2, 3, 4, 1]);
+    assert_eq!(topo.route(0, 1).switches(), &[0]);
+    // every link of the route attaches to a switch the route crosses
+    for &l in topo.route(0, 3).links() {
+        assert!(topo.route(0, 3).switches().iter().any(|&s| topo.switches()[s as usize].links.contains(&l)));
+    }
+}

@@ -446,7 +446,7 @@ impl FlowNetwork {
                 .transmit_ns(bytes)
                 .and_then(|t| now.checked_add(t))
                 .filter(|&t| t <= MAX_TIME)
-                .ok_or_else(|| format!("a transfer of {bytes} bytes would end after {MAX_TIME} ns (about 146 years); sizes or bandwidth are far off"))?;
+                .ok_or_else(|| super::too_long(bytes))?;
             let c = &mut self.classes[class as usize];
             c.rate = path.bottleneck;
             c.version = c.version.wrapping_add(1);

@@ -161,6 +161,11 @@ impl Common {
     }
 }
 
+/// The error for a transfer that cannot end on the engine's clock.
+pub(crate) fn too_long(bytes: u64) -> String {
+    format!("a transfer of {bytes} bytes would end after {MAX_TIME} ns (about 146 years); sizes or bandwidth are far off")
+}
+
 fn at(now: Time, dt: Time) -> Result<Time, String> {
     now.checked_add(dt)
         .filter(|&t| t <= MAX_TIME)
@@ -193,8 +198,7 @@ impl NetworkModel for Analytic {
             }
         };
         let path = &self.paths[index as usize];
-        let tx = path.transmit_ns(req.bytes).ok_or_else(|| format!("a transfer of {} bytes takes longer than 64-bit nanoseconds hold", req.bytes))?;
-        let tx_end = at(now, tx)?;
+        let tx_end = path.transmit_ns(req.bytes).and_then(|tx| at(now, tx).ok()).ok_or_else(|| too_long(req.bytes))?;
         let delivered = at(tx_end, path.latency)?;
         self.common.begin(now, req).tx_end = tx_end;
         sched.schedule(delivered, req.id as u64);
