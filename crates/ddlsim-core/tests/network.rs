@@ -133,10 +133,13 @@ fn splitmix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// A route: (link, fraction of the flow's rate it carries) per link.
+type Route = Vec<(usize, f64)>;
+
 struct OracleNet {
     caps: Vec<f64>,
-    /// per (src host, dst host): (link, fraction of the flow's rate it carries)
-    route: Box<dyn Fn(u32, u32) -> Vec<(usize, f64)>>,
+    /// per (src host, dst host)
+    route: Box<dyn Fn(u32, u32) -> Route>,
 }
 
 fn oracle_net(spec: &NetworkSpec, hosts: u32) -> OracleNet {
@@ -149,7 +152,7 @@ fn oracle_net(spec: &NetworkSpec, hosts: u32) -> OracleNet {
             let s = spines as usize;
             let fabric = host_cap * hosts_per_leaf as f64 / (spines as f64 * oversubscription);
             let mut caps = vec![host_cap; 2 * h];
-            caps.extend(std::iter::repeat(fabric).take(2 * leaves * s));
+            caps.extend(std::iter::repeat_n(fabric, 2 * leaves * s));
             // leaf -> spine: 2h + leaf*s + spine; spine -> leaf: 2h + leaves*s + leaf*s + spine
             let route = move |a: u32, b: u32| {
                 let (la, lb) = ((a / hosts_per_leaf) as usize, (b / hosts_per_leaf) as usize);
@@ -179,7 +182,7 @@ fn oracle_net(spec: &NetworkSpec, hosts: u32) -> OracleNet {
 }
 
 /// Strict-priority max-min rates of `flows` (route, band), from scratch.
-fn oracle_rates(caps: &[f64], flows: &[(Vec<(usize, f64)>, u8)]) -> Vec<f64> {
+fn oracle_rates(caps: &[f64], flows: &[(Route, u8)]) -> Vec<f64> {
     let mut rem = caps.to_vec();
     let mut rate = vec![0.0; flows.len()];
     let max_band = flows.iter().map(|f| f.1).max().unwrap_or(0);
@@ -242,7 +245,7 @@ fn oracle_completions(xfers: &[Xfer], net: &OracleNet) -> Vec<u64> {
                 active.push(i);
             }
         }
-        let flows: Vec<(Vec<(usize, f64)>, u8)> = active.iter().map(|&i| ((net.route)(xfers[i].src, xfers[i].dst), xfers[i].band)).collect();
+        let flows: Vec<(Route, u8)> = active.iter().map(|&i| ((net.route)(xfers[i].src, xfers[i].dst), xfers[i].band)).collect();
         let r = oracle_rates(&net.caps, &flows);
         for (k, &i) in active.iter().enumerate() {
             rate[i] = r[k];

@@ -143,11 +143,10 @@ impl WaterFill {
             while left > 0 {
                 let mut best = usize::MAX;
                 let mut best_share = f64::INFINITY;
-                for l in 0..nl {
-                    if self.unfrozen[l] > 0 {
-                        let rem = self.remaining[l];
-                        let rem = if rem <= caps[l] * RESIDUE { 0.0 } else { rem };
-                        let share = rem * scale / self.unfrozen[l] as f64;
+                for (l, ((&units, &rem), &cap)) in self.unfrozen.iter().zip(&self.remaining).zip(caps).enumerate() {
+                    if units > 0 {
+                        let rem = if rem <= cap * RESIDUE { 0.0 } else { rem };
+                        let share = rem * scale / units as f64;
                         if share < best_share {
                             best_share = share;
                             best = l;
@@ -180,9 +179,9 @@ impl WaterFill {
                 }
                 self.remaining[best] = 0.0;
             }
-            for l in 0..nl {
-                if self.remaining[l] <= caps[l] * RESIDUE {
-                    self.remaining[l] = 0.0;
+            for (rem, &cap) in self.remaining.iter_mut().zip(caps) {
+                if *rem <= cap * RESIDUE {
+                    *rem = 0.0;
                 }
             }
             start = end;
@@ -213,9 +212,14 @@ struct Class {
     lone_until: Option<Time>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct OrderedBytes(f64);
 impl Eq for OrderedBytes {}
+impl PartialOrd for OrderedBytes {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 impl Ord for OrderedBytes {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&other.0)
@@ -247,12 +251,12 @@ impl Class {
     /// The whole nanosecond at which a member with `target` is done at the
     /// current rate; None if never (rate 0) or beyond the engine's clock.
     fn end_of(&self, target: f64) -> Option<Time> {
-        if !(self.rate > 0.0) {
+        if self.rate.is_nan() || self.rate <= 0.0 {
             return None;
         }
         let left = target - self.base;
         let x = left.max(0.0) / self.rate;
-        if !(x < 1.8e19) {
+        if x.is_nan() || x >= 1.8e19 {
             return None;
         }
         // Whole ns at which the service reaches the target: floor(x) if the
@@ -690,7 +694,7 @@ mod tests {
         // At t=500, a has 500 left; b joins from another host: 0.5 B/ns each.
         assert_eq!(net.start(500, 11, 1, 2, 250, 0, &mut out, &mut cancelled).unwrap(), FlowStart::Shared);
         assert_eq!(cancelled, vec![10], "a's direct end no longer holds");
-        let latest = |out: &Vec<Reschedule>, class: u32| *out.iter().filter(|r| r.class == class).last().unwrap();
+        let latest = |out: &Vec<Reschedule>, class: u32| *out.iter().rfind(|r| r.class == class).unwrap();
         assert_eq!(latest(&out, 0).done_at, 1500);
         assert_eq!(latest(&out, 1), Reschedule { class: 1, version: 1, done_at: 1000 });
         let a_version = latest(&out, 0).version;

@@ -95,7 +95,7 @@ impl Ratio {
     }
 
     /// `self / other`, reduced; None on overflow.
-    pub fn div(self, other: Ratio) -> Option<Ratio> {
+    pub fn over(self, other: Ratio) -> Option<Ratio> {
         self.scale(other.den, other.num)
     }
 
@@ -156,8 +156,11 @@ pub const NOISE: f64 = 1e-11;
 /// nanosecond is float noise of an exact whole value and is not rounded up.
 /// None for a duration beyond 64-bit nanoseconds (or infinite).
 pub fn ceil_ns(x: f64) -> Option<Time> {
-    if !(x > 0.0) {
-        return if x.is_nan() { None } else { Some(0) };
+    if x.is_nan() {
+        return None;
+    }
+    if x <= 0.0 {
+        return Some(0);
     }
     if x >= 1.8e19 {
         return None;
@@ -307,7 +310,7 @@ impl Topology {
                 let os = positive("oversubscription", oversubscription)?;
                 let leaves = hosts.div_ceil(hosts_per_leaf);
                 let fabric_approx = bw * hosts_per_leaf as f64 / (spines as f64 * os);
-                let fabric = bw_exact.zip(Ratio::from_f64(os)).and_then(|(b, o)| b.scale(hosts_per_leaf as u128, spines as u128)?.div(o));
+                let fabric = bw_exact.zip(Ratio::from_f64(os)).and_then(|(b, o)| b.scale(hosts_per_leaf as u128, spines as u128)?.over(o));
                 let base = 2 * hosts;
                 for a in 0..leaves {
                     let mut attached: Vec<u32> = (a * hosts_per_leaf..((a + 1) * hosts_per_leaf).min(hosts)).flat_map(|h| [2 * h, 2 * h + 1]).collect();
