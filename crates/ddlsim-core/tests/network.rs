@@ -142,7 +142,33 @@ struct OracleNet {
     route: Box<dyn Fn(u32, u32) -> Route>,
 }
 
-fn oracle_net(spec: &NetworkSpec, hosts: u32) -> OracleNet {
+/// The oracle's network for ranks placed on hosts: a same-host transfer
+/// takes the source rank's egress port and the destination rank's ingress
+/// port when there is an intra-host bandwidth, else the host's own route
+/// (uplink, downlink).
+fn oracle_net(spec: &NetworkSpec, placement: &[u32]) -> OracleNet {
+    let hosts = placement.iter().max().unwrap() + 1;
+    let by_host = oracle_host_net(spec, hosts);
+    let Some(ibw) = spec.intra_host_bandwidth_bps else {
+        let placement = placement.to_vec();
+        return OracleNet { caps: by_host.caps, route: Box::new(move |a, b| (by_host.route)(placement[a as usize], placement[b as usize])) };
+    };
+    let (base, ranks) = (by_host.caps.len(), placement.len());
+    let mut caps = by_host.caps.clone();
+    caps.extend(std::iter::repeat_n(ibw / 8e9, 2 * ranks));
+    let placement = placement.to_vec();
+    let route = move |a: u32, b: u32| {
+        let (ha, hb) = (placement[a as usize], placement[b as usize]);
+        if ha == hb {
+            vec![(base + a as usize, 1.0), (base + ranks + b as usize, 1.0)]
+        } else {
+            (by_host.route)(ha, hb)
+        }
+    };
+    OracleNet { caps, route: Box::new(route) }
+}
+
+fn oracle_host_net(spec: &NetworkSpec, hosts: u32) -> OracleNet {
     let host_cap = spec.bandwidth_bps / 8e9;
     let h = hosts as usize;
     match spec.topology {
@@ -266,7 +292,7 @@ fn flow_model_matches_an_independent_fluid_oracle() {
     let mut rng = ChaCha8Rng::seed_from_u64(0x5eed_0005);
     let (mut checked, mut off_by_one, mut shared) = (0, 0, 0);
     for case in 0..200 {
-        let (spec, hosts) = match case % 3 {
+        let (mut spec, hosts) = match case % 3 {
             0 => (net(Fidelity::Flow, [8e9, 10e9, 25e9][rng.gen_range(0..3)], rng.gen_range(0..500)), rng.gen_range(2..7)),
             k => {
                 let per_leaf = rng.gen_range(1..4);
@@ -275,25 +301,32 @@ fn flow_model_matches_an_independent_fluid_oracle() {
                 (spec, rng.gen_range(per_leaf + 1..=3 * per_leaf + 1))
             }
         };
+        // every fourth case places 1 to 3 ranks per host, with or without an intra-host fabric
+        let per_host = if case % 4 == 3 { rng.gen_range(1..4) } else { 1 };
+        if per_host > 1 && rng.gen_bool(0.7) {
+            spec.intra_host_bandwidth_bps = Some([16e9, 100e9][rng.gen_range(0..2)]);
+            spec.intra_host_latency_ns = rng.gen_range(0..100);
+        }
+        let placement: Vec<u32> = (0..hosts * per_host).map(|r| r / per_host).collect();
+        let ranks = placement.len() as u32;
         let count = rng.gen_range(2..10);
         let xfers: Vec<Xfer> = (0..count)
             .map(|_| {
-                let src = rng.gen_range(0..hosts);
-                let dst = (src + rng.gen_range(1..hosts)) % hosts;
+                let src = rng.gen_range(0..ranks);
+                let dst = (src + rng.gen_range(1..ranks)) % ranks;
                 let bytes = if rng.gen_bool(0.3) { 1000 * rng.gen_range(1..20) } else { rng.gen_range(1..20_000) };
                 Xfer { src, dst, bytes, start: if rng.gen_bool(0.3) { 0 } else { rng.gen_range(0..20_000) }, band: rng.gen_range(0..3) }
             })
             .collect();
-        let placement: Vec<u32> = (0..hosts).collect();
         let flows = run_transfers(&xfers, &placement, &spec);
-        let oracle = oracle_completions(&xfers, &oracle_net(&spec, hosts));
+        let oracle = oracle_completions(&xfers, &oracle_net(&spec, &placement));
         // a transfer that took longer than alone on an idle network shared something
-        let idle = |x: &Xfer| oracle_completions(&[Xfer { start: 0, ..*x }], &oracle_net(&spec, hosts))[0];
+        let idle = |x: &Xfer| oracle_completions(&[Xfer { start: 0, ..*x }], &oracle_net(&spec, &placement))[0];
         shared += xfers.iter().zip(&oracle).filter(|(x, &o)| o - x.start > idle(x)).count();
         for (i, (f, &o)) in flows.iter().zip(&oracle).enumerate() {
             let d = f.tx_end.abs_diff(o);
             off_by_one += d as usize;
-            assert!(d <= 1, "case {case} ({:?}, {hosts} hosts) transfer {i} {:?}: model {} oracle {o}\n{xfers:?}", spec.topology, xfers[i], f.tx_end);
+            assert!(d <= 1, "case {case} ({:?}, {placement:?}) transfer {i} {:?}: model {} oracle {o}\n{xfers:?}", spec.topology, xfers[i], f.tx_end);
             checked += 1;
         }
     }
@@ -505,5 +538,28 @@ fn the_model_exposes_switches_and_routes_name_them() {
     // every link of the route attaches to a switch the route crosses
     for &l in topo.route(0, 3).links() {
         assert!(topo.route(0, 3).switches().iter().any(|&s| topo.switches()[s as usize].links.contains(&l)));
+    }
+}
+
+#[test]
+fn analytic_cross_rack_time_uses_the_route_bottleneck() {
+    // One transfer across racks, alone: with spray its bottleneck is
+    // min(bw, bw hpl / os) (the leaf's aggregate uplink); with ECMP one spine
+    // link, min(bw, bw hpl / (S os)). Latency 2 L either way.
+    let (bw, lat, b, hpl) = (10_000_000_000u64, 800u64, 3_000_001u64, 4u32);
+    for spines in [1u32, 2, 3, 5] {
+        for (p, q) in [(1u64, 1u64), (2, 1), (8, 1), (3, 2)] {
+            for routing in [Routing::Spray, Routing::Ecmp] {
+                let mut spec = leaf_spine(bw as f64, lat, hpl, spines, p as f64 / q as f64, routing);
+                spec.fidelity = Fidelity::Analytic;
+                let r = run_transfers(&[Xfer { src: 0, dst: 1, bytes: b, start: 0, band: 0 }], &[0, hpl], &spec);
+                // bottleneck in bit/s = bw * hpl * q / (p * s) with s = 1 (spray) or S (ecmp), capped at bw
+                let s = if routing == Routing::Spray { 1 } else { spines as u64 };
+                let (num, den) = (bw as u128 * hpl as u128 * q as u128, p as u128 * s as u128);
+                let bits = b as u128 * 8_000_000_000;
+                let tx = if num < bw as u128 * den { (bits * den).div_ceil(num) } else { bits.div_ceil(bw as u128) };
+                assert_eq!(r[0].delivered, tx as u64 + 2 * lat, "{routing:?} S={spines} os={p}/{q}");
+            }
+        }
     }
 }
