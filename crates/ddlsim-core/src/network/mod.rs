@@ -19,7 +19,7 @@ pub mod topology;
 
 pub use config::{Fidelity, NetworkSpec, Routing, TopologySpec};
 pub use maxmin::{max_min_fair, max_min_fair_banded, FlowNetwork, FlowStart, Reschedule};
-pub use topology::{ceil_ns, transmit_ns, Path, Ratio, Switch, SwitchKind, Topology};
+pub use topology::{transmit_ns, transmit_ns_exact, NOISE, Path, Ratio, Switch, SwitchKind, Topology};
 
 use rustc_hash::FxHashMap as HashMap;
 

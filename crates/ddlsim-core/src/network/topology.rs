@@ -147,31 +147,11 @@ pub fn transmit_ns(bytes: u64, bps: f64) -> Option<Time> {
     (x < Time::MAX as f64).then_some(x as Time)
 }
 
-/// Relative float noise forgiven when a computed time lands just above a
-/// whole nanosecond (see [`ceil_ns`]).
+/// Float noise forgiven by the flow model when it decides at which whole
+/// nanosecond a shared flow was served all its bytes: bytes still missing
+/// then, within this fraction of the flow's accumulated byte target, count
+/// as served (see the flow model's semantics in `maxmin`).
 pub const NOISE: f64 = 1e-11;
-
-/// A duration computed in f64 (the flow model's shared rates), rounded up
-/// to a whole nanosecond; a value within `NOISE` (relative) above a whole
-/// nanosecond is float noise of an exact whole value and is not rounded up.
-/// None for a duration beyond 64-bit nanoseconds (or infinite).
-pub fn ceil_ns(x: f64) -> Option<Time> {
-    if x.is_nan() {
-        return None;
-    }
-    if x <= 0.0 {
-        return Some(0);
-    }
-    if x >= 1.8e19 {
-        return None;
-    }
-    let f = x.floor();
-    if x - f <= NOISE * x.max(1.0) {
-        Some(f as Time)
-    } else {
-        Some(f as Time + 1)
-    }
-}
 
 /// A directed link. `capacity` is in bytes per nanosecond (1 Gbit/s =
 /// 0.125); `bps` is the same capacity exactly, in bits per second, when it
@@ -624,9 +604,6 @@ mod tests {
         assert_eq!(transmit_ns(3, 3e9), Some(8));
         assert_eq!(transmit_ns(1, 0.0), None);
         assert_eq!(transmit_ns(u64::MAX, 1.0), None);
-        assert_eq!(ceil_ns(1000.0 * (1.0 + 1e-15)), Some(1000));
-        assert_eq!(ceil_ns(1000.01), Some(1001));
-        assert_eq!(ceil_ns(f64::INFINITY), None);
         assert_eq!(Ratio::from_f64(0.375), Some(Ratio { num: 3, den: 8 }));
         assert_eq!(Ratio::from_f64(10e9), Some(Ratio { num: 10_000_000_000, den: 1 }));
     }
