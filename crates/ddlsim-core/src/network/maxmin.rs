@@ -1,106 +1,210 @@
-//! Max-min fair sharing (progressive filling) and the flow-level network
-//! that recomputes it, incrementally, whenever a flow starts or finishes.
+//! Max-min fair sharing (progressive filling) with strict-priority bands,
+//! and the flow-level network that recomputes it, incrementally, whenever a
+//! flow starts or finishes.
+//!
+//! Semantics (what the randomized oracle test reproduces): rates are
+//! constant between events, and events happen at whole nanoseconds. Band 0
+//! gets the max-min fair shares of the full link capacities; band 1 shares
+//! what band 0 left, max-min within the band, and so on. A link counts a
+//! flow by the share of its rate it carries (a sprayed flow is `1/spines` of
+//! a flow on each spine link). A flow is done at the first whole nanosecond
+//! at which the bytes it was served reach its size: `ceil` of the exact
+//! crossing time, computed in f64 with only float noise forgiven (bytes
+//! missing at a whole ns that are within 1e-11 of the flow's accumulated
+//! target, [`NOISE`], count as served); it keeps its
+//! rate until then and its share is released at that nanosecond. A flow
+//! alone on its route is timed exactly ([`Path::transmit_ns`], u128).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::topology::{transmit_ns, Path, Topology};
+use super::topology::{Path, Topology, NOISE};
 use crate::engine::Time;
+use crate::executor::MAX_TIME;
 
-/// Max-min fair rates by progressive filling.
+/// Max-min fair rates by progressive filling (one band, whole flows).
 ///
 /// `capacities[l]` is link l's capacity; `flow_links[f]` the links flow f
 /// crosses. Repeatedly the link with the smallest fair share
 /// (remaining capacity / unfrozen flows) is saturated and its flows frozen at
 /// that share. Ties go to the lower link index, so the result is reproducible.
 pub fn max_min_fair(capacities: &[f64], flow_links: &[Vec<u32>]) -> Vec<f64> {
+    let bands = vec![0u8; flow_links.len()];
+    max_min_fair_banded(capacities, flow_links, &bands)
+}
+
+/// Strict-priority max-min: flows of band 0 share the full capacities
+/// max-min fairly, band 1 shares what band 0 left, and so on.
+pub fn max_min_fair_banded(capacities: &[f64], flow_links: &[Vec<u32>], bands: &[u8]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..flow_links.len()).collect();
+    order.sort_by_key(|&f| (bands[f], f));
+    let mut p = Problem::default();
+    for &f in &order {
+        p.push(bands[f], 1, flow_links[f].iter().map(|&l| (l, 1)));
+    }
     let mut solver = WaterFill::default();
-    solver.solve_weighted(capacities, flow_links, &vec![1.0; flow_links.len()])
+    let rates = solver.solve(capacities, &p, 1.0);
+    let mut out = vec![0.0; flow_links.len()];
+    for (i, &f) in order.iter().enumerate() {
+        out[f] = rates[i];
+    }
+    out
+}
+
+/// A max-min problem in flat arrays, its entries in band order: entry i
+/// stands for `weight[i]` identical flows crossing `links[offs[i]..offs[i+1]]`,
+/// each link carrying `units / scale` of a flow's rate.
+#[derive(Default)]
+struct Problem {
+    offs: Vec<u32>,
+    links: Vec<u32>,
+    units: Vec<u32>,
+    weight: Vec<u32>,
+    band: Vec<u8>,
+}
+
+impl Problem {
+    fn clear(&mut self) {
+        self.offs.clear();
+        self.links.clear();
+        self.units.clear();
+        self.weight.clear();
+        self.band.clear();
+    }
+
+    fn push(&mut self, band: u8, weight: u32, links: impl Iterator<Item = (u32, u32)>) {
+        if self.offs.is_empty() {
+            self.offs.push(0);
+        }
+        for (l, u) in links {
+            self.links.push(l);
+            self.units.push(u);
+        }
+        self.offs.push(self.links.len() as u32);
+        self.weight.push(weight);
+        self.band.push(band);
+    }
+
+    fn len(&self) -> usize {
+        self.weight.len()
+    }
 }
 
 #[derive(Default)]
 struct WaterFill {
     remaining: Vec<f64>,
-    unfrozen: Vec<f64>,
+    /// Unfrozen usage per link, in units (exact integers).
+    unfrozen: Vec<u64>,
     link_flows: Vec<Vec<u32>>,
+    rate: Vec<f64>,
+    frozen: Vec<bool>,
 }
 
+/// A remaining capacity below this fraction of the link's capacity is float
+/// residue of a saturated link.
+const RESIDUE: f64 = 1e-12;
+
 impl WaterFill {
-    /// Progressive filling where entry f stands for `weights[f]` identical
-    /// flows; returns the rate of one such flow.
-    fn solve_weighted(&mut self, capacities: &[f64], paths: &[Vec<u32>], weights: &[f64]) -> Vec<f64> {
-        let nl = capacities.len();
+    /// Progressive filling band by band; returns the rate of one flow of each entry.
+    fn solve(&mut self, caps: &[f64], p: &Problem, scale: f64) -> &[f64] {
+        let nl = caps.len();
+        let k = p.len();
         self.remaining.clear();
-        self.remaining.extend_from_slice(capacities);
+        self.remaining.extend_from_slice(caps);
         self.unfrozen.clear();
-        self.unfrozen.resize(nl, 0.0);
+        self.unfrozen.resize(nl, 0);
         self.link_flows.iter_mut().for_each(Vec::clear);
         self.link_flows.resize_with(nl, Vec::new);
-        for (f, links) in paths.iter().enumerate() {
-            for &l in links.iter() {
-                self.unfrozen[l as usize] += weights[f];
-                self.link_flows[l as usize].push(f as u32);
+        self.rate.clear();
+        self.rate.resize(k, 0.0);
+        self.frozen.clear();
+        self.frozen.resize(k, false);
+        let mut start = 0;
+        while start < k {
+            let band = p.band[start];
+            let mut end = start;
+            while end < k && p.band[end] == band {
+                end += 1;
             }
-        }
-        let mut rate = vec![f64::NAN; paths.len()];
-        let mut left = paths.len();
-        while left > 0 {
-            let mut best = usize::MAX;
-            let mut best_share = f64::INFINITY;
-            for l in 0..nl {
-                if self.unfrozen[l] > 0.0 {
-                    let share = self.remaining[l].max(0.0) / self.unfrozen[l];
-                    if share < best_share {
-                        best_share = share;
-                        best = l;
+            if start > 0 {
+                self.unfrozen.iter_mut().for_each(|u| *u = 0);
+                self.link_flows.iter_mut().for_each(Vec::clear);
+            }
+            for f in start..end {
+                for j in p.offs[f] as usize..p.offs[f + 1] as usize {
+                    let l = p.links[j] as usize;
+                    self.unfrozen[l] += p.weight[f] as u64 * p.units[j] as u64;
+                    self.link_flows[l].push(f as u32);
+                }
+            }
+            let mut left = end - start;
+            while left > 0 {
+                let mut best = usize::MAX;
+                let mut best_share = f64::INFINITY;
+                for (l, ((&units, &rem), &cap)) in self.unfrozen.iter().zip(&self.remaining).zip(caps).enumerate() {
+                    if units > 0 {
+                        let rem = if rem <= cap * RESIDUE { 0.0 } else { rem };
+                        let share = rem * scale / units as f64;
+                        if share < best_share {
+                            best_share = share;
+                            best = l;
+                        }
                     }
                 }
-            }
-            if best == usize::MAX {
-                // Flows crossing no link: unconstrained.
-                for r in rate.iter_mut().filter(|r| r.is_nan()) {
-                    *r = f64::INFINITY;
+                if best == usize::MAX {
+                    // Flows crossing no link: unconstrained.
+                    for f in start..end {
+                        if !self.frozen[f] {
+                            self.rate[f] = f64::INFINITY;
+                        }
+                    }
+                    break;
                 }
-                break;
-            }
-            for i in 0..self.link_flows[best].len() {
-                let f = self.link_flows[best][i] as usize;
-                if !rate[f].is_nan() {
-                    continue;
+                for i in 0..self.link_flows[best].len() {
+                    let f = self.link_flows[best][i] as usize;
+                    if self.frozen[f] {
+                        continue;
+                    }
+                    self.frozen[f] = true;
+                    self.rate[f] = best_share;
+                    left -= 1;
+                    for j in p.offs[f] as usize..p.offs[f + 1] as usize {
+                        let l = p.links[j] as usize;
+                        let used = p.weight[f] as u64 * p.units[j] as u64;
+                        self.remaining[l] -= best_share * used as f64 / scale;
+                        self.unfrozen[l] -= used;
+                    }
                 }
-                rate[f] = best_share;
-                left -= 1;
-                for &l in &paths[f] {
-                    self.remaining[l as usize] -= best_share * weights[f];
-                    self.unfrozen[l as usize] -= weights[f];
+                self.remaining[best] = 0.0;
+            }
+            for (rem, &cap) in self.remaining.iter_mut().zip(caps) {
+                if *rem <= cap * RESIDUE {
+                    *rem = 0.0;
                 }
             }
-            // Guard against float residue keeping a link "unfrozen".
-            for u in self.unfrozen.iter_mut() {
-                if *u < 0.5 {
-                    *u = 0.0;
-                }
-            }
+            start = end;
         }
-        rate
+        &self.rate
     }
 }
 
-/// Flows with the same route form a class: max-min gives them the same
-/// rate, so they progress in lockstep. A class keeps its per-flow service
-/// (bytes each member has sent since the class formed); a member is done
-/// when the service reaches its target. Only the class's earliest target
-/// needs a pending event, so a rate change costs O(classes), not O(flows).
+/// Flows with the same route and band form a class: max-min gives them the
+/// same rate, so they progress in lockstep. A class keeps its per-flow
+/// service (bytes each member was served since the class formed) as
+/// `base + rate * (t - since)`, `since` being its last rate change; a member
+/// is done when the service reaches its target. Only the class's earliest
+/// target needs a pending event, so a rate change costs O(classes), not
+/// O(flows).
 #[derive(Debug, Clone)]
 struct Class {
-    path: Path,
+    band: u8,
     /// (target service, flow id), earliest first.
     members: BinaryHeap<Reverse<(OrderedBytes, u32)>>,
-    service: f64,
+    base: f64,
+    since: Time,
     rate: f64,
-    last: Time,
     version: u32,
     /// Set while the class is a lone flow whose end was handed to the caller
     /// directly (no completion event): its transmission ends then, unless
@@ -108,9 +212,14 @@ struct Class {
     lone_until: Option<Time>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct OrderedBytes(f64);
 impl Eq for OrderedBytes {}
+impl PartialOrd for OrderedBytes {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 impl Ord for OrderedBytes {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&other.0)
@@ -118,9 +227,17 @@ impl Ord for OrderedBytes {
 }
 
 impl Class {
+    fn service_at(&self, now: Time) -> f64 {
+        if self.rate == 0.0 {
+            self.base
+        } else {
+            self.base + self.rate * (now - self.since) as f64
+        }
+    }
+
     fn settle(&mut self, now: Time) {
-        self.service += self.rate * (now - self.last) as f64;
-        self.last = now;
+        self.base = self.service_at(now);
+        self.since = now;
     }
 
     fn count(&self) -> u32 {
@@ -128,7 +245,62 @@ impl Class {
     }
 
     fn head_target(&self) -> f64 {
-        self.members.peek().map(|Reverse((t, _))| t.0).unwrap_or(self.service)
+        self.members.peek().map(|Reverse((t, _))| t.0).unwrap_or(self.base)
+    }
+
+    /// The whole nanosecond at which a member with `target` is done at the
+    /// current rate; None if never (rate 0) or beyond the engine's clock.
+    fn end_of(&self, target: f64) -> Option<Time> {
+        if self.rate.is_nan() || self.rate <= 0.0 {
+            return None;
+        }
+        let left = target - self.base;
+        let x = left.max(0.0) / self.rate;
+        if x.is_nan() || x >= 1.8e19 {
+            return None;
+        }
+        // Whole ns at which the service reaches the target: floor(x) if the
+        // bytes still missing then are float noise of the accumulated service
+        // (NOISE relative to the target), else floor(x) + 1.
+        let whole = x.floor();
+        let dt = if left - whole * self.rate <= NOISE * target.abs().max(1.0) { whole as Time } else { whole as Time + 1 };
+        self.since.checked_add(dt).filter(|&t| t <= MAX_TIME)
+    }
+}
+
+/// Settles a lone class on `link` before another flow uses the link: if
+/// its transmission is over it leaves the network; otherwise it becomes
+/// an ordinary class with a completion event at its (exact) end, and its
+/// direct end is cancelled.
+#[allow(clippy::too_many_arguments)]
+fn resolve_lone(
+    classes: &mut [Class],
+    link_classes: &mut [Vec<u32>],
+    paths: &[Path],
+    active: &mut usize,
+    now: Time,
+    link: u32,
+    out: &mut Vec<Reschedule>,
+    cancelled: &mut Vec<u32>,
+) {
+    let Some(&class) = link_classes[link as usize].first() else { return };
+    let c = &mut classes[class as usize];
+    let Some(end) = c.lone_until.take() else { return };
+    debug_assert_eq!(link_classes[link as usize].len(), 1, "a lone class shares no link");
+    c.version = c.version.wrapping_add(1);
+    if end <= now {
+        c.members.clear();
+        c.rate = 0.0;
+        *active -= 1;
+        for &l in paths[class as usize].links() {
+            let list = &mut link_classes[l as usize];
+            let pos = list.iter().position(|&x| x == class).expect("class registered on its links");
+            list.swap_remove(pos);
+        }
+    } else {
+        let Reverse((_, flow)) = *c.members.peek().expect("a lone class has its flow");
+        cancelled.push(flow);
+        out.push(Reschedule { class, version: c.version, done_at: end });
     }
 }
 
@@ -151,14 +323,20 @@ pub enum FlowStart {
     Shared,
 }
 
-/// Flow-level network: every active flow gets its max-min fair rate.
+
+/// Flow-level network: every active flow gets its strict-priority max-min rate.
 pub struct FlowNetwork {
     topo: Topology,
     classes: Vec<Class>,
-    class_of_pair: HashMap<(u32, u32), u32>,
+    /// Route of each class (apart from `classes` so both can be borrowed).
+    paths: Vec<Path>,
+    /// Class of each (route key | band << 55).
+    class_of: HashMap<u64, u32>,
     link_classes: Vec<Vec<u32>>,
     active: usize,
+    scale: f64,
     // scratch, reused across recomputations
+    seed: Vec<u32>,
     link_mark: Vec<u32>,
     class_mark: Vec<u32>,
     epoch: u32,
@@ -166,8 +344,7 @@ pub struct FlowNetwork {
     comp_classes: Vec<u32>,
     stack: Vec<u32>,
     local_of_link: Vec<u32>,
-    local_paths: Vec<Vec<u32>>,
-    weights: Vec<f64>,
+    problem: Problem,
     caps: Vec<f64>,
     solver: WaterFill,
     recomputations: u64,
@@ -176,12 +353,16 @@ pub struct FlowNetwork {
 impl FlowNetwork {
     pub fn new(topo: Topology) -> Self {
         let nl = topo.links.len();
+        let scale = topo.usage_scale() as f64;
         FlowNetwork {
             topo,
             classes: Vec::new(),
-            class_of_pair: HashMap::default(),
+            paths: Vec::new(),
+            class_of: HashMap::default(),
             link_classes: vec![Vec::new(); nl],
             active: 0,
+            scale,
+            seed: Vec::new(),
             link_mark: vec![0; nl],
             class_mark: Vec::new(),
             epoch: 0,
@@ -189,8 +370,7 @@ impl FlowNetwork {
             comp_classes: Vec::new(),
             stack: Vec::new(),
             local_of_link: vec![0; nl],
-            local_paths: Vec::new(),
-            weights: Vec::new(),
+            problem: Problem::default(),
             caps: Vec::new(),
             solver: WaterFill::default(),
             recomputations: 0,
@@ -210,18 +390,21 @@ impl FlowNetwork {
         self.active
     }
 
-    /// Current per-flow rate between two hosts, in bytes/ns (0 if none).
-    pub fn rate_between(&self, src: u32, dst: u32) -> f64 {
-        self.class_of_pair.get(&(src, dst)).map(|&c| self.classes[c as usize].rate).unwrap_or(0.0)
+    /// Current per-flow rate from rank `src` to rank `dst` in `band`, in bytes/ns (0 if none).
+    pub fn rate_between(&self, src: u32, dst: u32, band: u8) -> f64 {
+        let key = self.topo.route_key(src, dst) | (band as u64) << 55;
+        self.class_of.get(&key).map(|&c| &self.classes[c as usize]).filter(|c| !c.members.is_empty()).map_or(0.0, |c| c.rate)
     }
 
-    /// Starts flow `flow` (the caller's id) of `bytes` from `src` to `dst`.
+    /// Starts flow `flow` (the caller's id) of `bytes` from rank `src` to
+    /// rank `dst` in priority `band` (0 first).
     ///
     /// A flow alone on every link of its route is [`FlowStart::Lone`]: its
-    /// end is known now and no completion event is needed. If a later flow
-    /// joins one of its links before that end, its id is appended to
-    /// `cancelled` and it gets a normal completion event like any shared
+    /// end is known now (exactly) and no completion event is needed. If a
+    /// later flow joins one of its links before that end, its id is appended
+    /// to `cancelled` and it gets a normal completion event like any shared
     /// flow. Classes whose next completion changed are appended to `out`.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         &mut self,
         now: Time,
@@ -229,153 +412,124 @@ impl FlowNetwork {
         src: u32,
         dst: u32,
         bytes: u64,
+        band: u8,
         out: &mut Vec<Reschedule>,
         cancelled: &mut Vec<u32>,
-    ) -> FlowStart {
-        self.active += 1;
-        let class = match self.class_of_pair.get(&(src, dst)) {
+    ) -> Result<FlowStart, String> {
+        let key = self.topo.route_key(src, dst) | (band as u64) << 55;
+        let class = match self.class_of.get(&key) {
             Some(&c) => c,
-            None => self.new_class(now, src, dst),
+            None => self.new_class(now, src, dst, band, key),
         };
-        let path = self.classes[class as usize].path;
-        for &l in path.links() {
-            self.resolve_lone(now, l, out, cancelled);
+        self.active += 1;
+        let links = self.paths[class as usize].links();
+        for &l in links {
+            resolve_lone(&mut self.classes, &mut self.link_classes, &self.paths, &mut self.active, now, l, out, cancelled);
         }
-        let alone = self.classes[class as usize].members.is_empty()
-            && path.links().iter().all(|&l| self.link_classes[l as usize].is_empty());
+        let alone = self.classes[class as usize].members.is_empty() && links.iter().all(|&l| self.link_classes[l as usize].is_empty());
         let c = &mut self.classes[class as usize];
-        if c.members.is_empty() {
-            // An idle class restarts from zero service.
-            c.service = 0.0;
-            c.rate = 0.0;
-            c.last = now;
-        }
-        c.settle(now);
-        let old_head = c.head_target();
         let was_empty = c.members.is_empty();
-        c.members.push(Reverse((OrderedBytes(c.service + bytes as f64), flow)));
+        if was_empty {
+            // An idle class restarts from zero service.
+            c.base = 0.0;
+            c.rate = 0.0;
+            c.since = now;
+        }
+        let old_head = c.head_target();
+        c.members.push(Reverse((OrderedBytes(c.service_at(now) + bytes as f64), flow)));
         let head_changed = was_empty || c.head_target() != old_head;
         if was_empty {
-            for &l in path.links() {
+            for &l in self.paths[class as usize].links() {
                 self.link_classes[l as usize].push(class);
             }
         }
         if alone {
             self.recomputations += 1;
+            let path = &self.paths[class as usize];
+            let tx_end = path
+                .transmit_ns(bytes)
+                .and_then(|t| now.checked_add(t))
+                .filter(|&t| t <= MAX_TIME)
+                .ok_or_else(|| super::too_long(bytes))?;
             let c = &mut self.classes[class as usize];
-            c.rate = self.topo.bottleneck(&path);
+            c.rate = path.bottleneck;
             c.version = c.version.wrapping_add(1);
-            let tx_end = now + transmit_ns(bytes as f64, c.rate);
             c.lone_until = Some(tx_end);
-            return FlowStart::Lone { tx_end, latency: path.latency };
+            return Ok(FlowStart::Lone { tx_end, latency: path.latency });
         }
-        self.reallocate(now, &path, if head_changed { Some(class) } else { None }, out);
-        FlowStart::Shared
-    }
-
-    /// Settles a lone class on `link` before another flow uses the link: if
-    /// its transmission is over it leaves the network; otherwise it becomes
-    /// an ordinary class with a completion event (and its direct end is
-    /// cancelled).
-    fn resolve_lone(&mut self, now: Time, link: u32, out: &mut Vec<Reschedule>, cancelled: &mut Vec<u32>) {
-        let Some(&class) = self.link_classes[link as usize].first() else { return };
-        let c = &mut self.classes[class as usize];
-        let Some(end) = c.lone_until.take() else { return };
-        debug_assert_eq!(self.link_classes[link as usize].len(), 1, "a lone class shares no link");
-        if end <= now {
-            c.members.clear();
-            c.rate = 0.0;
-            c.version = c.version.wrapping_add(1);
-            self.active -= 1;
-            let path = c.path;
-            for &l in path.links() {
-                let list = &mut self.link_classes[l as usize];
-                let pos = list.iter().position(|&x| x == class).expect("class registered on its links");
-                list.swap_remove(pos);
-            }
-        } else {
-            c.settle(now);
-            c.version = c.version.wrapping_add(1);
-            let Reverse((_, flow)) = *c.members.peek().expect("a lone class has its flow");
-            cancelled.push(flow);
-            out.push(Reschedule { class, version: c.version, done_at: end });
-        }
+        self.reallocate(now, class, if head_changed { Some(class) } else { None }, out);
+        Ok(FlowStart::Shared)
     }
 
     /// Classes live as long as the network: an idle one keeps its heap's
     /// capacity and is simply off its links' lists.
-    fn new_class(&mut self, now: Time, src: u32, dst: u32) -> u32 {
-        self.classes.push(Class {
-            path: self.topo.route(src, dst),
-            members: BinaryHeap::new(),
-            service: 0.0,
-            rate: 0.0,
-            last: now,
-            version: 0,
-            lone_until: None,
-        });
+    fn new_class(&mut self, now: Time, src: u32, dst: u32, band: u8, key: u64) -> u32 {
+        self.classes.push(Class { band, members: BinaryHeap::new(), base: 0.0, since: now, rate: 0.0, version: 0, lone_until: None });
+        self.paths.push(self.topo.route(src, dst));
         self.class_mark.push(0);
         let id = (self.classes.len() - 1) as u32;
-        self.class_of_pair.insert((src, dst), id);
+        self.class_of.insert(key, id);
         id
     }
 
-    /// Handles a class's completion event: every member whose target is
-    /// reached is done. Appends `(flow, path latency)` for each to `done`;
+    /// Handles a class's completion event: its head member is done, and so
+    /// is every other member whose own completion time, computed the same
+    /// way, is not later. Appends `(flow, path latency)` for each to `done`;
     /// appends nothing if the event is stale.
     pub fn finish(&mut self, now: Time, class: u32, version: u32, done: &mut Vec<(u32, Time)>, out: &mut Vec<Reschedule>) {
         let c = &mut self.classes[class as usize];
         if c.version != version || c.members.is_empty() || c.lone_until.is_some() {
             return;
         }
-        c.settle(now);
-        let latency = c.path.latency;
-        let tolerance = 1e-6 * c.service.abs().max(1.0);
+        let latency = self.paths[class as usize].latency;
         let first = done.len();
+        let Reverse((_, head)) = c.members.pop().expect("non-empty");
+        done.push((head, latency));
         while let Some(&Reverse((target, flow))) = c.members.peek() {
-            // The head is due by construction of the event time; others
-            // finish with it if they reached their target too.
-            if target.0 > c.service + tolerance && done.len() > first {
+            if c.end_of(target.0).is_some_and(|t| t <= now) {
+                c.members.pop();
+                done.push((flow, latency));
+            } else {
                 break;
             }
-            c.members.pop();
-            done.push((flow, latency));
         }
         self.active -= done.len() - first;
-        let path = c.path;
         let emptied = c.members.is_empty();
         if emptied {
             c.rate = 0.0;
             c.version = c.version.wrapping_add(1);
-            for &l in path.links() {
+            for &l in self.paths[class as usize].links() {
                 let list = &mut self.link_classes[l as usize];
                 let pos = list.iter().position(|&x| x == class).expect("class registered on its links");
                 list.swap_remove(pos);
             }
         }
-        self.reallocate(now, &path, if emptied { None } else { Some(class) }, out);
+        self.reallocate(now, class, if emptied { None } else { Some(class) }, out);
     }
 
-    /// Recomputes max-min rates for the classes connected (through shared
-    /// links, transitively) to `seed`'s links; others keep theirs. `force`
-    /// is a class whose next completion must be rescheduled even if its rate
-    /// stays the same (its head member changed).
-    fn reallocate(&mut self, now: Time, seed: &Path, force: Option<u32>, out: &mut Vec<Reschedule>) {
+    /// Recomputes rates for the classes connected (through shared links,
+    /// transitively, whatever their band) to `seed`'s links; others keep
+    /// theirs. `force` is a class whose next completion must be rescheduled
+    /// even if its rate stays the same (its head member changed).
+    fn reallocate(&mut self, now: Time, seed_class: u32, force: Option<u32>, out: &mut Vec<Reschedule>) {
+        let mut seed = std::mem::take(&mut self.seed);
+        seed.clear();
+        seed.extend_from_slice(self.paths[seed_class as usize].links());
         if let Some(c) = force {
-            let alone = seed.links().iter().all(|&l| {
+            let alone = seed.iter().all(|&l| {
                 let on = &self.link_classes[l as usize];
                 on.len() == 1 && on[0] == c
             });
             if alone {
                 // The common case of a lone route: its own bottleneck, no traversal.
+                self.seed = seed;
                 self.recomputations += 1;
-                let cl = &mut self.classes[c as usize];
-                cl.settle(now);
-                let rate = self.topo.bottleneck(&cl.path) / cl.count() as f64;
+                let rate = self.paths[c as usize].bottleneck / self.classes[c as usize].count() as f64;
                 self.set_rate(now, c, rate, true, out);
                 return;
             }
-        } else if seed.links().iter().all(|&l| self.link_classes[l as usize].is_empty()) {
+        } else if seed.iter().all(|&l| self.link_classes[l as usize].is_empty()) {
+            self.seed = seed;
             return;
         }
         self.epoch = self.epoch.wrapping_add(1);
@@ -388,12 +542,13 @@ impl FlowNetwork {
         self.comp_links.clear();
         self.comp_classes.clear();
         let mut stack = std::mem::take(&mut self.stack);
-        for &l in seed.links() {
+        for &l in &seed {
             if self.link_mark[l as usize] != epoch {
                 self.link_mark[l as usize] = epoch;
                 stack.push(l);
             }
         }
+        self.seed = seed;
         while let Some(l) = stack.pop() {
             self.comp_links.push(l);
             for &c in &self.link_classes[l as usize] {
@@ -402,7 +557,7 @@ impl FlowNetwork {
                 }
                 self.class_mark[c as usize] = epoch;
                 self.comp_classes.push(c);
-                for &l2 in self.classes[c as usize].path.links() {
+                for &l2 in self.paths[c as usize].links() {
                     if self.link_mark[l2 as usize] != epoch {
                         self.link_mark[l2 as usize] = epoch;
                         stack.push(l2);
@@ -415,52 +570,50 @@ impl FlowNetwork {
             return;
         }
         self.recomputations += 1;
-        // Deterministic order regardless of traversal details.
-        self.comp_classes.sort_unstable();
-        self.comp_links.sort_unstable();
-        for &c in &self.comp_classes {
-            self.classes[c as usize].settle(now);
-        }
         if self.comp_classes.len() == 1 {
             let c = self.comp_classes[0];
-            let cl = &self.classes[c as usize];
-            let rate = self.topo.bottleneck(&cl.path) / cl.count() as f64;
+            let rate = self.paths[c as usize].bottleneck / self.classes[c as usize].count() as f64;
             self.set_rate(now, c, rate, force == Some(c), out);
             return;
         }
+        // Deterministic order regardless of traversal details; bands in priority order.
+        let classes = &self.classes;
+        self.comp_classes.sort_unstable_by_key(|&c| (classes[c as usize].band, c));
+        self.comp_links.sort_unstable();
         self.caps.clear();
         for (i, &l) in self.comp_links.iter().enumerate() {
             self.local_of_link[l as usize] = i as u32;
             self.caps.push(self.topo.links[l as usize].capacity);
         }
-        let k = self.comp_classes.len();
-        self.local_paths.resize_with(k, Vec::new);
-        self.weights.clear();
-        for (i, &c) in self.comp_classes.iter().enumerate() {
-            let p = &mut self.local_paths[i];
-            p.clear();
-            p.extend(self.classes[c as usize].path.links().iter().map(|&l| self.local_of_link[l as usize]));
-            self.weights.push(self.classes[c as usize].count() as f64);
+        self.problem.clear();
+        for &c in &self.comp_classes {
+            let path = &self.paths[c as usize];
+            let local = &self.local_of_link;
+            let cl = &self.classes[c as usize];
+            self.problem.push(cl.band, cl.count(), path.links().iter().zip(path.units()).map(|(&l, &u)| (local[l as usize], u)));
         }
-        let rates = self.solver.solve_weighted(&self.caps, &self.local_paths[..k], &self.weights);
-        for i in 0..k {
+        self.solver.solve(&self.caps, &self.problem, self.scale);
+        for i in 0..self.comp_classes.len() {
             let c = self.comp_classes[i];
-            self.set_rate(now, c, rates[i], force == Some(c), out);
+            let rate = self.solver.rate[i];
+            self.set_rate(now, c, rate, force == Some(c), out);
         }
     }
 
     fn set_rate(&mut self, now: Time, c: u32, rate: f64, force: bool, out: &mut Vec<Reschedule>) {
         let cl = &mut self.classes[c as usize];
-        let unchanged = cl.rate > 0.0 && (rate - cl.rate).abs() <= 1e-12 * cl.rate;
+        let unchanged = rate == cl.rate || (cl.rate > 0.0 && (rate - cl.rate).abs() <= 1e-14 * cl.rate);
         if unchanged && !force {
             return;
         }
         if !unchanged {
+            cl.settle(now);
             cl.rate = rate;
         }
         cl.version = cl.version.wrapping_add(1);
-        let left = (cl.head_target() - cl.service).max(0.0);
-        out.push(Reschedule { class: c, version: cl.version, done_at: now + transmit_ns(left, cl.rate) });
+        if let Some(done_at) = cl.end_of(cl.head_target()) {
+            out.push(Reschedule { class: c, version: cl.version, done_at });
+        }
     }
 }
 
@@ -484,6 +637,20 @@ mod tests {
         let r = max_min_fair(&caps, &flows);
         assert!(close(r[0], 1.0 / 3.0) && close(r[1], 1.0 / 3.0) && close(r[2], 1.0 / 3.0));
         assert!(close(r[3], 2.0 / 3.0));
+    }
+
+    #[test]
+    fn a_lower_band_shares_only_what_the_higher_band_left() {
+        // Link 0 (cap 10) carries flows 0 (band 0), 1 (band 1), 2 (band 1);
+        // link 1 (cap 3) carries flow 0 alone: band 0 takes 3 on link 0,
+        // band 1 splits the 7 left.
+        let caps = [10.0, 3.0];
+        let flows = vec![vec![0, 1], vec![0], vec![0]];
+        let r = max_min_fair_banded(&caps, &flows, &[0, 1, 1]);
+        assert!(close(r[0], 3.0) && close(r[1], 3.5) && close(r[2], 3.5));
+        // A saturating higher band starves the lower one completely.
+        let r = max_min_fair_banded(&[1.0], &[vec![0], vec![0], vec![0]], &[2, 0, 1]);
+        assert_eq!(r, vec![0.0, 1.0, 0.0]);
     }
 
     #[test]
@@ -514,7 +681,7 @@ mod tests {
             intra_host_latency_ns: 0,
             record_flows: false,
         };
-        FlowNetwork::new(Topology::new(&spec, hosts).unwrap())
+        FlowNetwork::new(Topology::with_hosts(&spec, hosts).unwrap())
     }
 
     #[test]
@@ -522,12 +689,12 @@ mod tests {
         let mut net = star(3);
         let (mut out, mut done, mut cancelled) = (Vec::new(), Vec::new(), Vec::new());
         // a is alone: its end is known at once.
-        assert_eq!(net.start(0, 10, 0, 2, 1000, &mut out, &mut cancelled), FlowStart::Lone { tx_end: 1000, latency: 0 });
+        assert_eq!(net.start(0, 10, 0, 2, 1000, 0, &mut out, &mut cancelled).unwrap(), FlowStart::Lone { tx_end: 1000, latency: 0 });
         assert!(out.is_empty());
         // At t=500, a has 500 left; b joins from another host: 0.5 B/ns each.
-        assert_eq!(net.start(500, 11, 1, 2, 250, &mut out, &mut cancelled), FlowStart::Shared);
+        assert_eq!(net.start(500, 11, 1, 2, 250, 0, &mut out, &mut cancelled).unwrap(), FlowStart::Shared);
         assert_eq!(cancelled, vec![10], "a's direct end no longer holds");
-        let latest = |out: &Vec<Reschedule>, class: u32| *out.iter().filter(|r| r.class == class).last().unwrap();
+        let latest = |out: &Vec<Reschedule>, class: u32| *out.iter().rfind(|r| r.class == class).unwrap();
         assert_eq!(latest(&out, 0).done_at, 1500);
         assert_eq!(latest(&out, 1), Reschedule { class: 1, version: 1, done_at: 1000 });
         let a_version = latest(&out, 0).version;
@@ -550,8 +717,8 @@ mod tests {
     fn a_lone_flow_that_ended_leaves_when_the_next_one_comes() {
         let mut net = star(2);
         let (mut out, mut cancelled) = (Vec::new(), Vec::new());
-        assert_eq!(net.start(0, 1, 0, 1, 100, &mut out, &mut cancelled), FlowStart::Lone { tx_end: 100, latency: 0 });
-        assert_eq!(net.start(100, 2, 0, 1, 50, &mut out, &mut cancelled), FlowStart::Lone { tx_end: 150, latency: 0 });
+        assert_eq!(net.start(0, 1, 0, 1, 100, 0, &mut out, &mut cancelled).unwrap(), FlowStart::Lone { tx_end: 100, latency: 0 });
+        assert_eq!(net.start(100, 2, 0, 1, 50, 0, &mut out, &mut cancelled).unwrap(), FlowStart::Lone { tx_end: 150, latency: 0 });
         assert!(cancelled.is_empty() && out.is_empty());
         assert_eq!(net.active_flows(), 1);
     }
@@ -560,10 +727,10 @@ mod tests {
     fn flows_of_one_route_share_it_and_finish_in_size_order() {
         let mut net = star(2);
         let (mut out, mut done, mut cancelled) = (Vec::new(), Vec::new(), Vec::new());
-        net.start(0, 1, 0, 1, 300, &mut out, &mut cancelled);
-        net.start(0, 2, 0, 1, 100, &mut out, &mut cancelled);
+        net.start(0, 1, 0, 1, 300, 0, &mut out, &mut cancelled).unwrap();
+        net.start(0, 2, 0, 1, 100, 0, &mut out, &mut cancelled).unwrap();
         assert_eq!(cancelled, vec![1]);
-        assert_eq!(net.rate_between(0, 1), 0.5);
+        assert_eq!(net.rate_between(0, 1, 0), 0.5);
         // the small flow is the class head: done after 100 B at 0.5 B/ns.
         let head = *out.last().unwrap();
         assert_eq!(head.done_at, 200);
@@ -581,8 +748,8 @@ mod tests {
     fn flows_on_disjoint_links_do_not_disturb_each_other() {
         let mut net = star(4);
         let (mut out, mut cancelled) = (Vec::new(), Vec::new());
-        assert!(matches!(net.start(0, 0, 0, 1, 100, &mut out, &mut cancelled), FlowStart::Lone { .. }));
-        assert!(matches!(net.start(10, 1, 2, 3, 100, &mut out, &mut cancelled), FlowStart::Lone { .. }));
+        assert!(matches!(net.start(0, 0, 0, 1, 100, 0, &mut out, &mut cancelled).unwrap(), FlowStart::Lone { .. }));
+        assert!(matches!(net.start(10, 1, 2, 3, 100, 0, &mut out, &mut cancelled).unwrap(), FlowStart::Lone { .. }));
         assert!(out.is_empty() && cancelled.is_empty());
     }
 }

@@ -1,15 +1,30 @@
-//! Network models: they time transfers. Placeholder adapter over the
-//! foundation's models while the network rework lands.
+//! Network models: they time transfers between ranks.
+//!
+//! Two models implement [`NetworkModel`] over one [`Topology`] (links,
+//! switches, routes; see [`topology`] for intra-host links and ECMP/spray
+//! routing):
+//! - `analytic`: no contention; a transfer takes its route's latency plus
+//!   its size over the route's bottleneck (with spray, the aggregate spine
+//!   capacity), rounded up exactly. Bands are recorded, not used.
+//! - `flow`: strict-priority max-min fair sharing between concurrent flows
+//!   (band 0 first; see [`maxmin`] for the exact semantics), recomputed
+//!   incrementally per connected component of flows.
+//!
+//! With `record_flows`, both return one [`FlowRecord`] per transfer from
+//! [`NetworkModel::take_flows`], in delivery order.
 
 pub mod config;
 pub mod maxmin;
 pub mod topology;
 
 pub use config::{Fidelity, NetworkSpec, Routing, TopologySpec};
-pub use maxmin::{max_min_fair, FlowNetwork, FlowStart, Reschedule};
-pub use topology::{transmit_ns, Topology};
+pub use maxmin::{max_min_fair, max_min_fair_banded, FlowNetwork, FlowStart, Reschedule};
+pub use topology::{transmit_ns, transmit_ns_exact, NOISE, Path, Ratio, Switch, SwitchKind, Topology};
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::engine::Time;
+use crate::executor::MAX_TIME;
 
 pub trait Scheduler {
     fn schedule(&mut self, at: Time, token: u64);
@@ -52,6 +67,8 @@ pub struct FlowRecord {
 }
 
 pub trait NetworkModel {
+    /// The topology the model routes over (switches, links, routes).
+    fn topology(&self) -> &Topology;
     fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), String>;
     fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String>;
     fn stats(&self) -> NetworkStats;
@@ -59,57 +76,154 @@ pub trait NetworkModel {
 }
 
 pub fn build_network(spec: &NetworkSpec, host_of_rank: &[u32]) -> Result<Box<dyn NetworkModel>, String> {
-    let hosts = host_of_rank.iter().copied().max().map_or(0, |h| h + 1);
-    let topo = Topology::new(spec, hosts)?;
+    let topo = Topology::new(spec, host_of_rank)?;
+    let common = Common::new(spec.record_flows);
     Ok(match spec.fidelity {
-        Fidelity::Analytic => Box::new(Analytic { topo, hosts: host_of_rank.to_vec(), tx_end: Vec::new() }),
-        Fidelity::Flow => Box::new(Flow {
-            net: FlowNetwork::new(topo),
-            hosts: host_of_rank.to_vec(),
-            slots: Vec::new(),
-            out: Vec::new(),
-            cancelled: Vec::new(),
-            done: Vec::new(),
-        }),
+        Fidelity::Analytic => Box::new(Analytic { topo, routes: HashMap::default(), paths: Vec::new(), scratch: Path::default(), common }),
+        Fidelity::Flow => Box::new(Flow { net: FlowNetwork::new(topo), common, out: Vec::new(), cancelled: Vec::new(), done: Vec::new() }),
     })
 }
 
+/// Per transfer slot: delivery generation and end of transmission.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    generation: u32,
+    tx_end: Time,
+}
+
+struct Common {
+    record: bool,
+    slots: Vec<Slot>,
+    /// Per transfer slot, with `record` only: its request and start.
+    requests: Vec<(TransferRequest, Time)>,
+    records: Vec<FlowRecord>,
+    recorded: u64,
+}
+
+impl Common {
+    fn new(record: bool) -> Self {
+        Common { record, slots: Vec::new(), requests: Vec::new(), records: Vec::new(), recorded: 0 }
+    }
+
+    #[inline]
+    fn check(&self, req: &TransferRequest, ranks: u32) -> Result<(), String> {
+        if req.src >= ranks || req.dst >= ranks {
+            return Err(format!("internal error, please report: transfer {} -> {} outside the {ranks} placed ranks", req.src, req.dst));
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn begin(&mut self, now: Time, req: TransferRequest) -> &mut Slot {
+        let id = req.id as usize;
+        if self.slots.len() <= id {
+            self.slots.resize(id + 1, Slot::default());
+        }
+        if self.record {
+            self.remember(now, req);
+        }
+        &mut self.slots[id]
+    }
+
+    #[cold]
+    fn remember(&mut self, now: Time, req: TransferRequest) {
+        let id = req.id as usize;
+        if self.requests.len() <= id {
+            self.requests.resize(id + 1, (req, now));
+        }
+        self.requests[id] = (req, now);
+    }
+
+    #[inline]
+    fn deliver(&mut self, id: u32, now: Time, out: &mut Vec<Delivery>) {
+        let tx_end = self.slots[id as usize].tx_end;
+        out.push(Delivery { id, tx_end });
+        if self.record {
+            self.write_record(id, tx_end, now);
+        }
+    }
+
+    #[cold]
+    fn write_record(&mut self, id: u32, tx_end: Time, now: Time) {
+        let (r, start) = self.requests[id as usize];
+        self.recorded += 1;
+        self.records.push(FlowRecord {
+            message: r.message,
+            src: r.src,
+            dst: r.dst,
+            bytes: r.bytes,
+            band: r.band,
+            tenant: r.tenant,
+            start,
+            tx_end,
+            delivered: now,
+        });
+    }
+}
+
+/// The error for a transfer that cannot end on the engine's clock.
+pub(crate) fn too_long(bytes: u64) -> String {
+    format!("a transfer of {bytes} bytes would end after {MAX_TIME} ns (about 146 years); sizes or bandwidth are far off")
+}
+
+fn at(now: Time, dt: Time) -> Result<Time, String> {
+    now.checked_add(dt)
+        .filter(|&t| t <= MAX_TIME)
+        .ok_or_else(|| format!("simulated time would pass {MAX_TIME} ns (about 146 years); sizes, latencies or bandwidth are far off"))
+}
+
+/// No contention: route latency plus size over the route's bottleneck.
 struct Analytic {
     topo: Topology,
-    hosts: Vec<u32>,
-    tx_end: Vec<Time>,
+    routes: HashMap<u64, u32>,
+    paths: Vec<Path>,
+    scratch: Path,
+    common: Common,
 }
 
 impl NetworkModel for Analytic {
+    fn topology(&self) -> &Topology {
+        &self.topo
+    }
     fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), String> {
-        let path = self.topo.route(self.hosts[req.src as usize], self.hosts[req.dst as usize]);
-        let tx = transmit_ns(req.bytes as f64, self.topo.bottleneck(&path));
-        if self.tx_end.len() <= req.id as usize {
-            self.tx_end.resize(req.id as usize + 1, 0);
-        }
-        self.tx_end[req.id as usize] = now + tx;
-        sched.schedule(now + tx + path.latency, req.id as u64);
+        self.common.check(&req, self.topo.ranks())?;
+        let key = self.topo.route_key(req.src, req.dst);
+        let index = match self.routes.get(&key) {
+            Some(&i) => i,
+            None => {
+                self.topo.route_into(req.src, req.dst, &mut self.scratch);
+                self.paths.push(self.scratch.clone());
+                self.routes.insert(key, self.paths.len() as u32 - 1);
+                self.paths.len() as u32 - 1
+            }
+        };
+        let path = &self.paths[index as usize];
+        let tx_end = path.transmit_ns(req.bytes).and_then(|tx| at(now, tx).ok()).ok_or_else(|| too_long(req.bytes))?;
+        let delivered = at(tx_end, path.latency)?;
+        self.common.begin(now, req).tx_end = tx_end;
+        sched.schedule(delivered, req.id as u64);
         Ok(())
     }
-    fn on_event(&mut self, _now: Time, token: u64, _s: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String> {
-        out.push(Delivery { id: token as u32, tx_end: self.tx_end[token as usize] });
+    fn on_event(&mut self, now: Time, token: u64, _s: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String> {
+        self.common.deliver(token as u32, now, out);
         Ok(())
     }
     fn stats(&self) -> NetworkStats {
-        NetworkStats::default()
+        NetworkStats { recomputations: 0, flows: self.common.recorded }
     }
     fn take_flows(&mut self) -> Vec<FlowRecord> {
-        Vec::new()
+        std::mem::take(&mut self.common.records)
     }
 }
 
 const DELIVER: u64 = 1 << 63;
 
+/// Strict-priority max-min flows ([`FlowNetwork`]). Tokens: a delivery is
+/// `DELIVER | generation << 32 | transfer id` (a cancelled direct end is
+/// stale through the generation); a class completion is `version << 32 | class`.
 struct Flow {
     net: FlowNetwork,
-    hosts: Vec<u32>,
-    /// generation, tx_end per transfer slot
-    slots: Vec<(u32, Time)>,
+    common: Common,
     out: Vec<Reschedule>,
     cancelled: Vec<u32>,
     done: Vec<(u32, Time)>,
@@ -121,23 +235,30 @@ impl Flow {
             sched.schedule(r.done_at, ((r.version as u64) << 32) | r.class as u64);
         }
     }
+
+    fn delivery_token(generation: u32, id: u32) -> u64 {
+        DELIVER | ((generation as u64 & 0x7fff_ffff) << 32) | id as u64
+    }
 }
 
 impl NetworkModel for Flow {
+    fn topology(&self) -> &Topology {
+        self.net.topology()
+    }
     fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), String> {
-        if self.slots.len() <= req.id as usize {
-            self.slots.resize(req.id as usize + 1, (0, 0));
-        }
-        let (src, dst) = (self.hosts[req.src as usize], self.hosts[req.dst as usize]);
-        let started = self.net.start(now, req.id, src, dst, req.bytes, &mut self.out, &mut self.cancelled);
+        self.common.check(&req, self.net.topology().ranks())?;
+        self.common.begin(now, req);
+        let started = self.net.start(now, req.id, req.src, req.dst, req.bytes, req.band, &mut self.out, &mut self.cancelled)?;
         for &c in &self.cancelled {
-            self.slots[c as usize].0 = self.slots[c as usize].0.wrapping_add(1);
+            let slot = &mut self.common.slots[c as usize];
+            slot.generation = slot.generation.wrapping_add(1);
         }
         self.cancelled.clear();
         if let FlowStart::Lone { tx_end, latency } = started {
-            let slot = &mut self.slots[req.id as usize];
-            slot.1 = tx_end;
-            sched.schedule(tx_end + latency, DELIVER | ((slot.0 as u64) << 32) | req.id as u64);
+            let delivered = at(tx_end, latency)?;
+            let slot = &mut self.common.slots[req.id as usize];
+            slot.tx_end = tx_end;
+            sched.schedule(delivered, Self::delivery_token(slot.generation, req.id));
         }
         self.flush(sched);
         Ok(())
@@ -146,29 +267,31 @@ impl NetworkModel for Flow {
         if token & DELIVER != 0 {
             let id = (token & 0xffff_ffff) as u32;
             let generation = ((token >> 32) & 0x7fff_ffff) as u32;
-            let slot = &mut self.slots[id as usize];
-            if slot.0 & 0x7fff_ffff != generation {
+            let slot = &mut self.common.slots[id as usize];
+            if slot.generation & 0x7fff_ffff != generation {
                 return Ok(());
             }
-            slot.0 = slot.0.wrapping_add(1);
-            out.push(Delivery { id, tx_end: slot.1 });
+            slot.generation = slot.generation.wrapping_add(1);
+            self.common.deliver(id, now, out);
             return Ok(());
         }
         let (class, version) = ((token & 0xffff_ffff) as u32, (token >> 32) as u32);
         self.net.finish(now, class, version, &mut self.done, &mut self.out);
-        for &(id, latency) in &self.done {
-            let slot = &mut self.slots[id as usize];
-            slot.1 = now;
-            sched.schedule(now + latency, DELIVER | ((slot.0 as u64 & 0x7fff_ffff) << 32) | id as u64);
+        for i in 0..self.done.len() {
+            let (id, latency) = self.done[i];
+            let delivered = at(now, latency)?;
+            let slot = &mut self.common.slots[id as usize];
+            slot.tx_end = now;
+            sched.schedule(delivered, Self::delivery_token(slot.generation, id));
         }
         self.done.clear();
         self.flush(sched);
         Ok(())
     }
     fn stats(&self) -> NetworkStats {
-        NetworkStats { recomputations: self.net.recomputations(), flows: 0 }
+        NetworkStats { recomputations: self.net.recomputations(), flows: self.common.recorded }
     }
     fn take_flows(&mut self) -> Vec<FlowRecord> {
-        Vec::new()
+        std::mem::take(&mut self.common.records)
     }
 }
