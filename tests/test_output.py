@@ -82,3 +82,23 @@ def test_summary_json_carries_the_resolved_scenario(tmp_path):
     summary = json.loads(r.save(tmp_path / "o", timeline=False)["summary"].read_text())
     assert summary["scenario"]["strategy"] == {**summary["scenario"]["strategy"], "kind": "ps", "servers": 2}
     assert summary["scenario"]["workers"] == 3 and summary["scenario"]["network"]["bandwidth"] == "10Gbps"
+
+
+def test_record_flows_writes_one_flow_per_transfer_beside_the_events(tmp_path):
+    import pyarrow.parquet as pq
+
+    r = ddlsim.simulate(model="lenet5", workers=3, iterations=1, strategy="ps", servers=1, record_flows=True)
+    paths = r.save(tmp_path / "o", timeline=False)
+    flows = pq.read_table(tmp_path / "o" / "flows.parquet").to_pandas()
+    log = r.events.to_pandas()
+    sends = log[log["kind"] == "send"]
+    assert len(flows) == len(sends) == r.stats["transfers"]
+    recv_end = log[log["kind"] == "recv"].set_index("message")["end_ns"]
+    merged = flows.set_index("message").join(recv_end.rename("recv_end"))
+    assert (merged["end_ns"] == merged["recv_end"]).all() and (merged["end_ns"] > merged["start_ns"]).all()
+    assert ddlsim.trace.read_event_log(paths["events"]).flows.num_rows == len(flows)
+
+
+def test_without_record_flows_there_is_no_flows_file(tmp_path):
+    ddlsim.simulate(model="lenet5", workers=2, iterations=1).save(tmp_path / "o", timeline=False)
+    assert not (tmp_path / "o" / "flows.parquet").exists()

@@ -73,6 +73,8 @@ def simulate(
         None, "--server-hosts", help="PS servers: separate (own hosts after the workers) | colocated (on the workers' hosts)"),
     priority_bands: Optional[bool] = typer.Option(
         None, "--priority-bands/--no-priority-bands", help="Gradient transfers use the network's strict-priority bands."),
+    record_flows: Optional[bool] = typer.Option(
+        None, "--record-flows/--no-record-flows", help="Write flows.parquet: one row per network flow (FCT, bytes, band)."),
     iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed."),
     jitter: Optional[float] = typer.Option(None, "--jitter", help="Coefficient of variation of compute times."),
@@ -96,7 +98,7 @@ def simulate(
         "placement": placement, "algorithm": algorithm, "stream_policy": stream_policy, "preemption": preemption,
         "grouping": grouping,
         "routing": routing, "ranks_per_host": ranks_per_host, "rack_placement": rack_placement,
-        "server_hosts": server_hosts, "priority_bands": priority_bands, "precision": precision, "efficiency": efficiency,
+        "server_hosts": server_hosts, "priority_bands": priority_bands, "record_flows": record_flows, "precision": precision, "efficiency": efficiency,
         "profile": str(profile.resolve()) if profile else None, "iterations": iterations, "seed": seed, "jitter": jitter,
         "batch_size": batch_size, "device": device, "barrier": barrier, "trace_detail": trace_detail,
     }
@@ -138,7 +140,7 @@ SIMULATE_DEFAULTS = {
     "hosts_per_leaf": "8", "spines": "2", "placement": "round-robin", "routing": "ecmp", "ranks_per_host": "1",
     "rack_placement": "packed", "server_hosts": "separate", "priority_bands": "off", "iterations": "3", "seed": "0",
     "jitter": "0.0", "batch_size": "32", "device": "V100", "precision": "fp32", "efficiency": "0.5",
-    "barrier": "on", "trace_detail": "auto",
+    "barrier": "on", "trace_detail": "auto", "record_flows": "off",
 }
 
 

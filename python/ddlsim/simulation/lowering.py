@@ -138,6 +138,7 @@ def network_document(scenario: Scenario) -> dict:
         "topology": topology,
         "intra_host_bandwidth_bps": net.intra_host_bandwidth_bps,
         "intra_host_latency_ns": net.intra_host_latency_ns,
+        "record_flows": net.record_flows,
     }
 
 

@@ -139,6 +139,8 @@ class NetworkConfig(_Strict):
     server_hosts: Literal["separate", "colocated"] = "separate"
     # Gradient transfers carry their priority into strict-priority network bands.
     priority_bands: bool = False
+    # One row per network flow (FCT, bytes, band, tenant) in flows.parquet.
+    record_flows: bool = False
 
     @model_validator(mode="after")
     def _leaf_spine_only(self) -> "NetworkConfig":
@@ -591,6 +593,7 @@ FLAT_KEYS = {
     "rack_placement": ("network", "rack_placement"),
     "server_hosts": ("network", "server_hosts"),
     "priority_bands": ("network", "priority_bands"),
+    "record_flows": ("network", "record_flows"),
 }
 
 
