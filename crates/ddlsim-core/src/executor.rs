@@ -149,6 +149,8 @@ struct Executor<'g> {
     finished_ops: usize,
     /// Queue order of items on streams that tie-break by arrival.
     seq: u64,
+    /// Reused buffer for a logged step's causes (no allocation per step).
+    cause_scratch: Vec<i64>,
     /// Collectives scheduled by negotiation (a member is queued only once
     /// every member is ready), and how many members are ready so far.
     negotiate: Vec<bool>,
@@ -224,6 +226,7 @@ pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -
         bytes_received: vec![0; ranks],
         finished_ops: 0,
         seq: 0,
+        cause_scratch: Vec::new(),
         negotiate,
         negotiating: vec![0; graph.collectives.len()],
         coll_op_offsets,
@@ -687,14 +690,16 @@ impl<'g> Executor<'g> {
                 end: now,
                 ..send
             };
-            let mut causes = Vec::with_capacity(4);
+            let mut causes = std::mem::take(&mut self.cause_scratch);
+            causes.clear();
             for cause in f.causes {
                 self.expand_cause(cause, &mut causes);
             }
             causes.sort_unstable();
             causes.dedup();
-            self.step_log.push(send, causes);
+            self.step_log.push(send, causes.iter().copied());
             self.step_log.push(recv, [f.row]);
+            self.cause_scratch = causes;
         }
         let live = self.collectives[c].as_mut().expect("collective live while steps fly");
         let mut actions = self.action_pool.pop().unwrap_or_default();
@@ -834,9 +839,10 @@ impl<'g> Executor<'g> {
         self.start_transfer(now, src, dst, bytes, band, tenant, message, Owner::Step(slot))
     }
 
-    fn into_output(self, op_names: Vec<String>) -> RunOutput {
+    fn into_output(mut self, op_names: Vec<String>) -> RunOutput {
         let g = self.graph;
-        let mut log = EventLog::new();
+        // The graph's rows go after the logged steps (ids, not positions, identify rows): no copy of the steps.
+        let mut log = std::mem::take(&mut self.step_log);
         let mut deps = Vec::new();
         for (i, op) in g.ops.iter().enumerate() {
             let kind = match op.kind {
@@ -886,7 +892,6 @@ impl<'g> Executor<'g> {
                 log.push(recv, [i as i64]);
             }
         }
-        log.append(self.step_log);
         let makespan = self.end.iter().copied().max().unwrap_or(0);
         let mut network = self.network;
         RunOutput {
