@@ -11,7 +11,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::collective::{joined_op, new_collective, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
+use crate::collective::{joined_op, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
 use crate::engine::{EventQueue, Time};
 use crate::graph::{Graph, Kind, PolicyKind, NO_STREAM};
 use crate::log::{EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
@@ -603,7 +603,7 @@ impl<'g> Executor<'g> {
         let spec = &self.graph.collectives[c];
         let track = self.detail == TraceDetail::Step;
         let live = self.collectives[c].get_or_insert_with(|| LiveCollective {
-            machine: new_collective(spec.algorithm, spec.members.len() as u32, spec.bytes, track),
+            machine: crate::collective::new_collective_for(spec, &self.graph.host_of_rank, track),
             ops: vec![u32::MAX; spec.members.len()],
         });
         if live.ops[member as usize] != u32::MAX {

@@ -106,6 +106,9 @@ pub struct CollectiveSpec {
     pub coll_type: CollectiveType,
     pub members: Vec<u32>,
     pub bytes: u64,
+    /// Partition the tensor into messages of at most this many bytes
+    /// (ring only, see [`crate::collective::ring`]); 0: one message.
+    pub chunk_bytes: u64,
 }
 
 /// Which ready op a stream runs next (see [`crate::stream`]).
