@@ -47,7 +47,7 @@ def simulate(
     workers: Optional[int] = typer.Option(None, "--workers", "-n", help="Number of workers."),
     servers: Optional[int] = typer.Option(None, "--servers", help="Parameter servers (strategy ps)."),
     strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help="ring (all-reduce) | ps (parameter server)"),
-    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="All-reduce algorithm (strategy ring): ring | halving-doubling"),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="All-reduce algorithm (strategy ring): ring | halving-doubling | recursive-doubling | binary-tree | double-binary-tree | direct | butterfly | hierarchical-ring"),
     stream_policy: Optional[str] = typer.Option(
         None, "--stream-policy", help="Order of gradient transfers: fifo | priority (lowest layer first)"),
     preemption: Optional[str] = typer.Option(

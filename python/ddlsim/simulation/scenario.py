@@ -10,7 +10,9 @@ The strategy is a tagged section::
 
     [strategy]
     kind = "ring"                # all-reduce
-    algorithm = "ring"           # "ring" | "halving-doubling"
+    algorithm = "ring"           # "ring" | "halving-doubling" | "recursive-doubling" | "binary-tree"
+                                 # | "double-binary-tree" | "direct" | "butterfly" | "hierarchical-ring"
+    chunk_bytes = 0              # ring: cut each tensor into messages of at most this size (0: off)
     stream_policy = "fifo"       # "fifo" | "priority" (lowest layer first)
     preemption = "none"          # "none" | "chunk" (needs stream_policy = "priority")
 
@@ -237,6 +239,14 @@ class ModelConfig(_Strict):
 # ----------------------------------------------------------------- strategy
 
 
+#: All-reduce algorithms (the engine's names with "-" for "_"); see
+#: crates/ddlsim-core/src/collective/ for each one's schedule and closed form.
+AllreduceAlgorithm = Literal[
+    "ring", "halving-doubling", "recursive-doubling", "binary-tree", "double-binary-tree",
+    "direct", "butterfly", "hierarchical-ring",
+]
+
+
 class _StrategyBase(_Strict):
     # lowest layer index first (thesis §4.3) or first come, first served
     stream_policy: StreamPolicy = "fifo"
@@ -258,7 +268,19 @@ class RingStrategy(_StrategyBase):
     """All-reduce among the workers."""
 
     kind: Literal["ring"] = "ring"
-    algorithm: Literal["ring", "halving-doubling"] = "ring"
+    algorithm: AllreduceAlgorithm = "ring"
+    # ring only: partition each tensor into messages of at most this many
+    # bytes, each ring-all-reduced in turn (network-operator paper §8.2.1/§9.2); 0 = off
+    chunk_bytes: int = Field(0, ge=0, le=10**15)
+
+    @model_validator(mode="after")
+    def _chunk_bytes_needs_ring(self):
+        if self.chunk_bytes and self.algorithm != "ring":
+            raise ValueError(
+                f"strategy.chunk_bytes = {self.chunk_bytes} partitions ring messages, but strategy.algorithm = "
+                f"{self.algorithm!r}; use algorithm = \"ring\" or remove chunk_bytes"
+            )
+        return self
 
     @property
     def label(self) -> str:
@@ -408,6 +430,7 @@ FLAT_KEYS = {
     "update_bandwidth": ("strategy", "update_bandwidth"),
     "header_bytes": ("strategy", "header_bytes"),
     "algorithm": ("strategy", "algorithm"),
+    "chunk_bytes": ("strategy", "chunk_bytes"),
     "stream_policy": ("strategy", "stream_policy"),
     "preemption": ("strategy", "preemption"),
     "bandwidth": ("network", "bandwidth"),
