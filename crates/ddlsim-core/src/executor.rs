@@ -603,7 +603,7 @@ impl<'g> Executor<'g> {
         let spec = &self.graph.collectives[c];
         let track = self.detail == TraceDetail::Step;
         let live = self.collectives[c].get_or_insert_with(|| LiveCollective {
-            machine: crate::collective::new_collective_for(spec, &self.graph.host_of_rank, track),
+            machine: crate::collective::new_collective_for(spec, self.graph, track),
             ops: vec![u32::MAX; spec.members.len()],
         });
         if live.ops[member as usize] != u32::MAX {
@@ -748,7 +748,7 @@ impl<'g> Executor<'g> {
         for &action in batch {
             let member = match action {
                 Action::Send { from, .. } => from,
-                Action::Done { member } => member,
+                Action::Done { member } | Action::DoneAt { member, .. } => member,
             };
             let op = self.collectives[c].as_ref().expect("collective live").ops[member as usize];
             if let Some(held) = self.parked.get_mut(&op) {
@@ -758,7 +758,7 @@ impl<'g> Executor<'g> {
                         *held = Some(Held { collective: c as u32, action });
                         continue;
                     }
-                    Action::Done { .. } => {
+                    Action::Done { .. } | Action::DoneAt { .. } => {
                         // Finished by receipts while parked: no longer waiting to resume.
                         self.parked.remove(&op);
                         self.parked_in[c] -= 1;
@@ -781,6 +781,7 @@ impl<'g> Executor<'g> {
                     self.issue(c, action, now, NO_CAUSE)?;
                 }
                 Action::Done { .. } => self.finish_op(op, now)?,
+                Action::DoneAt { at, .. } => self.queue.push(at, Event::OpDone(op)),
             }
         }
         if self.collectives[c].as_ref().is_some_and(|live| live.machine.complete()) {

@@ -25,7 +25,10 @@ pub use network::NetworkSpec;
 
 /// Lowers a training description into a graph and runs it on `network`.
 pub fn simulate_training(spec: &TrainingSpec, network: &NetworkSpec, detail: TraceDetail) -> Result<RunOutput, String> {
-    let graph = lower::training::build_graph(spec)?;
+    let mut graph = lower::training::build_graph(spec)?;
+    if spec.collective_model == lower::training::CollectiveModel::ClosedForm {
+        graph.closed_form = Some(collective::closed_form::LinkCost::of_network(network)?);
+    }
     run_graph(&graph, network, detail)
 }
 

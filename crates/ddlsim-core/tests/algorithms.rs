@@ -266,3 +266,137 @@ fn every_collective_conserves_bytes_and_moves_what_its_algorithm_says() {
         }
     }
 }
+
+// ------------------------------------------------------------ closed-form mode
+
+use ddlsim_core::collective::closed_form::LinkCost;
+use ddlsim_core::lower::training::{AlgorithmName, CollectiveModel, GroupSpec, LayerSpec, SyncSpec, TrainingSpec};
+use ddlsim_core::simulate_training;
+
+/// Divisible by every chunk count used below (2^6 * 3^2 * 5 * 7 * 11 * 13).
+const EVEN: u64 = 2_882_880;
+
+/// Every member's end, and the makespan, of one collective in `mode`.
+fn member_ends(algorithm: Algorithm, n: u32, bytes: u64, chunk: u64, hosts: &[u32], network: &NetworkSpec, closed: bool) -> (Vec<i64>, u64) {
+    let mut g = Graph::new();
+    g.host_of_rank = hosts.to_vec();
+    if closed {
+        g.closed_form = Some(LinkCost::of_network(network).unwrap());
+    }
+    let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: (0..n).collect(), bytes, chunk_bytes: chunk });
+    let name = g.op_name("allreduce");
+    let ids: Vec<u32> = (0..n)
+        .map(|m| {
+            let mut op = Op::new(Kind::Collective, name, m);
+            op.collective = c;
+            op.member = m;
+            op.bytes = bytes;
+            g.add(op, &[])
+        })
+        .collect();
+    let out = run_graph(&g, network, TraceDetail::Step).unwrap();
+    assert_deps_explain_every_start(&out.log);
+    (ids.iter().map(|&id| out.log.end_ns[row_of(&out.log, id as i64)]).collect(), out.makespan)
+}
+
+#[test]
+fn closed_form_mode_equals_the_step_by_step_run_on_an_idle_star() {
+    for bps in [8e9, 10e9, 25e9] {
+        let network = net(Fidelity::Analytic, bps, 1_234);
+        for algorithm in Algorithm::ALL {
+            for n in [1u32, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16] {
+                if algorithm == Algorithm::DoubleBinaryTree && n > 4 {
+                    continue; // see the next test
+                }
+                let hosts: Vec<u32> = match algorithm {
+                    Algorithm::HierarchicalRing if n % 3 == 0 => (0..n).map(|r| r / 3).collect(),
+                    Algorithm::HierarchicalRing if n % 2 == 0 => (0..n).map(|r| r / 2).collect(),
+                    _ => vec![],
+                };
+                let chunks: &[u64] = if algorithm == Algorithm::Ring { &[0, EVEN / 4, EVEN / 2 + 7] } else { &[0] };
+                for &chunk in chunks {
+                    for bytes in [EVEN, 3 * EVEN] {
+                        let steps = member_ends(algorithm, n, bytes, chunk, &hosts, &network, false);
+                        let closed = member_ends(algorithm, n, bytes, chunk, &hosts, &network, true);
+                        assert_eq!(closed, steps, "{algorithm:?} n={n} M={bytes} chunk={chunk} {bps}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn closed_form_mode_charges_uneven_chunks_their_largest_within_a_ns_per_stage() {
+    let network = net(Fidelity::Analytic, 10e9, 700);
+    for (algorithm, n, bytes, chunk) in [(Algorithm::Ring, 5u32, EVEN, EVEN / 5 + 7), (Algorithm::Ring, 7, 1_000_003, 0), (Algorithm::Direct, 6, 999_999, 0), (Algorithm::HalvingDoubling, 6, 1_000_001, 0)] {
+        let (_, steps) = member_ends(algorithm, n, bytes, chunk, &[], &network, false);
+        let (_, closed) = member_ends(algorithm, n, bytes, chunk, &[], &network, true);
+        let stages = 2 * (n as u64 - 1) * 6;
+        assert!(steps <= closed && closed <= steps + stages, "{algorithm:?} n={n}: steps {steps} closed {closed}");
+    }
+}
+
+#[test]
+fn closed_form_double_binary_tree_is_a_lower_bound_where_the_trees_share_a_sender() {
+    let network = net(Fidelity::Analytic, 10e9, 1_000);
+    for n in [5u32, 6, 7, 8, 9, 16, 33] {
+        let (_, steps) = member_ends(Algorithm::DoubleBinaryTree, n, EVEN, 0, &[], &network, false);
+        let (_, closed) = member_ends(Algorithm::DoubleBinaryTree, n, EVEN, 0, &[], &network, true);
+        let single = member_ends(Algorithm::BinaryTree, n, EVEN / 2, 0, &[], &network, false).1;
+        assert_eq!(closed, single, "n={n}: the two trees in parallel take one tree's time over M/2");
+        assert!(closed <= steps, "n={n}: {closed} > {steps}");
+    }
+}
+
+#[test]
+fn closed_form_mode_is_refused_at_flow_fidelity_and_with_preemption() {
+    assert!(LinkCost::of_network(&net(Fidelity::Flow, 10e9, 1)).is_err());
+}
+
+fn training(workers: u32, algorithm: AlgorithmName, model: CollectiveModel) -> TrainingSpec {
+    let layers: Vec<LayerSpec> = (0..5).map(|l| LayerSpec { fwd_ns: 10_000 + 1_000 * l, bwd_ns: 20_000 + 3_000 * l }).collect();
+    let groups = (0..5).map(|l| GroupSpec { layers: vec![l], tensor: l as i32, bytes: EVEN * (1 + l as u64 % 3), server: 0, update_ns: 0 }).collect();
+    TrainingSpec {
+        workers,
+        iterations: 2,
+        seed: 7,
+        sync: SyncSpec::Allreduce { algorithm },
+        jitter: 0.1,
+        barrier: false,
+        header_bytes: 0,
+        stream_policy: Default::default(),
+        preemption: false,
+        priority_bands: false,
+        tenant: 0,
+        layers,
+        groups,
+        host_of_rank: if algorithm == AlgorithmName::HierarchicalRing { (0..workers).map(|r| r / 2).collect() } else { vec![] },
+        chunk_bytes: 0,
+        collective_model: model,
+    }
+}
+
+#[test]
+fn closed_form_training_reproduces_every_op_end_at_analytic_fidelity() {
+    // Analytic transfers never contend, so per-collective exactness carries
+    // over to a whole training run with jitter and overlapping collectives.
+    let network = net(Fidelity::Analytic, 25e9, 5_000);
+    for algorithm in AlgorithmName::ALL {
+        if algorithm == AlgorithmName::DoubleBinaryTree {
+            continue;
+        }
+        for workers in [4u32, 6, 8] {
+            let steps = simulate_training(&training(workers, algorithm, CollectiveModel::Steps), &network, TraceDetail::Collective).unwrap();
+            let closed = simulate_training(&training(workers, algorithm, CollectiveModel::ClosedForm), &network, TraceDetail::Collective).unwrap();
+            assert_eq!(closed.makespan, steps.makespan, "{algorithm:?} {workers}");
+            let ends = |log: &EventLog| (0..log.len()).filter(|&i| log.id[i] >= 0 && log.kind[i] != KIND_SEND && log.kind[i] != KIND_RECV).map(|i| (log.id[i], log.end_ns[i])).collect::<Vec<_>>();
+            assert_eq!(ends(&closed.log), ends(&steps.log), "{algorithm:?} {workers}");
+        }
+    }
+    let mut spec = training(4, AlgorithmName::Ring, CollectiveModel::ClosedForm);
+    spec.stream_policy = ddlsim_core::lower::training::StreamPolicyName::Priority;
+    spec.preemption = true;
+    assert!(simulate_training(&spec, &network, TraceDetail::Collective).is_err());
+    assert!(simulate_training(&training(4, AlgorithmName::Ring, CollectiveModel::ClosedForm), &net(Fidelity::Flow, 25e9, 5_000), TraceDetail::Collective).is_err());
+}

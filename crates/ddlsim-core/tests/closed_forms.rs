@@ -27,6 +27,7 @@ fn one_group(sync: SyncSpec, workers: u32, bytes: u64) -> TrainingSpec {
         groups: vec![GroupSpec { layers: vec![0], tensor: 0, bytes, server: 0, update_ns: 0 }],
         host_of_rank: vec![],
         chunk_bytes: 0,
+        collective_model: Default::default(),
     }
 }
 

@@ -189,7 +189,7 @@ impl<A: Plan, B: Plan> Both<A, B> {
                         out.push(send);
                     }
                 }
-                Action::Done { member } => {
+                Action::Done { member } | Action::DoneAt { member, .. } => {
                     self.done[member as usize] += 1;
                     if self.done[member as usize] == 2 {
                         self.finished += 1;

@@ -6,6 +6,7 @@
 
 pub mod binary_tree;
 pub mod butterfly;
+pub mod closed_form;
 pub mod direct;
 mod exchange;
 pub mod halving_doubling;
@@ -52,6 +53,8 @@ pub enum Action {
     Send { from: u32, to: u32, bytes: u64, tag: u64, step: u32, ready: Time, causes: [Cause; 4] },
     /// Member has sent and received everything: its part is over.
     Done { member: u32 },
+    /// Member's part will be over at `at` (closed-form mode: nothing is sent).
+    DoneAt { member: u32, at: Time },
 }
 
 pub trait Collective {
@@ -149,12 +152,19 @@ pub struct Params {
 }
 
 /// The registry for a graph's collective: its spec and the graph's rank -> host map.
-pub fn new_collective_for(spec: &crate::graph::CollectiveSpec, host_of_rank: &[u32], track_causes: bool) -> Box<dyn Collective> {
+/// With the graph's closed-form cost set, the collective is one event per
+/// member (see [`closed_form`]).
+pub fn new_collective_for(spec: &crate::graph::CollectiveSpec, graph: &crate::graph::Graph, track_causes: bool) -> Box<dyn Collective> {
+    let host_of_rank = &graph.host_of_rank;
     let mut params = Params { chunk_bytes: spec.chunk_bytes, hosts: Vec::new() };
     if spec.algorithm == Algorithm::HierarchicalRing {
         // Ranks without an entry are on a host of their own (numbered past every listed host).
         let listed = host_of_rank.iter().copied().max().map_or(0, |h| h + 1);
         params.hosts = spec.members.iter().map(|&r| host_of_rank.get(r as usize).copied().unwrap_or(listed + r)).collect();
+    }
+    if let Some(cost) = &graph.closed_form {
+        let n = spec.members.len() as u32;
+        return Box::new(closed_form::ClosedForm::new(closed_form::finish_offsets(spec.algorithm, n, spec.bytes, &params, cost)));
     }
     new_collective_with(spec.algorithm, spec.members.len() as u32, spec.bytes, &params, track_causes)
 }

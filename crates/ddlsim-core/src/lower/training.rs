@@ -69,6 +69,17 @@ pub enum SyncSpec {
     Ps { servers: u32 },
 }
 
+/// How collectives are simulated: step by step through the network, or as
+/// one event per member from the algorithm's closed form (analytic fidelity
+/// only; see `collective::closed_form` for when that is exact).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveModel {
+    #[default]
+    Steps,
+    ClosedForm,
+}
+
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum StreamPolicyName {
@@ -144,6 +155,8 @@ pub struct TrainingSpec {
     /// bytes (ring; see `collective::ring`). 0 (default): no partitioning.
     #[serde(default)]
     pub chunk_bytes: u64,
+    #[serde(default)]
+    pub collective_model: CollectiveModel,
 }
 
 /// Network priority bands used for gradient priorities.
@@ -196,6 +209,9 @@ impl TrainingSpec {
                 self.host_of_rank.len(),
                 self.total_ranks()
             ));
+        }
+        if self.collective_model == CollectiveModel::ClosedForm && self.preemption {
+            return Err("the closed-form collective model has no steps to preempt at; turn preemption off or use the step-by-step model".into());
         }
         Ok(())
     }
