@@ -85,8 +85,8 @@ def resolve_trace_detail(scenario: Scenario, groups: int, group_bytes: Optional[
     if scenario.trace_detail != "auto":
         return scenario.trace_detail
     strategy = scenario.strategy
-    if strategy.kind != "ring":
-        return "step"
+    if strategy.kind != "ring" or scenario.network.collective_model == "closed-form":
+        return "step"  # PS rows, or closed-form collectives (no step rows at all)
     n = scenario.workers
     per_host = scenario.network.ranks_per_host
     chunk = getattr(strategy, "chunk_bytes", 0)
@@ -162,6 +162,8 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
     extra = {}
     if getattr(strategy, "chunk_bytes", 0):
         extra["chunk_bytes"] = strategy.chunk_bytes
+    if scenario.network.collective_model == "closed-form" and strategy.kind == "ring":
+        extra["collective_model"] = "closed_form"
     return {
         "workers": scenario.workers,
         "iterations": scenario.iterations,

@@ -131,6 +131,20 @@ class NetworkConfig(_Strict):
     server_hosts: Literal["separate", "colocated"] = "separate"
     # Gradient transfers carry their priority into strict-priority network bands.
     priority_bands: bool = False
+    # "steps": every all-reduce step goes through the network model;
+    # "closed-form": one event per rank per collective from the algorithm's
+    # alpha-beta cost (analytic fidelity only; exact when transfers never
+    # contend and chunks divide evenly, see collective/closed_form.rs).
+    collective_model: Literal["steps", "closed-form"] = "steps"
+
+    @model_validator(mode="after")
+    def _closed_form_needs_analytic(self) -> "NetworkConfig":
+        if self.collective_model == "closed-form" and self.fidelity != "analytic":
+            raise ValueError(
+                f"network.collective_model = \"closed-form\" needs fidelity = \"analytic\" (got {self.fidelity!r}): "
+                "flow-level contention has no closed form; set fidelity = \"analytic\" or collective_model = \"steps\""
+            )
+        return self
 
     @model_validator(mode="after")
     def _leaf_spine_only(self) -> "NetworkConfig":
@@ -393,6 +407,11 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _cross_section(self) -> "Scenario":
+        if self.network.collective_model == "closed-form" and self.strategy.preemption != "none":
+            raise ValueError(
+                f"network.collective_model = \"closed-form\" has no steps to preempt at, but strategy.preemption = "
+                f"{self.strategy.preemption!r}; set preemption = \"none\" or collective_model = \"steps\""
+            )
         if self.network.server_hosts != "separate" and self.strategy.kind != "ps":
             raise ValueError(
                 f"network.server_hosts = {self.network.server_hosts!r} places parameter servers, but strategy.kind is "
@@ -430,6 +449,7 @@ FLAT_KEYS = {
     "update_bandwidth": ("strategy", "update_bandwidth"),
     "header_bytes": ("strategy", "header_bytes"),
     "algorithm": ("strategy", "algorithm"),
+    "collective_model": ("network", "collective_model"),
     "chunk_bytes": ("strategy", "chunk_bytes"),
     "stream_policy": ("strategy", "stream_policy"),
     "preemption": ("strategy", "preemption"),
