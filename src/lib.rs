@@ -267,7 +267,7 @@ fn simulate_training_json<'py>(py: Python<'py>, training_json: &str, network_jso
     let spec = TrainingSpec::from_json(training_json).map_err(PyValueError::new_err)?;
     let net = network(network_json)?;
     let detail = detail(trace_detail)?;
-    let graph = build_graph(&spec).map_err(PyValueError::new_err)?;
+    let graph = ddlsim_core::training_graph(&spec, &net).map_err(PyValueError::new_err)?;
     let out = py.allow_threads(|| run_graph(&graph, &net, detail)).map_err(training_run_error)?;
     output(py, out, &graph)
 }
