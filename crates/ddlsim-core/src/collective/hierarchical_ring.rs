@@ -42,22 +42,19 @@ impl HierarchicalRingPlan {
     pub fn new(bytes: u64, hosts: &[u32], n: u32) -> Self {
         let hosts: Vec<u32> = if hosts.is_empty() { (0..n).collect() } else { hosts.to_vec() };
         assert_eq!(hosts.len(), n as usize, "one host per member");
-        let mut host_index: Vec<u32> = Vec::new(); // distinct hosts in order of first member
+        // Distinct hosts numbered in order of their first member.
+        let mut index_of: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
         let mut count: Vec<u32> = Vec::new();
         let mut pos = Vec::with_capacity(n as usize);
         for &host in &hosts {
-            let hi = match host_index.iter().position(|&x| x == host) {
-                Some(i) => i,
-                None => {
-                    host_index.push(host);
-                    count.push(0);
-                    host_index.len() - 1
-                }
-            };
+            let hi = *index_of.entry(host).or_insert_with(|| {
+                count.push(0);
+                count.len() - 1
+            });
             pos.push((hi as u32, count[hi]));
             count[hi] += 1;
         }
-        let h = host_index.len().max(1) as u32;
+        let h = count.len().max(1) as u32;
         let l = count.first().copied().unwrap_or(1).max(1);
         let even = count.iter().all(|&c| c == l);
         let mut member_at = vec![0; n as usize];

@@ -2,7 +2,9 @@
 //! member joins and when one of its transfers is delivered, answering with
 //! the transfers to start next or that a member is done. The executor has
 //! no algorithm-specific code; adding an algorithm is a new file here plus
-//! one line in [`Algorithm`] and [`new_collective`].
+//! one line in [`Algorithm`] and [`new_collective_with`] (and its closed
+//! form in [`closed_form::finish_offsets`]). docs/allreduce-algorithms.md
+//! lists the schedules and their idle-network costs.
 
 pub mod binary_tree;
 pub mod butterfly;
