@@ -257,7 +257,9 @@ fn every_collective_conserves_bytes_and_moves_what_its_algorithm_says() {
                 let hosts: Vec<u32> = (0..n).map(|r| r / l).collect();
                 for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
                     let (_, log) = run_one(algorithm, n, m, 0, &hosts, &star(fidelity, 50));
-                    let sum = |kind: u8| (0..log.len()).filter(|&i| log.kind[i] == kind && log.collective[i] == 0).map(|i| log.bytes[i] as u64).sum::<u64>();
+                    let sum = |kind: u8| {
+                        (0..log.len()).filter(|&i| log.kind[i] == kind && log.collective[i] == 0).map(|i| log.bytes[i] as u64).sum::<u64>()
+                    };
                     let (sent, received) = (sum(KIND_SEND), sum(KIND_RECV));
                     assert_eq!(sent, received, "{algorithm:?} n={n} M={m}");
                     assert_eq!(sent, wire_bytes(algorithm, n, m, l), "{algorithm:?} n={n} M={m} L={l}");
@@ -283,7 +285,8 @@ fn member_ends(algorithm: Algorithm, n: u32, bytes: u64, chunk: u64, hosts: &[u3
     if closed {
         g.closed_form = Some(LinkCost::of_network(network).unwrap());
     }
-    let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: (0..n).collect(), bytes, chunk_bytes: chunk });
+    let c =
+        g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: (0..n).collect(), bytes, chunk_bytes: chunk });
     let name = g.op_name("allreduce");
     let ids: Vec<u32> = (0..n)
         .map(|m| {
@@ -329,7 +332,12 @@ fn closed_form_mode_equals_the_step_by_step_run_on_an_idle_star() {
 #[test]
 fn closed_form_mode_charges_uneven_chunks_their_largest_within_a_ns_per_stage() {
     let network = net(Fidelity::Analytic, 10e9, 700);
-    for (algorithm, n, bytes, chunk) in [(Algorithm::Ring, 5u32, EVEN, EVEN / 5 + 7), (Algorithm::Ring, 7, 1_000_003, 0), (Algorithm::Direct, 6, 999_999, 0), (Algorithm::HalvingDoubling, 6, 1_000_001, 0)] {
+    for (algorithm, n, bytes, chunk) in [
+        (Algorithm::Ring, 5u32, EVEN, EVEN / 5 + 7),
+        (Algorithm::Ring, 7, 1_000_003, 0),
+        (Algorithm::Direct, 6, 999_999, 0),
+        (Algorithm::HalvingDoubling, 6, 1_000_001, 0),
+    ] {
         let (_, steps) = member_ends(algorithm, n, bytes, chunk, &[], &network, false);
         let (_, closed) = member_ends(algorithm, n, bytes, chunk, &[], &network, true);
         let stages = 2 * (n as u64 - 1) * 6;
@@ -390,7 +398,12 @@ fn closed_form_training_reproduces_every_op_end_at_analytic_fidelity() {
             let steps = simulate_training(&training(workers, algorithm, CollectiveModel::Steps), &network, TraceDetail::Collective).unwrap();
             let closed = simulate_training(&training(workers, algorithm, CollectiveModel::ClosedForm), &network, TraceDetail::Collective).unwrap();
             assert_eq!(closed.makespan, steps.makespan, "{algorithm:?} {workers}");
-            let ends = |log: &EventLog| (0..log.len()).filter(|&i| log.id[i] >= 0 && log.kind[i] != KIND_SEND && log.kind[i] != KIND_RECV).map(|i| (log.id[i], log.end_ns[i])).collect::<Vec<_>>();
+            let ends = |log: &EventLog| {
+                (0..log.len())
+                    .filter(|&i| log.id[i] >= 0 && log.kind[i] != KIND_SEND && log.kind[i] != KIND_RECV)
+                    .map(|i| (log.id[i], log.end_ns[i]))
+                    .collect::<Vec<_>>()
+            };
             assert_eq!(ends(&closed.log), ends(&steps.log), "{algorithm:?} {workers}");
         }
     }
@@ -398,5 +411,10 @@ fn closed_form_training_reproduces_every_op_end_at_analytic_fidelity() {
     spec.stream_policy = ddlsim_core::lower::training::StreamPolicyName::Priority;
     spec.preemption = true;
     assert!(simulate_training(&spec, &network, TraceDetail::Collective).is_err());
-    assert!(simulate_training(&training(4, AlgorithmName::Ring, CollectiveModel::ClosedForm), &net(Fidelity::Flow, 25e9, 5_000), TraceDetail::Collective).is_err());
+    assert!(simulate_training(
+        &training(4, AlgorithmName::Ring, CollectiveModel::ClosedForm),
+        &net(Fidelity::Flow, 25e9, 5_000),
+        TraceDetail::Collective
+    )
+    .is_err());
 }

@@ -90,8 +90,7 @@ impl TreePlan {
         for r in 0..n {
             rank_of_role[role(r) as usize] = r;
         }
-        let children: Vec<Vec<u32>> =
-            (0..n).map(|r| in_order_children(n, role(r)).into_iter().map(|c| rank_of_role[c as usize]).collect()).collect();
+        let children: Vec<Vec<u32>> = (0..n).map(|r| in_order_children(n, role(r)).into_iter().map(|c| rank_of_role[c as usize]).collect()).collect();
         let mut parent = vec![u32::MAX; n as usize];
         let mut slot = vec![0; n as usize];
         for (p, kids) in children.iter().enumerate() {

@@ -99,10 +99,12 @@ pub fn finish_offsets(algorithm: Algorithm, n: u32, bytes: u64, params: &Params,
             let core: Time = if algorithm == Algorithm::HalvingDoubling {
                 // Halving stage j moves half the segment held, doubling the same sizes back.
                 let (p, q, rem) = (f.p as u64, bytes / f.p as u64, bytes % f.p as u64);
-                (0..f.k).map(|j| {
-                    let blocks = p >> (j + 1);
-                    2 * u(blocks * q + blocks.min(rem))
-                }).sum()
+                (0..f.k)
+                    .map(|j| {
+                        let blocks = p >> (j + 1);
+                        2 * u(blocks * q + blocks.min(rem))
+                    })
+                    .sum()
             } else {
                 f.k as u64 * whole
             };

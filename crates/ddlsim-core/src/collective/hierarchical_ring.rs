@@ -100,10 +100,7 @@ impl Plan for HierarchicalRingPlan {
         let (hi, li) = self.pos[m as usize];
         let (h, l) = (self.h, self.l);
         let (rs, inter) = (l - 1, 2 * (h - 1));
-        let intra_stage = |st: Stage| Stage {
-            send: st.send.map(|(to, b)| (self.at(hi, to), b)),
-            recv: st.recv.map(|from| self.at(hi, from)),
-        };
+        let intra_stage = |st: Stage| Stage { send: st.send.map(|(to, b)| (self.at(hi, to), b)), recv: st.recv.map(|from| self.at(hi, from)) };
         if s < rs {
             intra_stage(self.intra.stage(li, s))
         } else if s < rs + inter {
