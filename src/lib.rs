@@ -135,6 +135,7 @@ fn graph_columns<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, PyDict>
     let cs = &g.collectives;
     column(py, &d, "coll_algorithm", "u1", &cs.iter().map(|c| c.algorithm as u8).collect::<Vec<_>>())?;
     column(py, &d, "coll_bytes", "<u8", &cs.iter().map(|c| c.bytes).collect::<Vec<_>>())?;
+    column(py, &d, "coll_chunk_bytes", "<u8", &cs.iter().map(|c| c.chunk_bytes).collect::<Vec<_>>())?;
     let mut offsets = vec![0u32];
     let mut members = Vec::new();
     for c in cs {
@@ -208,6 +209,11 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
     }
     let algorithm: Vec<u8> = read(d, "coll_algorithm")?;
     let coll_bytes: Vec<u64> = read(d, "coll_bytes")?;
+    // Optional (graphs written before partitioning existed): no partitioning.
+    let coll_chunk: Vec<u64> = if d.contains("coll_chunk_bytes")? { read(d, "coll_chunk_bytes")? } else { vec![0; algorithm.len()] };
+    if coll_chunk.len() != algorithm.len() {
+        return Err(err("coll_chunk_bytes has one entry per collective".to_string()));
+    }
     let offsets: Vec<u32> = read(d, "coll_member_offsets")?;
     let members: Vec<u32> = read(d, "coll_members")?;
     if offsets.len() != algorithm.len() + 1 || coll_bytes.len() != algorithm.len() {
@@ -220,7 +226,7 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
             return Err(err(format!("collective {c}: member offsets out of range")));
         }
         let algo = Algorithm::from_code(algorithm[c]).ok_or_else(|| err(format!("collective {c}: unknown algorithm {}", algorithm[c])))?;
-        collectives.push(CollectiveSpec { algorithm: algo, coll_type: CollectiveType::AllReduce, members: members[a..b].to_vec(), bytes: coll_bytes[c] });
+        collectives.push(CollectiveSpec { algorithm: algo, coll_type: CollectiveType::AllReduce, members: members[a..b].to_vec(), bytes: coll_bytes[c], chunk_bytes: coll_chunk[c] });
     }
     let stream_rank: Vec<u32> = read(d, "stream_rank")?;
     let stream_name: Vec<u32> = read(d, "stream_name")?;
@@ -261,7 +267,7 @@ fn simulate_training_json<'py>(py: Python<'py>, training_json: &str, network_jso
     let spec = TrainingSpec::from_json(training_json).map_err(PyValueError::new_err)?;
     let net = network(network_json)?;
     let detail = detail(trace_detail)?;
-    let graph = build_graph(&spec).map_err(PyValueError::new_err)?;
+    let graph = ddlsim_core::training_graph(&spec, &net).map_err(PyValueError::new_err)?;
     let out = py.allow_threads(|| run_graph(&graph, &net, detail)).map_err(training_run_error)?;
     output(py, out, &graph)
 }

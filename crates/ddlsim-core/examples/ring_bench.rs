@@ -45,6 +45,8 @@ fn main() {
         layers,
         groups,
         host_of_rank: vec![],
+        chunk_bytes: 0,
+        collective_model: Default::default(),
     };
     let net = NetworkSpec {
         fidelity: Fidelity::Flow,

@@ -11,7 +11,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::collective::{joined_op, new_collective, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
+use crate::collective::{joined_op, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
 use crate::engine::{EventQueue, Time};
 use crate::graph::{Graph, Kind, PolicyKind, NO_STREAM};
 use crate::log::{EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
@@ -606,7 +606,7 @@ impl<'g> Executor<'g> {
         let spec = &self.graph.collectives[c];
         let track = self.detail == TraceDetail::Step;
         let live = self.collectives[c].get_or_insert_with(|| LiveCollective {
-            machine: new_collective(spec.algorithm, spec.members.len() as u32, spec.bytes, track),
+            machine: crate::collective::new_collective_for(spec, self.graph, track),
             ops: vec![u32::MAX; spec.members.len()],
         });
         if live.ops[member as usize] != u32::MAX {
@@ -753,7 +753,7 @@ impl<'g> Executor<'g> {
         for &action in batch {
             let member = match action {
                 Action::Send { from, .. } => from,
-                Action::Done { member } => member,
+                Action::Done { member } | Action::DoneAt { member, .. } => member,
             };
             let op = self.collectives[c].as_ref().expect("collective live").ops[member as usize];
             if let Some(held) = self.parked.get_mut(&op) {
@@ -763,7 +763,7 @@ impl<'g> Executor<'g> {
                         *held = Some(Held { collective: c as u32, action });
                         continue;
                     }
-                    Action::Done { .. } => {
+                    Action::Done { .. } | Action::DoneAt { .. } => {
                         // Finished by receipts while parked: no longer waiting to resume.
                         self.parked.remove(&op);
                         self.parked_in[c] -= 1;
@@ -786,6 +786,7 @@ impl<'g> Executor<'g> {
                     self.issue(c, action, now, NO_CAUSE)?;
                 }
                 Action::Done { .. } => self.finish_op(op, now)?,
+                Action::DoneAt { at, .. } => self.queue.push(at, Event::OpDone(op)),
             }
         }
         if self.collectives[c].as_ref().is_some_and(|live| live.machine.complete()) {

@@ -106,6 +106,9 @@ pub struct CollectiveSpec {
     pub coll_type: CollectiveType,
     pub members: Vec<u32>,
     pub bytes: u64,
+    /// Partition the tensor into messages of at most this many bytes
+    /// (ring only, see [`crate::collective::ring`]); 0: one message.
+    pub chunk_bytes: u64,
 }
 
 /// Which ready op a stream runs next (see [`crate::stream`]).
@@ -138,6 +141,9 @@ pub struct Graph {
     pub host_of_rank: Vec<u32>,
     pub op_names: Vec<String>,
     pub stream_names: Vec<String>,
+    /// Closed-form collective mode: every collective is one event per member
+    /// at this cost (see [`crate::collective::closed_form`]); None: step by step.
+    pub closed_form: Option<crate::collective::closed_form::LinkCost>,
 }
 
 impl Graph {
@@ -157,7 +163,7 @@ impl Graph {
         op_names: Vec<String>,
         stream_names: Vec<String>,
     ) -> Result<Self, String> {
-        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names };
+        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None };
         g.check()?;
         Ok(g)
     }

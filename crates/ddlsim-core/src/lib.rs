@@ -25,8 +25,18 @@ pub use network::NetworkSpec;
 
 /// Lowers a training description into a graph and runs it on `network`.
 pub fn simulate_training(spec: &TrainingSpec, network: &NetworkSpec, detail: TraceDetail) -> Result<RunOutput, String> {
-    let graph = lower::training::build_graph(spec)?;
+    let graph = training_graph(spec, network)?;
     run_graph(&graph, network, detail)
+}
+
+/// The training graph ready to run on `network`: with the closed-form
+/// collective model, it carries the network's transfer cost.
+pub fn training_graph(spec: &TrainingSpec, network: &NetworkSpec) -> Result<graph::Graph, String> {
+    let mut graph = lower::training::build_graph(spec)?;
+    if spec.collective_model == lower::training::CollectiveModel::ClosedForm {
+        graph.closed_form = Some(collective::closed_form::LinkCost::of_network(network)?);
+    }
+    Ok(graph)
 }
 
 /// Runs any workload graph on the network `network` describes.

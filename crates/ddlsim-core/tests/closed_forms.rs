@@ -26,6 +26,8 @@ fn one_group(sync: SyncSpec, workers: u32, bytes: u64) -> TrainingSpec {
         layers: vec![LayerSpec { fwd_ns: 0, bwd_ns: 0 }],
         groups: vec![GroupSpec { layers: vec![0], tensor: 0, bytes, server: 0, update_ns: 0 }],
         host_of_rank: vec![],
+        chunk_bytes: 0,
+        collective_model: Default::default(),
     }
 }
 
@@ -141,11 +143,9 @@ fn training_logs_explain_every_start_for_every_strategy() {
     let layers: Vec<LayerSpec> = (0..6).map(|l| LayerSpec { fwd_ns: 1000 + 100 * l, bwd_ns: 2000 + 50 * l }).collect();
     let groups: Vec<GroupSpec> =
         (0..6).map(|l| GroupSpec { layers: vec![l], tensor: l as i32, bytes: 50_000 + 7_919 * l as u64, server: l % 2, update_ns: 300 }).collect();
-    for sync in [
-        SyncSpec::Allreduce { algorithm: AlgorithmName::Ring },
-        SyncSpec::Allreduce { algorithm: AlgorithmName::HalvingDoubling },
-        SyncSpec::Ps { servers: 2 },
-    ] {
+    let mut syncs: Vec<SyncSpec> = AlgorithmName::ALL.iter().map(|&algorithm| SyncSpec::Allreduce { algorithm }).collect();
+    syncs.push(SyncSpec::Ps { servers: 2 });
+    for sync in syncs {
         for (barrier, policy, preemption) in [(true, "fifo", false), (false, "priority", false), (false, "priority", true)] {
             let mut spec = one_group(sync.clone(), 5, 1);
             spec.layers = layers.clone();
@@ -155,6 +155,13 @@ fn training_logs_explain_every_start_for_every_strategy() {
             spec.barrier = barrier;
             spec.stream_policy = if policy == "fifo" { Default::default() } else { ddlsim_core::lower::training::StreamPolicyName::Priority };
             spec.preemption = preemption;
+            if let SyncSpec::Allreduce { algorithm } = sync {
+                // Two ranks per host (the last alone) for the hierarchical ring; messages for the ring.
+                if algorithm == AlgorithmName::HierarchicalRing {
+                    spec.host_of_rank = vec![0, 0, 1, 1, 2];
+                }
+                spec.chunk_bytes = if algorithm == AlgorithmName::Ring && preemption { 20_000 } else { 0 };
+            }
             for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
                 let out = simulate_training(&spec, &net(fidelity, 10e9, 2_000), TraceDetail::Step)
                     .unwrap_or_else(|e| panic!("{sync:?} barrier={barrier} {policy} preemption={preemption} {fidelity:?}: {e}"));
@@ -166,7 +173,7 @@ fn training_logs_explain_every_start_for_every_strategy() {
 
 /// Priority streams must never deadlock, whatever order the ranks become
 /// ready in: random models, jitter and rank counts, with and without chunk
-/// preemption, ring and halving-doubling, no barrier (so iterations overlap).
+/// preemption, every all-reduce algorithm, no barrier (so iterations overlap).
 #[test]
 fn priority_streams_finish_for_any_readiness_order() {
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -174,14 +181,14 @@ fn priority_streams_finish_for_any_readiness_order() {
         state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         (state >> 33) % bound
     };
-    for case in 0..60 {
+    for case in 0..120 {
         let workers = 2 + next(11) as u32;
         let num_layers = 2 + next(15) as u32;
         let layers: Vec<LayerSpec> = (0..num_layers).map(|_| LayerSpec { fwd_ns: 100 + next(20_000), bwd_ns: 100 + next(40_000) }).collect();
         let groups: Vec<GroupSpec> = (0..num_layers)
             .map(|l| GroupSpec { layers: vec![l], tensor: l as i32, bytes: 1 + next(400_000), server: 0, update_ns: next(500) })
             .collect();
-        let algorithm = if next(2) == 0 { AlgorithmName::Ring } else { AlgorithmName::HalvingDoubling };
+        let algorithm = AlgorithmName::ALL[next(AlgorithmName::ALL.len() as u64) as usize];
         let mut spec = one_group(SyncSpec::Allreduce { algorithm }, workers, 1);
         spec.layers = layers;
         spec.groups = groups;
@@ -191,6 +198,14 @@ fn priority_streams_finish_for_any_readiness_order() {
         spec.barrier = false;
         spec.stream_policy = ddlsim_core::lower::training::StreamPolicyName::Priority;
         spec.preemption = next(2) == 0;
+        // Ring: sometimes partitioned; hierarchical ring: sometimes 2 or 3 ranks per host.
+        if algorithm == AlgorithmName::Ring && next(2) == 0 {
+            spec.chunk_bytes = 1 + next(100_000);
+        }
+        if algorithm == AlgorithmName::HierarchicalRing && next(3) != 0 {
+            let per = 2 + next(2) as u32;
+            spec.host_of_rank = (0..workers).map(|r| r / per).collect();
+        }
         let fidelity = if next(2) == 0 { Fidelity::Flow } else { Fidelity::Analytic };
         let out = simulate_training(&spec, &net(fidelity, 10e9, 1_000), TraceDetail::Step).unwrap_or_else(|e| {
             panic!("case {case}: {workers} workers {num_layers} layers {algorithm:?} preemption={} {fidelity:?}: {e}", spec.preemption)

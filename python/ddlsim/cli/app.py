@@ -48,7 +48,11 @@ def simulate(
     workers: Optional[int] = typer.Option(None, "--workers", "-n", help="Number of workers."),
     servers: Optional[int] = typer.Option(None, "--servers", help="Parameter servers (strategy ps)."),
     strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help="ring (all-reduce) | ps (parameter server)"),
-    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="All-reduce algorithm (strategy ring): ring | halving-doubling"),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="All-reduce algorithm (strategy ring): ring | halving-doubling | recursive-doubling | binary-tree | double-binary-tree | direct | butterfly | hierarchical-ring"),
+    chunk_bytes: Optional[int] = typer.Option(
+        None, "--chunk-bytes", help="Algorithm ring: cut each tensor into messages of at most this many bytes (0: off)."),
+    collective_model: Optional[str] = typer.Option(
+        None, "--collective-model", help="steps | closed-form (one event per collective; needs --network analytic)"),
     stream_policy: Optional[str] = typer.Option(
         None, "--stream-policy", help="Order of gradient transfers: fifo | priority (lowest layer first)"),
     preemption: Optional[str] = typer.Option(
@@ -95,8 +99,8 @@ def simulate(
         "model": model, "workers": workers, "servers": servers, "strategy": strategy,
         "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
         "oversubscription": oversubscription, "hosts_per_leaf": hosts_per_leaf, "spines": spines,
-        "placement": placement, "algorithm": algorithm, "stream_policy": stream_policy, "preemption": preemption,
-        "grouping": grouping,
+        "placement": placement, "algorithm": algorithm, "chunk_bytes": chunk_bytes, "collective_model": collective_model,
+        "stream_policy": stream_policy, "preemption": preemption, "grouping": grouping,
         "routing": routing, "ranks_per_host": ranks_per_host, "rack_placement": rack_placement,
         "server_hosts": server_hosts, "priority_bands": priority_bands, "record_flows": record_flows, "precision": precision, "efficiency": efficiency,
         "profile": str(profile.resolve()) if profile else None, "iterations": iterations, "seed": seed, "jitter": jitter,

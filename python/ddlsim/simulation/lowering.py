@@ -6,6 +6,8 @@ crates/ddlsim-core/src/lower/training.rs and network/config.rs)."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import heapq
 import json
 import math
@@ -76,24 +78,52 @@ def build_groups(scenario: Scenario, model: Model, times_ns: list[tuple[int, int
     raise ScenarioError(f"unknown grouping kind {g.kind!r}")  # pragma: no cover - validated by the scenario
 
 
-def steps_per_allreduce(algorithm: str, n: int) -> int:
+def steps_per_allreduce(algorithm: str, n: int, ranks_per_host: int = 1, messages: int = 1) -> int:
+    """Point-to-point steps (send rows) a rank logs per all-reduce over `n` ranks, on average.
+
+    Mirrors the engine's schedules (crates/ddlsim-core/src/collective/); the
+    partitioned ring runs one ring per message.
+    """
     if n <= 1:
         return 0
-    if algorithm == "ring":
-        return 2 * (n - 1)
+    algorithm = algorithm.replace("_", "-")
     p = 1 << (n.bit_length() - 1)
-    return 2 * (p.bit_length() - 1) + (2 if p != n else 0)
+    log2p = p.bit_length() - 1
+    fold = 2 if p != n else 0
+    if algorithm == "ring":
+        return 2 * (n - 1) * max(1, messages)
+    if algorithm == "direct":
+        return 2 * (n - 1)
+    if algorithm in ("recursive-doubling", "butterfly"):
+        return log2p + fold
+    if algorithm in ("binary-tree", "double-binary-tree"):
+        # 2 (n-1) transfers over n ranks per tree (every edge up and down).
+        return (1 if algorithm == "binary-tree" else 2) * -(-2 * (n - 1) // n)
+    if algorithm == "hierarchical-ring":
+        per = ranks_per_host
+        if per >= 1 and n % per == 0:
+            return 2 * (per - 1) + 2 * (n // per - 1)
+        return 2 * (n - 1)  # uneven hosts: the engine runs the flat ring
+    # halving-doubling
+    return 2 * log2p + fold
 
 
-def resolve_trace_detail(scenario: Scenario, groups: int) -> str:
+def resolve_trace_detail(scenario: Scenario, groups: int, group_bytes: Optional[list[int]] = None) -> str:
     if scenario.trace_detail != "auto":
         return scenario.trace_detail
-    if scenario.strategy.kind != "ring":
-        return "step"
+    strategy = scenario.strategy
+    if strategy.kind != "ring" or scenario.network.collective_model == "closed-form":
+        return "step"  # PS rows, or closed-form collectives (no step rows at all)
     n = scenario.workers
-    rows = scenario.iterations * groups * n * steps_per_allreduce(scenario.strategy.algorithm, n)
+    per_host = scenario.network.ranks_per_host
+    chunk = getattr(strategy, "chunk_bytes", 0)
+    if chunk and group_bytes is not None:
+        # A partitioned ring logs one ring per message of each group.
+        steps = sum(steps_per_allreduce(strategy.algorithm, n, per_host, max(1, -(-b // chunk))) for b in group_bytes)
+    else:
+        steps = groups * steps_per_allreduce(strategy.algorithm, n, per_host)
+    rows = scenario.iterations * n * steps
     return "step" if rows <= AUTO_STEP_ROW_LIMIT else "collective"
-
 
 def host_of_rank(scenario: Scenario) -> list[int]:
     """Host of every rank: workers first (ranks_per_host to a host), then servers.
@@ -157,6 +187,11 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
     else:
         sync = {"kind": "allreduce", "algorithm": strategy.algorithm.replace("-", "_")}
     _check_time_budget(scenario, times_ns)
+    extra = {}
+    if getattr(strategy, "chunk_bytes", 0):
+        extra["chunk_bytes"] = strategy.chunk_bytes
+    if scenario.network.collective_model == "closed-form" and strategy.kind == "ring":
+        extra["collective_model"] = "closed_form"
     return {
         "workers": scenario.workers,
         "iterations": scenario.iterations,
@@ -171,6 +206,7 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
         "layers": [{"fwd_ns": f, "bwd_ns": b} for f, b in times_ns],
         "groups": groups,
         "host_of_rank": host_of_rank(scenario),
+        **extra,
     }
 
 

@@ -55,7 +55,7 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
     times = layer_times_ns(model, sc.model)
     training = training_document(sc, model, times)
     network = network_document(sc)
-    detail = resolve_trace_detail(sc, len(training["groups"]))
+    detail = resolve_trace_detail(sc, len(training["groups"]), [g["bytes"] for g in training["groups"]])
     t0 = time.perf_counter()
     try:
         out = _core.simulate_training_json(engine_json(training), engine_json(network), detail)

@@ -10,7 +10,9 @@ The strategy is a tagged section::
 
     [strategy]
     kind = "ring"                # all-reduce
-    algorithm = "ring"           # "ring" | "halving-doubling"
+    algorithm = "ring"           # "ring" | "halving-doubling" | "recursive-doubling" | "binary-tree"
+                                 # | "double-binary-tree" | "direct" | "butterfly" | "hierarchical-ring"
+    chunk_bytes = 0              # ring: cut each tensor into messages of at most this size (0: off)
     stream_policy = "fifo"       # "fifo" | "priority" (lowest layer first)
     preemption = "none"          # "none" | "chunk" (needs stream_policy = "priority")
     grouping = {kind = "ddp", bucket_cap_mb = 25}   # which gradients travel together
@@ -141,6 +143,20 @@ class NetworkConfig(_Strict):
     priority_bands: bool = False
     # One row per network flow (FCT, bytes, band, tenant) in flows.parquet.
     record_flows: bool = False
+    # "steps": every all-reduce step goes through the network model;
+    # "closed-form": one event per rank per collective from the algorithm's
+    # alpha-beta cost (analytic fidelity only; exact when transfers never
+    # contend and chunks divide evenly, see collective/closed_form.rs).
+    collective_model: Literal["steps", "closed-form"] = "steps"
+
+    @model_validator(mode="after")
+    def _closed_form_needs_analytic(self) -> "NetworkConfig":
+        if self.collective_model == "closed-form" and self.fidelity != "analytic":
+            raise ValueError(
+                f"network.collective_model = \"closed-form\" needs fidelity = \"analytic\" (got {self.fidelity!r}): "
+                "flow-level contention has no closed form; set fidelity = \"analytic\" or collective_model = \"steps\""
+            )
+        return self
 
     @model_validator(mode="after")
     def _leaf_spine_only(self) -> "NetworkConfig":
@@ -390,6 +406,14 @@ def parse_grouping(value: Any) -> Any:
     return value
 
 
+#: All-reduce algorithms (the engine's names with "-" for "_"); see
+#: crates/ddlsim-core/src/collective/ for each one's schedule and closed form.
+AllreduceAlgorithm = Literal[
+    "ring", "halving-doubling", "recursive-doubling", "binary-tree", "double-binary-tree",
+    "direct", "butterfly", "hierarchical-ring",
+]
+
+
 class _StrategyBase(_Strict):
     # lowest layer index first (thesis §4.3) or first come, first served
     stream_policy: StreamPolicy = "fifo"
@@ -425,7 +449,19 @@ class RingStrategy(_StrategyBase):
     """All-reduce among the workers."""
 
     kind: Literal["ring"] = "ring"
-    algorithm: Literal["ring", "halving-doubling"] = "ring"
+    algorithm: AllreduceAlgorithm = "ring"
+    # ring only: partition each tensor into messages of at most this many
+    # bytes, each ring-all-reduced in turn (network-operator paper §8.2.1/§9.2); 0 = off
+    chunk_bytes: int = Field(0, ge=0, le=10**15)
+
+    @model_validator(mode="after")
+    def _chunk_bytes_needs_ring(self):
+        if self.chunk_bytes and self.algorithm != "ring":
+            raise ValueError(
+                f"strategy.chunk_bytes = {self.chunk_bytes} partitions ring messages, but strategy.algorithm = "
+                f"{self.algorithm!r}; use algorithm = \"ring\" or remove chunk_bytes"
+            )
+        return self
 
     @property
     def label(self) -> str:
@@ -538,6 +574,11 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _cross_section(self) -> "Scenario":
+        if self.network.collective_model == "closed-form" and self.strategy.preemption != "none":
+            raise ValueError(
+                f"network.collective_model = \"closed-form\" has no steps to preempt at, but strategy.preemption = "
+                f"{self.strategy.preemption!r}; set preemption = \"none\" or collective_model = \"steps\""
+            )
         if self.network.server_hosts != "separate" and self.strategy.kind != "ps":
             raise ValueError(
                 f"network.server_hosts = {self.network.server_hosts!r} places parameter servers, but strategy.kind is "
@@ -575,6 +616,8 @@ FLAT_KEYS = {
     "update_bandwidth": ("strategy", "update_bandwidth"),
     "header_bytes": ("strategy", "header_bytes"),
     "algorithm": ("strategy", "algorithm"),
+    "collective_model": ("network", "collective_model"),
+    "chunk_bytes": ("strategy", "chunk_bytes"),
     "stream_policy": ("strategy", "stream_policy"),
     "preemption": ("strategy", "preemption"),
     "grouping": ("strategy", "grouping"),

@@ -81,6 +81,15 @@ impl<P: Plan> Exchange<P> {
         from as u64 * self.stages as u64 + stage as u64
     }
 
+    /// The member that sent transfer `tag`.
+    pub fn sender_of(&self, tag: u64) -> u32 {
+        (tag / self.stages as u64) as u32
+    }
+
+    pub fn plan(&self) -> &P {
+        &self.plan
+    }
+
     fn received(&mut self, m: u32, s: u32) -> bool {
         self.normalize(m);
         s < self.recv_upto[m as usize]

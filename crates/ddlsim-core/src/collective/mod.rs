@@ -2,10 +2,18 @@
 //! member joins and when one of its transfers is delivered, answering with
 //! the transfers to start next or that a member is done. The executor has
 //! no algorithm-specific code; adding an algorithm is a new file here plus
-//! one line in [`Algorithm`] and [`new_collective`].
+//! one line in [`Algorithm`] and [`new_collective_with`] (and its closed
+//! form in [`closed_form::finish_offsets`]). docs/allreduce-algorithms.md
+//! lists the schedules and their idle-network costs.
 
+pub mod binary_tree;
+pub mod butterfly;
+pub mod closed_form;
+pub mod direct;
 mod exchange;
 pub mod halving_doubling;
+pub mod hierarchical_ring;
+pub mod recursive_doubling;
 pub mod ring;
 
 use crate::engine::Time;
@@ -47,6 +55,8 @@ pub enum Action {
     Send { from: u32, to: u32, bytes: u64, tag: u64, step: u32, ready: Time, causes: [Cause; 4] },
     /// Member has sent and received everything: its part is over.
     Done { member: u32 },
+    /// Member's part will be over at `at` (closed-form mode: nothing is sent).
+    DoneAt { member: u32, at: Time },
 }
 
 pub trait Collective {
@@ -68,17 +78,43 @@ pub trait Collective {
 pub enum Algorithm {
     Ring = 0,
     HalvingDoubling = 1,
+    RecursiveDoubling = 2,
+    BinaryTree = 3,
+    DoubleBinaryTree = 4,
+    Direct = 5,
+    Butterfly = 6,
+    HierarchicalRing = 7,
 }
 
 impl Algorithm {
-    pub const NAMES: [&'static str; 2] = ["ring", "halving_doubling"];
+    pub const NAMES: [&'static str; 8] = [
+        "ring",
+        "halving_doubling",
+        "recursive_doubling",
+        "binary_tree",
+        "double_binary_tree",
+        "direct",
+        "butterfly",
+        "hierarchical_ring",
+    ];
+
+    pub const ALL: [Algorithm; 8] = [
+        Algorithm::Ring,
+        Algorithm::HalvingDoubling,
+        Algorithm::RecursiveDoubling,
+        Algorithm::BinaryTree,
+        Algorithm::DoubleBinaryTree,
+        Algorithm::Direct,
+        Algorithm::Butterfly,
+        Algorithm::HierarchicalRing,
+    ];
 
     pub fn from_code(code: u8) -> Option<Algorithm> {
-        match code {
-            0 => Some(Algorithm::Ring),
-            1 => Some(Algorithm::HalvingDoubling),
-            _ => None,
-        }
+        Self::ALL.get(code as usize).copied()
+    }
+
+    pub fn from_name(name: &str) -> Option<Algorithm> {
+        Self::NAMES.iter().position(|n| *n == name).map(|i| Self::ALL[i])
     }
 
     pub fn name(self) -> &'static str {
@@ -90,20 +126,66 @@ impl Algorithm {
         match self {
             Algorithm::Ring => "ring_step",
             Algorithm::HalvingDoubling => "hd_step",
+            Algorithm::RecursiveDoubling => "rd_step",
+            Algorithm::BinaryTree => "tree_step",
+            Algorithm::DoubleBinaryTree => "dbtree_step",
+            Algorithm::Direct => "direct_step",
+            Algorithm::Butterfly => "butterfly_step",
+            Algorithm::HierarchicalRing => "hring_step",
         }
     }
 }
 
 /// The registry: a fresh state machine for an all-reduce of `bytes` over
-/// `members` ranks. With `track_causes` its sends name the log rows they
-/// waited for (needed only when steps are logged).
+/// `members` ranks, with the default parameters (no partitioning, every
+/// member on a host of its own). With `track_causes` its sends name the
+/// log rows they waited for (needed only when steps are logged).
 pub fn new_collective(algorithm: Algorithm, members: u32, bytes: u64, track_causes: bool) -> Box<dyn Collective> {
+    new_collective_with(algorithm, members, bytes, &Params::default(), track_causes)
+}
+
+/// What some algorithms need beyond (members, bytes).
+#[derive(Debug, Clone, Default)]
+pub struct Params {
+    /// Ring: partition the tensor into messages of at most this many bytes (0: one message).
+    pub chunk_bytes: u64,
+    /// Host of each member (hierarchical ring); empty: one host per member.
+    pub hosts: Vec<u32>,
+}
+
+/// The registry for a graph's collective: its spec and the graph's rank -> host map.
+/// With the graph's closed-form cost set, the collective is one event per
+/// member (see [`closed_form`]).
+pub fn new_collective_for(spec: &crate::graph::CollectiveSpec, graph: &crate::graph::Graph, track_causes: bool) -> Box<dyn Collective> {
+    let host_of_rank = &graph.host_of_rank;
+    let mut params = Params { chunk_bytes: spec.chunk_bytes, hosts: Vec::new() };
+    if spec.algorithm == Algorithm::HierarchicalRing {
+        // Ranks without an entry are on a host of their own (numbered past every listed host).
+        let listed = host_of_rank.iter().copied().max().map_or(0, |h| h + 1);
+        params.hosts = spec.members.iter().map(|&r| host_of_rank.get(r as usize).copied().unwrap_or(listed + r)).collect();
+    }
+    if let Some(cost) = &graph.closed_form {
+        let n = spec.members.len() as u32;
+        return Box::new(closed_form::ClosedForm::new(closed_form::finish_offsets(spec.algorithm, n, spec.bytes, &params, cost)));
+    }
+    new_collective_with(spec.algorithm, spec.members.len() as u32, spec.bytes, &params, track_causes)
+}
+
+/// One line per algorithm.
+pub fn new_collective_with(algorithm: Algorithm, members: u32, bytes: u64, params: &Params, track_causes: bool) -> Box<dyn Collective> {
     fn boxed<P: Plan + 'static>(plan: P, track: bool) -> Box<dyn Collective> {
         let exchange = Exchange::new(plan);
         Box::new(if track { exchange.tracking_causes() } else { exchange })
     }
+    let n = members;
     match algorithm {
-        Algorithm::Ring => boxed(ring::RingPlan::new(members, bytes), track_causes),
-        Algorithm::HalvingDoubling => boxed(halving_doubling::HalvingDoublingPlan::new(members, bytes), track_causes),
+        Algorithm::Ring => boxed(ring::RingPlan::partitioned(n, bytes, params.chunk_bytes), track_causes),
+        Algorithm::HalvingDoubling => boxed(halving_doubling::HalvingDoublingPlan::new(n, bytes), track_causes),
+        Algorithm::RecursiveDoubling => boxed(recursive_doubling::RecursiveDoublingPlan::new(n, bytes), track_causes),
+        Algorithm::BinaryTree => boxed(binary_tree::TreePlan::new(n, bytes, binary_tree::Shape::InOrder), track_causes),
+        Algorithm::DoubleBinaryTree => Box::new(binary_tree::double_binary_tree(n, bytes, track_causes)),
+        Algorithm::Direct => boxed(direct::DirectPlan::new(n, bytes), track_causes),
+        Algorithm::Butterfly => boxed(butterfly::ButterflyPlan::new(n, bytes), track_causes),
+        Algorithm::HierarchicalRing => boxed(hierarchical_ring::HierarchicalRingPlan::new(bytes, &params.hosts, n), track_causes),
     }
 }

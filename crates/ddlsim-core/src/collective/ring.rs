@@ -1,6 +1,17 @@
 //! Ring all-reduce: N-1 reduce-scatter steps then N-1 all-gather steps;
 //! in step s every member sends one chunk (about M/N bytes) to its
 //! successor and receives one from its predecessor.
+//! Idle-network cost: 2 (N-1) (alpha + M/N beta).
+//!
+//! Partitioning (the network-operator paper's "parameter messaging",
+//! §8.2.1/§9.2): with `chunk_bytes` = c > 0 and M > c, the tensor is cut
+//! evenly into S = ceil(M / c) messages (each at most c bytes, the first
+//! M mod S one byte larger than the rest) and each message goes through its
+//! own ring all-reduce, message after message; a member starts message q+1
+//! as soon as it is done with message q (it does not wait for the others).
+//! Every message boundary is a point where a preemptible stream may yield.
+//! Idle-network cost: sum over messages 2 (N-1) (alpha + M_q/N beta)
+//! = 2 (N-1) (S alpha + M/N beta) when every M_q/N is whole.
 
 use super::exchange::{Plan, Stage};
 
@@ -14,11 +25,29 @@ pub fn chunk_bytes(bytes: u64, n: u32, c: u32) -> u64 {
 pub struct RingPlan {
     n: u32,
     bytes: u64,
+    /// Number of messages S (1 without partitioning).
+    messages: u32,
 }
 
 impl RingPlan {
     pub fn new(n: u32, bytes: u64) -> Self {
-        RingPlan { n, bytes }
+        RingPlan { n, bytes, messages: 1 }
+    }
+
+    /// A ring over messages of at most `chunk_bytes` (0: one message).
+    pub fn partitioned(n: u32, bytes: u64, chunk_bytes: u64) -> Self {
+        let messages = if chunk_bytes == 0 || bytes <= chunk_bytes { 1 } else { bytes.div_ceil(chunk_bytes) };
+        let messages = u32::try_from(messages).expect("a collective is cut into fewer than 2^32 messages");
+        RingPlan { n, bytes, messages }
+    }
+
+    pub fn messages(&self) -> u32 {
+        self.messages
+    }
+
+    /// Bytes of message `q`.
+    pub fn message_bytes(&self, q: u32) -> u64 {
+        chunk_bytes(self.bytes, self.messages, q)
     }
 
     /// The chunk member `i` sends at `step`.
@@ -38,13 +67,15 @@ impl Plan for RingPlan {
     }
 
     fn stages(&self) -> u32 {
-        2 * (self.n - 1)
+        2 * (self.n - 1) * self.messages
     }
 
-    fn stage(&self, i: u32, step: u32) -> Stage {
+    fn stage(&self, i: u32, stage: u32) -> Stage {
         let n = self.n;
+        let per = 2 * (n - 1);
+        let (q, step) = (stage / per, stage % per);
         Stage {
-            send: Some(((i + 1) % n, chunk_bytes(self.bytes, n, self.chunk_of(i, step)))),
+            send: Some(((i + 1) % n, chunk_bytes(self.message_bytes(q), n, self.chunk_of(i, step)))),
             recv: Some((i + n - 1) % n),
         }
     }
@@ -66,5 +97,29 @@ mod tests {
             chunks.dedup();
             assert_eq!(chunks.len(), 2, "reduce-scatter sends every chunk but one, once");
         }
+    }
+
+    #[test]
+    fn partitioning_cuts_evenly_and_keeps_the_unpartitioned_plan() {
+        let whole = RingPlan::new(4, 1000);
+        for c in [0, 1000, 5000] {
+            let p = RingPlan::partitioned(4, 1000, c);
+            assert_eq!(p.stages(), whole.stages());
+            for s in 0..p.stages() {
+                assert_eq!(p.stage(1, s), whole.stage(1, s));
+            }
+        }
+        let p = RingPlan::partitioned(4, 1200, 350);
+        assert_eq!(p.messages(), 4);
+        assert_eq!((0..4).map(|q| p.message_bytes(q)).collect::<Vec<_>>(), vec![300; 4]);
+        assert_eq!(p.stages(), 4 * 6);
+        for i in 0..4 {
+            let sent: u64 = (0..p.stages()).map(|s| p.stage(i, s).send.unwrap().1).sum();
+            assert_eq!(sent, 2 * 3 * 1200 / 4);
+        }
+        let uneven = RingPlan::partitioned(3, 1001, 100);
+        assert_eq!(uneven.messages(), 11);
+        assert_eq!((0..11).map(|q| uneven.message_bytes(q)).sum::<u64>(), 1001);
+        assert!((0..11).all(|q| uneven.message_bytes(q) <= 100));
     }
 }

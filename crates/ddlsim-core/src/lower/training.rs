@@ -28,6 +28,38 @@ use crate::rng::{stream, Purpose};
 pub enum AlgorithmName {
     Ring,
     HalvingDoubling,
+    RecursiveDoubling,
+    BinaryTree,
+    DoubleBinaryTree,
+    Direct,
+    Butterfly,
+    HierarchicalRing,
+}
+
+impl AlgorithmName {
+    pub fn algorithm(self) -> Algorithm {
+        match self {
+            AlgorithmName::Ring => Algorithm::Ring,
+            AlgorithmName::HalvingDoubling => Algorithm::HalvingDoubling,
+            AlgorithmName::RecursiveDoubling => Algorithm::RecursiveDoubling,
+            AlgorithmName::BinaryTree => Algorithm::BinaryTree,
+            AlgorithmName::DoubleBinaryTree => Algorithm::DoubleBinaryTree,
+            AlgorithmName::Direct => Algorithm::Direct,
+            AlgorithmName::Butterfly => Algorithm::Butterfly,
+            AlgorithmName::HierarchicalRing => Algorithm::HierarchicalRing,
+        }
+    }
+
+    pub const ALL: [AlgorithmName; 8] = [
+        AlgorithmName::Ring,
+        AlgorithmName::HalvingDoubling,
+        AlgorithmName::RecursiveDoubling,
+        AlgorithmName::BinaryTree,
+        AlgorithmName::DoubleBinaryTree,
+        AlgorithmName::Direct,
+        AlgorithmName::Butterfly,
+        AlgorithmName::HierarchicalRing,
+    ];
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -35,6 +67,17 @@ pub enum AlgorithmName {
 pub enum SyncSpec {
     Allreduce { algorithm: AlgorithmName },
     Ps { servers: u32 },
+}
+
+/// How collectives are simulated: step by step through the network, or as
+/// one event per member from the algorithm's closed form (analytic fidelity
+/// only; see `collective::closed_form` for when that is exact).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveModel {
+    #[default]
+    Steps,
+    ClosedForm,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
@@ -108,6 +151,12 @@ pub struct TrainingSpec {
     /// Host of each rank (workers first, then servers); empty: one host each.
     #[serde(default)]
     pub host_of_rank: Vec<u32>,
+    /// All-reduce: partition each group into messages of at most this many
+    /// bytes (ring; see `collective::ring`). 0 (default): no partitioning.
+    #[serde(default)]
+    pub chunk_bytes: u64,
+    #[serde(default)]
+    pub collective_model: CollectiveModel,
 }
 
 /// Network priority bands used for gradient priorities.
@@ -160,6 +209,9 @@ impl TrainingSpec {
                 self.host_of_rank.len(),
                 self.total_ranks()
             ));
+        }
+        if self.collective_model == CollectiveModel::ClosedForm && self.preemption {
+            return Err("the closed-form collective model has no steps to preempt at; turn preemption off or use the step-by-step model".into());
         }
         Ok(())
     }
@@ -276,15 +328,12 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
             };
             match spec.sync {
                 SyncSpec::Allreduce { algorithm } => {
-                    let algorithm = match algorithm {
-                        AlgorithmName::Ring => Algorithm::Ring,
-                        AlgorithmName::HalvingDoubling => Algorithm::HalvingDoubling,
-                    };
                     let c = g.add_collective(CollectiveSpec {
-                        algorithm,
+                        algorithm: algorithm.algorithm(),
                         coll_type: CollectiveType::AllReduce,
                         members: (0..n).collect(),
                         bytes: group.bytes,
+                        chunk_bytes: spec.chunk_bytes,
                     });
                     for w in 0..n {
                         let mut op = tag(Op::new(Kind::Collective, names.allreduce, w));
