@@ -95,3 +95,13 @@ def test_closed_form_mode_needs_analytic_and_no_preemption():
     with pytest.raises(ScenarioError, match="preempt"):
         ddlsim.simulate({"network": {"fidelity": "analytic", "collective_model": "closed-form"},
                          "strategy": {"kind": "ring", "stream_policy": "priority", "preemption": "chunk"}})
+
+
+def test_hierarchical_ring_over_real_intra_host_links_equals_its_closed_form():
+    # intra-host transfers go over the per-rank NVLink-class ports, inter-host ones over the NIC
+    kw = dict(model="resnet50", workers=32, iterations=1, algorithm="hierarchical-ring", ranks_per_host=8, network="analytic")
+    steps = ddlsim.simulate(collective_model="steps", **kw)
+    closed = ddlsim.simulate(collective_model="closed-form", **kw)
+    assert steps.events.column("end_ns").max() == closed.events.column("end_ns").max()
+    flat = ddlsim.simulate(**{**kw, "algorithm": "ring"})
+    assert steps.iteration_time_s < flat.iteration_time_s
