@@ -446,6 +446,7 @@ def fit_tables(paths: Sequence[str | Path], workers: Sequence[int] = (), algorit
                gamma_ns_per_byte: float = 0.0, time_unit: str = "us", min_size_bytes: int = 0) -> CostModel:
     """Reads every table (`workers`: one count for all tables, or one per
     table, for rows that give none) and fits them together."""
+    algorithm = algorithm_name(algorithm)
     if not paths:
         raise PlanError("give at least one table")
     if len(workers) not in (0, 1, len(paths)):

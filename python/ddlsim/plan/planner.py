@@ -27,7 +27,9 @@ the bucket membership by tensor name, in DDP's bucket order.
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -173,6 +175,8 @@ def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_mod
     if "iterations" not in sc.model_fields_set and sc.barrier and sc.jitter == 0:
         # with a barrier and no jitter every iteration is the same: one is enough
         sc = with_overrides(sc, {"iterations": 1})
+    if "trace_detail" not in sc.model_fields_set:
+        sc = with_overrides(sc, {"trace_detail": "collective"})  # the plan reads iteration times only
     if sc.strategy.kind != "ring":
         raise PlanError(f"ddlsim plan plans all-reduce jobs (MG-WFBP and DDP), but the strategy is {sc.strategy.kind!r}; "
                         'use strategy kind = "ring"')
@@ -187,8 +191,11 @@ def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_mod
 
 def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_model: Optional[CostModel] = None,
               bucket_caps_mb: Sequence[float] = DEFAULT_BUCKET_CAPS_MB, progress: Optional[Progress] = None,
-              **overrides: Any) -> Plan:
+              threads: Optional[int] = None, **overrides: Any) -> Plan:
     """Plans gradient synchronisation for a scenario (see the module docstring).
+
+    `progress(done, total, label)` is called as simulations finish; `threads`
+    simulations run at a time (default: the CPU count, at most 4).
 
     >>> p = make_plan(model="resnet50", workers=16, bandwidth="10Gbps")   # doctest: +SKIP
     >>> p.best_ddp.bucket_cap_mb, p.speedups(p.mg_wfbp)                   # doctest: +SKIP
@@ -223,22 +230,34 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
         jobs.append((f"ddp:{cap:g}", f"DDP {cap:g} MB", {"kind": "ddp", "bucket_cap_mb": cap}, gp.ddp(model, cap), cap))
     jobs.append(("mg-wfbp", "MG-WFBP", _names_grouping(model, mg_groups), mg_groups, None))
 
+    # one simulation per distinct grouping, the largest (most groups) first, on
+    # `threads` threads (the engine releases the GIL while it runs)
+    todo: dict[tuple, tuple[str, dict]] = {}
+    for name, label, grouping, groups, cap in jobs:
+        todo.setdefault(_signature(groups), (label, grouping))
+    order = sorted(todo, key=len, reverse=True)
     results: dict[tuple, SimulationResult] = {}
-    unique = len({_signature(g) for *_, g, _ in jobs})
-    done = 0
+    if threads is None:
+        threads = min(4, os.cpu_count() or 1)
+    if progress:
+        progress(0, len(order), todo[order[0]][0])
+    if threads <= 1:
+        for key in order:
+            results[key] = simulate(sc, grouping=todo[key][1])
+            if progress:
+                progress(len(results), len(order), todo[key][0])
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            futures = {pool.submit(simulate, sc, grouping=todo[key][1]): key for key in order}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                if progress:
+                    progress(len(results), len(order), todo[futures[future]][0])
     candidates: dict[str, Candidate] = {}
     for name, label, grouping, groups, cap in jobs:
-        key = _signature(groups)
-        if key not in results:
-            if progress:
-                progress(done, unique, label)
-            results[key] = simulate(sc, grouping=grouping)
-            done += 1
-        r = results[key]
+        r = results[_signature(groups)]
         times_s = [float(x) for x in r._iteration_arrays["time_s"]]
         candidates[name] = Candidate(name, label, grouping, groups, r.iteration_time_s, times_s, cap)
-    if progress:
-        progress(done, unique, "done")
 
     sweep = [candidates[f"ddp:{c:g}"] for c in caps]
     best = min(sweep, key=lambda c: (c.iteration_time_s, c.bucket_cap_mb))
