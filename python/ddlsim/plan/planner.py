@@ -162,7 +162,8 @@ def _names_grouping(model: Model, groups: Sequence[dict]) -> dict:
 
 
 def _signature(groups: Sequence[dict]) -> tuple:
-    return tuple(tuple(g["tensors"]) for g in groups)
+    """What the engine sees of a grouping (the order of tensors inside a buffer does not matter to it)."""
+    return tuple(sorted(tuple(sorted(g["tensors"])) for g in groups))
 
 
 def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_model: Optional[CostModel] = None,
