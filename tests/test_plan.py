@@ -363,3 +363,20 @@ def test_cli_plan_bad_input_errors_without_traceback(tmp_path, args, message):
     p = cli("plan", *args, cwd=tmp_path)
     assert p.returncode == 2, p.stdout
     assert "Traceback" not in p.stderr and message in p.stderr
+
+
+def test_plan_from_a_scenario_file_with_a_relative_profile(tmp_path):
+    model = ddlsim.load_model("lenet5")
+    rows = ["layer,fwd_ms,bwd_ms"] + [f"{layer.name},{1 + i},{2 + 3 * i}" for i, layer in enumerate(model.layers)]
+    (tmp_path / "prof.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "job.toml").write_text('workers = 4\n[model]\nname = "lenet5"\nprofile = "prof.csv"\n'
+                                       '[network]\nbandwidth = "1Gbps"\nlatency = "50us"\n')
+    p = cli("plan", str(tmp_path / "job.toml"), "--bucket-caps", "1", "--json", cwd="/")
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    assert data["scenario"]["model"]["profile"] == str((tmp_path / "prof.csv").resolve())
+    sc = scenario_from_dict(data["scenario"])
+    assert layer_times_ns(build_model(sc.model), sc.model)[1] == (2_000_000, 5_000_000)
+    assert data["cluster"]["workers"] == 4 and data["cluster"]["latency_ns"] == 50_000
+    r = ddlsim.simulate(data["scenario"], grouping=data["mg_wfbp"]["grouping"])
+    assert r.iteration_time_s == data["mg_wfbp"]["iteration_time_s"]

@@ -141,7 +141,7 @@ class Plan:
                 "allreduce_a_ns": self.cost.a,
                 "allreduce_b_ns_per_byte": self.cost.b,
             },
-            "scenario": sc.model_dump(mode="json", exclude={"base_dir"}),
+            "scenario": scenario_dict(sc),
             "baselines": {b: self._entry(getattr(self, b)) for b in BASELINES},
             "mg_wfbp": mg,
             "ddp": ddp,
@@ -154,6 +154,17 @@ class Plan:
         import json
 
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+def scenario_dict(sc: Scenario) -> dict:
+    """The scenario as data that validates again (every field written out,
+    but not the FLOP-model fields a measured profile replaces)."""
+    data = sc.model_dump(mode="json", exclude={"base_dir"})
+    if sc.model.profile:
+        for key in ("device", "precision", "efficiency"):
+            if key not in sc.model.model_fields_set:
+                data["model"].pop(key, None)
+    return data
 
 
 def _names_grouping(model: Model, groups: Sequence[dict]) -> dict:
@@ -183,6 +194,10 @@ def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_mod
                         'use strategy kind = "ring"')
     if sc.workers < 2:
         raise PlanError("ddlsim plan needs at least 2 workers (with one there is nothing to synchronise)")
+    if sc.model.profile and not Path(sc.model.profile).is_absolute():
+        # the plan's JSON holds the scenario: make it usable from any directory
+        base = Path(sc.base_dir) if sc.base_dir else Path.cwd()
+        sc = with_overrides(sc, {"profile": str((base / sc.model.profile).resolve())})
     if cost_model is not None:
         sc = with_overrides(sc, cost_model.network(sc.workers), origin="cost model")
     else:
