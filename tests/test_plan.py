@@ -380,3 +380,14 @@ def test_plan_from_a_scenario_file_with_a_relative_profile(tmp_path):
     assert data["cluster"]["workers"] == 4 and data["cluster"]["latency_ns"] == 50_000
     r = ddlsim.simulate(data["scenario"], grouping=data["mg_wfbp"]["grouping"])
     assert r.iteration_time_s == data["mg_wfbp"]["iteration_time_s"]
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "halving-doubling"])
+@pytest.mark.parametrize("workers", [2, 8])
+def test_the_network_of_a_cost_model_reproduces_its_line_in_the_simulator(algorithm, workers):
+    cm = CostModel(algorithm, alpha_ns=10_000, beta_ns_per_byte=0.8)
+    for nbytes in (4_000, 4_000_000):
+        sc = {"model": {"name": "one", "layers": [{"name": "l", "params": nbytes // 4, "fwd_ms": 0, "bwd_ms": 0}]},
+              "workers": workers, "iterations": 1}
+        r = ddlsim.simulate(sc, **cm.network(workers))
+        assert r.iteration_time_s * 1e9 == pytest.approx(cm.allreduce(workers)(nbytes), rel=1e-12)
