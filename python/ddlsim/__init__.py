@@ -20,6 +20,10 @@ _LAZY = {
     "list_models": "workload",
     "load_model": "workload",
     "synthetic_model": "workload",
+    "thesis_simulator_model": "workload",
+    "CostModel": "plan.cost",
+    "fit_cost_model": "plan.cost",
+    "make_plan": "plan.planner",
 }
 
 
@@ -42,4 +46,8 @@ __all__ = [
     "list_models",
     "load_model",
     "synthetic_model",
+    "thesis_simulator_model",
+    "CostModel",
+    "fit_cost_model",
+    "make_plan",
 ]

@@ -35,3 +35,7 @@ class InternalError(DdlsimError):
         self.scenario_path = scenario_path
         where = f"; the scenario was saved to {scenario_path}" if scenario_path else ""
         super().__init__(f"internal error, please report it{where} ({detail})")
+
+
+class PlanError(DdlsimError):
+    """A cost-model table, cost model or plan request is malformed."""

@@ -224,6 +224,134 @@ def demo(out_dir: Path = typer.Option(Path("ddlsim-out"), "--out", "-o", help="W
     run_demo(out_dir, out)
 
 
+@app.command()
+def fit(
+    tables: list[Path] = typer.Argument(..., help="All-reduce microbenchmark tables: osu_allreduce output or CSV size,time[,workers]."),
+    workers: Optional[list[int]] = typer.Option(
+        None, "--workers", "-n", help="Worker count of tables that give none (OSU output): once for all tables or once per table."),
+    algorithm: str = typer.Option("ring", "--algorithm", help="All-reduce algorithm, to turn a and b into alpha and beta (Table II): "
+                                  "ring | halving-doubling | recursive-doubling | binary-tree"),
+    gamma: float = typer.Option(0.0, "--gamma", help="Reduction time per byte in ns (Table II's gamma; the simulator models none)."),
+    time_unit: str = typer.Option("us", "--time-unit", help="Unit of a CSV time column without one in its name: ns | us | ms | s"),
+    min_size: str = typer.Option("0", "--min-size", help="Fit only messages of at least this size (e.g. 64KiB)."),
+    out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the cost model as JSON (for `ddlsim plan --cost-model`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the cost model as JSON only."),
+) -> None:
+    """Fit the all-reduce cost a + b·M (per worker count) and alpha, beta to microbenchmark times."""
+    from ..plan.cost import fit_tables
+    from ..units import parse_size_bytes
+
+    try:
+        min_bytes = parse_size_bytes(min_size)
+    except ValueError as exc:
+        raise DdlsimError(f"--min-size: {exc}") from None
+    model = fit_tables(tables, workers or [], algorithm, gamma, time_unit.strip().lower(), min_bytes)
+    if out_path is not None:
+        model.save(out_path)
+    if as_json:
+        sys.stdout.write(json.dumps(model.to_dict(), indent=2) + "\n")
+        return
+    table = Table(title=f"all-reduce cost T(M) = a + b·M, {model.algorithm} (MG-WFBP Table II)", title_justify="left")
+    for col in ("workers", "points", "sizes", "a (us)", "b (ns/B)", "alpha (us)", "beta → bandwidth", "R²", "max rel. error"):
+        table.add_column(col, justify="right")
+    for f in model.fits:
+        alpha = f"{f.alpha_ns / 1e3:.3f}" if f.workers >= 2 else "-"
+        bw = f"{8 / f.beta_ns_per_byte:.3f} Gbit/s" if f.workers >= 2 and f.beta_ns_per_byte > 0 else "-"
+        table.add_row(str(f.workers), str(f.points), f"{f.min_size_bytes:,}–{f.max_size_bytes:,} B", f"{f.a_ns / 1e3:.3f}",
+                      f"{f.b_ns_per_byte:.6g}", alpha, bw, f"{f.r2:.6f}", f"{f.max_relative_error:.2%}")
+    out.print(table)
+    out.print(f"alpha = {model.alpha_ns / 1e3:.3f} us, beta = {model.beta_ns_per_byte:.6g} ns/B "
+              f"({8 / model.beta_ns_per_byte:.3f} Gbit/s), gamma = {model.gamma_ns_per_byte:g} ns/B"
+              + (" (least squares over every worker count)" if len([f for f in model.fits if f.workers >= 2]) > 1 else ""))
+    if out_path is not None:
+        out.print(f"wrote {out_path}")
+
+
+@app.command()
+def plan(
+    scenario: Optional[Path] = typer.Argument(None, help="Scenario TOML file; flags override its values."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Zoo model (see `ddlsim models`), or 'synthetic'."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-n", help="Number of workers."),
+    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", "-b", help="Host link bandwidth with a unit, e.g. 10Gbps."),
+    latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency with a unit, e.g. 10us."),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="All-reduce algorithm: ring | halving-doubling"),
+    cost_model: Optional[Path] = typer.Option(
+        None, "--cost-model", help="Cost model JSON (`ddlsim fit --out`): sets alpha, beta and the algorithm instead of "
+        "--bandwidth/--latency/--algorithm."),
+    network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size."),
+    device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
+    iterations: Optional[int] = typer.Option(
+        None, "--iterations", "-i", help="Iterations per simulation (default: 1 when the barrier is on and there is no jitter)."),
+    bucket_caps: str = typer.Option("1,5,10,25,50,100", "--bucket-caps", help="DDP bucket_cap_mb values to sweep."),
+    out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan as JSON here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON only."),
+) -> None:
+    """Plan gradient synchronisation: MG-WFBP merge plan and best DDP bucket size, verified by simulation."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..plan.cost import CostModel
+    from ..plan.planner import make_plan
+
+    if cost_model is not None and (bandwidth or latency or algorithm):
+        raise DdlsimError("--cost-model sets alpha, beta and the algorithm; leave out --bandwidth, --latency and --algorithm")
+    try:
+        caps = [float(x) for x in bucket_caps.split(",") if x.strip()]
+    except ValueError:
+        raise DdlsimError(f"--bucket-caps {bucket_caps!r}: write numbers in MB separated by commas, e.g. 1,5,10,25") from None
+    cm = CostModel.load(cost_model) if cost_model is not None else None
+    overrides = {
+        "model": model, "profile": str(profile.resolve()) if profile else None, "workers": workers,
+        "bandwidth": bandwidth, "latency": latency, "algorithm": algorithm, "network": network,
+        "batch_size": batch_size, "device": device, "iterations": iterations,
+    }
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=err, transient=True, disable=not err.is_terminal or as_json)
+    with bar:
+        task = bar.add_task("simulating", total=None)
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=f"simulating {label}")
+
+        result = make_plan(scenario, cost_model=cm, bucket_caps_mb=caps, progress=progress,
+                           **{k: v for k, v in overrides.items() if v is not None})
+    data = result.to_dict()
+    if out_path is not None:
+        result.save(out_path)
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    from ..units import format_bandwidth
+
+    sc = result.scenario
+    table = Table(title=f"{result.model.display_name} · {sc.workers} workers · {sc.strategy.algorithm} all-reduce · "
+                  f"{format_bandwidth(sc.network.bandwidth_bps)}, {sc.network.latency_ns / 1e3:g} us · simulated",
+                  title_justify="left")
+    for col in ("plan", "groups", "iteration (ms)", "vs WFBP", "vs SyncEASGD", "vs DDP 25 MB"):
+        table.add_column(col, justify="left" if col == "plan" else "right")
+    rows = [("WFBP (per tensor)", result.wfbp), ("SyncEASGD", result.synceasgd), ("DDP 25 MB (default)", result.ddp_default)]
+    rows += [(f"DDP {c.bucket_cap_mb:g} MB" + (" [best]" if c is result.best_ddp else ""), c) for c in result.ddp_sweep
+             if c.bucket_cap_mb != result.ddp_default.bucket_cap_mb or c is result.best_ddp]
+    rows.append(("MG-WFBP", result.mg_wfbp))
+    for label, c in rows:
+        s = result.speedups(c)
+        style = "bold" if c is result.mg_wfbp or c is result.best_ddp else None
+        table.add_row(label, str(len(c.groups)), f"{c.iteration_time_s * 1e3:.2f}", f"{s['wfbp']:.3f}x",
+                      f"{s['synceasgd']:.3f}x", f"{s['ddp_default']:.3f}x", style=style)
+    out.print(table)
+    sizes = [g["bytes"] for g in result.mg_wfbp.groups]
+    out.print(f"MG-WFBP plan: {len(sizes)} all-reduces of {', '.join(f'{b / 1e6:.2f}' for b in sizes[:12])}"
+              f"{' …' if len(sizes) > 12 else ''} MB (first layer first); T_ar(M) = {result.cost.a / 1e3:.2f} us + "
+              f"{result.cost.b:.4g} ns/B · M; planner's own estimate {result.mg_wfbp_estimate_s * 1e3:.2f} ms")
+    out.print(f"best DDP: bucket_cap_mb={result.best_ddp.bucket_cap_mb:g} ({len(result.best_ddp.groups)} buckets); "
+              f"{result.simulations} simulations in {result.wall_s:.2f} s")
+    if out_path is not None:
+        out.print(f"wrote {out_path}")
+    for note in result.notes:
+        out.print(f"[yellow]note:[/] {note}")
+
+
 class _null:
     def __enter__(self):
         return self

@@ -13,6 +13,7 @@ import json
 import math
 
 from ..errors import ScenarioError
+from ..units import parse_duration_ns
 from . import grouping
 from .scenario import Scenario
 from ..workload.model import Model
@@ -64,7 +65,10 @@ def build_groups(scenario: Scenario, model: Model, times_ns: list[tuple[int, int
     if g.kind == "synceasgd":
         return grouping.synceasgd(model)
     if g.kind == "mg-wfbp":
-        return grouping.mg_wfbp(model, bwd, allreduce_cost(scenario), g.method)
+        cost = allreduce_cost(scenario)
+        if g.a is not None:
+            cost = grouping.AllReduceCost(float(parse_duration_ns(g.a)), float(g.b_ns_per_byte))
+        return grouping.mg_wfbp(model, bwd, cost, g.method)
     if g.kind == "fusion":
         return grouping.horovod_fusion(model, bwd, g.threshold_bytes, g.cycle_time_ns)
     if g.kind == "thesis-fusion":

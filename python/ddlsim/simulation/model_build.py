@@ -9,7 +9,7 @@ from ..units import parse_duration_ns, parse_size_bytes
 from ..workload.devices import find_device
 from ..workload.model import Layer, Model, Tensor
 from ..workload.profile import apply_profile
-from ..workload.synthetic import synthetic_model
+from ..workload.synthetic import synthetic_model, thesis_simulator_model
 from ..workload.zoo import load_model
 from .scenario import ModelConfig, SyntheticConfig
 
@@ -33,15 +33,24 @@ def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
         s = config.synthetic
         if s is None:
             s = SyntheticConfig()
-        model = synthetic_model(
-            layers=s.layers,
-            model_size_bytes=parse_size_bytes(s.model_size),
-            compute_s=parse_duration_ns(s.compute) / 1e9,
-            forward_share=s.forward_share,
-            first_to_last_forward=s.first_to_last_forward,
-            size_distribution=s.size_distribution,
-            dtype_bytes=config.dtype_bytes,
-        )
+        if s.profile == "thesis-simulator":
+            model = thesis_simulator_model(
+                layers=s.layers,
+                model_size_bytes=parse_size_bytes(s.model_size),
+                compute_s=parse_duration_ns(s.compute) / 1e9,
+                forward_share=s.forward_share,
+                dtype_bytes=config.dtype_bytes,
+            )
+        else:
+            model = synthetic_model(
+                layers=s.layers,
+                model_size_bytes=parse_size_bytes(s.model_size),
+                compute_s=parse_duration_ns(s.compute) / 1e9,
+                forward_share=s.forward_share,
+                first_to_last_forward=s.first_to_last_forward,
+                size_distribution=s.size_distribution,
+                dtype_bytes=config.dtype_bytes,
+            )
     else:
         model = load_model(config.name)
     if config.profile:

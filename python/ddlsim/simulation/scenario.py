@@ -192,12 +192,26 @@ class NetworkConfig(_Strict):
 
 
 class SyntheticConfig(_Strict):
+    # "default": ddlsim's generator; "thesis-simulator": the thesis author's
+    # simulator (ddlsim.workload.synthetic.thesis_simulator_model)
+    profile: Literal["default", "thesis-simulator"] = "default"
     layers: int = Field(100, ge=1, le=1_000_000)
     model_size: Size = "100MB"
     compute: Duration = "900ms"
     forward_share: float = Field(1 / 3, gt=0, lt=1)
     first_to_last_forward: float = Field(2.0, gt=0, le=1e6, allow_inf_nan=False)
     size_distribution: str = "thesis"
+
+    @model_validator(mode="after")
+    def _profile_options(self) -> "SyntheticConfig":
+        if self.profile == "thesis-simulator":
+            ignored = [f for f in ("first_to_last_forward", "size_distribution") if f in self.model_fields_set]
+            if ignored:
+                raise ValueError(
+                    f"model.synthetic.{ignored[0]} does not apply to profile = \"thesis-simulator\" (its times and "
+                    f"sizes are fixed by the thesis' simulator); remove {ignored[0]} or use profile = \"default\""
+                )
+        return self
 
     @field_validator("model_size")
     @classmethod
@@ -288,6 +302,20 @@ class MGWFBPGrouping(_Strict):
     kind: Literal["mg-wfbp"] = "mg-wfbp"
     # optimal: exact minimum of the paper's iteration time; algorithm1: the paper's greedy Algorithm 1
     method: Literal["optimal", "algorithm1"] = "optimal"
+    # A given (or fitted, `ddlsim fit`) all-reduce cost T_ar(M) = a + b M for
+    # the planner instead of the network's: a = startup, b in ns per byte.
+    a: Optional[Duration] = None
+    b_ns_per_byte: Optional[float] = Field(None, ge=0, le=1e12, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> "MGWFBPGrouping":
+        if (self.a is None) != (self.b_ns_per_byte is None):
+            given, other = ("a", "b_ns_per_byte") if self.a is not None else ("b_ns_per_byte", "a")
+            raise ValueError(
+                f"strategy.grouping.{given} gives half of the all-reduce cost a + b M; give {other} too, "
+                "or neither to use the network's"
+            )
+        return self
 
 
 class FusionGrouping(_Strict):

@@ -1,8 +1,19 @@
 """Synthetic models after the thesis' event-driven simulator (§4.4,
 Table 4.1): a number of layers, a model size and a total compute time per
 iteration, forward:backward = 1:2, per-layer forward times an arithmetic
-progression that falls with the layer index, and per-layer sizes following
-a chosen distribution.
+progression that falls with the layer index, backward times one that rises
+with it ("computation time decreases during later stages in forward
+propagation and increases in back-propagation as layer index increases",
+§4.4), and per-layer sizes following a chosen distribution.
+
+Two profiles:
+
+- ``"default"`` (:func:`synthetic_model`): the forward progression falls
+  from `first_to_last_forward` x the last layer's time; the backward
+  progression is the forward one reversed and scaled to fwd:bwd, so it rises
+  with the layer index; sizes from `size_distribution`.
+- ``"thesis-simulator"`` (:func:`thesis_simulator_model`): the model as the
+  thesis author's published simulator builds it, see there.
 
 Size distributions:
 - "uniform": every layer the same size;
@@ -62,8 +73,10 @@ def synthetic_model(
     (100 layers, 100 MB, 900 ms of compute, fwd:bwd = 1:2).
 
     `first_to_last_forward` is the ratio of the first layer's forward time
-    to the last one's (the progression's slope); backward time of a layer is
-    (1 - forward_share)/forward_share times its forward time.
+    to the last one's (the progression's slope). The backward times are the
+    forward progression reversed and scaled by (1 - forward_share) /
+    forward_share: they rise with the layer index (thesis §4.4), the last
+    layer's backward being `first_to_last_forward` x the first layer's.
     """
     if layers < 1:
         raise ModelError("synthetic model: layers must be >= 1")
@@ -77,7 +90,7 @@ def synthetic_model(
     last = 2 * forward_total / (layers * (1 + ratio))
     first = ratio * last
     fwd = np.linspace(first, last, layers)
-    bwd = fwd * (1 - forward_share) / forward_share
+    bwd = fwd[::-1] * (1 - forward_share) / forward_share
     weights = _weights(layers, size_distribution)
     elements_total = model_size_bytes // dtype_bytes
     raw = weights / weights.sum() * elements_total
@@ -101,4 +114,72 @@ def synthetic_model(
         display_name=f"synthetic ({layers} layers, {model_size_bytes / 1e6:g} MB, {compute_s * 1e3:g} ms)",
         layers=model_layers,
         source=f"ddlsim.workload.synthetic(size_distribution={size_distribution!r})",
+    )
+
+
+SYNTHETIC_PROFILES = ("default", "thesis-simulator")
+
+
+def thesis_simulator_model(
+    layers: int = 100,
+    model_size_bytes: int = 100_000_000,
+    compute_s: float = 0.9,
+    forward_share: float = 1 / 3,
+    dtype_bytes: int = 4,
+) -> Model:
+    """The thesis' default model as its author's event-driven simulator
+    defines it (Table 4.1: 100 layers, 100 MB, 900 ms, fwd:bwd = 1:2).
+
+    With F = compute x forward_share and B = compute - F, in whole
+    microseconds (the simulator's resolution):
+
+    - forward of layer l: (L - l) x round(2F / L^2) us, falling linearly from
+      6.0 ms (layer 0) to 0.06 ms (layer 99) with the defaults;
+    - backward of layer l: l x round(2B / (L (L - 1))) us, rising with the
+      layer index: l x 0.121 ms with the defaults (layer 0's backward is 0;
+      a one-layer model gets F and B);
+    - sizes: S for the first L//2 layers, 4S for the next L//4 and 12S for
+      the rest, S = 2M / (9L) rounded down to whole parameters (55,555
+      parameters = 222,220 bytes with the defaults), so the total is a
+      little under M (99,999,000 bytes).
+
+    The totals are therefore close to, not exactly, the requested compute
+    (303 ms + 598.95 ms with the defaults).
+    """
+    if layers < 1:
+        raise ModelError("synthetic model: layers must be >= 1")
+    if compute_s < 0 or not 0 < forward_share < 1:
+        raise ModelError("synthetic model: need compute_s >= 0 and 0 < forward_share < 1")
+    forward_us = compute_s * 1e6 * forward_share
+    backward_us = compute_s * 1e6 - forward_us
+    if layers == 1:
+        fwd_us, bwd_us = [round(forward_us)], [round(backward_us)]
+    else:
+        step_f = round(2 * forward_us / layers**2)
+        step_b = round(2 * backward_us / (layers * (layers - 1)))
+        fwd_us = [(layers - i) * step_f for i in range(layers)]
+        bwd_us = [i * step_b for i in range(layers)]
+    s = (2 * model_size_bytes) // (9 * layers * dtype_bytes)
+    if s < 1:
+        raise ModelError(
+            f"synthetic model: {model_size_bytes} bytes over {layers} layers leaves the smallest layers "
+            "(2M / 9L bytes) without a parameter; use a larger model_size or fewer layers"
+        )
+    half, quarter = layers // 2, layers // 4
+    elements = [s if i < half else 4 * s if i < half + quarter else 12 * s for i in range(layers)]
+    model_layers = tuple(
+        Layer(
+            name=f"layer{i}",
+            type="Synthetic",
+            tensors=(Tensor(f"layer{i}.weight", elements[i], dtype_bytes),),
+            fwd_s=fwd_us[i] / 1e6,
+            bwd_s=bwd_us[i] / 1e6,
+        )
+        for i in range(layers)
+    )
+    return Model(
+        name="synthetic",
+        display_name=f"synthetic, thesis simulator ({layers} layers, {model_size_bytes / 1e6:g} MB, {compute_s * 1e3:g} ms)",
+        layers=model_layers,
+        source="ddlsim.workload.synthetic.thesis_simulator_model",
     )

@@ -1,0 +1,291 @@
+"""`ddlsim plan`: which merge plan and DDP bucket size minimise the
+iteration time on a cluster, and by how much.
+
+For a model and a cluster (a scenario: workers, network, all-reduce
+algorithm; optionally a :class:`~ddlsim.plan.cost.CostModel` that sets the
+network's alpha and beta and prices all-reduces for the planner) the planner
+
+1. computes the MG-WFBP merge plan (the exact optimum of the paper's model,
+   :func:`ddlsim.simulation.grouping.mg_wfbp_optimal`) with the cost model's
+   T_ar(M) = a + b M;
+2. sweeps DDP's ``bucket_cap_mb`` (1, 5, 10, 25, 50, 100 by default);
+3. simulates every candidate with :func:`ddlsim.simulate` — WFBP (one
+   all-reduce per tensor), SyncEASGD (one after the backward pass), DDP's
+   default 25 MB, each swept bucket size and the MG-WFBP plan (given to the
+   simulator as explicit groups of tensor names) — and reports the simulated
+   iteration times and speed-ups. The planner's own estimate for MG-WFBP is
+   reported beside it for comparison only.
+
+Candidates with the same groups are simulated once. The JSON
+(:meth:`Plan.to_dict`) holds the scenario that was simulated and, for each
+plan, a scenario ``grouping`` that reproduces it, so that
+``ddlsim.simulate(plan["scenario"], grouping=plan["mg_wfbp"]["grouping"])``
+gives the same time; the DDP section holds what a DDP job needs:
+``bucket_cap_mb``, the parameter order (registration order, by name) and
+the bucket membership by tensor name, in DDP's bucket order.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from ..api import SimulationResult, simulate
+from ..errors import PlanError
+from ..simulation import grouping as gp
+from ..simulation.lowering import allreduce_cost
+from ..simulation.model_build import build_model, layer_times_ns
+from ..simulation.run import _resolve
+from ..simulation.scenario import Scenario, with_overrides
+from ..workload.model import Model
+from .cost import CostModel
+
+DEFAULT_BUCKET_CAPS_MB = (1, 5, 10, 25, 50, 100)
+BASELINES = ("wfbp", "synceasgd", "ddp_default")
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class Candidate:
+    """One simulated grouping."""
+
+    name: str
+    label: str
+    grouping: dict  # the scenario grouping that reproduces it
+    groups: list[dict]  # the grouping pass's groups (with "tensors")
+    iteration_time_s: float
+    iteration_times_s: list[float]
+    bucket_cap_mb: Optional[float] = None
+
+
+@dataclass
+class Plan:
+    scenario: Scenario
+    model: Model
+    cost_model: CostModel
+    cost: gp.AllReduceCost  # T_ar(M) the planner used
+    wfbp: Candidate
+    synceasgd: Candidate
+    ddp_default: Candidate
+    mg_wfbp: Candidate
+    mg_wfbp_estimate_s: float  # the planner's own formula (forward + end of the last all-reduce)
+    ddp_sweep: list[Candidate]
+    best_ddp: Candidate
+    simulations: int
+    wall_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def speedups(self, c: Candidate) -> dict[str, float]:
+        """Speed-up of `c` against each baseline: baseline time / c's time."""
+        return {b: getattr(self, b).iteration_time_s / c.iteration_time_s for b in BASELINES}
+
+    @property
+    def tensor_names(self) -> list[str]:
+        return [t.name for t in gp.tensor_infos(self.model)]
+
+    def _groups_by_name(self, groups: Sequence[dict]) -> list[dict]:
+        names = self.tensor_names
+        return [{"tensors": [names[i] for i in g["tensors"]], "bytes": g["bytes"], "layers": g["layers"]} for g in groups]
+
+    def _entry(self, c: Candidate) -> dict:
+        return {
+            "label": c.label,
+            "iteration_time_s": c.iteration_time_s,
+            "iteration_times_s": c.iteration_times_s,
+            "groups": len(c.groups),
+            "grouping": c.grouping,
+            "speedup": self.speedups(c),
+        }
+
+    def to_dict(self) -> dict:
+        """The plan as JSON-ready data (see the module docstring)."""
+        sc = self.scenario
+        names = self.tensor_names
+        best = self.best_ddp
+        # DDP's bucket order: bucket 0 holds the gradients that become ready first (the last layers).
+        buckets = sorted(best.groups, key=lambda g: -max(g["tensors"]))
+        mg = self._entry(self.mg_wfbp)
+        mg["plan"] = self._groups_by_name(self.mg_wfbp.groups)
+        mg["planner_estimate_s"] = self.mg_wfbp_estimate_s
+        ddp = self._entry(best)
+        ddp.update({
+            "bucket_cap_mb": best.bucket_cap_mb,
+            "ddp_kwargs": {"bucket_cap_mb": best.bucket_cap_mb},
+            "parameter_order": names,
+            "buckets": [
+                {"index": i, "tensors": [names[t] for t in g["tensors"]], "parameter_indices": list(g["tensors"]),
+                 "bytes": g["bytes"]}
+                for i, g in enumerate(buckets)
+            ],
+            "sweep": [
+                {"bucket_cap_mb": c.bucket_cap_mb, "iteration_time_s": c.iteration_time_s, "buckets": len(c.groups)}
+                for c in self.ddp_sweep
+            ],
+        })
+        return {
+            "ddlsim_plan": 1,
+            "model": {"name": self.model.name, "display_name": self.model.display_name, "tensors": len(names),
+                      "bytes": self.model.size_bytes},
+            "cluster": {
+                "workers": sc.workers,
+                "algorithm": sc.strategy.algorithm,
+                "bandwidth_bps": sc.network.bandwidth_bps,
+                "latency_ns": sc.network.latency_ns,
+                "fidelity": sc.network.fidelity,
+                "cost_model": self.cost_model.to_dict(),
+                "allreduce_a_ns": self.cost.a,
+                "allreduce_b_ns_per_byte": self.cost.b,
+            },
+            "scenario": scenario_dict(sc),
+            "baselines": {b: self._entry(getattr(self, b)) for b in BASELINES},
+            "mg_wfbp": mg,
+            "ddp": ddp,
+            "simulations": self.simulations,
+            "wall_s": self.wall_s,
+            "notes": list(self.notes),
+        }
+
+    def save(self, path: str | Path) -> None:
+        import json
+
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+def scenario_dict(sc: Scenario) -> dict:
+    """The scenario as data that validates again (every field written out,
+    but not the FLOP-model fields a measured profile replaces)."""
+    data = sc.model_dump(mode="json", exclude={"base_dir"})
+    if sc.model.profile:
+        for key in ("device", "precision", "efficiency"):
+            if key not in sc.model.model_fields_set:
+                data["model"].pop(key, None)
+    return data
+
+
+def _names_grouping(model: Model, groups: Sequence[dict]) -> dict:
+    names = [t.name for t in gp.tensor_infos(model)]
+    return {"kind": "groups", "groups": [[names[i] for i in g["tensors"]] for g in groups]}
+
+
+def _signature(groups: Sequence[dict]) -> tuple:
+    """What the engine sees of a grouping (the order of tensors inside a buffer does not matter to it)."""
+    return tuple(sorted(tuple(sorted(g["tensors"])) for g in groups))
+
+
+def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_model: Optional[CostModel] = None,
+                  **overrides: Any) -> tuple[Scenario, CostModel]:
+    """The scenario a plan simulates: `scenario` with `overrides`, ring
+    all-reduce, and the cost model's network (latency = alpha, bandwidth =
+    1 / beta, its algorithm) when one is given. Unless iterations are given,
+    one iteration when every iteration is the same (barrier on, no jitter)."""
+    sc = _resolve(scenario, {k: v for k, v in overrides.items() if v is not None})
+    if "iterations" not in sc.model_fields_set and sc.barrier and sc.jitter == 0:
+        # with a barrier and no jitter every iteration is the same: one is enough
+        sc = with_overrides(sc, {"iterations": 1})
+    if "trace_detail" not in sc.model_fields_set:
+        sc = with_overrides(sc, {"trace_detail": "collective"})  # the plan reads iteration times only
+    if sc.strategy.kind != "ring":
+        raise PlanError(f"ddlsim plan plans all-reduce jobs (MG-WFBP and DDP), but the strategy is {sc.strategy.kind!r}; "
+                        'use strategy kind = "ring"')
+    if sc.workers < 2:
+        raise PlanError("ddlsim plan needs at least 2 workers (with one there is nothing to synchronise)")
+    if sc.model.profile and not Path(sc.model.profile).is_absolute():
+        # the plan's JSON holds the scenario: make it usable from any directory
+        base = Path(sc.base_dir) if sc.base_dir else Path.cwd()
+        sc = with_overrides(sc, {"profile": str((base / sc.model.profile).resolve())})
+    if cost_model is not None:
+        sc = with_overrides(sc, cost_model.network(sc.workers), origin="cost model")
+    else:
+        cost_model = CostModel.from_network(sc.network.latency_ns, sc.network.bandwidth_bps, sc.strategy.algorithm)
+    return sc, cost_model
+
+
+def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_model: Optional[CostModel] = None,
+              bucket_caps_mb: Sequence[float] = DEFAULT_BUCKET_CAPS_MB, progress: Optional[Progress] = None,
+              threads: Optional[int] = None, **overrides: Any) -> Plan:
+    """Plans gradient synchronisation for a scenario (see the module docstring).
+
+    `progress(done, total, label)` is called as simulations finish; `threads`
+    simulations run at a time (default: the CPU count, at most 4).
+
+    >>> p = make_plan(model="resnet50", workers=16, bandwidth="10Gbps")   # doctest: +SKIP
+    >>> p.best_ddp.bucket_cap_mb, p.speedups(p.mg_wfbp)                   # doctest: +SKIP
+    """
+    t0 = time.perf_counter()
+    caps = list(dict.fromkeys(float(c) for c in bucket_caps_mb))
+    if not caps or any(not (0 < c <= 1e6) for c in caps):
+        raise PlanError(f"bucket caps must be > 0 and at most 1e6 MB, got {list(bucket_caps_mb)}")
+    sc, cost_model = plan_scenario(scenario, cost_model, **overrides)
+    model = build_model(sc.model, sc.base_dir)
+    times = layer_times_ns(model, sc.model)
+    bwd = [b for _, b in times]
+    names = [t.name for t in gp.tensor_infos(model)]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise PlanError(f"model {model.name} has two tensors named {dup!r}; a plan names tensors, so names must be unique")
+    cost = cost_model.allreduce(sc.workers)
+    if cost_model.source == "network":
+        cost = allreduce_cost(sc)  # exactly what `grouping = "mg-wfbp"` uses on this scenario
+
+    # the plans
+    layers, ready, sizes = gp.mg_wfbp_units(model, bwd)
+    mg_plan = gp.mg_wfbp_optimal(ready, sizes, cost)
+    mg_groups = gp.mg_wfbp(model, bwd, cost, "optimal")
+    estimate_s = (sum(f for f, _ in times) + mg_plan.iteration_end) / 1e9
+    jobs: list[tuple[str, str, dict, list[dict], Optional[float]]] = [
+        ("wfbp", "WFBP (per tensor)", {"kind": "per-tensor"},
+         [gp.make_group([t], "per-tensor") for t in gp.tensor_infos(model)], None),
+        ("synceasgd", "SyncEASGD", {"kind": "synceasgd"}, gp.synceasgd(model), None),
+    ]
+    for cap in sorted(set(caps) | {float(gp.DDP_BUCKET_CAP_MB)}):
+        jobs.append((f"ddp:{cap:g}", f"DDP {cap:g} MB", {"kind": "ddp", "bucket_cap_mb": cap}, gp.ddp(model, cap), cap))
+    jobs.append(("mg-wfbp", "MG-WFBP", _names_grouping(model, mg_groups), mg_groups, None))
+
+    # one simulation per distinct grouping, the largest (most groups) first, on
+    # `threads` threads (the engine releases the GIL while it runs)
+    todo: dict[tuple, tuple[str, dict]] = {}
+    for name, label, grouping, groups, cap in jobs:
+        todo.setdefault(_signature(groups), (label, grouping))
+    order = sorted(todo, key=len, reverse=True)
+    results: dict[tuple, SimulationResult] = {}
+    if threads is None:
+        threads = min(4, os.cpu_count() or 1)
+    if progress:
+        progress(0, len(order), todo[order[0]][0])
+    if threads <= 1:
+        for key in order:
+            results[key] = simulate(sc, grouping=todo[key][1])
+            if progress:
+                progress(len(results), len(order), todo[key][0])
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            futures = {pool.submit(simulate, sc, grouping=todo[key][1]): key for key in order}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                if progress:
+                    progress(len(results), len(order), todo[futures[future]][0])
+    candidates: dict[str, Candidate] = {}
+    for name, label, grouping, groups, cap in jobs:
+        r = results[_signature(groups)]
+        times_s = [float(x) for x in r._iteration_arrays["time_s"]]
+        candidates[name] = Candidate(name, label, grouping, groups, r.iteration_time_s, times_s, cap)
+
+    sweep = [candidates[f"ddp:{c:g}"] for c in caps]
+    best = min(sweep, key=lambda c: (c.iteration_time_s, c.bucket_cap_mb))
+    plan = Plan(
+        scenario=sc, model=model, cost_model=cost_model, cost=cost,
+        wfbp=candidates["wfbp"], synceasgd=candidates["synceasgd"],
+        ddp_default=candidates[f"ddp:{gp.DDP_BUCKET_CAP_MB:g}"], mg_wfbp=candidates["mg-wfbp"],
+        mg_wfbp_estimate_s=estimate_s, ddp_sweep=sweep, best_ddp=best, simulations=len(results),
+    )
+    plan.notes.extend(sc.migration_notes)
+    if cost_model.gamma_ns_per_byte:
+        plan.notes.append("the cost model's gamma (reduction time) prices the planner's all-reduces; "
+                          "the simulator models no reduction time")
+    plan.wall_s = time.perf_counter() - t0
+    return plan
