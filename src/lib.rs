@@ -12,7 +12,7 @@ use ddlsim_core::collective::Algorithm;
 use ddlsim_core::graph::{CollectiveSpec, CollectiveType, Graph, Kind, Op, PolicyKind, StreamSpec};
 use ddlsim_core::log::KIND_NAMES;
 use ddlsim_core::lower::training::build_graph;
-use ddlsim_core::{run_graph, NetworkSpec, RunOutput, TraceDetail, TrainingSpec};
+use ddlsim_core::{run_graph_with_hook, NetworkSpec, Progress, RunOutput, TraceDetail, TrainingSpec, INTERRUPTED};
 
 fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
     // SAFETY: T is a plain integer type; viewing its storage as bytes is sound.
@@ -245,23 +245,111 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
 
 /// Runs a workload graph given as columns on the network described by JSON.
 #[pyfunction]
-fn run_graph_columns<'py>(py: Python<'py>, graph: &Bound<'py, PyDict>, network_json: &str, trace_detail: &str) -> PyResult<Bound<'py, PyDict>> {
+#[pyo3(signature = (graph, network_json, trace_detail, progress=None))]
+fn run_graph_columns<'py>(
+    py: Python<'py>,
+    graph: &Bound<'py, PyDict>,
+    network_json: &str,
+    trace_detail: &str,
+    progress: Option<PyObject>,
+) -> PyResult<Bound<'py, PyDict>> {
     let g = graph_from_columns(graph)?;
     let net = network(network_json)?;
     let detail = detail(trace_detail)?;
-    let out = py.allow_threads(|| run_graph(&g, &net, detail)).map_err(PyValueError::new_err)?;
+    let out = run_interruptible(py, progress, |hook| run_graph_with_hook(&g, &net, detail, Some(hook)))
+        .map_err(|e| e.into_py_err(PyValueError::new_err))?;
     output(py, out)
 }
 
 /// Lowers and runs a training description in one call (no graph round trip).
+///
+/// The GIL is released while lowering and simulating. About every 50 ms the
+/// engine briefly takes it back to run Python's signal handlers (so Ctrl-C
+/// raises KeyboardInterrupt within a fraction of a second) and to call
+/// `progress(sim_now_ns, events, ops_done, ops_total)` when given; an
+/// exception from either stops the run and propagates.
 #[pyfunction]
-fn simulate_training_json<'py>(py: Python<'py>, training_json: &str, network_json: &str, trace_detail: &str) -> PyResult<Bound<'py, PyDict>> {
+#[pyo3(signature = (training_json, network_json, trace_detail, progress=None))]
+fn simulate_training_json<'py>(
+    py: Python<'py>,
+    training_json: &str,
+    network_json: &str,
+    trace_detail: &str,
+    progress: Option<PyObject>,
+) -> PyResult<Bound<'py, PyDict>> {
     let spec = TrainingSpec::from_json(training_json).map_err(PyValueError::new_err)?;
     let net = network(network_json)?;
     let detail = detail(trace_detail)?;
-    let graph = build_graph(&spec).map_err(PyValueError::new_err)?;
-    let out = py.allow_threads(|| run_graph(&graph, &net, detail)).map_err(training_run_error)?;
+    let out = run_interruptible(py, progress, |hook| {
+        let graph = build_graph(&spec).map_err(RunError::Lowering)?;
+        let built = Progress { now: 0, events: 0, ops_done: 0, ops_total: graph.len() as u64 };
+        if !hook(&built) {
+            return Err(RunError::Engine(INTERRUPTED.to_string()));
+        }
+        run_graph_with_hook(&graph, &net, detail, Some(hook)).map_err(RunError::Engine)
+    })
+    .map_err(|e| e.into_py_err(training_run_error))?;
     output(py, out)
+}
+
+/// Why an interruptible run failed.
+enum RunError {
+    /// A Python exception raised in the hook (a signal handler's or the progress callback's).
+    Python(PyErr),
+    Lowering(String),
+    Engine(String),
+}
+
+impl From<String> for RunError {
+    fn from(message: String) -> Self {
+        RunError::Engine(message)
+    }
+}
+
+impl RunError {
+    fn into_py_err(self, engine: impl FnOnce(String) -> PyErr) -> PyErr {
+        match self {
+            RunError::Python(e) => e,
+            RunError::Lowering(m) => PyValueError::new_err(m),
+            RunError::Engine(m) => engine(m),
+        }
+    }
+}
+
+/// Runs `body` without the GIL, handing it a hook that re-acquires the GIL
+/// to check for signals and call `progress`. A Python exception raised there
+/// wins over the engine's "interrupted" error.
+fn run_interruptible<T, E: Into<RunError>>(
+    py: Python<'_>,
+    progress: Option<PyObject>,
+    body: impl FnOnce(&mut dyn FnMut(&Progress) -> bool) -> Result<T, E> + Send,
+) -> Result<T, RunError>
+where
+    T: Send,
+{
+    let mut raised: Option<PyErr> = None;
+    let result = py.allow_threads(|| {
+        let mut hook = |p: &Progress| -> bool {
+            Python::with_gil(|py| {
+                let called = py.check_signals().and_then(|()| match &progress {
+                    Some(callback) => callback.call1(py, (p.now, p.events, p.ops_done, p.ops_total)).map(|_| ()),
+                    None => Ok(()),
+                });
+                match called {
+                    Ok(()) => true,
+                    Err(e) => {
+                        raised = Some(e);
+                        false
+                    }
+                }
+            })
+        };
+        body(&mut hook).map_err(Into::into)
+    });
+    match raised {
+        Some(e) => Err(RunError::Python(e)),
+        None => result,
+    }
 }
 
 /// A training graph is built by our own lowering, so a run that fails on it
