@@ -14,6 +14,8 @@ use ddlsim_core::log::KIND_NAMES;
 use ddlsim_core::lower::training::build_graph;
 use ddlsim_core::{run_graph_with_hook, NetworkSpec, Progress, RunOutput, TraceDetail, TrainingSpec, INTERRUPTED};
 
+mod watchdog;
+
 fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
     // SAFETY: T is a plain integer type; viewing its storage as bytes is sound.
     unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) }
@@ -363,11 +365,34 @@ fn training_run_error(message: String) -> PyErr {
     }
 }
 
+/// Arms the native backstop for Ctrl-C and SIGTERM (see src/watchdog.rs):
+/// `grace_ms` after the first such signal, if the process is still alive,
+/// the registered scratch directories are removed and the process exits with
+/// 128 + the signal number. Call it after installing Python's handlers.
+#[pyfunction]
+fn arm_interrupt_watchdog(grace_ms: u64) -> PyResult<()> {
+    watchdog::arm(std::time::Duration::from_millis(grace_ms)).map_err(PyRuntimeError::new_err)
+}
+
+/// A scratch directory the backstop removes if it ends the process.
+#[pyfunction]
+fn register_scratch(path: std::path::PathBuf) {
+    watchdog::register(path);
+}
+
+#[pyfunction]
+fn unregister_scratch(path: std::path::PathBuf) {
+    watchdog::unregister(&path);
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_training_json, m)?)?;
     m.add_function(wrap_pyfunction!(lower_training_json, m)?)?;
     m.add_function(wrap_pyfunction!(run_graph_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(arm_interrupt_watchdog, m)?)?;
+    m.add_function(wrap_pyfunction!(register_scratch, m)?)?;
+    m.add_function(wrap_pyfunction!(unregister_scratch, m)?)?;
     m.add("KIND_NAMES", KIND_NAMES.to_vec())?;
     m.add("ALGORITHM_NAMES", Algorithm::NAMES.to_vec())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

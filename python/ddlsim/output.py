@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import _core
 from .errors import DdlsimError
 from .analyze.plot import save_figure, timeline_figure
 from .simulation.run import scenario_json
@@ -28,6 +29,8 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
         stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=parent))
     except OSError as exc:
         raise DdlsimError(f"{out_dir}: cannot write here ({exc.strerror}); choose another --out") from None
+    # If Ctrl-C / SIGTERM cannot unwind in time (a long call into C), the CLI's native backstop removes it.
+    _core.register_scratch(str(stage))
     try:
         yield stage
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -38,6 +41,7 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
             item.replace(target)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        _core.unregister_scratch(str(stage))
 
 
 def save_result(result: Any, out_dir: Path, timeline: bool = True, prefix: str = "") -> dict[str, Path]:
