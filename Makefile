@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install rust demo test bench clean-venv
+.PHONY: install rust demo test test-floors bench clean-venv
 
 rust:
 	@sh tools/ensure-rust.sh
@@ -31,6 +31,14 @@ demo: install
 test: install
 	cargo test -q -p ddlsim-core
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The suite on the oldest declared Python and dependency versions (tools/floors.txt);
+# FLOOR_PYTHON must be a Python 3.9 (e.g. from pyenv).
+FLOOR_PYTHON ?= python3.9
+test-floors: rust
+	$(FLOOR_PYTHON) -m venv .venv-floors
+	.venv-floors/bin/python -m pip install -q --disable-pip-version-check -c tools/floors.txt -e ".[test]"
+	.venv-floors/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning
 
 bench: install
 	$(PY) benchmarks/bench_scale.py
