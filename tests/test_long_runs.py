@@ -161,15 +161,17 @@ def test_the_engine_raises_keyboard_interrupt_promptly_in_the_api():
 
 
 def test_progress_shows_iterations_and_an_eta_on_a_terminal_and_not_with_quiet(tmp_path):
-    proc, fd = _start_on_a_terminal(LONG_RUN + ["--iterations", "2", "--json"], tmp_path)
+    # the iteration count comes from the scenario file, not from a flag
+    (tmp_path / "long.toml").write_text('workers = 64\niterations = 2\ntrace_detail = "step"\n')
+    proc, fd = _start_on_a_terminal(["simulate", "long.toml", "--force", "--json"], tmp_path)
     try:
         shown = _read_until(fd, b"ETA", proc, timeout=60)
-        shown += _read_until(fd, b"iteration", proc, timeout=30)
+        shown += _read_until(fd, b"simulated", proc, timeout=30)
     finally:
         proc.kill()
         proc.wait()
         os.close(fd)
-    assert b"/2" in shown and b"simulated" in shown
+    assert b"/2 " in shown and b"iteration " in shown and b"events" in shown
 
     proc, fd = _start_on_a_terminal(["simulate", "--workers", "32", "--trace-detail", "step", "--quiet", "--json"], tmp_path)
     try:

@@ -97,9 +97,8 @@ def simulate(
     from .progress import EngineProgress
 
     with EngineProgress(err, iterations or 0, enabled=err.is_terminal and not quiet) as progress:
-        with run_control(max_memory=budget_bytes, force=force, progress=progress):
+        with run_control(max_memory=budget_bytes, force=force, progress=progress, on_start=progress.start):
             result = run_simulation(scenario, **overrides)
-        progress.iterations = result.scenario.iterations
         progress.phase("analysing")
         summary = result.summary()
         if out_dir is not None:

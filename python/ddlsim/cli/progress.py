@@ -29,6 +29,10 @@ class EngineProgress:
         self._bar: Optional[Progress] = None
         self._task: Optional[TaskID] = None
 
+    def start(self, scenario, estimate) -> None:
+        """The run was admitted (see budget.run_control's on_start)."""
+        self.iterations = scenario.iterations
+
     def __enter__(self) -> "EngineProgress":
         return self
 

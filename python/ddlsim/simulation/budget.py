@@ -62,6 +62,8 @@ class RunControl:
     max_memory: Optional[int] = None  # bytes; None: default_max_memory()
     force: bool = False
     progress: Optional[ProgressCallback] = None
+    # Called with the resolved scenario and its estimate once a run is admitted.
+    on_start: Optional[Callable[[Scenario, "Estimate"], None]] = None
 
 
 _CONTROL: contextvars.ContextVar[RunControl] = contextvars.ContextVar("ddlsim_run_control", default=RunControl())
@@ -69,10 +71,11 @@ _CONTROL: contextvars.ContextVar[RunControl] = contextvars.ContextVar("ddlsim_ru
 
 @contextmanager
 def run_control(max_memory: Optional[int] = None, force: bool = False,
-                progress: Optional[ProgressCallback] = None) -> Iterator[RunControl]:
+                progress: Optional[ProgressCallback] = None,
+                on_start: Optional[Callable[[Scenario, "Estimate"], None]] = None) -> Iterator[RunControl]:
     """Runs started inside get this budget (`max_memory` bytes, or no
-    budget with `force`) and this progress callback."""
-    control = RunControl(max_memory=max_memory, force=force, progress=progress)
+    budget with `force`), this progress callback and this start callback."""
+    control = RunControl(max_memory=max_memory, force=force, progress=progress, on_start=on_start)
     token = _CONTROL.set(control)
     try:
         yield control
@@ -141,8 +144,15 @@ def estimate(scenario: Scenario, layers: int, groups: int, detail: str) -> Estim
 
 
 def check(est: Estimate, scenario: Scenario, detail: str, control: Optional[RunControl] = None) -> None:
-    """Refuses (ScenarioError) a run over its memory or event budget, unless forced."""
+    """Refuses (ScenarioError) a run over its memory or event budget, unless
+    forced; tells `control.on_start` about a run it admits."""
     control = control or current_control()
+    _refuse_over_budget(est, scenario, detail, control)
+    if control.on_start is not None:
+        control.on_start(scenario, est)
+
+
+def _refuse_over_budget(est: Estimate, scenario: Scenario, detail: str, control: RunControl) -> None:
     if control.force:
         return
     limit = control.max_memory if control.max_memory is not None else default_max_memory()
