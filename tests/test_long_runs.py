@@ -20,7 +20,7 @@ import pytest
 
 from ddlsim.api import simulate
 from ddlsim.errors import ScenarioError
-from ddlsim.simulation.budget import BYTES_PER_ROW, estimate, run_control
+from ddlsim.simulation.budget import BASE_BYTES, BYTES_PER_ROW, estimate, run_control
 from ddlsim.simulation.lowering import resolve_trace_detail
 from ddlsim.workload import load_model
 
@@ -260,21 +260,21 @@ def test_the_estimate_matches_measured_rows_and_transfers_and_bounds_events(kw):
     assert s["events"] / 3 <= est.events <= 3 * s["events"]
 
 
-def test_the_memory_estimate_is_within_a_factor_of_three_of_the_measured_peak(tmp_path):
+def test_the_memory_estimate_errs_on_the_safe_side_by_at_most_four_times(tmp_path):
     script = textwrap.dedent(
         """
         import json, resource
         from ddlsim.api import simulate
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         r = simulate(workers=24, trace_detail="step")
         r.summary()
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        print(json.dumps({"rows": r.summary()["log_rows"], "extra": peak - base}))
+        print(json.dumps({"rows": r.summary()["log_rows"], "peak": peak}))
         """
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     measured = json.loads(out.stdout)
-    predicted = measured["rows"] * BYTES_PER_ROW
-    # measured 1.0-1.1 kB per row, sometimes half that (the allocators return memory on their own clock)
-    assert measured["extra"] / 3 <= predicted <= 3 * measured["extra"], measured
+    predicted = BASE_BYTES + measured["rows"] * BYTES_PER_ROW
+    # measured peaks of this run: 0.34-0.71 GB against 0.88 GB predicted (the allocators'
+    # timing moves the peak); the budget must not let a run through that then needs more
+    assert 0.8 * measured["peak"] <= predicted <= 4 * measured["peak"], measured
