@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import select
 import signal
 import subprocess
@@ -39,6 +38,8 @@ def _env() -> dict:
 
 def _start_on_a_terminal(args: list[str], cwd: Path) -> tuple[subprocess.Popen, int]:
     """Starts the CLI with stderr on a pseudo-terminal (so rich shows progress); returns it and the terminal's fd."""
+    import pty  # POSIX only
+
     master, slave = pty.openpty()
     proc = subprocess.Popen(CLI + args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=_env())
     os.close(slave)
@@ -162,7 +163,7 @@ def test_the_engine_raises_keyboard_interrupt_promptly_in_the_api():
 
 def test_progress_shows_iterations_and_an_eta_on_a_terminal_and_not_with_quiet(tmp_path):
     # the iteration count comes from the scenario file, not from a flag
-    (tmp_path / "long.toml").write_text('workers = 64\niterations = 2\ntrace_detail = "step"\n')
+    (tmp_path / "long.toml").write_text('workers = 64\niterations = 4\ntrace_detail = "step"\n')
     proc, fd = _start_on_a_terminal(["simulate", "long.toml", "--force", "--json"], tmp_path)
     try:
         shown = _read_until(fd, b"ETA", proc, timeout=60)
@@ -171,7 +172,7 @@ def test_progress_shows_iterations_and_an_eta_on_a_terminal_and_not_with_quiet(t
         proc.kill()
         proc.wait()
         os.close(fd)
-    assert b"/2 " in shown and b"iteration " in shown and b"events" in shown
+    assert b"/4 " in shown and b"iteration " in shown and b"events" in shown
 
     proc, fd = _start_on_a_terminal(["simulate", "--workers", "32", "--trace-detail", "step", "--quiet", "--json"], tmp_path)
     try:
