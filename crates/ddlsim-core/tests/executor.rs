@@ -217,12 +217,10 @@ fn a_progress_hook_that_returns_false_stops_the_run_as_interrupted() {
         assert!(p.ops_done < p.ops_total && p.events > 0);
         false
     };
-    let started = std::time::Instant::now();
     let err = ddlsim_core::run_graph_with_hook(&g, &star(Fidelity::Analytic), TraceDetail::Step, Some(&mut hook)).err();
     assert_eq!(err.as_deref(), Some(ddlsim_core::INTERRUPTED));
+    // stopped at the first call (about 50 ms in), with work left
     assert_eq!(calls, 1);
-    // stopped at the first call, about 50 ms in: far from the whole run
-    assert!(started.elapsed() < std::time::Duration::from_secs(2));
 }
 
 #[test]
