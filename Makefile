@@ -1,19 +1,47 @@
-# The two quick-start commands are `make demo` and `make test`; both install
-# what they need first (Rust toolchain check, Python package + deps).
+# The two quick-start commands are `make demo` and `make test`. Both install
+# what they need first: a Rust toolchain new enough (tools/ensure-rust.sh
+# installs Debian's cargo-web/rustc-web when there is none), a virtualenv in
+# .venv (the system Python is "externally managed" on Debian and Ubuntu),
+# and ddlsim with its test dependencies inside it.
 PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
 
-.PHONY: install demo test bench
+.PHONY: install rust demo test test-floors bench clean-venv
 
-install:
-	@command -v cargo >/dev/null 2>&1 || { echo "cargo not found: installing Debian's Rust toolchain"; apt-get update -q && apt-get install -y -q cargo; }
-	$(PYTHON) -m pip install -q --disable-pip-version-check -e ".[test]"
+rust:
+	@sh tools/ensure-rust.sh
+
+# Debian's Python makes virtualenvs only with python3-venv: installed here if missing.
+$(PY):
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
+	  command -v apt-get >/dev/null 2>&1 || { echo "$(PYTHON) cannot make a virtualenv"; exit 1; }; \
+	  echo "installing python3-venv"; \
+	  SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get install -y -q python3-venv || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q python3-venv; }; \
+	  $(PYTHON) -m venv $(VENV); }
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+
+install: rust $(PY)
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test]"
 
 demo: install
-	$(PYTHON) -m ddlsim demo --out ddlsim-out
+	$(PY) -m ddlsim demo --out ddlsim-out
 
 test: install
 	cargo test -q -p ddlsim-core
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider
+
+# The suite on the oldest declared Python and dependency versions (tools/floors.txt);
+# FLOOR_PYTHON must be a Python 3.9 (e.g. from pyenv).
+FLOOR_PYTHON ?= python3.9
+test-floors: rust
+	$(FLOOR_PYTHON) -m venv .venv-floors
+	.venv-floors/bin/python -m pip install -q --disable-pip-version-check -c tools/floors.txt -e ".[test]"
+	.venv-floors/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning
 
 bench: install
-	$(PYTHON) benchmarks/bench_scale.py
+	$(PY) benchmarks/bench_scale.py
+
+clean-venv:
+	rm -rf $(VENV)

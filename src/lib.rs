@@ -12,7 +12,9 @@ use ddlsim_core::collective::Algorithm;
 use ddlsim_core::graph::{CollectiveSpec, CollectiveType, Graph, Kind, Op, PolicyKind, StreamSpec};
 use ddlsim_core::log::KIND_NAMES;
 use ddlsim_core::lower::training::build_graph;
-use ddlsim_core::{run_graph, NetworkSpec, RunOutput, TraceDetail, TrainingSpec};
+use ddlsim_core::{run_graph_with_hook, NetworkSpec, Progress, RunOutput, TraceDetail, TrainingSpec, INTERRUPTED};
+
+mod watchdog;
 
 fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
     // SAFETY: T is a plain integer type; viewing its storage as bytes is sound.
@@ -253,23 +255,112 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
 
 /// Runs a workload graph given as columns on the network described by JSON.
 #[pyfunction]
-fn run_graph_columns<'py>(py: Python<'py>, graph: &Bound<'py, PyDict>, network_json: &str, trace_detail: &str) -> PyResult<Bound<'py, PyDict>> {
+#[pyo3(signature = (graph, network_json, trace_detail, progress=None))]
+fn run_graph_columns<'py>(
+    py: Python<'py>,
+    graph: &Bound<'py, PyDict>,
+    network_json: &str,
+    trace_detail: &str,
+    progress: Option<PyObject>,
+) -> PyResult<Bound<'py, PyDict>> {
     let g = graph_from_columns(graph)?;
     let net = network(network_json)?;
     let detail = detail(trace_detail)?;
-    let out = py.allow_threads(|| run_graph(&g, &net, detail)).map_err(PyValueError::new_err)?;
+    let out = run_interruptible(py, progress, |hook| run_graph_with_hook(&g, &net, detail, Some(hook)))
+        .map_err(|e| e.into_py_err(PyValueError::new_err))?;
     output(py, out, &g)
 }
 
 /// Lowers and runs a training description in one call (no graph round trip).
+///
+/// The GIL is released while lowering and simulating. About every 50 ms the
+/// engine briefly takes it back to run Python's signal handlers (so Ctrl-C
+/// raises KeyboardInterrupt within a fraction of a second) and to call
+/// `progress(sim_now_ns, events, ops_done, ops_total)` when given; an
+/// exception from either stops the run and propagates.
 #[pyfunction]
-fn simulate_training_json<'py>(py: Python<'py>, training_json: &str, network_json: &str, trace_detail: &str) -> PyResult<Bound<'py, PyDict>> {
+#[pyo3(signature = (training_json, network_json, trace_detail, progress=None))]
+fn simulate_training_json<'py>(
+    py: Python<'py>,
+    training_json: &str,
+    network_json: &str,
+    trace_detail: &str,
+    progress: Option<PyObject>,
+) -> PyResult<Bound<'py, PyDict>> {
     let spec = TrainingSpec::from_json(training_json).map_err(PyValueError::new_err)?;
     let net = network(network_json)?;
     let detail = detail(trace_detail)?;
-    let graph = ddlsim_core::training_graph(&spec, &net).map_err(PyValueError::new_err)?;
-    let out = py.allow_threads(|| run_graph(&graph, &net, detail)).map_err(training_run_error)?;
+    let (out, graph) = run_interruptible(py, progress, |hook| {
+        let graph = ddlsim_core::training_graph(&spec, &net).map_err(RunError::Lowering)?;
+        let built = Progress { now: 0, events: 0, ops_done: 0, ops_total: graph.len() as u64 };
+        if !hook(&built) {
+            return Err(RunError::Engine(INTERRUPTED.to_string()));
+        }
+        let out = run_graph_with_hook(&graph, &net, detail, Some(hook)).map_err(RunError::Engine)?;
+        Ok::<_, RunError>((out, graph))
+    })
+    .map_err(|e| e.into_py_err(training_run_error))?;
     output(py, out, &graph)
+}
+
+/// Why an interruptible run failed.
+enum RunError {
+    /// A Python exception raised in the hook (a signal handler's or the progress callback's).
+    Python(PyErr),
+    Lowering(String),
+    Engine(String),
+}
+
+impl From<String> for RunError {
+    fn from(message: String) -> Self {
+        RunError::Engine(message)
+    }
+}
+
+impl RunError {
+    fn into_py_err(self, engine: impl FnOnce(String) -> PyErr) -> PyErr {
+        match self {
+            RunError::Python(e) => e,
+            RunError::Lowering(m) => PyValueError::new_err(m),
+            RunError::Engine(m) => engine(m),
+        }
+    }
+}
+
+/// Runs `body` without the GIL, handing it a hook that re-acquires the GIL
+/// to check for signals and call `progress`. A Python exception raised there
+/// wins over the engine's "interrupted" error.
+fn run_interruptible<T, E: Into<RunError>>(
+    py: Python<'_>,
+    progress: Option<PyObject>,
+    body: impl FnOnce(&mut dyn FnMut(&Progress) -> bool) -> Result<T, E> + Send,
+) -> Result<T, RunError>
+where
+    T: Send,
+{
+    let mut raised: Option<PyErr> = None;
+    let result = py.allow_threads(|| {
+        let mut hook = |p: &Progress| -> bool {
+            Python::with_gil(|py| {
+                let called = py.check_signals().and_then(|()| match &progress {
+                    Some(callback) => callback.call1(py, (p.now, p.events, p.ops_done, p.ops_total)).map(|_| ()),
+                    None => Ok(()),
+                });
+                match called {
+                    Ok(()) => true,
+                    Err(e) => {
+                        raised = Some(e);
+                        false
+                    }
+                }
+            })
+        };
+        body(&mut hook).map_err(Into::into)
+    });
+    match raised {
+        Some(e) => Err(RunError::Python(e)),
+        None => result,
+    }
 }
 
 /// A training graph is built by our own lowering, so a run that fails on it
@@ -283,11 +374,34 @@ fn training_run_error(message: String) -> PyErr {
     }
 }
 
+/// Arms the native backstop for Ctrl-C and SIGTERM (see src/watchdog.rs):
+/// `grace_ms` after the first such signal, if the process is still alive,
+/// the registered scratch directories are removed and the process exits with
+/// 128 + the signal number. Call it after installing Python's handlers.
+#[pyfunction]
+fn arm_interrupt_watchdog(grace_ms: u64) -> PyResult<()> {
+    watchdog::arm(std::time::Duration::from_millis(grace_ms)).map_err(PyRuntimeError::new_err)
+}
+
+/// A scratch directory the backstop removes if it ends the process.
+#[pyfunction]
+fn register_scratch(path: std::path::PathBuf) {
+    watchdog::register(path);
+}
+
+#[pyfunction]
+fn unregister_scratch(path: std::path::PathBuf) {
+    watchdog::unregister(&path);
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_training_json, m)?)?;
     m.add_function(wrap_pyfunction!(lower_training_json, m)?)?;
     m.add_function(wrap_pyfunction!(run_graph_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(arm_interrupt_watchdog, m)?)?;
+    m.add_function(wrap_pyfunction!(register_scratch, m)?)?;
+    m.add_function(wrap_pyfunction!(unregister_scratch, m)?)?;
     m.add("KIND_NAMES", KIND_NAMES.to_vec())?;
     m.add("ALGORITHM_NAMES", Algorithm::NAMES.to_vec())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

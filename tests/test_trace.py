@@ -601,6 +601,9 @@ def test_sketchdlc_export_worker_records():
     assert w0["length"].tolist() == [4001, 4000, 19, 28, 4004, 19, 28, 4003, 4001]
     assert w0["time_sec"].unique().tolist() == [1516622729]
     assert w0["time_usec"].tolist() == [100, 200, 210, 210, 270, 320, 320, 380, 480]
+    # string columns: "str" with pandas 3, object (of str) with pandas 2
+    assert w0["id"].dtype == np.int64 and pd.api.types.is_string_dtype(w0["op_id"])
+
     w1 = tables["w1"]
     assert w1["num_pp"].tolist() == [1, 1, 2, 3, 2, 3, 4, 4, 5]
     assert (w1["op_id"].tolist()[-1], w1["dep_type"].tolist()[-1], w1["id_dep"].tolist()[-1]) == ("1-4-s0", 4, "0-3-s0")

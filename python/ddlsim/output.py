@@ -12,6 +12,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from . import _core
 from .errors import DdlsimError
 from .trace import write_chrome_trace, write_event_log
 
@@ -35,6 +36,11 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
             shutil.rmtree(out_dir, ignore_errors=True)
         raise DdlsimError(f"{out_dir}: cannot write here ({exc.strerror or exc}); choose another --out") from None
     done = False
+    # If Ctrl-C / SIGTERM cannot unwind in time (a long call into C), the CLI's native backstop removes
+    # the scratch directory, and the output directory too if this call created it.
+    scratch = [str(stage)] + ([str(out_dir)] if created else [])
+    for path in scratch:
+        _core.register_scratch(path)
     try:
         yield stage
         for item in sorted(stage.iterdir()):
@@ -45,6 +51,8 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
         done = True
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        for path in scratch:
+            _core.unregister_scratch(path)
         if created and not done:
             shutil.rmtree(out_dir, ignore_errors=True)
 

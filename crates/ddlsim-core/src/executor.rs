@@ -160,10 +160,43 @@ struct Executor<'g> {
     coll_ops: Vec<u32>,
 }
 
+/// Where a run stands, as handed to a [`ProgressHook`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Simulated time of the event being processed.
+    pub now: Time,
+    /// Events popped from the queue so far.
+    pub events: u64,
+    /// Operations of the graph finished so far, and in all.
+    pub ops_done: u64,
+    pub ops_total: u64,
+}
+
+/// Called now and then while a run goes on (about every
+/// [`PROGRESS_INTERVAL`] of wall-clock time); returning `false` stops the
+/// run with the error [`INTERRUPTED`].
+pub type ProgressHook<'a> = &'a mut dyn FnMut(&Progress) -> bool;
+
+/// The error of a run its progress hook stopped.
+pub const INTERRUPTED: &str = "interrupted";
+
+/// How often (wall clock) a run calls its progress hook.
+pub const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Events between two looks at the clock while a hook is installed.
+const CLOCK_EVERY: u32 = 1024;
+
 /// Runs `graph` to completion on `network`. A graph that cannot finish
 /// (a dependency cycle, a member that never joins its collective) or a
 /// time beyond [`MAX_TIME`] is reported in the error.
 pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -> Result<RunOutput, String> {
+    run_with_hook(graph, network, detail, None)
+}
+
+/// [`run`] that calls `hook` about every [`PROGRESS_INTERVAL`] (checked
+/// every [`CLOCK_EVERY`] events) and stops with the error [`INTERRUPTED`]
+/// when it returns `false`. Without a hook the loop never reads the clock.
+pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail, mut hook: Option<ProgressHook<'_>>) -> Result<RunOutput, String> {
     graph.check()?;
     let n = graph.len();
     let (succ_offsets, succ) = graph.successors();
@@ -237,7 +270,23 @@ pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -
             ex.make_ready(id, 0)?;
         }
     }
+    // Countdown to the next look at the clock; u32::MAX (never reached) without a hook.
+    let mut countdown: u32 = if hook.is_some() { CLOCK_EVERY } else { u32::MAX };
+    let mut last_call = std::time::Instant::now();
     while let Some((now, event)) = ex.queue.pop() {
+        countdown -= 1;
+        if countdown == 0 {
+            countdown = CLOCK_EVERY;
+            if let Some(hook) = hook.as_mut() {
+                if last_call.elapsed() >= PROGRESS_INTERVAL {
+                    let progress = Progress { now, events: ex.queue.processed(), ops_done: ex.finished_ops as u64, ops_total: n as u64 };
+                    if !hook(&progress) {
+                        return Err(INTERRUPTED.to_string());
+                    }
+                    last_call = std::time::Instant::now();
+                }
+            }
+        }
         if now > MAX_TIME {
             return Err(format!("simulated time would pass {MAX_TIME} ns (about 146 years); the scenario's durations or sizes are far too large"));
         }

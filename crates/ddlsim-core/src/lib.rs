@@ -19,7 +19,7 @@ pub mod network;
 pub mod rng;
 pub mod stream;
 
-pub use executor::{run, RunOutput, TraceDetail};
+pub use executor::{run, run_with_hook, Progress, ProgressHook, RunOutput, TraceDetail, INTERRUPTED};
 pub use lower::training::TrainingSpec;
 pub use network::NetworkSpec;
 
@@ -43,4 +43,11 @@ pub fn training_graph(spec: &TrainingSpec, network: &NetworkSpec) -> Result<grap
 pub fn run_graph(graph: &graph::Graph, network: &NetworkSpec, detail: TraceDetail) -> Result<RunOutput, String> {
     let model = network::build_network(network, &graph.hosts())?;
     run(graph, model, detail)
+}
+
+/// [`run_graph`] with a progress hook (see [`executor::run_with_hook`]):
+/// `hook` is called about every 50 ms and stops the run when it returns false.
+pub fn run_graph_with_hook(graph: &graph::Graph, network: &NetworkSpec, detail: TraceDetail, hook: Option<ProgressHook<'_>>) -> Result<RunOutput, String> {
+    let model = network::build_network(network, &graph.hosts())?;
+    run_with_hook(graph, model, detail, hook)
 }

@@ -206,3 +206,49 @@ fn a_compute_time_beyond_the_clock_is_refused() {
     let err = run_graph(&g, &star(Fidelity::Analytic), TraceDetail::Step).err().unwrap();
     assert!(err.contains("overflow"), "{err}");
 }
+
+/// Enough independent ops on one stream that a run lasts well past one
+/// progress interval (50 ms), even in an optimized build.
+fn long_graph() -> Graph {
+    let mut g = Graph::new();
+    let s = g.new_stream(0, "compute", PolicyKind::Fifo);
+    for _ in 0..1_000_000 {
+        let op = compute(&mut g, 0, 10, s);
+        g.add(op, &[]);
+    }
+    g
+}
+
+#[test]
+fn a_progress_hook_that_returns_false_stops_the_run_as_interrupted() {
+    let g = long_graph();
+    let mut calls = 0;
+    let mut hook = |p: &ddlsim_core::Progress| {
+        calls += 1;
+        assert!(p.ops_done < p.ops_total && p.events > 0);
+        false
+    };
+    let err = ddlsim_core::run_graph_with_hook(&g, &star(Fidelity::Analytic), TraceDetail::Step, Some(&mut hook)).err();
+    assert_eq!(err.as_deref(), Some(ddlsim_core::INTERRUPTED));
+    // stopped at the first call (about 50 ms in), with work left
+    assert_eq!(calls, 1);
+}
+
+#[test]
+fn a_progress_hook_sees_time_and_work_advance_and_changes_nothing() {
+    let g = long_graph();
+    let mut seen: Vec<ddlsim_core::Progress> = Vec::new();
+    let mut hook = |p: &ddlsim_core::Progress| {
+        seen.push(*p);
+        true
+    };
+    let with = ddlsim_core::run_graph_with_hook(&g, &star(Fidelity::Analytic), TraceDetail::Step, Some(&mut hook)).unwrap();
+    let without = run_graph(&g, &star(Fidelity::Analytic), TraceDetail::Step).unwrap();
+    assert!(!seen.is_empty(), "a run this long calls its hook");
+    for pair in seen.windows(2) {
+        assert!(pair[0].now <= pair[1].now && pair[0].events < pair[1].events && pair[0].ops_done <= pair[1].ops_done);
+    }
+    assert!(seen.iter().all(|p| p.ops_total == g.len() as u64 && p.ops_done <= p.ops_total));
+    assert_eq!((with.makespan, with.events), (without.makespan, without.events));
+    assert_eq!(with.log.end_ns, without.log.end_ns);
+}

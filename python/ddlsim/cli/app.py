@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -91,6 +92,10 @@ def simulate(
     trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write event log, trace, tables and timeline here."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary only."),
+    max_memory: Optional[str] = typer.Option(
+        None, "--max-memory", help="Refuse runs estimated to need more memory than this, e.g. 16GB (default: half of RAM)."),
+    force: bool = typer.Option(False, "--force", help="Run even when the cost estimate is over budget."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Simulate training iterations and report where the time goes."""
     from ..api import simulate as run_simulation
@@ -107,13 +112,27 @@ def simulate(
         "batch_size": batch_size, "device": device, "barrier": barrier, "trace_detail": trace_detail,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    with err.status("simulating…", spinner="dots") if not as_json else _null():
-        result = run_simulation(scenario, **overrides)
-    summary = result.summary()
-    if out_dir is not None:
-        paths = result.save(out_dir)
-        summary["outputs"] = {k: str(v) for k, v in paths.items()}
-        summary["notes"] = list(result.notes)
+    budget_bytes = None
+    if max_memory is not None:
+        from ..units import parse_size_bytes
+
+        try:
+            budget_bytes = parse_size_bytes(max_memory)
+        except ValueError as exc:
+            raise DdlsimError(f"--max-memory: {exc}") from None
+    from ..simulation.budget import run_control
+    from .progress import EngineProgress
+
+    with EngineProgress(err, iterations or 0, enabled=err.is_terminal and not quiet) as progress:
+        with run_control(max_memory=budget_bytes, force=force, progress=progress, on_start=progress.start):
+            result = run_simulation(scenario, **overrides)
+        progress.phase("analysing")
+        summary = result.summary()
+        if out_dir is not None:
+            progress.phase("writing")
+            paths = result.save(out_dir)
+            summary["outputs"] = {k: str(v) for k, v in paths.items()}
+            summary["notes"] = list(result.notes)
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
@@ -352,17 +371,19 @@ def plan(
         out.print(f"[yellow]note:[/] {note}")
 
 
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def main() -> None:
+    from .progress import Interrupted, install_signal_handlers
+
+    install_signal_handlers()
     try:
         app()
+    except Interrupted as exc:
+        err.print("interrupted" if exc.code == 130 else "terminated", "(partial outputs removed)", highlight=False)
+        # Scratch directories are gone (unwinding ran their clean-up); skip the
+        # interpreter's slow teardown of large frames, and the backstop's message.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exc.code)
     except DdlsimError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)

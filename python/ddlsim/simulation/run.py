@@ -14,6 +14,7 @@ from .. import _core
 from ..errors import InternalError, ScenarioError
 from ..trace import EventLog
 from ..workload.model import Model
+from . import budget
 from .bridge import event_log_from_engine
 from .lowering import engine_json, network_document, resolve_trace_detail, training_document
 from .model_build import build_model, layer_times_ns
@@ -56,9 +57,11 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
     training = training_document(sc, model, times)
     network = network_document(sc)
     detail = resolve_trace_detail(sc, len(training["groups"]), [g["bytes"] for g in training["groups"]])
+    control = budget.current_control()
+    budget.check(budget.estimate(sc, len(training["layers"]), [g["bytes"] for g in training["groups"]], detail), sc, detail, control)
     t0 = time.perf_counter()
     try:
-        out = _core.simulate_training_json(engine_json(training), engine_json(network), detail)
+        out = _core.simulate_training_json(engine_json(training), engine_json(network), detail, control.progress)
     except ValueError as exc:
         raise ScenarioError(f"the engine rejected the scenario: {exc}") from None
     except BaseException as exc:  # RuntimeError or a Rust panic (PanicException derives from BaseException)
