@@ -21,19 +21,11 @@ fn spec(extra: &str) -> TrainingSpec {
 }
 
 fn run(s: &TrainingSpec) -> RunOutput {
-    simulate_training(
-        s,
-        &common::net(Fidelity::Flow, 8e9, 1000),
-        TraceDetail::Step,
-    )
-    .unwrap()
+    simulate_training(s, &common::net(Fidelity::Flow, 8e9, 1000), TraceDetail::Step).unwrap()
 }
 
 fn op_code(out: &RunOutput, name: &str) -> u32 {
-    out.op_names
-        .iter()
-        .position(|n| n == name)
-        .unwrap_or(usize::MAX) as u32
+    out.op_names.iter().position(|n| n == name).unwrap_or(usize::MAX) as u32
 }
 
 fn rows<'a>(log: &'a EventLog, kind: u8, op: u32) -> impl Iterator<Item = usize> + 'a {
@@ -51,18 +43,9 @@ fn conserved(out: &RunOutput) {
 fn split_pieces_balance_bytes_within_one_byte_and_keep_the_update_time() {
     let mut s = spec(r#", "ps_split": true"#);
     s.sync = ddlsim_core::lower::training::SyncSpec::Ps { servers: 3 };
-    let g = GroupSpec {
-        layers: vec![0],
-        tensor: 0,
-        bytes: 1001,
-        server: 0,
-        update_ns: 300,
-    };
+    let g = GroupSpec { layers: vec![0], tensor: 0, bytes: 1001, server: 0, update_ns: 300 };
     let p = ps_pieces(&s, &g);
-    assert_eq!(
-        p.iter().map(|x| (x.server, x.bytes)).collect::<Vec<_>>(),
-        vec![(0, 334), (1, 334), (2, 333)]
-    );
+    assert_eq!(p.iter().map(|x| (x.server, x.bytes)).collect::<Vec<_>>(), vec![(0, 334), (1, 334), (2, 333)]);
     assert_eq!(p.iter().map(|x| x.update_ns).sum::<u64>(), 300);
     // Message pipelining cuts each share.
     s.chunk_bytes = 100;
@@ -72,29 +55,9 @@ fn split_pieces_balance_bytes_within_one_byte_and_keep_the_update_time() {
     assert_eq!(p.iter().map(|x| x.bytes).sum::<u64>(), 1001);
     assert_eq!(p.iter().map(|x| x.update_ns).sum::<u64>(), 300);
     // A tensor smaller than the server count has no empty shares.
-    let tiny = GroupSpec {
-        layers: vec![0],
-        tensor: 0,
-        bytes: 2,
-        server: 0,
-        update_ns: 1,
-    };
+    let tiny = GroupSpec { layers: vec![0], tensor: 0, bytes: 2, server: 0, update_ns: 1 };
     s.chunk_bytes = 0;
-    assert_eq!(
-        ps_pieces(&s, &tiny),
-        vec![
-            Piece {
-                server: 0,
-                bytes: 1,
-                update_ns: 0
-            },
-            Piece {
-                server: 1,
-                bytes: 1,
-                update_ns: 1
-            }
-        ]
-    );
+    assert_eq!(ps_pieces(&s, &tiny), vec![Piece { server: 0, bytes: 1, update_ns: 0 }, Piece { server: 1, bytes: 1, update_ns: 1 }]);
 }
 
 #[test]
@@ -129,36 +92,14 @@ fn round_robin_and_block_distribution_order_is_visible_in_the_log() {
     let block = run(&spec(r#", "distribution": "block""#));
     conserved(&rr);
     conserved(&block);
-    assert_eq!(
-        pull_order(&rr, 0),
-        vec![
-            (0, 0, 0),
-            (0, 1, 0),
-            (0, 2, 0),
-            (2, 0, 2),
-            (2, 1, 2),
-            (2, 2, 2)
-        ]
-    );
-    assert_eq!(
-        pull_order(&block, 0),
-        vec![
-            (0, 0, 0),
-            (2, 0, 2),
-            (0, 1, 0),
-            (2, 1, 2),
-            (0, 2, 0),
-            (2, 2, 2)
-        ]
-    );
+    assert_eq!(pull_order(&rr, 0), vec![(0, 0, 0), (0, 1, 0), (0, 2, 0), (2, 0, 2), (2, 1, 2), (2, 2, 2)]);
+    assert_eq!(pull_order(&block, 0), vec![(0, 0, 0), (2, 0, 2), (0, 1, 0), (2, 1, 2), (0, 2, 0), (2, 2, 2)]);
     // One send at a time per server: each starts after the previous one ended.
     for out in [&rr, &block] {
         let log = &out.log;
         let pull = op_code(out, "pull_response");
-        let mut spans: Vec<(i64, i64)> = rows(log, KIND_SEND, pull)
-            .filter(|&i| log.rank[i] == 3 && log.iteration[i] == 1)
-            .map(|i| (log.start_ns[i], log.end_ns[i]))
-            .collect();
+        let mut spans: Vec<(i64, i64)> =
+            rows(log, KIND_SEND, pull).filter(|&i| log.rank[i] == 3 && log.iteration[i] == 1).map(|i| (log.start_ns[i], log.end_ns[i])).collect();
         spans.sort();
         assert!(spans.windows(2).all(|w| w[1].0 >= w[0].1));
     }
@@ -169,23 +110,14 @@ fn arrivals(out: &RunOutput, worker: i32, iteration: i32) -> Vec<(i32, i64)> {
     let log = &out.log;
     let pull = op_code(out, "pull_response");
     (0..log.id.len())
-        .filter(|&i| {
-            log.kind[i] == ddlsim_core::log::KIND_RECV
-                && log.op[i] == pull
-                && log.rank[i] == worker
-                && log.iteration[i] == iteration
-        })
+        .filter(|&i| log.kind[i] == ddlsim_core::log::KIND_RECV && log.op[i] == pull && log.rank[i] == worker && log.iteration[i] == iteration)
         .map(|i| (log.layer[i], log.end_ns[i]))
         .collect()
 }
 
 #[test]
 fn without_barrier_servers_forward_at_once_and_forward_pipelines_per_layer() {
-    for extra in [
-        r#", "barrier": false"#,
-        r#", "distribution": "round_robin""#,
-        r#", "barrier": false, "distribution": "block""#,
-    ] {
+    for extra in [r#", "barrier": false"#, r#", "distribution": "round_robin""#, r#", "barrier": false, "distribution": "block""#] {
         let out = run(&spec(extra));
         conserved(&out);
         let log = &out.log;
@@ -193,27 +125,17 @@ fn without_barrier_servers_forward_at_once_and_forward_pipelines_per_layer() {
         for w in 0..3 {
             let got = arrivals(&out, w, 0);
             assert_eq!(got.len(), 3);
-            for i in
-                rows(log, KIND_COMPUTE, fwd).filter(|&i| log.rank[i] == w && log.iteration[i] == 1)
-            {
+            for i in rows(log, KIND_COMPUTE, fwd).filter(|&i| log.rank[i] == w && log.iteration[i] == 1) {
                 let l = log.layer[i];
                 let arrived = got.iter().filter(|a| a.0 == l).map(|a| a.1).max().unwrap();
-                assert!(
-                    log.start_ns[i] >= arrived,
-                    "{extra}: layer {l} forward before its parameters"
-                );
+                assert!(log.start_ns[i] >= arrived, "{extra}: layer {l} forward before its parameters");
             }
             // Layer 0's forward does not wait for layer 2's parameters when they come later.
-            let first = rows(log, KIND_COMPUTE, fwd)
-                .find(|&i| log.rank[i] == w && log.iteration[i] == 1 && log.layer[i] == 0)
-                .unwrap();
+            let first = rows(log, KIND_COMPUTE, fwd).find(|&i| log.rank[i] == w && log.iteration[i] == 1 && log.layer[i] == 0).unwrap();
             let l0 = got.iter().filter(|a| a.0 == 0).map(|a| a.1).max().unwrap();
             let l2 = got.iter().filter(|a| a.0 == 2).map(|a| a.1).max().unwrap();
             if l2 > l0 {
-                assert!(
-                    log.start_ns[first] < l2,
-                    "{extra}: forward of layer 0 waited for layer 2"
-                );
+                assert!(log.start_ns[first] < l2, "{extra}: forward of layer 0 waited for layer 2");
             }
         }
     }
@@ -222,15 +144,8 @@ fn without_barrier_servers_forward_at_once_and_forward_pipelines_per_layer() {
     let log = &out.log;
     let upd = op_code(&out, "update");
     let pull = op_code(&out, "pull_response");
-    let update_start_t0 = rows(log, KIND_COMPUTE, upd)
-        .find(|&i| log.iteration[i] == 0 && log.tensor[i] == 0)
-        .map(|i| log.start_ns[i])
-        .unwrap();
-    let first_pull_t2 = rows(log, KIND_SEND, pull)
-        .filter(|&i| log.iteration[i] == 0 && log.tensor[i] == 2)
-        .map(|i| log.start_ns[i])
-        .min()
-        .unwrap();
+    let update_start_t0 = rows(log, KIND_COMPUTE, upd).find(|&i| log.iteration[i] == 0 && log.tensor[i] == 0).map(|i| log.start_ns[i]).unwrap();
+    let first_pull_t2 = rows(log, KIND_SEND, pull).filter(|&i| log.iteration[i] == 0 && log.tensor[i] == 2).map(|i| log.start_ns[i]).min().unwrap();
     assert!(first_pull_t2 < update_start_t0);
 }
 
@@ -240,9 +155,7 @@ fn message_pipelining_splits_ps_transfers_and_conserves_bytes() {
     conserved(&out);
     let log = &out.log;
     let push = op_code(&out, "push_request");
-    let sends: Vec<usize> = rows(log, KIND_SEND, push)
-        .filter(|&i| log.iteration[i] == 0 && log.rank[i] == 0)
-        .collect();
+    let sends: Vec<usize> = rows(log, KIND_SEND, push).filter(|&i| log.iteration[i] == 0 && log.rank[i] == 0).collect();
     // 1000 -> 1 message, 8000 -> 8, 64 -> 1
     assert_eq!(sends.len(), 10);
     assert!(sends.iter().all(|&i| log.bytes[i] <= 1000));
@@ -253,10 +166,8 @@ fn message_pipelining_splits_ps_transfers_and_conserves_bytes() {
 fn iteration_starts(out: &RunOutput, w: i32) -> Vec<i64> {
     let log = &out.log;
     let fwd = op_code(out, "forward");
-    let mut v: Vec<(i32, i64)> = rows(log, KIND_COMPUTE, fwd)
-        .filter(|&i| log.rank[i] == w && log.layer[i] == 0)
-        .map(|i| (log.iteration[i], log.start_ns[i]))
-        .collect();
+    let mut v: Vec<(i32, i64)> =
+        rows(log, KIND_COMPUTE, fwd).filter(|&i| log.rank[i] == w && log.layer[i] == 0).map(|i| (log.iteration[i], log.start_ns[i])).collect();
     v.sort();
     v.into_iter().map(|x| x.1).collect()
 }
@@ -281,9 +192,7 @@ fn asynchronous_ps_never_waits_beyond_the_staleness_bound() {
     let w2 = iteration_starts(&unbounded, 2);
     assert!(w0[5] < w2[2], "worker 0 {w0:?} worker 2 {w2:?}");
     for s in [0u32, 1, 2] {
-        let out = run(&six(&format!(
-            "{slow}, \"asynchronous\": true, \"staleness\": {s}"
-        )));
+        let out = run(&six(&format!("{slow}, \"asynchronous\": true, \"staleness\": {s}")));
         conserved(&out);
         let log = &out.log;
         // Last update end of every worker per iteration.
@@ -295,10 +204,7 @@ fn asynchronous_ps_never_waits_beyond_the_staleness_bound() {
         for w in 0..3 {
             for (it, &start) in iteration_starts(&out, w).iter().enumerate() {
                 if it > s as usize {
-                    assert!(
-                        start >= done[it - s as usize - 1],
-                        "s={s} w={w} it={it}: ran ahead of the bound"
-                    );
+                    assert!(start >= done[it - s as usize - 1], "s={s} w={w} it={it}: ran ahead of the bound");
                 }
             }
         }
@@ -316,32 +222,18 @@ fn stagger_delays_each_workers_backprop_by_exactly_its_skew() {
     let first_bwd = |out: &RunOutput, w: i32| {
         let log = &out.log;
         let b = op_code(out, "backward");
-        rows(log, KIND_COMPUTE, b)
-            .find(|&i| log.rank[i] == w && log.iteration[i] == 0 && log.layer[i] == 2)
-            .map(|i| log.start_ns[i])
-            .unwrap()
+        rows(log, KIND_COMPUTE, b).find(|&i| log.rank[i] == w && log.iteration[i] == 0 && log.layer[i] == 2).map(|i| log.start_ns[i]).unwrap()
     };
     for w in 0..3 {
         assert_eq!(first_bwd(&fixed, w) - first_bwd(&base, w), 5000 * w as i64);
     }
     // Random skew: its own RNG stream, so the jitter draws do not change.
     let jit = run(&spec(r#", "jitter": 0.2"#));
-    let both = run(&spec(
-        r#", "jitter": 0.2, "stagger_ns": 5000, "stagger": "random""#,
-    ));
+    let both = run(&spec(r#", "jitter": 0.2, "stagger_ns": 5000, "stagger": "random""#));
     let durations = |out: &RunOutput, name: &str| {
         let log = &out.log;
         let c = op_code(out, name);
-        rows(log, KIND_COMPUTE, c)
-            .map(|i| {
-                (
-                    log.rank[i],
-                    log.iteration[i],
-                    log.layer[i],
-                    log.end_ns[i] - log.start_ns[i],
-                )
-            })
-            .collect::<Vec<_>>()
+        rows(log, KIND_COMPUTE, c).map(|i| (log.rank[i], log.iteration[i], log.layer[i], log.end_ns[i] - log.start_ns[i])).collect::<Vec<_>>()
     };
     let mut a = durations(&jit, "forward");
     let mut b = durations(&both, "forward");
@@ -349,28 +241,15 @@ fn stagger_delays_each_workers_backprop_by_exactly_its_skew() {
     b.sort();
     assert_eq!(a, b);
     let s = spec(r#", "jitter": 0.2, "stagger_ns": 5000, "stagger": "random""#);
-    let skews: Vec<u64> = (0..3)
-        .flat_map(|w| (0..3).map(move |it| (w, it)))
-        .map(|(w, it)| stagger_ns(&s, w, it))
-        .collect();
+    let skews: Vec<u64> = (0..3).flat_map(|w| (0..3).map(move |it| (w, it))).map(|(w, it)| stagger_ns(&s, w, it)).collect();
     assert!(skews.iter().all(|&x| x <= 5000));
     assert!(skews.windows(2).any(|w| w[0] != w[1]));
     let st = op_code(&both, "stagger");
-    let mut logged: Vec<(i32, i32, i64)> = rows(&both.log, KIND_COMPUTE, st)
-        .map(|i| {
-            (
-                both.log.rank[i],
-                both.log.iteration[i],
-                both.log.end_ns[i] - both.log.start_ns[i],
-            )
-        })
-        .collect();
+    let mut logged: Vec<(i32, i32, i64)> =
+        rows(&both.log, KIND_COMPUTE, st).map(|i| (both.log.rank[i], both.log.iteration[i], both.log.end_ns[i] - both.log.start_ns[i])).collect();
     logged.sort();
-    let want: Vec<(i32, i32, i64)> = (0..3)
-        .flat_map(|w| (0..3).map(move |it| (w, it)))
-        .map(|(w, it)| (w as i32, it, stagger_ns(&s, w, it) as i64))
-        .filter(|x| x.2 > 0)
-        .collect();
+    let want: Vec<(i32, i32, i64)> =
+        (0..3).flat_map(|w| (0..3).map(move |it| (w, it))).map(|(w, it)| (w as i32, it, stagger_ns(&s, w, it) as i64)).filter(|x| x.2 > 0).collect();
     assert_eq!(logged, want);
 }
 
@@ -384,17 +263,11 @@ fn same_seed_gives_an_identical_log() {
     assert_eq!(a.log.deps, b.log.deps);
     assert_eq!(a.makespan, b.makespan);
     let async_extra = r#", "jitter": 0.3, "asynchronous": true, "staleness": 1"#;
-    assert_eq!(
-        run(&spec(async_extra)).log.end_ns,
-        run(&spec(async_extra)).log.end_ns
-    );
+    assert_eq!(run(&spec(async_extra)).log.end_ns, run(&spec(async_extra)).log.end_ns);
 }
 
 #[test]
 fn ps_variants_are_refused_where_they_do_not_apply() {
     assert!(ddlsim_core::lower::training::build_graph(&spec(r#", "staleness": 1"#)).is_err());
-    assert!(ddlsim_core::lower::training::build_graph(&spec(
-        r#", "asynchronous": true, "distribution": "block""#
-    ))
-    .is_err());
+    assert!(ddlsim_core::lower::training::build_graph(&spec(r#", "asynchronous": true, "distribution": "block""#)).is_err());
 }

@@ -229,8 +229,7 @@ pub const BANDS: u32 = 8;
 
 impl TrainingSpec {
     pub fn from_json(text: &str) -> Result<Self, String> {
-        serde_json::from_str(text)
-            .map_err(|e| format!("invalid training description for the engine: {e}"))
+        serde_json::from_str(text).map_err(|e| format!("invalid training description for the engine: {e}"))
     }
 
     pub fn servers(&self) -> u32 {
@@ -266,24 +265,14 @@ impl TrainingSpec {
                 return Err(format!("group {i} names layer {l}, which does not exist"));
             }
             if matches!(self.sync, SyncSpec::Ps { .. }) && g.server >= self.servers() {
-                return Err(format!(
-                    "group {i} is placed on server {} of {}",
-                    g.server,
-                    self.servers()
-                ));
+                return Err(format!("group {i} is placed on server {} of {}", g.server, self.servers()));
             }
         }
         if !self.host_of_rank.is_empty() && self.host_of_rank.len() != self.total_ranks() as usize {
-            return Err(format!(
-                "host_of_rank has {} entries for {} ranks",
-                self.host_of_rank.len(),
-                self.total_ranks()
-            ));
+            return Err(format!("host_of_rank has {} entries for {} ranks", self.host_of_rank.len(), self.total_ranks()));
         }
         let ps = matches!(self.sync, SyncSpec::Ps { .. });
-        if !ps
-            && (self.ps_split || self.distribution != Distribution::Immediate || self.asynchronous)
-        {
+        if !ps && (self.ps_split || self.distribution != Distribution::Immediate || self.asynchronous) {
             return Err("ps_split, distribution and asynchronous apply to the parameter-server strategy only".into());
         }
         if self.staleness.is_some() && !self.asynchronous {
@@ -301,32 +290,17 @@ impl TrainingSpec {
     fn policy(&self) -> PolicyKind {
         match self.stream_policy {
             StreamPolicyName::Fifo => PolicyKind::Fifo,
-            StreamPolicyName::Priority => PolicyKind::Priority {
-                preempt: self.preemption,
-            },
+            StreamPolicyName::Priority => PolicyKind::Priority { preempt: self.preemption },
         }
     }
 }
 
 /// `ns` scaled by max(0, 1 + cv z), z standard normal from the op's own stream.
-fn jittered(
-    spec: &TrainingSpec,
-    ns: u64,
-    purpose: Purpose,
-    rank: u32,
-    iteration: i32,
-    layer: usize,
-) -> u64 {
+fn jittered(spec: &TrainingSpec, ns: u64, purpose: Purpose, rank: u32, iteration: i32, layer: usize) -> u64 {
     if spec.jitter == 0.0 || ns == 0 {
         return ns;
     }
-    let z: f64 = StandardNormal.sample(&mut stream(
-        spec.seed,
-        purpose,
-        rank,
-        iteration,
-        layer as u64,
-    ));
+    let z: f64 = StandardNormal.sample(&mut stream(spec.seed, purpose, rank, iteration, layer as u64));
     ((ns as f64) * (1.0 + spec.jitter * z).max(0.0)).round() as u64
 }
 
@@ -337,9 +311,7 @@ pub fn stagger_ns(spec: &TrainingSpec, w: u32, iteration: i32) -> u64 {
     }
     match spec.stagger {
         StaggerMode::Fixed => spec.stagger_ns.saturating_mul(w as u64),
-        StaggerMode::Random => {
-            stream(spec.seed, Purpose::Stagger, w, iteration, 0).gen_range(0..=spec.stagger_ns)
-        }
+        StaggerMode::Random => stream(spec.seed, Purpose::Stagger, w, iteration, 0).gen_range(0..=spec.stagger_ns),
     }
 }
 
@@ -379,32 +351,17 @@ pub fn ps_pieces(spec: &TrainingSpec, group: &GroupSpec) -> Vec<Piece> {
     } else {
         vec![(if spec.ps_split { 0 } else { group.server }, 0, group.bytes)]
     };
-    let shares = if shares.is_empty() {
-        vec![(0, 0, 0)]
-    } else {
-        shares
-    };
+    let shares = if shares.is_empty() { vec![(0, 0, 0)] } else { shares };
     let mut out = Vec::new();
     for (server, begin, b) in shares {
-        let c = if spec.chunk_bytes > 0 && b > spec.chunk_bytes {
-            spec.chunk_bytes
-        } else {
-            b.max(1)
-        };
+        let c = if spec.chunk_bytes > 0 && b > spec.chunk_bytes { spec.chunk_bytes } else { b.max(1) };
         let mut off = 0;
         loop {
             let len = c.min(b - off);
             let (lo, hi) = (begin + off, begin + off + len);
-            let update_ns = if group.bytes == 0 {
-                group.update_ns
-            } else {
-                share(group.update_ns, hi, group.bytes) - share(group.update_ns, lo, group.bytes)
-            };
-            out.push(Piece {
-                server,
-                bytes: len,
-                update_ns,
-            });
+            let update_ns =
+                if group.bytes == 0 { group.update_ns } else { share(group.update_ns, hi, group.bytes) - share(group.update_ns, lo, group.bytes) };
+            out.push(Piece { server, bytes: len, update_ns });
             off += len;
             if off >= b {
                 break;
@@ -440,22 +397,14 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
         allreduce: g.op_name("allreduce"),
         barrier: g.op_name("barrier"),
     };
-    let stagger_name = if spec.stagger_ns > 0 {
-        g.op_name("stagger")
-    } else {
-        0
-    };
+    let stagger_name = if spec.stagger_ns > 0 { g.op_name("stagger") } else { 0 };
     g.host_of_rank = spec.host_of_rank.clone();
     let n = spec.workers;
     let num_layers = spec.layers.len();
     let policy = spec.policy();
-    let compute_stream: Vec<u32> = (0..n)
-        .map(|w| g.new_stream(w, "compute", PolicyKind::Fifo))
-        .collect();
+    let compute_stream: Vec<u32> = (0..n).map(|w| g.new_stream(w, "compute", PolicyKind::Fifo)).collect();
     let comm_stream: Vec<u32> = (0..n).map(|w| g.new_stream(w, "comm", policy)).collect();
-    let server_stream: Vec<u32> = (0..spec.servers())
-        .map(|s| g.new_stream(n + s, "server", policy))
-        .collect();
+    let server_stream: Vec<u32> = (0..spec.servers()).map(|s| g.new_stream(n + s, "server", policy)).collect();
 
     let mut groups_of_layer: Vec<Vec<u32>> = vec![Vec::new(); num_layers];
     for (i, group) in spec.groups.iter().enumerate() {
@@ -465,13 +414,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
     }
     // Groups by the layer whose backward makes them ready, latest layer first.
     let mut order: Vec<u32> = (0..spec.groups.len() as u32).collect();
-    let ready_layer = |i: u32| {
-        *spec.groups[i as usize]
-            .layers
-            .iter()
-            .min()
-            .expect("validated non-empty")
-    };
+    let ready_layer = |i: u32| *spec.groups[i as usize].layers.iter().min().expect("validated non-empty");
     order.sort_by_key(|&i| (std::cmp::Reverse(ready_layer(i)), i));
     let pieces: Vec<Vec<Piece>> = spec.groups.iter().map(|gr| ps_pieces(spec, gr)).collect();
     let ordered = spec.distribution != Distribution::Immediate;
@@ -493,14 +436,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
             let mut prev: Option<u32> = None;
             for l in 0..num_layers {
                 let mut op = Op::new(Kind::Compute, names.forward, w);
-                op.duration = jittered(
-                    spec,
-                    spec.layers[l].fwd_ns,
-                    Purpose::ForwardJitter,
-                    w,
-                    it,
-                    l,
-                );
+                op.duration = jittered(spec, spec.layers[l].fwd_ns, Purpose::ForwardJitter, w, it, l);
                 op.stream = compute_stream[wu];
                 op.iteration = it;
                 op.layer = l as i32;
@@ -509,9 +445,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                 deps.append(&mut gates[wu][l]);
                 if l == 0 {
                     if let (Some(s), true) = (spec.staleness, spec.asynchronous) {
-                        if let Some(old) = (it - s as i32 - 1 >= 0)
-                            .then(|| &updates_of[(it - s as i32 - 1) as usize])
-                        {
+                        if let Some(old) = (it - s as i32 - 1 >= 0).then(|| &updates_of[(it - s as i32 - 1) as usize]) {
                             deps.extend_from_slice(old);
                         }
                     }
@@ -529,14 +463,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
             }
             for l in (0..num_layers).rev() {
                 let mut op = Op::new(Kind::Compute, names.backward, w);
-                op.duration = jittered(
-                    spec,
-                    spec.layers[l].bwd_ns,
-                    Purpose::BackwardJitter,
-                    w,
-                    it,
-                    l,
-                );
+                op.duration = jittered(spec, spec.layers[l].bwd_ns, Purpose::BackwardJitter, w, it, l);
                 op.stream = compute_stream[wu];
                 op.iteration = it;
                 op.layer = l as i32;
@@ -555,11 +482,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
         for &gi in &order {
             let group = &spec.groups[gi as usize];
             let l = ready_layer(gi) as usize;
-            let band = if spec.priority_bands {
-                (l as u32 * BANDS / num_layers as u32).min(BANDS - 1) as u8
-            } else {
-                0
-            };
+            let band = if spec.priority_bands { (l as u32 * BANDS / num_layers as u32).min(BANDS - 1) as u8 } else { 0 };
             let tag = |mut op: Op| {
                 op.iteration = it;
                 op.layer = l as i32;
@@ -606,13 +529,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                         rpc_counter += 2 * n as i64;
                         let pushes: Vec<u32> = (0..n)
                             .map(|w| {
-                                let op = transfer(
-                                    names.push_request,
-                                    w,
-                                    server,
-                                    bytes,
-                                    push_rpc + w as i64,
-                                );
+                                let op = transfer(names.push_request, w, server, bytes, push_rpc + w as i64);
                                 g.add(op, &[bwd_of[w as usize][l]])
                             })
                             .collect();
@@ -629,11 +546,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                                 g.add(u, &pushes)
                             }
                         };
-                        let shared = if spec.asynchronous {
-                            None
-                        } else {
-                            Some(update_of(&mut g, 0))
-                        };
+                        let shared = if spec.asynchronous { None } else { Some(update_of(&mut g, 0)) };
                         for w in 0..n {
                             let upd = match shared {
                                 Some(u) => u,
@@ -642,39 +555,12 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                             if shared.is_none() || w == 0 {
                                 iteration_updates.push(upd);
                             }
-                            let ack = g.add(
-                                transfer(
-                                    names.push_response,
-                                    server,
-                                    w,
-                                    header,
-                                    push_rpc + w as i64,
-                                ),
-                                &[upd],
-                            );
-                            let req = g.add(
-                                transfer(
-                                    names.pull_request,
-                                    w,
-                                    server,
-                                    header,
-                                    pull_rpc + w as i64,
-                                ),
-                                &[ack],
-                            );
+                            let ack = g.add(transfer(names.push_response, server, w, header, push_rpc + w as i64), &[upd]);
+                            let req = g.add(transfer(names.pull_request, w, server, header, pull_rpc + w as i64), &[ack]);
                             if ordered {
                                 pending.push((gi, pi, w, req, server, bytes, pull_rpc + w as i64));
                             } else {
-                                let resp = g.add(
-                                    transfer(
-                                        names.pull_response,
-                                        server,
-                                        w,
-                                        bytes,
-                                        pull_rpc + w as i64,
-                                    ),
-                                    &[req],
-                                );
+                                let resp = g.add(transfer(names.pull_response, server, w, bytes, pull_rpc + w as i64), &[req]);
                                 sync_end[w as usize][gi as usize].push(resp);
                             }
                         }
@@ -696,8 +582,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
             if spec.barrier {
                 params.sort_by_key(|&(gi, pi)| (ready_layer(gi), gi, pi));
             }
-            let rank_of: std::collections::HashMap<(u32, usize), usize> =
-                params.iter().enumerate().map(|(r, &p)| (p, r)).collect();
+            let rank_of: std::collections::HashMap<(u32, usize), usize> = params.iter().enumerate().map(|(r, &p)| (p, r)).collect();
             pending.sort_by_key(|p| {
                 let r = rank_of[&(p.0, p.1)];
                 match spec.distribution {
@@ -718,11 +603,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                 op.tensor = group.tensor;
                 op.group = gi as i32;
                 op.priority = l as i32;
-                op.band = if spec.priority_bands {
-                    (l as u32 * BANDS / num_layers as u32).min(BANDS - 1) as u8
-                } else {
-                    0
-                };
+                op.band = if spec.priority_bands { (l as u32 * BANDS / num_layers as u32).min(BANDS - 1) as u8 } else { 0 };
                 op.tenant = spec.tenant;
                 let s = (server - n) as usize;
                 let mut deps = vec![req];
@@ -735,10 +616,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
         }
         updates_of.push(iteration_updates);
         if !pipelined_forward {
-            let all: Vec<u32> = sync_end
-                .iter()
-                .flat_map(|v| v.iter().flatten().copied())
-                .collect();
+            let all: Vec<u32> = sync_end.iter().flat_map(|v| v.iter().flatten().copied()).collect();
             let mut b = Op::new(Kind::Barrier, names.barrier, 0);
             b.iteration = it;
             b.tenant = spec.tenant;
@@ -749,11 +627,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
         } else {
             for (w, gw) in gates.iter_mut().enumerate() {
                 for (l, groups) in groups_of_layer.iter().enumerate() {
-                    gw[l].extend(
-                        groups
-                            .iter()
-                            .flat_map(|&gi| sync_end[w][gi as usize].iter().copied()),
-                    );
+                    gw[l].extend(groups.iter().flat_map(|&gi| sync_end[w][gi as usize].iter().copied()));
                 }
             }
         }

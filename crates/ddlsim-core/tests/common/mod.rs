@@ -33,21 +33,8 @@ pub fn transfer(g: &mut Graph, src: u32, dst: u32, bytes: u64) -> Op {
 }
 
 /// One collective over `members`; returns the op of each member (added with `deps[i]`).
-pub fn allreduce(
-    g: &mut Graph,
-    algorithm: Algorithm,
-    members: &[u32],
-    bytes: u64,
-    streams: &[u32],
-    deps: &[Vec<u32>],
-) -> Vec<u32> {
-    let c = g.add_collective(CollectiveSpec {
-        algorithm,
-        coll_type: CollectiveType::AllReduce,
-        members: members.to_vec(),
-        bytes,
-        chunk_bytes: 0,
-    });
+pub fn allreduce(g: &mut Graph, algorithm: Algorithm, members: &[u32], bytes: u64, streams: &[u32], deps: &[Vec<u32>]) -> Vec<u32> {
+    let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: members.to_vec(), bytes, chunk_bytes: 0 });
     let name = g.op_name("allreduce");
     members
         .iter()
@@ -73,40 +60,16 @@ pub fn row_of(log: &EventLog, id: i64) -> usize {
 pub fn assert_deps_explain_every_start(log: &EventLog) {
     let mut end_of = std::collections::HashMap::new();
     for i in 0..log.len() {
-        assert!(
-            end_of.insert(log.id[i], log.end_ns[i]).is_none(),
-            "duplicate id {}",
-            log.id[i]
-        );
+        assert!(end_of.insert(log.id[i], log.end_ns[i]).is_none(), "duplicate id {}", log.id[i]);
     }
     for i in 0..log.len() {
         let deps = log.deps_of(i);
-        assert!(
-            log.ready_ns[i] <= log.start_ns[i] && log.start_ns[i] <= log.end_ns[i],
-            "row {} times out of order",
-            log.id[i]
-        );
+        assert!(log.ready_ns[i] <= log.start_ns[i] && log.start_ns[i] <= log.end_ns[i], "row {} times out of order", log.id[i]);
         if deps.is_empty() {
-            assert_eq!(
-                log.start_ns[i], log.ready_ns[i],
-                "row {} (kind {}) has no deps but waited",
-                log.id[i], log.kind[i]
-            );
+            assert_eq!(log.start_ns[i], log.ready_ns[i], "row {} (kind {}) has no deps but waited", log.id[i], log.kind[i]);
         } else {
-            let latest = deps
-                .iter()
-                .map(|d| {
-                    *end_of
-                        .get(d)
-                        .unwrap_or_else(|| panic!("row {} depends on missing {d}", log.id[i]))
-                })
-                .max()
-                .unwrap();
-            assert_eq!(
-                log.start_ns[i], latest,
-                "row {} (kind {}, op {}) start is not its latest dep's end; deps {deps:?}",
-                log.id[i], log.kind[i], log.op[i]
-            );
+            let latest = deps.iter().map(|d| *end_of.get(d).unwrap_or_else(|| panic!("row {} depends on missing {d}", log.id[i]))).max().unwrap();
+            assert_eq!(log.start_ns[i], latest, "row {} (kind {}, op {}) start is not its latest dep's end; deps {deps:?}", log.id[i], log.kind[i], log.op[i]);
         }
     }
 }
