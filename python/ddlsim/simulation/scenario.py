@@ -596,7 +596,7 @@ class Scenario(_Strict):
     barrier: bool = True
     # backpropagation staggering: worker w idles before its first backward op,
     # w x stagger ("fixed") or uniform in [0, stagger] ("random", seeded)
-    stagger: Duration = 0
+    stagger: Duration = "0s"
     stagger_mode: Literal["fixed", "random"] = "fixed"
     trace_detail: Literal["auto", "step", "collective"] = "auto"
     # Where relative paths (model.profile) are resolved from.
