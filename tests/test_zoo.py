@@ -3,10 +3,10 @@ import pytest
 from ddlsim import ModelError, list_models, load_model, synthetic_model
 
 
-def test_zoo_has_the_nine_models():
+def test_zoo_has_the_ten_models():
     assert list_models() == [
         "alexnet", "bert_base", "googlenet", "inception_v3", "lenet5",
-        "resnet101", "resnet152", "resnet50", "vgg16",
+        "resnet101", "resnet152", "resnet200", "resnet50", "vgg16",
     ]
 
 
@@ -14,6 +14,7 @@ def test_zoo_has_the_nine_models():
     "name, tensors, params",
     [
         ("resnet50", 161, 25_557_032),
+        ("resnet200", 611, 64_673_832),
         ("vgg16", 32, 138_357_544),
         ("googlenet", 187, 13_004_888),
         ("inception_v3", 292, 27_161_264),

@@ -47,6 +47,12 @@ fn main() {
         host_of_rank: vec![],
         chunk_bytes: 0,
         collective_model: Default::default(),
+        ps_split: false,
+        distribution: Default::default(),
+        asynchronous: false,
+        staleness: None,
+        stagger_ns: 0,
+        stagger: Default::default(),
     };
     let net = NetworkSpec {
         fidelity: Fidelity::Flow,

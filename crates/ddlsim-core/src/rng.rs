@@ -13,6 +13,8 @@ use rand_chacha::ChaCha8Rng;
 pub enum Purpose {
     ForwardJitter = 1,
     BackwardJitter = 2,
+    /// Backpropagation staggering (per-worker start skew).
+    Stagger = 3,
 }
 
 /// The stream for one purpose and one (rank, iteration, index).

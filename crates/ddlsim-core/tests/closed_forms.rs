@@ -28,6 +28,12 @@ fn one_group(sync: SyncSpec, workers: u32, bytes: u64) -> TrainingSpec {
         host_of_rank: vec![],
         chunk_bytes: 0,
         collective_model: Default::default(),
+        ps_split: false,
+        distribution: Default::default(),
+        asynchronous: false,
+        staleness: None,
+        stagger_ns: 0,
+        stagger: Default::default(),
     }
 }
 

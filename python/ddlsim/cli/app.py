@@ -69,7 +69,24 @@ def simulate(
     oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help="Leaf-spine oversubscription ratio."),
     hosts_per_leaf: Optional[int] = typer.Option(None, "--hosts-per-leaf", help="Leaf-spine: hosts under each leaf."),
     spines: Optional[int] = typer.Option(None, "--spines", help="Leaf-spine: number of spine switches."),
-    placement: Optional[str] = typer.Option(None, "--placement", help="PS tensor placement: round-robin | size-balanced"),
+    placement: Optional[str] = typer.Option(
+        None, "--placement", help="PS tensor placement: round-robin | size-balanced | split (every tensor over all servers)"),
+    distribution: Optional[str] = typer.Option(
+        None, "--distribution", help="PS distribution order: immediate | round-robin (a parameter to every worker) | block"),
+    asynchronous: Optional[bool] = typer.Option(
+        None, "--async/--sync", help="Asynchronous PS: no cross-worker barrier, workers use the latest parameters."),
+    staleness: Optional[int] = typer.Option(None, "--staleness", help="Asynchronous PS: iterations a worker may run ahead."),
+    gamma_ns_per_byte: Optional[float] = typer.Option(
+        None, "--gamma", help="PS server reduction cost in ns per byte: adds (N-1) x bytes x gamma to each update."),
+    stagger: Optional[str] = typer.Option(None, "--stagger", help="Backpropagation staggering: skew with a unit, e.g. 2ms."),
+    stagger_mode: Optional[str] = typer.Option(None, "--stagger-mode", help="fixed (worker w waits w x skew) | random (seeded)"),
+    compute_speedup: Optional[float] = typer.Option(
+        None, "--compute-speedup", help="Faster compute: layers of --speedup-kind run this many times faster."),
+    speedup_kinds: Optional[list[str]] = typer.Option(
+        None, "--speedup-kind", help="Layer type prefix the speedup applies to (repeatable; default Conv)."),
+    grow_module: Optional[str] = typer.Option(
+        None, "--grow-module", help="Synthetic growth: inception-35x35x288 (compute) | inception-17x17x768 (network)"),
+    grow_count: Optional[int] = typer.Option(None, "--grow-count", help="Synthetic growth: modules to add."),
     routing: Optional[str] = typer.Option(None, "--routing", help="Leaf-spine routing: ecmp (per-flow hash) | spray"),
     ranks_per_host: Optional[int] = typer.Option(None, "--ranks-per-host", help="Ranks (GPUs) sharing one host and its link."),
     rack_placement: Optional[str] = typer.Option(
@@ -110,6 +127,10 @@ def simulate(
         "server_hosts": server_hosts, "priority_bands": priority_bands, "record_flows": record_flows, "precision": precision, "efficiency": efficiency,
         "profile": str(profile.resolve()) if profile else None, "iterations": iterations, "seed": seed, "jitter": jitter,
         "batch_size": batch_size, "device": device, "barrier": barrier, "trace_detail": trace_detail,
+        "distribution": distribution, "asynchronous": asynchronous, "staleness": staleness,
+        "gamma_ns_per_byte": gamma_ns_per_byte, "stagger": stagger, "stagger_mode": stagger_mode,
+        "compute_speedup": compute_speedup, "speedup_kinds": speedup_kinds or None, "grow_module": grow_module,
+        "grow_count": grow_count,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     budget_bytes = None

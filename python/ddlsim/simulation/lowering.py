@@ -180,18 +180,32 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
     """The training description the engine lowers into a workload graph."""
     strategy = scenario.strategy
     groups = build_groups(scenario, model, times_ns)
+    extra = {}
     if strategy.kind == "ps":
-        owner = place_tensors([g["bytes"] for g in groups], strategy.servers, strategy.placement)
+        split = strategy.placement == "split"
+        owner = [0] * len(groups) if split else place_tensors([g["bytes"] for g in groups], strategy.servers, strategy.placement)
         update_bytes_per_ns = strategy.update_bandwidth_bps / 8e9
+        n = scenario.workers
         for g, server in zip(groups, owner):
             g["server"] = server
-            # The server reads every worker's gradient once: N x size bytes.
-            g["update_ns"] = math.ceil(g["bytes"] * scenario.workers / update_bytes_per_ns)
+            # The server reads every worker's gradient once (N x size bytes) and
+            # reduces N - 1 of them into the first (gamma per byte).
+            g["update_ns"] = math.ceil(g["bytes"] * n / update_bytes_per_ns + (n - 1) * g["bytes"] * strategy.gamma_ns_per_byte)
         sync = {"kind": "ps", "servers": strategy.servers}
+        if split:
+            extra["ps_split"] = True
+        if strategy.distribution != "immediate":
+            extra["distribution"] = strategy.distribution.replace("-", "_")
+        if strategy.asynchronous:
+            extra["asynchronous"] = True
+            if strategy.staleness is not None:
+                extra["staleness"] = strategy.staleness
     else:
         sync = {"kind": "allreduce", "algorithm": strategy.algorithm.replace("-", "_")}
     _check_time_budget(scenario, times_ns)
-    extra = {}
+    if scenario.stagger_ns:
+        extra["stagger_ns"] = scenario.stagger_ns
+        extra["stagger"] = scenario.stagger_mode
     if getattr(strategy, "chunk_bytes", 0):
         extra["chunk_bytes"] = strategy.chunk_bytes
     if scenario.network.collective_model == "closed-form" and strategy.kind == "ring":

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..errors import ModelError, ScenarioError
 from ..units import parse_duration_ns, parse_size_bytes
 from ..workload.devices import find_device
+from ..workload.growth import grow
 from ..workload.model import Layer, Model, Tensor
 from ..workload.profile import apply_profile
 from ..workload.synthetic import synthetic_model, thesis_simulator_model
@@ -58,7 +59,14 @@ def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
         if base_dir and not path.is_absolute():
             path = Path(base_dir) / path
         model = apply_profile(model, path)
+    if config.grow_count:
+        model = grow(model, config.grow_module, config.grow_count)
     return model
+
+
+def sped_up(layer: Layer, config: ModelConfig) -> bool:
+    """Whether the faster-compute what-if applies to `layer` (type prefix, any case)."""
+    return config.compute_speedup != 1.0 and any(layer.type.lower().startswith(k.lower()) for k in config.speedup_kinds)
 
 
 def layer_times_ns(model: Model, config: ModelConfig) -> list[tuple[int, int]]:
@@ -67,13 +75,14 @@ def layer_times_ns(model: Model, config: ModelConfig) -> list[tuple[int, int]]:
     rate = device.peak_flops(config.precision) * config.efficiency
     times = []
     for layer in model.layers:
+        scale = 1.0 / config.compute_speedup if sped_up(layer, config) else 1.0
         if layer.fwd_s is not None and layer.bwd_s is not None:
-            times.append((round(layer.fwd_s * 1e9), round(layer.bwd_s * 1e9)))
+            times.append((round(layer.fwd_s * 1e9 * scale), round(layer.bwd_s * 1e9 * scale)))
         else:
             times.append(
                 (
-                    round(layer.fwd_flops * config.batch_size / rate * 1e9),
-                    round(layer.bwd_flops * config.batch_size / rate * 1e9),
+                    round(layer.fwd_flops * config.batch_size / rate * 1e9 * scale),
+                    round(layer.bwd_flops * config.batch_size / rate * 1e9 * scale),
                 )
             )
     if not model.layers:

@@ -20,9 +20,13 @@ The strategy is a tagged section::
     [strategy]
     kind = "ps"                  # parameter server
     servers = 4
-    placement = "size-balanced"  # "round-robin" | "size-balanced"
+    placement = "size-balanced"  # "round-robin" | "size-balanced" | "split" (every tensor over all servers)
     update_bandwidth = "20GB/s"  # bytes/s
+    gamma_ns_per_byte = 0.0      # server reduction cost: + (N-1) x bytes x gamma
     header_bytes = 0
+    chunk_bytes = 0              # message pipelining: messages of at most this size (0: off)
+    distribution = "immediate"   # "immediate" | "round-robin" | "block" (one send at a time per server)
+    asynchronous = false         # no cross-worker barrier; staleness = s bounds how far ahead
     stream_policy = "fifo"
     preemption = "none"
 
@@ -238,6 +242,22 @@ class ModelConfig(_Strict):
     synthetic: Optional[SyntheticConfig] = None
     layers: Optional[list[CustomLayer]] = None
     dtype_bytes: int = Field(4, ge=1)
+    # faster compute (§8.6): layers whose type starts with one of these kinds run this many times faster
+    compute_speedup: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
+    speedup_kinds: list[str] = Field(default_factory=lambda: ["Conv"])
+    # synthetic growth (§8.5): add grow_count Inception-v3 modules: "inception-35x35x288" (compute)
+    # or "inception-17x17x768" (network)
+    grow_module: Optional[Literal["inception-35x35x288", "inception-17x17x768", "compute", "network"]] = None
+    grow_count: int = Field(0, ge=0, le=100_000)
+
+    @model_validator(mode="after")
+    def _growth(self) -> "ModelConfig":
+        if self.grow_count and self.grow_module is None:
+            raise ValueError(
+                f"model.grow_count = {self.grow_count} needs model.grow_module (\"inception-35x35x288\" or "
+                "\"inception-17x17x768\"); set grow_module or remove grow_count"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_source_of_layers(self) -> "ModelConfig":
@@ -510,10 +530,36 @@ class PSStrategy(_StrategyBase):
     @property
     def label(self) -> str:
         return f"PS, {self.servers} server{'s' if self.servers != 1 else ''}"
-    placement: Literal["round-robin", "size-balanced"] = "round-robin"
+    # round-robin: TensorFlow's default; size-balanced: largest first to the
+    # least-loaded server; split: every tensor split evenly over all servers (§9.1)
+    placement: Literal["round-robin", "size-balanced", "split"] = "round-robin"
     # server aggregation: N x tensor bytes at this rate (bytes/s by default)
     update_bandwidth: Bandwidth = "20GB/s"
+    # plus (N - 1) x tensor bytes x gamma ns (MG-WFBP's per-byte reduction cost)
+    gamma_ns_per_byte: float = Field(0.0, ge=0, le=1e6, allow_inf_nan=False)
     header_bytes: int = Field(0, ge=0, le=10**9)
+    # message pipelining (§9.2): each tensor (share) travels as messages of at most this size (0: off)
+    chunk_bytes: int = Field(0, ge=0, le=10**15)
+    # distribution phase (§9.4): immediate (each parameter right after its update),
+    # round-robin (one parameter at a time to every worker), block (whole model per worker)
+    distribution: Literal["immediate", "round-robin", "block"] = "immediate"
+    # no cross-worker update barrier; staleness: at most this many iterations ahead of the slowest
+    asynchronous: bool = False
+    staleness: Optional[int] = Field(None, ge=0, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _async_options(self) -> "PSStrategy":
+        if self.staleness is not None and not self.asynchronous:
+            raise ValueError(
+                f"strategy.staleness = {self.staleness} bounds asynchronous training, but strategy.asynchronous is false; "
+                "set asynchronous = true or remove staleness"
+            )
+        if self.asynchronous and self.distribution != "immediate":
+            raise ValueError(
+                f"strategy.distribution = {self.distribution!r} orders the synchronous distribution phase; asynchronous "
+                "PS answers every push at once: remove distribution or set asynchronous = false"
+            )
+        return self
 
     @property
     def update_bandwidth_bps(self) -> float:
@@ -576,6 +622,10 @@ class Scenario(_Strict):
     seed: int = Field(0, ge=0, lt=2**63)
     jitter: float = Field(0.0, ge=0, le=1, description="coefficient of variation of compute times")
     barrier: bool = True
+    # backpropagation staggering: worker w idles before its first backward op,
+    # w x stagger ("fixed") or uniform in [0, stagger] ("random", seeded)
+    stagger: Duration = "0s"
+    stagger_mode: Literal["fixed", "random"] = "fixed"
     trace_detail: Literal["auto", "step", "collective"] = "auto"
     # Where relative paths (model.profile) are resolved from.
     base_dir: Optional[str] = Field(None, exclude=True)
@@ -615,6 +665,10 @@ class Scenario(_Strict):
         return self
 
     @property
+    def stagger_ns(self) -> int:
+        return parse_duration_ns(self.stagger)
+
+    @property
     def migration_notes(self) -> list[str]:
         """Notes about old-form input that was migrated (show them to the user)."""
         return list(self._migration_notes)
@@ -643,6 +697,14 @@ FLAT_KEYS = {
     "placement": ("strategy", "placement"),
     "update_bandwidth": ("strategy", "update_bandwidth"),
     "header_bytes": ("strategy", "header_bytes"),
+    "gamma_ns_per_byte": ("strategy", "gamma_ns_per_byte"),
+    "distribution": ("strategy", "distribution"),
+    "asynchronous": ("strategy", "asynchronous"),
+    "staleness": ("strategy", "staleness"),
+    "compute_speedup": ("model", "compute_speedup"),
+    "speedup_kinds": ("model", "speedup_kinds"),
+    "grow_module": ("model", "grow_module"),
+    "grow_count": ("model", "grow_count"),
     "algorithm": ("strategy", "algorithm"),
     "collective_model": ("network", "collective_model"),
     "chunk_bytes": ("strategy", "chunk_bytes"),

@@ -15,8 +15,32 @@
 //! With `barrier`, the next iteration's forward waits for every worker's
 //! synchronisation; without, a layer's forward waits only for the groups
 //! holding its tensors.
+//!
+//! Parameter-server variants (network-operator paper §9):
+//! - `ps_split`: every group is split evenly over all servers (§9.1), one
+//!   share per server (the first `bytes % servers` shares one byte larger);
+//! - `chunk_bytes` (message pipelining, §9.2): each share travels as
+//!   messages of at most that size; the server updates and returns a
+//!   message as soon as every worker's copy of it arrived;
+//! - `distribution` (§9.4): `immediate` (default) returns each parameter
+//!   right after its update; `round_robin` (one parameter at a time to every
+//!   worker) and `block` (the whole model to one worker, then the next)
+//!   send one pull response at a time per server, in that order. With
+//!   `barrier` these start only after a server-side global barrier over all
+//!   updates of the iteration and go in model (forward) order; without, in
+//!   the order the updates become ready. Either way a layer's forward starts
+//!   when its parameters arrived (forward pipelining, §8.1.2);
+//! - `asynchronous`: every worker's push is applied on its own (no
+//!   cross-worker update barrier, the update costs `update_ns / workers`)
+//!   and answered at once; a worker's forward waits only for its own pulls.
+//!   `staleness = s` adds a bound: iteration i starts only after every
+//!   worker's iteration i - s - 1 updates were applied;
+//! - `stagger_ns` (backpropagation staggering, §8.1.1): before its first
+//!   backward op each iteration, worker w idles `w * stagger_ns` (`fixed`)
+//!   or a uniform draw from [0, stagger_ns] (`random`, its own RNG stream).
 
-use rand_distr::{Distribution, StandardNormal};
+use rand::Rng;
+use rand_distr::{Distribution as _, StandardNormal};
 use serde::Deserialize;
 
 use crate::collective::Algorithm;
@@ -88,6 +112,30 @@ pub enum StreamPolicyName {
     Priority,
 }
 
+/// Order of the PS distribution (pull response) phase.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Distribution {
+    /// Each parameter goes back to every worker right after its update (concurrently).
+    #[default]
+    Immediate,
+    /// One parameter at a time to every worker, then the next parameter.
+    RoundRobin,
+    /// The whole model to one worker, then the next worker.
+    Block,
+}
+
+/// How the backpropagation start skew is chosen.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StaggerMode {
+    /// Worker w waits w x stagger_ns.
+    #[default]
+    Fixed,
+    /// Each worker and iteration draws uniformly from [0, stagger_ns].
+    Random,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LayerSpec {
@@ -157,6 +205,23 @@ pub struct TrainingSpec {
     pub chunk_bytes: u64,
     #[serde(default)]
     pub collective_model: CollectiveModel,
+    /// PS: split every group evenly over all servers (its `server` is ignored).
+    #[serde(default)]
+    pub ps_split: bool,
+    /// PS: order of the distribution phase.
+    #[serde(default)]
+    pub distribution: Distribution,
+    /// PS: no cross-worker update barrier; each push is applied on its own.
+    #[serde(default)]
+    pub asynchronous: bool,
+    /// Asynchronous PS: at most this many iterations ahead of the slowest worker (none: unbounded).
+    #[serde(default)]
+    pub staleness: Option<u32>,
+    /// Backpropagation staggering: per-worker idle time before the first backward op.
+    #[serde(default)]
+    pub stagger_ns: u64,
+    #[serde(default)]
+    pub stagger: StaggerMode,
 }
 
 /// Network priority bands used for gradient priorities.
@@ -204,11 +269,17 @@ impl TrainingSpec {
             }
         }
         if !self.host_of_rank.is_empty() && self.host_of_rank.len() != self.total_ranks() as usize {
-            return Err(format!(
-                "host_of_rank has {} entries for {} ranks",
-                self.host_of_rank.len(),
-                self.total_ranks()
-            ));
+            return Err(format!("host_of_rank has {} entries for {} ranks", self.host_of_rank.len(), self.total_ranks()));
+        }
+        let ps = matches!(self.sync, SyncSpec::Ps { .. });
+        if !ps && (self.ps_split || self.distribution != Distribution::Immediate || self.asynchronous) {
+            return Err("ps_split, distribution and asynchronous apply to the parameter-server strategy only".into());
+        }
+        if self.staleness.is_some() && !self.asynchronous {
+            return Err("a staleness bound needs asynchronous = true".into());
+        }
+        if self.asynchronous && self.distribution != Distribution::Immediate {
+            return Err("asynchronous PS answers every push at once; the distribution order needs synchronous PS".into());
         }
         if self.collective_model == CollectiveModel::ClosedForm && self.preemption {
             return Err("the closed-form collective model has no steps to preempt at; turn preemption off or use the step-by-step model".into());
@@ -231,6 +302,73 @@ fn jittered(spec: &TrainingSpec, ns: u64, purpose: Purpose, rank: u32, iteration
     }
     let z: f64 = StandardNormal.sample(&mut stream(spec.seed, purpose, rank, iteration, layer as u64));
     ((ns as f64) * (1.0 + spec.jitter * z).max(0.0)).round() as u64
+}
+
+/// Idle time of worker `w` before its first backward op in `iteration`.
+pub fn stagger_ns(spec: &TrainingSpec, w: u32, iteration: i32) -> u64 {
+    if spec.stagger_ns == 0 {
+        return 0;
+    }
+    match spec.stagger {
+        StaggerMode::Fixed => spec.stagger_ns.saturating_mul(w as u64),
+        StaggerMode::Random => stream(spec.seed, Purpose::Stagger, w, iteration, 0).gen_range(0..=spec.stagger_ns),
+    }
+}
+
+/// One PS message of a group: (server, payload bytes, server update time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub server: u32,
+    pub bytes: u64,
+    pub update_ns: u64,
+}
+
+/// `part` of `total` scaled to `whole` (floor), in 128-bit arithmetic.
+fn share(whole: u64, part: u64, total: u64) -> u64 {
+    if total == 0 {
+        return 0;
+    }
+    ((whole as u128 * part as u128) / total as u128) as u64
+}
+
+/// The messages a group travels as under PS: one share per server with
+/// `ps_split` (else the group's server), each cut into messages of at most
+/// `chunk_bytes`. Update time is divided in proportion to bytes (the parts
+/// add up to the group's).
+pub fn ps_pieces(spec: &TrainingSpec, group: &GroupSpec) -> Vec<Piece> {
+    let k = spec.servers().max(1) as u64;
+    let shares: Vec<(u32, u64, u64)> = if spec.ps_split && k > 1 {
+        let (q, r) = (group.bytes / k, group.bytes % k);
+        let mut start = 0;
+        (0..k)
+            .filter_map(|s| {
+                let b = q + u64::from(s < r);
+                let begin = start;
+                start += b;
+                (b > 0).then_some((s as u32, begin, b))
+            })
+            .collect()
+    } else {
+        vec![(if spec.ps_split { 0 } else { group.server }, 0, group.bytes)]
+    };
+    let shares = if shares.is_empty() { vec![(0, 0, 0)] } else { shares };
+    let mut out = Vec::new();
+    for (server, begin, b) in shares {
+        let c = if spec.chunk_bytes > 0 && b > spec.chunk_bytes { spec.chunk_bytes } else { b.max(1) };
+        let mut off = 0;
+        loop {
+            let len = c.min(b - off);
+            let (lo, hi) = (begin + off, begin + off + len);
+            let update_ns =
+                if group.bytes == 0 { group.update_ns } else { share(group.update_ns, hi, group.bytes) - share(group.update_ns, lo, group.bytes) };
+            out.push(Piece { server, bytes: len, update_ns });
+            off += len;
+            if off >= b {
+                break;
+            }
+        }
+    }
+    out
 }
 
 struct Names {
@@ -259,6 +397,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
         allreduce: g.op_name("allreduce"),
         barrier: g.op_name("barrier"),
     };
+    let stagger_name = if spec.stagger_ns > 0 { g.op_name("stagger") } else { 0 };
     g.host_of_rank = spec.host_of_rank.clone();
     let n = spec.workers;
     let num_layers = spec.layers.len();
@@ -277,13 +416,19 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
     let mut order: Vec<u32> = (0..spec.groups.len() as u32).collect();
     let ready_layer = |i: u32| *spec.groups[i as usize].layers.iter().min().expect("validated non-empty");
     order.sort_by_key(|&i| (std::cmp::Reverse(ready_layer(i)), i));
+    let pieces: Vec<Vec<Piece>> = spec.groups.iter().map(|gr| ps_pieces(spec, gr)).collect();
+    let ordered = spec.distribution != Distribution::Immediate;
+    // Without a barrier op gating the next iteration, forwards wait per layer.
+    let pipelined_forward = !spec.barrier || ordered || spec.asynchronous;
 
     // gates[w][l]: ops the forward of layer l on worker w waits for.
     let mut gates: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); num_layers]; n as usize];
     let mut rpc_counter: i64 = 0;
     let mut bwd_of: Vec<Vec<u32>> = vec![vec![0; num_layers]; n as usize];
-    // sync_end[w][group]: the op after which worker w holds the group's new values.
-    let mut sync_end: Vec<Vec<u32>> = vec![vec![0; spec.groups.len()]; n as usize];
+    // sync_end[w][group]: the ops after which worker w holds the group's new values.
+    let mut sync_end: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); spec.groups.len()]; n as usize];
+    // Server updates of each iteration (asynchronous staleness bound).
+    let mut updates_of: Vec<Vec<u32>> = Vec::new();
 
     for it in 0..spec.iterations as i32 {
         for w in 0..n {
@@ -298,7 +443,23 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                 op.tenant = spec.tenant;
                 let mut deps: Vec<u32> = prev.into_iter().collect();
                 deps.append(&mut gates[wu][l]);
+                if l == 0 {
+                    if let (Some(s), true) = (spec.staleness, spec.asynchronous) {
+                        if let Some(old) = (it - s as i32 - 1 >= 0).then(|| &updates_of[(it - s as i32 - 1) as usize]) {
+                            deps.extend_from_slice(old);
+                        }
+                    }
+                }
                 prev = Some(g.add(op, &deps));
+            }
+            let skew = stagger_ns(spec, w, it);
+            if skew > 0 {
+                let mut op = Op::new(Kind::Compute, stagger_name, w);
+                op.duration = skew;
+                op.stream = compute_stream[wu];
+                op.iteration = it;
+                op.tenant = spec.tenant;
+                prev = Some(g.add(op, &prev.into_iter().collect::<Vec<_>>()));
             }
             for l in (0..num_layers).rev() {
                 let mut op = Op::new(Kind::Compute, names.backward, w);
@@ -312,6 +473,12 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                 prev = Some(id);
             }
         }
+        for v in sync_end.iter_mut() {
+            v.iter_mut().for_each(Vec::clear);
+        }
+        let mut iteration_updates: Vec<u32> = Vec::new();
+        // Ordered distribution: (group, piece, worker, pull request, server, bytes, rpc) awaiting their response.
+        let mut pending: Vec<(u32, usize, u32, u32, u32, u64, i64)> = Vec::new();
         for &gi in &order {
             let group = &spec.groups[gi as usize];
             let l = ready_layer(gi) as usize;
@@ -341,11 +508,11 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                         op.stream = comm_stream[w as usize];
                         op.collective = c;
                         op.member = w;
-                        sync_end[w as usize][gi as usize] = g.add(op, &[bwd_of[w as usize][l]]);
+                        let id = g.add(op, &[bwd_of[w as usize][l]]);
+                        sync_end[w as usize][gi as usize].push(id);
                     }
                 }
                 SyncSpec::Ps { .. } => {
-                    let server = n + group.server;
                     let transfer = |name: u32, src: u32, dst: u32, bytes: u64, rpc: i64| {
                         let mut op = tag(Op::new(Kind::Transfer, name, src));
                         op.peer = dst as i32;
@@ -353,31 +520,103 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                         op.rpc = rpc;
                         op
                     };
-                    let push_rpc = rpc_counter;
-                    let pull_rpc = rpc_counter + n as i64;
-                    rpc_counter += 2 * n as i64;
-                    let pushes: Vec<u32> = (0..n)
-                        .map(|w| {
-                            let op = transfer(names.push_request, w, server, group.bytes + spec.header_bytes, push_rpc + w as i64);
-                            g.add(op, &[bwd_of[w as usize][l]])
-                        })
-                        .collect();
-                    let mut update = tag(Op::new(Kind::Compute, names.update, server));
-                    update.duration = group.update_ns;
-                    update.stream = server_stream[group.server as usize];
-                    let update = g.add(update, &pushes);
-                    for w in 0..n {
-                        let (header, bytes) = (spec.header_bytes, group.bytes + spec.header_bytes);
-                        let ack = g.add(transfer(names.push_response, server, w, header, push_rpc + w as i64), &[update]);
-                        let req = g.add(transfer(names.pull_request, w, server, header, pull_rpc + w as i64), &[ack]);
-                        let resp = g.add(transfer(names.pull_response, server, w, bytes, pull_rpc + w as i64), &[req]);
-                        sync_end[w as usize][gi as usize] = resp;
+                    let header = spec.header_bytes;
+                    for (pi, piece) in pieces[gi as usize].iter().enumerate() {
+                        let server = n + piece.server;
+                        let bytes = piece.bytes + header;
+                        let push_rpc = rpc_counter;
+                        let pull_rpc = rpc_counter + n as i64;
+                        rpc_counter += 2 * n as i64;
+                        let pushes: Vec<u32> = (0..n)
+                            .map(|w| {
+                                let op = transfer(names.push_request, w, server, bytes, push_rpc + w as i64);
+                                g.add(op, &[bwd_of[w as usize][l]])
+                            })
+                            .collect();
+                        let mut update = tag(Op::new(Kind::Compute, names.update, server));
+                        update.stream = server_stream[piece.server as usize];
+                        let update_of = |g: &mut Graph, w: u32| -> u32 {
+                            if spec.asynchronous {
+                                let mut u = update.clone();
+                                u.duration = piece.update_ns / n as u64;
+                                g.add(u, &[pushes[w as usize]])
+                            } else {
+                                let mut u = update.clone();
+                                u.duration = piece.update_ns;
+                                g.add(u, &pushes)
+                            }
+                        };
+                        let shared = if spec.asynchronous { None } else { Some(update_of(&mut g, 0)) };
+                        for w in 0..n {
+                            let upd = match shared {
+                                Some(u) => u,
+                                None => update_of(&mut g, w),
+                            };
+                            if shared.is_none() || w == 0 {
+                                iteration_updates.push(upd);
+                            }
+                            let ack = g.add(transfer(names.push_response, server, w, header, push_rpc + w as i64), &[upd]);
+                            let req = g.add(transfer(names.pull_request, w, server, header, pull_rpc + w as i64), &[ack]);
+                            if ordered {
+                                pending.push((gi, pi, w, req, server, bytes, pull_rpc + w as i64));
+                            } else {
+                                let resp = g.add(transfer(names.pull_response, server, w, bytes, pull_rpc + w as i64), &[req]);
+                                sync_end[w as usize][gi as usize].push(resp);
+                            }
+                        }
                     }
                 }
             }
         }
-        if spec.barrier {
-            let all: Vec<u32> = sync_end.iter().flat_map(|v| v.iter().copied()).collect();
+        if ordered {
+            // Server-side global barrier: distribution starts once every update of the iteration is applied.
+            let gate = spec.barrier.then(|| {
+                let mut b = Op::new(Kind::Barrier, names.barrier, 0);
+                b.iteration = it;
+                b.tenant = spec.tenant;
+                g.add(b, &iteration_updates)
+            });
+            // Parameter order: model order after a barrier, else the order updates become ready.
+            let mut params: Vec<(u32, usize)> = pending.iter().map(|p| (p.0, p.1)).collect();
+            params.dedup();
+            if spec.barrier {
+                params.sort_by_key(|&(gi, pi)| (ready_layer(gi), gi, pi));
+            }
+            let rank_of: std::collections::HashMap<(u32, usize), usize> = params.iter().enumerate().map(|(r, &p)| (p, r)).collect();
+            pending.sort_by_key(|p| {
+                let r = rank_of[&(p.0, p.1)];
+                match spec.distribution {
+                    Distribution::Block => (p.2 as usize, r),
+                    _ => (r, p.2 as usize),
+                }
+            });
+            let mut last_send: Vec<Option<u32>> = vec![None; spec.servers() as usize];
+            for (gi, _pi, w, req, server, bytes, rpc) in pending {
+                let group = &spec.groups[gi as usize];
+                let l = ready_layer(gi) as usize;
+                let mut op = Op::new(Kind::Transfer, names.pull_response, server);
+                op.peer = w as i32;
+                op.bytes = bytes;
+                op.rpc = rpc;
+                op.iteration = it;
+                op.layer = l as i32;
+                op.tensor = group.tensor;
+                op.group = gi as i32;
+                op.priority = l as i32;
+                op.band = if spec.priority_bands { (l as u32 * BANDS / num_layers as u32).min(BANDS - 1) as u8 } else { 0 };
+                op.tenant = spec.tenant;
+                let s = (server - n) as usize;
+                let mut deps = vec![req];
+                deps.extend(gate);
+                deps.extend(last_send[s]);
+                let resp = g.add(op, &deps);
+                last_send[s] = Some(resp);
+                sync_end[w as usize][gi as usize].push(resp);
+            }
+        }
+        updates_of.push(iteration_updates);
+        if !pipelined_forward {
+            let all: Vec<u32> = sync_end.iter().flat_map(|v| v.iter().flatten().copied()).collect();
             let mut b = Op::new(Kind::Barrier, names.barrier, 0);
             b.iteration = it;
             b.tenant = spec.tenant;
@@ -388,7 +627,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
         } else {
             for (w, gw) in gates.iter_mut().enumerate() {
                 for (l, groups) in groups_of_layer.iter().enumerate() {
-                    gw[l].extend(groups.iter().map(|&gi| sync_end[w][gi as usize]));
+                    gw[l].extend(groups.iter().flat_map(|&gi| sync_end[w][gi as usize].iter().copied()));
                 }
             }
         }
