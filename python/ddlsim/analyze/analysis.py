@@ -76,7 +76,8 @@ class Analysis:
         if isinstance(log, (str, Path)):
             from ..trace.parquet import read_event_log
 
-            name = name or Path(log).name
+            path = Path(log)
+            name = name or (f"{path.parent.name}/{path.name}" if path.parent.name else path.name)
             log = read_event_log(log)
         self.log = as_event_log(log)
         self.name = name or str(self.log.metadata.get("source", "log"))
