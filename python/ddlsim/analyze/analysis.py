@@ -801,6 +801,8 @@ class Analysis:
                 out["hot_keys"] = {"keys": int(len(hot)), "top_10pct_keys": k, "top_10pct_update_share": self.top_k_share(k)}
             if switch_memory_bytes:
                 out["offload"] = self.offload_estimate(switch_memory_bytes).attrs["summary"]
+        else:
+            self._note(pd.DataFrame(), self._no_ps())
         coll = self.collectives()
         if len(coll):
             out["collectives"] = {"instances": int(len(coll)), "mean_time_s": float(coll["time_ns"].mean()) / 1e9,
