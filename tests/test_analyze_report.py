@@ -122,10 +122,10 @@ def _browser() -> str | None:
     return None
 
 
-def _render(browser: str, page: Path, shot: Path) -> subprocess.CompletedProcess:
+def _render(browser: str, page: Path, shot: Path, profile: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-         "--enable-logging=stderr", "--v=0", f"--user-data-dir={shot.parent / 'profile'}", "--window-size=1280,4000",
+         "--enable-logging=stderr", "--v=0", f"--user-data-dir={profile}", "--window-size=1280,4000",
          "--virtual-time-budget=3000", f"--screenshot={shot}", page.as_uri()],
         capture_output=True, text=True, timeout=120)
 
@@ -144,11 +144,11 @@ def test_report_renders_in_headless_chromium(logs, tmp_path):
     # the console check itself works: a page with an error is caught
     bad = tmp_path / "bad.html"
     bad.write_text("<!DOCTYPE html><html><body><script>console.error('boom'); undefinedCall();</script></body></html>")
-    caught = _render(browser, bad, tmp_path / "bad.png")
+    caught = _render(browser, bad, tmp_path / "bad.png", tmp_path / "profile")
     assert _console_errors(caught.stderr), caught.stderr[-2000:]
     shot = Path(os.environ.get("DDLSIM_SCREENSHOT_DIR", tmp_path)) / "report.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
-    done = _render(browser, tmp_path / "report.html", shot)
+    done = _render(browser, tmp_path / "report.html", shot, tmp_path / "profile")
     assert done.returncode == 0, done.stderr[-2000:]
     assert not _console_errors(done.stderr), _console_errors(done.stderr)
     assert shot.exists() and shot.stat().st_size > 10_000

@@ -42,6 +42,7 @@ def iterations_figure(analysis: Any):
     for label, values, color in parts:
         ax.bar(x, values * 1e3, bottom=bottom, label=label, color=color)
         bottom += values.to_numpy() * 1e3
+    ax.set_xticks(x)
     ax.set_xlabel("iteration")
     ax.set_ylabel("ms (mean over workers)")
     ax.legend(fontsize=7)
@@ -50,6 +51,7 @@ def iterations_figure(analysis: Any):
         width = 0.27
         for k, (col, color) in enumerate((("phase1_s", "#4C72B0"), ("phase2_s", "#9370DB"), ("phase3_s", "#DD8452"))):
             bx.bar(x + (k - 1) * width, mean[col] * 1e3, width, label=col.replace("_s", ""), color=color)
+        bx.set_xticks(x)
         bx.set_xlabel("iteration")
         bx.set_ylabel("ms")
         bx.legend(fontsize=7)
