@@ -409,3 +409,20 @@ def test_ring_collectives_against_the_link_rate():
     steps = ddlsim.simulate(model="resnet50", workers=4, strategy="ring", iterations=1, trace_detail="step")
     s = Analysis(steps.events).collectives()
     assert len(s) == len(c) and np.allclose(s["bytes"], c["bytes"], rtol=1e-3)
+
+
+def test_sketchdlc_traces_give_the_same_overheads(simulated_ps, tmp_path):
+    """A capture in SketchDLC's text format (microsecond records) is analysed
+    like the simulated log it came from: every overhead within the 1 us
+    resolution of the two records it subtracts."""
+    from ddlsim.trace import write_sketchdlc
+
+    write_sketchdlc(simulated_ps.events, tmp_path / "trace")
+    captured = Analysis(tmp_path / "trace")
+    assert captured.log.metadata["source"] == "sketchdlc"
+    key = ["overhead", "rank", "key", "iteration"]
+    a = Analysis(simulated_ps.events).overhead_samples().sort_values(key).reset_index(drop=True)
+    b = captured.overhead_samples().sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a[key], b[key])
+    assert (a["value_ns"] - b["value_ns"]).abs().max() <= 1000
+    assert len(captured.rpc_latency()) == len(Analysis(simulated_ps.events).rpc_latency())

@@ -152,3 +152,18 @@ def test_report_renders_in_headless_chromium(logs, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert not _console_errors(done.stderr), _console_errors(done.stderr)
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_demo_ends_with_the_analysis_report(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from ddlsim.cli.demo import run_demo
+
+    text = io.StringIO()
+    run_demo(tmp_path / "demo", Console(file=text, width=200))
+    page = (tmp_path / "demo" / "report.html").read_text()
+    assert "RPC latency dissection" in page and "Comparison" in page and "data:image/png;base64," in page
+    assert (tmp_path / "demo" / "ring.report.html").exists()
+    assert str(tmp_path / "demo" / "report.html") in text.getvalue()

@@ -70,15 +70,23 @@ def cdf(values: Any, name: str = "value") -> pd.DataFrame:
 
 
 class Analysis:
-    """The analyses of one event log (see the module docstring)."""
+    """The analyses of one event log (see the module docstring). ``log``: an
+    EventLog, anything :func:`ddlsim.trace.as_event_log` takes, the path of
+    an event-log Parquet file, or a directory / ``.txt`` file of SketchDLC
+    per-node traces (``w0.txt``, ``s0.txt``...)."""
 
     def __init__(self, log: EventLog | str | Path | Any, name: str | None = None):
         if isinstance(log, (str, Path)):
-            from ..trace.parquet import read_event_log
-
             path = Path(log)
             name = name or (f"{path.parent.name}/{path.name}" if path.parent.name else path.name)
-            log = read_event_log(log)
+            if path.is_dir() or path.suffix == ".txt":  # SketchDLC per-node traces (a capture)
+                from ..trace.sketchdlc import read_sketchdlc
+
+                log = read_sketchdlc(path)
+            else:
+                from ..trace.parquet import read_event_log
+
+                log = read_event_log(path)
         self.log = as_event_log(log)
         self.name = name or str(self.log.metadata.get("source", "log"))
         self.notes: list[str] = []

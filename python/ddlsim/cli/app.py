@@ -212,7 +212,7 @@ def export(
 
 @app.command()
 def analyze(
-    events: Path = typer.Argument(..., help="An event log (events.parquet), simulated or captured."),
+    events: Path = typer.Argument(..., help="An event log (events.parquet) or a directory of SketchDLC traces (w0.txt, s0.txt...)."),
     compare: Optional[Path] = typer.Option(None, "--compare", help="A second event log to compare with."),
     report: Optional[Path] = typer.Option(None, "--report", help="Write the self-contained HTML report here."),
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write CSV tables, PNG figures and report.html here."),
