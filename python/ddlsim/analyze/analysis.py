@@ -197,10 +197,15 @@ class Analysis:
             both = pd.concat([phases[["iteration", "rank", *cols]], means], ignore_index=True)
             frame = frame.merge(both, on=["iteration", "rank"], how="left")
         frame = frame.sort_values(["iteration", "rank"], kind="stable").reset_index(drop=True)
-        note = None
+        notes = []
         if i == 1:
-            note = f"{self.name}: one iteration only; no iteration-to-iteration variation, and SketchDLC phase 1 uses the worker's first row"
-        return self._note(frame, note)
+            notes.append(f"{self.name}: one iteration only; no iteration-to-iteration variation, and SketchDLC phase 1 "
+                         "uses the worker's first row")
+        comm = self._mask("kind", ("send", "recv", "collective"))
+        if comm.any() and not (self._col("end_ns")[comm] > self._col("start_ns")[comm]).any():
+            notes.append(f"{self.name}: every message row is a point record (start = end, as in SketchDLC traces); "
+                         "communication time is 0 in the breakdown: use SketchDLC's phases and overheads")
+        return self._note(frame, "; ".join(notes) or None)
 
     def phases(self) -> pd.DataFrame:
         """SketchDLC's three phases per worker and iteration (Fig. 5, section 5.3.1):
