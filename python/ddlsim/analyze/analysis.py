@@ -720,15 +720,20 @@ class Analysis:
         n_its = max(len(np.unique(its[its >= 0])), 1)
         start, end = self._aligned()
         kind = self._col("kind")
+        op_codes, op_names = self.log.codes("op")
+        name_codes, names = self.log.codes("name")
         parts = []
         for scope, mask in (("layer", workers & (kind == "compute")),
                             ("communication", workers & np.isin(kind, ("send", "collective")))):
             if not mask.any():
                 continue
-            f = pd.DataFrame({"op": self._col("op")[mask], "name": self._col("name")[mask],
-                              "t": (end[mask] - start[mask]) / 1e9})
-            g = f.groupby(["op", "name"])["t"].sum() / (n_workers * n_its)
-            g = g.reset_index()
+            # group on the dictionary codes (no string hashing per row)
+            key = op_codes[mask].astype(np.int64) * (len(names) + 1) + name_codes[mask]
+            keys, inverse = np.unique(key, return_inverse=True)
+            total = np.bincount(inverse, weights=(end[mask] - start[mask]).astype(float)) / 1e9 / (n_workers * n_its)
+            ops, nms = op_names[keys // (len(names) + 1)], names[keys % (len(names) + 1)]
+            g = pd.DataFrame({"op": ops.astype(str), "name": nms.astype(str), "t": total})
+            g = g.groupby(["op", "name"], as_index=False)["t"].sum()  # equal strings under different codes
             g["item"] = np.where(g["name"] != "", g["op"] + " " + g["name"], g["op"])
             parts.append(g.assign(scope=scope)[["scope", "item", "t"]])
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["scope", "item", "t"])

@@ -130,12 +130,19 @@ def _notes_html(*frames: pd.DataFrame) -> str:
     return "".join(f"<div class='note'>{html.escape(n)}</div>" for n in notes)
 
 
+def _flat(value: Any) -> str:
+    """A headline value as one readable line."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_flat(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "; ".join(_flat(v) for v in value)
+    return _fmt(value)
+
+
 def _kv_html(values: dict[str, Any]) -> str:
     rows = []
     for key, value in values.items():
-        if isinstance(value, (dict, list)):
-            value = json.dumps(value, default=str)
-        rows.append(f"<tr><td>{html.escape(str(key))}</td><td class='s'>{html.escape(_fmt(value))}</td></tr>")
+        rows.append(f"<tr><td>{html.escape(str(key))}</td><td class='s'>{html.escape(_flat(value))}</td></tr>")
     return f"<table class='kv'>{''.join(rows)}</table>"
 
 
