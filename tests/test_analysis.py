@@ -426,3 +426,12 @@ def test_sketchdlc_traces_give_the_same_overheads(simulated_ps, tmp_path):
     pd.testing.assert_frame_equal(a[key], b[key])
     assert (a["value_ns"] - b["value_ns"]).abs().max() <= 1000
     assert len(captured.rpc_latency()) == len(Analysis(simulated_ps.events).rpc_latency())
+
+
+def test_tables_are_copies_the_caller_may_change(hand):
+    path = hand.critical_path()
+    path["op"] = "changed"
+    rpc = hand.rpc_latency()
+    rpc.loc[:, "total_ns"] = 0
+    assert "changed" not in set(hand.critical_path()["op"]) and hand.rpc_latency()["total_ns"].min() > 0
+    assert hand.critical_path_summary()["op"].iloc[0] != "changed"

@@ -115,6 +115,16 @@ class Analysis:
             self._cache[key] = values
         return self._cache[key]
 
+    def _rank_arrays(self) -> dict:
+        if "rank_arrays" not in self._cache:
+            self._cache["rank_arrays"] = rank_iteration_arrays(self.log)
+        return self._cache["rank_arrays"]
+
+    def _iteration_arrays(self) -> dict:
+        if "iteration_arrays" not in self._cache:
+            self._cache["iteration_arrays"] = iteration_arrays(self.log, self._rank_arrays())
+        return self._cache["iteration_arrays"]
+
     def _aligned(self) -> tuple[np.ndarray, np.ndarray]:
         if "aligned" not in self._cache:
             from ..trace.schema import aligned_times
@@ -168,7 +178,7 @@ class Analysis:
         :mod:`ddlsim.analyze.breakdown`), the overlap ratio (overlap / time),
         and SketchDLC's phases 1-3 and overlap ratio for workers
         (:meth:`phases`)."""
-        arrays = rank_iteration_arrays(self.log)
+        arrays = self._rank_arrays()
         iterations = arrays["iterations"]
         if not len(iterations):
             return self._note(pd.DataFrame(columns=["iteration", "rank", "role", "time_s"]),
@@ -186,7 +196,7 @@ class Analysis:
         })
         per_rank["overlap_ratio"] = np.where(per_rank["time_s"] > 0, per_rank["overlap_s"] / per_rank["time_s"].where(
             per_rank["time_s"] > 0, 1), 0.0)
-        mean = pd.DataFrame(iteration_arrays(self.log)).drop(columns=["end_s"])
+        mean = pd.DataFrame(self._iteration_arrays()).drop(columns=["end_s"])
         mean.insert(1, "rank", -1)
         mean.insert(2, "role", "mean")
         phases = self.phases()
@@ -217,7 +227,7 @@ class Analysis:
         Push_Send_Worker and the ends of its recvs and collectives for
         Pull_Recv_Worker."""
         if "phases" in self._cache:
-            return self._cache["phases"]
+            return self._cache["phases"].copy()
         ps = self._ps_rows()
         workers = self._mask("role", ("worker",)) & (self._col("iteration") >= 0)
         if len(ps):
@@ -260,6 +270,11 @@ class Analysis:
         the row's fields, its duration, ``wait_ns`` (its start - the end of
         the dependency it waited for: queueing on its stream or link) and
         ``share`` of the iteration time."""
+        if "critical_path" not in self._cache:
+            self._cache["critical_path"] = self._critical_path()
+        return self._cache["critical_path"].copy()  # a copy: the caller may change it
+
+    def _critical_path(self) -> pd.DataFrame:
         start, end = self._aligned()
         iteration = self._col("iteration")
         ids = self._col("id")
@@ -372,7 +387,7 @@ class Analysis:
         Columns: overhead, rank (worker or server), key (-1 where not per
         key), iteration, value_ns."""
         if "overheads" in self._cache:
-            return self._cache["overheads"]
+            return self._cache["overheads"].copy()
         ps = self._ps_rows()
         columns = ["overhead", "rank", "key", "iteration", "value_ns"]
         if ps.empty:
@@ -484,7 +499,7 @@ class Analysis:
             if table.empty:
                 self._note(table, f"{self.name}: no RPCs (rows with rpc >= 0 and a *_request send); no RPC analysis")
             self._cache["rpc"] = table
-        return self._cache["rpc"]
+        return self._cache["rpc"].copy()
 
     def rpc_shares(self) -> pd.DataFrame:
         """Per kind (push, pull, all): RPC count, mean total (us) and each
@@ -746,7 +761,7 @@ class Analysis:
         ``attrs["largest"]``: the ``top`` layers / transfers with the
         largest |diff| (what explains the difference)."""
         other = other if isinstance(other, Analysis) else Analysis(other)
-        a_it, b_it = iteration_arrays(self.log), iteration_arrays(other.log)
+        a_it, b_it = self._iteration_arrays(), other._iteration_arrays()
         parts = []
         ia = pd.DataFrame({"item": a_it["iteration"], "a_s": a_it["time_s"]})
         ib = pd.DataFrame({"item": b_it["iteration"], "b_s": b_it["time_s"]})
@@ -789,7 +804,7 @@ class Analysis:
             "log": self.name, "source": self.log.metadata.get("source"), "rows": len(self.log),
             "workers": int((roles == "worker").sum()), "servers": int((roles == "server").sum()),
         }
-        it = iteration_arrays(self.log) if (self._col("iteration") >= 0).any() else None
+        it = self._iteration_arrays() if (self._col("iteration") >= 0).any() else None
         if it is not None:
             out["iterations"] = int(len(it["iteration"]))
             out["iteration_time_s"] = float(np.mean(it["time_s"]))
