@@ -435,3 +435,16 @@ def test_tables_are_copies_the_caller_may_change(hand):
     rpc.loc[:, "total_ns"] = 0
     assert "changed" not in set(hand.critical_path()["op"]) and hand.rpc_latency()["total_ns"].min() > 0
     assert hand.critical_path_summary()["op"].iloc[0] != "changed"
+
+
+def test_an_empty_log_gives_empty_tables_and_notes(tmp_path):
+    from ddlsim.cli.analyze_command import analyze_to_directory
+    from ddlsim.trace import empty_event_log
+
+    a = Analysis(empty_event_log())
+    for table in all_tables(a).values():
+        assert table.empty
+    assert a.compare(Analysis(empty_event_log())).query("scope == 'layer'").empty
+    assert a.headline()["rows"] == 0 and a.notes
+    analyze_to_directory(a, tmp_path)
+    assert "no row has an iteration number" in (tmp_path / "report.html").read_text()

@@ -167,3 +167,10 @@ def test_demo_ends_with_the_analysis_report(tmp_path):
     assert "RPC latency dissection" in page and "Comparison" in page and "data:image/png;base64," in page
     assert (tmp_path / "demo" / "ring.report.html").exists()
     assert str(tmp_path / "demo" / "report.html") in text.getvalue()
+
+
+def test_analyze_prints_hostile_names_verbatim(logs):
+    result = runner.invoke(app, ["analyze", str(logs / "hostile.parquet")])
+    assert result.exit_code == 0, result.output
+    assert "SketchDLC overheads" in result.output
+    assert HOSTILE_OP in result.output  # the critical path's last row, shown as it is (a terminal runs no HTML)
