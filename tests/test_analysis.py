@@ -380,13 +380,20 @@ def all_tables(a: Analysis) -> dict[str, pd.DataFrame]:
     }
 
 
-def test_same_results_after_a_parquet_round_trip(simulated_ps, tmp_path):
+@pytest.mark.parametrize("strategy", ["ps", "ring"])
+def test_same_results_after_a_parquet_round_trip(simulated_ps, strategy, tmp_path):
+    run = simulated_ps if strategy == "ps" else ddlsim.simulate(model="resnet50", workers=4, strategy="ring", iterations=2,
+                                                               jitter=0.05, seed=3, trace_detail="step")
     path = tmp_path / "events.parquet"
-    write_event_log(simulated_ps.events, path)
-    before, after = all_tables(Analysis(simulated_ps.events)), all_tables(Analysis(read_event_log(path)))
+    write_event_log(run.events, path)
+    before, after = all_tables(Analysis(run.events)), all_tables(Analysis(read_event_log(path)))
     for name in before:
         pd.testing.assert_frame_equal(before[name], after[name], obj=name)
-    assert Analysis(path).name == f"{tmp_path.name}/events.parquet"
+    assert not before["iterations"].empty and not before["critical_path"].empty
+    assert not before["collectives" if strategy == "ring" else "rpc"].empty
+    a, b = Analysis(run.events), Analysis(path)
+    pd.testing.assert_frame_equal(a.compare(a), b.compare(b))
+    assert b.name == f"{tmp_path.name}/events.parquet"
 
 
 def test_simulated_ps_log_is_consistent_with_its_own_rows(simulated_ps):
