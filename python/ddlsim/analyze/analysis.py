@@ -497,7 +497,8 @@ class Analysis:
         if "rpc" not in self._cache:
             table = rpc_table(self.log)
             if table.empty:
-                self._note(table, f"{self.name}: no RPCs (rows with rpc >= 0 and a *_request send); no RPC analysis")
+                self._note(table, self._no_ps() if self._ps_rows().empty else
+                           f"{self.name}: no RPCs (rows with rpc >= 0 and a *_request send); no RPC analysis")
             self._cache["rpc"] = table
         return self._cache["rpc"].copy()
 

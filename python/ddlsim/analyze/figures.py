@@ -176,7 +176,7 @@ def collectives_figure(analysis: Any):
     if c.empty:
         return None
     plt = _plt()
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.4))
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(14, 3.4))
     size = np.maximum(c["bytes"].to_numpy(dtype=float), 1)
     ax.scatter(size, c["time_ns"] / 1e3, s=6)
     ax.set_xscale("log")
@@ -193,6 +193,14 @@ def collectives_figure(analysis: Any):
     bx.set_ylabel("Gbit/s")
     bx.legend(fontsize=7)
     _titled(bx, "achieved bus bandwidth")
+    queue = np.sort(c["queue_mean_ns"].dropna().to_numpy(dtype=float)) / 1e3
+    if len(queue):
+        cx.step(queue, np.arange(1, len(queue) + 1) / len(queue), where="post")
+    else:
+        cx.text(0.5, 0.5, "ready_ns unknown", ha="center", transform=cx.transAxes)
+    cx.set_xlabel("queueing delay start - ready (us, mean over ranks)")
+    cx.set_ylabel("CDF")
+    _titled(cx, "stream queueing delay")
     fig.tight_layout()
     return fig
 
