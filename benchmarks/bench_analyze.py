@@ -8,7 +8,7 @@ send and a recv row) and a parameter server (8 servers). Each phase runs in
 a fresh Python process, so its peak RSS (ru_maxrss) is its own:
 
 - read:     read_event_log(path)                       (the baseline)
-- analyze:  read + every Analysis table (no pictures)
+- analyze:  read + every Analysis table and the headline (no pictures)
 - report:   read + tables + figures + report.html      (what `ddlsim analyze --out` does)
 """
 
@@ -36,7 +36,6 @@ if phase in ("analyze", "report"):
     a = Analysis(log)
     if phase == "analyze":
         frames = tables(a, 1_000_000, 10_000_000)
-        a.compare(a)
         a.headline()
     else:
         analyze_to_directory(a, Path(sys.argv[3]))
