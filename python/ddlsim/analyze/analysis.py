@@ -178,6 +178,11 @@ class Analysis:
         :mod:`ddlsim.analyze.breakdown`), the overlap ratio (overlap / time),
         and SketchDLC's phases 1-3 and overlap ratio for workers
         (:meth:`phases`)."""
+        if "iterations" not in self._cache:
+            self._cache["iterations"] = self._iterations()
+        return self._cache["iterations"].copy()
+
+    def _iterations(self) -> pd.DataFrame:
         arrays = self._rank_arrays()
         iterations = arrays["iterations"]
         if not len(iterations):
