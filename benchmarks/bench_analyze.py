@@ -5,7 +5,7 @@ a baseline measured in the same run: reading the same log. Not a test.
 
 Logs: ResNet-50, ring all-reduce at trace detail `step` (every ring step a
 send and a recv row) and a parameter server (8 servers). Each phase runs in
-a fresh Python process, so its peak RSS (ru_maxrss) is its own:
+a fresh Python process, so its peak RSS (VmHWM) is its own:
 
 - read:     read_event_log(path)                       (the baseline)
 - analyze:  read + every Analysis table and the headline (no pictures)
@@ -40,8 +40,10 @@ if phase in ("analyze", "report"):
     else:
         analyze_to_directory(a, Path(sys.argv[3]))
 wall = time.perf_counter() - t0
-print(json.dumps({"phase": phase, "rows": rows, "wall_s": wall,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+# VmHWM: this process image's own peak (ru_maxrss would carry the parent's over fork + exec)
+hwm = [line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:")]
+peak_mb = int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"phase": phase, "rows": rows, "wall_s": wall, "peak_rss_mb": peak_mb}))
 """
 
 
