@@ -174,3 +174,12 @@ def test_analyze_prints_hostile_names_verbatim(logs):
     assert result.exit_code == 0, result.output
     assert "SketchDLC overheads" in result.output
     assert HOSTILE_OP in result.output  # the critical path's last row, shown as it is (a terminal runs no HTML)
+
+
+def test_analyze_out_and_report_elsewhere(logs, tmp_path):
+    report = tmp_path / "elsewhere" / "run.html"
+    result = runner.invoke(app, ["analyze", str(logs / "ring" / "events.parquet"), "--out", str(tmp_path / "out"),
+                                 "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    assert report.read_text() == (tmp_path / "out" / "report.html").read_text()
+    assert [p.name for p in report.parent.iterdir()] == ["run.html"]
