@@ -80,7 +80,7 @@ h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-to
 table{border-collapse:collapse;font-size:12px;margin:.5em 0 1em}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
 th{background:#f3f3f3}td.s{text-align:left}img{max-width:100%;border:1px solid #eee}
 .note{background:#fff8e1;border-left:4px solid #f0ad4e;padding:.4em .8em;margin:.5em 0}
-.kv td:first-child{text-align:left;font-weight:600}nav a{margin-right:1em}p.more{color:#666;font-size:12px}
+.tw{overflow-x:auto;max-width:100%}.kv td:first-child{text-align:left;font-weight:600}nav a{margin-right:1em}p.more{color:#666;font-size:12px}
 """
 
 
@@ -111,7 +111,7 @@ def table_html(frame: pd.DataFrame, max_rows: int = 25) -> str:
             cells.append(f"<td class='s'>{text}</td>" if isinstance(value, str) else f"<td>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     more = f"<p class='more'>first {max_rows} of {len(frame):,} rows; all in the CSV</p>" if len(frame) > max_rows else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+    return f"<div class='tw'><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{more}"
 
 
 def _figure_html(png: bytes | None, alt: str) -> str:
