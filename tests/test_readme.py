@@ -34,6 +34,7 @@ def test_every_command_example_runs(tmp_path):
                              env={**os.environ, "COLUMNS": "100"}, timeout=300)
         assert run.returncode == 0, (command, run.stderr[-2000:])
     assert (cwd / "run1" / "events.parquet").exists() and (cwd / "plan.json").exists() and (cwd / "t.json").exists()
+    assert (cwd / "report.html").exists()
 
 
 def test_the_python_api_example_runs(tmp_path):

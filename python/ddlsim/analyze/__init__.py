@@ -7,6 +7,9 @@ a table or a picture is asked for).
 from importlib import import_module
 
 _EXPORTS = {
+    "Analysis": "analysis",
+    "OPERATIONS": "analysis",
+    "cdf": "analysis",
     "covered": "breakdown",
     "iteration_arrays": "breakdown",
     "iteration_table": "breakdown",

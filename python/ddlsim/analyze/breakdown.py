@@ -156,11 +156,12 @@ def rank_iteration_table(log: EventLog) -> "pd.DataFrame":
     return frame.sort_values(["iteration", "rank"], kind="stable").reset_index(drop=True)
 
 
-def iteration_arrays(log: EventLog) -> dict:
+def iteration_arrays(log: EventLog, arrays: dict | None = None) -> dict:
     """Per iteration: window, time and the breakdown in seconds, mean over
     the workers (over all ranks if the log has no worker), and SketchDLC's
-    overlap ratio (overlap / iteration time); numpy only."""
-    arrays = rank_iteration_arrays(log)
+    overlap ratio (overlap / iteration time); numpy only. `arrays`: the
+    log's :func:`rank_iteration_arrays`, if already computed."""
+    arrays = rank_iteration_arrays(log) if arrays is None else arrays
     workers = arrays["roles"] == "worker"
     if not workers.any():
         workers = np.ones(len(arrays["ranks"]), dtype=bool)

@@ -257,6 +257,30 @@ def export(
 
 
 @app.command()
+def analyze(
+    events: Path = typer.Argument(..., help="An event log (events.parquet) or a directory of SketchDLC traces (w0.txt, s0.txt...)."),
+    compare: Optional[Path] = typer.Option(None, "--compare", help="A second event log to compare with."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Write the self-contained HTML report here."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write CSV tables, PNG figures and report.html here."),
+    t_window: str = typer.Option("1ms", "--t-window", help="Window for concurrent connections per PS."),
+    switch_memory: str = typer.Option("10MB", "--switch-memory", help="Switch memory for the in-network offload estimate."),
+    as_json: bool = typer.Option(False, "--json", help="Print the headline numbers as JSON only."),
+) -> None:
+    """Analyze an event log: iterations, critical path, SketchDLC overheads, RPC latency, collectives."""
+    from ..units import parse_duration_ns, parse_size_bytes
+    from .analyze_command import run_analyze
+
+    try:
+        window_ns, memory = parse_duration_ns(t_window), parse_size_bytes(switch_memory)
+    except ValueError as exc:
+        raise DdlsimError(f"--t-window / --switch-memory: {exc}") from None
+    if window_ns <= 0:
+        raise DdlsimError("--t-window must be longer than 0")
+    run_analyze(events, compare_path=compare, report=report, out_dir=out_dir, as_json=as_json,
+                t_window_ns=window_ns, switch_memory_bytes=memory, console=out)
+
+
+@app.command()
 def demo(out_dir: Path = typer.Option(Path("ddlsim-out"), "--out", "-o", help="Where to write the outputs.")) -> None:
     """Ring all-reduce vs parameter server for ResNet-50 on 8 workers at 10 Gbit/s."""
     from .demo import run_demo

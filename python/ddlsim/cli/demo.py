@@ -9,6 +9,8 @@ from rich.console import Console
 
 from ..output import staged_directory, write_result_files
 from ..analyze.plot import breakdown_figure, save_figure
+from ..analyze.analysis import Analysis
+from .analyze_command import analyze_to_directory
 from .report import print_summaries
 from ..api import simulate
 
@@ -39,5 +41,14 @@ def run_demo(out_dir: Path, console: Console) -> dict[str, dict]:
             }
             write_result_files(result, stage, names)
         save_figure(breakdown_figure(summaries, "ResNet-50, 8 workers, 10 Gbit/s"), stage / "breakdown.png")
+        with console.status("analyzing…"):
+            # the runs analysed as any log would be (`ddlsim analyze`): the PS run against ring all-reduce,
+            # and the ring run on its own (collectives)
+            ps = Analysis(results["PS, 1 server"].events, name="PS, 1 server")
+            ring = Analysis(results["ring all-reduce"].events, name="ring all-reduce")
+            analyze_to_directory(ps, stage, compare=ring, write_tables=False, report_name="report.html")
+            analyze_to_directory(ring, stage, write_tables=False, report_name="ring.report.html")
     console.print(f"wrote event logs (Parquet), Perfetto traces (open in ui.perfetto.dev), timelines and breakdown.png to {out_dir}/")
+    console.print(f"analysis report (PS, 1 server vs ring all-reduce; open in a browser): {Path(out_dir) / 'report.html'} "
+                  f"(ring on its own: {Path(out_dir) / 'ring.report.html'})")
     return summaries

@@ -1,0 +1,262 @@
+"""Pictures of an :class:`~ddlsim.analyze.analysis.Analysis`, each a
+matplotlib Figure (matplotlib is imported on the first call). Each helper
+returns None when the log has nothing to draw."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _titled(ax, title: str) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+
+
+def iterations_figure(analysis: Any):
+    """Per iteration (mean over workers): compute, overlap, exposed
+    communication, idle (stacked), and SketchDLC's phases 1-3."""
+    t = analysis.iterations()
+    mean = t[t["rank"] == -1] if len(t) and "compute_s" in t else pd.DataFrame()
+    if mean.empty:
+        return None
+    plt = _plt()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.6))
+    x = mean["iteration"].to_numpy()
+    parts = [("compute only", mean["compute_s"] - mean["overlap_s"], "#4C72B0"),
+             ("overlap", mean["overlap_s"], "#9370DB"),
+             ("exposed comm.", mean["exposed_communication_s"], "#DD8452"),
+             ("idle", mean["idle_s"], "#8C8C8C")]
+    bottom = np.zeros(len(x))
+    for label, values, color in parts:
+        ax.bar(x, values * 1e3, bottom=bottom, label=label, color=color)
+        bottom += values.to_numpy() * 1e3
+    ax.set_xticks(x)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("ms (mean over workers)")
+    ax.legend(fontsize=7)
+    _titled(ax, "iteration time breakdown")
+    if "phase1_s" in mean and mean["phase1_s"].notna().any():
+        width = 0.27
+        for k, (col, color) in enumerate((("phase1_s", "#4C72B0"), ("phase2_s", "#9370DB"), ("phase3_s", "#DD8452"))):
+            bx.bar(x + (k - 1) * width, mean[col] * 1e3, width, label=col.replace("_s", ""), color=color)
+        bx.set_xticks(x)
+        bx.set_xlabel("iteration")
+        bx.set_ylabel("ms")
+        bx.legend(fontsize=7)
+    _titled(bx, "SketchDLC phases 1-3 (Fig. 9)")
+    fig.tight_layout()
+    return fig
+
+
+def overheads_figure(analysis: Any):
+    """SketchDLC overheads: min / mean / max per key (Figs 11, 13, 17) and
+    the distribution of computation and wait overheads."""
+    table = analysis.sketchdlc_overheads()
+    if table.empty:
+        return None
+    plt = _plt()
+    per_key = [o for o in ("update", "search", "synchronization") if (table["overhead"] == o).any()]
+    fig, axes = plt.subplots(1, len(per_key) + 1, figsize=(4 * (len(per_key) + 1), 3.4), squeeze=False)
+    for ax, name in zip(axes[0], per_key):
+        part = table[table["overhead"] == name].reset_index(drop=True)
+        x = np.arange(len(part))
+        ax.vlines(x, part["min_us"], part["max_us"], color="#8C8C8C", linewidth=1)
+        ax.plot(x, part["mean_us"], "o", markersize=2.5, color="#C44E52")
+        ax.set_xlabel("key (index in key order)")
+        ax.set_ylabel("us")
+        _titled(ax, f"{name} overhead per key: min-max, mean")
+    ax = axes[0][-1]
+    samples = analysis.overhead_samples()
+    for name, color in (("computation", "#4C72B0"), ("wait", "#DD8452")):
+        v = np.sort(samples.loc[samples["overhead"] == name, "value_ns"].to_numpy(dtype=float)) / 1e3
+        if len(v):
+            ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=name, color=color)
+    ax.set_xlabel("us")
+    ax.set_ylabel("CDF")
+    ax.legend(fontsize=7)
+    _titled(ax, "computation and wait overheads")
+    fig.tight_layout()
+    return fig
+
+
+def rpc_figure(analysis: Any):
+    """RPC latency CDF push vs pull, component shares, size CDFs."""
+    table = analysis.rpc_latency()
+    if table.empty:
+        return None
+    plt = _plt()
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(13, 3.6))
+    for kind, part in table.groupby("kind"):
+        v = np.sort(part["total_ns"].dropna().to_numpy(dtype=float)) / 1e3
+        if len(v):
+            ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=kind)
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlabel("RPC latency (us)")
+    ax.set_ylabel("CDF")
+    ax.legend(fontsize=7)
+    _titled(ax, "latency CDF, push vs pull")
+    shares = analysis.rpc_shares()
+    cols = [c for c in shares.columns if c.endswith("_share")]
+    bottom = np.zeros(len(shares))
+    for c in cols:
+        bx.bar(shares["kind"].astype(str), shares[c].fillna(0), bottom=bottom, label=c.replace("_share", ""))
+        bottom += shares[c].fillna(0).to_numpy()
+    bx.set_ylabel("share of latency")
+    bx.legend(fontsize=7)
+    _titled(bx, "where RPC time goes")
+    for col, style in (("request_bytes", "-"), ("response_bytes", "--")):
+        v = np.sort(table[col].dropna().to_numpy(dtype=float))
+        if len(v):
+            cx.step(np.maximum(v, 1), np.arange(1, len(v) + 1) / len(v), style, where="post", label=col.replace("_", " "))
+    cx.set_xscale("log")
+    cx.set_xlabel("bytes")
+    cx.set_ylabel("CDF")
+    cx.legend(fontsize=7)
+    _titled(cx, "request / response sizes")
+    fig.tight_layout()
+    return fig
+
+
+def connections_figure(analysis: Any, t_window_ns: int = 1_000_000):
+    """RPC intervals of worker-PS pairs (Fig. 7a) and concurrent
+    connections per PS per window (Fig. 7b)."""
+    cc = analysis.concurrent_connections(t_window_ns)
+    if cc.empty:
+        return None
+    plt = _plt()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.4))
+    iv = np.sort(analysis.rpc_intervals()["interval_ns"].to_numpy(dtype=float)) / 1e3
+    if len(iv):
+        ax.step(np.maximum(iv, 1e-3), np.arange(1, len(iv) + 1) / len(iv), where="post")
+        ax.set_xscale("log")
+    ax.set_xlabel("interval between consecutive RPCs (us; 0 drawn at 1e-3)")
+    ax.set_ylabel("CDF")
+    _titled(ax, "RPC intervals per worker-PS pair")
+    counts = cc["connections"].to_numpy()
+    bins = np.arange(0, counts.max() + 2) - 0.5
+    bx.hist(counts, bins=bins, density=True, color="#55A868")
+    bx.set_xlabel(f"concurrent connections per PS per {t_window_ns / 1e6:g} ms")
+    bx.set_ylabel("share of windows")
+    _titled(bx, "concurrent active connections")
+    fig.tight_layout()
+    return fig
+
+
+def hot_keys_figure(analysis: Any):
+    """Cumulative share of updates taken by the top-K keys (Fig. 10)."""
+    hot = analysis.hot_keys()
+    if hot.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    ax.plot(hot["rank"], hot["cumulative_share"], color="#C44E52")
+    ax.set_xlabel("top K keys by updates")
+    ax.set_ylabel("share of all updates")
+    ax.set_ylim(0, 1.02)
+    _titled(ax, "hot-parameter skew")
+    fig.tight_layout()
+    return fig
+
+
+def collectives_figure(analysis: Any):
+    """All-reduce time and bus bandwidth (vs the link rate) against size."""
+    c = analysis.collectives()
+    if c.empty:
+        return None
+    plt = _plt()
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(14, 3.4))
+    size = np.maximum(c["bytes"].to_numpy(dtype=float), 1)
+    ax.scatter(size, c["time_ns"] / 1e3, s=6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("bytes")
+    ax.set_ylabel("time (us)")
+    _titled(ax, "collective time")
+    bx.scatter(size, c["busbw_Gbps"], s=6, label="bus bandwidth")
+    link = c["link_Gbps"].dropna()
+    if len(link):
+        bx.axhline(float(link.iloc[0]), color="#C44E52", linestyle="--", label="link rate")
+    bx.set_xscale("log")
+    bx.set_xlabel("bytes")
+    bx.set_ylabel("Gbit/s")
+    bx.legend(fontsize=7)
+    _titled(bx, "achieved bus bandwidth")
+    queue = np.sort(c["queue_mean_ns"].dropna().to_numpy(dtype=float)) / 1e3
+    if len(queue):
+        cx.step(queue, np.arange(1, len(queue) + 1) / len(queue), where="post")
+    else:
+        cx.text(0.5, 0.5, "ready_ns unknown", ha="center", transform=cx.transAxes)
+    cx.set_xlabel("queueing delay start - ready (us, mean over ranks)")
+    cx.set_ylabel("CDF")
+    _titled(cx, "stream queueing delay")
+    fig.tight_layout()
+    return fig
+
+
+def compare_figure(table: pd.DataFrame, top: int = 12):
+    """Per-iteration times of both logs and the largest per-layer /
+    per-transfer differences (output of ``Analysis.compare``)."""
+    if table.empty:
+        return None
+    plt = _plt()
+    a_name, b_name = table.attrs.get("names", ("a", "b"))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.8))
+    it = table[table["scope"] == "iteration"]
+    x = np.arange(len(it))
+    ax.bar(x - 0.2, it["a_s"] * 1e3, 0.4, label=str(a_name))
+    ax.bar(x + 0.2, it["b_s"] * 1e3, 0.4, label=str(b_name))
+    ax.set_xticks(x)
+    ax.set_xticklabels([s.replace("iteration ", "") for s in it["item"]])
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=7)
+    _titled(ax, "iteration time")
+    items = table[table["scope"].isin(["layer", "communication"])]
+    items = items.reindex(items["diff_s"].abs().sort_values(ascending=False).index).head(top)[::-1]
+    bx.barh(np.arange(len(items)), items["diff_s"] * 1e3, color=np.where(items["diff_s"] > 0, "#C44E52", "#55A868"))
+    bx.set_yticks(np.arange(len(items)))
+    bx.set_yticklabels([str(s)[:40] for s in items["item"]], fontsize=7)
+    bx.set_xlabel(f"{b_name} - {a_name} (ms per worker-iteration)")
+    _titled(bx, "largest contributors")
+    fig.tight_layout()
+    return fig
+
+
+def critical_path_figure(analysis: Any, top: int = 12):
+    """Time on the critical paths by (kind, op, name)."""
+    s = analysis.critical_path_summary(top)
+    if s.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 0.3 * len(s) + 1.5))
+    labels = [f"{k} {o} {n}"[:50] for k, o, n in zip(s["kind"], s["op"], s["name"])][::-1]
+    ax.barh(np.arange(len(s)), s["share"][::-1] * 100, color="#4C72B0")
+    ax.set_yticks(np.arange(len(s)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.set_xlabel("% of iteration time on the critical path")
+    _titled(ax, "critical path: what sets the iteration time")
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = {
+    "iterations": iterations_figure,
+    "critical_path": critical_path_figure,
+    "sketchdlc_overheads": overheads_figure,
+    "rpc_latency": rpc_figure,
+    "connections": connections_figure,
+    "hot_keys": hot_keys_figure,
+    "collectives": collectives_figure,
+}
