@@ -157,6 +157,9 @@ pub struct TrainingSpec {
     pub chunk_bytes: u64,
     #[serde(default)]
     pub collective_model: CollectiveModel,
+    /// PS only: multicast / in-network aggregation (see `lower::in_network`).
+    #[serde(default)]
+    pub in_network: super::in_network::InNetworkSpec,
 }
 
 /// Network priority bands used for gradient priorities.
@@ -210,6 +213,7 @@ impl TrainingSpec {
                 self.total_ranks()
             ));
         }
+        super::in_network::validate(self)?;
         if self.collective_model == CollectiveModel::ClosedForm && self.preemption {
             return Err("the closed-form collective model has no steps to preempt at; turn preemption off or use the step-by-step model".into());
         }
@@ -281,6 +285,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
     // gates[w][l]: ops the forward of layer l on worker w waits for.
     let mut gates: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); num_layers]; n as usize];
     let mut rpc_counter: i64 = 0;
+    let in_switch = super::in_network::aggregated_groups(spec);
     let mut bwd_of: Vec<Vec<u32>> = vec![vec![0; num_layers]; n as usize];
     // sync_end[w][group]: the op after which worker w holds the group's new values.
     let mut sync_end: Vec<Vec<u32>> = vec![vec![0; spec.groups.len()]; n as usize];
@@ -342,6 +347,14 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                         op.collective = c;
                         op.member = w;
                         sync_end[w as usize][gi as usize] = g.add(op, &[bwd_of[w as usize][l]]);
+                    }
+                }
+                SyncSpec::Ps { .. } if spec.in_network.mode != super::in_network::InNetworkMode::None => {
+                    let ready: Vec<u32> = (0..n as usize).map(|w| bwd_of[w][l]).collect();
+                    let stream = server_stream[group.server as usize];
+                    let ends = super::in_network::lower_ps_group(&mut g, spec, gi as usize, &tag, &ready, stream, &mut rpc_counter, in_switch[gi as usize]);
+                    for (w, end) in ends.into_iter().enumerate() {
+                        sync_end[w][gi as usize] = end;
                     }
                 }
                 SyncSpec::Ps { .. } => {
