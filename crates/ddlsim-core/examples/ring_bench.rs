@@ -47,6 +47,7 @@ fn main() {
         host_of_rank: vec![],
         chunk_bytes: 0,
         collective_model: Default::default(),
+        in_network: Default::default(),
     };
     let net = NetworkSpec {
         fidelity: Fidelity::Flow,

@@ -54,6 +54,8 @@ enum Event {
     Net(u64),
     /// A fan's copy (multicast) or aggregate reached its receiver: the op of that copy / the fan's first op.
     FanRecv(u32),
+    /// An aggregation fan's tree flow starts: every contribution reached the switch.
+    FanStart(u32),
 }
 
 /// A collective step in flight, carried by its transfer slot.
@@ -266,6 +268,7 @@ pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -
         match event {
             Event::OpDone(op) => ex.finish_op(op, now)?,
             Event::FanRecv(op) => ex.fan_received(op, now)?,
+            Event::FanStart(f) => ex.launch_fan(f as usize, now)?,
             Event::Net(token) => {
                 let mut delivered = std::mem::take(&mut ex.deliveries);
                 ex.network.on_event(now, token, &mut NetQueue(&mut ex.queue), &mut delivered)?;
@@ -596,6 +599,26 @@ impl<'g> Executor<'g> {
         if (self.fan_started[f] as usize) < fan.ops.len() {
             return Ok(());
         }
+        if fan.kind == FanKind::Aggregate {
+            // The switch sums as soon as every contribution's first bytes reached it.
+            let mut at = now;
+            for &m in &fan.ops {
+                let o = &g.ops[m as usize];
+                let (to_switch, _) = innet::split_latency(self.network.topology(), o.rank, o.peer as u32);
+                at = at.max(later(self.start[m as usize], to_switch)?);
+            }
+            if at > now {
+                self.queue.push(at, Event::FanStart(f as u32));
+                return Ok(());
+            }
+        }
+        self.launch_fan(f, now)
+    }
+
+    fn launch_fan(&mut self, f: usize, now: Time) -> Result<(), String> {
+        let g = self.graph;
+        let fan = &g.fans[f];
+        let message = self.fan_message[f];
         let lead = &g.ops[fan.ops[0] as usize];
         let (bytes, band, tenant) = (lead.bytes, lead.band, lead.tenant);
         let topo = self.network.topology();
@@ -621,8 +644,8 @@ impl<'g> Executor<'g> {
     }
 
     /// A fan's tree flow ended its transmission (its path has no latency):
-    /// each receiver gets its copy, or the receiver the aggregate, after its
-    /// route's latency (an aggregate: the longest contributor route's).
+    /// each receiver gets its copy after its route's latency, or the
+    /// receiver the aggregate after the switch-to-receiver latency.
     fn fan_transmitted(&mut self, f: u32, tx_end: Time, now: Time) -> Result<(), String> {
         let g = self.graph;
         let fan = &g.fans[f as usize];
@@ -630,10 +653,12 @@ impl<'g> Executor<'g> {
         for &op in &fan.ops {
             self.tx_end[op as usize] = tx_end;
             let o = &g.ops[op as usize];
-            let latency = innet::route_latency(self.network.topology(), o.rank, o.peer as u32);
             match fan.kind {
-                FanKind::Multicast => self.queue.push(later(now, latency)?, Event::FanRecv(op)),
-                FanKind::Aggregate => longest = longest.max(latency),
+                FanKind::Multicast => {
+                    let latency = innet::route_latency(self.network.topology(), o.rank, o.peer as u32);
+                    self.queue.push(later(now, latency)?, Event::FanRecv(op))
+                }
+                FanKind::Aggregate => longest = longest.max(innet::split_latency(self.network.topology(), o.rank, o.peer as u32).1),
             }
         }
         if fan.kind == FanKind::Aggregate {

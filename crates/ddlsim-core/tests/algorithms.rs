@@ -382,6 +382,7 @@ fn training(workers: u32, algorithm: AlgorithmName, model: CollectiveModel) -> T
         host_of_rank: if algorithm == AlgorithmName::HierarchicalRing { (0..workers).map(|r| r / 2).collect() } else { vec![] },
         chunk_bytes: 0,
         collective_model: model,
+        in_network: Default::default(),
     }
 }
 

@@ -28,6 +28,7 @@ fn one_group(sync: SyncSpec, workers: u32, bytes: u64) -> TrainingSpec {
         host_of_rank: vec![],
         chunk_bytes: 0,
         collective_model: Default::default(),
+        in_network: Default::default(),
     }
 }
 

@@ -17,9 +17,12 @@
 //!   (each contributor's uplink once, the receiver's downlink once). The
 //!   switch streams the running sum on (cut-through, SwitchML-like slots),
 //!   so the aggregate moves at the pace of the slowest contributor: the
-//!   tree starts when the last contribution is ready and ends when the
-//!   aggregate's last byte left the switch; the receiver has it after the
-//!   longest contributor route's latency. The switch that holds the sum is
+//!   tree starts when the first bytes of every contribution reached the
+//!   switch (each contributor's start plus its latency to the switch, the
+//!   latest of them) and ends when the aggregate's last byte left the
+//!   switch; the receiver has it after the switch-to-receiver latency
+//!   ([`split_latency`]). On an idle network that is exactly the time of
+//!   the slowest unicast push. The switch that holds the sum is
 //!   the last switch on the routes to the receiver (the star switch, or the
 //!   receiver's leaf on leaf-spine), see [`aggregation_switch`].
 //!
@@ -72,6 +75,18 @@ fn union_of(topo: &Topology, pairs: impl Iterator<Item = (u32, u32)>) -> Path {
 /// Latency of the unicast route from `src` to `dst`.
 pub fn route_latency(topo: &Topology, src: u32, dst: u32) -> Time {
     topo.route(src, dst).latency
+}
+
+/// The route from `src` to `dst` split at its last switch (the
+/// aggregation switch): latency up to it, and from it to `dst` (its last
+/// link's delay; 0 when the route crosses no switch).
+pub fn split_latency(topo: &Topology, src: u32, dst: u32) -> (Time, Time) {
+    let route = topo.route(src, dst);
+    let after = match (route.switches().last(), route.links().last()) {
+        (Some(_), Some(&l)) => topo.links[l as usize].delay,
+        _ => 0,
+    };
+    (route.latency - after, after)
 }
 
 /// The switch that aggregates traffic towards `dst`: the last switch on
