@@ -23,6 +23,8 @@ The strategy is a tagged section::
     placement = "size-balanced"  # "round-robin" | "size-balanced"
     update_bandwidth = "20GB/s"  # bytes/s
     header_bytes = 0
+    in_network = "none"          # "none" | "multicast" | "aggregation" | "multiagg" (switch aggregation + multicast)
+    switch_memory = "10MB"       # aggregation memory of the switch (omit: unlimited)
     stream_policy = "fifo"
     preemption = "none"
 
@@ -481,11 +483,23 @@ class PSStrategy(_StrategyBase):
 
     @property
     def label(self) -> str:
-        return f"PS, {self.servers} server{'s' if self.servers != 1 else ''}"
+        ina = "" if self.in_network == "none" else f", {self.in_network}"
+        return f"PS, {self.servers} server{'s' if self.servers != 1 else ''}{ina}"
     placement: Literal["round-robin", "size-balanced"] = "round-robin"
     # server aggregation: N x tensor bytes at this rate (bytes/s by default)
     update_bandwidth: Bandwidth = "20GB/s"
     header_bytes: int = Field(0, ge=0, le=10**9)
+    # In-network mechanisms (paper §3.4, §8.1): "multicast" sends the new
+    # parameters once, switches replicate them; "aggregation" sums the pushes
+    # in the switch; "multiagg" both. switch_memory: the switch's aggregation
+    # memory (a size, e.g. "10MB"); groups that do not fit, first come first
+    # served in tensor order, are aggregated at the server. None: unlimited.
+    in_network: Literal["none", "multicast", "aggregation", "multiagg"] = "none"
+    switch_memory: Optional[Size] = None
+
+    @property
+    def switch_memory_bytes(self) -> Optional[int]:
+        return None if self.switch_memory is None else parse_size_bytes(self.switch_memory)
 
     @property
     def update_bandwidth_bps(self) -> float:
@@ -615,6 +629,8 @@ FLAT_KEYS = {
     "placement": ("strategy", "placement"),
     "update_bandwidth": ("strategy", "update_bandwidth"),
     "header_bytes": ("strategy", "header_bytes"),
+    "in_network": ("strategy", "in_network"),
+    "switch_memory": ("strategy", "switch_memory"),
     "algorithm": ("strategy", "algorithm"),
     "collective_model": ("network", "collective_model"),
     "chunk_bytes": ("strategy", "chunk_bytes"),
