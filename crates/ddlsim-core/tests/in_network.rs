@@ -245,9 +245,54 @@ fn in_network_mechanisms_are_never_slower_than_plain_ps() {
 }
 
 #[test]
-fn in_network_needs_a_parameter_server() {
-    let mut spec = one_group(4, M, InNetworkMode::Multicast);
+fn aggregation_needs_a_parameter_server() {
+    let mut spec = one_group(4, M, InNetworkMode::Aggregation);
     spec.sync = SyncSpec::Allreduce { algorithm: ddlsim_core::lower::training::AlgorithmName::Ring };
     let err = simulate_training(&spec, &net(Fidelity::Flow, 10e9, 0), TraceDetail::Step).err().unwrap();
     assert!(err.contains("parameter-server"), "{err}");
+}
+
+fn ring(workers: u32, bytes: u64, mode: InNetworkMode) -> TrainingSpec {
+    let mut spec = one_group(workers, bytes, mode);
+    spec.sync = SyncSpec::Allreduce { algorithm: ddlsim_core::lower::training::AlgorithmName::Ring };
+    spec
+}
+
+#[test]
+fn ring_with_a_multicast_all_gather_saves_n_minus_2_latencies() {
+    for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
+        for n in [2u32, 3, 8, 16] {
+            // M/N = 1250 B: 1000 ns per chunk at 10 Gbit/s.
+            let (m, lat) = (n as u64 * 1250, 3_000u64);
+            let out = run(&ring(n, m, InNetworkMode::Multicast), &net(fidelity, 10e9, lat));
+            let plain = run(&ring(n, m, InNetworkMode::None), &net(fidelity, 10e9, lat));
+            assert_eq!(plain.makespan, 2 * (n as u64 - 1) * (1000 + lat));
+            // Reduce-scatter as the ring; the all-gather: every downlink takes N-1 chunks
+            // at once (flow) and every copy its latency once. Analytic: no sharing.
+            let gather = if fidelity == Fidelity::Flow { (n as u64 - 1) * 1000 } else { 1000 };
+            assert_eq!(out.makespan, (n as u64 - 1) * (1000 + lat) + gather + lat, "{fidelity:?} N={n}");
+            assert!(out.makespan <= plain.makespan);
+            let copies = rows(&out, "ring_multicast", KIND_RECV).len();
+            let sends = rows(&out, "ring_multicast", KIND_SEND).len();
+            assert_eq!((sends, copies), (n as usize, (n * (n - 1)) as usize), "one multicast per worker, a copy to each other worker");
+        }
+    }
+}
+
+#[test]
+fn ring_multicast_is_a_valid_all_reduce_under_load() {
+    let mut spec = ps(6, (0..4).map(|l| GroupSpec { layers: vec![l], tensor: l as i32, bytes: 1_000_003 * (l as u64 + 1), server: 0, update_ns: 0 }).collect(), 4, InNetworkMode::Multicast);
+    spec.sync = SyncSpec::Allreduce { algorithm: ddlsim_core::lower::training::AlgorithmName::Ring };
+    spec.iterations = 3;
+    spec.jitter = 0.2;
+    spec.barrier = false;
+    spec.layers = (0..4).map(|l| LayerSpec { fwd_ns: 100_000 * (l + 1), bwd_ns: 200_000 }).collect();
+    let out = run(&spec, &net(Fidelity::Flow, 10e9, 5_000));
+    // Every worker ends each group with one marker, after every other worker's chunk reached it.
+    assert_eq!(rows(&out, "ring_multicast_done", ddlsim_core::log::KIND_MARKER).len(), 6 * 4 * 3);
+    spec.sync = SyncSpec::Allreduce { algorithm: ddlsim_core::lower::training::AlgorithmName::HalvingDoubling };
+    assert!(simulate_training(&spec, &net(Fidelity::Flow, 10e9, 0), TraceDetail::Step).is_err());
+    spec.sync = SyncSpec::Allreduce { algorithm: ddlsim_core::lower::training::AlgorithmName::Ring };
+    spec.in_network.mode = InNetworkMode::Aggregation;
+    assert!(simulate_training(&spec, &net(Fidelity::Flow, 10e9, 0), TraceDetail::Step).is_err());
 }

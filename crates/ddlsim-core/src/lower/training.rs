@@ -332,6 +332,13 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                 op
             };
             match spec.sync {
+                SyncSpec::Allreduce { .. } if spec.in_network.mode == super::in_network::InNetworkMode::Multicast => {
+                    let ready: Vec<u32> = (0..n as usize).map(|w| bwd_of[w][l]).collect();
+                    let ends = super::in_network::lower_ring_multicast(&mut g, spec, gi as usize, &tag, &ready, &comm_stream);
+                    for (w, end) in ends.into_iter().enumerate() {
+                        sync_end[w][gi as usize] = end;
+                    }
+                }
                 SyncSpec::Allreduce { algorithm } => {
                     let c = g.add_collective(CollectiveSpec {
                         algorithm: algorithm.algorithm(),
