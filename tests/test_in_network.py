@@ -138,3 +138,26 @@ def test_cli_flags_reach_the_scenario():
 def test_unknown_in_network_mode_is_an_error_naming_the_choices():
     with pytest.raises(Exception, match="multiagg"):
         ddlsim.simulate(strategy="ps", in_network="broadcast")
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_ring_with_multicast_all_gather_saves_n_minus_2_latencies(n):
+    # M/N = 2500 B: 2000 ns per chunk at 10 Gbit/s; latency 7 us.
+    m_bytes = n * 2500
+    model = {"name": "one-tensor", "layers": [{"name": "l0", "params": m_bytes // 4, "fwd_ms": 0, "bwd_ms": 0}]}
+    net = {"bandwidth": "10Gbps", "latency": "7us"}
+    plain = ddlsim.simulate({"model": model, "iterations": 1, "workers": n, "strategy": {"kind": "ring"}, "network": net})
+    mc = ddlsim.simulate({"model": model, "iterations": 1, "workers": n, "strategy": {"kind": "ring", "in_network": "multicast"}, "network": net})
+    ev = mc.events.to_pandas()
+    assert plain.events.to_pandas()["end_ns"].max() == 2 * (n - 1) * (2000 + 7000)
+    assert ev["end_ns"].max() == (n - 1) * (2000 + 7000) + (n - 1) * 2000 + 7000
+    assert len(rows(ev, "ring_multicast", "send")) == n and len(rows(ev, "ring_multicast", "recv")) == n * (n - 1)
+
+
+def test_ring_multicast_logs_are_valid_and_need_the_ring():
+    log = engine_log(model="resnet50", workers=4, iterations=2, strategy="ring", in_network="multicast", jitter=0.1, seed=2)
+    assert len(iteration_table(log)) == 2
+    with pytest.raises(Exception, match="algorithm"):
+        ddlsim.simulate(strategy="ring", algorithm="halving-doubling", in_network="multicast")
+    with pytest.raises(Exception, match="aggregation|multicast"):
+        ddlsim.simulate(strategy="ring", in_network="aggregation")

@@ -70,7 +70,7 @@ def simulate(
     spines: Optional[int] = typer.Option(None, "--spines", help="Leaf-spine: number of spine switches."),
     placement: Optional[str] = typer.Option(None, "--placement", help="PS tensor placement: round-robin | size-balanced"),
     in_network: Optional[str] = typer.Option(
-        None, "--in-network", help="PS in-network mechanisms: none | multicast (parameters) | aggregation (gradients, in the switch) | multiagg (both)"),
+        None, "--in-network", help="In-network mechanisms. PS: none | multicast (parameters) | aggregation (gradients, in the switch) | multiagg (both); ring: none | multicast (all-gather)"),
     switch_memory: Optional[str] = typer.Option(
         None, "--switch-memory", help="PS aggregation: switch memory with a unit, e.g. 10MB; groups that do not fit go to the server."),
     routing: Optional[str] = typer.Option(None, "--routing", help="Leaf-spine routing: ecmp (per-flow hash) | spray"),

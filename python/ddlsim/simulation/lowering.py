@@ -194,6 +194,8 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
         extra["collective_model"] = "closed_form"
     if strategy.kind == "ps" and strategy.in_network != "none":
         extra["in_network"] = {"mode": strategy.in_network, "switch_memory": strategy.switch_memory_bytes}
+    if strategy.kind == "ring" and strategy.in_network == "multicast":
+        extra["in_network"] = {"mode": "multicast"}
     return {
         "workers": scenario.workers,
         "iterations": scenario.iterations,

@@ -455,6 +455,9 @@ class RingStrategy(_StrategyBase):
     # ring only: partition each tensor into messages of at most this many
     # bytes, each ring-all-reduced in turn (network-operator paper §8.2.1/§9.2); 0 = off
     chunk_bytes: int = Field(0, ge=0, le=10**15)
+    # "multicast": the ring's second ring (all-gather) becomes one multicast
+    # per worker of the chunk it reduced (network-operator paper §8.4); ring only.
+    in_network: Literal["none", "multicast"] = "none"
 
     @model_validator(mode="after")
     def _chunk_bytes_needs_ring(self):
@@ -463,10 +466,17 @@ class RingStrategy(_StrategyBase):
                 f"strategy.chunk_bytes = {self.chunk_bytes} partitions ring messages, but strategy.algorithm = "
                 f"{self.algorithm!r}; use algorithm = \"ring\" or remove chunk_bytes"
             )
+        if self.in_network == "multicast" and (self.algorithm != "ring" or self.chunk_bytes):
+            raise ValueError(
+                f"strategy.in_network = \"multicast\" makes the ring's all-gather a multicast; it needs algorithm = \"ring\" "
+                f"(got {self.algorithm!r}) and no chunk_bytes (got {self.chunk_bytes})"
+            )
         return self
 
     @property
     def label(self) -> str:
+        if self.in_network == "multicast":
+            return f"{self.algorithm} all-reduce, multicast all-gather"
         return f"{self.algorithm} all-reduce"
 
     @property
@@ -592,6 +602,10 @@ class Scenario(_Strict):
             raise ValueError(
                 f"network.collective_model = \"closed-form\" has no steps to preempt at, but strategy.preemption = "
                 f"{self.strategy.preemption!r}; set preemption = \"none\" or collective_model = \"steps\""
+            )
+        if getattr(self.strategy, "in_network", "none") != "none" and self.strategy.kind == "ring" and self.network.collective_model == "closed-form":
+            raise ValueError(
+                'strategy.in_network = "multicast" with the ring is simulated step by step; set network.collective_model = "steps"'
             )
         if self.network.server_hosts != "separate" and self.strategy.kind != "ps":
             raise ValueError(
