@@ -1024,11 +1024,23 @@ impl<'g> Executor<'g> {
                 deps.dedup();
             }
             let fan = self.fan_of[i];
+            let (recv_id, tx_end, end) = (self.recv_row[i], self.tx_end[i], self.end[i]);
+            let fan_recv = |row: Row| Row {
+                id: recv_id,
+                rank: op.peer,
+                kind: KIND_RECV,
+                peer: op.rank as i32,
+                stream: -1,
+                ready: tx_end,
+                start: tx_end,
+                end,
+                ..row
+            };
             let lead = if fan == NO_FAN { None } else { Some((g.fans[fan as usize].kind, g.fans[fan as usize].ops[0] == i as u32)) };
             match lead {
                 // A multicast has one send row (its first op's); each copy has its recv row.
                 Some((FanKind::Multicast, false)) => {
-                    let recv = Row { id: self.recv_row[i], rank: op.peer, kind: KIND_RECV, peer: op.rank as i32, stream: -1, ready: self.tx_end[i], start: self.tx_end[i], end: self.end[i], ..row };
+                    let recv = fan_recv(row);
                     log.push(recv, [g.fans[fan as usize].ops[0] as i64]);
                     continue;
                 }
@@ -1036,7 +1048,7 @@ impl<'g> Executor<'g> {
                 Some((FanKind::Aggregate, is_lead)) => {
                     log.push(row, deps.iter().copied());
                     if is_lead {
-                        let recv = Row { id: self.recv_row[i], rank: op.peer, kind: KIND_RECV, peer: op.rank as i32, stream: -1, ready: self.tx_end[i], start: self.tx_end[i], end: self.end[i], ..row };
+                        let recv = fan_recv(row);
                         log.push(recv, g.fans[fan as usize].ops.iter().map(|&m| m as i64));
                     }
                     continue;

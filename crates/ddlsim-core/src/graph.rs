@@ -372,7 +372,8 @@ impl Graph {
                     FanKind::Aggregate => (op.peer == lead.peer, op.rank as i32),
                 };
                 if !same {
-                    return Err(format!("fan {f}: op {i} does not share the first op's {}", if fan.kind == FanKind::Multicast { "sender" } else { "receiver" }));
+                    let end = if fan.kind == FanKind::Multicast { "sender" } else { "receiver" };
+                    return Err(format!("fan {f}: op {i} does not share the first op's {end}"));
                 }
                 ends.push(other);
             }

@@ -224,9 +224,10 @@ fn in_network_mechanisms_are_never_slower_than_plain_ps() {
         base.seed = seed;
         base.jitter = 0.1;
         base.header_bytes = next(&mut s) % 200;
-        base.barrier = next(&mut s) % 2 == 0;
+        base.barrier = next(&mut s).is_multiple_of(2);
         base.layers = (0..layers).map(|_| LayerSpec { fwd_ns: next(&mut s) % 400_000, bwd_ns: next(&mut s) % 800_000 }).collect();
-        let mut network = net(if seed % 3 == 0 { Fidelity::Analytic } else { Fidelity::Flow }, [1e9, 10e9, 25e9][(seed % 3) as usize], next(&mut s) % 20_000);
+        let mut network =
+            net(if seed % 3 == 0 { Fidelity::Analytic } else { Fidelity::Flow }, [1e9, 10e9, 25e9][(seed % 3) as usize], next(&mut s) % 20_000);
         if seed % 2 == 0 {
             network.topology = TopologySpec::LeafSpine { hosts_per_leaf: 3, spines: 2, oversubscription: 1.5, routing: Routing::Ecmp };
         }
@@ -281,7 +282,12 @@ fn ring_with_a_multicast_all_gather_saves_n_minus_2_latencies() {
 
 #[test]
 fn ring_multicast_is_a_valid_all_reduce_under_load() {
-    let mut spec = ps(6, (0..4).map(|l| GroupSpec { layers: vec![l], tensor: l as i32, bytes: 1_000_003 * (l as u64 + 1), server: 0, update_ns: 0 }).collect(), 4, InNetworkMode::Multicast);
+    let mut spec = ps(
+        6,
+        (0..4).map(|l| GroupSpec { layers: vec![l], tensor: l as i32, bytes: 1_000_003 * (l as u64 + 1), server: 0, update_ns: 0 }).collect(),
+        4,
+        InNetworkMode::Multicast,
+    );
     spec.sync = SyncSpec::Allreduce { algorithm: ddlsim_core::lower::training::AlgorithmName::Ring };
     spec.iterations = 3;
     spec.jitter = 0.2;

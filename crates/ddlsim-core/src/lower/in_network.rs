@@ -198,8 +198,7 @@ pub fn lower_ps_group(
     let pull_rpc = *rpc_counter + n as i64;
     *rpc_counter += 2 * n as i64;
     let bytes = group.bytes + spec.header_bytes;
-    let pushes: Vec<u32> =
-        (0..n).map(|w| g.add(transfer(push_request, w, server, bytes, push_rpc + w as i64), &[ready[w as usize]])).collect();
+    let pushes: Vec<u32> = (0..n).map(|w| g.add(transfer(push_request, w, server, bytes, push_rpc + w as i64), &[ready[w as usize]])).collect();
     if aggregate && n > 1 {
         g.fans.push(FanSpec { kind: FanKind::Aggregate, ops: pushes.clone() });
     }

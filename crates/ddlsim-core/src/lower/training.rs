@@ -157,7 +157,7 @@ pub struct TrainingSpec {
     pub chunk_bytes: u64,
     #[serde(default)]
     pub collective_model: CollectiveModel,
-    /// PS only: multicast / in-network aggregation (see `lower::in_network`).
+    /// PS: multicast / in-network aggregation; ring: multicast all-gather (see `lower::in_network`).
     #[serde(default)]
     pub in_network: super::in_network::InNetworkSpec,
 }

@@ -458,7 +458,15 @@ impl FlowNetwork {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn start_in(&mut self, now: Time, class: u32, flow: u32, bytes: u64, out: &mut Vec<Reschedule>, cancelled: &mut Vec<u32>) -> Result<FlowStart, String> {
+    fn start_in(
+        &mut self,
+        now: Time,
+        class: u32,
+        flow: u32,
+        bytes: u64,
+        out: &mut Vec<Reschedule>,
+        cancelled: &mut Vec<u32>,
+    ) -> Result<FlowStart, String> {
         self.active += 1;
         let links = self.paths[class as usize].links();
         for &l in links {
