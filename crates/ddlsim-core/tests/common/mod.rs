@@ -69,11 +69,7 @@ pub fn assert_deps_explain_every_start(log: &EventLog) {
             assert_eq!(log.start_ns[i], log.ready_ns[i], "row {} (kind {}) has no deps but waited", log.id[i], log.kind[i]);
         } else {
             let latest = deps.iter().map(|d| *end_of.get(d).unwrap_or_else(|| panic!("row {} depends on missing {d}", log.id[i]))).max().unwrap();
-            assert_eq!(
-                log.start_ns[i], latest,
-                "row {} (kind {}, op {}) start is not its latest dep's end; deps {deps:?}",
-                log.id[i], log.kind[i], log.op[i]
-            );
+            assert_eq!(log.start_ns[i], latest, "row {} (kind {}, op {}) start is not its latest dep's end; deps {deps:?}", log.id[i], log.kind[i], log.op[i]);
         }
     }
 }
