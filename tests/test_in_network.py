@@ -161,3 +161,17 @@ def test_ring_multicast_logs_are_valid_and_need_the_ring():
         ddlsim.simulate(strategy="ring", algorithm="halving-doubling", in_network="multicast")
     with pytest.raises(Exception, match="aggregation|multicast"):
         ddlsim.simulate(strategy="ring", in_network="aggregation")
+
+
+def test_recorded_flows_are_one_per_tree_and_end_with_its_copies(tmp_path):
+    import pyarrow.parquet as pq
+
+    r = ddlsim.simulate(model="lenet5", workers=4, iterations=1, strategy="ps", in_network="multiagg", record_flows=True)
+    r.save(tmp_path / "o", timeline=False)
+    flows = pq.read_table(tmp_path / "o" / "flows.parquet").to_pandas()
+    log = r.events.to_pandas()
+    assert len(flows) == r.stats["transfers"] == log[log["kind"] == "send"]["message"].nunique()
+    recv_end = log[log["kind"] == "recv"].groupby("message")["end_ns"].agg(["min", "max"])
+    merged = flows.set_index("message").join(recv_end)
+    # On a star every copy of a multicast lands at once: the flow ends with each of them.
+    assert (merged["end_ns"] == merged["min"]).all() and (merged["end_ns"] == merged["max"]).all()

@@ -622,49 +622,56 @@ impl<'g> Executor<'g> {
         let lead = &g.ops[fan.ops[0] as usize];
         let (bytes, band, tenant) = (lead.bytes, lead.band, lead.tenant);
         let topo = self.network.topology();
-        let (path, src, dst) = match fan.kind {
+        // The tree's latency: to the nearest receiver (a multicast; the others
+        // get theirs later, see `fan_transmitted`), from the switch (an aggregate).
+        let (mut path, src, dst, latency) = match fan.kind {
             FanKind::Multicast => {
                 let dsts: Vec<u32> = fan.ops.iter().map(|&o| g.ops[o as usize].peer as u32).collect();
                 self.bytes_sent[lead.rank as usize] += bytes;
-                (innet::multicast_tree(topo, lead.rank, &dsts), lead.rank, dsts[0])
+                let nearest = dsts.iter().map(|&d| innet::route_latency(topo, lead.rank, d)).min().unwrap_or(0);
+                (innet::multicast_tree(topo, lead.rank, &dsts), lead.rank, dsts[0], nearest)
             }
             FanKind::Aggregate => {
                 let srcs: Vec<u32> = fan.ops.iter().map(|&o| g.ops[o as usize].rank).collect();
                 let path = innet::aggregation_tree(topo, &srcs, lead.peer as u32);
+                let from_switch = srcs.iter().map(|&s| innet::split_latency(topo, s, lead.peer as u32).1).max().unwrap_or(0);
                 for &s in &srcs {
                     self.bytes_sent[s as usize] += bytes;
                 }
-                (path, srcs[0], lead.peer as u32)
+                (path, srcs[0], lead.peer as u32, from_switch)
             }
         };
+        path.latency = latency;
         self.transfers += 1;
         let tid = self.new_transfer(Owner::Fan(f as u32));
         let req = TransferRequest { id: tid, message: message as u64, src, dst, bytes, band, tenant };
         self.network.start_on(now, req, &path, &mut NetQueue(&mut self.queue))
     }
 
-    /// A fan's tree flow ended its transmission (its path has no latency):
-    /// each receiver gets its copy after its route's latency, or the
-    /// receiver the aggregate after the switch-to-receiver latency.
+    /// A fan's tree flow was delivered (`now`: its transmission ended at
+    /// `tx_end`, plus the tree's latency): the receiver has the aggregate now;
+    /// each multicast receiver gets its copy its route's latency after `tx_end`.
     fn fan_transmitted(&mut self, f: u32, tx_end: Time, now: Time) -> Result<(), String> {
         let g = self.graph;
         let fan = &g.fans[f as usize];
-        let mut longest = 0;
         for &op in &fan.ops {
             self.tx_end[op as usize] = tx_end;
-            let o = &g.ops[op as usize];
-            match fan.kind {
-                FanKind::Multicast => {
-                    let latency = innet::route_latency(self.network.topology(), o.rank, o.peer as u32);
-                    self.queue.push(later(now, latency)?, Event::FanRecv(op))
+        }
+        match fan.kind {
+            FanKind::Aggregate => self.fan_received(fan.ops[0], now),
+            FanKind::Multicast => {
+                for &op in &fan.ops {
+                    let o = &g.ops[op as usize];
+                    let at = later(tx_end, innet::route_latency(self.network.topology(), o.rank, o.peer as u32))?;
+                    if at == now {
+                        self.fan_received(op, now)?;
+                    } else {
+                        self.queue.push(at.max(now), Event::FanRecv(op));
+                    }
                 }
-                FanKind::Aggregate => longest = longest.max(innet::split_latency(self.network.topology(), o.rank, o.peer as u32).1),
+                Ok(())
             }
         }
-        if fan.kind == FanKind::Aggregate {
-            self.queue.push(later(now, longest)?, Event::FanRecv(fan.ops[0]));
-        }
-        Ok(())
     }
 
     fn fan_received(&mut self, op: u32, now: Time) -> Result<(), String> {

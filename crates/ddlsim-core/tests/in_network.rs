@@ -302,3 +302,25 @@ fn ring_multicast_is_a_valid_all_reduce_under_load() {
     spec.in_network.mode = InNetworkMode::Aggregation;
     assert!(simulate_training(&spec, &net(Fidelity::Flow, 10e9, 0), TraceDetail::Step).is_err());
 }
+
+#[test]
+fn an_aggregate_waits_for_the_slowest_contribution() {
+    // Jittered backward passes: the workers push at different times; the
+    // switch can only sum at the pace of the last one.
+    for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
+        let mut spec = one_group(6, M, InNetworkMode::Aggregation);
+        spec.layers = vec![LayerSpec { fwd_ns: 0, bwd_ns: 2_000_000 }];
+        spec.jitter = 0.3;
+        let lat = 4_000;
+        let out = run(&spec, &net(fidelity, 10e9, lat));
+        let sends = rows(&out, "push_request", KIND_SEND);
+        let starts: Vec<i64> = sends.iter().map(|&i| out.log.start_ns[i]).collect();
+        let last = *starts.iter().max().unwrap();
+        assert!(starts.iter().any(|&s| s + 100_000 < last), "jitter spreads the pushes: {starts:?}");
+        let recv = rows(&out, "push_request", KIND_RECV)[0];
+        assert_eq!(out.log.end_ns[recv], last + (TX + lat) as i64, "{fidelity:?}");
+        // Every contribution's transmission ends with the aggregate's, which
+        // started once the last push's first bytes crossed the uplink (lat - lat/2).
+        assert!(sends.iter().all(|&i| out.log.end_ns[i] == last + (TX + lat - lat / 2) as i64));
+    }
+}

@@ -35,12 +35,12 @@ use super::topology::{Path, Topology};
 use crate::engine::Time;
 
 /// The union of the routes from `src` to each of `dsts` as one path
-/// (latency 0: callers add each receiver's route latency).
+/// (latency 0: the caller sets the tree's latency and times each copy).
 pub fn multicast_tree(topo: &Topology, src: u32, dsts: &[u32]) -> Path {
     union_of(topo, dsts.iter().map(|&d| (src, d)))
 }
 
-/// The union of the routes from each of `srcs` to `dst` as one path (latency 0).
+/// The union of the routes from each of `srcs` to `dst` as one path (latency 0: the caller sets it).
 pub fn aggregation_tree(topo: &Topology, srcs: &[u32], dst: u32) -> Path {
     union_of(topo, srcs.iter().map(|&s| (s, dst)))
 }

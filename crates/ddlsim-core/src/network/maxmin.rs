@@ -332,8 +332,8 @@ pub struct FlowNetwork {
     paths: Vec<Path>,
     /// Class of each (route key | band << 55).
     class_of: HashMap<u64, u32>,
-    /// Class of each explicit path (its links) and band ([`FlowNetwork::start_on`]).
-    tree_class_of: HashMap<(Vec<u32>, u8), u32>,
+    /// Class of each explicit path (its links, latency) and band ([`FlowNetwork::start_on`]).
+    tree_class_of: HashMap<(Vec<u32>, u8, Time), u32>,
     link_classes: Vec<Vec<u32>>,
     active: usize,
     scale: f64,
@@ -430,7 +430,7 @@ impl FlowNetwork {
     /// Starts flow `flow` over an explicit path (a multicast or aggregation
     /// tree, [`super::innet`]): one flow that every link of `path` counts
     /// once (by its units), so the whole tree moves at one max-min rate.
-    /// Flows over the same links in the same band share a class.
+    /// Flows over the same links in the same band (and latency) share a class.
     #[allow(clippy::too_many_arguments)]
     pub fn start_on(
         &mut self,
@@ -442,7 +442,7 @@ impl FlowNetwork {
         out: &mut Vec<Reschedule>,
         cancelled: &mut Vec<u32>,
     ) -> Result<FlowStart, String> {
-        let key = (path.links().to_vec(), band);
+        let key = (path.links().to_vec(), band, path.latency);
         let class = match self.tree_class_of.get(&key) {
             Some(&c) => c,
             None => {
