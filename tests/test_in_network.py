@@ -131,8 +131,10 @@ def test_cli_flags_reach_the_scenario():
                                    "--workers", "4", "--iterations", "1", "--json"])
     assert res.exit_code == 0, res.output
     multiagg = json.loads(res.output)["iteration_time_s"]
+    assert json.loads(res.output)["in_network"] == "multiagg"
     res = CliRunner().invoke(app, ["simulate", "--strategy", "ps", "--workers", "4", "--iterations", "1", "--json"])
     assert multiagg < json.loads(res.output)["iteration_time_s"]
+    assert json.loads(res.output)["in_network"] == "none"
 
 
 def test_unknown_in_network_mode_is_an_error_naming_the_choices():
