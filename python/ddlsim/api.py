@@ -60,6 +60,7 @@ class SimulationResult(SimulationRun):
             "servers": sc.servers,
             "strategy": sc.strategy.kind,
             "algorithm": getattr(sc.strategy, "algorithm", None),
+            "in_network": getattr(sc.strategy, "in_network", "none"),
             "stream_policy": sc.strategy.stream_policy,
             "fidelity": sc.network.fidelity,
             "topology": sc.network.topology,

@@ -53,6 +53,7 @@ fn main() {
         staleness: None,
         stagger_ns: 0,
         stagger: Default::default(),
+        in_network: Default::default(),
     };
     let net = NetworkSpec {
         fidelity: Fidelity::Flow,

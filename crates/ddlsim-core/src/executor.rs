@@ -13,9 +13,9 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::collective::{joined_op, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
 use crate::engine::{EventQueue, Time};
-use crate::graph::{Graph, Kind, PolicyKind, NO_STREAM};
+use crate::graph::{FanKind, Graph, Kind, PolicyKind, NO_STREAM};
 use crate::log::{EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
-use crate::network::{Delivery, FlowRecord, NetworkModel, Scheduler, TransferRequest};
+use crate::network::{innet, Delivery, FlowRecord, NetworkModel, Scheduler, TransferRequest};
 use crate::stream::{new_policy, QueueKey, StreamPolicy};
 
 /// How much of the inside of collectives goes into the log.
@@ -52,6 +52,10 @@ pub struct RunOutput {
 enum Event {
     OpDone(u32),
     Net(u64),
+    /// A fan's copy (multicast) or aggregate reached its receiver: the op of that copy / the fan's first op.
+    FanRecv(u32),
+    /// An aggregation fan's tree flow starts: every contribution reached the switch.
+    FanStart(u32),
 }
 
 /// A collective step in flight, carried by its transfer slot.
@@ -76,7 +80,12 @@ struct StepInFlight {
 enum Owner {
     Op(u32),
     Step(u32),
+    /// The tree flow of a fan (multicast or aggregation).
+    Fan(u32),
 }
+
+/// No fan (see [`crate::graph::FanSpec`]).
+const NO_FAN: u32 = u32::MAX;
 
 /// A send a parked collective member wanted to make.
 #[derive(Debug, Clone, Copy)]
@@ -158,6 +167,10 @@ struct Executor<'g> {
     /// CSR: the member ops of each collective, in member order.
     coll_op_offsets: Vec<u32>,
     coll_ops: Vec<u32>,
+    /// Per op: its fan, or [`NO_FAN`]; per fan: members started, and its message.
+    fan_of: Vec<u32>,
+    fan_started: Vec<u32>,
+    fan_message: Vec<i64>,
 }
 
 /// Where a run stands, as handed to a [`ProgressHook`].
@@ -264,6 +277,17 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
         negotiating: vec![0; graph.collectives.len()],
         coll_op_offsets,
         coll_ops,
+        fan_of: {
+            let mut fan_of = vec![NO_FAN; n];
+            for (f, fan) in graph.fans.iter().enumerate() {
+                for &op in &fan.ops {
+                    fan_of[op as usize] = f as u32;
+                }
+            }
+            fan_of
+        },
+        fan_started: vec![0; graph.fans.len()],
+        fan_message: vec![-1; graph.fans.len()],
     };
     for id in 0..n as u32 {
         if ex.waiting_deps[id as usize] == 0 {
@@ -292,6 +316,8 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
         }
         match event {
             Event::OpDone(op) => ex.finish_op(op, now)?,
+            Event::FanRecv(op) => ex.fan_received(op, now)?,
+            Event::FanStart(f) => ex.launch_fan(f as usize, now)?,
             Event::Net(token) => {
                 let mut delivered = std::mem::take(&mut ex.deliveries);
                 ex.network.on_event(now, token, &mut NetQueue(&mut ex.queue), &mut delivered)?;
@@ -568,6 +594,7 @@ impl<'g> Executor<'g> {
                 self.queue.push(t, Event::OpDone(id));
             }
             Kind::Barrier | Kind::Marker => self.queue.push(now, Event::OpDone(id)),
+            Kind::Transfer if self.fan_of[id as usize] != NO_FAN => self.start_fan_member(id, now)?,
             Kind::Transfer => {
                 let message = self.new_message();
                 self.message_of[id as usize] = message;
@@ -588,7 +615,13 @@ impl<'g> Executor<'g> {
     fn start_transfer(&mut self, now: Time, src: u32, dst: u32, bytes: u64, band: u8, tenant: u32, message: i64, owner: Owner) -> Result<(), String> {
         self.transfers += 1;
         self.bytes_sent[src as usize] += bytes;
-        let id = match self.free_transfers.pop() {
+        let id = self.new_transfer(owner);
+        let req = TransferRequest { id, message: message as u64, src, dst, bytes, band, tenant };
+        self.network.start(now, req, &mut NetQueue(&mut self.queue))
+    }
+
+    fn new_transfer(&mut self, owner: Owner) -> u32 {
+        match self.free_transfers.pop() {
             Some(id) => {
                 self.transfer_owner[id as usize] = owner;
                 id
@@ -597,9 +630,123 @@ impl<'g> Executor<'g> {
                 self.transfer_owner.push(owner);
                 (self.transfer_owner.len() - 1) as u32
             }
+        }
+    }
+
+    /// A fan member starts; once all have, the fan's tree flow starts (see
+    /// [`crate::network::innet`]). Members share the fan's message id.
+    fn start_fan_member(&mut self, id: u32, now: Time) -> Result<(), String> {
+        let g = self.graph;
+        let f = self.fan_of[id as usize] as usize;
+        if self.fan_message[f] < 0 {
+            self.fan_message[f] = self.new_message();
+        }
+        let message = self.fan_message[f];
+        self.message_of[id as usize] = message;
+        self.fan_started[f] += 1;
+        let fan = &g.fans[f];
+        if (self.fan_started[f] as usize) < fan.ops.len() {
+            return Ok(());
+        }
+        if fan.kind == FanKind::Aggregate {
+            // The switch sums as soon as every contribution's first bytes reached it.
+            let mut at = now;
+            for &m in &fan.ops {
+                let o = &g.ops[m as usize];
+                let (to_switch, _) = innet::split_latency(self.network.topology(), o.rank, o.peer as u32);
+                at = at.max(later(self.start[m as usize], to_switch)?);
+            }
+            if at > now {
+                self.queue.push(at, Event::FanStart(f as u32));
+                return Ok(());
+            }
+        }
+        self.launch_fan(f, now)
+    }
+
+    fn launch_fan(&mut self, f: usize, now: Time) -> Result<(), String> {
+        let g = self.graph;
+        let fan = &g.fans[f];
+        let message = self.fan_message[f];
+        let lead = &g.ops[fan.ops[0] as usize];
+        let (bytes, band, tenant) = (lead.bytes, lead.band, lead.tenant);
+        let topo = self.network.topology();
+        // The tree's latency: to the nearest receiver (a multicast; the others
+        // get theirs later, see `fan_transmitted`), from the switch (an aggregate).
+        let (mut path, src, dst, latency) = match fan.kind {
+            FanKind::Multicast => {
+                let dsts: Vec<u32> = fan.ops.iter().map(|&o| g.ops[o as usize].peer as u32).collect();
+                self.bytes_sent[lead.rank as usize] += bytes;
+                let nearest = dsts.iter().map(|&d| innet::route_latency(topo, lead.rank, d)).min().unwrap_or(0);
+                (innet::multicast_tree(topo, lead.rank, &dsts), lead.rank, dsts[0], nearest)
+            }
+            FanKind::Aggregate => {
+                let srcs: Vec<u32> = fan.ops.iter().map(|&o| g.ops[o as usize].rank).collect();
+                let path = innet::aggregation_tree(topo, &srcs, lead.peer as u32);
+                let from_switch = srcs.iter().map(|&s| innet::split_latency(topo, s, lead.peer as u32).1).max().unwrap_or(0);
+                for &s in &srcs {
+                    self.bytes_sent[s as usize] += bytes;
+                }
+                (path, srcs[0], lead.peer as u32, from_switch)
+            }
         };
-        let req = TransferRequest { id, message: message as u64, src, dst, bytes, band, tenant };
-        self.network.start(now, req, &mut NetQueue(&mut self.queue))
+        path.latency = latency;
+        self.transfers += 1;
+        let tid = self.new_transfer(Owner::Fan(f as u32));
+        let req = TransferRequest { id: tid, message: message as u64, src, dst, bytes, band, tenant };
+        self.network.start_on(now, req, &path, &mut NetQueue(&mut self.queue))
+    }
+
+    /// A fan's tree flow was delivered (`now`: its transmission ended at
+    /// `tx_end`, plus the tree's latency): the receiver has the aggregate now;
+    /// each multicast receiver gets its copy its route's latency after `tx_end`.
+    fn fan_transmitted(&mut self, f: u32, tx_end: Time, now: Time) -> Result<(), String> {
+        let g = self.graph;
+        let fan = &g.fans[f as usize];
+        for &op in &fan.ops {
+            self.tx_end[op as usize] = tx_end;
+        }
+        match fan.kind {
+            FanKind::Aggregate => self.fan_received(fan.ops[0], now),
+            FanKind::Multicast => {
+                for &op in &fan.ops {
+                    let o = &g.ops[op as usize];
+                    let at = later(tx_end, innet::route_latency(self.network.topology(), o.rank, o.peer as u32))?;
+                    if at == now {
+                        self.fan_received(op, now)?;
+                    } else {
+                        self.queue.push(at.max(now), Event::FanRecv(op));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn fan_received(&mut self, op: u32, now: Time) -> Result<(), String> {
+        let g = self.graph;
+        let fan = &g.fans[self.fan_of[op as usize] as usize];
+        match fan.kind {
+            FanKind::Multicast => {
+                let o = &g.ops[op as usize];
+                self.bytes_received[o.peer as usize] += o.bytes;
+                self.recv_row[op as usize] = self.new_row();
+                self.finish_op(op, now)
+            }
+            FanKind::Aggregate => {
+                // One recv row for the aggregate; every contribution counts as received.
+                let row = self.new_row();
+                for &m in &fan.ops {
+                    let o = &g.ops[m as usize];
+                    self.bytes_received[o.peer as usize] += o.bytes;
+                    self.recv_row[m as usize] = row;
+                }
+                for &m in &fan.ops {
+                    self.finish_op(m, now)?;
+                }
+                Ok(())
+            }
+        }
     }
 
     fn delivered(&mut self, d: Delivery, now: Time) -> Result<(), String> {
@@ -612,6 +759,7 @@ impl<'g> Executor<'g> {
                 self.recv_row[op as usize] = self.new_row();
                 self.finish_op(op, now)
             }
+            Owner::Fan(f) => self.fan_transmitted(f, d.tx_end, now),
             Owner::Step(flight) => {
                 let f = self.flights[flight as usize];
                 self.free_flights.push(flight);
@@ -926,6 +1074,43 @@ impl<'g> Executor<'g> {
             };
             deps.clear();
             self.op_deps(i as u32, &mut deps);
+            if !g.fans.is_empty() {
+                // Several contributions of one aggregate share its recv row.
+                deps.sort_unstable();
+                deps.dedup();
+            }
+            let fan = self.fan_of[i];
+            let (recv_id, tx_end, end) = (self.recv_row[i], self.tx_end[i], self.end[i]);
+            let fan_recv = |row: Row| Row {
+                id: recv_id,
+                rank: op.peer,
+                kind: KIND_RECV,
+                peer: op.rank as i32,
+                stream: -1,
+                ready: tx_end,
+                start: tx_end,
+                end,
+                ..row
+            };
+            let lead = if fan == NO_FAN { None } else { Some((g.fans[fan as usize].kind, g.fans[fan as usize].ops[0] == i as u32)) };
+            match lead {
+                // A multicast has one send row (its first op's); each copy has its recv row.
+                Some((FanKind::Multicast, false)) => {
+                    let recv = fan_recv(row);
+                    log.push(recv, [g.fans[fan as usize].ops[0] as i64]);
+                    continue;
+                }
+                // An aggregate has a send row per contribution and one recv row (its first op's).
+                Some((FanKind::Aggregate, is_lead)) => {
+                    log.push(row, deps.iter().copied());
+                    if is_lead {
+                        let recv = fan_recv(row);
+                        log.push(recv, g.fans[fan as usize].ops.iter().map(|&m| m as i64));
+                    }
+                    continue;
+                }
+                _ => {}
+            }
             log.push(row, deps.iter().copied());
             if op.kind == Kind::Transfer {
                 let recv = Row {

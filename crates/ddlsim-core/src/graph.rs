@@ -128,6 +128,26 @@ pub struct StreamSpec {
     pub policy: PolicyKind,
 }
 
+/// How a fan's transfers share the network (see [`crate::network::innet`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FanKind {
+    /// One sender, several receivers: one copy per link of the multicast tree.
+    Multicast,
+    /// Several senders, one receiver: a switch sums the contributions and
+    /// forwards one aggregate.
+    Aggregate,
+}
+
+/// Transfer ops that travel as one in-network operation: a multicast (same
+/// sender, distinct receivers) or an aggregation (distinct senders, same
+/// receiver), all of the same size, on no stream. The first op leads: it
+/// holds the multicast's send row / the aggregate's recv row in the log.
+#[derive(Debug, Clone)]
+pub struct FanSpec {
+    pub kind: FanKind,
+    pub ops: Vec<u32>,
+}
+
 /// Ops plus dependencies in compressed-sparse-row form, the collectives,
 /// streams and the rank -> host map.
 #[derive(Debug, Default, Clone)]
@@ -144,6 +164,8 @@ pub struct Graph {
     /// Closed-form collective mode: every collective is one event per member
     /// at this cost (see [`crate::collective::closed_form`]); None: step by step.
     pub closed_form: Option<crate::collective::closed_form::LinkCost>,
+    /// In-network operations (multicast, aggregation) over transfer ops.
+    pub fans: Vec<FanSpec>,
 }
 
 impl Graph {
@@ -163,7 +185,7 @@ impl Graph {
         op_names: Vec<String>,
         stream_names: Vec<String>,
     ) -> Result<Self, String> {
-        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None };
+        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new() };
         g.check()?;
         Ok(g)
     }
@@ -317,6 +339,48 @@ impl Graph {
         for (s, spec) in self.streams.iter().enumerate() {
             if spec.name as usize >= self.stream_names.len() {
                 return Err(format!("stream {s}: name index {} has no entry in stream_names", spec.name));
+            }
+        }
+        self.check_fans()
+    }
+
+    /// Fans: transfer ops on no stream, each in one fan at most, one size;
+    /// a multicast's ops share their sender, an aggregation's their receiver.
+    fn check_fans(&self) -> Result<(), String> {
+        let mut in_fan = vec![false; self.ops.len()];
+        for (f, fan) in self.fans.iter().enumerate() {
+            let Some(&lead) = fan.ops.first() else {
+                return Err(format!("fan {f} has no ops"));
+            };
+            let lead = self.ops.get(lead as usize).ok_or_else(|| format!("fan {f} names op {lead}, which does not exist"))?;
+            let mut ends = Vec::with_capacity(fan.ops.len());
+            for &i in &fan.ops {
+                let Some(op) = self.ops.get(i as usize) else {
+                    return Err(format!("fan {f} names op {i}, which does not exist"));
+                };
+                if op.kind != Kind::Transfer || op.stream != NO_STREAM {
+                    return Err(format!("fan {f}: op {i} is not a transfer on no stream"));
+                }
+                if std::mem::replace(&mut in_fan[i as usize], true) {
+                    return Err(format!("op {i} is in two fans"));
+                }
+                if op.bytes != lead.bytes {
+                    return Err(format!("fan {f}: op {i} has {} bytes, the first op {}", op.bytes, lead.bytes));
+                }
+                let (same, other) = match fan.kind {
+                    FanKind::Multicast => (op.rank == lead.rank, op.peer),
+                    FanKind::Aggregate => (op.peer == lead.peer, op.rank as i32),
+                };
+                if !same {
+                    let end = if fan.kind == FanKind::Multicast { "sender" } else { "receiver" };
+                    return Err(format!("fan {f}: op {i} does not share the first op's {end}"));
+                }
+                ends.push(other);
+            }
+            ends.sort_unstable();
+            ends.dedup();
+            if ends.len() != fan.ops.len() {
+                return Err(format!("fan {f} names a rank twice"));
             }
         }
         Ok(())

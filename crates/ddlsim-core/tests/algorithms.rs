@@ -388,6 +388,7 @@ fn training(workers: u32, algorithm: AlgorithmName, model: CollectiveModel) -> T
         staleness: None,
         stagger_ns: 0,
         stagger: Default::default(),
+        in_network: Default::default(),
     }
 }
 

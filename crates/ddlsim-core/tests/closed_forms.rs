@@ -34,6 +34,7 @@ fn one_group(sync: SyncSpec, workers: u32, bytes: u64) -> TrainingSpec {
         staleness: None,
         stagger_ns: 0,
         stagger: Default::default(),
+        in_network: Default::default(),
     }
 }
 

@@ -87,6 +87,10 @@ def simulate(
     grow_module: Optional[str] = typer.Option(
         None, "--grow-module", help="Synthetic growth: inception-35x35x288 (compute) | inception-17x17x768 (network)"),
     grow_count: Optional[int] = typer.Option(None, "--grow-count", help="Synthetic growth: modules to add."),
+    in_network: Optional[str] = typer.Option(
+        None, "--in-network", help="In-network mechanisms. PS: none | multicast (parameters) | aggregation (gradients, in the switch) | multiagg (both); ring: none | multicast (all-gather)"),
+    switch_memory: Optional[str] = typer.Option(
+        None, "--switch-memory", help="PS aggregation: switch memory with a unit, e.g. 10MB; groups that do not fit go to the server."),
     routing: Optional[str] = typer.Option(None, "--routing", help="Leaf-spine routing: ecmp (per-flow hash) | spray"),
     ranks_per_host: Optional[int] = typer.Option(None, "--ranks-per-host", help="Ranks (GPUs) sharing one host and its link."),
     rack_placement: Optional[str] = typer.Option(
@@ -121,7 +125,7 @@ def simulate(
         "model": model, "workers": workers, "servers": servers, "strategy": strategy,
         "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
         "oversubscription": oversubscription, "hosts_per_leaf": hosts_per_leaf, "spines": spines,
-        "placement": placement, "algorithm": algorithm, "chunk_bytes": chunk_bytes, "collective_model": collective_model,
+        "placement": placement, "in_network": in_network, "switch_memory": switch_memory, "algorithm": algorithm, "chunk_bytes": chunk_bytes, "collective_model": collective_model,
         "stream_policy": stream_policy, "preemption": preemption, "grouping": grouping,
         "routing": routing, "ranks_per_host": ranks_per_host, "rack_placement": rack_placement,
         "server_hosts": server_hosts, "priority_bands": priority_bands, "record_flows": record_flows, "precision": precision, "efficiency": efficiency,

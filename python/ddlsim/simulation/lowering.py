@@ -210,6 +210,10 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
         extra["chunk_bytes"] = strategy.chunk_bytes
     if scenario.network.collective_model == "closed-form" and strategy.kind == "ring":
         extra["collective_model"] = "closed_form"
+    if strategy.kind == "ps" and strategy.in_network != "none":
+        extra["in_network"] = {"mode": strategy.in_network, "switch_memory": strategy.switch_memory_bytes}
+    if strategy.kind == "ring" and strategy.in_network == "multicast":
+        extra["in_network"] = {"mode": "multicast"}
     return {
         "workers": scenario.workers,
         "iterations": scenario.iterations,

@@ -27,6 +27,8 @@ The strategy is a tagged section::
     chunk_bytes = 0              # message pipelining: messages of at most this size (0: off)
     distribution = "immediate"   # "immediate" | "round-robin" | "block" (one send at a time per server)
     asynchronous = false         # no cross-worker barrier; staleness = s bounds how far ahead
+    in_network = "none"          # "none" | "multicast" | "aggregation" | "multiagg" (switch aggregation + multicast)
+    switch_memory = "10MB"       # aggregation memory of the switch (omit: unlimited)
     stream_policy = "fifo"
     preemption = "none"
 
@@ -501,6 +503,9 @@ class RingStrategy(_StrategyBase):
     # ring only: partition each tensor into messages of at most this many
     # bytes, each ring-all-reduced in turn (network-operator paper §8.2.1/§9.2); 0 = off
     chunk_bytes: int = Field(0, ge=0, le=10**15)
+    # "multicast": the ring's second ring (all-gather) becomes one multicast
+    # per worker of the chunk it reduced (network-operator paper §8.4); ring only.
+    in_network: Literal["none", "multicast"] = "none"
 
     @model_validator(mode="after")
     def _chunk_bytes_needs_ring(self):
@@ -509,10 +514,17 @@ class RingStrategy(_StrategyBase):
                 f"strategy.chunk_bytes = {self.chunk_bytes} partitions ring messages, but strategy.algorithm = "
                 f"{self.algorithm!r}; use algorithm = \"ring\" or remove chunk_bytes"
             )
+        if self.in_network == "multicast" and (self.algorithm != "ring" or self.chunk_bytes):
+            raise ValueError(
+                f"strategy.in_network = \"multicast\" makes the ring's all-gather a multicast; it needs algorithm = \"ring\" "
+                f"(got {self.algorithm!r}) and no chunk_bytes (got {self.chunk_bytes})"
+            )
         return self
 
     @property
     def label(self) -> str:
+        if self.in_network == "multicast":
+            return f"{self.algorithm} all-reduce, multicast all-gather"
         return f"{self.algorithm} all-reduce"
 
     @property
@@ -529,7 +541,8 @@ class PSStrategy(_StrategyBase):
 
     @property
     def label(self) -> str:
-        return f"PS, {self.servers} server{'s' if self.servers != 1 else ''}"
+        ina = "" if self.in_network == "none" else f", {self.in_network}"
+        return f"PS, {self.servers} server{'s' if self.servers != 1 else ''}{ina}"
     # round-robin: TensorFlow's default; size-balanced: largest first to the
     # least-loaded server; split: every tensor split evenly over all servers (§9.1)
     placement: Literal["round-robin", "size-balanced", "split"] = "round-robin"
@@ -559,7 +572,31 @@ class PSStrategy(_StrategyBase):
                 f"strategy.distribution = {self.distribution!r} orders the synchronous distribution phase; asynchronous "
                 "PS answers every push at once: remove distribution or set asynchronous = false"
             )
+        if self.in_network != "none":
+            variants = {"placement": ("split", self.placement == "split"),
+                        "distribution": (self.distribution, self.distribution != "immediate"),
+                        "asynchronous": (self.asynchronous, self.asynchronous),
+                        "chunk_bytes": (self.chunk_bytes, self.chunk_bytes != 0)}
+            clash = [(name, value) for name, (value, on) in variants.items() if on]
+            if clash:
+                name, value = clash[0]
+                raise ValueError(
+                    f"strategy.in_network = {self.in_network!r} is modelled for the plain synchronous PS only, but "
+                    f"strategy.{name} = {value!r}; remove {name} or set in_network = \"none\""
+                )
         return self
+
+    # In-network mechanisms (paper §3.4, §8.1): "multicast" sends the new
+    # parameters once, switches replicate them; "aggregation" sums the pushes
+    # in the switch; "multiagg" both. switch_memory: the switch's aggregation
+    # memory (a size, e.g. "10MB"); groups that do not fit, first come first
+    # served in tensor order, are aggregated at the server. None: unlimited.
+    in_network: Literal["none", "multicast", "aggregation", "multiagg"] = "none"
+    switch_memory: Optional[Size] = None
+
+    @property
+    def switch_memory_bytes(self) -> Optional[int]:
+        return None if self.switch_memory is None else parse_size_bytes(self.switch_memory)
 
     @property
     def update_bandwidth_bps(self) -> float:
@@ -657,6 +694,10 @@ class Scenario(_Strict):
                 f"network.collective_model = \"closed-form\" has no steps to preempt at, but strategy.preemption = "
                 f"{self.strategy.preemption!r}; set preemption = \"none\" or collective_model = \"steps\""
             )
+        if getattr(self.strategy, "in_network", "none") != "none" and self.strategy.kind == "ring" and self.network.collective_model == "closed-form":
+            raise ValueError(
+                'strategy.in_network = "multicast" with the ring is simulated step by step; set network.collective_model = "steps"'
+            )
         if self.network.server_hosts != "separate" and self.strategy.kind != "ps":
             raise ValueError(
                 f"network.server_hosts = {self.network.server_hosts!r} places parameter servers, but strategy.kind is "
@@ -705,6 +746,8 @@ FLAT_KEYS = {
     "speedup_kinds": ("model", "speedup_kinds"),
     "grow_module": ("model", "grow_module"),
     "grow_count": ("model", "grow_count"),
+    "in_network": ("strategy", "in_network"),
+    "switch_memory": ("strategy", "switch_memory"),
     "algorithm": ("strategy", "algorithm"),
     "collective_model": ("network", "collective_model"),
     "chunk_bytes": ("strategy", "chunk_bytes"),

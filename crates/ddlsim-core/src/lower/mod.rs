@@ -1,4 +1,5 @@
 //! Producers of workload graphs. The engine runs any [`crate::graph::Graph`];
 //! these build one from a higher-level description.
 
+pub mod in_network;
 pub mod training;

@@ -222,6 +222,9 @@ pub struct TrainingSpec {
     pub stagger_ns: u64,
     #[serde(default)]
     pub stagger: StaggerMode,
+    /// PS: multicast / in-network aggregation; ring: multicast all-gather (see `lower::in_network`).
+    #[serde(default)]
+    pub in_network: super::in_network::InNetworkSpec,
 }
 
 /// Network priority bands used for gradient priorities.
@@ -281,6 +284,7 @@ impl TrainingSpec {
         if self.asynchronous && self.distribution != Distribution::Immediate {
             return Err("asynchronous PS answers every push at once; the distribution order needs synchronous PS".into());
         }
+        super::in_network::validate(self)?;
         if self.collective_model == CollectiveModel::ClosedForm && self.preemption {
             return Err("the closed-form collective model has no steps to preempt at; turn preemption off or use the step-by-step model".into());
         }
@@ -424,6 +428,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
     // gates[w][l]: ops the forward of layer l on worker w waits for.
     let mut gates: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); num_layers]; n as usize];
     let mut rpc_counter: i64 = 0;
+    let in_switch = super::in_network::aggregated_groups(spec);
     let mut bwd_of: Vec<Vec<u32>> = vec![vec![0; num_layers]; n as usize];
     // sync_end[w][group]: the ops after which worker w holds the group's new values.
     let mut sync_end: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); spec.groups.len()]; n as usize];
@@ -494,6 +499,13 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                 op
             };
             match spec.sync {
+                SyncSpec::Allreduce { .. } if spec.in_network.mode == super::in_network::InNetworkMode::Multicast => {
+                    let ready: Vec<u32> = (0..n as usize).map(|w| bwd_of[w][l]).collect();
+                    let ends = super::in_network::lower_ring_multicast(&mut g, spec, gi as usize, &tag, &ready, &comm_stream);
+                    for (w, end) in ends.into_iter().enumerate() {
+                        sync_end[w][gi as usize].push(end);
+                    }
+                }
                 SyncSpec::Allreduce { algorithm } => {
                     let c = g.add_collective(CollectiveSpec {
                         algorithm: algorithm.algorithm(),
@@ -510,6 +522,14 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                         op.member = w;
                         let id = g.add(op, &[bwd_of[w as usize][l]]);
                         sync_end[w as usize][gi as usize].push(id);
+                    }
+                }
+                SyncSpec::Ps { .. } if spec.in_network.mode != super::in_network::InNetworkMode::None => {
+                    let ready: Vec<u32> = (0..n as usize).map(|w| bwd_of[w][l]).collect();
+                    let stream = server_stream[group.server as usize];
+                    let ends = super::in_network::lower_ps_group(&mut g, spec, gi as usize, &tag, &ready, stream, &mut rpc_counter, in_switch[gi as usize]);
+                    for (w, end) in ends.into_iter().enumerate() {
+                        sync_end[w][gi as usize].push(end);
                     }
                 }
                 SyncSpec::Ps { .. } => {

@@ -332,6 +332,8 @@ pub struct FlowNetwork {
     paths: Vec<Path>,
     /// Class of each (route key | band << 55).
     class_of: HashMap<u64, u32>,
+    /// Class of each explicit path (its links, latency) and band ([`FlowNetwork::start_on`]).
+    tree_class_of: HashMap<(Vec<u32>, u8, Time), u32>,
     link_classes: Vec<Vec<u32>>,
     active: usize,
     scale: f64,
@@ -359,6 +361,7 @@ impl FlowNetwork {
             classes: Vec::new(),
             paths: Vec::new(),
             class_of: HashMap::default(),
+            tree_class_of: HashMap::default(),
             link_classes: vec![Vec::new(); nl],
             active: 0,
             scale,
@@ -421,6 +424,49 @@ impl FlowNetwork {
             Some(&c) => c,
             None => self.new_class(now, src, dst, band, key),
         };
+        self.start_in(now, class, flow, bytes, out, cancelled)
+    }
+
+    /// Starts flow `flow` over an explicit path (a multicast or aggregation
+    /// tree, [`super::innet`]): one flow that every link of `path` counts
+    /// once (by its units), so the whole tree moves at one max-min rate.
+    /// Flows over the same links in the same band (and latency) share a class.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_on(
+        &mut self,
+        now: Time,
+        flow: u32,
+        path: &Path,
+        bytes: u64,
+        band: u8,
+        out: &mut Vec<Reschedule>,
+        cancelled: &mut Vec<u32>,
+    ) -> Result<FlowStart, String> {
+        let key = (path.links().to_vec(), band, path.latency);
+        let class = match self.tree_class_of.get(&key) {
+            Some(&c) => c,
+            None => {
+                self.classes.push(Class { band, members: BinaryHeap::new(), base: 0.0, since: now, rate: 0.0, version: 0, lone_until: None });
+                self.paths.push(path.clone());
+                self.class_mark.push(0);
+                let id = (self.classes.len() - 1) as u32;
+                self.tree_class_of.insert(key, id);
+                id
+            }
+        };
+        self.start_in(now, class, flow, bytes, out, cancelled)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_in(
+        &mut self,
+        now: Time,
+        class: u32,
+        flow: u32,
+        bytes: u64,
+        out: &mut Vec<Reschedule>,
+        cancelled: &mut Vec<u32>,
+    ) -> Result<FlowStart, String> {
         self.active += 1;
         let links = self.paths[class as usize].links();
         for &l in links {

@@ -14,6 +14,7 @@
 //! [`NetworkModel::take_flows`], in delivery order.
 
 pub mod config;
+pub mod innet;
 pub mod maxmin;
 pub mod topology;
 
@@ -70,6 +71,10 @@ pub trait NetworkModel {
     /// The topology the model routes over (switches, links, routes).
     fn topology(&self) -> &Topology;
     fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), String>;
+    /// Starts a transfer over an explicit path instead of `req`'s route (a
+    /// multicast or aggregation tree, see [`innet`]); delivered `path.latency`
+    /// after its transmission ends.
+    fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), String>;
     fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String>;
     fn stats(&self) -> NetworkStats;
     fn take_flows(&mut self) -> Vec<FlowRecord>;
@@ -204,6 +209,14 @@ impl NetworkModel for Analytic {
         sched.schedule(delivered, req.id as u64);
         Ok(())
     }
+    fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), String> {
+        self.common.check(&req, self.topo.ranks())?;
+        let tx_end = path.transmit_ns(req.bytes).and_then(|tx| at(now, tx).ok()).ok_or_else(|| too_long(req.bytes))?;
+        let delivered = at(tx_end, path.latency)?;
+        self.common.begin(now, req).tx_end = tx_end;
+        sched.schedule(delivered, req.id as u64);
+        Ok(())
+    }
     fn on_event(&mut self, now: Time, token: u64, _s: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String> {
         self.common.deliver(token as u32, now, out);
         Ok(())
@@ -249,6 +262,27 @@ impl NetworkModel for Flow {
         self.common.check(&req, self.net.topology().ranks())?;
         self.common.begin(now, req);
         let started = self.net.start(now, req.id, req.src, req.dst, req.bytes, req.band, &mut self.out, &mut self.cancelled)?;
+        self.started(req, started, sched)
+    }
+    fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), String> {
+        self.common.check(&req, self.net.topology().ranks())?;
+        self.common.begin(now, req);
+        let started = self.net.start_on(now, req.id, path, req.bytes, req.band, &mut self.out, &mut self.cancelled)?;
+        self.started(req, started, sched)
+    }
+    fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String> {
+        self.on_event_flow(now, token, sched, out)
+    }
+    fn stats(&self) -> NetworkStats {
+        NetworkStats { recomputations: self.net.recomputations(), flows: self.common.recorded }
+    }
+    fn take_flows(&mut self) -> Vec<FlowRecord> {
+        std::mem::take(&mut self.common.records)
+    }
+}
+
+impl Flow {
+    fn started(&mut self, req: TransferRequest, started: FlowStart, sched: &mut dyn Scheduler) -> Result<(), String> {
         for &c in &self.cancelled {
             let slot = &mut self.common.slots[c as usize];
             slot.generation = slot.generation.wrapping_add(1);
@@ -263,7 +297,7 @@ impl NetworkModel for Flow {
         self.flush(sched);
         Ok(())
     }
-    fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String> {
+    fn on_event_flow(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String> {
         if token & DELIVER != 0 {
             let id = (token & 0xffff_ffff) as u32;
             let generation = ((token >> 32) & 0x7fff_ffff) as u32;
@@ -287,11 +321,5 @@ impl NetworkModel for Flow {
         self.done.clear();
         self.flush(sched);
         Ok(())
-    }
-    fn stats(&self) -> NetworkStats {
-        NetworkStats { recomputations: self.net.recomputations(), flows: self.common.recorded }
-    }
-    fn take_flows(&mut self) -> Vec<FlowRecord> {
-        std::mem::take(&mut self.common.records)
     }
 }

@@ -445,6 +445,20 @@ impl Topology {
             push(p, Self::downlink(b), scale);
             p.latency += self.links[Self::uplink(a) as usize].delay + self.links[Self::downlink(b) as usize].delay;
         }
+        self.set_bottleneck(p);
+    }
+
+    /// A path over explicit links (a multicast or aggregation tree, see
+    /// [`super::innet`]): `units` per link as in [`Path::units`]; its rate
+    /// alone is the least `capacity * scale / units` over its links.
+    pub fn path_over(&self, links: Vec<u32>, units: Vec<u32>, switches: Vec<u32>, latency: Time) -> Path {
+        let mut p = Path { links, units, switches, latency, bottleneck: 0.0, bottleneck_bps: None };
+        self.set_bottleneck(&mut p);
+        p
+    }
+
+    fn set_bottleneck(&self, p: &mut Path) {
+        let scale = self.usage_scale();
         // Alone, a flow's rate is the least of capacity / share over its links.
         let mut best = f64::INFINITY;
         let mut exact: Option<Ratio> = None;

@@ -1,0 +1,224 @@
+//! In-network mechanisms for the parameter-server lowering (paper §3.4,
+//! §8.1): IP multicast of the new parameters and in-network aggregation of
+//! the gradients at a switch. How the network times them: see
+//! [`crate::network::innet`].
+//!
+//! Per group, by `in_network.mode`:
+//! - `none`: the plain PS exchange (push, update, ack, pull request, pull response).
+//! - `aggregation`: the workers' pushes are one aggregation fan (a switch
+//!   sums them and forwards one aggregate to the server: one send row per
+//!   worker and one recv row at the server, one message id); the server
+//!   updates, then acks and serves pulls by unicast as usual.
+//! - `multicast`: pushes as usual; once the server updated, it multicasts
+//!   the new parameters to every worker (`param_multicast`: one send row,
+//!   one recv row per worker, one message id). The multicast replaces the
+//!   ack and the pull request/response pair: the server pushes the
+//!   parameters to the group, workers do not ask.
+//! - `multiagg`: both.
+//!
+//! With the ring all-reduce, `multicast` makes its all-gather a multicast
+//! ([`lower_ring_multicast`]).
+//!
+//! Switch memory (`switch_memory`, bytes; none: unlimited): the switch must
+//! hold a group's running sum (payload plus header) while it aggregates.
+//! Groups are given switch memory first come, first served in group order
+//! (tensor order), once for the whole run: a group whose size does not fit
+//! in what is left is aggregated at the server (plain pushes) and later,
+//! smaller groups may still fit. One budget is shared by all aggregating
+//! switches (exact on a star, or when the servers share a leaf).
+
+use serde::Deserialize;
+
+use super::training::{AlgorithmName, CollectiveModel, SyncSpec, TrainingSpec};
+use crate::graph::{FanKind, FanSpec, Graph, Kind, Op};
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum InNetworkMode {
+    #[default]
+    None,
+    Multicast,
+    Aggregation,
+    Multiagg,
+}
+
+impl InNetworkMode {
+    pub fn aggregates(self) -> bool {
+        matches!(self, InNetworkMode::Aggregation | InNetworkMode::Multiagg)
+    }
+    pub fn multicasts(self) -> bool {
+        matches!(self, InNetworkMode::Multicast | InNetworkMode::Multiagg)
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InNetworkSpec {
+    #[serde(default)]
+    pub mode: InNetworkMode,
+    /// Aggregation memory of the switch, bytes; None: unlimited.
+    #[serde(default)]
+    pub switch_memory: Option<u64>,
+}
+
+pub fn validate(spec: &TrainingSpec) -> Result<(), String> {
+    match (spec.in_network.mode, &spec.sync) {
+        (InNetworkMode::None, _) | (_, SyncSpec::Ps { .. }) => Ok(()),
+        (InNetworkMode::Multicast, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }) => {
+            if spec.chunk_bytes != 0 {
+                return Err("the ring with a multicast all-gather does not partition messages; set chunk_bytes to 0".into());
+            }
+            if spec.collective_model == CollectiveModel::ClosedForm {
+                return Err("the ring with a multicast all-gather is simulated step by step; use the steps collective model".into());
+            }
+            Ok(())
+        }
+        (InNetworkMode::Multicast, SyncSpec::Allreduce { .. }) => {
+            Err("a multicast all-gather is available for the ring all-reduce only (algorithm ring)".into())
+        }
+        _ => Err("in-network aggregation applies to the parameter-server strategy only (all-reduce takes in_network multicast with the ring)".into()),
+    }
+}
+
+/// Ring all-reduce whose second ring (all-gather) is multicast (paper
+/// §8.4), lowered to point-to-point transfers: N-1 reduce-scatter steps on
+/// each worker's communication stream (in step s worker i sends chunk
+/// `(i - s) mod N`, about M/N bytes, to its successor, once it received
+/// step s-1's chunk), then every worker multicasts the chunk it fully
+/// reduced, `(i + 1) mod N`, to all the others (one multicast fan each). A
+/// worker holds the new values once every other chunk reached it (a
+/// `ring_multicast_done` marker). Idle star: `2 (N-1) M/(N B) + N alpha`,
+/// N-2 latencies less than the ring: each worker downlink receives N-1
+/// chunks during the all-gather either way.
+#[allow(clippy::too_many_arguments)]
+pub fn lower_ring_multicast(g: &mut Graph, spec: &TrainingSpec, gi: usize, tag: &dyn Fn(Op) -> Op, ready: &[u32], comm_stream: &[u32]) -> Vec<u32> {
+    let n = spec.workers;
+    let bytes = spec.groups[gi].bytes;
+    let (step_name, gather_name, done_name) = (g.op_name("ring_rs_step"), g.op_name("ring_multicast"), g.op_name("ring_multicast_done"));
+    if n == 1 {
+        let mut done = tag(Op::new(Kind::Marker, done_name, 0));
+        done.bytes = bytes;
+        return vec![g.add(done, &[ready[0]])];
+    }
+    let chunk = |c: u32| crate::collective::ring::chunk_bytes(bytes, n, c);
+    // last[i]: worker i's latest reduce-scatter send and the latest chunk it received.
+    let mut last: Vec<Vec<u32>> = (0..n as usize).map(|i| vec![ready[i]]).collect();
+    for s in 0..n - 1 {
+        let sends: Vec<u32> = (0..n)
+            .map(|i| {
+                let mut op = tag(Op::new(Kind::Transfer, step_name, i));
+                op.peer = ((i + 1) % n) as i32;
+                op.bytes = chunk((i + n - s) % n);
+                op.stream = comm_stream[i as usize];
+                g.add(op, &last[i as usize])
+            })
+            .collect();
+        for i in 0..n {
+            last[i as usize] = vec![sends[i as usize], sends[((i + n - 1) % n) as usize]];
+        }
+    }
+    let mut copies_to: Vec<Vec<u32>> = last.clone();
+    for i in 0..n {
+        let owned = chunk((i + 1) % n);
+        let ops: Vec<u32> = (0..n)
+            .filter(|&j| j != i)
+            .map(|j| {
+                let mut op = tag(Op::new(Kind::Transfer, gather_name, i));
+                op.peer = j as i32;
+                op.bytes = owned;
+                g.add(op, &last[i as usize])
+            })
+            .collect();
+        for &op in &ops {
+            copies_to[g.ops[op as usize].peer as usize].push(op);
+        }
+        if ops.len() > 1 {
+            g.fans.push(FanSpec { kind: FanKind::Multicast, ops });
+        }
+    }
+    (0..n)
+        .map(|w| {
+            let mut done = tag(Op::new(Kind::Marker, done_name, w));
+            done.bytes = bytes;
+            g.add(done, &copies_to[w as usize])
+        })
+        .collect()
+}
+
+/// Per group: whether the switch aggregates it (see the module doc).
+pub fn aggregated_groups(spec: &TrainingSpec) -> Vec<bool> {
+    if !spec.in_network.mode.aggregates() {
+        return vec![false; spec.groups.len()];
+    }
+    let mut left = spec.in_network.switch_memory.unwrap_or(u64::MAX);
+    spec.groups
+        .iter()
+        .map(|g| {
+            let need = g.bytes.saturating_add(spec.header_bytes);
+            if need <= left {
+                left -= need;
+                true
+            } else {
+                false
+            }
+        })
+        .collect()
+}
+
+/// Lowers one PS group's exchange with the in-network mechanisms.
+/// `ready[w]`: the op after which worker w's gradient is ready; `tag` fills
+/// the group's common fields. Returns, per worker, the op after which it
+/// holds the group's new parameters.
+#[allow(clippy::too_many_arguments)]
+pub fn lower_ps_group(
+    g: &mut Graph,
+    spec: &TrainingSpec,
+    gi: usize,
+    tag: &dyn Fn(Op) -> Op,
+    ready: &[u32],
+    server_stream: u32,
+    rpc_counter: &mut i64,
+    aggregate: bool,
+) -> Vec<u32> {
+    let n = spec.workers;
+    let group = &spec.groups[gi];
+    let server = n + group.server;
+    let mode = spec.in_network.mode;
+    let (push_request, push_response) = (g.op_name("push_request"), g.op_name("push_response"));
+    let (pull_request, pull_response) = (g.op_name("pull_request"), g.op_name("pull_response"));
+    let (update_name, multicast_name) = (g.op_name("update"), g.op_name("param_multicast"));
+    let transfer = |name: u32, src: u32, dst: u32, bytes: u64, rpc: i64| {
+        let mut op = tag(Op::new(Kind::Transfer, name, src));
+        op.peer = dst as i32;
+        op.bytes = bytes;
+        op.rpc = rpc;
+        op
+    };
+    let push_rpc = *rpc_counter;
+    let pull_rpc = *rpc_counter + n as i64;
+    *rpc_counter += 2 * n as i64;
+    let bytes = group.bytes + spec.header_bytes;
+    let pushes: Vec<u32> = (0..n).map(|w| g.add(transfer(push_request, w, server, bytes, push_rpc + w as i64), &[ready[w as usize]])).collect();
+    if aggregate && n > 1 {
+        g.fans.push(FanSpec { kind: FanKind::Aggregate, ops: pushes.clone() });
+    }
+    let mut update = tag(Op::new(Kind::Compute, update_name, server));
+    update.duration = group.update_ns;
+    update.stream = server_stream;
+    let update = g.add(update, &pushes);
+    if mode.multicasts() {
+        let copies: Vec<u32> = (0..n).map(|w| g.add(transfer(multicast_name, server, w, bytes, -1), &[update])).collect();
+        if n > 1 {
+            g.fans.push(FanSpec { kind: FanKind::Multicast, ops: copies.clone() });
+        }
+        return copies;
+    }
+    (0..n)
+        .map(|w| {
+            let header = spec.header_bytes;
+            let ack = g.add(transfer(push_response, server, w, header, push_rpc + w as i64), &[update]);
+            let req = g.add(transfer(pull_request, w, server, header, pull_rpc + w as i64), &[ack]);
+            g.add(transfer(pull_response, server, w, bytes, pull_rpc + w as i64), &[req])
+        })
+        .collect()
+}
