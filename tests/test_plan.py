@@ -391,3 +391,10 @@ def test_the_network_of_a_cost_model_reproduces_its_line_in_the_simulator(algori
               "workers": workers, "iterations": 1}
         r = ddlsim.simulate(sc, **cm.network(workers))
         assert r.iteration_time_s * 1e9 == pytest.approx(cm.allreduce(workers)(nbytes), rel=1e-12)
+
+
+def test_fit_out_into_a_missing_directory_fails_clearly_and_writes_nothing(tmp_path):
+    osu = Path(__file__).resolve().parent.parent / "examples" / "osu_allreduce_8nodes.txt"
+    run = cli("fit", str(osu), "--workers", "8", "--out", str(tmp_path / "missing" / "cost.json"))
+    assert run.returncode == 2 and "does not exist" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "missing").exists()

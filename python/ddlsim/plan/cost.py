@@ -428,7 +428,10 @@ class CostModel:
             raise PlanError(f"{origin}: {exc}") from None
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        from ..trace.parquet import atomic_output  # complete or absent, never half-written
+
+        with atomic_output(path) as temporary:
+            temporary.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> "CostModel":

@@ -153,7 +153,10 @@ class Plan:
     def save(self, path: str | Path) -> None:
         import json
 
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        from ..trace.parquet import atomic_output  # complete or absent, never half-written
+
+        with atomic_output(path) as temporary:
+            temporary.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
 
 
 def scenario_dict(sc: Scenario) -> dict:
