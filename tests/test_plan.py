@@ -2,6 +2,7 @@
 simulator's synthetic model."""
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 from decimal import Decimal
