@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install rust demo test test-floors bench clean-venv
+.PHONY: install rust browser demo test test-floors bench clean-venv
 
 rust:
 	@sh tools/ensure-rust.sh
@@ -28,7 +28,17 @@ install: rust $(PY)
 demo: install
 	$(PY) -m ddlsim demo --out ddlsim-out
 
-test: install
+# The analysis report is checked in a real browser: Debian's chromium,
+# installed here when missing (as root or through sudo). Without it that one
+# test skips and says so; nothing else needs it.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null 2>&1 && { SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO="sudo -n"; \
+	  echo "installing chromium (headless browser for the report test)"; \
+	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1 || { $$SUDO apt-get update -q >/dev/null 2>&1 && \
+	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1; }; } || true; }
+
+test: install browser
 	cargo test -q -p ddlsim-core
 	$(PY) -m pytest -q -p no:cacheprovider
 
