@@ -105,3 +105,9 @@ def test_hierarchical_ring_over_real_intra_host_links_equals_its_closed_form():
     assert steps.events.column("end_ns").max() == closed.events.column("end_ns").max()
     flat = ddlsim.simulate(**{**kw, "algorithm": "ring"})
     assert steps.iteration_time_s < flat.iteration_time_s
+
+
+def test_closed_form_mode_says_that_it_counts_no_bytes():
+    r = ddlsim.simulate(model="lenet5", workers=4, iterations=1, network="analytic", collective_model="closed-form")
+    assert r.summary()["bytes_sent_per_worker_per_iteration"] == 0
+    assert any("bytes sent are not counted" in n for n in r.notes)
