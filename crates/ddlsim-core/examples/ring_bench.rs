@@ -30,31 +30,7 @@ fn main() {
             tensor += 1;
         }
     }
-    let spec = TrainingSpec {
-        workers,
-        iterations: 1,
-        seed: 1,
-        sync: SyncSpec::Allreduce { algorithm: AlgorithmName::Ring },
-        jitter: 0.0,
-        barrier: true,
-        header_bytes: 0,
-        stream_policy: Default::default(),
-        preemption: false,
-        priority_bands: false,
-        tenant: 0,
-        layers,
-        groups,
-        host_of_rank: vec![],
-        chunk_bytes: 0,
-        collective_model: Default::default(),
-        ps_split: false,
-        distribution: Default::default(),
-        asynchronous: false,
-        staleness: None,
-        stagger_ns: 0,
-        stagger: Default::default(),
-        in_network: Default::default(),
-    };
+    let spec = TrainingSpec { seed: 1, ..TrainingSpec::new(workers, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }, layers, groups) };
     let net = NetworkSpec {
         fidelity: Fidelity::Flow,
         bandwidth_bps: 10e9,

@@ -366,29 +366,13 @@ fn training(workers: u32, algorithm: AlgorithmName, model: CollectiveModel) -> T
     let layers: Vec<LayerSpec> = (0..5).map(|l| LayerSpec { fwd_ns: 10_000 + 1_000 * l, bwd_ns: 20_000 + 3_000 * l }).collect();
     let groups = (0..5).map(|l| GroupSpec { layers: vec![l], tensor: l as i32, bytes: EVEN * (1 + l as u64 % 3), server: 0, update_ns: 0 }).collect();
     TrainingSpec {
-        workers,
         iterations: 2,
         seed: 7,
-        sync: SyncSpec::Allreduce { algorithm },
         jitter: 0.1,
         barrier: false,
-        header_bytes: 0,
-        stream_policy: Default::default(),
-        preemption: false,
-        priority_bands: false,
-        tenant: 0,
-        layers,
-        groups,
         host_of_rank: if algorithm == AlgorithmName::HierarchicalRing { (0..workers).map(|r| r / 2).collect() } else { vec![] },
-        chunk_bytes: 0,
         collective_model: model,
-        ps_split: false,
-        distribution: Default::default(),
-        asynchronous: false,
-        staleness: None,
-        stagger_ns: 0,
-        stagger: Default::default(),
-        in_network: Default::default(),
+        ..TrainingSpec::new(workers, SyncSpec::Allreduce { algorithm }, layers, groups)
     }
 }
 

@@ -11,31 +11,9 @@ use ddlsim_core::network::{Fidelity, NetworkSpec};
 use ddlsim_core::{run_graph, simulate_training, TraceDetail};
 
 fn one_group(sync: SyncSpec, workers: u32, bytes: u64) -> TrainingSpec {
-    TrainingSpec {
-        workers,
-        iterations: 1,
-        seed: 1,
-        sync,
-        jitter: 0.0,
-        barrier: true,
-        header_bytes: 0,
-        stream_policy: Default::default(),
-        preemption: false,
-        priority_bands: false,
-        tenant: 0,
-        layers: vec![LayerSpec { fwd_ns: 0, bwd_ns: 0 }],
-        groups: vec![GroupSpec { layers: vec![0], tensor: 0, bytes, server: 0, update_ns: 0 }],
-        host_of_rank: vec![],
-        chunk_bytes: 0,
-        collective_model: Default::default(),
-        ps_split: false,
-        distribution: Default::default(),
-        asynchronous: false,
-        staleness: None,
-        stagger_ns: 0,
-        stagger: Default::default(),
-        in_network: Default::default(),
-    }
+    let layers = vec![LayerSpec { fwd_ns: 0, bwd_ns: 0 }];
+    let groups = vec![GroupSpec { layers: vec![0], tensor: 0, bytes, server: 0, update_ns: 0 }];
+    TrainingSpec { seed: 1, ..TrainingSpec::new(workers, sync, layers, groups) }
 }
 
 fn op_rows(log: &EventLog, names: &[String], name: &str, kind: u8) -> Vec<usize> {

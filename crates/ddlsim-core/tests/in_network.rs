@@ -17,29 +17,9 @@ const MODES: [InNetworkMode; 4] = [InNetworkMode::None, InNetworkMode::Multicast
 
 fn ps(workers: u32, groups: Vec<GroupSpec>, layers: usize, mode: InNetworkMode) -> TrainingSpec {
     TrainingSpec {
-        workers,
-        iterations: 1,
         seed: 1,
-        sync: SyncSpec::Ps { servers: 1 },
-        jitter: 0.0,
-        barrier: true,
-        header_bytes: 0,
-        stream_policy: Default::default(),
-        preemption: false,
-        priority_bands: false,
-        tenant: 0,
-        layers: vec![LayerSpec { fwd_ns: 0, bwd_ns: 0 }; layers],
-        groups,
-        host_of_rank: vec![],
-        chunk_bytes: 0,
-        collective_model: Default::default(),
         in_network: InNetworkSpec { mode, switch_memory: None },
-        ps_split: false,
-        distribution: Default::default(),
-        asynchronous: false,
-        staleness: None,
-        stagger_ns: 0,
-        stagger: Default::default(),
+        ..TrainingSpec::new(workers, SyncSpec::Ps { servers: 1 }, vec![LayerSpec { fwd_ns: 0, bwd_ns: 0 }; layers], groups)
     }
 }
 

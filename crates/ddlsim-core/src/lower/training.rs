@@ -231,6 +231,36 @@ pub struct TrainingSpec {
 pub const BANDS: u32 = 8;
 
 impl TrainingSpec {
+    /// One iteration with every optional field at the default the JSON reader
+    /// fills in (barrier on, FIFO, per-host nothing special); set fields on the result.
+    pub fn new(workers: u32, sync: SyncSpec, layers: Vec<LayerSpec>, groups: Vec<GroupSpec>) -> Self {
+        TrainingSpec {
+            workers,
+            iterations: 1,
+            seed: 0,
+            sync,
+            jitter: 0.0,
+            barrier: true,
+            header_bytes: 0,
+            stream_policy: Default::default(),
+            preemption: false,
+            priority_bands: false,
+            tenant: 0,
+            layers,
+            groups,
+            host_of_rank: Vec::new(),
+            chunk_bytes: 0,
+            collective_model: Default::default(),
+            ps_split: false,
+            distribution: Default::default(),
+            asynchronous: false,
+            staleness: None,
+            stagger_ns: 0,
+            stagger: Default::default(),
+            in_network: Default::default(),
+        }
+    }
+
     pub fn from_json(text: &str) -> Result<Self, String> {
         serde_json::from_str(text).map_err(|e| format!("invalid training description for the engine: {e}"))
     }
