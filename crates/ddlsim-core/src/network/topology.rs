@@ -38,6 +38,7 @@
 
 use super::config::{NetworkSpec, Routing, TopologySpec};
 use crate::engine::Time;
+use crate::rng::mix; // ECMP's spine choice: SplitMix64's finaliser
 
 /// An exact positive rational, used for capacities in bits per second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -498,14 +499,6 @@ impl Topology {
     pub fn bottleneck(&self, path: &Path) -> f64 {
         path.bottleneck
     }
-}
-
-/// SplitMix64 finaliser: a fixed, well-spread hash (ECMP's spine choice).
-pub fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 #[cfg(test)]
