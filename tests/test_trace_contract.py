@@ -24,7 +24,7 @@ def engine_log(**overrides):
     sc = _resolve(None, overrides)
     model = build_model(sc.model, sc.base_dir)
     training = training_document(sc, model, layer_times_ns(model, sc.model))
-    detail = resolve_trace_detail(sc, len(training["groups"]))
+    detail = resolve_trace_detail(sc, [g["bytes"] for g in training["groups"]])
     out = _core.simulate_training_json(engine_json(training), engine_json(network_document(sc)), detail)
     raw = {name: np.frombuffer(data, dtype=np.dtype(dtype)) for name, (dtype, data) in out["columns"].items()}
     names = ("id", "iteration", "rank", "layer", "tensor", "group", "peer", "message", "bytes", "priority",

@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Optional
 
 from ..errors import ScenarioError
 from ..units import format_bytes
-from .lowering import steps_per_allreduce
+from .lowering import steps_per_iteration
 from .scenario import Scenario
 
 # Peak memory per event-log row (engine log + Python copy + DataFrame + analysis + writers).
@@ -129,14 +129,8 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         step_rows = transfers  # the recv row of each transfer op
     else:
         sync_ops = groups * n
-        if scenario.network.collective_model == "closed-form":
-            transfers = 0
-        else:
-            chunk = getattr(strategy, "chunk_bytes", 0)
-            per_host = scenario.network.ranks_per_host
-            transfers = n * sum(
-                steps_per_allreduce(strategy.algorithm, n, per_host, max(1, -(-b // chunk)) if chunk else 1) for b in group_bytes
-            )
+        closed_form = scenario.network.collective_model == "closed-form"
+        transfers = 0 if closed_form else n * steps_per_iteration(scenario, group_bytes)
         step_rows = 2 * transfers if detail == "step" else 0
     barrier = 1 if scenario.barrier else 0
     ops = iters * (compute + sync_ops + barrier)

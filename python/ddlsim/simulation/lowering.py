@@ -6,7 +6,6 @@ crates/ddlsim-core/src/lower/training.rs and network/config.rs)."""
 
 from __future__ import annotations
 
-from typing import Optional
 
 import heapq
 import json
@@ -112,21 +111,21 @@ def steps_per_allreduce(algorithm: str, n: int, ranks_per_host: int = 1, message
     return 2 * log2p + fold
 
 
-def resolve_trace_detail(scenario: Scenario, groups: int, group_bytes: Optional[list[int]] = None) -> str:
+def steps_per_iteration(scenario: Scenario, group_bytes: list[int]) -> int:
+    """All-reduce steps (send rows) one rank logs per iteration for these
+    gradient groups; a partitioned ring logs one ring per message of a group."""
+    strategy = scenario.strategy
+    n, per_host = scenario.workers, scenario.network.ranks_per_host
+    chunk = getattr(strategy, "chunk_bytes", 0)
+    return sum(steps_per_allreduce(strategy.algorithm, n, per_host, max(1, -(-b // chunk)) if chunk else 1) for b in group_bytes)
+
+
+def resolve_trace_detail(scenario: Scenario, group_bytes: list[int]) -> str:
     if scenario.trace_detail != "auto":
         return scenario.trace_detail
-    strategy = scenario.strategy
-    if strategy.kind != "ring" or scenario.network.collective_model == "closed-form":
+    if scenario.strategy.kind != "ring" or scenario.network.collective_model == "closed-form":
         return "step"  # PS rows, or closed-form collectives (no step rows at all)
-    n = scenario.workers
-    per_host = scenario.network.ranks_per_host
-    chunk = getattr(strategy, "chunk_bytes", 0)
-    if chunk and group_bytes is not None:
-        # A partitioned ring logs one ring per message of each group.
-        steps = sum(steps_per_allreduce(strategy.algorithm, n, per_host, max(1, -(-b // chunk))) for b in group_bytes)
-    else:
-        steps = groups * steps_per_allreduce(strategy.algorithm, n, per_host)
-    rows = scenario.iterations * n * steps
+    rows = scenario.iterations * scenario.workers * steps_per_iteration(scenario, group_bytes)
     return "step" if rows <= AUTO_STEP_ROW_LIMIT else "collective"
 
 def host_of_rank(scenario: Scenario) -> list[int]:

@@ -56,7 +56,7 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
     times = layer_times_ns(model, sc.model)
     training = training_document(sc, model, times)
     network = network_document(sc)
-    detail = resolve_trace_detail(sc, len(training["groups"]), [g["bytes"] for g in training["groups"]])
+    detail = resolve_trace_detail(sc, [g["bytes"] for g in training["groups"]])
     control = budget.current_control()
     budget.check(budget.estimate(sc, len(training["layers"]), [g["bytes"] for g in training["groups"]], detail), sc, detail, control)
     t0 = time.perf_counter()
