@@ -111,3 +111,9 @@ def test_closed_form_mode_says_that_it_counts_no_bytes():
     r = ddlsim.simulate(model="lenet5", workers=4, iterations=1, network="analytic", collective_model="closed-form")
     assert r.summary()["bytes_sent_per_worker_per_iteration"] == 0
     assert any("bytes sent are not counted" in n for n in r.notes)
+
+
+def test_closed_form_collectives_with_a_parameter_server_are_refused_naming_both():
+    with pytest.raises(ScenarioError) as exc:
+        ddlsim.simulate(model="lenet5", workers=2, strategy="ps", network="analytic", collective_model="closed-form")
+    assert "network.collective_model" in str(exc.value) and "strategy.kind" in str(exc.value)

@@ -689,6 +689,11 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _cross_section(self) -> "Scenario":
+        if self.network.collective_model == "closed-form" and self.strategy.kind != "ring":
+            raise ValueError(
+                f"network.collective_model = \"closed-form\" times all-reduce collectives, but strategy.kind is "
+                f"{self.strategy.kind!r} (no collectives); remove collective_model or set strategy kind = \"ring\""
+            )
         if self.network.collective_model == "closed-form" and self.strategy.preemption != "none":
             raise ValueError(
                 f"network.collective_model = \"closed-form\" has no steps to preempt at, but strategy.preemption = "
