@@ -420,6 +420,11 @@ def plan(
         out.print(f"[yellow]note:[/] {note}")
 
 
+from .reproduce_command import reproduce_app  # noqa: E402  (registered after the top-level commands)
+
+app.add_typer(reproduce_app, name="reproduce")
+
+
 def main() -> None:
     from .progress import Interrupted, install_signal_handlers
 

@@ -1,0 +1,14 @@
+"""`ddlsim reproduce PAPER`: regenerate a paper's tables and figures beside the paper's own numbers.
+
+Each paper's command lives in its own module and registers itself on `reproduce_app`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+reproduce_app = typer.Typer(
+    help="Regenerate a paper's tables and figures with ddlsim, each cell beside the paper's value.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)

@@ -1,0 +1,1 @@
+"""Paper reproductions: each module regenerates one paper's tables and figures with ddlsim."""
