@@ -9,10 +9,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
-
 from ..errors import DdlsimError
+from .consoles import err, out, real_console
 
 app = typer.Typer(
     help="Simulate and analyze the network communication of distributed deep-learning training.",
@@ -21,7 +19,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-err = Console(stderr=True)
 
 
 def _version(value: bool) -> None:
@@ -38,8 +35,6 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """Simulate and analyze the network communication of distributed deep-learning training."""
-# Tables stay readable when piped (rich would otherwise assume 80 columns).
-out = Console(width=None if sys.stdout.isatty() else 150)
 
 
 @app.command()
@@ -148,7 +143,7 @@ def simulate(
     from ..simulation.budget import run_control
     from .progress import EngineProgress
 
-    with EngineProgress(err, iterations or 0, enabled=err.is_terminal and not quiet) as progress:
+    with EngineProgress(err, iterations or 0, enabled=sys.stderr.isatty() and not quiet) as progress:
         with run_control(max_memory=budget_bytes, force=force, progress=progress, on_start=progress.start):
             result = run_simulation(scenario, **overrides)
         progress.phase("analysing")
@@ -207,6 +202,8 @@ _show_defaults(simulate, SIMULATE_DEFAULTS)
 @app.command()
 def models(layers: Optional[str] = typer.Option(None, "--layers", help="Show the layer table of this model.")) -> None:
     """List the model zoo: parameter tensors, parameters, size, FLOPs."""
+    from rich.table import Table
+
     from ..workload import list_models, load_model
 
     if layers:
@@ -281,7 +278,7 @@ def analyze(
     if window_ns <= 0:
         raise DdlsimError("--t-window must be longer than 0")
     run_analyze(events, compare_path=compare, report=report, out_dir=out_dir, as_json=as_json,
-                t_window_ns=window_ns, switch_memory_bytes=memory, console=out)
+                t_window_ns=window_ns, switch_memory_bytes=memory, console=real_console(out))
 
 
 @app.command()
@@ -289,7 +286,7 @@ def demo(out_dir: Path = typer.Option(Path("ddlsim-out"), "--out", "-o", help="W
     """Ring all-reduce vs parameter server for ResNet-50 on 8 workers at 10 Gbit/s."""
     from .demo import run_demo
 
-    run_demo(out_dir, out)
+    run_demo(out_dir, real_console(out))
 
 
 @app.command()
@@ -306,6 +303,8 @@ def fit(
     as_json: bool = typer.Option(False, "--json", help="Print the cost model as JSON only."),
 ) -> None:
     """Fit the all-reduce cost a + b·M (per worker count) and alpha, beta to microbenchmark times."""
+    from rich.table import Table
+
     from ..plan.cost import fit_tables
     from ..units import parse_size_bytes
 
@@ -358,6 +357,7 @@ def plan(
 ) -> None:
     """Plan gradient synchronisation: MG-WFBP merge plan and best DDP bucket size, verified by simulation."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
 
     from ..plan.cost import CostModel
     from ..plan.planner import make_plan
@@ -375,7 +375,7 @@ def plan(
         "batch_size": batch_size, "device": device, "iterations": iterations,
     }
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=err, transient=True, disable=not err.is_terminal or as_json)
+                   console=real_console(err), transient=True, disable=not err.is_terminal or as_json)
     with bar:
         task = bar.add_task("simulating", total=None)
 

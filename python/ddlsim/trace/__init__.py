@@ -6,43 +6,33 @@
   (reads schema v1 files too).
 * :mod:`.chrome` - Chrome / Perfetto JSON export.
 * :mod:`.sketchdlc` - SketchDLC per-node text traces, export and import.
+* :mod:`.columns` - the vocabulary and :class:`ArrayLog`, the columns without pyarrow.
 """
 
-from .chrome import to_chrome_trace, write_chrome_trace
-from .parquet import read_event_log, side_table_paths, write_event_log
-from .schema import (
-    BREAKDOWN_COLUMNS,
-    COLL_TYPES,
-    COLUMN_NAMES,
-    COLUMNS,
-    EVENT_LOG_SCHEMA,
-    EXTENSION_PREFIX,
-    KINDS,
-    PS_OPS,
-    REQUIRED_COLUMNS,
-    ROLES,
-    SCHEMA_VERSION,
-    SIDE_TABLES,
-    EventLog,
-    aligned_times,
-    as_event_log,
-    empty_event_log,
-    event_log_from_arrays,
-    event_log_from_rows,
-    rank_roles,
-    validate_event_log,
-)
+from importlib import import_module
 
-_SKETCHDLC = ("SKETCHDLC_COLUMNS", "read_sketchdlc", "to_sketchdlc", "write_sketchdlc")
+# Each name loads its module on first use, so that `import ddlsim.trace.columns`
+# (the simulate path) does not import pyarrow, pandas or the writers.
+_HOME = {
+    **dict.fromkeys(("to_chrome_trace", "write_chrome_trace"), "chrome"),
+    **dict.fromkeys(("read_event_log", "side_table_paths", "write_event_log"), "parquet"),
+    **dict.fromkeys(("SKETCHDLC_COLUMNS", "read_sketchdlc", "to_sketchdlc", "write_sketchdlc"), "sketchdlc"),
+    **dict.fromkeys(("BREAKDOWN_COLUMNS", "COLL_TYPES", "EXTENSION_PREFIX", "KINDS", "PS_OPS", "ROLES", "ArrayLog",
+                     "aligned_times"), "columns"),
+    **dict.fromkeys(("COLUMN_NAMES", "COLUMNS", "EVENT_LOG_SCHEMA", "REQUIRED_COLUMNS", "SCHEMA_VERSION", "SIDE_TABLES",
+                     "EventLog", "as_event_log", "empty_event_log", "event_log_from_arrays", "event_log_from_array_log", "event_log_from_rows",
+                     "rank_roles", "validate_event_log"), "schema"),
+}
 
 
 def __getattr__(name: str):
-    # SketchDLC needs pandas; load it on first use only
-    if name in _SKETCHDLC:
-        from . import sketchdlc
-
-        return getattr(sketchdlc, name)
+    if name in _HOME:
+        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))
 
 
 __all__ = [
