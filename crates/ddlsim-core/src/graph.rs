@@ -109,6 +109,8 @@ pub struct CollectiveSpec {
     /// Partition the tensor into messages of at most this many bytes
     /// (ring only, see [`crate::collective::ring`]); 0: one message.
     pub chunk_bytes: u64,
+    /// Reduction cost per byte a member combines (MG-WFBP's gamma); 0: free.
+    pub gamma_ns_per_byte: f64,
 }
 
 /// Which ready op a stream runs next (see [`crate::stream`]).

@@ -72,7 +72,8 @@ def simulate(
         None, "--async/--sync", help="Asynchronous PS: no cross-worker barrier, workers use the latest parameters."),
     staleness: Optional[int] = typer.Option(None, "--staleness", help="Asynchronous PS: iterations a worker may run ahead."),
     gamma_ns_per_byte: Optional[float] = typer.Option(
-        None, "--gamma", help="PS server reduction cost in ns per byte: adds (N-1) x bytes x gamma to each update."),
+        None, "--gamma", help="Reduction cost in ns per byte (MG-WFBP's gamma). PS: adds (N-1) x bytes x gamma to each server update; "
+        "all-reduce: each received chunk of the reduce phase takes bytes x gamma before the next step."),
     stagger: Optional[str] = typer.Option(None, "--stagger", help="Backpropagation staggering: skew with a unit, e.g. 2ms."),
     stagger_mode: Optional[str] = typer.Option(None, "--stagger-mode", help="fixed (worker w waits w x skew) | random (seeded)"),
     compute_speedup: Optional[float] = typer.Option(

@@ -13,6 +13,7 @@ The strategy is a tagged section::
     algorithm = "ring"           # "ring" | "halving-doubling" | "recursive-doubling" | "binary-tree"
                                  # | "double-binary-tree" | "direct" | "butterfly" | "hierarchical-ring"
     chunk_bytes = 0              # ring: cut each tensor into messages of at most this size (0: off)
+    gamma_ns_per_byte = 0.0      # reduction cost: each reduce-phase receipt takes bytes x gamma
     stream_policy = "fifo"       # "fifo" | "priority" (lowest layer first)
     preemption = "none"          # "none" | "chunk" (needs stream_policy = "priority")
     grouping = {kind = "ddp", bucket_cap_mb = 25}   # which gradients travel together
@@ -506,6 +507,9 @@ class RingStrategy(_StrategyBase):
     # "multicast": the ring's second ring (all-gather) becomes one multicast
     # per worker of the chunk it reduced (network-operator paper §8.4); ring only.
     in_network: Literal["none", "multicast"] = "none"
+    # reduction cost (MG-WFBP Table II's gamma): a member spends ceil(gamma x bytes) ns
+    # reducing each receipt of the reduce phase before its next step; 0 = free
+    gamma_ns_per_byte: float = Field(0.0, ge=0, le=1e6, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _chunk_bytes_needs_ring(self):
@@ -518,6 +522,11 @@ class RingStrategy(_StrategyBase):
             raise ValueError(
                 f"strategy.in_network = \"multicast\" makes the ring's all-gather a multicast; it needs algorithm = \"ring\" "
                 f"(got {self.algorithm!r}) and no chunk_bytes (got {self.chunk_bytes})"
+            )
+        if self.in_network == "multicast" and self.gamma_ns_per_byte:
+            raise ValueError(
+                f"strategy.gamma_ns_per_byte = {self.gamma_ns_per_byte} charges the all-reduce's reductions, which the ring with a "
+                "multicast all-gather does not model; remove one of strategy.gamma_ns_per_byte and strategy.in_network"
             )
         return self
 

@@ -74,10 +74,7 @@ impl Plan for RingPlan {
         let n = self.n;
         let per = 2 * (n - 1);
         let (q, step) = (stage / per, stage % per);
-        Stage {
-            send: Some(((i + 1) % n, chunk_bytes(self.message_bytes(q), n, self.chunk_of(i, step)))),
-            recv: Some((i + n - 1) % n),
-        }
+        Stage::exchange((i + 1) % n, chunk_bytes(self.message_bytes(q), n, self.chunk_of(i, step)), (i + n - 1) % n, step < n - 1)
     }
 }
 

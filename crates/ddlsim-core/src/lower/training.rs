@@ -203,6 +203,9 @@ pub struct TrainingSpec {
     /// bytes (ring; see `collective::ring`). 0 (default): no partitioning.
     #[serde(default)]
     pub chunk_bytes: u64,
+    /// All-reduce: reduction cost per byte a member combines (MG-WFBP Table II's gamma). 0 (default): free.
+    #[serde(default)]
+    pub gamma_ns_per_byte: f64,
     #[serde(default)]
     pub collective_model: CollectiveModel,
     /// PS: split every group evenly over all servers (its `server` is ignored).
@@ -250,6 +253,7 @@ impl TrainingSpec {
             groups,
             host_of_rank: Vec::new(),
             chunk_bytes: 0,
+            gamma_ns_per_byte: 0.0,
             collective_model: Default::default(),
             ps_split: false,
             distribution: Default::default(),
@@ -543,6 +547,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                         members: (0..n).collect(),
                         bytes: group.bytes,
                         chunk_bytes: spec.chunk_bytes,
+                        gamma_ns_per_byte: spec.gamma_ns_per_byte,
                     });
                     for w in 0..n {
                         let mut op = tag(Op::new(Kind::Collective, names.allreduce, w));
