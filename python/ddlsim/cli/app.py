@@ -104,7 +104,7 @@ def simulate(
     device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | fp16"),
     efficiency: Optional[float] = typer.Option(None, "--efficiency", help="Share of peak FLOP/s reached (0-1]."),
-    profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms, or an event log (.parquet) whose per-layer compute rows give them."),
     barrier: Optional[bool] = typer.Option(None, "--barrier/--no-barrier", help="Global barrier between iterations."),
     trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write event log, trace, tables and timeline here."),
@@ -339,7 +339,7 @@ def fit(
 def plan(
     scenario: Optional[Path] = typer.Argument(None, help="Scenario TOML file; flags override its values."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Zoo model (see `ddlsim models`), or 'synthetic'."),
-    profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms, or an event log (.parquet) whose per-layer compute rows give them."),
     workers: Optional[int] = typer.Option(None, "--workers", "-n", help="Number of workers."),
     bandwidth: Optional[str] = typer.Option(None, "--bandwidth", "-b", help="Host link bandwidth with a unit, e.g. 10Gbps."),
     latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency with a unit, e.g. 10us."),
