@@ -548,6 +548,11 @@ impl<'g> Executor<'g> {
         let op = (item & !PARKED) as u32;
         let o = &self.graph.ops[op as usize];
         if item & PARKED != 0 {
+            // Under P3-style preemption, resuming a less urgent member at a message boundary
+            // would commit this rank to a whole message the other ranks are not going to run now.
+            if self.graph.preempt_at_messages && o.priority > priority && self.parked_at_message_boundary(op) {
+                return false;
+            }
             return !self.waits_for_a_join(op);
         }
         if o.kind != Kind::Collective || o.priority < priority {
@@ -556,6 +561,16 @@ impl<'g> Executor<'g> {
         let members = self.graph.collectives[o.collective as usize].members.len() as u32;
         let joined = self.collectives[o.collective as usize].as_ref().map_or(0, |live| live.machine.joined());
         joined + 1 == members
+    }
+
+    /// True if parked collective member `op` has sent nothing of its current message.
+    fn parked_at_message_boundary(&self, op: u32) -> bool {
+        let o = &self.graph.ops[op as usize];
+        let Some(live) = self.collectives[o.collective as usize].as_ref() else { return false };
+        match self.parked.get(&op) {
+            Some(Some(Held { action: Action::Send { step, .. }, .. })) => live.machine.starts_message(*step),
+            _ => live.machine.at_message_boundary(o.member),
+        }
     }
 
     /// True if collective op `op`'s member waits for a member that has not joined.
@@ -571,7 +586,13 @@ impl<'g> Executor<'g> {
         if !st.policy.preempts() || st.in_flight > 0 || self.graph.ops[running as usize].kind != Kind::Collective {
             return Ok(());
         }
-        if st.policy.peek_priority().is_some_and(|p| p < self.graph.ops[running as usize].priority) {
+        let o = &self.graph.ops[running as usize];
+        if self.graph.preempt_at_messages
+            && !self.collectives[o.collective as usize].as_ref().is_some_and(|live| live.machine.at_message_boundary(o.member))
+        {
+            return Ok(());
+        }
+        if st.policy.peek_priority().is_some_and(|p| p < o.priority) {
             self.park(s, running, None);
             self.run_next(s, now, release)?;
         }
@@ -1003,7 +1024,10 @@ impl<'g> Executor<'g> {
                     let s = o.stream;
                     if s != NO_STREAM {
                         let st = &self.streams[s as usize];
-                        if st.policy.preempts() && st.policy.peek_priority().is_some_and(|p| p < o.priority) {
+                        let Action::Send { step, .. } = action else { unreachable!() };
+                        let at_boundary = !self.graph.preempt_at_messages
+                            || self.collectives[c].as_ref().is_some_and(|live| live.machine.starts_message(step));
+                        if at_boundary && st.policy.preempts() && st.policy.peek_priority().is_some_and(|p| p < o.priority) {
                             self.park(s as usize, op, Some(Held { collective: c as u32, action }));
                             self.run_next(s as usize, now, trigger)?;
                             continue;

@@ -168,6 +168,9 @@ pub struct Graph {
     pub closed_form: Option<crate::collective::closed_form::LinkCost>,
     /// In-network operations (multicast, aggregation) over transfer ops.
     pub fans: Vec<FanSpec>,
+    /// Preemptive streams yield only where a collective member starts a message
+    /// (P3's slice boundaries), not at every step.
+    pub preempt_at_messages: bool,
 }
 
 impl Graph {
@@ -187,7 +190,7 @@ impl Graph {
         op_names: Vec<String>,
         stream_names: Vec<String>,
     ) -> Result<Self, String> {
-        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new() };
+        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false };
         g.check()?;
         Ok(g)
     }

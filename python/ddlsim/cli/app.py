@@ -52,7 +52,8 @@ def simulate(
     stream_policy: Optional[str] = typer.Option(
         None, "--stream-policy", help="Order of gradient transfers: fifo | priority (lowest layer first)"),
     preemption: Optional[str] = typer.Option(
-        None, "--preemption", help="With --stream-policy priority: none (finish the running one) | chunk (preempt at chunk boundaries)"),
+        None, "--preemption", help="With --stream-policy priority: none (finish the running one) | chunk (preempt between steps) "
+        "| message (P3: only between --chunk-bytes slices)"),
     grouping: Optional[str] = typer.Option(
         None, "--grouping", help="Which gradients travel together: per-tensor | synceasgd | mg-wfbp | fusion | thesis-fusion "
         "| ddp | fixed, options after a colon: ddp:bucket_cap_mb=50, fusion:threshold=32MiB,cycle_time=2ms"),
@@ -352,7 +353,11 @@ def plan(
     device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
     iterations: Optional[int] = typer.Option(
         None, "--iterations", "-i", help="Iterations per simulation (default: 1 when the barrier is on and there is no jitter)."),
+    barrier: Optional[bool] = typer.Option(
+        None, "--barrier/--no-barrier", help="Global barrier between iterations (priority schedules such as P3 need it off)."),
     bucket_caps: str = typer.Option("1,5,10,25,50,100", "--bucket-caps", help="DDP bucket_cap_mb values to sweep."),
+    slice_sizes: str = typer.Option(
+        "1MiB,4MiB,16MiB", "--slice-sizes", help="P3 slice sizes to sweep (ring; 'none' for no P3 sweep)."),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON only."),
 ) -> None:
@@ -369,11 +374,17 @@ def plan(
         caps = [float(x) for x in bucket_caps.split(",") if x.strip()]
     except ValueError:
         raise DdlsimError(f"--bucket-caps {bucket_caps!r}: write numbers in MB separated by commas, e.g. 1,5,10,25") from None
+    from ..units import parse_size_bytes
+
+    try:
+        slices = [] if slice_sizes.strip().lower() == "none" else [parse_size_bytes(x.strip()) for x in slice_sizes.split(",") if x.strip()]
+    except ValueError as exc:
+        raise DdlsimError(f"--slice-sizes {slice_sizes!r}: {exc}; write sizes with units separated by commas, e.g. 1MiB,4MiB") from None
     cm = CostModel.load(cost_model) if cost_model is not None else None
     overrides = {
         "model": model, "profile": str(profile.resolve()) if profile else None, "workers": workers,
         "bandwidth": bandwidth, "latency": latency, "algorithm": algorithm, "network": network,
-        "batch_size": batch_size, "device": device, "iterations": iterations,
+        "batch_size": batch_size, "device": device, "iterations": iterations, "barrier": barrier,
     }
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=real_console(err), transient=True, disable=not err.is_terminal or as_json)
@@ -383,7 +394,7 @@ def plan(
         def progress(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, description=f"simulating {label}")
 
-        result = make_plan(scenario, cost_model=cm, bucket_caps_mb=caps, progress=progress,
+        result = make_plan(scenario, cost_model=cm, bucket_caps_mb=caps, slice_bytes=slices, progress=progress,
                            **{k: v for k, v in overrides.items() if v is not None})
     data = result.to_dict()
     if out_path is not None:
@@ -403,9 +414,10 @@ def plan(
     rows += [(f"DDP {c.bucket_cap_mb:g} MB" + (" [best]" if c is result.best_ddp else ""), c) for c in result.ddp_sweep
              if c.bucket_cap_mb != result.ddp_default.bucket_cap_mb or c is result.best_ddp]
     rows.append(("MG-WFBP", result.mg_wfbp))
+    rows += [(c.label + (" [best]" if c is result.best_p3 else ""), c) for c in result.p3_sweep]
     for label, c in rows:
         s = result.speedups(c)
-        style = "bold" if c is result.mg_wfbp or c is result.best_ddp else None
+        style = "bold" if c is result.mg_wfbp or c is result.best_ddp or c is result.best_p3 else None
         table.add_row(label, str(len(c.groups)), f"{c.iteration_time_s * 1e3:.2f}", f"{s['wfbp']:.3f}x",
                       f"{s['synceasgd']:.3f}x", f"{s['ddp_default']:.3f}x", style=style)
     out.print(table)
@@ -413,6 +425,8 @@ def plan(
     out.print(f"MG-WFBP plan: {len(sizes)} all-reduces of {', '.join(f'{b / 1e6:.2f}' for b in sizes[:12])}"
               f"{' …' if len(sizes) > 12 else ''} MB (first layer first); T_ar(M) = {result.cost.a / 1e3:.2f} us + "
               f"{result.cost.b:.4g} ns/B · M; planner's own estimate {result.mg_wfbp_estimate_s * 1e3:.2f} ms")
+    if result.best_p3 is not None:
+        out.print(f"best P3: {result.best_p3.label} (per-tensor all-reduces, lowest layer first, preempted between slices)")
     out.print(f"best DDP: bucket_cap_mb={result.best_ddp.bucket_cap_mb:g} ({len(result.best_ddp.groups)} buckets); "
               f"{result.simulations} simulations in {result.wall_s:.2f} s")
     if out_path is not None:

@@ -15,7 +15,8 @@ The strategy is a tagged section::
     chunk_bytes = 0              # ring: cut each tensor into messages of at most this size (0: off)
     gamma_ns_per_byte = 0.0      # reduction cost: each reduce-phase receipt takes bytes x gamma
     stream_policy = "fifo"       # "fifo" | "priority" (lowest layer first)
-    preemption = "none"          # "none" | "chunk" (needs stream_policy = "priority")
+    preemption = "none"          # "none" | "chunk" (between steps) | "message" (P3: between chunk_bytes slices);
+                                 # needs stream_policy = "priority"
     grouping = {kind = "ddp", bucket_cap_mb = 25}   # which gradients travel together
 
     [strategy]
@@ -91,7 +92,7 @@ Size = Annotated[Union[str, int, float], AfterValidator(_check(parse_size_bytes)
 Quantity = Union[str, float, int]
 
 StreamPolicy = Literal["fifo", "priority"]
-Preemption = Literal["none", "chunk"]
+Preemption = Literal["none", "chunk", "message"]
 
 
 def _lowercase_choices(model: type[BaseModel], data: Any) -> Any:
@@ -469,7 +470,8 @@ class _StrategyBase(_Strict):
     # lowest layer index first (thesis §4.3) or first come, first served
     stream_policy: StreamPolicy = "fifo"
     # with priority: "none" lets a running collective / transfer finish,
-    # "chunk" preempts it at chunk boundaries
+    # "chunk" preempts it at chunk (step) boundaries, "message" only where a
+    # message starts (P3: tensors sliced into chunk_bytes messages, a slice is never interrupted)
     preemption: Preemption = "none"
     # which gradients travel together (default: one synchronisation per tensor)
     grouping: Grouping = Field(default_factory=PerTensorGrouping)

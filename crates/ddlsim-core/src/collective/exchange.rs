@@ -50,6 +50,10 @@ pub trait Plan {
     fn members(&self) -> u32;
     fn stages(&self) -> u32;
     fn stage(&self, member: u32, stage: u32) -> Stage;
+    /// True if `stage` starts a message (the collective is one message unless the plan partitions it).
+    fn starts_message(&self, stage: u32) -> bool {
+        stage == 0
+    }
 }
 
 const NOT_JOINED: Time = Time::MAX;
@@ -321,6 +325,16 @@ impl<P: Plan> Collective for Exchange<P> {
 
     fn waits_for_a_join(&self, member: u32) -> bool {
         self.joined < self.plan.members() && self.joined_at[member as usize] != NOT_JOINED
+    }
+
+    fn at_message_boundary(&self, member: u32) -> bool {
+        let mu = member as usize;
+        let s = self.stage[mu];
+        s < self.stages && !self.sent[mu] && !self.reducing[mu] && self.plan.starts_message(s)
+    }
+
+    fn starts_message(&self, step: u32) -> bool {
+        self.plan.starts_message(step)
     }
 }
 

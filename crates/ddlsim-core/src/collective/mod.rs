@@ -77,6 +77,16 @@ pub trait Collective {
     fn waits_for_a_join(&self, member: u32) -> bool;
     /// Members that have joined so far.
     fn joined(&self) -> u32;
+    /// True if `member` is between messages (has sent nothing of its current
+    /// one): where P3-style preemption may take its stream. Default: never
+    /// inside a collective.
+    fn at_message_boundary(&self, _member: u32) -> bool {
+        false
+    }
+    /// True if a send of `step` is the first of a message (see [`Collective::at_message_boundary`]).
+    fn starts_message(&self, step: u32) -> bool {
+        step == 0
+    }
 }
 
 /// The all-reduce algorithms the engine knows.

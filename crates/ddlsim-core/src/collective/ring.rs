@@ -70,6 +70,10 @@ impl Plan for RingPlan {
         2 * (self.n - 1) * self.messages
     }
 
+    fn starts_message(&self, stage: u32) -> bool {
+        stage % (2 * (self.n - 1)) == 0
+    }
+
     fn stage(&self, i: u32, stage: u32) -> Stage {
         let n = self.n;
         let per = 2 * (n - 1);

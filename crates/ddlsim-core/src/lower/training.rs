@@ -189,6 +189,9 @@ pub struct TrainingSpec {
     /// With the priority policy: a running collective yields at chunk boundaries.
     #[serde(default)]
     pub preemption: bool,
+    /// With preemption: yield only where a message (a P3 slice: `chunk_bytes`) starts, not between steps.
+    #[serde(default)]
+    pub preempt_at_messages: bool,
     /// Gradient transfers carry their layer's priority into network bands.
     #[serde(default)]
     pub priority_bands: bool,
@@ -247,6 +250,7 @@ impl TrainingSpec {
             header_bytes: 0,
             stream_policy: Default::default(),
             preemption: false,
+            preempt_at_messages: false,
             priority_bands: false,
             tenant: 0,
             layers,
@@ -424,6 +428,7 @@ struct Names {
 pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
     spec.validate()?;
     let mut g = Graph::new();
+    g.preempt_at_messages = spec.preemption && spec.preempt_at_messages;
     let names = Names {
         forward: g.op_name("forward"),
         backward: g.op_name("backward"),
