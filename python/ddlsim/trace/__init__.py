@@ -6,9 +6,19 @@
   (reads schema v1 files too).
 * :mod:`.chrome` - Chrome / Perfetto JSON export.
 * :mod:`.sketchdlc` - SketchDLC per-node text traces, export and import.
+* :mod:`.chakra` - MLCommons Chakra execution traces, export and import.
+* :mod:`.kineto` - PyTorch-profiler (Kineto) JSON, export and import.
+* :mod:`.netop` - send traces of the network-operator paper, import.
+* :mod:`.csv_table` - one CSV table, export.
+* :mod:`.formats` - the formats by name: :func:`read_trace`, :func:`write_trace`.
 """
 
+from .chakra import read_chakra, write_chakra
 from .chrome import to_chrome_trace, write_chrome_trace
+from .csv_table import write_csv
+from .formats import READ_FORMATS, WRITE_FORMATS, read_trace, write_trace
+from .kineto import read_kineto, to_kineto, write_kineto
+from .netop import read_netop_trace
 from .parquet import read_event_log, side_table_paths, write_event_log
 from .schema import (
     BREAKDOWN_COLUMNS,
@@ -46,6 +56,15 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "write_trace",
+    "write_kineto",
+    "write_csv",
+    "write_chakra",
+    "to_kineto",
+    "read_trace",
+    "read_netop_trace",
+    "read_kineto",
+    "read_chakra",
     "BREAKDOWN_COLUMNS",
     "COLL_TYPES",
     "COLUMN_NAMES",
@@ -55,6 +74,8 @@ __all__ = [
     "EventLog",
     "KINDS",
     "PS_OPS",
+    "READ_FORMATS",
+    "WRITE_FORMATS",
     "REQUIRED_COLUMNS",
     "ROLES",
     "SCHEMA_VERSION",

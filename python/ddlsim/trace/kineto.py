@@ -48,7 +48,7 @@ from typing import Any, Iterable
 from ..errors import TraceError
 from .parquet import atomic_output
 from .subset import collective_steps, redirect_deps
-from .schema import COLUMN_NAMES, EventLog, event_log_from_arrays, iter_rows, rows_to_columns, validate_event_log
+from .schema import COLUMN_NAMES, EventLog, empty_event_log, event_log_from_arrays, iter_rows, rows_to_columns, validate_event_log
 
 COMPUTE_STREAM = 7
 COMM_STREAM = 20
@@ -264,21 +264,34 @@ def read_kineto(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
             raise TraceError(f"{path}: rank {rank} again (also {seen[rank]}); pass one trace per rank")
         seen[rank] = path
         rows += _trace_rows(trace, rank, path)
-    ours = bool(rows) and all(row.pop("_ours") for row in rows)
+    metadata = {"source": "kineto", "files": [str(p) for p in files]}
+    if not rows:
+        return empty_event_log(metadata)
+    ours = all([row.pop("_ours") for row in rows])
     if not ours:
         for index, row in enumerate(rows):
             row["id"] = index
     else:
-        for row in rows:
-            row.pop("_ours", None)
-    metadata = {"source": "kineto", "files": [str(p) for p in files]}
+        _check_messages(rows, seen)
     source_name = "Kineto traces " + ", ".join(str(p) for p in files)
     return event_log_from_arrays(rows_to_columns(rows), metadata=metadata, source=source_name, check_causality=False)
+
+
+def _check_messages(rows: list[dict[str, Any]], files: dict[int, Path]) -> None:
+    """Rows of our own export: every recv needs its send, i.e. the trace of the sender's rank."""
+    sent = {row["message"] for row in rows if row["kind"] == "send"}
+    for row in rows:
+        if row["kind"] == "recv" and row["message"] not in sent:
+            raise TraceError(f"{files[row['rank']]}: row {row['id']} receives message {row['message']} from rank "
+                             f"{row['peer']}, whose trace was not given; pass the traces of all ranks (their directory)")
 
 
 def _rank_of(trace: Any, path: Path, single: bool) -> int:
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise TraceError(f"{path}: a Kineto trace is a JSON object with a 'traceEvents' list")
+    if (trace.get("otherData") or {}).get("generator") == "ddlsim" and "distributedInfo" not in trace:
+        raise TraceError(f"{path}: is ddlsim's Chrome / Perfetto export, which is write-only; convert the event "
+                         "log it came from instead")
     info = trace.get("distributedInfo")
     if isinstance(info, dict) and "rank" in info:
         if not isinstance(info["rank"], int) or isinstance(info["rank"], bool) or info["rank"] < 0:
