@@ -43,7 +43,7 @@ from .schema import (
     validate_event_log,
 )
 
-_SKETCHDLC = ("SKETCHDLC_COLUMNS", "read_sketchdlc", "to_sketchdlc", "write_sketchdlc")
+_SKETCHDLC = ("SKETCHDLC_COLUMNS", "read_sketchdlc", "read_sketchdlc_records", "to_sketchdlc", "write_sketchdlc")
 
 
 def __getattr__(name: str):
@@ -89,6 +89,7 @@ __all__ = [
     "rank_roles",
     "read_event_log",
     "read_sketchdlc",
+    "read_sketchdlc_records",
     "side_table_paths",
     "to_chrome_trace",
     "to_sketchdlc",
