@@ -408,7 +408,8 @@ def _node_row(node: Any, rank: int, path: Path, index: int) -> dict[str, Any]:
     for column in _INT_COLUMNS + _STRING_COLUMNS + ("ready_ns",):
         if f"ddlsim_{column}" in attrs:
             row[column] = attrs[f"ddlsim_{column}"]
-    if "ddlsim_id" in attrs:  # our own file: exact times and the deps on other ranks
+    if "ddlsim_id" in attrs:  # our own file: its attributes are the row (an absent string is ''), exact times, remote deps
+        row.update({column: attrs.get(f"ddlsim_{column}", "") for column in _STRING_COLUMNS})
         row["_remote_deps"] = [int(d) for d in attrs.get("ddlsim_remote_deps", [])]
         row["_deps_unknown"] = bool(attrs.get("ddlsim_deps_unknown", False))
     return row
