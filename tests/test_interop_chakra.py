@@ -9,6 +9,8 @@ from ddlsim.errors import TraceError
 from ddlsim.trace import read_chakra, write_chakra
 from trace_logs import small_log
 
+pytest.importorskip("google.protobuf", reason="protobuf is not installed (pip install -e '.[interop]'); Chakra ET needs it")
+
 COMPARED = ["id", "iteration", "rank", "role", "host", "device", "stream", "kind", "op", "name", "layer", "tensor", "group",
             "slice", "peer", "message", "bytes", "priority", "tenant", "collective", "coll_type", "algorithm", "step", "rpc",
             "ready_ns", "start_ns", "end_ns", "deps"]

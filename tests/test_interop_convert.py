@@ -87,3 +87,19 @@ def test_export_is_convert_with_the_event_log_as_input(tmp_path, ps_events):
     assert exported == converted
     for path in exported:
         assert (tmp_path / "export" / path).read_bytes() == (tmp_path / "convert" / path).read_bytes(), path
+
+
+def test_the_examples_of_docs_interop_run(tmp_path):
+    import re
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "interop.md").read_text(encoding="utf-8")
+    commands = [line.split("#", 1)[0].strip() for line in re.search(r"```sh\n(.*?)```", text, flags=re.S).group(1).splitlines()]
+    for command in filter(None, commands):
+        run = cli(*shlex.split(command)[1:], cwd=tmp_path)
+        assert run.returncode == 0, (command, run.stderr[-2000:])
+    python = re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+    run = subprocess.run([sys.executable, "-c", python], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (tmp_path / "out.json").exists() and (tmp_path / "ck" / "trace.2.et").exists()

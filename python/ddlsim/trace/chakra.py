@@ -90,7 +90,11 @@ def _message_classes() -> dict[str, Any]:
     """GlobalMetadata, Node, AttributeProto... built from et_def.proto's field numbers."""
     if _CLASSES:
         return _CLASSES
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    except ImportError:
+        raise TraceError("Chakra ET files need the protobuf package: pip install 'ddlsim[interop]' "
+                         "(or pip install protobuf)") from None
 
     F = descriptor_pb2.FieldDescriptorProto
     file = descriptor_pb2.FileDescriptorProto(name="ddlsim_chakra_et_def.proto", package="ChakraProtoMsg", syntax="proto3")
