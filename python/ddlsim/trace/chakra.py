@@ -290,7 +290,7 @@ def find_chakra_files(source: str | os.PathLike[str] | Iterable[str | os.PathLik
             prefixes = {_FILE_NAME.match(f.name).group("prefix") for f in files if _FILE_NAME.match(f.name)}
             if len(prefixes) > 1:
                 raise TraceError(f"{path}: holds Chakra files of several prefixes {sorted(prefixes)}; "
-                                 "name one prefix (e.g. {path}/{sorted(prefixes)[0]})")
+                                 f"name one prefix (e.g. {path}/{sorted(prefixes)[0]})")
         elif path.is_file():
             files = [path]
         else:
