@@ -231,32 +231,35 @@ def models(layers: Optional[str] = typer.Option(None, "--layers", help="Show the
 @app.command()
 def export(
     events: Path = typer.Argument(..., help="An event log (events.parquet)."),
-    fmt: str = typer.Option(..., "--format", "-f", help="chrome | sketchdlc | csv"),
-    out_path: Path = typer.Option(..., "--out", "-o", help="Output file (chrome, csv) or directory (sketchdlc)."),
+    fmt: str = typer.Option(..., "--format", "-f", help="chrome | sketchdlc | csv | chakra | kineto"),
+    out_path: Path = typer.Option(..., "--out", "-o", help="Output file (chrome, csv), directory (sketchdlc, kineto) "
+                                  "or prefix (chakra: <prefix>.<rank>.et)."),
 ) -> None:
-    """Convert an event log: Perfetto/Chrome JSON, SketchDLC per-node text, or CSV."""
-    import numpy as np
+    """Convert an event log: Perfetto/Chrome JSON, SketchDLC, CSV, Chakra or Kineto (same as `convert --to`)."""
+    from ..interop import convert as convert_trace
 
-    from ..output import staged_directory
-    from ..trace import read_event_log, write_chrome_trace, write_sketchdlc
+    if fmt.strip().lower() == "events":
+        raise DdlsimError("--format events: the input is already an event log; use `ddlsim convert` to copy it")
+    written = convert_trace(events, out_path, from_format="events", to_format=fmt)
+    out.print(f"wrote {out_path}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
 
-    fmt = fmt.strip().lower()
-    if fmt not in ("chrome", "sketchdlc", "csv"):
-        raise DdlsimError(f"--format {fmt!r}: choose chrome, sketchdlc or csv")
-    log = read_event_log(events)
-    if fmt == "chrome":
-        write_chrome_trace(log, out_path)
-    elif fmt == "csv":
-        with staged_directory(out_path.parent if str(out_path.parent) else Path(".")) as stage:
-            frame = log.to_pandas()
-            frame["deps"] = frame["deps"].map(lambda d: "" if d is None else " ".join(str(int(x)) for x in d))
-            frame.to_csv(stage / out_path.name, index=False)
-    else:
-        if not np.isin(log.column("op"), ["push_request", "push_response", "pull_request", "pull_response"]).any():
-            raise DdlsimError(f"{events}: SketchDLC describes parameter-server push/pull traffic; this log has none")
-        with staged_directory(out_path) as stage:
-            write_sketchdlc(log, stage)
-    out.print(f"wrote {out_path}")
+
+@app.command()
+def convert(
+    source: Path = typer.Argument(..., help="Input: events.parquet, a SketchDLC / Kineto directory, a Chakra prefix or "
+                                  ".et file, a Kineto .json, a netop trace."),
+    target: Path = typer.Argument(..., help="Output: .parquet, .json (Chrome), .csv, <prefix>.et (Chakra), or a "
+                                  "directory (with --to sketchdlc or kineto)."),
+    from_format: Optional[str] = typer.Option(None, "--from", help="events | sketchdlc | chakra | kineto | netop "
+                                              "(default: from the name)"),
+    to_format: Optional[str] = typer.Option(None, "--to", help="events | sketchdlc | chakra | kineto | chrome | csv "
+                                            "(default: from the name)"),
+) -> None:
+    """Convert between trace formats (see docs/interop.md): event log, SketchDLC, Chakra, Kineto, Chrome, CSV, netop."""
+    from ..interop import convert as convert_trace
+
+    written = convert_trace(source, target, from_format=from_format, to_format=to_format)
+    out.print(f"wrote {target}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
 
 
 @app.command()

@@ -7,6 +7,11 @@
 * :mod:`.chrome` - Chrome / Perfetto JSON export.
 * :mod:`.sketchdlc` - SketchDLC per-node text traces, export and import.
 * :mod:`.columns` - the vocabulary and :class:`ArrayLog`, the columns without pyarrow.
+* :mod:`.chakra` - MLCommons Chakra execution traces, export and import.
+* :mod:`.kineto` - PyTorch-profiler (Kineto) JSON, export and import.
+* :mod:`.netop` - send traces of the network-operator paper, import.
+* :mod:`.csv_table` - one CSV table, export.
+* :mod:`.formats` - the formats by name: :func:`read_trace`, :func:`write_trace`.
 """
 
 from importlib import import_module
@@ -16,7 +21,12 @@ from importlib import import_module
 _HOME = {
     **dict.fromkeys(("to_chrome_trace", "write_chrome_trace"), "chrome"),
     **dict.fromkeys(("read_event_log", "side_table_paths", "write_event_log"), "parquet"),
-    **dict.fromkeys(("SKETCHDLC_COLUMNS", "read_sketchdlc", "to_sketchdlc", "write_sketchdlc"), "sketchdlc"),
+    **dict.fromkeys(("SKETCHDLC_COLUMNS", "read_sketchdlc", "read_sketchdlc_records", "to_sketchdlc", "write_sketchdlc"), "sketchdlc"),
+    **dict.fromkeys(("read_chakra", "write_chakra"), "chakra"),
+    **dict.fromkeys(("read_kineto", "to_kineto", "write_kineto"), "kineto"),
+    **dict.fromkeys(("read_netop_trace",), "netop"),
+    **dict.fromkeys(("write_csv",), "csv_table"),
+    **dict.fromkeys(("READ_FORMATS", "WRITE_FORMATS", "read_trace", "write_trace"), "formats"),
     **dict.fromkeys(("BREAKDOWN_COLUMNS", "COLL_TYPES", "EXTENSION_PREFIX", "KINDS", "PS_OPS", "ROLES", "ArrayLog",
                      "aligned_times"), "columns"),
     **dict.fromkeys(("COLUMN_NAMES", "COLUMNS", "EVENT_LOG_SCHEMA", "REQUIRED_COLUMNS", "SCHEMA_VERSION", "SIDE_TABLES",
@@ -36,6 +46,15 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "write_trace",
+    "write_kineto",
+    "write_csv",
+    "write_chakra",
+    "to_kineto",
+    "read_trace",
+    "read_netop_trace",
+    "read_kineto",
+    "read_chakra",
     "BREAKDOWN_COLUMNS",
     "COLL_TYPES",
     "COLUMN_NAMES",
@@ -45,6 +64,8 @@ __all__ = [
     "EventLog",
     "KINDS",
     "PS_OPS",
+    "READ_FORMATS",
+    "WRITE_FORMATS",
     "REQUIRED_COLUMNS",
     "ROLES",
     "SCHEMA_VERSION",
@@ -58,6 +79,7 @@ __all__ = [
     "rank_roles",
     "read_event_log",
     "read_sketchdlc",
+    "read_sketchdlc_records",
     "side_table_paths",
     "to_chrome_trace",
     "to_sketchdlc",

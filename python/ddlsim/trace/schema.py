@@ -1172,6 +1172,21 @@ def _check_deps(log, ids, lookup, start, end, offset, problem: _Problem, check_c
         )
 
 
+def rows_to_columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Column lists for :func:`event_log_from_arrays` from row dicts that may each
+    leave out optional columns (each missing value takes the column's default;
+    ``host`` defaults to the row's rank, ``ready_ns`` and ``deps`` to unknown)."""
+    columns: dict[str, list[Any]] = {}
+    for column in COLUMNS:
+        if not any(column.name in row for row in rows):
+            continue
+        if column.name == "host":
+            columns["host"] = [row.get("host", row.get("rank")) for row in rows]
+        else:
+            columns[column.name] = [row.get(column.name, column.default) for row in rows]
+    return columns
+
+
 def iter_rows(log: EventLog, columns: Sequence[str] = COLUMN_NAMES) -> Iterable[Any]:
     """Rows of ``log`` as namedtuples of plain Python values (for exporters;
     nulls come as None)."""
