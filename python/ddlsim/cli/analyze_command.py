@@ -64,6 +64,7 @@ def figures(analysis: Analysis, t_window_ns: int, compare_table: pd.DataFrame | 
     if compare_table is not None:
         makers["compare"] = lambda: f.compare_figure(compare_table)
     out = {}
+    import matplotlib
     import matplotlib.pyplot as plt
 
     for name, make in makers.items():
@@ -73,8 +74,9 @@ def figures(analysis: Analysis, t_window_ns: int, compare_table: pd.DataFrame | 
         out[name] = {}
         for kind in formats:
             buffer = io.BytesIO()
-            # SVG without a date or random ids, so the same log gives the same file
-            fig.savefig(buffer, format=kind, dpi=100, metadata={"Date": None} if kind == "svg" else None)
+            # SVG without a date and with fixed element ids, so the same log gives the same file
+            with matplotlib.rc_context({"svg.hashsalt": "ddlsim"}):
+                fig.savefig(buffer, format=kind, dpi=100, metadata={"Date": None} if kind == "svg" else None)
             out[name][kind] = buffer.getvalue()
         plt.close(fig)
     return out
