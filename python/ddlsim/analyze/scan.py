@@ -138,11 +138,16 @@ class EventLogFile:
             out[index] = running
         return out
 
-    def batches(self, columns: list[str], batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
-        """The rows in file order, ``columns`` only, a batch at a time."""
+    def batches(self, columns: list[str], batch_rows: int = BATCH_ROWS, iteration: int | None = None) -> Iterator[Batch]:
+        """The rows in file order, ``columns`` only, a batch at a time;
+        ``iteration``: skip the row groups whose statistics say they hold no
+        row of it (the batches then do not cover the file)."""
         first_row = 0
         groups = self.parquet.metadata.num_row_groups
         for index in range(groups):
+            if iteration is not None and not self._may_hold(index, iteration):
+                first_row += self.parquet.metadata.row_group(index).num_rows
+                continue
             after = self._watermarks[index + 1] if index + 1 < groups else None
             pending = None
             # within a group the group's own minimum bounds what follows; after its last batch, the next groups'
@@ -154,8 +159,13 @@ class EventLogFile:
                 pending = record_batch
             if pending is not None:
                 last_group = index + 1 == groups
-                yield Batch(pending, first_row, None if last_group else (after if after is not None else None), self.offsets)
+                yield Batch(pending, first_row, None if last_group else after, self.offsets)
                 first_row += pending.num_rows
+
+    def _may_hold(self, index: int, iteration: int) -> bool:
+        group = self.parquet.metadata.row_group(index)
+        stats = group.column(self.parquet.schema_arrow.get_field_index("iteration")).statistics
+        return stats is None or not stats.has_min_max or stats.min <= iteration <= stats.max
 
     def slice(self, iteration: int, with_dependencies: bool = False):
         """The rows of ``iteration`` as an EventLog (file order, metadata kept,
@@ -167,7 +177,7 @@ class EventLogFile:
         from ..trace.schema import EventLog
 
         parts = []
-        for batch in self.batches(self.parquet.schema_arrow.names):
+        for batch in self.batches(self.parquet.schema_arrow.names, iteration=iteration):
             table = pa.Table.from_batches([batch.record_batch])
             parts.append(table.filter(pc.equal(table.column("iteration"), iteration)))
         table = _concat(parts, self.parquet.schema_arrow)

@@ -280,7 +280,9 @@ class StreamedAnalysis(Analysis):
 
             log = empty_event_log(self.file.metadata)
         else:
-            log = self.file.slice(iteration)
+            # read once: the iteration's rows and the rows their deps name (for the critical path)
+            self._with_dependencies = self.file.slice(iteration, with_dependencies=True)
+            log = self._with_dependencies.filter(self._with_dependencies.column("iteration") == iteration)
         super().__init__(log, name=name or (f"{path.parent.name}/{path.name}" if path.parent.name else path.name))
         if iteration is not None:
             self.notes.append(
@@ -342,7 +344,7 @@ class StreamedAnalysis(Analysis):
     def _critical_path(self) -> pd.DataFrame:
         if self.iteration is None:
             return super()._critical_path()
-        inner = Analysis(self.file.slice(self.iteration, with_dependencies=True), name=self.name)
+        inner = Analysis(self._with_dependencies, name=self.name)
         inner._cache["windows"] = self._windows()
         path = inner.critical_path()
         its = sorted(set(int(x) for x in path["iteration"])) if len(path) else []
