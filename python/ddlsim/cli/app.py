@@ -271,6 +271,11 @@ def analyze(
     t_window: str = typer.Option("1ms", "--t-window", help="Window for concurrent connections per PS."),
     switch_memory: str = typer.Option("10MB", "--switch-memory", help="Switch memory for the in-network offload estimate."),
     as_json: bool = typer.Option(False, "--json", help="Print the headline numbers as JSON only."),
+    table_format: str = typer.Option("both", "--format", help="Tables under --out: csv | parquet | both (figures: PNG and SVG)."),
+    stream: Optional[bool] = typer.Option(
+        None, "--stream/--in-memory", help="Read the Parquet log by row groups in bounded memory (default: above 2 M rows)."),
+    iteration: Optional[int] = typer.Option(
+        None, "--iteration", help="Streamed: the iteration the row-level analyses (critical path, RPCs...) read; default the last."),
 ) -> None:
     """Analyze an event log: iterations, critical path, SketchDLC overheads, RPC latency, collectives."""
     from ..units import parse_duration_ns, parse_size_bytes
@@ -283,7 +288,8 @@ def analyze(
     if window_ns <= 0:
         raise DdlsimError("--t-window must be longer than 0")
     run_analyze(events, compare_path=compare, report=report, out_dir=out_dir, as_json=as_json,
-                t_window_ns=window_ns, switch_memory_bytes=memory, console=real_console(out))
+                t_window_ns=window_ns, switch_memory_bytes=memory, console=real_console(out), table_format=table_format,
+                stream=stream, iteration=iteration)
 
 
 @app.command()
