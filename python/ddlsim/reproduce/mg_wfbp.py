@@ -24,7 +24,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING, Optional
 
-from .training_common import Counter, PaperValue, Progress, Reproduction
+from .training_common import Counter, PaperValue, Progress, Reproduction, paper_beside
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -163,7 +163,7 @@ def fig9_comparison(frame: "pd.DataFrame") -> "pd.DataFrame":
             "mg_wfbp_fastest": t["mg-wfbp"] <= min(t["wfbp"], t["synceasgd"]),
             "faster_of_wfbp_and_synceasgd": "wfbp" if t["wfbp"] < t["synceasgd"] else "synceasgd",
         })
-    return pd.DataFrame(rows)
+    return paper_beside(pd.DataFrame(rows))
 
 
 def fig9_figure(frame: "pd.DataFrame"):
@@ -245,10 +245,10 @@ def costmodel_fit(nodes: tuple[int, ...] = FIT_NODES, parameters: tuple[int, ...
             "alpha_us": f.alpha_ns / 1e3, "beta_ns_per_byte": f.beta_ns_per_byte, "r2": f.r2,
             "max_relative_error": f.max_relative_error,
             "table2_a_us": 2 * (n - 1) * ALPHA_NS / 1e3, "table2_b_ns_per_byte": float(Fraction(2 * (n - 1), n) * beta),
-            "paper_startup_us": _paper(f"startup_us.{n}"), "paper_alpha_us": alpha_from_paper().get(n, float("nan")),
+            "paper_a_us": _paper(f"startup_us.{n}"), "paper_alpha_us": alpha_from_paper().get(n, float("nan")),
             "joint_alpha_us": model.alpha_ns / 1e3, "joint_beta_ns_per_byte": model.beta_ns_per_byte,
         })
-    return pd.DataFrame(samples), pd.DataFrame(rows)
+    return pd.DataFrame(samples), paper_beside(pd.DataFrame(rows))
 
 
 def costmodel_figure(samples: "pd.DataFrame", fits: "pd.DataFrame"):
@@ -265,7 +265,7 @@ def costmodel_figure(samples: "pd.DataFrame", fits: "pd.DataFrame"):
         ax.scatter(pts["size"], pts["time_ns"] / 1e3, color=color, s=14, label=f"{f['workers']} nodes: simulated ring")
         x = np.geomspace(pts["size"].min(), pts["size"].max(), 50)
         ax.plot(x, f["a_us"] + f["b_ns_per_byte"] * x / 1e3, color=color, lw=1,
-                label=f"fit a = {f['a_us']:.2f} us (paper {f['paper_startup_us']:.2f}), b = {f['b_ns_per_byte']:.3g} ns/B")
+                label=f"fit a = {f['a_us']:.2f} us (paper {f['paper_a_us']:.2f}), b = {f['b_ns_per_byte']:.3g} ns/B")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("message size (bytes, 4p)")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from .training_common import Counter, PaperValue, Progress, Reproduction
+from .training_common import Counter, PaperValue, Progress, Reproduction, paper_beside
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -151,9 +151,9 @@ def fig4_7_comparison(frame: "pd.DataFrame") -> "pd.DataFrame":
             "priority_no_barrier_ms": prio_off,
             "reduction_barrier": 1 - prio_on / fifo_on, "reduction_no_barrier": 1 - prio_off / fifo_off,
             "reduction_priority_no_barrier_vs_fifo_barrier": 1 - prio_off / fifo_on,
-            "paper_reduction": paper,
+            "paper_reduction_no_barrier": paper,
         })
-    return pd.DataFrame(rows)
+    return paper_beside(pd.DataFrame(rows))
 
 
 def fig4_7_figure(frame: "pd.DataFrame"):
@@ -242,7 +242,7 @@ def timelines(workers: int = 2, progress: Optional[Progress] = None,
     gain = dict(zip(summary["figure"], summary["next_forward_start_ms"]))
     summary["gain_vs_fig4_8_ms"] = [gain["fig4_8"] - gain[f] if f == "fig4_9" else float("nan") for f in summary["figure"]]
     summary["paper_gain_vs_fig4_8_ms"] = [_paper(f"{f}.gain_vs_fig4_8_ms") for f in summary["figure"]]
-    return pd.DataFrame(rows), summary
+    return pd.DataFrame(rows), paper_beside(summary)
 
 
 def timeline_figure(rows: "pd.DataFrame", summary_row: dict):

@@ -85,10 +85,13 @@ def write_reproduction(reproduction: Reproduction, out_dir: str | Path) -> list[
     return [out_dir / name for name in reproduction.files()]
 
 
-def relative_difference(ours: float, paper: float) -> float:
-    """(ours - paper) / paper; NaN when the paper value is 0 or missing."""
-    import math
-
-    if paper is None or not math.isfinite(paper) or paper == 0:
-        return float("nan")
-    return (ours - paper) / paper
+def paper_beside(frame: "pd.DataFrame") -> "pd.DataFrame":
+    """The same table with each `paper_X` column moved right after our `X`."""
+    order = [c for c in frame.columns if not c.startswith("paper_")]
+    placed = []
+    for column in order:
+        placed.append(column)
+        if f"paper_{column}" in frame.columns:
+            placed.append(f"paper_{column}")
+    placed += [c for c in frame.columns if c not in placed]
+    return frame[placed]
