@@ -46,7 +46,7 @@ def print_table(name: str, frame, keys: tuple[str, ...], console: Console) -> No
     """One table (a `paper_X` column stands right after our `X`); transposed when wide."""
     if len(frame.columns) > WIDE:
         table = Table(title=name, title_justify="left", header_style="bold")
-        table.add_column(" / ".join(keys), justify="left")
+        table.add_column(" / ".join(keys), justify="left", no_wrap=True, min_width=max(len(str(c)) for c in frame.columns))
         for row in frame.itertuples(index=False):
             table.add_column(" ".join(_cell(getattr(row, k)) for k in keys), justify="right")
         for column in frame.columns:
