@@ -74,6 +74,13 @@ def test_quiet_prints_nothing_and_the_samples_feed_ddlsim_fit(mg_out, tmp_path):
     assert fit.returncode == 0, fit.stderr
 
 
+def test_an_out_path_that_is_a_file_is_refused_before_simulating(tmp_path):
+    (tmp_path / "taken").write_text("x", encoding="utf-8")
+    run = _cli("reproduce", "mg-wfbp", "--quick", "--out", "taken", cwd=tmp_path)
+    assert run.returncode == 2 and "--out taken: exists and is not a directory" in run.stderr
+    assert "Traceback" not in run.stderr and (tmp_path / "taken").read_text(encoding="utf-8") == "x"
+
+
 # ----------------------------------------------------------------- paper values, transcribed again
 
 

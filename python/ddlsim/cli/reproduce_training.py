@@ -65,8 +65,11 @@ def print_table(name: str, frame, keys: tuple[str, ...], console: Console) -> No
 def _run(paper: str, reproduce: Callable, out_dir: Path, quick: bool, quiet: bool) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from ..errors import DdlsimError
     from ..reproduce.training_common import write_reproduction
 
+    if out_dir.exists() and not out_dir.is_dir():  # before minutes of simulation, not after
+        raise DdlsimError(f"--out {out_dir}: exists and is not a directory; choose another --out")
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=err, transient=True, disable=quiet or not err.is_terminal)
     with bar:
