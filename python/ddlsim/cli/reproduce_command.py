@@ -12,3 +12,5 @@ reproduce_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
 )
+
+from .reproduce_training import register as _register_training; _register_training(reproduce_app)  # noqa: E402,E702  thesis, mg-wfbp
