@@ -362,7 +362,7 @@ class ThesisFusionGrouping(_Strict):
     """The thesis' fusion buffers: contiguous layers from layer 0 while the buffer stays below the size."""
 
     kind: Literal["thesis-fusion"] = "thesis-fusion"
-    fusion_buffer_size: Size = "5333329B"  # the thesis' Table 4.1 value
+    fusion_buffer_size: Size = "5333329B"  # the thesis' Table 5.1 value (its Table 4.1 gives 6.28 MB)
 
     @field_validator("fusion_buffer_size")
     @classmethod
