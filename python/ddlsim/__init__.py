@@ -15,6 +15,7 @@ from .errors import DdlsimError, ModelError, ScenarioError, TraceError
 _LAZY = {
     "SimulationResult": "api",
     "simulate": "api",
+    "replay": "api",
     "Scenario": "simulation.scenario",
     "load_scenario": "simulation.scenario",
     "list_models": "workload",
@@ -44,6 +45,7 @@ __all__ = [
     "SimulationResult",
     "load_scenario",
     "simulate",
+    "replay",
     "list_models",
     "load_model",
     "synthetic_model",

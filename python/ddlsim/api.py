@@ -106,3 +106,12 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: 
     """
     run = run_scenario(scenario, **overrides)
     return SimulationResult(**{f.name: getattr(run, f.name) for f in dataclasses.fields(SimulationRun) if f.init})
+
+
+def replay(events: str | Path, model: str | None = None, **overrides: Any) -> SimulationResult:
+    """Replays the run an event log recorded (its model, workers and measured
+    layer times; see ddlsim.simulation.replay), with `overrides` applied:
+    ``replay("run/events.parquet", bandwidth="25Gbps", strategy="ps", servers=4)``."""
+    from .simulation.replay import replay_scenario
+
+    return simulate(replay_scenario(events, model=model, **overrides))

@@ -134,6 +134,14 @@ def simulate(
         "grow_count": grow_count,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    _simulate_and_report(lambda: run_simulation(scenario, **overrides), iterations=iterations, out_dir=out_dir, as_json=as_json,
+                         max_memory=max_memory, force=force, quiet=quiet)
+
+
+def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Path], as_json: bool, max_memory: Optional[str],
+                         force: bool, quiet: bool, recorded: Optional[tuple[str, float]] = None) -> None:
+    """Runs `run()` (a simulation) under the budget and progress bar, then prints or writes it;
+    `recorded`: (log, iteration time) of a replayed run, printed beside the replay."""
     budget_bytes = None
     if max_memory is not None:
         from ..units import parse_size_bytes
@@ -147,9 +155,12 @@ def simulate(
 
     with EngineProgress(err, iterations or 0, enabled=sys.stderr.isatty() and not quiet) as progress:
         with run_control(max_memory=budget_bytes, force=force, progress=progress, on_start=progress.start):
-            result = run_simulation(scenario, **overrides)
+            result = run()
         progress.phase("analysing")
         summary = result.summary()
+        if recorded is not None:
+            summary["recorded"] = {"log": recorded[0], "iteration_time_s": recorded[1],
+                                   "difference": summary["iteration_time_s"] / recorded[1] - 1 if recorded[1] > 0 else None}
         if out_dir is not None:
             progress.phase("writing")
             paths = result.save(out_dir)
@@ -168,6 +179,9 @@ def simulate(
         out,
     )
     out.print(f"{summary['events']:,} events, {summary['log_rows']:,} log rows, engine {summary['wall_s']:.3f} s")
+    if recorded is not None and recorded[1] > 0:
+        out.print(f"recorded run: {recorded[1] * 1e3:.2f} ms per iteration; replayed: {summary['iteration_time_s'] * 1e3:.2f} ms "
+                  f"({summary['recorded']['difference']:+.2%} against the recorded run)")
     if out_dir is not None:
         for key, path in summary["outputs"].items():
             out.print(f"  {key:13s} {path}")
@@ -199,6 +213,46 @@ def _show_defaults(command, defaults: dict[str, str]) -> None:
 
 
 _show_defaults(simulate, SIMULATE_DEFAULTS)
+
+
+@app.command()
+def replay(
+    events: Path = typer.Argument(..., help="The event log of a run (events.parquet: simulated, captured or converted)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Zoo model, when the log does not record one."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-n", help="Number of workers (default: the log's)."),
+    strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help="ring (all-reduce) | ps (parameter server)"),
+    servers: Optional[int] = typer.Option(None, "--servers", help="Parameter servers (strategy ps)."),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="All-reduce algorithm (strategy ring)."),
+    grouping: Optional[str] = typer.Option(None, "--grouping", help="Which gradients travel together (see simulate --help)."),
+    stream_policy: Optional[str] = typer.Option(None, "--stream-policy", help="fifo | priority"),
+    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", "-b", help="Host link bandwidth with a unit, e.g. 25Gbps."),
+    latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency with a unit, e.g. 10us."),
+    network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow"),
+    topology: Optional[str] = typer.Option(None, "--topology", help="star | leaf-spine"),
+    in_network: Optional[str] = typer.Option(None, "--in-network", help="In-network mechanisms (see simulate --help)."),
+    barrier: Optional[bool] = typer.Option(None, "--barrier/--no-barrier", help="Global barrier between iterations."),
+    iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
+    trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the replay's event log, trace, tables and timeline here."),
+    as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary only."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="Refuse runs estimated to need more memory than this."),
+    force: bool = typer.Option(False, "--force", help="Run even when the cost estimate is over budget."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Replay a recorded run: its model and measured layer times, communication simulated again under the given strategy and network."""
+    from ..api import replay as run_replay
+    from ..analyze.breakdown import iteration_arrays
+    from ..trace.parquet import read_event_log
+
+    overrides = {
+        "workers": workers, "strategy": strategy, "servers": servers, "algorithm": algorithm, "grouping": grouping,
+        "stream_policy": stream_policy, "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
+        "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    recorded_s = float(iteration_arrays(read_event_log(events))["time_s"].mean())
+    _simulate_and_report(lambda: run_replay(events, model=model, **overrides), iterations=iterations, out_dir=out_dir,
+                         as_json=as_json, max_memory=max_memory, force=force, quiet=quiet, recorded=(str(events), recorded_s))
 
 
 @app.command()

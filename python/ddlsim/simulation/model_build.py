@@ -54,13 +54,16 @@ def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
             )
     else:
         model = load_model(config.name)
+    base_layers = {layer.name for layer in model.layers}
+    if config.grow_count:
+        model = grow(model, config.grow_module, config.grow_count)
     if config.profile:
         path = Path(config.profile)
         if base_dir and not path.is_absolute():
             path = Path(base_dir) / path
-        model = apply_profile(model, path)
-    if config.grow_count:
-        model = grow(model, config.grow_module, config.grow_count)
+        # modules added by growth take their times from the profile when it has them (a replayed
+        # grown run), else from their FLOPs
+        model = apply_profile(model, path, optional={layer.name for layer in model.layers} - base_layers)
     return model
 
 

@@ -253,6 +253,16 @@ def _check_version(raw: Mapping[bytes, bytes], path: Path, table: pa.Table) -> i
     return version
 
 
+def read_log_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The metadata of an event log file (its footer only; no rows are read)."""
+    path = Path(path)
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowInvalid) as err:
+        raise TraceError(f"{path}: not a readable Parquet event log ({err})") from None
+    return _parse_metadata(schema.metadata or {}, path)
+
+
 def _parse_metadata(raw: Mapping[bytes, bytes], path: Path) -> dict[str, Any]:
     text = raw.get(METADATA_KEY.encode())
     if text is None:

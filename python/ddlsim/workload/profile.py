@@ -15,19 +15,19 @@ from .model import Model
 REQUIRED = ("layer", "fwd_ms", "bwd_ms")
 
 
-def apply_profile(model: Model, path: str | Path) -> Model:
+def apply_profile(model: Model, path: str | Path, optional: set[str] | frozenset[str] = frozenset()) -> Model:
     """Returns `model` with per-layer times taken from the profile at `path`:
     a CSV, or an event log (``.parquet``, see :func:`layer_times_from_log`).
 
-    Every layer of the model must appear exactly once (by name); times are
-    milliseconds per iteration at the profiled batch size.
+    Every layer of the model must appear exactly once (by name), except the
+    `optional` ones, which keep their FLOP-based times when absent; times
+    are milliseconds per iteration at the profiled batch size.
     """
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"{path}: profile file not found; give a CSV with columns {', '.join(REQUIRED)} or an event log (.parquet)")
-    if path.suffix == ".parquet":
-        return _with_times(model, layer_times_from_log(path), path)
-    return _with_times(model, _read_csv(path), path)
+    times = layer_times_from_log(path) if path.suffix == ".parquet" else _read_csv(path)
+    return _with_times(model, times, path, optional)
 
 
 def layer_times_from_log(log_or_path) -> dict[str, tuple[float, float]]:
@@ -87,16 +87,17 @@ def _read_csv(path: Path) -> dict[str, tuple[float, float]]:
     return times
 
 
-def _with_times(model: Model, times: dict[str, tuple[float, float]], path: Path) -> Model:
+def _with_times(model: Model, times: dict[str, tuple[float, float]], path: Path, optional: set[str] | frozenset[str]) -> Model:
     names = [layer.name for layer in model.layers]
     unknown = sorted(set(times) - set(names))
     if unknown:
         raise ModelError(f"{path}: layer(s) not in model {model.name}: {', '.join(unknown[:5])}")
-    absent = [n for n in names if n not in times]
+    absent = [n for n in names if n not in times and n not in optional]
     if absent:
         raise ModelError(
             f"{path}: {len(absent)} layer(s) of {model.name} have no times, first: {absent[0]!r}; "
             "list every layer (see `ddlsim models --layers NAME`)"
         )
-    layers = tuple(dataclasses.replace(layer, fwd_s=times[layer.name][0], bwd_s=times[layer.name][1]) for layer in model.layers)
+    layers = tuple(dataclasses.replace(layer, fwd_s=times[layer.name][0], bwd_s=times[layer.name][1]) if layer.name in times else layer
+                   for layer in model.layers)
     return dataclasses.replace(model, layers=layers)

@@ -1,0 +1,69 @@
+"""Replay: the run an event log recorded, as a scenario to simulate again,
+under its own conditions or other ones.
+
+The replayed job is the data-parallel iteration the log shows: its model
+(the recorded scenario's for a simulated log, a zoo model by name for an
+imported or captured one), its worker count, and each layer's forward and
+backward time as the log measured them (the median over workers and
+iterations, see :func:`ddlsim.workload.profile.layer_times_from_log`).
+Communication is not replayed: it is lowered again under the scenario's
+strategy and network, which is the point — "what would this job have done
+on another network, or with another synchronisation?".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import DdlsimError
+from .scenario import Scenario, scenario_from_dict, with_overrides
+
+# What the recorded layer times already contain, so a replay must not apply it again.
+_TIME_FIELDS = ("device", "precision", "efficiency", "compute_speedup", "speedup_kinds", "profile")
+
+
+def recorded_metadata(path: Path) -> dict[str, Any]:
+    """The event log's metadata (no rows read)."""
+    from ..trace.parquet import read_log_metadata
+
+    return read_log_metadata(path)
+
+
+def replay_scenario(log_path: str | Path, model: Optional[str] = None, **overrides: Any) -> Scenario:
+    """The scenario that replays the run in `log_path` (an events.parquet),
+    with `overrides` (as :func:`ddlsim.simulate` takes them) applied."""
+    path = Path(log_path)
+    if not path.is_file():
+        raise DdlsimError(f"{path}: event log not found; give the events.parquet of a run (ddlsim simulate --out, a capture, "
+                          "or ddlsim convert)")
+    if path.suffix != ".parquet":
+        raise DdlsimError(f"{path}: replay reads an event log in Parquet; convert other formats first: "
+                          f"ddlsim convert {path} {path.with_suffix('.parquet').name}")
+    meta = recorded_metadata(path)
+    recorded = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else None
+    if recorded is not None and (model is None or model == recorded.get("model", {}).get("name")):
+        data = {k: v for k, v in recorded.items() if k != "base_dir"}
+        data["model"] = {k: v for k, v in data.get("model", {}).items() if k not in _TIME_FIELDS}
+    else:
+        name = model or meta.get("model")
+        if not name:
+            raise DdlsimError(f"{path}: the log does not say which model ran; give it with --model (a zoo model, see ddlsim models)")
+        workers, iterations = _workers_and_iterations(path)
+        data = {"model": {"name": str(name)}, "workers": workers, "iterations": iterations}
+    data["model"]["profile"] = str(path.resolve())
+    return with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
+
+
+def _workers_and_iterations(path: Path) -> tuple[int, int]:
+    """How many worker ranks and iterations the log shows."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=["rank", "role", "iteration"])
+    ranks, iterations = table.column("rank").to_numpy(), table.column("iteration").to_numpy()
+    workers = np.asarray(table.column("role").to_pylist(), dtype=object) == "worker"
+    if not workers.any():
+        raise DdlsimError(f"{path}: no worker rows, so no workers to replay")
+    return int(len(np.unique(ranks[workers]))), max(1, int(len(np.unique(iterations[workers & (iterations >= 0)]))))
+
