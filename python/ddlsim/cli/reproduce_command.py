@@ -12,3 +12,6 @@ reproduce_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
 )
+
+from .reproduce_network_operator import network_operator  # noqa: E402
+reproduce_app.command("network-operator")(network_operator)

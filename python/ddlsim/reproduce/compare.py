@@ -7,17 +7,6 @@ from typing import Any
 
 from . import paper_values as paper
 
-TITLES = {
-    "table1": "Table 1: iteration time (s) by number of parameter servers, 8 workers",
-    "table2": "Table 2: model characteristics (paper's TensorFlow models vs the zoo's)",
-    "table3": "Table 3: compute (s) after calibration, and backprop network time at 25 Gbit/s",
-    "table4": "Table 4: speedup of in-network mechanisms over the baseline PS, 32 workers, 25 Gbit/s",
-    "table6": "Table 6: speedup of end-host all-reduce over the baseline PS, 32 workers, 25 Gbit/s",
-    "table7": "Table 7: share of model bytes on the least / most loaded server, round-robin placement",
-    "table8": "Table 8: iteration time (s), multicast + aggregation with 1 and 8 servers vs ring-reduce",
-    "table9": "Table 9: time over two iterations (s), removing the global barrier",
-    "table10": "Table 10: iteration time (s), in-network aggregation vs block distribution, 32 workers",
-}
 
 
 def _cell(value: Any) -> str:
@@ -30,14 +19,10 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _title(name: str, plan: Any) -> str:
-    if name in TITLES:
-        title = TITLES[name]
-    else:
-        from .network_operator import FIGURES
-
-        title = f"{name.replace('fig', 'Figure ')}: {FIGURES[name][2]}"
-    if plan.quick and name not in ("table1", "table2", "table3", "table7"):
+def _title(name: str, reproduction: Any) -> str:
+    title = reproduction.titles[name]
+    plan = reproduction.plan
+    if plan.quick and name.startswith("table") and name not in ("table1", "table2", "table3", "table7"):
         title += f" [quick: {plan.workers} workers]"
     return title
 
@@ -59,7 +44,7 @@ def comparison_text(reproduction: Any) -> str:
     """Every table and figure as plain text, paper beside ddlsim, and the paper's claims about the figures."""
     parts = []
     for name, frame in reproduction.tables.items():
-        parts.append(text_table(_title(name, reproduction.plan), frame))
+        parts.append(text_table(_title(name, reproduction), frame))
         claim = _claim(name)
         if claim:
             parts.append(f"paper: {claim}\n")
@@ -90,7 +75,7 @@ def rich_tables(reproduction: Any) -> list:
     out = []
     for name, frame in reproduction.tables.items():
         columns, rows = frame_rows(frame)
-        table = Table(title=_title(name, reproduction.plan), title_justify="left", caption=_claim(name) or None,
+        table = Table(title=_title(name, reproduction), title_justify="left", caption=_claim(name) or None,
                       caption_justify="left")
         for i, col in enumerate(columns):
             style = "bold" if col.startswith("ddlsim") else ("cyan" if col.startswith("paper") else None)

@@ -30,9 +30,18 @@ def figure_for(name: str, frame: Any, caption: str, quick: bool = False):
     ax.set_xlabel(X_LABELS[x])
     ax.set_ylabel("speedup over the baseline PS (x)" if speedup else "iteration time (s)")
     if not speedup:
+        from matplotlib.ticker import FormatStrFormatter
+
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        ax.tick_params(axis="y", which="minor", labelsize=7)
     if x == "bandwidth_gbps":
+        from matplotlib.ticker import FormatStrFormatter
+
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.set_xticks(sorted(frame[x].unique()))
     ax.set_title(f"ddlsim: {caption}" + (" (quick subset)" if quick else ""), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

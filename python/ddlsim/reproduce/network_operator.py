@@ -55,16 +55,27 @@ WHATIF_MECHANISMS = ("baseline", "aggregation", "multicast", "multiagg", "ring",
 
 # figure -> (what varies, model, caption)
 FIGURES: dict[str, tuple[str, str, str]] = {
-    "fig3": ("bandwidth", "inception_v3", "Varying bandwidth: Inception-v3, 32 workers"),
-    "fig4": ("bandwidth", "resnet200", "Varying bandwidth: ResNet-200, 32 workers"),
-    "fig5": ("bandwidth", "vgg16", "Varying bandwidth: VGG-16, 32 workers"),
-    "fig6": ("workers", "inception_v3", "Varying worker count: Inception-v3, 25 Gbit/s"),
-    "fig7": ("workers", "resnet200", "Varying worker count: ResNet-200, 25 Gbit/s"),
-    "fig8": ("workers", "vgg16", "Varying worker count: VGG-16, 25 Gbit/s"),
-    "fig9": ("growth-network", "inception_v3", "Synthetic growth, network-heavy (17x17x768) modules: Inception-v3"),
-    "fig10": ("growth-compute", "inception_v3", "Synthetic growth, compute-heavy (35x35x288) modules: Inception-v3"),
-    "fig11": ("speedup", "inception_v3", "Faster convolutions: Inception-v3"),
-    "fig12": ("speedup", "resnet200", "Faster convolutions: ResNet-200"),
+    "fig3": ("bandwidth", "inception_v3", "Varying bandwidth: Inception-v3, {workers} workers"),
+    "fig4": ("bandwidth", "resnet200", "Varying bandwidth: ResNet-200, {workers} workers"),
+    "fig5": ("bandwidth", "vgg16", "Varying bandwidth: VGG-16, {workers} workers"),
+    "fig6": ("workers", "inception_v3", "Varying worker count: Inception-v3, {bandwidth:g} Gbit/s"),
+    "fig7": ("workers", "resnet200", "Varying worker count: ResNet-200, {bandwidth:g} Gbit/s"),
+    "fig8": ("workers", "vgg16", "Varying worker count: VGG-16, {bandwidth:g} Gbit/s"),
+    "fig9": ("growth-network", "inception_v3", "Synthetic growth, network-heavy (17x17x768) modules: Inception-v3, {workers} workers, {bandwidth:g} Gbit/s"),
+    "fig10": ("growth-compute", "inception_v3", "Synthetic growth, compute-heavy (35x35x288) modules: Inception-v3, {workers} workers, {bandwidth:g} Gbit/s"),
+    "fig11": ("speedup", "inception_v3", "Faster convolutions: Inception-v3, {workers} workers, {bandwidth:g} Gbit/s"),
+    "fig12": ("speedup", "resnet200", "Faster convolutions: ResNet-200, {workers} workers, {bandwidth:g} Gbit/s"),
+}
+TITLES = {
+    "table1": "Table 1: iteration time (s) by number of parameter servers, 8 workers",
+    "table2": "Table 2: model characteristics (paper's TensorFlow models vs the zoo's)",
+    "table3": "Table 3: compute (s) after calibration, and backprop network time at 25 Gbit/s",
+    "table4": "Table 4: speedup of in-network mechanisms over the baseline PS, 32 workers, 25 Gbit/s",
+    "table6": "Table 6: speedup of end-host all-reduce over the baseline PS, 32 workers, 25 Gbit/s",
+    "table7": "Table 7: share of model bytes on the least / most loaded server, round-robin placement",
+    "table8": "Table 8: iteration time (s), multicast + aggregation with 1 and 8 servers vs ring-reduce",
+    "table9": "Table 9: time over two iterations (s), removing the global barrier",
+    "table10": "Table 10: iteration time (s), in-network aggregation vs block distribution, 32 workers",
 }
 TABLES = ("table1", "table2", "table3", "table4", "table6", "table7", "table8", "table9", "table10")
 ARTIFACTS = TABLES + tuple(FIGURES)
@@ -206,6 +217,13 @@ class Reproduction:
     notes: list[str]
     cache_dir: Optional[Path]
 
+    @property
+    def titles(self) -> dict[str, str]:
+        return {name: TITLES.get(name) or f"Figure {name[3:]}: {self.caption(name)}" for name in self.tables}
+
+    def caption(self, figure: str) -> str:
+        return FIGURES[figure][2].format(workers=self.plan.workers, bandwidth=self.plan.bandwidth_gbps)
+
     def save(self, out_dir: str | Path) -> list[Path]:
         """CSV of every table and figure, PNG and SVG of every figure, and the comparison as text; all or nothing."""
         from ..output import staged_directory
@@ -219,7 +237,7 @@ class Reproduction:
                 frame.to_csv(stage / f"{name}.csv", index=False)
                 written.append(out_dir / f"{name}.csv")
                 if name in FIGURES:
-                    fig = figure_for(name, frame, FIGURES[name][2], quick=self.plan.quick)
+                    fig = figure_for(name, frame, self.caption(name), quick=self.plan.quick)
                     for ext in ("png", "svg"):
                         fig.savefig(stage / f"{name}.{ext}", dpi=110)
                         written.append(out_dir / f"{name}.{ext}")

@@ -53,12 +53,6 @@ def simulate_summary(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def _simulate_in_worker(data: dict[str, Any], base_dir: Optional[str]) -> dict[str, Any]:
-    scenario = Scenario.model_validate(data)
-    scenario.base_dir = base_dir
-    return simulate_summary(scenario)
-
-
 def run_sweep(scenarios: Sequence[Scenario], store: Optional[ResultStore] = None, jobs: int = 1,
               on_progress: Optional[Progress] = None, labels: Optional[Sequence[str]] = None) -> tuple[list[dict], SweepStats]:
     """Summaries of `scenarios`, in order. With a store, known scenarios are read
@@ -100,8 +94,7 @@ def run_sweep(scenarios: Sequence[Scenario], store: Optional[ResultStore] = None
     else:
         pool = ProcessPoolExecutor(max_workers=jobs)
         try:
-            pending = {pool.submit(_simulate_in_worker, scenarios[ix[0]].model_dump(mode="json", exclude={"base_dir"}),
-                                   scenarios[ix[0]].base_dir): ix for ix in todo.values()}
+            pending = {pool.submit(simulate_summary, scenarios[ix[0]]): ix for ix in todo.values()}
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
