@@ -36,12 +36,13 @@ def figure_for(name: str, frame: Any, caption: str, quick: bool = False):
         ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
         ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
         ax.tick_params(axis="y", which="minor", labelsize=7)
-    if x == "bandwidth_gbps":
+    if x in ("bandwidth_gbps", "workers"):
         from matplotlib.ticker import FormatStrFormatter
 
-        ax.set_xscale("log")
+        ax.set_xscale("log", base=2 if x == "workers" else 10)
         ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
         ax.set_xticks(sorted(frame[x].unique()))
+        ax.xaxis.set_minor_formatter(FormatStrFormatter(""))
     ax.set_title(f"ddlsim: {caption}" + (" (quick subset)" if quick else ""), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
