@@ -4,7 +4,8 @@ before, else simulated, in this process or on a local process pool."""
 from __future__ import annotations
 
 import json
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+import multiprocessing
+import signal
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -53,6 +54,17 @@ def simulate_summary(scenario: Scenario) -> dict[str, Any]:
     }
 
 
+def _ignore_interrupts() -> None:
+    """In pool workers: Ctrl-C goes to the parent, which ends the pool; SIGTERM ends a worker at once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _simulate_indexed(task: tuple[list[int], Scenario]) -> tuple[list[int], dict[str, Any]]:
+    indices, scenario = task
+    return indices, simulate_summary(scenario)
+
+
 def run_sweep(scenarios: Sequence[Scenario], store: Optional[ResultStore] = None, jobs: int = 1,
               on_progress: Optional[Progress] = None, labels: Optional[Sequence[str]] = None) -> tuple[list[dict], SweepStats]:
     """Summaries of `scenarios`, in order. With a store, known scenarios are read
@@ -92,13 +104,9 @@ def run_sweep(scenarios: Sequence[Scenario], store: Optional[ResultStore] = None
         for indices in todo.values():
             finish(indices, simulate_summary(scenarios[indices[0]]))
     else:
-        pool = ProcessPoolExecutor(max_workers=jobs)
-        try:
-            pending = {pool.submit(simulate_summary, scenarios[ix[0]]): ix for ix in todo.values()}
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    finish(pending.pop(future), future.result())
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        # Leaving the block terminates the workers, also on an error or Ctrl-C: none outlives the sweep.
+        with multiprocessing.get_context().Pool(min(jobs, len(todo)), initializer=_ignore_interrupts) as pool:
+            tasks = [(indices, scenarios[indices[0]]) for indices in todo.values()]
+            for indices, summary in pool.imap_unordered(_simulate_indexed, tasks):
+                finish(indices, summary)
     return [r for r in results if r is not None], stats
