@@ -22,6 +22,8 @@ Times are the mean over the iterations after the first (steady state).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -264,22 +266,20 @@ def reproduce_network_operator(only: Optional[Sequence[str]] = None, quick: bool
     if skipped:
         notes.append(f"not in this plan (its model is not among {', '.join(plan.models)}): {', '.join(skipped)}")
     store = ResultStore(cache_dir) if use_cache else None
-    profile_dir = (store.directory if store is not None else Path(_scratch_dir())) / "profiles"
-    builder = _Builder(plan, profile_dir)
-    requests = {a: _REQUESTS[a](builder) for a in artifacts}
-    keys = list(builder.scenarios.by_key)
-    scenarios = [builder.scenarios.by_key[k] for k in keys]
-    labels = [" ".join(str(x) for x in k[1:] if x != ()) for k in keys]
-    summaries, stats = run_sweep(scenarios, store=store, jobs=jobs, on_progress=on_progress, labels=labels)
-    results = dict(zip(keys, summaries))
-    tables = {a: _ASSEMBLE[a](plan, requests[a], results) for a in artifacts}
+    scratch = None if store is not None else tempfile.mkdtemp(prefix="ddlsim-reproduce-")
+    try:
+        builder = _Builder(plan, (store.directory if store is not None else Path(scratch)) / "profiles")
+        requests = {a: _REQUESTS[a](builder) for a in artifacts}
+        keys = list(builder.scenarios.by_key)
+        scenarios = [builder.scenarios.by_key[k] for k in keys]
+        labels = [" ".join(str(x) for x in k[1:] if x != ()) for k in keys]
+        summaries, stats = run_sweep(scenarios, store=store, jobs=jobs, on_progress=on_progress, labels=labels)
+        results = dict(zip(keys, summaries))
+        tables = {a: _ASSEMBLE[a](plan, requests[a], results) for a in artifacts}
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     return Reproduction(plan=plan, tables=tables, stats=stats, notes=notes, cache_dir=store.directory if store else None)
-
-
-def _scratch_dir() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="ddlsim-reproduce-")
 
 
 # ---------------------------------------------------------------- the tables
