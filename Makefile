@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install rust browser demo test test-floors bench clean-venv
+.PHONY: install install-interop rust browser demo test test-floors bench clean-venv
 
 rust:
 	@sh tools/ensure-rust.sh
@@ -25,6 +25,10 @@ $(PY):
 install: rust $(PY)
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[test]"
 
+# `make test` also installs the interop extra (protobuf for Chakra, HolisticTraceAnalysis for the Kineto test)
+install-interop: install
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,interop]"
+
 demo: install
 	$(PY) -m ddlsim demo --out ddlsim-out
 
@@ -38,7 +42,7 @@ browser:
 	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1 || { $$SUDO apt-get update -q >/dev/null 2>&1 && \
 	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1; }; } || true; }
 
-test: install browser
+test: install-interop browser
 	cargo test -q -p ddlsim-core
 	$(PY) -m pytest -q -p no:cacheprovider
 

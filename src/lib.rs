@@ -138,6 +138,7 @@ fn graph_columns<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, PyDict>
     column(py, &d, "coll_algorithm", "u1", &cs.iter().map(|c| c.algorithm as u8).collect::<Vec<_>>())?;
     column(py, &d, "coll_bytes", "<u8", &cs.iter().map(|c| c.bytes).collect::<Vec<_>>())?;
     column(py, &d, "coll_chunk_bytes", "<u8", &cs.iter().map(|c| c.chunk_bytes).collect::<Vec<_>>())?;
+    column(py, &d, "coll_gamma_ns_per_byte", "<f8", &cs.iter().map(|c| c.gamma_ns_per_byte).collect::<Vec<_>>())?;
     let mut offsets = vec![0u32];
     let mut members = Vec::new();
     for c in cs {
@@ -216,6 +217,10 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
     if coll_chunk.len() != algorithm.len() {
         return Err(err("coll_chunk_bytes has one entry per collective".to_string()));
     }
+    let coll_gamma: Vec<f64> = if d.contains("coll_gamma_ns_per_byte")? { read(d, "coll_gamma_ns_per_byte")? } else { vec![0.0; algorithm.len()] };
+    if coll_gamma.len() != algorithm.len() || coll_gamma.iter().any(|g| !(g.is_finite() && *g >= 0.0)) {
+        return Err(err("coll_gamma_ns_per_byte has one finite, non-negative entry per collective".to_string()));
+    }
     let offsets: Vec<u32> = read(d, "coll_member_offsets")?;
     let members: Vec<u32> = read(d, "coll_members")?;
     if offsets.len() != algorithm.len() + 1 || coll_bytes.len() != algorithm.len() {
@@ -228,7 +233,7 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
             return Err(err(format!("collective {c}: member offsets out of range")));
         }
         let algo = Algorithm::from_code(algorithm[c]).ok_or_else(|| err(format!("collective {c}: unknown algorithm {}", algorithm[c])))?;
-        collectives.push(CollectiveSpec { algorithm: algo, coll_type: CollectiveType::AllReduce, members: members[a..b].to_vec(), bytes: coll_bytes[c], chunk_bytes: coll_chunk[c] });
+        collectives.push(CollectiveSpec { algorithm: algo, coll_type: CollectiveType::AllReduce, members: members[a..b].to_vec(), bytes: coll_bytes[c], chunk_bytes: coll_chunk[c], gamma_ns_per_byte: coll_gamma[c] });
     }
     let stream_rank: Vec<u32> = read(d, "stream_rank")?;
     let stream_name: Vec<u32> = read(d, "stream_name")?;

@@ -117,3 +117,66 @@ def test_closed_form_collectives_with_a_parameter_server_are_refused_naming_both
     with pytest.raises(ScenarioError) as exc:
         ddlsim.simulate(model="lenet5", workers=2, strategy="ps", network="analytic", collective_model="closed-form")
     assert "network.collective_model" in str(exc.value) and "strategy.kind" in str(exc.value)
+
+
+# ---------------------------------------------------------------- reduction cost (gamma)
+
+GAMMA_TERMS = {
+    # MG-WFBP Table II's gamma terms for p = 8 ranks and M bytes (every chunk whole):
+    "ring": lambda m, p, g: (p - 1) * math.ceil(g * m / p),
+    "direct": lambda m, p, g: (p - 1) * math.ceil(g * m / p),
+    "halving-doubling": lambda m, p, g: sum(math.ceil(g * m / 2 ** (j + 1)) for j in range(int(math.log2(p)))),
+    "recursive-doubling": lambda m, p, g: int(math.log2(p)) * math.ceil(g * m),
+    "butterfly": lambda m, p, g: int(math.log2(p)) * math.ceil(g * m),
+}
+
+
+def _collective_ns(r) -> int:
+    ev = r.events.to_pandas()
+    rows = ev[ev.kind == "collective"]
+    return int(rows.end_ns.max() - rows.start_ns.min())
+
+
+@pytest.mark.parametrize("algorithm", sorted(GAMMA_TERMS))
+def test_gamma_adds_table_ii_reduction_term_to_the_nanosecond(algorithm):
+    m, p, g = 8 * 4000 * 3, 8, 0.37
+    plain = one_tensor(m, p, algorithm, network={"fidelity": "analytic"})
+    reducing = one_tensor(m, p, algorithm, network={"fidelity": "analytic"}, strategy={"gamma_ns_per_byte": g})
+    assert _collective_ns(reducing) - _collective_ns(plain) == GAMMA_TERMS[algorithm](m, p, g)
+
+
+def test_each_reduction_is_a_row_the_next_step_depends_on():
+    m, p = 8 * 4000, 4
+    r = one_tensor(m, p, "ring", strategy={"gamma_ns_per_byte": 1.0})
+    ev = r.events.to_pandas().set_index("id")
+    reduces = ev[ev.op == "reduce"]
+    assert len(reduces) == p * (p - 1)  # every member reduces N-1 chunks
+    assert (reduces.kind == "compute").all() and (reduces.end_ns - reduces.start_ns == m // p).all()
+    # each reduction waited for a receipt on its own rank, and some send waited for it
+    for rid, row in reduces.iterrows():
+        assert any(ev.loc[d, "kind"] == "recv" and ev.loc[d, "rank"] == row["rank"] for d in row["deps"])
+    waited_on = {d for deps in ev[ev.kind == "send"].deps for d in (deps if deps is not None else [])}
+    assert set(reduces.index) <= waited_on  # every reduction is followed by a step that sends what it reduced
+
+
+def test_gamma_with_the_closed_form_mode_equals_the_steps():
+    m, p = 8 * 4000 * 3, 6
+    kw = dict(strategy={"gamma_ns_per_byte": 0.25})
+    steps = one_tensor(m, p, "ring", network={"fidelity": "analytic"}, **kw)
+    closed = one_tensor(m, p, "ring", network={"fidelity": "analytic", "collective_model": "closed-form"}, **kw)
+    assert closed.summary()["iteration_time_s"] == steps.summary()["iteration_time_s"]
+
+
+def test_gamma_with_the_multicast_all_gather_is_refused_naming_both_fields():
+    with pytest.raises(ScenarioError, match=r"gamma_ns_per_byte.*in_network"):
+        ddlsim.simulate(workers=4, iterations=1, strategy={"kind": "ring", "in_network": "multicast", "gamma_ns_per_byte": 1.0})
+
+
+def test_gamma_feeds_the_mg_wfbp_cost_model():
+    from ddlsim.simulation.lowering import allreduce_cost
+    from ddlsim.simulation.scenario import scenario_from_dict
+
+    base = {"workers": 8, "network": {"bandwidth": "8Gbps", "latency": "3us"}}
+    plain = allreduce_cost(scenario_from_dict(base))
+    reducing = allreduce_cost(scenario_from_dict({**base, "strategy": {"kind": "ring", "gamma_ns_per_byte": 0.5}}))
+    assert reducing.a == plain.a and reducing.b - plain.b == pytest.approx(7 / 8 * 0.5)

@@ -23,3 +23,13 @@ def test_every_scenario_field_is_in_the_reference():
                      if f"{name} =" not in DOC and f"`{name}`" not in DOC and f"[{name}]" not in DOC
                      and f"model.{name}]" not in DOC)
     assert not missing, f"document these in docs/scenario.md: {missing}"
+
+
+def test_no_merge_conflict_markers_in_docs_or_sources():
+    root = Path(__file__).resolve().parents[1]
+    files = [root / "README.md", *(root / "docs").rglob("*.md"), *(root / "python").rglob("*.py"), *(root / "tests").glob("*.py"),
+             *(root / "crates").rglob("*.rs"), root / "Makefile", root / "pyproject.toml"]
+    markers = ("<" * 7 + " ", "=" * 7 + "\n", ">" * 7 + " ")
+    found = [f"{path.relative_to(root)}:{n}" for path in files for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(True), 1)
+             if line.startswith(markers)]
+    assert found == []

@@ -24,6 +24,7 @@ _LAZY = {
     "CostModel": "plan.cost",
     "fit_cost_model": "plan.cost",
     "make_plan": "plan.planner",
+    "convert": "interop",
 }
 
 
@@ -50,4 +51,5 @@ __all__ = [
     "CostModel",
     "fit_cost_model",
     "make_plan",
+    "convert",
 ]

@@ -33,7 +33,7 @@ class SimulationResult(SimulationRun):
 
     @cached_property
     def _iteration_arrays(self) -> dict:
-        return iteration_arrays(self.events)
+        return iteration_arrays(self.columns)
 
     @cached_property
     def rpcs(self) -> "pd.DataFrame":
@@ -84,7 +84,7 @@ class SimulationResult(SimulationRun):
             "trace_detail": self.engine_document["trace_detail"],
             "events": int(self.stats["events"]),
             "transfers": int(self.stats["transfers"]),
-            "log_rows": int(len(self.events)),
+            "log_rows": len(self.columns),
             "wall_s": self.wall_s,
             "notes": list(self.notes),
             "scenario": self.scenario.model_dump(mode="json", exclude={"base_dir"}),
@@ -105,4 +105,4 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: 
     >>> r.iteration_time_s  # doctest: +SKIP
     """
     run = run_scenario(scenario, **overrides)
-    return SimulationResult(**{f.name: getattr(run, f.name) for f in dataclasses.fields(SimulationRun)})
+    return SimulationResult(**{f.name: getattr(run, f.name) for f in dataclasses.fields(SimulationRun) if f.init})

@@ -56,6 +56,19 @@ enum Event {
     FanRecv(u32),
     /// An aggregation fan's tree flow starts: every contribution reached the switch.
     FanStart(u32),
+    /// A collective member's wake-up (index into `Executor::wakes`).
+    Wake(u32),
+}
+
+/// A collective member reducing until its wake-up.
+#[derive(Debug, Clone, Copy)]
+struct PendingWake {
+    collective: u32,
+    member: u32,
+    tag: u64,
+    bytes: u64,
+    start: Time,
+    causes: [Cause; 2],
 }
 
 /// A collective step in flight, carried by its transfer slot.
@@ -145,8 +158,13 @@ struct Executor<'g> {
     detail: TraceDetail,
     step_log: EventLog,
     step_op_names: Vec<u32>,
+    /// The `op` of a reduction row (registered only when a collective reduces at a cost).
+    reduce_op_name: u32,
     flights: Vec<StepInFlight>,
     free_flights: Vec<u32>,
+    /// Pending collective wake-ups, reused through `free_wakes`.
+    wakes: Vec<PendingWake>,
+    free_wakes: Vec<u32>,
     /// Scratch action lists, reused (issuing may start another collective while a batch is processed).
     action_pool: Vec<Vec<Action>>,
     deliveries: Vec<Delivery>,
@@ -229,6 +247,12 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
             }
         })
         .collect();
+    let reduce_op_name = if graph.collectives.iter().any(|c| c.gamma_ns_per_byte > 0.0) {
+        op_names.push("reduce".to_string());
+        (op_names.len() - 1) as u32
+    } else {
+        u32::MAX
+    };
     let (coll_op_offsets, coll_ops) = collective_members(graph);
     let negotiate = (0..graph.collectives.len())
         .map(|c| {
@@ -261,8 +285,11 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
         detail,
         step_log: EventLog::new(),
         step_op_names,
+        reduce_op_name,
         flights: Vec::new(),
         free_flights: Vec::new(),
+        wakes: Vec::new(),
+        free_wakes: Vec::new(),
         action_pool: Vec::new(),
         deliveries: Vec::new(),
         next_row: n as i64,
@@ -318,6 +345,7 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
             Event::OpDone(op) => ex.finish_op(op, now)?,
             Event::FanRecv(op) => ex.fan_received(op, now)?,
             Event::FanStart(f) => ex.launch_fan(f as usize, now)?,
+            Event::Wake(slot) => ex.wake(slot, now)?,
             Event::Net(token) => {
                 let mut delivered = std::mem::take(&mut ex.deliveries);
                 ex.network.on_event(now, token, &mut NetQueue(&mut ex.queue), &mut delivered)?;
@@ -520,6 +548,11 @@ impl<'g> Executor<'g> {
         let op = (item & !PARKED) as u32;
         let o = &self.graph.ops[op as usize];
         if item & PARKED != 0 {
+            // Under P3-style preemption, resuming a less urgent member at a message boundary
+            // would commit this rank to a whole message the other ranks are not going to run now.
+            if self.graph.preempt_at_messages && o.priority > priority && self.parked_at_message_boundary(op) {
+                return false;
+            }
             return !self.waits_for_a_join(op);
         }
         if o.kind != Kind::Collective || o.priority < priority {
@@ -528,6 +561,16 @@ impl<'g> Executor<'g> {
         let members = self.graph.collectives[o.collective as usize].members.len() as u32;
         let joined = self.collectives[o.collective as usize].as_ref().map_or(0, |live| live.machine.joined());
         joined + 1 == members
+    }
+
+    /// True if parked collective member `op` has sent nothing of its current message.
+    fn parked_at_message_boundary(&self, op: u32) -> bool {
+        let o = &self.graph.ops[op as usize];
+        let Some(live) = self.collectives[o.collective as usize].as_ref() else { return false };
+        match self.parked.get(&op) {
+            Some(Some(Held { action: Action::Send { step, .. }, .. })) => live.machine.starts_message(*step),
+            _ => live.machine.at_message_boundary(o.member),
+        }
     }
 
     /// True if collective op `op`'s member waits for a member that has not joined.
@@ -543,7 +586,13 @@ impl<'g> Executor<'g> {
         if !st.policy.preempts() || st.in_flight > 0 || self.graph.ops[running as usize].kind != Kind::Collective {
             return Ok(());
         }
-        if st.policy.peek_priority().is_some_and(|p| p < self.graph.ops[running as usize].priority) {
+        let o = &self.graph.ops[running as usize];
+        if self.graph.preempt_at_messages
+            && !self.collectives[o.collective as usize].as_ref().is_some_and(|live| live.machine.at_message_boundary(o.member))
+        {
+            return Ok(());
+        }
+        if st.policy.peek_priority().is_some_and(|p| p < o.priority) {
             self.park(s, running, None);
             self.run_next(s, now, release)?;
         }
@@ -950,7 +999,7 @@ impl<'g> Executor<'g> {
         for &action in batch {
             let member = match action {
                 Action::Send { from, .. } => from,
-                Action::Done { member } | Action::DoneAt { member, .. } => member,
+                Action::Done { member } | Action::DoneAt { member, .. } | Action::Wake { member, .. } => member,
             };
             let op = self.collectives[c].as_ref().expect("collective live").ops[member as usize];
             if let Some(held) = self.parked.get_mut(&op) {
@@ -960,6 +1009,7 @@ impl<'g> Executor<'g> {
                         *held = Some(Held { collective: c as u32, action });
                         continue;
                     }
+                    Action::Wake { .. } => {}
                     Action::Done { .. } | Action::DoneAt { .. } => {
                         // Finished by receipts while parked: no longer waiting to resume.
                         self.parked.remove(&op);
@@ -974,7 +1024,10 @@ impl<'g> Executor<'g> {
                     let s = o.stream;
                     if s != NO_STREAM {
                         let st = &self.streams[s as usize];
-                        if st.policy.preempts() && st.policy.peek_priority().is_some_and(|p| p < o.priority) {
+                        let Action::Send { step, .. } = action else { unreachable!() };
+                        let at_boundary = !self.graph.preempt_at_messages
+                            || self.collectives[c].as_ref().is_some_and(|live| live.machine.starts_message(step));
+                        if at_boundary && st.policy.preempts() && st.policy.peek_priority().is_some_and(|p| p < o.priority) {
                             self.park(s as usize, op, Some(Held { collective: c as u32, action }));
                             self.run_next(s as usize, now, trigger)?;
                             continue;
@@ -984,12 +1037,74 @@ impl<'g> Executor<'g> {
                 }
                 Action::Done { .. } => self.finish_op(op, now)?,
                 Action::DoneAt { at, .. } => self.queue.push(at, Event::OpDone(op)),
+                Action::Wake { at, tag, bytes, causes, .. } => {
+                    let wake = PendingWake { collective: c as u32, member, tag, bytes, start: now, causes };
+                    let slot = match self.free_wakes.pop() {
+                        Some(slot) => {
+                            self.wakes[slot as usize] = wake;
+                            slot
+                        }
+                        None => {
+                            self.wakes.push(wake);
+                            (self.wakes.len() - 1) as u32
+                        }
+                    };
+                    self.queue.push(at, Event::Wake(slot));
+                }
             }
         }
         if self.collectives[c].as_ref().is_some_and(|live| live.machine.complete()) {
             self.collectives[c] = None;
         }
         Ok(())
+    }
+
+    /// A collective member's wake-up is due (it finished reducing).
+    fn wake(&mut self, slot: u32, now: Time) -> Result<(), String> {
+        let w = self.wakes[slot as usize];
+        self.free_wakes.push(slot);
+        let c = w.collective as usize;
+        let op = self.collectives[c].as_ref().expect("a collective waiting for a wake-up is live").ops[w.member as usize];
+        let mut row = NO_CAUSE;
+        if self.detail == TraceDetail::Step {
+            // The reduction, as a compute row on the member's rank: the next step waits for it.
+            row = self.new_row();
+            let o = &self.graph.ops[op as usize];
+            let reduce = Row {
+                id: row,
+                iteration: o.iteration,
+                rank: o.rank as i32,
+                kind: KIND_COMPUTE,
+                op: self.reduce_op_name,
+                layer: o.layer,
+                tensor: o.tensor,
+                group: o.group,
+                peer: -1,
+                message: -1,
+                bytes: w.bytes as i64,
+                priority: o.priority,
+                tenant: o.tenant as i32,
+                collective: c as i64,
+                step: -1,
+                rpc: -1,
+                stream: stream_index(o.stream),
+                ready: w.start,
+                start: w.start,
+                end: now,
+            };
+            let mut causes = std::mem::take(&mut self.cause_scratch);
+            causes.clear();
+            for cause in w.causes {
+                self.expand_cause(cause, &mut causes);
+            }
+            causes.sort_unstable();
+            causes.dedup();
+            self.step_log.push(reduce, causes.iter().copied());
+            self.cause_scratch = causes;
+        }
+        let mut actions = self.action_pool.pop().unwrap_or_default();
+        self.collectives[c].as_mut().expect("live").machine.woke(now, w.member, w.tag, row, &mut actions);
+        self.apply(c, actions, now, row)
     }
 
     /// Drops a parked member's resume entry from its stream's queue.

@@ -109,6 +109,8 @@ pub struct CollectiveSpec {
     /// Partition the tensor into messages of at most this many bytes
     /// (ring only, see [`crate::collective::ring`]); 0: one message.
     pub chunk_bytes: u64,
+    /// Reduction cost per byte a member combines (MG-WFBP's gamma); 0: free.
+    pub gamma_ns_per_byte: f64,
 }
 
 /// Which ready op a stream runs next (see [`crate::stream`]).
@@ -166,6 +168,9 @@ pub struct Graph {
     pub closed_form: Option<crate::collective::closed_form::LinkCost>,
     /// In-network operations (multicast, aggregation) over transfer ops.
     pub fans: Vec<FanSpec>,
+    /// Preemptive streams yield only where a collective member starts a message
+    /// (P3's slice boundaries), not at every step.
+    pub preempt_at_messages: bool,
 }
 
 impl Graph {
@@ -185,7 +190,7 @@ impl Graph {
         op_names: Vec<String>,
         stream_names: Vec<String>,
     ) -> Result<Self, String> {
-        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new() };
+        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false };
         g.check()?;
         Ok(g)
     }

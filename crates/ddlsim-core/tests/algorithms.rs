@@ -27,7 +27,7 @@ fn star(fidelity: Fidelity, lat: u64) -> NetworkSpec {
 fn run_one(algorithm: Algorithm, n: u32, bytes: u64, chunk_bytes: u64, hosts: &[u32], network: &NetworkSpec) -> (u64, EventLog) {
     let mut g = Graph::new();
     g.host_of_rank = hosts.to_vec();
-    let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: (0..n).collect(), bytes, chunk_bytes });
+    let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: (0..n).collect(), bytes, chunk_bytes, gamma_ns_per_byte: 0.0 });
     let name = g.op_name("allreduce");
     for m in 0..n {
         let mut op = Op::new(Kind::Collective, name, m);
@@ -280,13 +280,21 @@ const EVEN: u64 = 2_882_880;
 
 /// Every member's end, and the makespan, of one collective in `mode`.
 fn member_ends(algorithm: Algorithm, n: u32, bytes: u64, chunk: u64, hosts: &[u32], network: &NetworkSpec, closed: bool) -> (Vec<i64>, u64) {
+    member_ends_reducing(algorithm, n, bytes, chunk, hosts, network, closed, 0.0)
+}
+
+/// As [`member_ends`], each member reducing what it receives at `gamma` ns per byte.
+#[allow(clippy::too_many_arguments)]
+fn member_ends_reducing(
+    algorithm: Algorithm, n: u32, bytes: u64, chunk: u64, hosts: &[u32], network: &NetworkSpec, closed: bool, gamma: f64,
+) -> (Vec<i64>, u64) {
     let mut g = Graph::new();
     g.host_of_rank = hosts.to_vec();
     if closed {
         g.closed_form = Some(LinkCost::of_network(network).unwrap());
     }
     let c =
-        g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: (0..n).collect(), bytes, chunk_bytes: chunk });
+        g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: (0..n).collect(), bytes, chunk_bytes: chunk, gamma_ns_per_byte: gamma });
     let name = g.op_name("allreduce");
     let ids: Vec<u32> = (0..n)
         .map(|m| {
@@ -319,9 +327,11 @@ fn closed_form_mode_equals_the_step_by_step_run_on_an_idle_star() {
                 let chunks: &[u64] = if algorithm == Algorithm::Ring { &[0, EVEN / 4, EVEN / 2 + 7] } else { &[0] };
                 for &chunk in chunks {
                     for bytes in [EVEN, 3 * EVEN] {
-                        let steps = member_ends(algorithm, n, bytes, chunk, &hosts, &network, false);
-                        let closed = member_ends(algorithm, n, bytes, chunk, &hosts, &network, true);
-                        assert_eq!(closed, steps, "{algorithm:?} n={n} M={bytes} chunk={chunk} {bps}");
+                        for gamma in [0.0, 0.37] {
+                            let steps = member_ends_reducing(algorithm, n, bytes, chunk, &hosts, &network, false, gamma);
+                            let closed = member_ends_reducing(algorithm, n, bytes, chunk, &hosts, &network, true, gamma);
+                            assert_eq!(closed, steps, "{algorithm:?} n={n} M={bytes} chunk={chunk} {bps} gamma={gamma}");
+                        }
                     }
                 }
             }
@@ -408,4 +418,51 @@ fn closed_form_training_reproduces_every_op_end_at_analytic_fidelity() {
         TraceDetail::Collective
     )
     .is_err());
+}
+
+// ------------------------------------------------------------ reduction cost (gamma)
+
+/// MG-WFBP Table II's gamma terms, derived on paper for an idle star with every
+/// chunk whole: a member reduces each receipt of the reduce phase before its next
+/// step, ceil(gamma * bytes) ns each.
+#[test]
+fn the_reduction_cost_adds_table_ii_gamma_terms_to_the_nanosecond() {
+    let gamma = 0.37;
+    let reduce = |bytes: u64| (bytes as f64 * gamma).ceil() as u64;
+    for fidelity in [Fidelity::Analytic, Fidelity::Flow] {
+        let network = net(fidelity, BPS, 1_000);
+        let bytes = EVEN;
+        for n in [2u32, 4, 8, 16] {
+            let k = log2_floor(n);
+            let u = |b: u64| 1_000 + b; // alpha + b beta at 1 byte/ns
+            let expected = [
+                // ring: 2(N-1) steps of M/N; the N-1 reduce-scatter receipts are reduced
+                (Algorithm::Ring, 2 * (n as u64 - 1) * u(bytes / n as u64) + (n as u64 - 1) * reduce(bytes / n as u64)),
+                // direct: the same shards, sent straight to their owners
+                (Algorithm::Direct, 2 * (n as u64 - 1) * u(bytes / n as u64) + (n as u64 - 1) * reduce(bytes / n as u64)),
+                // recursive doubling and butterfly: log2 p exchanges of M, each reduced
+                (Algorithm::RecursiveDoubling, k * (u(bytes) + reduce(bytes))),
+                (Algorithm::Butterfly, k * (u(bytes) + reduce(bytes))),
+                // Rabenseifner: halving stage j moves and reduces M / 2^(j+1), doubling moves it back
+                (Algorithm::HalvingDoubling, (0..k).map(|j| 2 * u(bytes >> (j + 1)) + reduce(bytes >> (j + 1))).sum()),
+            ];
+            for (algorithm, want) in expected {
+                let (_, makespan) = member_ends_reducing(algorithm, n, bytes, 0, &[], &network, false, gamma);
+                assert_eq!(makespan, want, "{algorithm:?} n={n} {fidelity:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_binary_tree_parent_reduces_each_child_before_taking_the_next() {
+    // Three ranks, in-order tree rooted at 1 with children 0 and 2: the root
+    // takes 0, reduces, takes 2, reduces, then sends to 0 and then to 2.
+    let network = net(Fidelity::Analytic, BPS, 500);
+    let (bytes, gamma) = (10_000u64, 0.5);
+    let (u, r) = (500 + bytes, 5_000);
+    let (ends, makespan) = member_ends_reducing(Algorithm::BinaryTree, 3, bytes, 0, &[], &network, false, gamma);
+    let root_done = 2 * (u + r) + 2 * u;
+    assert_eq!(makespan, root_done);
+    assert_eq!(*ends.iter().max().unwrap() as u64, root_done);
 }

@@ -19,6 +19,8 @@ _EXPORTS = {
     "rank_iteration_table": "breakdown",
     "union_length": "breakdown",
     "RPC_COLUMNS": "rpc",
+    "StreamedAnalysis": "streaming",
+    "open_analysis": "streaming",
     "rpc_table": "rpc",
 }
 

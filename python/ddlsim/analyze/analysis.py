@@ -216,11 +216,15 @@ class Analysis:
         if i == 1:
             notes.append(f"{self.name}: one iteration only; no iteration-to-iteration variation, and SketchDLC phase 1 "
                          "uses the worker's first row")
-        comm = self._mask("kind", ("send", "recv", "collective"))
-        if comm.any() and not (self._col("end_ns")[comm] > self._col("start_ns")[comm]).any():
+        if self._messages_are_point_records():
             notes.append(f"{self.name}: every message row is a point record (start = end, as in SketchDLC traces); "
                          "communication time is 0 in the breakdown: use SketchDLC's phases and overheads")
         return self._note(frame, "; ".join(notes) or None)
+
+    def _messages_are_point_records(self) -> bool:
+        """True if the log has message rows and every one has start = end."""
+        comm = self._mask("kind", ("send", "recv", "collective"))
+        return bool(comm.any() and not (self._col("end_ns")[comm] > self._col("start_ns")[comm]).any())
 
     def phases(self) -> pd.DataFrame:
         """SketchDLC's three phases per worker and iteration (Fig. 5, section 5.3.1):
@@ -233,22 +237,12 @@ class Analysis:
         Pull_Recv_Worker."""
         if "phases" in self._cache:
             return self._cache["phases"].copy()
-        ps = self._ps_rows()
-        workers = self._mask("role", ("worker",)) & (self._col("iteration") >= 0)
-        if len(ps):
-            push = ps[ps.operation == "Push_Send_Worker"].rename(columns={"time_ns": "t"})
-            pull = ps[ps.operation == "Pull_Recv_Worker"].rename(columns={"time_ns": "t"})
-        else:
-            send = self._frame(workers & self._mask("kind", ("send", "collective")), ["iteration", "rank", "start_ns"])
-            recv = self._frame(workers & self._mask("kind", ("recv", "collective")), ["iteration", "rank", "end_ns"])
-            push, pull = send.rename(columns={"start_ns": "t"}), recv.rename(columns={"end_ns": "t"})
-        if push.empty or pull.empty:
+        aggregates = self._phase_aggregates()
+        if aggregates is None:
             out = pd.DataFrame(columns=["iteration", "rank", "phase1_s", "phase2_s", "phase3_s", "sketchdlc_overlap_ratio"])
             self._cache["phases"] = out
             return out
-        p = push.groupby(["rank", "iteration"])["t"].agg(first_push="min", last_push="max")
-        q = pull.groupby(["rank", "iteration"])["t"].agg(last_pull="max")
-        first_row = self._frame(workers, ["rank", "iteration", "start_ns"]).groupby(["rank", "iteration"])["start_ns"].min()
+        p, q, first_row = aggregates
         t = p.join(q, how="inner").join(first_row.rename("first_row"), how="left").reset_index()
         t = t.sort_values(["rank", "iteration"])
         previous = t.groupby("rank")["last_pull"].shift(1)
@@ -264,6 +258,25 @@ class Analysis:
         out["rank"] = out["rank"].astype(int)
         self._cache["phases"] = out
         return out
+
+    def _phase_aggregates(self) -> tuple[pd.DataFrame, pd.Series, pd.Series] | None:
+        """Per (rank, iteration): first and last push (frame), last pull and
+        the worker's first row start (series); None if no push or pull."""
+        ps = self._ps_rows()
+        workers = self._mask("role", ("worker",)) & (self._col("iteration") >= 0)
+        if len(ps):
+            push = ps[ps.operation == "Push_Send_Worker"].rename(columns={"time_ns": "t"})
+            pull = ps[ps.operation == "Pull_Recv_Worker"].rename(columns={"time_ns": "t"})
+        else:
+            send = self._frame(workers & self._mask("kind", ("send", "collective")), ["iteration", "rank", "start_ns"])
+            recv = self._frame(workers & self._mask("kind", ("recv", "collective")), ["iteration", "rank", "end_ns"])
+            push, pull = send.rename(columns={"start_ns": "t"}), recv.rename(columns={"end_ns": "t"})
+        if push.empty or pull.empty:
+            return None
+        p = push.groupby(["rank", "iteration"])["t"].agg(first_push="min", last_push="max")
+        q = pull.groupby(["rank", "iteration"])["t"].max().rename("last_pull")
+        first_row = self._frame(workers, ["rank", "iteration", "start_ns"]).groupby(["rank", "iteration"])["start_ns"].min()
+        return p, q, first_row
 
     # ---------------------------------------------------- critical path
     def critical_path(self) -> pd.DataFrame:
@@ -672,31 +685,11 @@ class Analysis:
         stream queueing delay = start - ready per rank (mean, max; null when
         ``ready_ns`` is unknown). From the ``collective`` rows, or from the
         step rows when the log has none."""
-        coll = self._col("collective") >= 0
-        rows = coll & self._mask("kind", ("collective",))
-        from_steps = False
-        if not rows.any():
-            rows = coll & self._mask("kind", ("send",))
-            from_steps = True
         columns = ["collective", "group", "iteration", "coll_type", "algorithm", "ranks", "bytes", "time_ns",
                    "algbw_Gbps", "busbw_Gbps", "link_Gbps", "busbw_over_link", "queue_mean_ns", "queue_max_ns"]
-        if not rows.any():
+        g = self._collective_aggregates()
+        if g is None:
             return self._note(pd.DataFrame(columns=columns), f"{self.name}: no collective rows; no collective analysis")
-        f = self._frame(rows, ["collective", "group", "iteration", "rank", "coll_type", "algorithm", "bytes", "a_start",
-                               "a_end", "ready_ns", "start_ns"])
-        f["queue"] = (f["start_ns"] - f["ready_ns"]).astype("Float64")
-        agg = {"group": ("group", "first"), "iteration": ("iteration", "first"), "coll_type": ("coll_type", "first"),
-               "algorithm": ("algorithm", "first"), "ranks": ("rank", "nunique"), "t0": ("a_start", "min"),
-               "t1": ("a_end", "max"), "queue_mean_ns": ("queue", "mean"), "queue_max_ns": ("queue", "max")}
-        if from_steps:
-            per_rank = f.groupby(["collective", "rank"])["bytes"].sum().groupby("collective").max()
-            g = f.groupby("collective").agg(**agg).join(per_rank.rename("sent"))
-            # a ring all-reduce sends 2(n-1)/n of the buffer per rank
-            n = g["ranks"].clip(lower=1)
-            factor = np.array([BUS_FACTORS.get(t, lambda n: 1.0)(k) if k > 1 else 1.0 for t, k in zip(g["coll_type"], n)])
-            g["bytes"] = (g["sent"] / np.where(factor > 0, factor, 1)).round().astype(np.int64)
-        else:
-            g = f.groupby("collective").agg(bytes=("bytes", "max"), **agg)
         g["time_ns"] = g["t1"] - g["t0"]
         n = g["ranks"].to_numpy()
         factor = np.array([BUS_FACTORS.get(t, lambda n: 1.0)(k) if k > 1 else 0.0 for t, k in zip(g["coll_type"], n)])
@@ -715,6 +708,35 @@ class Analysis:
             extra = f"{self.name}: no link rate in the metadata (scenario.network.bandwidth); bus bandwidth not compared"
             note = f"{note}; {extra}" if note else extra
         return self._note(out, note)
+
+    def _collective_aggregates(self) -> pd.DataFrame | None:
+        """Per collective id: group, iteration, coll_type, algorithm (first
+        row's), ranks, t0 / t1 (first start, last end, reference clock),
+        queueing mean / max and bytes; None without collective rows."""
+        coll = self._col("collective") >= 0
+        rows = coll & self._mask("kind", ("collective",))
+        from_steps = False
+        if not rows.any():
+            rows = coll & self._mask("kind", ("send",))
+            from_steps = True
+        if not rows.any():
+            return None
+        f = self._frame(rows, ["collective", "group", "iteration", "rank", "coll_type", "algorithm", "bytes", "a_start",
+                               "a_end", "ready_ns", "start_ns"])
+        f["queue"] = (f["start_ns"] - f["ready_ns"]).astype("Float64")
+        agg = {"group": ("group", "first"), "iteration": ("iteration", "first"), "coll_type": ("coll_type", "first"),
+               "algorithm": ("algorithm", "first"), "ranks": ("rank", "nunique"), "t0": ("a_start", "min"),
+               "t1": ("a_end", "max"), "queue_mean_ns": ("queue", "mean"), "queue_max_ns": ("queue", "max")}
+        if from_steps:
+            per_rank = f.groupby(["collective", "rank"])["bytes"].sum().groupby("collective").max()
+            g = f.groupby("collective").agg(**agg).join(per_rank.rename("sent"))
+            # a ring all-reduce sends 2(n-1)/n of the buffer per rank
+            n = g["ranks"].clip(lower=1)
+            factor = np.array([BUS_FACTORS.get(t, lambda n: 1.0)(k) if k > 1 else 1.0 for t, k in zip(g["coll_type"], n)])
+            g["bytes"] = (g["sent"] / np.where(factor > 0, factor, 1)).round().astype(np.int64)
+        else:
+            g = f.groupby("collective").agg(bytes=("bytes", "max"), **agg)
+        return g
 
     def collectives_by_group(self) -> pd.DataFrame:
         """Per group (bucket / fusion buffer): instances, mean bytes, mean and

@@ -23,10 +23,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..trace.schema import KINDS, EventLog, aligned_times, as_event_log
+from ..trace.coerce import as_columns
+from ..trace.columns import KINDS, aligned_times
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ..trace.schema import EventLog
 
 _COMPUTE = KINDS.index("compute")
 _COMMUNICATION = [KINDS.index(k) for k in ("send", "recv", "collective")]
@@ -73,7 +76,7 @@ def covered(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) 
 def window_arrays(log: EventLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(iterations, window starts, window ends) on the reference clock: an
     iteration ends with its last row."""
-    log = as_event_log(log)
+    log = as_columns(log)
     start, end = aligned_times(log)
     iteration = log.column("iteration")
     has = iteration >= 0
@@ -103,7 +106,7 @@ def rank_iteration_arrays(log: EventLog) -> dict:
     """Per rank (axis 0) and iteration (axis 1): compute / communication /
     overlap / exposed communication / idle in ns; plus `ranks`, `roles`,
     `iterations`, `start_ns`, `end_ns` (the windows)."""
-    log = as_event_log(log)
+    log = as_columns(log)
     numbers, a, b = window_arrays(log)
     start, end = aligned_times(log)
     rank = log.column("rank")

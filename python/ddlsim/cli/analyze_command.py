@@ -1,7 +1,8 @@
 """`ddlsim analyze`: the analyses of :class:`ddlsim.analyze.Analysis` as
-CSV tables, PNG figures, headline numbers (text or JSON) and one
-self-contained HTML report (figures embedded as base64 PNG, every string
-that comes from the trace escaped)."""
+tables (CSV and / or Parquet), figures (PNG and SVG), headline numbers (text
+or JSON) and one self-contained HTML report (figures embedded as base64 PNG,
+every string that comes from the trace escaped). Large Parquet logs are
+analysed streamed (:mod:`ddlsim.analyze.streaming`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import pandas as pd
 from ..analyze.analysis import Analysis
 
 DEFAULT_SWITCH_MEMORY = 10_000_000  # bytes: "tens of megabytes" of switch memory (RPC paper section 4)
+TABLE_FORMATS = {"csv": ("csv",), "parquet": ("parquet",), "both": ("csv", "parquet")}
+FIGURE_FORMATS = ("png", "svg")
 
 
 def tables(analysis: Analysis, t_window_ns: int, switch_memory_bytes: int) -> dict[str, pd.DataFrame]:
@@ -43,8 +46,10 @@ def tables(analysis: Analysis, t_window_ns: int, switch_memory_bytes: int) -> di
     return {name: make() for name, make in makers.items()}
 
 
-def figures(analysis: Analysis, t_window_ns: int, compare_table: pd.DataFrame | None) -> dict[str, bytes]:
-    """PNG bytes of every figure the log has something for."""
+def figures(analysis: Analysis, t_window_ns: int, compare_table: pd.DataFrame | None,
+            formats: tuple[str, ...] = ("png",)) -> dict[str, dict[str, bytes]]:
+    """Per figure the log has something for: its bytes in each format
+    (``{"iterations": {"png": b"...", "svg": b"..."}}``)."""
     from ..analyze import figures as f
 
     makers = {
@@ -59,17 +64,38 @@ def figures(analysis: Analysis, t_window_ns: int, compare_table: pd.DataFrame | 
     if compare_table is not None:
         makers["compare"] = lambda: f.compare_figure(compare_table)
     out = {}
+    import matplotlib
     import matplotlib.pyplot as plt
 
     for name, make in makers.items():
         fig = make()
         if fig is None:
             continue
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=100)
+        out[name] = {}
+        for kind in formats:
+            buffer = io.BytesIO()
+            # SVG without a date and with fixed element ids, so the same log gives the same file
+            with matplotlib.rc_context({"svg.hashsalt": "ddlsim"}):
+                fig.savefig(buffer, format=kind, dpi=100, metadata={"Date": None} if kind == "svg" else None)
+            out[name][kind] = buffer.getvalue()
         plt.close(fig)
-        out[name] = buffer.getvalue()
     return out
+
+
+def write_table(frame: pd.DataFrame, stem: Path, formats: tuple[str, ...]) -> list[str]:
+    """``frame`` as ``stem.csv`` and / or ``stem.parquet``; the names written.
+    Parquet keeps the dtypes (nullable integers, strings); the frame's attrs
+    (notes) are not written (they are in headline.json)."""
+    plain = frame.copy()
+    plain.attrs = {}
+    written = []
+    if "csv" in formats:
+        plain.to_csv(stem.with_suffix(".csv"), index=False)
+        written.append(stem.name + ".csv")
+    if "parquet" in formats:
+        plain.to_parquet(stem.with_suffix(".parquet"), index=False)
+        written.append(stem.name + ".parquet")
+    return written
 
 
 # ------------------------------------------------------------------ HTML
@@ -110,7 +136,7 @@ def table_html(frame: pd.DataFrame, max_rows: int = 25) -> str:
             text = html.escape(_fmt(value.item() if hasattr(value, "item") else value))
             cells.append(f"<td class='s'>{text}</td>" if isinstance(value, str) else f"<td>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    more = f"<p class='more'>first {max_rows} of {len(frame):,} rows; all in the CSV</p>" if len(frame) > max_rows else ""
+    more = f"<p class='more'>first {max_rows} of {len(frame):,} rows; all in the table files (--out)</p>" if len(frame) > max_rows else ""
     return f"<div class='tw'><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{more}"
 
 
@@ -162,7 +188,7 @@ def html_report(analysis: Analysis, data: dict[str, pd.DataFrame], pictures: dic
             + "<h3>Critical path (walked back through the recorded deps)</h3>"
             + _figure_html(pictures.get("critical_path"), "critical path")
             + table_html(data["critical_path_summary"])
-            + "<p class='more'>every step of every path is in critical_path.csv</p>")
+            + "<p class='more'>every step of every path is in the critical_path table</p>")
     sections.append(("iterations", "Iterations and critical path", body))
 
     ov = data["sketchdlc_overheads"]
@@ -213,7 +239,7 @@ def html_report(analysis: Analysis, data: dict[str, pd.DataFrame], pictures: dic
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\">"
             f"<title>{e(title)}</title><style>{_CSS}</style></head><body>"
-            f"<h1>{e(title)}</h1><p class='more'>{len(analysis.log):,} rows · source {e(str(analysis.log.metadata.get('source', '')))}"
+            f"<h1>{e(title)}</h1><p class='more'>{headline.get('rows', len(analysis.log)):,} rows · source {e(str(analysis.log.metadata.get('source', '')))}"
             f"</p><nav>{nav}</nav>{content}</body></html>\n")
 
 
@@ -221,10 +247,16 @@ def html_report(analysis: Analysis, data: dict[str, pd.DataFrame], pictures: dic
 
 def analyze_to_directory(analysis: Analysis, directory: Path, *, compare: Analysis | None = None,
                          t_window_ns: int = 1_000_000, switch_memory_bytes: int = DEFAULT_SWITCH_MEMORY,
-                         report_name: str | None = "report.html", write_tables: bool = True) -> dict[str, Any]:
-    """Writes CSV tables, PNG figures and the report into `directory` (a
-    staging directory: the caller moves it into place). Returns the
-    headline numbers and the names written."""
+                         report_name: str | None = "report.html", write_tables: bool = True,
+                         table_format: str = "both") -> dict[str, Any]:
+    """Writes the tables (``table_format``: csv, parquet or both), the
+    figures (PNG and SVG) and the report into `directory` (a staging
+    directory: the caller moves it into place). Returns the headline numbers
+    and the names written."""
+    if table_format not in TABLE_FORMATS:
+        from ..errors import DdlsimError
+
+        raise DdlsimError(f"--format {table_format}: choose one of {', '.join(TABLE_FORMATS)}")
     data = tables(analysis, t_window_ns, switch_memory_bytes)
     compare_table = analysis.compare(compare) if compare is not None else None
     if compare_table is not None:
@@ -234,17 +266,18 @@ def analyze_to_directory(analysis: Analysis, directory: Path, *, compare: Analys
         headline["compare"] = {"with": compare.name, "iteration_time_diff_s": float(
             compare_table.loc[compare_table["item"] == "time", "diff_s"].iloc[0]),
             "largest": compare_table.attrs.get("largest", [])}
-    pictures = figures(analysis, t_window_ns, compare_table)
+    drawn = figures(analysis, t_window_ns, compare_table, FIGURE_FORMATS if write_tables else ("png",))
+    pictures = {name: kinds["png"] for name, kinds in drawn.items()}
     written = []
     if write_tables:
         for name, frame in data.items():
             if frame is None or frame.empty:
                 continue
-            frame.to_csv(directory / f"{name}.csv", index=False)
-            written.append(f"{name}.csv")
-        for name, png in pictures.items():
-            (directory / f"{name}.png").write_bytes(png)
-            written.append(f"{name}.png")
+            written += write_table(frame, directory / name, TABLE_FORMATS[table_format])
+        for name, kinds in drawn.items():
+            for kind, content in kinds.items():
+                (directory / f"{name}.{kind}").write_bytes(content)
+                written.append(f"{name}.{kind}")
         (directory / "headline.json").write_text(json.dumps(headline, indent=2) + "\n", encoding="utf-8")
         written.append("headline.json")
     if report_name:
@@ -255,22 +288,30 @@ def analyze_to_directory(analysis: Analysis, directory: Path, *, compare: Analys
 
 
 def run_analyze(log_path: Path, *, compare_path: Path | None, report: Path | None, out_dir: Path | None, as_json: bool,
-                t_window_ns: int, switch_memory_bytes: int, console: Any) -> dict[str, Any]:
-    """The `ddlsim analyze` command: read, analyse, write (atomically), print."""
+                t_window_ns: int, switch_memory_bytes: int, console: Any, table_format: str = "both",
+                stream: bool | None = None, iteration: int | None = None) -> dict[str, Any]:
+    """The `ddlsim analyze` command: read, analyse, write (atomically), print.
+    ``stream``: None streams Parquet logs above ``STREAM_ABOVE_ROWS`` rows."""
     import os
     import shutil
     import tempfile
 
+    from ..analyze.streaming import open_analysis
     from ..output import staged_directory
 
-    analysis = Analysis(log_path)
-    other = Analysis(compare_path) if compare_path is not None else None
+    if table_format not in TABLE_FORMATS:
+        from ..errors import DdlsimError
+
+        raise DdlsimError(f"--format {table_format}: choose one of {', '.join(TABLE_FORMATS)}")
+    analysis = open_analysis(log_path, stream=stream, iteration=iteration)
+    other = open_analysis(compare_path, stream=stream) if compare_path is not None else None
     result: dict[str, Any]
     if out_dir is not None:
         with staged_directory(out_dir) as stage:
             report_name = report.name if report is not None and report.parent.resolve() == Path(out_dir).resolve() else None
             result = analyze_to_directory(analysis, stage, compare=other, t_window_ns=t_window_ns,
-                                          switch_memory_bytes=switch_memory_bytes, report_name=report_name or "report.html")
+                                          switch_memory_bytes=switch_memory_bytes, report_name=report_name or "report.html",
+                                          table_format=table_format)
         result["out"] = str(out_dir)
         if report is not None and report.parent.resolve() != Path(out_dir).resolve():
             _place(Path(out_dir) / "report.html", report, copy=True)
@@ -303,7 +344,9 @@ def run_analyze(log_path: Path, *, compare_path: Path | None, report: Path | Non
     else:
         print_headline(result["headline"], console)
         if out_dir is not None:
-            console.print(f"wrote {len(result['files'])} files (CSV tables, PNG figures, report.html) to {out_dir}/")
+            tables_written = " and ".join(TABLE_FORMATS[table_format]).replace("csv", "CSV").replace("parquet", "Parquet")
+            console.print(f"wrote {len(result['files'])} files ({tables_written} tables, PNG and SVG figures, report.html) "
+                          f"to {out_dir}/", highlight=False, markup=False)
         if report is not None:
             console.print(f"report: {report}")
     return result

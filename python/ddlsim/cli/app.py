@@ -9,10 +9,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
-
 from ..errors import DdlsimError
+from .consoles import err, out, real_console
 
 app = typer.Typer(
     help="Simulate and analyze the network communication of distributed deep-learning training.",
@@ -21,7 +19,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-err = Console(stderr=True)
 
 
 def _version(value: bool) -> None:
@@ -38,8 +35,6 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """Simulate and analyze the network communication of distributed deep-learning training."""
-# Tables stay readable when piped (rich would otherwise assume 80 columns).
-out = Console(width=None if sys.stdout.isatty() else 150)
 
 
 @app.command()
@@ -57,7 +52,8 @@ def simulate(
     stream_policy: Optional[str] = typer.Option(
         None, "--stream-policy", help="Order of gradient transfers: fifo | priority (lowest layer first)"),
     preemption: Optional[str] = typer.Option(
-        None, "--preemption", help="With --stream-policy priority: none (finish the running one) | chunk (preempt at chunk boundaries)"),
+        None, "--preemption", help="With --stream-policy priority: none (finish the running one) | chunk (preempt between steps) "
+        "| message (P3: only between --chunk-bytes slices)"),
     grouping: Optional[str] = typer.Option(
         None, "--grouping", help="Which gradients travel together: per-tensor | synceasgd | mg-wfbp | fusion | thesis-fusion "
         "| ddp | fixed, options after a colon: ddp:bucket_cap_mb=50, fusion:threshold=32MiB,cycle_time=2ms"),
@@ -77,7 +73,8 @@ def simulate(
         None, "--async/--sync", help="Asynchronous PS: no cross-worker barrier, workers use the latest parameters."),
     staleness: Optional[int] = typer.Option(None, "--staleness", help="Asynchronous PS: iterations a worker may run ahead."),
     gamma_ns_per_byte: Optional[float] = typer.Option(
-        None, "--gamma", help="PS server reduction cost in ns per byte: adds (N-1) x bytes x gamma to each update."),
+        None, "--gamma", help="Reduction cost in ns per byte (MG-WFBP's gamma). PS: adds (N-1) x bytes x gamma to each server update; "
+        "all-reduce: each received chunk of the reduce phase takes bytes x gamma before the next step."),
     stagger: Optional[str] = typer.Option(None, "--stagger", help="Backpropagation staggering: skew with a unit, e.g. 2ms."),
     stagger_mode: Optional[str] = typer.Option(None, "--stagger-mode", help="fixed (worker w waits w x skew) | random (seeded)"),
     compute_speedup: Optional[float] = typer.Option(
@@ -108,7 +105,7 @@ def simulate(
     device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | fp16"),
     efficiency: Optional[float] = typer.Option(None, "--efficiency", help="Share of peak FLOP/s reached (0-1]."),
-    profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms, or an event log (.parquet) whose per-layer compute rows give them."),
     barrier: Optional[bool] = typer.Option(None, "--barrier/--no-barrier", help="Global barrier between iterations."),
     trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write event log, trace, tables and timeline here."),
@@ -148,7 +145,7 @@ def simulate(
     from ..simulation.budget import run_control
     from .progress import EngineProgress
 
-    with EngineProgress(err, iterations or 0, enabled=err.is_terminal and not quiet) as progress:
+    with EngineProgress(err, iterations or 0, enabled=sys.stderr.isatty() and not quiet) as progress:
         with run_control(max_memory=budget_bytes, force=force, progress=progress, on_start=progress.start):
             result = run_simulation(scenario, **overrides)
         progress.phase("analysing")
@@ -207,6 +204,8 @@ _show_defaults(simulate, SIMULATE_DEFAULTS)
 @app.command()
 def models(layers: Optional[str] = typer.Option(None, "--layers", help="Show the layer table of this model.")) -> None:
     """List the model zoo: parameter tensors, parameters, size, FLOPs."""
+    from rich.table import Table
+
     from ..workload import list_models, load_model
 
     if layers:
@@ -232,32 +231,35 @@ def models(layers: Optional[str] = typer.Option(None, "--layers", help="Show the
 @app.command()
 def export(
     events: Path = typer.Argument(..., help="An event log (events.parquet)."),
-    fmt: str = typer.Option(..., "--format", "-f", help="chrome | sketchdlc | csv"),
-    out_path: Path = typer.Option(..., "--out", "-o", help="Output file (chrome, csv) or directory (sketchdlc)."),
+    fmt: str = typer.Option(..., "--format", "-f", help="chrome | sketchdlc | csv | chakra | kineto"),
+    out_path: Path = typer.Option(..., "--out", "-o", help="Output file (chrome, csv), directory (sketchdlc, kineto) "
+                                  "or prefix (chakra: <prefix>.<rank>.et)."),
 ) -> None:
-    """Convert an event log: Perfetto/Chrome JSON, SketchDLC per-node text, or CSV."""
-    import numpy as np
+    """Convert an event log: Perfetto/Chrome JSON, SketchDLC, CSV, Chakra or Kineto (same as `convert --to`)."""
+    from ..interop import convert as convert_trace
 
-    from ..output import staged_directory
-    from ..trace import read_event_log, write_chrome_trace, write_sketchdlc
+    if fmt.strip().lower() == "events":
+        raise DdlsimError("--format events: the input is already an event log; use `ddlsim convert` to copy it")
+    written = convert_trace(events, out_path, from_format="events", to_format=fmt)
+    out.print(f"wrote {out_path}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
 
-    fmt = fmt.strip().lower()
-    if fmt not in ("chrome", "sketchdlc", "csv"):
-        raise DdlsimError(f"--format {fmt!r}: choose chrome, sketchdlc or csv")
-    log = read_event_log(events)
-    if fmt == "chrome":
-        write_chrome_trace(log, out_path)
-    elif fmt == "csv":
-        with staged_directory(out_path.parent if str(out_path.parent) else Path(".")) as stage:
-            frame = log.to_pandas()
-            frame["deps"] = frame["deps"].map(lambda d: "" if d is None else " ".join(str(int(x)) for x in d))
-            frame.to_csv(stage / out_path.name, index=False)
-    else:
-        if not np.isin(log.column("op"), ["push_request", "push_response", "pull_request", "pull_response"]).any():
-            raise DdlsimError(f"{events}: SketchDLC describes parameter-server push/pull traffic; this log has none")
-        with staged_directory(out_path) as stage:
-            write_sketchdlc(log, stage)
-    out.print(f"wrote {out_path}")
+
+@app.command()
+def convert(
+    source: Path = typer.Argument(..., help="Input: events.parquet, a SketchDLC / Kineto directory, a Chakra prefix or "
+                                  ".et file, a Kineto .json, a netop trace."),
+    target: Path = typer.Argument(..., help="Output: .parquet, .json (Chrome), .csv, <prefix>.et (Chakra), or a "
+                                  "directory (with --to sketchdlc or kineto)."),
+    from_format: Optional[str] = typer.Option(None, "--from", help="events | sketchdlc | chakra | kineto | netop "
+                                              "(default: from the name)"),
+    to_format: Optional[str] = typer.Option(None, "--to", help="events | sketchdlc | chakra | kineto | chrome | csv "
+                                            "(default: from the name)"),
+) -> None:
+    """Convert between trace formats (see docs/interop.md): event log, SketchDLC, Chakra, Kineto, Chrome, CSV, netop."""
+    from ..interop import convert as convert_trace
+
+    written = convert_trace(source, target, from_format=from_format, to_format=to_format)
+    out.print(f"wrote {target}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
 
 
 @app.command()
@@ -269,6 +271,11 @@ def analyze(
     t_window: str = typer.Option("1ms", "--t-window", help="Window for concurrent connections per PS."),
     switch_memory: str = typer.Option("10MB", "--switch-memory", help="Switch memory for the in-network offload estimate."),
     as_json: bool = typer.Option(False, "--json", help="Print the headline numbers as JSON only."),
+    table_format: str = typer.Option("both", "--format", help="Tables under --out: csv | parquet | both (figures: PNG and SVG)."),
+    stream: Optional[bool] = typer.Option(
+        None, "--stream/--in-memory", help="Read the Parquet log by row groups in bounded memory (default: above 2 M rows)."),
+    iteration: Optional[int] = typer.Option(
+        None, "--iteration", help="Streamed: the iteration the row-level analyses (critical path, RPCs...) read; default the last."),
 ) -> None:
     """Analyze an event log: iterations, critical path, SketchDLC overheads, RPC latency, collectives."""
     from ..units import parse_duration_ns, parse_size_bytes
@@ -281,7 +288,8 @@ def analyze(
     if window_ns <= 0:
         raise DdlsimError("--t-window must be longer than 0")
     run_analyze(events, compare_path=compare, report=report, out_dir=out_dir, as_json=as_json,
-                t_window_ns=window_ns, switch_memory_bytes=memory, console=out)
+                t_window_ns=window_ns, switch_memory_bytes=memory, console=real_console(out), table_format=table_format,
+                stream=stream, iteration=iteration)
 
 
 @app.command()
@@ -289,7 +297,7 @@ def demo(out_dir: Path = typer.Option(Path("ddlsim-out"), "--out", "-o", help="W
     """Ring all-reduce vs parameter server for ResNet-50 on 8 workers at 10 Gbit/s."""
     from .demo import run_demo
 
-    run_demo(out_dir, out)
+    run_demo(out_dir, real_console(out))
 
 
 @app.command()
@@ -306,6 +314,8 @@ def fit(
     as_json: bool = typer.Option(False, "--json", help="Print the cost model as JSON only."),
 ) -> None:
     """Fit the all-reduce cost a + b·M (per worker count) and alpha, beta to microbenchmark times."""
+    from rich.table import Table
+
     from ..plan.cost import fit_tables
     from ..units import parse_size_bytes
 
@@ -339,7 +349,7 @@ def fit(
 def plan(
     scenario: Optional[Path] = typer.Argument(None, help="Scenario TOML file; flags override its values."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Zoo model (see `ddlsim models`), or 'synthetic'."),
-    profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms, or an event log (.parquet) whose per-layer compute rows give them."),
     workers: Optional[int] = typer.Option(None, "--workers", "-n", help="Number of workers."),
     bandwidth: Optional[str] = typer.Option(None, "--bandwidth", "-b", help="Host link bandwidth with a unit, e.g. 10Gbps."),
     latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency with a unit, e.g. 10us."),
@@ -352,12 +362,17 @@ def plan(
     device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
     iterations: Optional[int] = typer.Option(
         None, "--iterations", "-i", help="Iterations per simulation (default: 1 when the barrier is on and there is no jitter)."),
+    barrier: Optional[bool] = typer.Option(
+        None, "--barrier/--no-barrier", help="Global barrier between iterations (priority schedules such as P3 need it off)."),
     bucket_caps: str = typer.Option("1,5,10,25,50,100", "--bucket-caps", help="DDP bucket_cap_mb values to sweep."),
+    slice_sizes: str = typer.Option(
+        "1MiB,4MiB,16MiB", "--slice-sizes", help="P3 slice sizes to sweep (ring; 'none' for no P3 sweep)."),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON only."),
 ) -> None:
     """Plan gradient synchronisation: MG-WFBP merge plan and best DDP bucket size, verified by simulation."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
 
     from ..plan.cost import CostModel
     from ..plan.planner import make_plan
@@ -368,21 +383,27 @@ def plan(
         caps = [float(x) for x in bucket_caps.split(",") if x.strip()]
     except ValueError:
         raise DdlsimError(f"--bucket-caps {bucket_caps!r}: write numbers in MB separated by commas, e.g. 1,5,10,25") from None
+    from ..units import parse_size_bytes
+
+    try:
+        slices = [] if slice_sizes.strip().lower() == "none" else [parse_size_bytes(x.strip()) for x in slice_sizes.split(",") if x.strip()]
+    except ValueError as exc:
+        raise DdlsimError(f"--slice-sizes {slice_sizes!r}: {exc}; write sizes with units separated by commas, e.g. 1MiB,4MiB") from None
     cm = CostModel.load(cost_model) if cost_model is not None else None
     overrides = {
         "model": model, "profile": str(profile.resolve()) if profile else None, "workers": workers,
         "bandwidth": bandwidth, "latency": latency, "algorithm": algorithm, "network": network,
-        "batch_size": batch_size, "device": device, "iterations": iterations,
+        "batch_size": batch_size, "device": device, "iterations": iterations, "barrier": barrier,
     }
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=err, transient=True, disable=not err.is_terminal or as_json)
+                   console=real_console(err), transient=True, disable=not err.is_terminal or as_json)
     with bar:
         task = bar.add_task("simulating", total=None)
 
         def progress(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, description=f"simulating {label}")
 
-        result = make_plan(scenario, cost_model=cm, bucket_caps_mb=caps, progress=progress,
+        result = make_plan(scenario, cost_model=cm, bucket_caps_mb=caps, slice_bytes=slices, progress=progress,
                            **{k: v for k, v in overrides.items() if v is not None})
     data = result.to_dict()
     if out_path is not None:
@@ -402,9 +423,10 @@ def plan(
     rows += [(f"DDP {c.bucket_cap_mb:g} MB" + (" [best]" if c is result.best_ddp else ""), c) for c in result.ddp_sweep
              if c.bucket_cap_mb != result.ddp_default.bucket_cap_mb or c is result.best_ddp]
     rows.append(("MG-WFBP", result.mg_wfbp))
+    rows += [(c.label + (" [best]" if c is result.best_p3 else ""), c) for c in result.p3_sweep]
     for label, c in rows:
         s = result.speedups(c)
-        style = "bold" if c is result.mg_wfbp or c is result.best_ddp else None
+        style = "bold" if c is result.mg_wfbp or c is result.best_ddp or c is result.best_p3 else None
         table.add_row(label, str(len(c.groups)), f"{c.iteration_time_s * 1e3:.2f}", f"{s['wfbp']:.3f}x",
                       f"{s['synceasgd']:.3f}x", f"{s['ddp_default']:.3f}x", style=style)
     out.print(table)
@@ -412,6 +434,8 @@ def plan(
     out.print(f"MG-WFBP plan: {len(sizes)} all-reduces of {', '.join(f'{b / 1e6:.2f}' for b in sizes[:12])}"
               f"{' …' if len(sizes) > 12 else ''} MB (first layer first); T_ar(M) = {result.cost.a / 1e3:.2f} us + "
               f"{result.cost.b:.4g} ns/B · M; planner's own estimate {result.mg_wfbp_estimate_s * 1e3:.2f} ms")
+    if result.best_p3 is not None:
+        out.print(f"best P3: {result.best_p3.label} (per-tensor all-reduces, lowest layer first, preempted between slices)")
     out.print(f"best DDP: bucket_cap_mb={result.best_ddp.bucket_cap_mb:g} ({len(result.best_ddp.groups)} buckets); "
               f"{result.simulations} simulations in {result.wall_s:.2f} s")
     if out_path is not None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Optional
-
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..units import format_seconds
+from .consoles import real_console
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 # Runs shorter than this show no bar.
 SHOW_AFTER_S = 1.0
@@ -21,13 +22,13 @@ class EngineProgress:
     an ETA, shown once a run has gone on for SHOW_AFTER_S, only when
     `enabled` (a terminal on stderr, no --quiet)."""
 
-    def __init__(self, console: Console, iterations: int, enabled: bool):
+    def __init__(self, console: Any, iterations: int, enabled: bool):
         self.console = console
         self.iterations = iterations
         self.enabled = enabled
         self.started = time.monotonic()
-        self._bar: Optional[Progress] = None
-        self._task: Optional[TaskID] = None
+        self._bar: Optional["Progress"] = None
+        self._task: Optional["TaskID"] = None
 
     def start(self, scenario, estimate) -> None:
         """The run was admitted (see budget.run_control's on_start)."""
@@ -44,6 +45,8 @@ class EngineProgress:
         if self._bar is None:
             if not self.enabled or time.monotonic() - self.started < SHOW_AFTER_S:
                 return False
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
             self._bar = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
@@ -52,7 +55,7 @@ class EngineProgress:
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
-                console=self.console,
+                console=real_console(self.console),
                 transient=True,
             )
             self._bar.start()

@@ -13,5 +13,5 @@ reproduce_app = typer.Typer(
     rich_markup_mode=None,
 )
 
-from .reproduce_network_operator import network_operator  # noqa: E402
-reproduce_app.command("network-operator")(network_operator)
+from .reproduce_training import register as _register_training; _register_training(reproduce_app)  # noqa: E402,E702  thesis, mg-wfbp
+from .reproduce_network_operator import register as _register_netop; _register_netop(reproduce_app)  # noqa: E402,E702  network-operator

@@ -44,3 +44,8 @@ def network_operator(
     out.print(f"wrote {len(written)} files to {out_dir}/ (comparison.txt, *.csv, fig*.png, fig*.svg)")
     for note in result.notes:
         out.print(f"note: {note}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Adds `network-operator` to the `reproduce` group."""
+    app.command("network-operator")(network_operator)

@@ -379,16 +379,19 @@ class CostModel:
 
     def network(self, workers: int) -> dict:
         """Scenario overrides for a simulated network with this alpha and beta:
-        latency = alpha (rounded to the ns), bandwidth = 8e9 / beta bit/s, and
-        the algorithm (ring or halving-doubling, the ones the engine runs)."""
+        latency = alpha (rounded to the ns), bandwidth = 8e9 / beta bit/s, the
+        algorithm (ring or halving-doubling, the ones the engine runs) and
+        gamma as the all-reduce's reduction cost."""
         alpha, beta = self.point_to_point(workers)
         if self.algorithm not in SIMULATED_ALGORITHMS:
             raise PlanError(f"the simulator runs {' and '.join(SIMULATED_ALGORITHMS)} all-reduce, not {self.algorithm}; "
                             "fit the table with --algorithm ring or halving-doubling")
         if beta <= 0:
             raise PlanError(f"the cost model's beta for {workers} workers is {beta!r}; it must be > 0 to give a bandwidth")
-        return {"latency": f"{max(0, round(alpha))}ns", "bandwidth": f"{8e9 / beta!r}bps",
-                "algorithm": self.algorithm}
+        overrides = {"latency": f"{max(0, round(alpha))}ns", "bandwidth": f"{8e9 / beta!r}bps", "algorithm": self.algorithm}
+        if self.gamma_ns_per_byte:
+            overrides["gamma_ns_per_byte"] = self.gamma_ns_per_byte
+        return overrides
 
     # ------------------------------------------------------------- JSON
 

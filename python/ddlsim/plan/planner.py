@@ -8,7 +8,11 @@ network's alpha and beta and prices all-reduces for the planner) the planner
 1. computes the MG-WFBP merge plan (the exact optimum of the paper's model,
    :func:`ddlsim.simulation.grouping.mg_wfbp_optimal`) with the cost model's
    T_ar(M) = a + b M;
-2. sweeps DDP's ``bucket_cap_mb`` (1, 5, 10, 25, 50, 100 by default);
+2. sweeps DDP's ``bucket_cap_mb`` (1, 5, 10, 25, 50, 100 by default) and,
+   for the ring, P3's slice size (per-tensor all-reduces cut into slices of
+   that many bytes, the lowest layer first, preempted only between slices:
+   ``stream_policy = "priority"``, ``preemption = "message"``,
+   ``chunk_bytes`` = slice);
 3. simulates every candidate with :func:`ddlsim.simulate` — WFBP (one
    all-reduce per tensor), SyncEASGD (one after the backward pass), DDP's
    default 25 MB, each swept bucket size and the MG-WFBP plan (given to the
@@ -45,6 +49,7 @@ from ..workload.model import Model
 from .cost import CostModel
 
 DEFAULT_BUCKET_CAPS_MB = (1, 5, 10, 25, 50, 100)
+DEFAULT_SLICE_BYTES = (1 << 20, 4 << 20, 16 << 20)
 BASELINES = ("wfbp", "synceasgd", "ddp_default")
 
 Progress = Callable[[int, int, str], None]
@@ -61,6 +66,8 @@ class Candidate:
     iteration_time_s: float
     iteration_times_s: list[float]
     bucket_cap_mb: Optional[float] = None
+    slice_bytes: Optional[int] = None
+    overrides: dict = field(default_factory=dict)  # scenario settings beyond the grouping (P3's schedule)
 
 
 @dataclass
@@ -77,6 +84,8 @@ class Plan:
     ddp_sweep: list[Candidate]
     best_ddp: Candidate
     simulations: int
+    p3_sweep: list[Candidate] = field(default_factory=list)
+    best_p3: Optional[Candidate] = None
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -93,7 +102,7 @@ class Plan:
         return [{"tensors": [names[i] for i in g["tensors"]], "bytes": g["bytes"], "layers": g["layers"]} for g in groups]
 
     def _entry(self, c: Candidate) -> dict:
-        return {
+        entry = {
             "label": c.label,
             "iteration_time_s": c.iteration_time_s,
             "iteration_times_s": c.iteration_times_s,
@@ -101,6 +110,9 @@ class Plan:
             "grouping": c.grouping,
             "speedup": self.speedups(c),
         }
+        if c.overrides:
+            entry["strategy"] = dict(c.overrides)
+        return entry
 
     def to_dict(self) -> dict:
         """The plan as JSON-ready data (see the module docstring)."""
@@ -127,6 +139,13 @@ class Plan:
                 for c in self.ddp_sweep
             ],
         })
+        p3 = None
+        if self.best_p3 is not None:
+            p3 = self._entry(self.best_p3)
+            p3.update({
+                "slice_bytes": self.best_p3.slice_bytes,
+                "sweep": [{"slice_bytes": c.slice_bytes, "iteration_time_s": c.iteration_time_s} for c in self.p3_sweep],
+            })
         return {
             "ddlsim_plan": 1,
             "model": {"name": self.model.name, "display_name": self.model.display_name, "tensors": len(names),
@@ -145,6 +164,7 @@ class Plan:
             "baselines": {b: self._entry(getattr(self, b)) for b in BASELINES},
             "mg_wfbp": mg,
             "ddp": ddp,
+            "p3": p3,
             "simulations": self.simulations,
             "wall_s": self.wall_s,
             "notes": list(self.notes),
@@ -173,6 +193,13 @@ def scenario_dict(sc: Scenario) -> dict:
 def _names_grouping(model: Model, groups: Sequence[dict]) -> dict:
     names = [t.name for t in gp.tensor_infos(model)]
     return {"kind": "groups", "groups": [[names[i] for i in g["tensors"]] for g in groups]}
+
+
+def _bytes_label(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
 
 
 def _signature(groups: Sequence[dict]) -> tuple:
@@ -209,8 +236,8 @@ def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_mod
 
 
 def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_model: Optional[CostModel] = None,
-              bucket_caps_mb: Sequence[float] = DEFAULT_BUCKET_CAPS_MB, progress: Optional[Progress] = None,
-              threads: Optional[int] = None, **overrides: Any) -> Plan:
+              bucket_caps_mb: Sequence[float] = DEFAULT_BUCKET_CAPS_MB, slice_bytes: Sequence[int] = DEFAULT_SLICE_BYTES,
+              progress: Optional[Progress] = None, threads: Optional[int] = None, **overrides: Any) -> Plan:
     """Plans gradient synchronisation for a scenario (see the module docstring).
 
     `progress(done, total, label)` is called as simulations finish; `threads`
@@ -223,7 +250,17 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
     caps = list(dict.fromkeys(float(c) for c in bucket_caps_mb))
     if not caps or any(not (0 < c <= 1e6) for c in caps):
         raise PlanError(f"bucket caps must be > 0 and at most 1e6 MB, got {list(bucket_caps_mb)}")
+    slices = list(dict.fromkeys(int(s) for s in slice_bytes))
+    if any(s <= 0 for s in slices):
+        raise PlanError(f"P3 slice sizes must be > 0 bytes, got {list(slice_bytes)}")
     sc, cost_model = plan_scenario(scenario, cost_model, **overrides)
+    notes = []
+    if slices and sc.strategy.algorithm != "ring":
+        notes.append(f"P3 slices are ring messages; the {sc.strategy.algorithm} all-reduce has none, so no P3 sweep")
+        slices = []
+    elif slices and sc.barrier:
+        notes.append("P3 (and any priority schedule) gains little with the inter-iteration barrier on; "
+                     "plan with --no-barrier to see what it buys")
     model = build_model(sc.model, sc.base_dir)
     times = layer_times_ns(model, sc.model)
     bwd = [b for _, b in times]
@@ -249,12 +286,18 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
         jobs.append((f"ddp:{cap:g}", f"DDP {cap:g} MB", {"kind": "ddp", "bucket_cap_mb": cap}, gp.ddp(model, cap), cap))
     jobs.append(("mg-wfbp", "MG-WFBP", _names_grouping(model, mg_groups), mg_groups, None))
 
-    # one simulation per distinct grouping, the largest (most groups) first, on
+    wfbp_groups = jobs[0][3]
+    p3_jobs = [(f"p3:{s}", f"P3 {_bytes_label(s)} slices",
+                {"stream_policy": "priority", "preemption": "message", "chunk_bytes": s}, s) for s in slices]
+
+    # one simulation per distinct grouping (and P3 schedule), the most work first, on
     # `threads` threads (the engine releases the GIL while it runs)
     todo: dict[tuple, tuple[str, dict]] = {}
     for name, label, grouping, groups, cap in jobs:
-        todo.setdefault(_signature(groups), (label, grouping))
-    order = sorted(todo, key=len, reverse=True)
+        todo.setdefault(_signature(groups), (label, {"grouping": grouping}))
+    for name, label, schedule, s in p3_jobs:
+        todo[("p3", s)] = (label, {"grouping": {"kind": "per-tensor"}, **schedule})
+    order = sorted(todo, key=lambda key: (key[0] != "p3", len(key)), reverse=True)
     results: dict[tuple, SimulationResult] = {}
     if threads is None:
         threads = min(4, os.cpu_count() or 1)
@@ -262,21 +305,25 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
         progress(0, len(order), todo[order[0]][0])
     if threads <= 1:
         for key in order:
-            results[key] = simulate(sc, grouping=todo[key][1])
+            results[key] = simulate(sc, **todo[key][1])
             if progress:
                 progress(len(results), len(order), todo[key][0])
     else:
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            futures = {pool.submit(simulate, sc, grouping=todo[key][1]): key for key in order}
+            futures = {pool.submit(simulate, sc, **todo[key][1]): key for key in order}
             for future in as_completed(futures):
                 results[futures[future]] = future.result()
                 if progress:
                     progress(len(results), len(order), todo[futures[future]][0])
-    candidates: dict[str, Candidate] = {}
-    for name, label, grouping, groups, cap in jobs:
-        r = results[_signature(groups)]
-        times_s = [float(x) for x in r._iteration_arrays["time_s"]]
-        candidates[name] = Candidate(name, label, grouping, groups, r.iteration_time_s, times_s, cap)
+
+    def candidate(name: str, label: str, grouping: dict, groups: list[dict], key: tuple, **extra: Any) -> Candidate:
+        r = results[key]
+        return Candidate(name, label, grouping, groups, r.iteration_time_s, [float(x) for x in r._iteration_arrays["time_s"]], **extra)
+
+    candidates = {name: candidate(name, label, grouping, groups, _signature(groups), bucket_cap_mb=cap)
+                  for name, label, grouping, groups, cap in jobs}
+    p3_sweep = [candidate(name, label, {"kind": "per-tensor"}, wfbp_groups, ("p3", s), slice_bytes=s, overrides=schedule)
+                for name, label, schedule, s in p3_jobs]
 
     sweep = [candidates[f"ddp:{c:g}"] for c in caps]
     best = min(sweep, key=lambda c: (c.iteration_time_s, c.bucket_cap_mb))
@@ -285,10 +332,9 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
         wfbp=candidates["wfbp"], synceasgd=candidates["synceasgd"],
         ddp_default=candidates[f"ddp:{gp.DDP_BUCKET_CAP_MB:g}"], mg_wfbp=candidates["mg-wfbp"],
         mg_wfbp_estimate_s=estimate_s, ddp_sweep=sweep, best_ddp=best, simulations=len(results),
+        p3_sweep=p3_sweep, best_p3=min(p3_sweep, key=lambda c: (c.iteration_time_s, c.slice_bytes)) if p3_sweep else None,
     )
     plan.notes.extend(sc.migration_notes)
-    if cost_model.gamma_ns_per_byte:
-        plan.notes.append("the cost model's gamma (reduction time) prices the planner's all-reduces; "
-                          "the simulator models no reduction time")
+    plan.notes.extend(notes)
     plan.wall_s = time.perf_counter() - t0
     return plan

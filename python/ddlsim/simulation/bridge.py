@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .. import _core
-from ..trace import EventLog, event_log_from_arrays
+from ..trace.columns import ArrayLog
 from ..workload.model import Model
 
 
@@ -37,9 +37,9 @@ def event_log_from_engine(
     algorithm: str,
     groups: Sequence[Mapping[str, Any]],
     metadata: Mapping[str, Any],
-    check_causality: bool = True,
-) -> EventLog:
-    """The event log of one engine run (`out` as `_core.simulate_training_json` returns it)."""
+) -> ArrayLog:
+    """The event log of one engine run (`out` as `_core.simulate_training_json` returns it), as
+    columns; `.to_event_log()` builds and validates the Arrow table."""
     cols = out["columns"]
     c = {name: raw_column(cols, name) for name in cols}
     rank = c["rank"]
@@ -89,16 +89,8 @@ def event_log_from_engine(
     host_ids = sorted({int(h) for h in hosts}) if len(hosts) else sorted({int(r) for r in np.unique(rank)})
     meta = dict(metadata)
     meta.setdefault("clocks", {str(h): {"offset_ns": 0, "domain": "simulation"} for h in host_ids})
-    return event_log_from_arrays(
-        columns,
-        deps_offsets=c["dep_offsets"],
-        deps_values=c["deps"],
-        metadata=meta,
-        groups=_groups_table(groups, model),
-        flows=_flows_table(out.get("flows")),
-        source="simulation",
-        check_causality=check_causality,
-    )
+    return ArrayLog(columns, deps_offsets=c["dep_offsets"], deps_values=c["deps"], metadata=meta,
+                    groups=_groups_table(groups, model), flows=_flows_table(out.get("flows")), source="simulation")
 
 
 def _groups_table(groups: Sequence[Mapping[str, Any]], model: Model) -> dict[str, Any]:

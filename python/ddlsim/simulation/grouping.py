@@ -286,7 +286,7 @@ class AllReduceCost:
     @classmethod
     def table2(cls, algorithm: str, n: int, alpha_ns: float, beta_ns_per_byte: float, gamma_ns_per_byte: float = 0.0) -> "AllReduceCost":
         """MG-WFBP Table II for N workers, point-to-point cost alpha + beta M,
-        reduction gamma per byte (the engine models no reduction: gamma 0)."""
+        reduction gamma per byte (the engine charges it with strategy.gamma_ns_per_byte)."""
         import math
 
         if n <= 1:

@@ -47,12 +47,13 @@ def group_per_tensor(model: Model) -> list[dict]:
 
 
 def allreduce_cost(scenario: Scenario) -> grouping.AllReduceCost:
-    """MG-WFBP's T_ar(M) = a + bM for the scenario (Table II, gamma = 0):
-    alpha = the host latency, beta = 8 / host bandwidth per byte. An
-    approximation on fabrics where ring steps cross other links."""
+    """MG-WFBP's T_ar(M) = a + bM for the scenario (Table II): alpha = the
+    host latency, beta = 8 / host bandwidth per byte, gamma = the strategy's
+    reduction cost. An approximation on fabrics where ring steps cross other links."""
     net = scenario.network
     algorithm = getattr(scenario.strategy, "algorithm", "ring")
-    return grouping.AllReduceCost.table2(algorithm, scenario.workers, float(net.latency_ns), 8e9 / net.bandwidth_bps)
+    gamma = scenario.strategy.gamma_ns_per_byte if scenario.strategy.kind == "ring" else 0.0
+    return grouping.AllReduceCost.table2(algorithm, scenario.workers, float(net.latency_ns), 8e9 / net.bandwidth_bps, gamma)
 
 
 def build_groups(scenario: Scenario, model: Model, times_ns: list[tuple[int, int]]) -> list[dict]:
@@ -207,6 +208,8 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
         extra["stagger"] = scenario.stagger_mode
     if getattr(strategy, "chunk_bytes", 0):
         extra["chunk_bytes"] = strategy.chunk_bytes
+    if strategy.kind == "ring" and strategy.gamma_ns_per_byte:
+        extra["gamma_ns_per_byte"] = strategy.gamma_ns_per_byte
     if scenario.network.collective_model == "closed-form" and strategy.kind == "ring":
         extra["collective_model"] = "closed_form"
     if strategy.kind == "ps" and strategy.in_network != "none":
@@ -222,7 +225,8 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
         "barrier": scenario.barrier,
         "header_bytes": getattr(strategy, "header_bytes", 0),
         "stream_policy": strategy.stream_policy,
-        "preemption": strategy.preemption == "chunk",
+        "preemption": strategy.preemption in ("chunk", "message"),
+        "preempt_at_messages": strategy.preemption == "message",
         "priority_bands": scenario.network.priority_bands,
         "layers": [{"fwd_ns": f, "bwd_ns": b} for f, b in times_ns],
         "groups": groups,

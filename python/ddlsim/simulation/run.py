@@ -7,12 +7,13 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _core
 from ..errors import InternalError, ScenarioError
-from ..trace import EventLog
+from ..trace.columns import ArrayLog
 from ..workload.model import Model
 from . import budget
 from .bridge import event_log_from_engine
@@ -20,19 +21,29 @@ from .lowering import engine_json, network_document, resolve_trace_detail, train
 from .model_build import build_model, layer_times_ns
 from .scenario import Scenario, load_scenario, scenario_from_dict, with_overrides
 
+if TYPE_CHECKING:
+    from ..trace.schema import EventLog
+
 
 @dataclass
 class SimulationRun:
     """What one simulation produced: the resolved scenario, the model, the
-    event log (`events`) and the engine's counters."""
+    event log (`events`, validated when first used; `columns` without
+    pyarrow) and the engine's counters."""
 
     scenario: Scenario
     model: Model
-    events: EventLog
+    columns: ArrayLog
     stats: dict[str, Any]
     engine_document: dict = field(repr=False)
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+
+    @cached_property
+    def events(self) -> "EventLog":
+        from ..trace.schema import event_log_from_array_log
+
+        return event_log_from_array_log(self.columns)
 
 
 def _resolve(scenario: Scenario | dict | str | Path | None, overrides: dict[str, Any]) -> Scenario:
@@ -70,7 +81,7 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
         raise InternalError(f"engine: {exc}", save_crash_scenario(sc)) from None
     wall = time.perf_counter() - t0
     algorithm = getattr(sc.strategy, "algorithm", "") if sc.strategy.kind == "ring" else ""
-    events = event_log_from_engine(
+    columns = event_log_from_engine(
         out,
         model=model,
         workers=sc.workers,
@@ -78,11 +89,10 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
         algorithm=algorithm.replace("-", "_"),
         groups=training["groups"],
         metadata={"source": "simulate", "scenario": json.loads(scenario_json(sc)), "model": model.name},
-        check_causality=True,
     )
     stats = {k: out[k] for k in ("events", "transfers", "recomputations", "makespan_ns", "bytes_sent", "bytes_received")}
     document = {"training": training, "network": network, "trace_detail": detail}
-    result = SimulationRun(scenario=sc, model=model, events=events, stats=stats, engine_document=document, wall_s=wall)
+    result = SimulationRun(scenario=sc, model=model, columns=columns, stats=stats, engine_document=document, wall_s=wall)
     result.notes.extend(sc.migration_notes)
     if sc.trace_detail == "auto" and detail == "collective":
         result.notes.append(

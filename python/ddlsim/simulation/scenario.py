@@ -13,8 +13,10 @@ The strategy is a tagged section::
     algorithm = "ring"           # "ring" | "halving-doubling" | "recursive-doubling" | "binary-tree"
                                  # | "double-binary-tree" | "direct" | "butterfly" | "hierarchical-ring"
     chunk_bytes = 0              # ring: cut each tensor into messages of at most this size (0: off)
+    gamma_ns_per_byte = 0.0      # reduction cost: each reduce-phase receipt takes bytes x gamma
     stream_policy = "fifo"       # "fifo" | "priority" (lowest layer first)
-    preemption = "none"          # "none" | "chunk" (needs stream_policy = "priority")
+    preemption = "none"          # "none" | "chunk" (between steps) | "message" (P3: between chunk_bytes slices);
+                                 # needs stream_policy = "priority"
     grouping = {kind = "ddp", bucket_cap_mb = 25}   # which gradients travel together
 
     [strategy]
@@ -90,7 +92,7 @@ Size = Annotated[Union[str, int, float], AfterValidator(_check(parse_size_bytes)
 Quantity = Union[str, float, int]
 
 StreamPolicy = Literal["fifo", "priority"]
-Preemption = Literal["none", "chunk"]
+Preemption = Literal["none", "chunk", "message"]
 
 
 def _lowercase_choices(model: type[BaseModel], data: Any) -> Any:
@@ -360,7 +362,7 @@ class ThesisFusionGrouping(_Strict):
     """The thesis' fusion buffers: contiguous layers from layer 0 while the buffer stays below the size."""
 
     kind: Literal["thesis-fusion"] = "thesis-fusion"
-    fusion_buffer_size: Size = "5333329B"  # the thesis' Table 4.1 value
+    fusion_buffer_size: Size = "5333329B"  # the thesis' Table 5.1 value (its Table 4.1 gives 6.28 MB)
 
     @field_validator("fusion_buffer_size")
     @classmethod
@@ -468,7 +470,8 @@ class _StrategyBase(_Strict):
     # lowest layer index first (thesis §4.3) or first come, first served
     stream_policy: StreamPolicy = "fifo"
     # with priority: "none" lets a running collective / transfer finish,
-    # "chunk" preempts it at chunk boundaries
+    # "chunk" preempts it at chunk (step) boundaries, "message" only where a
+    # message starts (P3: tensors sliced into chunk_bytes messages, a slice is never interrupted)
     preemption: Preemption = "none"
     # which gradients travel together (default: one synchronisation per tensor)
     grouping: Grouping = Field(default_factory=PerTensorGrouping)
@@ -506,6 +509,9 @@ class RingStrategy(_StrategyBase):
     # "multicast": the ring's second ring (all-gather) becomes one multicast
     # per worker of the chunk it reduced (network-operator paper §8.4); ring only.
     in_network: Literal["none", "multicast"] = "none"
+    # reduction cost (MG-WFBP Table II's gamma): a member spends ceil(gamma x bytes) ns
+    # reducing each receipt of the reduce phase before its next step; 0 = free
+    gamma_ns_per_byte: float = Field(0.0, ge=0, le=1e6, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _chunk_bytes_needs_ring(self):
@@ -518,6 +524,11 @@ class RingStrategy(_StrategyBase):
             raise ValueError(
                 f"strategy.in_network = \"multicast\" makes the ring's all-gather a multicast; it needs algorithm = \"ring\" "
                 f"(got {self.algorithm!r}) and no chunk_bytes (got {self.chunk_bytes})"
+            )
+        if self.in_network == "multicast" and self.gamma_ns_per_byte:
+            raise ValueError(
+                f"strategy.gamma_ns_per_byte = {self.gamma_ns_per_byte} charges the all-reduce's reductions, which the ring with a "
+                "multicast all-gather does not model; remove one of strategy.gamma_ns_per_byte and strategy.in_network"
             )
         return self
 

@@ -6,46 +6,55 @@
   (reads schema v1 files too).
 * :mod:`.chrome` - Chrome / Perfetto JSON export.
 * :mod:`.sketchdlc` - SketchDLC per-node text traces, export and import.
+* :mod:`.columns` - the vocabulary and :class:`ArrayLog`, the columns without pyarrow.
+* :mod:`.chakra` - MLCommons Chakra execution traces, export and import.
+* :mod:`.kineto` - PyTorch-profiler (Kineto) JSON, export and import.
+* :mod:`.netop` - send traces of the network-operator paper, import.
+* :mod:`.csv_table` - one CSV table, export.
+* :mod:`.formats` - the formats by name: :func:`read_trace`, :func:`write_trace`.
 """
 
-from .chrome import to_chrome_trace, write_chrome_trace
-from .parquet import read_event_log, side_table_paths, write_event_log
-from .schema import (
-    BREAKDOWN_COLUMNS,
-    COLL_TYPES,
-    COLUMN_NAMES,
-    COLUMNS,
-    EVENT_LOG_SCHEMA,
-    EXTENSION_PREFIX,
-    KINDS,
-    PS_OPS,
-    REQUIRED_COLUMNS,
-    ROLES,
-    SCHEMA_VERSION,
-    SIDE_TABLES,
-    EventLog,
-    aligned_times,
-    as_event_log,
-    empty_event_log,
-    event_log_from_arrays,
-    event_log_from_rows,
-    rank_roles,
-    validate_event_log,
-)
+from importlib import import_module
 
-_SKETCHDLC = ("SKETCHDLC_COLUMNS", "read_sketchdlc", "to_sketchdlc", "write_sketchdlc")
+# Each name loads its module on first use, so that `import ddlsim.trace.columns`
+# (the simulate path) does not import pyarrow, pandas or the writers.
+_HOME = {
+    **dict.fromkeys(("to_chrome_trace", "write_chrome_trace"), "chrome"),
+    **dict.fromkeys(("read_event_log", "side_table_paths", "write_event_log"), "parquet"),
+    **dict.fromkeys(("SKETCHDLC_COLUMNS", "read_sketchdlc", "read_sketchdlc_records", "to_sketchdlc", "write_sketchdlc"), "sketchdlc"),
+    **dict.fromkeys(("read_chakra", "write_chakra"), "chakra"),
+    **dict.fromkeys(("read_kineto", "to_kineto", "write_kineto"), "kineto"),
+    **dict.fromkeys(("read_netop_trace",), "netop"),
+    **dict.fromkeys(("write_csv",), "csv_table"),
+    **dict.fromkeys(("READ_FORMATS", "WRITE_FORMATS", "read_trace", "write_trace"), "formats"),
+    **dict.fromkeys(("BREAKDOWN_COLUMNS", "COLL_TYPES", "EXTENSION_PREFIX", "KINDS", "PS_OPS", "ROLES", "ArrayLog",
+                     "aligned_times"), "columns"),
+    **dict.fromkeys(("COLUMN_NAMES", "COLUMNS", "EVENT_LOG_SCHEMA", "REQUIRED_COLUMNS", "SCHEMA_VERSION", "SIDE_TABLES",
+                     "EventLog", "as_event_log", "empty_event_log", "event_log_from_arrays", "event_log_from_array_log", "event_log_from_rows",
+                     "rank_roles", "validate_event_log"), "schema"),
+}
 
 
 def __getattr__(name: str):
-    # SketchDLC needs pandas; load it on first use only
-    if name in _SKETCHDLC:
-        from . import sketchdlc
-
-        return getattr(sketchdlc, name)
+    if name in _HOME:
+        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))
+
+
 __all__ = [
+    "write_trace",
+    "write_kineto",
+    "write_csv",
+    "write_chakra",
+    "to_kineto",
+    "read_trace",
+    "read_netop_trace",
+    "read_kineto",
+    "read_chakra",
     "BREAKDOWN_COLUMNS",
     "COLL_TYPES",
     "COLUMN_NAMES",
@@ -55,6 +64,8 @@ __all__ = [
     "EventLog",
     "KINDS",
     "PS_OPS",
+    "READ_FORMATS",
+    "WRITE_FORMATS",
     "REQUIRED_COLUMNS",
     "ROLES",
     "SCHEMA_VERSION",
@@ -68,6 +79,7 @@ __all__ = [
     "rank_roles",
     "read_event_log",
     "read_sketchdlc",
+    "read_sketchdlc_records",
     "side_table_paths",
     "to_chrome_trace",
     "to_sketchdlc",

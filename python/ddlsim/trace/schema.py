@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import TraceError
+from .columns import BREAKDOWN_COLUMNS, COLL_TYPES, EXTENSION_PREFIX, KINDS, PS_OPS, ROLES, ArrayLog, aligned_times, host_offsets
 
 SCHEMA_VERSION = 2
 """Version of the event-log layout; bump it when columns change meaning."""
@@ -30,15 +31,6 @@ SCHEMA_VERSION = 2
 METADATA_VERSION_KEY = "ddlsim.schema_version"
 METADATA_KEY = "ddlsim.metadata"
 SIDE_TABLES_KEY = "ddlsim.side_tables"
-
-KINDS = ("compute", "send", "recv", "collective", "barrier", "marker")
-"""The closed ``kind`` vocabulary (``op`` is open)."""
-ROLES = ("worker", "server", "switch", "host")
-COLL_TYPES = ("allreduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier")
-PS_OPS = ("push_request", "push_response", "pull_request", "pull_response")
-EXTENSION_PREFIX = "x_"
-BREAKDOWN_COLUMNS = ("w_proc_ns", "w_queue_ns", "ps_proc_ns", "ps_queue_ns", "n_tx_ns")
-"""The RPC breakdown: schema v1 stored it; v2 computes it (ddlsim.analyze.rpc_table)."""
 
 STRING = pa.dictionary(pa.int32(), pa.string())
 DEPS_TYPE = pa.list_(pa.int64())
@@ -349,31 +341,6 @@ def rank_roles(log: EventLog) -> dict[int, str]:
     return {int(key // len(dictionary)): str(dictionary[key % len(dictionary)]) for key in keys}
 
 
-def host_offsets(metadata: Mapping[str, Any], hosts: np.ndarray) -> np.ndarray | None:
-    """Per-row offset (ns) from the metadata's ``clocks``, or None if all are 0."""
-    clocks = metadata.get("clocks") or {}
-    offsets = {int(host): int(clock.get("offset_ns", 0)) for host, clock in clocks.items()}
-    offsets = {host: offset for host, offset in offsets.items() if offset}
-    if not offsets or not len(hosts):
-        return None
-    top = max(int(hosts.max()), max(offsets)) + 1
-    lut = np.zeros(top, dtype=np.int64)
-    for host, offset in offsets.items():
-        if host >= 0:
-            lut[host] = offset
-    return lut[hosts]
-
-
-def aligned_times(log: EventLog) -> tuple[np.ndarray, np.ndarray]:
-    """(start_ns, end_ns) on the reference clock: each row's times plus the
-    ``offset_ns`` of its host's clock (metadata ``clocks``; 0 if absent)."""
-    start, end = log.column("start_ns"), log.column("end_ns")
-    offset = host_offsets(log.metadata, log.column("host"))
-    if offset is None:
-        return start, end
-    return start + offset, end + offset
-
-
 # --------------------------------------------------------------------------
 # building
 
@@ -514,6 +481,12 @@ def validate_event_log(
     return event_log_from_arrays(
         columns, metadata=meta, source=source, check_causality=check_causality, **sides
     )
+
+
+def event_log_from_array_log(log: ArrayLog, check_causality: bool = True) -> EventLog:
+    """The validated EventLog of an :class:`ArrayLog`'s columns."""
+    return event_log_from_arrays(log.columns, deps_offsets=log.deps_offsets, deps_values=log.deps_values, metadata=log.metadata,
+                                 groups=log.groups, flows=log.flows, source=log.source, check_causality=check_causality)
 
 
 def as_event_log(log: Any, source: str = "event log") -> EventLog:
@@ -1197,6 +1170,21 @@ def _check_deps(log, ids, lookup, start, end, offset, problem: _Problem, check_c
             + (" (before clock offsets)" if offset is not None else ""),
             "a row starts only after every row in its deps has ended (start_ns >= their end_ns)",
         )
+
+
+def rows_to_columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Column lists for :func:`event_log_from_arrays` from row dicts that may each
+    leave out optional columns (each missing value takes the column's default;
+    ``host`` defaults to the row's rank, ``ready_ns`` and ``deps`` to unknown)."""
+    columns: dict[str, list[Any]] = {}
+    for column in COLUMNS:
+        if not any(column.name in row for row in rows):
+            continue
+        if column.name == "host":
+            columns["host"] = [row.get("host", row.get("rank")) for row in rows]
+        else:
+            columns[column.name] = [row.get(column.name, column.default) for row in rows]
+    return columns
 
 
 def iter_rows(log: EventLog, columns: Sequence[str] = COLUMN_NAMES) -> Iterable[Any]:

@@ -465,6 +465,35 @@ def read_sketchdlc(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[st
     return _message_rows(messages, files, source)
 
 
+def read_sketchdlc_records(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """The records of one node's file as they stand, without pairing them with
+    other nodes' files: one row per PS record (setup records skipped) with the
+    file's line, the Table-1 fields (``time_ns`` from time_sec / time_usec,
+    ``key`` and ``operation_num`` from op_id) and ``dep_line``: the line of the
+    record that ``id_dep`` names in this file (the latest such record not
+    after this one), -1 for none or a one-to-many dependency such as ``(3-s0.)``.
+    Raises :class:`TraceError` naming the file and line of a malformed record."""
+    node_file = _parse_file(Path(path))
+    resolver = _DepResolver([node_file])
+    rows = []
+    for record in node_file.records:
+        values = _raw_fields(record)
+        dep = resolver.record_of(record)
+        rows.append({"line": record.line, **values, "operation": record.operation, "key": record.key,
+                     "operation_num": record.operation_num, "time_ns": record.time_ns, "id_dep": record.id_dep,
+                     "dep_line": dep.line if dep is not None else -1})
+    return pd.DataFrame(rows, columns=["line", "id", "src", "dst", "length", "num_pp", "operation", "op_id", "dep_type",
+                                       "d_time", "time_ns", "id_dep", "key", "operation_num", "dep_line"])
+
+
+def _raw_fields(record: _Parsed) -> dict[str, Any]:
+    fields = [value.strip() for value in record.path.read_text(encoding="utf-8").splitlines()[record.line - 1].split("\t")]
+    values = dict(zip(SKETCHDLC_COLUMNS, fields))
+    out: dict[str, Any] = {name: int(values[name]) for name in ("id", "src", "dst", "length", "num_pp", "dep_type", "d_time")}
+    out["op_id"] = values["op_id"]
+    return out
+
+
 def _expand_paths(paths: Any) -> list[Path]:
     if isinstance(paths, (str, os.PathLike)):
         path = Path(paths)
@@ -494,6 +523,8 @@ def _parse_file(path: Path) -> _NodeFile:
         if not stripped or stripped.startswith("#"):
             continue
         fields = [value.strip() for value in line.split("\t")]
+        if not header_seen and len(fields) == 1:
+            continue  # the paper's free-text header block ("== num_workers:= 2 ...") before the records
         if not header_seen and fields[0] == "id":
             if tuple(fields) != SKETCHDLC_COLUMNS:
                 raise TraceError(
@@ -727,7 +758,8 @@ class _DepResolver:
             for record in sorted(node_file.records, key=lambda r: r.time_ns):
                 self._by_op_id[(record.node, record.op_id)].append(record)
 
-    def resolve(self, record: _Parsed) -> int | None:
+    def record_of(self, record: _Parsed, paired_only: bool = False) -> _Parsed | None:
+        """The record of the same node that ``record.id_dep`` names (the latest not after it)."""
         match = _OP_ID.match(record.id_dep)
         if match is None:  # "-1" or the paper's one-to-many form "(3-s0.)"
             return None
@@ -735,6 +767,10 @@ class _DepResolver:
         op_id = _op_id(int(key), int(operation_num), f"{letter}{int(index)}")
         candidates = [
             r for r in self._by_op_id.get((record.node, op_id), [])
-            if r is not record and r.time_ns <= record.time_ns and r.row_id >= 0
+            if r is not record and r.time_ns <= record.time_ns and (r.row_id >= 0 or not paired_only)
         ]
-        return candidates[-1].row_id if candidates else None
+        return candidates[-1] if candidates else None
+
+    def resolve(self, record: _Parsed) -> int | None:
+        found = self.record_of(record, paired_only=True)
+        return found.row_id if found is not None else None

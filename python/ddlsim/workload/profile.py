@@ -1,4 +1,6 @@
-"""Measured per-layer compute profiles (CSV: layer, fwd_ms, bwd_ms)."""
+"""Measured per-layer compute profiles: a CSV (layer, fwd_ms, bwd_ms), or an
+event log (captured or simulated) whose forward/backward compute rows give
+each layer's times."""
 
 from __future__ import annotations
 
@@ -14,14 +16,57 @@ REQUIRED = ("layer", "fwd_ms", "bwd_ms")
 
 
 def apply_profile(model: Model, path: str | Path) -> Model:
-    """Returns `model` with per-layer times taken from the CSV at `path`.
+    """Returns `model` with per-layer times taken from the profile at `path`:
+    a CSV, or an event log (``.parquet``, see :func:`layer_times_from_log`).
 
     Every layer of the model must appear exactly once (by name); times are
     milliseconds per iteration at the profiled batch size.
     """
     path = Path(path)
     if not path.is_file():
-        raise ModelError(f"{path}: profile file not found; give a CSV with columns {', '.join(REQUIRED)}")
+        raise ModelError(f"{path}: profile file not found; give a CSV with columns {', '.join(REQUIRED)} or an event log (.parquet)")
+    if path.suffix == ".parquet":
+        return _with_times(model, layer_times_from_log(path), path)
+    return _with_times(model, _read_csv(path), path)
+
+
+def layer_times_from_log(log_or_path) -> dict[str, tuple[float, float]]:
+    """Per layer name: (forward s, backward s), the median over worker ranks
+    and iterations of each layer's compute time in an event log (rows with
+    kind compute, op forward / backward; several rows of one layer in one
+    iteration on one rank add up). The median keeps one slow iteration (a
+    warm-up, a straggler) from setting the profile."""
+    import numpy as np
+
+    from ..trace.coerce import as_columns
+
+    source = str(log_or_path)
+    if isinstance(log_or_path, (str, Path)):
+        from ..trace.parquet import read_event_log
+
+        log = read_event_log(log_or_path)
+    else:
+        log = as_columns(log_or_path)
+    kind, op, name = log.column("kind"), log.column("op"), log.column("name")
+    role = log.column("role")
+    rows = (kind == "compute") & np.isin(op, ["forward", "backward"]) & (name != "")
+    if (role == "worker").any():
+        rows &= role == "worker"
+    if not rows.any():
+        raise ModelError(f"{source}: no forward/backward compute rows with a layer name, so no layer times; "
+                         "give a log that records per-layer compute (ddlsim simulate, or a capture)")
+    duration = (log.column("end_ns") - log.column("start_ns"))[rows].astype(np.int64)
+    keys = np.rec.fromarrays([name[rows].astype(str), op[rows].astype(str), log.column("rank")[rows], log.column("iteration")[rows]])
+    unique, inverse = np.unique(keys, return_inverse=True)
+    per_step = np.zeros(len(unique), dtype=np.int64)
+    np.add.at(per_step, inverse, duration)
+    times: dict[str, list[list[int]]] = {}
+    for (layer, direction, _rank, _iteration), ns in zip(unique.tolist(), per_step.tolist()):
+        times.setdefault(layer, [[], []])[0 if direction == "forward" else 1].append(ns)
+    return {layer: tuple(float(np.median(v)) / 1e9 if v else 0.0 for v in fb) for layer, fb in times.items()}
+
+
+def _read_csv(path: Path) -> dict[str, tuple[float, float]]:
     times: dict[str, tuple[float, float]] = {}
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
@@ -39,6 +84,10 @@ def apply_profile(model: Model, path: str | Path) -> Model:
             if name in times:
                 raise ModelError(f"{path}:{line}: layer {name!r} appears twice")
             times[name] = (fwd / 1e3, bwd / 1e3)
+    return times
+
+
+def _with_times(model: Model, times: dict[str, tuple[float, float]], path: Path) -> Model:
     names = [layer.name for layer in model.layers]
     unknown = sorted(set(times) - set(names))
     if unknown:

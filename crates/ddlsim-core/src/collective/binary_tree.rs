@@ -145,11 +145,11 @@ impl Plan for TreePlan {
         let me = self.level[mu];
         if me == d && self.slot[mu] == k && self.parent[mu] != u32::MAX {
             let p = self.parent[mu];
-            return if reduce { Stage { send: Some((p, self.bytes)), recv: None } } else { Stage { send: None, recv: Some(p) } };
+            return if reduce { Stage::send(p, self.bytes) } else { Stage::recv(p, false) };
         }
         if me + 1 == d {
             if let Some(&c) = self.children[mu].get(k as usize) {
-                return if reduce { Stage { send: None, recv: Some(c) } } else { Stage { send: Some((c, self.bytes)), recv: None } };
+                return if reduce { Stage::recv(c, true) } else { Stage::send(c, self.bytes) };
             }
         }
         Stage::default()
@@ -188,6 +188,7 @@ impl<A: Plan, B: Plan> Both<A, B> {
                         out.push(send);
                     }
                 }
+                Action::Wake { member, at, tag, bytes, causes } => out.push(Action::Wake { member, at, tag: tag * 2 + part, bytes, causes }),
                 Action::Done { member } | Action::DoneAt { member, .. } => {
                     self.done[member as usize] += 1;
                     if self.done[member as usize] == 2 {
@@ -237,6 +238,18 @@ impl<A: Plan, B: Plan> Collective for Both<A, B> {
         self.absorb(part, out);
     }
 
+    fn woke(&mut self, now: Time, member: u32, tag: u64, cause: Cause, out: &mut Vec<Action>) {
+        let (part, inner) = (tag % 2, tag / 2);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        if part == 0 {
+            self.a.woke(now, member, inner, cause, &mut scratch);
+        } else {
+            self.b.woke(now, member, inner, cause, &mut scratch);
+        }
+        self.scratch = scratch;
+        self.absorb(part, out);
+    }
+
     fn complete(&self) -> bool {
         self.finished as usize == self.done.len()
     }
@@ -251,10 +264,10 @@ impl<A: Plan, B: Plan> Collective for Both<A, B> {
 }
 
 /// The double binary tree over `n` members: each tree carries half of `bytes`.
-pub fn double_binary_tree(n: u32, bytes: u64, track_causes: bool) -> Both<TreePlan, TreePlan> {
+pub fn double_binary_tree(n: u32, bytes: u64, track_causes: bool, gamma_ns_per_byte: f64) -> Both<TreePlan, TreePlan> {
     let half = |t: u32| super::ring::chunk_bytes(bytes, 2, t);
-    let mut a = Exchange::new(TreePlan::new(n, half(0), Shape::InOrder));
-    let mut b = Exchange::new(TreePlan::new(n, half(1), Shape::Second));
+    let mut a = Exchange::new(TreePlan::new(n, half(0), Shape::InOrder)).with_gamma(gamma_ns_per_byte);
+    let mut b = Exchange::new(TreePlan::new(n, half(1), Shape::Second)).with_gamma(gamma_ns_per_byte);
     if track_causes {
         a = a.tracking_causes();
         b = b.tracking_causes();

@@ -22,11 +22,12 @@
 //!   once (the step machine queues the second send; this mode runs the
 //!   trees fully in parallel as NCCL's separate channels do).
 //! It is not exact under contention (flow fidelity, other traffic), which
-//! is why it is offered only at analytic fidelity. The reduction's gamma
-//! term is zero, as in the step-by-step machine.
+//! is why it is offered only at analytic fidelity. A member that reduces
+//! what it received (`gamma_ns_per_byte` > 0) spends ceil(gamma * bytes) ns
+//! before its next stage, as in the step-by-step machine.
 
 use super::binary_tree::{Shape, TreePlan};
-use super::exchange::Plan;
+use super::exchange::{reduce_ns, Plan};
 use super::recursive_doubling::Fold;
 use super::ring::chunk_bytes;
 use super::{Action, Algorithm, Cause, Collective, Params};
@@ -81,8 +82,10 @@ pub fn finish_offsets(algorithm: Algorithm, n: u32, bytes: u64, params: &Params,
         return vec![0; nn];
     }
     let u = |b: u64| cost.transfer(b);
+    let g = |b: u64| reduce_ns(b, params.gamma_ns_per_byte);
     let max_chunk = |m: u64, parts: u32| chunk_bytes(m, parts, 0);
-    let ring = |m: u64, parts: u32| 2 * (parts as u64 - 1) * u(max_chunk(m, parts));
+    // 2(p-1) transfers of a chunk, and p-1 reductions of one in the reduce-scatter half.
+    let ring = |m: u64, parts: u32| 2 * (parts as u64 - 1) * u(max_chunk(m, parts)) + (parts as u64 - 1) * g(max_chunk(m, parts));
     match algorithm {
         Algorithm::Ring => {
             let plan = super::ring::RingPlan::partitioned(n, bytes, params.chunk_bytes);
@@ -98,24 +101,27 @@ pub fn finish_offsets(algorithm: Algorithm, n: u32, bytes: u64, params: &Params,
             let f = Fold::new(n);
             let whole = u(bytes);
             let core: Time = if algorithm == Algorithm::HalvingDoubling {
-                // Halving stage j moves half the segment held, doubling the same sizes back.
+                // Halving stage j moves half the segment held (and reduces it), doubling the same sizes back.
                 let (p, q, rem) = (f.p as u64, bytes / f.p as u64, bytes % f.p as u64);
                 (0..f.k)
                     .map(|j| {
                         let blocks = p >> (j + 1);
-                        2 * u(blocks * q + blocks.min(rem))
+                        let moved = blocks * q + blocks.min(rem);
+                        2 * u(moved) + g(moved)
                     })
                     .sum()
             } else {
-                f.k as u64 * whole
+                f.k as u64 * (whole + g(bytes))
             };
-            let start = if f.r > 0 { whole } else { 0 };
+            // The fold's receivers reduce the whole vector before the core starts.
+            let start = if f.r > 0 { whole + g(bytes) } else { 0 };
             (0..n).map(|m| start + core + if m < 2 * f.r { whole } else { 0 }).collect()
         }
-        Algorithm::BinaryTree => tree_offsets(&TreePlan::new(n, bytes, Shape::InOrder), u(bytes)),
+        Algorithm::BinaryTree => tree_offsets(&TreePlan::new(n, bytes, Shape::InOrder), u(bytes), g(bytes)),
         Algorithm::DoubleBinaryTree => {
-            let a = tree_offsets(&TreePlan::new(n, chunk_bytes(bytes, 2, 0), Shape::InOrder), u(chunk_bytes(bytes, 2, 0)));
-            let b = tree_offsets(&TreePlan::new(n, chunk_bytes(bytes, 2, 1), Shape::Second), u(chunk_bytes(bytes, 2, 1)));
+            let (h0, h1) = (chunk_bytes(bytes, 2, 0), chunk_bytes(bytes, 2, 1));
+            let a = tree_offsets(&TreePlan::new(n, h0, Shape::InOrder), u(h0), g(h0));
+            let b = tree_offsets(&TreePlan::new(n, h1, Shape::Second), u(h1), g(h1));
             a.iter().zip(&b).map(|(x, y)| *x.max(y)).collect()
         }
         Algorithm::HierarchicalRing => {
@@ -123,7 +129,7 @@ pub fn finish_offsets(algorithm: Algorithm, n: u32, bytes: u64, params: &Params,
             match plan.shape() {
                 None => vec![ring(bytes, n); nn],
                 Some((h, l)) => {
-                    let intra = 2 * (l as u64 - 1) * cost.intra_transfer(max_chunk(bytes, l));
+                    let intra = 2 * (l as u64 - 1) * cost.intra_transfer(max_chunk(bytes, l)) + (l as u64 - 1) * g(max_chunk(bytes, l));
                     let inter = (0..l).map(|li| ring(chunk_bytes(bytes, l, li), h)).max().unwrap_or(0);
                     vec![intra + inter; nn]
                 }
@@ -132,9 +138,10 @@ pub fn finish_offsets(algorithm: Algorithm, n: u32, bytes: u64, params: &Params,
     }
 }
 
-/// Reduce to the root taking children one after the other, then broadcast
-/// the same way (see [`super::binary_tree`]); every edge costs `u`.
-fn tree_offsets(tree: &TreePlan, u: Time) -> Vec<Time> {
+/// Reduce to the root taking children one after the other (each receipt
+/// then reduced for `reduce`), then broadcast the same way (see
+/// [`super::binary_tree`]); every edge costs `u`.
+fn tree_offsets(tree: &TreePlan, u: Time, reduce: Time) -> Vec<Time> {
     let n = tree.members() as usize;
     let root = tree.root();
     // Breadth-first order; reduce bottom-up, broadcast top-down.
@@ -146,7 +153,7 @@ fn tree_offsets(tree: &TreePlan, u: Time) -> Vec<Time> {
     }
     let mut reduced = vec![0; n];
     for &v in order.iter().rev() {
-        reduced[v as usize] = tree.children(v).iter().fold(0, |t, &c| t.max(reduced[c as usize]) + u);
+        reduced[v as usize] = tree.children(v).iter().fold(0, |t, &c| t.max(reduced[c as usize]) + u + reduce);
     }
     let mut got = vec![0; n];
     got[root as usize] = reduced[root as usize];

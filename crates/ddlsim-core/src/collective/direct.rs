@@ -43,7 +43,7 @@ impl Plan for DirectPlan {
         let from = (i + n - s) % n;
         // Reduce-scatter: the receiver's shard; all-gather: my own reduced shard.
         let shard = if gather { i } else { to };
-        Stage { send: Some((to, chunk_bytes(self.bytes, n, shard))), recv: Some(from) }
+        Stage::exchange(to, chunk_bytes(self.bytes, n, shard), from, !gather)
     }
 }
 

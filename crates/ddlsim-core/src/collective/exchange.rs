@@ -16,17 +16,44 @@
 use super::{Action, Cause, Collective, NO_CAUSE};
 use crate::engine::Time;
 
-/// One stage of one member: an optional send `(to, bytes)` and an optional receive (from).
+/// One stage of one member: an optional send `(to, bytes)` and an optional
+/// receive (from); `reduce`: the received bytes are combined into the
+/// member's buffer, which costs gamma per byte before its next stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stage {
     pub send: Option<(u32, u64)>,
     pub recv: Option<u32>,
+    pub reduce: bool,
+}
+
+impl Stage {
+    pub fn send(to: u32, bytes: u64) -> Stage {
+        Stage { send: Some((to, bytes)), ..Stage::default() }
+    }
+    pub fn recv(from: u32, reduce: bool) -> Stage {
+        Stage { recv: Some(from), reduce, ..Stage::default() }
+    }
+    pub fn exchange(peer_to: u32, bytes: u64, peer_from: u32, reduce: bool) -> Stage {
+        Stage { send: Some((peer_to, bytes)), recv: Some(peer_from), reduce }
+    }
+}
+
+/// Nanoseconds to reduce `bytes` at `gamma_ns_per_byte`, rounded up.
+pub fn reduce_ns(bytes: u64, gamma_ns_per_byte: f64) -> u64 {
+    if gamma_ns_per_byte <= 0.0 || bytes == 0 {
+        return 0;
+    }
+    (bytes as f64 * gamma_ns_per_byte).ceil() as u64
 }
 
 pub trait Plan {
     fn members(&self) -> u32;
     fn stages(&self) -> u32;
     fn stage(&self, member: u32, stage: u32) -> Stage;
+    /// True if `stage` starts a message (the collective is one message unless the plan partitions it).
+    fn starts_message(&self, stage: u32) -> bool {
+        stage == 0
+    }
 }
 
 const NOT_JOINED: Time = Time::MAX;
@@ -51,6 +78,14 @@ pub struct Exchange<P: Plan> {
     blocked_on: Vec<Vec<u32>>,
     joined: u32,
     finished: u32,
+    /// Reduction cost per byte received in a `reduce` stage (MG-WFBP's gamma).
+    gamma_ns_per_byte: f64,
+    /// The member is reducing its current stage's receipt (a wake-up is due).
+    reducing: Vec<bool>,
+    /// The member's current stage's receipt is reduced.
+    reduced: Vec<bool>,
+    /// The row of that reduction (NO_CAUSE when steps are not logged).
+    reduce_cause: Vec<Cause>,
 }
 
 impl<P: Plan> Exchange<P> {
@@ -74,7 +109,17 @@ impl<P: Plan> Exchange<P> {
             blocked_on: vec![Vec::new(); n],
             joined: 0,
             finished: 0,
+            gamma_ns_per_byte: 0.0,
+            reducing: vec![false; n],
+            reduced: vec![false; n],
+            reduce_cause: vec![NO_CAUSE; n],
         }
+    }
+
+    /// Charges `gamma_ns_per_byte` for every byte a member reduces.
+    pub fn with_gamma(mut self, gamma_ns_per_byte: f64) -> Self {
+        self.gamma_ns_per_byte = gamma_ns_per_byte;
+        self
     }
 
     fn tag(&self, from: u32, stage: u32) -> u64 {
@@ -162,17 +207,29 @@ impl<P: Plan> Exchange<P> {
             if st.recv.is_some() && !self.received(m, s) {
                 return;
             }
-            let [mut a, mut b] = self.prev_causes[mu];
-            if st.recv.is_some() && !self.recv_cause.is_empty() {
-                a = self.recv_cause[mu * self.stages as usize + s as usize];
+            if st.reduce && !self.reduced[mu] {
+                let from = st.recv.expect("a reduce stage receives");
+                let bytes = self.plan.stage(from, s).send.map_or(0, |(_, b)| b);
+                let cost = reduce_ns(bytes, self.gamma_ns_per_byte);
+                if cost > 0 {
+                    if !self.reducing[mu] {
+                        self.reducing[mu] = true;
+                        let causes = self.stage_causes(m, s, st);
+                        out.push(Action::Wake { member: m, at: now.saturating_add(cost), tag: 0, bytes, causes });
+                    }
+                    return;
+                }
             }
-            if st.send.is_some() {
-                b = self.send_cause[mu];
-            }
-            self.prev_causes[mu] = [a, b];
+            self.prev_causes[mu] = if self.reduced[mu] && self.reduce_cause[mu] != NO_CAUSE {
+                [self.reduce_cause[mu], NO_CAUSE] // the reduction waited for the stage's receipt and send
+            } else {
+                self.stage_causes(m, s, st)
+            };
             self.stage[mu] = s + 1;
             self.sent[mu] = false;
             self.send_done[mu] = false;
+            self.reducing[mu] = false;
+            self.reduced[mu] = false;
             self.ready_at[mu] = now;
             if s + 1 == self.stages {
                 self.finished += 1;
@@ -183,6 +240,19 @@ impl<P: Plan> Exchange<P> {
                 return;
             }
         }
+    }
+
+    /// What member `m`'s stage `s` waited for: its receipt and its send (else what came before).
+    fn stage_causes(&self, m: u32, s: u32, st: Stage) -> [Cause; 2] {
+        let mu = m as usize;
+        let [mut a, mut b] = self.prev_causes[mu];
+        if st.recv.is_some() && !self.recv_cause.is_empty() {
+            a = self.recv_cause[mu * self.stages as usize + s as usize];
+        }
+        if st.send.is_some() {
+            b = self.send_cause[mu];
+        }
+        [a, b]
     }
 
     /// `m` reached a new stage or joined: senders waiting for it may go.
@@ -236,6 +306,15 @@ impl<P: Plan> Collective for Exchange<P> {
         }
     }
 
+    fn woke(&mut self, now: Time, member: u32, _tag: u64, cause: Cause, out: &mut Vec<Action>) {
+        let mu = member as usize;
+        debug_assert!(self.reducing[mu], "a wake-up without a reduction");
+        self.reducing[mu] = false;
+        self.reduced[mu] = true;
+        self.reduce_cause[mu] = cause;
+        self.advance(now, member, out);
+    }
+
     fn complete(&self) -> bool {
         self.finished == self.plan.members()
     }
@@ -246,6 +325,16 @@ impl<P: Plan> Collective for Exchange<P> {
 
     fn waits_for_a_join(&self, member: u32) -> bool {
         self.joined < self.plan.members() && self.joined_at[member as usize] != NOT_JOINED
+    }
+
+    fn at_message_boundary(&self, member: u32) -> bool {
+        let mu = member as usize;
+        let s = self.stage[mu];
+        s < self.stages && !self.sent[mu] && !self.reducing[mu] && self.plan.starts_message(s)
+    }
+
+    fn starts_message(&self, step: u32) -> bool {
+        self.plan.starts_message(step)
     }
 }
 

@@ -93,10 +93,10 @@ impl Plan for HalvingDoublingPlan {
             let whole = self.bytes;
             let even = m % 2 == 0;
             return match (s == 0, even) {
-                (true, true) => Stage { send: Some((m + 1, whole)), recv: None },
-                (true, false) => Stage { send: None, recv: Some(m - 1) },
-                (false, true) => Stage { send: None, recv: Some(m + 1) },
-                (false, false) => Stage { send: Some((m - 1, whole)), recv: None },
+                (true, true) => Stage::send(m + 1, whole),
+                (true, false) => Stage::recv(m - 1, true),
+                (false, true) => Stage::recv(m + 1, false),
+                (false, false) => Stage::send(m - 1, whole),
             };
         }
         let Some(v) = self.core_index(m) else { return Stage::default() };
@@ -116,7 +116,7 @@ impl Plan for HalvingDoublingPlan {
             (partner, self.segment_bytes(lo, hi))
         };
         let peer = self.member_of_core(partner);
-        Stage { send: Some((peer, bytes)), recv: Some(peer) }
+        Stage::exchange(peer, bytes, peer, j < self.k)
     }
 }
 

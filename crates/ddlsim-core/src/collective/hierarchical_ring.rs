@@ -100,12 +100,13 @@ impl Plan for HierarchicalRingPlan {
         let (hi, li) = self.pos[m as usize];
         let (h, l) = (self.h, self.l);
         let (rs, inter) = (l - 1, 2 * (h - 1));
-        let intra_stage = |st: Stage| Stage { send: st.send.map(|(to, b)| (self.at(hi, to), b)), recv: st.recv.map(|from| self.at(hi, from)) };
+        let intra_stage =
+            |st: Stage| Stage { send: st.send.map(|(to, b)| (self.at(hi, to), b)), recv: st.recv.map(|from| self.at(hi, from)), reduce: st.reduce };
         if s < rs {
             intra_stage(self.intra.stage(li, s))
         } else if s < rs + inter {
             let st = self.inter[li as usize].stage(hi, s - rs);
-            Stage { send: st.send.map(|(to, b)| (self.at(to, li), b)), recv: st.recv.map(|from| self.at(from, li)) }
+            Stage { send: st.send.map(|(to, b)| (self.at(to, li), b)), recv: st.recv.map(|from| self.at(from, li)), reduce: st.reduce }
         } else {
             intra_stage(self.intra.stage(li, rs + (s - rs - inter)))
         }

@@ -57,6 +57,9 @@ pub enum Action {
     Done { member: u32 },
     /// Member's part will be over at `at` (closed-form mode: nothing is sent).
     DoneAt { member: u32, at: Time },
+    /// Member reduces `bytes` it received until `at`, having waited for
+    /// `causes`; then call [`Collective::woke`] with `member` and `tag`.
+    Wake { member: u32, at: Time, tag: u64, bytes: u64, causes: [Cause; 2] },
 }
 
 pub trait Collective {
@@ -64,12 +67,26 @@ pub trait Collective {
     fn join(&mut self, now: Time, member: u32, cause: Cause, out: &mut Vec<Action>);
     /// The transfer `tag` was delivered at `now`; `cause` is its recv row.
     fn delivered(&mut self, now: Time, tag: u64, cause: Cause, out: &mut Vec<Action>);
+    /// The wake-up a [`Action::Wake`] asked for is due; `cause` is the row of the reduction.
+    fn woke(&mut self, _now: Time, _member: u32, _tag: u64, _cause: Cause, _out: &mut Vec<Action>) {
+        unreachable!("this collective asks for no wake-up")
+    }
     /// True once every member is done.
     fn complete(&self) -> bool;
     /// True if the member has joined but the collective cannot start until others join.
     fn waits_for_a_join(&self, member: u32) -> bool;
     /// Members that have joined so far.
     fn joined(&self) -> u32;
+    /// True if `member` is between messages (has sent nothing of its current
+    /// one): where P3-style preemption may take its stream. Default: never
+    /// inside a collective.
+    fn at_message_boundary(&self, _member: u32) -> bool {
+        false
+    }
+    /// True if a send of `step` is the first of a message (see [`Collective::at_message_boundary`]).
+    fn starts_message(&self, step: u32) -> bool {
+        step == 0
+    }
 }
 
 /// The all-reduce algorithms the engine knows.
@@ -151,6 +168,8 @@ pub struct Params {
     pub chunk_bytes: u64,
     /// Host of each member (hierarchical ring); empty: one host per member.
     pub hosts: Vec<u32>,
+    /// Reduction cost per byte a member combines (MG-WFBP Table II's gamma); 0: free.
+    pub gamma_ns_per_byte: f64,
 }
 
 /// The registry for a graph's collective: its spec and the graph's rank -> host map.
@@ -158,7 +177,7 @@ pub struct Params {
 /// member (see [`closed_form`]).
 pub fn new_collective_for(spec: &crate::graph::CollectiveSpec, graph: &crate::graph::Graph, track_causes: bool) -> Box<dyn Collective> {
     let host_of_rank = &graph.host_of_rank;
-    let mut params = Params { chunk_bytes: spec.chunk_bytes, hosts: Vec::new() };
+    let mut params = Params { chunk_bytes: spec.chunk_bytes, hosts: Vec::new(), gamma_ns_per_byte: spec.gamma_ns_per_byte };
     if spec.algorithm == Algorithm::HierarchicalRing {
         // Ranks without an entry are on a host of their own (numbered past every listed host).
         let listed = host_of_rank.iter().copied().max().map_or(0, |h| h + 1);
@@ -173,19 +192,29 @@ pub fn new_collective_for(spec: &crate::graph::CollectiveSpec, graph: &crate::gr
 
 /// One line per algorithm.
 pub fn new_collective_with(algorithm: Algorithm, members: u32, bytes: u64, params: &Params, track_causes: bool) -> Box<dyn Collective> {
-    fn boxed<P: Plan + 'static>(plan: P, track: bool) -> Box<dyn Collective> {
-        let exchange = Exchange::new(plan);
-        Box::new(if track { exchange.tracking_causes() } else { exchange })
-    }
+    let gamma = params.gamma_ns_per_byte;
+    let boxed = |plan: Box<dyn PlanBox>| plan.into_collective(track_causes, gamma);
     let n = members;
     match algorithm {
-        Algorithm::Ring => boxed(ring::RingPlan::partitioned(n, bytes, params.chunk_bytes), track_causes),
-        Algorithm::HalvingDoubling => boxed(halving_doubling::HalvingDoublingPlan::new(n, bytes), track_causes),
-        Algorithm::RecursiveDoubling => boxed(recursive_doubling::RecursiveDoublingPlan::new(n, bytes), track_causes),
-        Algorithm::BinaryTree => boxed(binary_tree::TreePlan::new(n, bytes, binary_tree::Shape::InOrder), track_causes),
-        Algorithm::DoubleBinaryTree => Box::new(binary_tree::double_binary_tree(n, bytes, track_causes)),
-        Algorithm::Direct => boxed(direct::DirectPlan::new(n, bytes), track_causes),
-        Algorithm::Butterfly => boxed(butterfly::ButterflyPlan::new(n, bytes), track_causes),
-        Algorithm::HierarchicalRing => boxed(hierarchical_ring::HierarchicalRingPlan::new(bytes, &params.hosts, n), track_causes),
+        Algorithm::Ring => boxed(Box::new(ring::RingPlan::partitioned(n, bytes, params.chunk_bytes))),
+        Algorithm::HalvingDoubling => boxed(Box::new(halving_doubling::HalvingDoublingPlan::new(n, bytes))),
+        Algorithm::RecursiveDoubling => boxed(Box::new(recursive_doubling::RecursiveDoublingPlan::new(n, bytes))),
+        Algorithm::BinaryTree => boxed(Box::new(binary_tree::TreePlan::new(n, bytes, binary_tree::Shape::InOrder))),
+        Algorithm::DoubleBinaryTree => Box::new(binary_tree::double_binary_tree(n, bytes, track_causes, gamma)),
+        Algorithm::Direct => boxed(Box::new(direct::DirectPlan::new(n, bytes))),
+        Algorithm::Butterfly => boxed(Box::new(butterfly::ButterflyPlan::new(n, bytes))),
+        Algorithm::HierarchicalRing => boxed(Box::new(hierarchical_ring::HierarchicalRingPlan::new(bytes, &params.hosts, n))),
+    }
+}
+
+/// A plan that becomes its exchange machine (lets the registry box plans of different types).
+trait PlanBox {
+    fn into_collective(self: Box<Self>, track_causes: bool, gamma_ns_per_byte: f64) -> Box<dyn Collective>;
+}
+
+impl<P: Plan + 'static> PlanBox for P {
+    fn into_collective(self: Box<Self>, track_causes: bool, gamma_ns_per_byte: f64) -> Box<dyn Collective> {
+        let exchange = Exchange::new(*self).with_gamma(gamma_ns_per_byte);
+        Box::new(if track_causes { exchange.tracking_causes() } else { exchange })
     }
 }

@@ -66,10 +66,10 @@ impl Fold {
         }
         let even = m % 2 == 0;
         Some(match (s == 0, even) {
-            (true, true) => Stage { send: Some((m + 1, whole)), recv: None },
-            (true, false) => Stage { send: None, recv: Some(m - 1) },
-            (false, true) => Stage { send: None, recv: Some(m + 1) },
-            (false, false) => Stage { send: Some((m - 1, whole)), recv: None },
+            (true, true) => Stage::send(m + 1, whole),
+            (true, false) => Stage::recv(m - 1, true),
+            (false, true) => Stage::recv(m + 1, false),
+            (false, false) => Stage::send(m - 1, whole),
         })
     }
 }
@@ -104,7 +104,7 @@ impl Plan for RecursiveDoublingPlan {
         let Some(v) = self.fold.core_index(m) else { return Stage::default() };
         let j = s - self.fold.extra();
         let peer = self.fold.member_of_core(v ^ (1 << j));
-        Stage { send: Some((peer, self.bytes)), recv: Some(peer) }
+        Stage::exchange(peer, self.bytes, peer, true)
     }
 }
 

@@ -70,14 +70,15 @@ impl Plan for RingPlan {
         2 * (self.n - 1) * self.messages
     }
 
+    fn starts_message(&self, stage: u32) -> bool {
+        stage % (2 * (self.n - 1)) == 0
+    }
+
     fn stage(&self, i: u32, stage: u32) -> Stage {
         let n = self.n;
         let per = 2 * (n - 1);
         let (q, step) = (stage / per, stage % per);
-        Stage {
-            send: Some(((i + 1) % n, chunk_bytes(self.message_bytes(q), n, self.chunk_of(i, step)))),
-            recv: Some((i + n - 1) % n),
-        }
+        Stage::exchange((i + 1) % n, chunk_bytes(self.message_bytes(q), n, self.chunk_of(i, step)), (i + n - 1) % n, step < n - 1)
     }
 }
 

@@ -189,6 +189,9 @@ pub struct TrainingSpec {
     /// With the priority policy: a running collective yields at chunk boundaries.
     #[serde(default)]
     pub preemption: bool,
+    /// With preemption: yield only where a message (a P3 slice: `chunk_bytes`) starts, not between steps.
+    #[serde(default)]
+    pub preempt_at_messages: bool,
     /// Gradient transfers carry their layer's priority into network bands.
     #[serde(default)]
     pub priority_bands: bool,
@@ -203,6 +206,9 @@ pub struct TrainingSpec {
     /// bytes (ring; see `collective::ring`). 0 (default): no partitioning.
     #[serde(default)]
     pub chunk_bytes: u64,
+    /// All-reduce: reduction cost per byte a member combines (MG-WFBP Table II's gamma). 0 (default): free.
+    #[serde(default)]
+    pub gamma_ns_per_byte: f64,
     #[serde(default)]
     pub collective_model: CollectiveModel,
     /// PS: split every group evenly over all servers (its `server` is ignored).
@@ -244,12 +250,14 @@ impl TrainingSpec {
             header_bytes: 0,
             stream_policy: Default::default(),
             preemption: false,
+            preempt_at_messages: false,
             priority_bands: false,
             tenant: 0,
             layers,
             groups,
             host_of_rank: Vec::new(),
             chunk_bytes: 0,
+            gamma_ns_per_byte: 0.0,
             collective_model: Default::default(),
             ps_split: false,
             distribution: Default::default(),
@@ -420,6 +428,7 @@ struct Names {
 pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
     spec.validate()?;
     let mut g = Graph::new();
+    g.preempt_at_messages = spec.preemption && spec.preempt_at_messages;
     let names = Names {
         forward: g.op_name("forward"),
         backward: g.op_name("backward"),
@@ -543,6 +552,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                         members: (0..n).collect(),
                         bytes: group.bytes,
                         chunk_bytes: spec.chunk_bytes,
+                        gamma_ns_per_byte: spec.gamma_ns_per_byte,
                     });
                     for w in 0..n {
                         let mut op = tag(Op::new(Kind::Collective, names.allreduce, w));

@@ -34,7 +34,7 @@ pub fn transfer(g: &mut Graph, src: u32, dst: u32, bytes: u64) -> Op {
 
 /// One collective over `members`; returns the op of each member (added with `deps[i]`).
 pub fn allreduce(g: &mut Graph, algorithm: Algorithm, members: &[u32], bytes: u64, streams: &[u32], deps: &[Vec<u32>]) -> Vec<u32> {
-    let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: members.to_vec(), bytes, chunk_bytes: 0 });
+    let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: members.to_vec(), bytes, chunk_bytes: 0, gamma_ns_per_byte: 0.0 });
     let name = g.op_name("allreduce");
     members
         .iter()

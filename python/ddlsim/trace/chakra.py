@@ -1,0 +1,471 @@
+"""Chakra execution traces (MLCommons): one ``<prefix>.<rank>.et`` file per rank.
+
+A file is a sequence of length-delimited protobuf messages (each a varint
+byte count, then the message): one ``GlobalMetadata``, then one ``Node`` per
+operation. The messages follow the public schema ``et_def.proto`` of
+mlcommons/chakra (package ``ChakraProtoMsg``); :func:`_message_classes`
+builds them from that schema's field numbers with protobuf's descriptor
+API, so neither protoc nor Chakra's code is needed.
+
+Writing (:func:`write_chakra`), per event-log row of the rank:
+
+=============  =================  ==============================================
+kind           node type          attributes
+=============  =================  ==============================================
+compute        COMP_NODE          ``is_cpu_op`` false
+send           COMM_SEND_NODE     ``comm_src`` = rank, ``comm_dst`` = peer,
+                                  ``comm_size`` = bytes, ``comm_tag`` = message
+recv           COMM_RECV_NODE     ``comm_src`` = peer, ``comm_dst`` = rank, ...
+collective     COMM_COLL_NODE     ``comm_type`` (ALL_REDUCE...), ``comm_size``
+barrier        COMM_COLL_NODE     ``comm_type`` BARRIER
+marker         METADATA_NODE
+=============  =================  ==============================================
+
+``start_time_micros`` / ``duration_micros`` hold the row's times in whole
+microseconds; ``data_deps`` the row's dependencies on the same rank (a
+Chakra graph is per rank: a dependency on another rank is what a
+send/recv pair expresses). The send and recv rows of a step inside a
+collective that has its own COMM_COLL_NODE on that rank are left out (the
+collective node stands for them, as a Chakra consumer would replay it);
+a dependency on a left-out row is moved to what that row waited for.
+
+Every node also carries ``ddlsim_*`` attributes (the row's id, op,
+iteration, exact nanosecond times, deps on other ranks...) so that
+:func:`read_chakra` restores our own files row for row; Chakra tools ignore
+attributes they do not know. Files written by other tools are read from
+the Chakra fields alone (see :func:`read_chakra`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import TraceError
+from .parquet import atomic_output
+from .subset import collective_steps, redirect_deps
+from .schema import COLUMN_NAMES, EventLog, event_log_from_arrays, iter_rows, rows_to_columns, validate_event_log
+
+CHAKRA_VERSION = "0.0.4"
+NODE_TYPES = {
+    "INVALID_NODE": 0, "METADATA_NODE": 1, "MEM_LOAD_NODE": 2, "MEM_STORE_NODE": 3, "COMP_NODE": 4,
+    "COMM_SEND_NODE": 5, "COMM_RECV_NODE": 6, "COMM_COLL_NODE": 7,
+}  # fmt: skip
+COMM_TYPES = {
+    "ALL_REDUCE": 0, "REDUCE": 1, "ALL_GATHER": 2, "GATHER": 3, "SCATTER": 4, "BROADCAST": 5,
+    "ALL_TO_ALL": 6, "REDUCE_SCATTER": 7, "REDUCE_SCATTER_BLOCK": 8, "BARRIER": 9,
+}  # fmt: skip
+_COLL_TYPE_TO_COMM = {
+    "allreduce": "ALL_REDUCE", "reduce": "REDUCE", "all_gather": "ALL_GATHER", "broadcast": "BROADCAST",
+    "all_to_all": "ALL_TO_ALL", "reduce_scatter": "REDUCE_SCATTER", "barrier": "BARRIER",
+}  # fmt: skip
+_COMM_TO_COLL_TYPE = {**{v: k for k, v in _COLL_TYPE_TO_COMM.items()}, "REDUCE_SCATTER_BLOCK": "reduce_scatter",
+                      "GATHER": "", "SCATTER": ""}
+_KIND_TO_NODE = {"compute": "COMP_NODE", "send": "COMM_SEND_NODE", "recv": "COMM_RECV_NODE",
+                 "collective": "COMM_COLL_NODE", "barrier": "COMM_COLL_NODE", "marker": "METADATA_NODE"}
+_INT32_MAX = 2**31 - 1
+_FILE_NAME = re.compile(r"^(?P<prefix>.*)\.(?P<rank>\d+)\.et$")
+
+# Row fields kept as ddlsim_<column> attributes (beside what Chakra's own fields hold).
+_INT_COLUMNS = ("id", "iteration", "host", "layer", "tensor", "group", "slice", "peer", "message", "bytes", "priority",
+                "tenant", "collective", "step", "rpc", "start_ns", "end_ns")
+_STRING_COLUMNS = ("role", "device", "stream", "kind", "op", "name", "coll_type", "algorithm")
+
+# AttributeProto's value oneof: (field name, number, scalar type) per et_def.proto; the *_list
+# fields are messages with one repeated field `values` (1) of that type.
+_ATTRIBUTE_VALUES = (
+    ("double", 3, "TYPE_DOUBLE"), ("float", 5, "TYPE_FLOAT"), ("int32", 7, "TYPE_INT32"), ("int64", 9, "TYPE_INT64"),
+    ("uint32", 11, "TYPE_UINT32"), ("uint64", 13, "TYPE_UINT64"), ("sint32", 15, "TYPE_SINT32"),
+    ("sint64", 17, "TYPE_SINT64"), ("fixed32", 19, "TYPE_FIXED32"), ("fixed64", 21, "TYPE_FIXED64"),
+    ("sfixed32", 23, "TYPE_SFIXED32"), ("sfixed64", 25, "TYPE_SFIXED64"), ("bool", 27, "TYPE_BOOL"),
+    ("string", 29, "TYPE_STRING"), ("bytes", 31, "TYPE_BYTES"),
+)  # fmt: skip
+
+_CLASSES: dict[str, Any] = {}
+
+
+def _message_classes() -> dict[str, Any]:
+    """GlobalMetadata, Node, AttributeProto... built from et_def.proto's field numbers."""
+    if _CLASSES:
+        return _CLASSES
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    except ImportError:
+        raise TraceError("Chakra ET files need the protobuf package: pip install 'ddlsim[interop]' "
+                         "(or pip install protobuf)") from None
+
+    F = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(name="ddlsim_chakra_et_def.proto", package="ChakraProtoMsg", syntax="proto3")
+
+    def message(name: str, fields: Iterable[tuple]) -> descriptor_pb2.DescriptorProto:
+        proto = file.message_type.add(name=name)
+        for field_name, number, type_name, *rest in fields:
+            label = rest[0] if rest else F.LABEL_OPTIONAL
+            field = proto.field.add(name=field_name, number=number, label=label)
+            if type_name.startswith("."):
+                is_enum = type_name.rsplit(".", 1)[1] in ("NodeType", "CollectiveCommType")
+                field.type = F.TYPE_ENUM if is_enum else F.TYPE_MESSAGE
+                field.type_name = type_name
+            else:
+                field.type = getattr(F, type_name)
+        return proto
+
+    for name, values in (("NodeType", NODE_TYPES), ("CollectiveCommType", COMM_TYPES)):
+        enum = file.enum_type.add(name=name)
+        for value_name, number in values.items():
+            enum.value.add(name=value_name, number=number)
+    for scalar, _, type_name in _ATTRIBUTE_VALUES:
+        message(f"{scalar.capitalize()}List", [("values", 1, type_name, F.LABEL_REPEATED)])
+    attribute = message("AttributeProto", [("name", 1, "TYPE_STRING"), ("doc_string", 2, "TYPE_STRING")])
+    attribute.oneof_decl.add(name="value")
+    for scalar, number, type_name in _ATTRIBUTE_VALUES:
+        for field_name, field_number, field_type in ((f"{scalar}_val", number, type_name),
+                                                     (f"{scalar}_list", number + 1, f".ChakraProtoMsg.{scalar.capitalize()}List")):
+            field = attribute.field.add(name=field_name, number=field_number, label=F.LABEL_OPTIONAL, oneof_index=0)
+            if field_type.startswith("."):
+                field.type, field.type_name = F.TYPE_MESSAGE, field_type
+            else:
+                field.type = getattr(F, field_type)
+    repeated_attr = ("attr", 2, ".ChakraProtoMsg.AttributeProto", F.LABEL_REPEATED)
+    message("GlobalMetadata", [("version", 1, "TYPE_STRING"), repeated_attr])
+    message("IOInfo", [("values", 1, "TYPE_STRING"), ("shapes", 2, "TYPE_STRING"), ("types", 3, "TYPE_STRING")])
+    message("Node", [
+        ("id", 1, "TYPE_UINT64"), ("name", 2, "TYPE_STRING"), ("type", 3, ".ChakraProtoMsg.NodeType"),
+        ("ctrl_deps", 4, "TYPE_UINT64", F.LABEL_REPEATED), ("data_deps", 5, "TYPE_UINT64", F.LABEL_REPEATED),
+        ("start_time_micros", 6, "TYPE_UINT64"), ("duration_micros", 7, "TYPE_UINT64"),
+        ("inputs", 8, ".ChakraProtoMsg.IOInfo"), ("outputs", 9, ".ChakraProtoMsg.IOInfo"),
+        ("attr", 10, ".ChakraProtoMsg.AttributeProto", F.LABEL_REPEATED),
+    ])  # fmt: skip
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    for name in ("GlobalMetadata", "Node", "AttributeProto"):
+        _CLASSES[name] = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"ChakraProtoMsg.{name}"))
+    return _CLASSES
+
+
+# --------------------------------------------------------------------------
+# length-delimited stream
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _delimited(message: Any) -> bytes:
+    payload = message.SerializeToString()
+    return _varint(len(payload)) + payload
+
+
+def _split_delimited(data: bytes, path: Path) -> list[tuple[int, bytes]]:
+    """(offset, payload) of every length-delimited message in ``data``."""
+    out, position = [], 0
+    while position < len(data):
+        start, length, shift = position, 0, 0
+        while True:
+            if position >= len(data):
+                raise TraceError(f"{path}: record {len(out)} at byte {start}: the length prefix is cut off; "
+                                 "the file is truncated or not a Chakra .et file")
+            byte = data[position]
+            position += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+            if shift > 63:
+                raise TraceError(f"{path}: record {len(out)} at byte {start}: length prefix is not a varint")
+        if position + length > len(data):
+            raise TraceError(f"{path}: record {len(out)} at byte {start}: says {length} bytes but only "
+                             f"{len(data) - position} remain; the file is truncated or not a Chakra .et file")
+        out.append((start, data[position:position + length]))
+        position += length
+    return out
+
+
+# --------------------------------------------------------------------------
+# writing
+
+
+def chakra_paths(prefix: str | os.PathLike[str], ranks: Iterable[int]) -> dict[int, Path]:
+    """Where each rank's file goes: ``<prefix>.<rank>.et``."""
+    prefix = Path(prefix)
+    return {rank: prefix.with_name(f"{prefix.name}.{rank}.et") for rank in ranks}
+
+
+def write_chakra(log: Any, prefix: str | os.PathLike[str]) -> list[Path]:
+    """Write one Chakra ET file per rank, ``<prefix>.<rank>.et``; returns the paths.
+
+    ``prefix`` may name a directory entry (``out/trace`` gives
+    ``out/trace.0.et``...). Each file is written atomically.
+    """
+    if not isinstance(log, EventLog) or not log.is_validated:
+        log = validate_event_log(log, source="event log for Chakra export", check_causality=False)
+    classes = _message_classes()
+    rows = list(iter_rows(log, COLUMN_NAMES))
+    by_rank: dict[int, list[Any]] = {}
+    for row in rows:
+        by_rank.setdefault(row.rank, []).append(row)
+    left_out = collective_steps(by_rank)
+    redirected = redirect_deps(rows, left_out)
+    rank_of = {row.id: row.rank for row in rows}
+    world = len(by_rank)
+    paths = chakra_paths(prefix, sorted(by_rank))
+    for rank, rank_rows in sorted(by_rank.items()):
+        chunks = [_delimited(_metadata(classes, rank, world, log))]
+        for row in rank_rows:
+            if row.id not in left_out:
+                chunks.append(_delimited(_node(classes, row, redirected.get(row.id, row.deps), rank_of, paths[rank])))
+        with atomic_output(paths[rank]) as temporary:
+            temporary.write_bytes(b"".join(chunks))
+    return [paths[rank] for rank in sorted(by_rank)]
+
+
+def _attr(classes: dict[str, Any], name: str, **value: Any) -> Any:
+    return classes["AttributeProto"](name=name, **value)
+
+
+def _metadata(classes: dict[str, Any], rank: int, world: int, log: EventLog) -> Any:
+    import json
+
+    return classes["GlobalMetadata"](version=CHAKRA_VERSION, attr=[
+        _attr(classes, "ddlsim_rank", int64_val=rank),
+        _attr(classes, "ddlsim_world_size", int64_val=world),
+        _attr(classes, "ddlsim_source", string_val=str(log.metadata.get("source", ""))),
+        _attr(classes, "ddlsim_metadata", string_val=json.dumps(log.metadata, sort_keys=True, default=str)),
+    ])
+
+
+def _node(classes: dict[str, Any], row: Any, deps: list[int] | None, rank_of: dict[int, int], path: Path) -> Any:
+    node_type = _KIND_TO_NODE[row.kind]
+    local = [dep for dep in deps or [] if rank_of.get(dep) == row.rank]
+    remote = [dep for dep in deps or [] if rank_of.get(dep) != row.rank]
+    attrs = [_attr(classes, "is_cpu_op", bool_val=False)]
+    if row.kind in ("send", "recv"):
+        if row.message > _INT32_MAX:
+            raise TraceError(f"{path}: row {row.id}: message id {row.message} does not fit Chakra's int32 comm_tag")
+        src, dst = (row.rank, row.peer) if row.kind == "send" else (row.peer, row.rank)
+        attrs += [_attr(classes, "comm_src", int32_val=src), _attr(classes, "comm_dst", int32_val=dst),
+                  _attr(classes, "comm_size", int64_val=row.bytes), _attr(classes, "comm_tag", int32_val=row.message)]
+    elif node_type == "COMM_COLL_NODE":
+        comm = _COLL_TYPE_TO_COMM.get(row.coll_type or ("barrier" if row.kind == "barrier" else "allreduce"))
+        attrs += [_attr(classes, "comm_type", int64_val=COMM_TYPES[comm]), _attr(classes, "comm_size", int64_val=row.bytes)]
+    for column in _INT_COLUMNS:
+        attrs.append(_attr(classes, f"ddlsim_{column}", int64_val=getattr(row, column)))
+    for column in _STRING_COLUMNS:
+        if getattr(row, column):
+            attrs.append(_attr(classes, f"ddlsim_{column}", string_val=getattr(row, column)))
+    if row.ready_ns is not None:
+        attrs.append(_attr(classes, "ddlsim_ready_ns", int64_val=row.ready_ns))
+    if deps is None:
+        attrs.append(_attr(classes, "ddlsim_deps_unknown", bool_val=True))
+    elif remote:
+        attrs.append(_attr(classes, "ddlsim_remote_deps", int64_list={"values": remote}))
+    return classes["Node"](
+        id=row.id, name=f"{row.op} {row.name}" if row.name else row.op, type=NODE_TYPES[node_type],
+        data_deps=local, start_time_micros=max(row.start_ns, 0) // 1000,
+        duration_micros=(row.end_ns - row.start_ns) // 1000, attr=attrs,
+    )
+
+
+# --------------------------------------------------------------------------
+# reading
+
+
+def find_chakra_files(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> dict[int, Path]:
+    """Rank -> file for a prefix (``out/trace`` -> ``out/trace.<rank>.et``), a directory
+    holding one prefix's files, or a list of files."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if path.is_dir():
+            files = sorted(path.glob("*.et"))
+            prefixes = {_FILE_NAME.match(f.name).group("prefix") for f in files if _FILE_NAME.match(f.name)}
+            if len(prefixes) > 1:
+                raise TraceError(f"{path}: holds Chakra files of several prefixes {sorted(prefixes)}; "
+                                 f"name one prefix (e.g. {path}/{sorted(prefixes)[0]})")
+        elif path.is_file():
+            files = [path]
+        else:
+            files = sorted(path.parent.glob(f"{glob_escape(path.name)}.*.et"))
+        if not files:
+            raise TraceError(f"{path}: no Chakra files (<prefix>.<rank>.et) found")
+    else:
+        files = [Path(p) for p in source]
+        if not files:
+            raise TraceError("no Chakra files given; pass <prefix>.<rank>.et files, a prefix or a directory")
+    out: dict[int, Path] = {}
+    for file in files:
+        match = _FILE_NAME.match(file.name)
+        if match is None:
+            raise TraceError(f"{file}: a Chakra file is named <prefix>.<rank>.et (e.g. trace.0.et)")
+        rank = int(match.group("rank"))
+        if rank in out:
+            raise TraceError(f"{file}: rank {rank} again (also {out[rank]}); pass one file per rank")
+        out[rank] = file
+    return dict(sorted(out.items()))
+
+
+def glob_escape(text: str) -> str:
+    import glob
+
+    return glob.escape(text)
+
+
+def _attr_value(attribute: Any) -> Any:
+    which = attribute.WhichOneof("value")
+    if which is None:
+        return None
+    value = getattr(attribute, which)
+    return list(value.values) if which.endswith("_list") else value
+
+
+def _decode(cls: Any, payload: bytes, path: Path, index: int, offset: int, what: str) -> Any:
+    from google.protobuf.message import DecodeError
+
+    message = cls()
+    try:
+        message.ParseFromString(payload)
+    except DecodeError as err:
+        raise TraceError(f"{path}: record {index} at byte {offset}: not a Chakra {what} ({err})") from None
+    return message
+
+
+def read_chakra(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> EventLog:
+    """Read Chakra ET files back into an event log.
+
+    ``source``: a prefix (``out/trace``), a directory, or a list of
+    ``<prefix>.<rank>.et`` files; the rank comes from the file name. Files
+    that :func:`write_chakra` wrote come back row for row (the left-out
+    collective steps excepted). Other files: node -> row with kind from the
+    node type, ``op`` the node's name, ``bytes`` = comm_size, times from
+    ``start_time_micros`` / ``duration_micros``, ``deps`` = data + control
+    deps; every send is paired with the receive of the same (src, dst, tag)
+    in order and the pair shares a message id; role ``worker``; no
+    iteration. Raises :class:`TraceError` naming the file and record.
+    """
+    classes = _message_classes()
+    files = find_chakra_files(source)
+    rows: list[dict[str, Any]] = []
+    metadata: dict[str, Any] = {"source": "chakra", "files": [str(p) for p in files.values()]}
+    for rank, path in files.items():
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise TraceError(f"{path}: cannot read ({err.strerror or err})") from None
+        records = _split_delimited(data, path)
+        if not records:
+            raise TraceError(f"{path}: empty; a Chakra file starts with a GlobalMetadata record")
+        meta = _decode(classes["GlobalMetadata"], records[0][1], path, 0, 0, "GlobalMetadata")
+        meta_attrs = {a.name: _attr_value(a) for a in meta.attr}
+        if "ddlsim_metadata" in meta_attrs:
+            import json
+
+            metadata = {**json.loads(meta_attrs["ddlsim_metadata"]), **{"files": metadata["files"]}}
+        for index, (offset, payload) in enumerate(records[1:], start=1):
+            node = _decode(classes["Node"], payload, path, index, offset, "Node")
+            rows.append(_node_row(node, rank, path, index))
+    return _rows_to_log(rows, metadata, files)
+
+
+def _node_row(node: Any, rank: int, path: Path, index: int) -> dict[str, Any]:
+    where = f"{path}: record {index} (node {node.id})"
+    attrs = {a.name: _attr_value(a) for a in node.attr}
+    type_name = {v: k for k, v in NODE_TYPES.items()}.get(node.type)
+    kind = {"COMP_NODE": "compute", "COMM_SEND_NODE": "send", "COMM_RECV_NODE": "recv", "COMM_COLL_NODE": "collective",
+            "METADATA_NODE": "marker", "MEM_LOAD_NODE": "compute", "MEM_STORE_NODE": "compute"}.get(type_name or "")
+    if kind is None:
+        raise TraceError(f"{where}: node type {node.type} is not one ddlsim reads "
+                         "(COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE, METADATA_NODE, MEM_*)")
+    row: dict[str, Any] = {"_where": where, "_node": node.id, "rank": rank, "kind": kind}
+    start = int(node.start_time_micros) * 1000
+    row.update(start_ns=start, end_ns=start + int(node.duration_micros) * 1000, op=node.name or kind)
+    row["_local_deps"] = [int(d) for d in list(node.data_deps) + list(node.ctrl_deps)]
+    if kind in ("send", "recv"):
+        missing = [name for name in ("comm_src", "comm_dst") if not isinstance(attrs.get(name), int)]
+        if missing:
+            raise TraceError(f"{where}: a {type_name} needs integer attributes comm_src and comm_dst; missing {missing}")
+        src, dst = attrs["comm_src"], attrs["comm_dst"]
+        if (src if kind == "send" else dst) != rank:
+            raise TraceError(f"{where}: {type_name} from {src} to {dst} in the file of rank {rank}")
+        row["peer"] = dst if kind == "send" else src
+        row["_tag"] = (src, dst, attrs.get("comm_tag", 0))
+    if kind == "collective":
+        comm = {v: k for k, v in COMM_TYPES.items()}.get(attrs.get("comm_type", 0))
+        if comm is None:
+            raise TraceError(f"{where}: comm_type {attrs.get('comm_type')} is not a CollectiveCommType (0..9)")
+        row["coll_type"] = _COMM_TO_COLL_TYPE[comm]
+        if comm == "BARRIER" and attrs.get("ddlsim_kind") in (None, "barrier"):
+            row["kind"] = "barrier"
+    size = attrs.get("comm_size")
+    if size is not None:
+        if not isinstance(size, int) or size < 0:
+            raise TraceError(f"{where}: comm_size {size!r} is not a byte count")
+        row["bytes"] = size
+    for column in _INT_COLUMNS + _STRING_COLUMNS + ("ready_ns",):
+        if f"ddlsim_{column}" in attrs:
+            row[column] = attrs[f"ddlsim_{column}"]
+    if "ddlsim_id" in attrs:  # our own file: its attributes are the row (an absent string is ''), exact times, remote deps
+        row.update({column: attrs.get(f"ddlsim_{column}", "") for column in _STRING_COLUMNS})
+        row["_remote_deps"] = [int(d) for d in attrs.get("ddlsim_remote_deps", [])]
+        row["_deps_unknown"] = bool(attrs.get("ddlsim_deps_unknown", False))
+    return row
+
+
+def _rows_to_log(rows: list[dict[str, Any]], metadata: dict[str, Any], files: dict[int, Path]) -> EventLog:
+    ours = all("id" in row for row in rows)
+    node_ids: dict[tuple[int, int], int] = {}
+    for position, row in enumerate(rows):
+        if not ours:
+            row["id"] = position
+        key = (row["rank"], row["_node"])
+        if key in node_ids:
+            raise TraceError(f"{row['_where']}: node id {row['_node']} appears twice in the file of rank {row['rank']}")
+        node_ids[key] = row["id"]
+    for row in rows:
+        local = []
+        for dep in row.pop("_local_deps"):
+            if (row["rank"], dep) not in node_ids:
+                raise TraceError(f"{row['_where']}: depends on node {dep}, which is not in {files[row['rank']]}")
+            local.append(node_ids[(row["rank"], dep)])
+        row["deps"] = None if row.pop("_deps_unknown", False) else local + row.pop("_remote_deps", [])
+        row.setdefault("host", row["rank"])
+    if not ours:
+        _pair_messages(rows)
+    ranks = sorted({row["rank"] for row in rows})
+    if not ours:
+        for row in rows:
+            row.setdefault("role", "worker")
+    columns = rows_to_columns(rows)
+    source = "Chakra files " + ", ".join(str(files[r]) for r in ranks if r in files)
+    return event_log_from_arrays(columns, metadata=metadata, source=source, check_causality=False)
+
+
+def _pair_messages(rows: list[dict[str, Any]]) -> None:
+    """Sends and receives of the same (src, dst, tag), in order, share a message id."""
+    sends: dict[tuple, list[dict[str, Any]]] = {}
+    recvs: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        if "_tag" in row:
+            (sends if row["kind"] == "send" else recvs).setdefault(row["_tag"], []).append(row)
+    message = 0
+    for tag in sorted(set(sends) | set(recvs)):
+        send_rows, recv_rows = sends.get(tag, []), recvs.get(tag, [])
+        if len(recv_rows) > len(send_rows):
+            extra = recv_rows[len(send_rows)]
+            raise TraceError(f"{extra['_where']}: COMM_RECV_NODE from {tag[0]} (tag {tag[2]}) has no matching "
+                             f"COMM_SEND_NODE in the file of rank {tag[0]}; pass the files of all ranks")
+        for index, send in enumerate(send_rows):
+            send["message"] = message
+            if index < len(recv_rows):
+                recv_rows[index]["message"] = message
+            message += 1
+    for row in rows:
+        row.pop("_tag", None)
