@@ -14,3 +14,4 @@ reproduce_app = typer.Typer(
 )
 
 from .reproduce_training import register as _register_training; _register_training(reproduce_app)  # noqa: E402,E702  thesis, mg-wfbp
+from .reproduce_network_operator import register as _register_netop; _register_netop(reproduce_app)  # noqa: E402,E702  network-operator
