@@ -13,5 +13,8 @@ reproduce_app = typer.Typer(
     rich_markup_mode=None,
 )
 
-from .reproduce_training import register as _register_training; _register_training(reproduce_app)  # noqa: E402,E702  thesis, mg-wfbp
-from .reproduce_network_operator import register as _register_netop; _register_netop(reproduce_app)  # noqa: E402,E702  network-operator
+# Each paper's commands live in their own module and register themselves here.
+from . import reproduce_network_operator, reproduce_training  # noqa: E402
+
+reproduce_training.register(reproduce_app)
+reproduce_network_operator.register(reproduce_app)

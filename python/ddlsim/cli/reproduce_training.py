@@ -8,16 +8,12 @@ module does not import that one, so the two form no import circle).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Callable
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-err = Console(stderr=True)
-out = Console(width=None if sys.stdout.isatty() else 150)
+from .consoles import err, out, real_console
 
 _OUT_HELP = "Directory for the CSV tables and PNG/SVG figures (written all or nothing)."
 _QUICK_HELP = "A small subset (a few node counts and bandwidths) that runs in seconds."
@@ -42,8 +38,10 @@ def _cell(value) -> str:
     return str(value)
 
 
-def print_table(name: str, frame, keys: tuple[str, ...], console: Console) -> None:
+def print_table(name: str, frame, keys: tuple[str, ...], console) -> None:
     """One table (a `paper_X` column stands right after our `X`); transposed when wide."""
+    from rich.table import Table
+
     if len(frame.columns) > WIDE:
         table = Table(title=name, title_justify="left", header_style="bold")
         table.add_column(" / ".join(keys), justify="left", no_wrap=True, min_width=max(len(str(c)) for c in frame.columns))
@@ -71,7 +69,7 @@ def _run(paper: str, reproduce: Callable, out_dir: Path, quick: bool, quiet: boo
     if out_dir.exists() and not out_dir.is_dir():  # before minutes of simulation, not after
         raise DdlsimError(f"--out {out_dir}: exists and is not a directory; choose another --out")
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=err, transient=True, disable=quiet or not err.is_terminal)
+                   console=real_console(err), transient=True, disable=quiet or not err.is_terminal)
     with bar:
         task = bar.add_task("simulating", total=None)
 
