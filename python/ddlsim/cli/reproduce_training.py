@@ -95,7 +95,9 @@ def thesis(
     quick: bool = typer.Option(False, "--quick", help=_QUICK_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=_QUIET_HELP),
 ) -> None:
-    """The thesis' §4.6: Fig. 4.7 (FIFO vs priority queue, barrier on/off, 1-100 Gbit/s, 2-16 workers) and the timelines of Figs 4.8-4.11."""
+    """Friendlier-DDNN thesis Figs 4.7-4.11: FIFO vs priority queue, barrier on/off, 1-100 Gbit/s, 2-16 workers.
+
+    Fig. 4.7 (iteration time against bandwidth) and the timelines of Figs 4.8-4.11 (§4.6)."""
     from ..reproduce.thesis import reproduce
 
     _run("thesis", reproduce, out_dir, quick, quiet)
@@ -106,7 +108,7 @@ def mg_wfbp(
     quick: bool = typer.Option(False, "--quick", help=_QUICK_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=_QUIET_HELP),
 ) -> None:
-    """MG-WFBP (ICDCS'19): Fig. 9 (WFBP vs SyncEASGD vs MG-WFBP, 4-64 K80 nodes, 10GbE) and the all-reduce cost-model fit."""
+    """MG-WFBP (ICDCS'19) Fig. 9 and its cost-model fit: WFBP vs SyncEASGD vs MG-WFBP on 4-64 K80 nodes, 10GbE."""
     from ..reproduce.mg_wfbp import reproduce
 
     _run("mg-wfbp", reproduce, out_dir, quick, quiet)
