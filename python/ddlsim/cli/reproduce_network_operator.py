@@ -18,7 +18,8 @@ def network_operator(
     jobs: int = typer.Option(1, "--jobs", "-j", help="Simulations run in parallel (local processes)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
-    """Network-operator paper (Chang et al.) Tables 1-4, 6-10 and Figs 3-12: PS, multicast, in-network aggregation, ring, butterfly.
+    """Network-operator paper (Chang et al.) Tables 1-4, 6-10 and Figs 3-12: PS, multicast, in-network aggregation, ring, butterfly."""
+
     from ..reproduce.compare import rich_tables
     from ..reproduce.network_operator import parse_only, reproduce_network_operator
     import sys
