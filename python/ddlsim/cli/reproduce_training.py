@@ -108,7 +108,7 @@ def mg_wfbp(
     quick: bool = typer.Option(False, "--quick", help=_QUICK_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=_QUIET_HELP),
 ) -> None:
-    """MG-WFBP (ICDCS'19) Fig. 9 and its cost-model fit: WFBP vs SyncEASGD vs MG-WFBP on 4-64 K80 nodes, 10GbE."""
+    """MG-WFBP (ICDCS'19) Figure 9 and its cost-model fit: WFBP vs SyncEASGD vs MG-WFBP on 4-64 K80 nodes, 10GbE."""
     from ..reproduce.mg_wfbp import reproduce
 
     _run("mg-wfbp", reproduce, out_dir, quick, quiet)
