@@ -40,7 +40,10 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="*", default=[256, 1024])
     ap.add_argument("--max-transfers", type=float, default=3e7)
     args = ap.parse_args()
-    print(f"{'algorithm':20s} {'ranks':>6s} {'model':>12s} {'wall s':>8s} {'iteration ms':>13s}")
+    # baseline, measured in this run: the 8-rank ring, step by step (min of 5)
+    base = min(run("ring", 8, "steps")[0] for _ in range(5))
+    print(f"baseline: 8-rank ring, steps: {base:.4f} s (min of 5)")
+    print(f"{'algorithm':20s} {'ranks':>6s} {'model':>12s} {'wall s':>8s} {'x base':>8s} {'iteration ms':>13s}")
     for ranks in args.ranks:
         for algorithm in ALGORITHMS:
             for model in ("steps", "closed-form"):
@@ -49,7 +52,7 @@ def main() -> None:
                     print(f"{algorithm:20s} {ranks:6d} {model:>12s}  skipped ({transfers:.2g} transfers)")
                     continue
                 wall, it = run(algorithm, ranks, model)
-                print(f"{algorithm:20s} {ranks:6d} {model:>12s} {wall:8.3f} {it * 1e3:13.3f}", flush=True)
+                print(f"{algorithm:20s} {ranks:6d} {model:>12s} {wall:8.3f} {wall / base:8.1f} {it * 1e3:13.3f}", flush=True)
 
 
 if __name__ == "__main__":
