@@ -132,3 +132,11 @@ def test_quantities_are_stored_as_written_and_read_through_properties():
     assert s.network.latency_ns == 100
     assert s.strategy.update_bandwidth_bps == 1e9
     assert s.network.intra_host_bandwidth_bps == 300e9 * 8 and s.network.intra_host_latency_ns == 1000
+
+
+
+def test_format_binary_size_uses_the_largest_unit_that_divides_exactly():
+    from ddlsim.units import format_binary_size
+
+    sizes = (1 << 20, 16 << 20, 3 << 30, 2048, 1536, 1500, 0)
+    assert [format_binary_size(n) for n in sizes] == ["1 MiB", "16 MiB", "3 GiB", "2 KiB", "1536 B", "1500 B", "0 B"]

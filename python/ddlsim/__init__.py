@@ -36,22 +36,4 @@ def __getattr__(name: str):
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DdlsimError",
-    "ModelError",
-    "ScenarioError",
-    "TraceError",
-    "Scenario",
-    "SimulationResult",
-    "load_scenario",
-    "simulate",
-    "replay",
-    "list_models",
-    "load_model",
-    "synthetic_model",
-    "thesis_simulator_model",
-    "CostModel",
-    "fit_cost_model",
-    "make_plan",
-    "convert",
-]
+__all__ = ["DdlsimError", "ModelError", "ScenarioError", "TraceError", *_LAZY]

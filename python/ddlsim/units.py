@@ -160,6 +160,14 @@ def format_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def format_binary_size(n: int) -> str:
+    """A whole number of bytes in the largest binary unit that divides it: 1048576 -> "1 MiB", 1500 -> "1500 B"."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
 def format_seconds(s: float) -> str:
     if not math.isfinite(s):
         return str(s)

@@ -936,16 +936,8 @@ impl<'g> Executor<'g> {
                 end: now,
                 ..send
             };
-            let mut causes = std::mem::take(&mut self.cause_scratch);
-            causes.clear();
-            for cause in f.causes {
-                self.expand_cause(cause, &mut causes);
-            }
-            causes.sort_unstable();
-            causes.dedup();
-            self.step_log.push(send, causes.iter().copied());
+            self.push_step_row(send, &f.causes);
             self.step_log.push(recv, [f.row]);
-            self.cause_scratch = causes;
         }
         let live = self.collectives[c].as_mut().expect("collective live while steps fly");
         let mut actions = self.action_pool.pop().unwrap_or_default();
@@ -960,6 +952,19 @@ impl<'g> Executor<'g> {
             }
         }
         Ok(())
+    }
+
+    /// Logs a step-level row whose deps are `causes` expanded (joins into what made the op start), sorted, unique.
+    fn push_step_row(&mut self, row: Row, causes: &[Cause]) {
+        let mut deps = std::mem::take(&mut self.cause_scratch);
+        deps.clear();
+        for &cause in causes {
+            self.expand_cause(cause, &mut deps);
+        }
+        deps.sort_unstable();
+        deps.dedup();
+        self.step_log.push(row, deps.iter().copied());
+        self.cause_scratch = deps;
     }
 
     /// A row id as is; a join as the recorded deps of the joining op.
@@ -1039,16 +1044,7 @@ impl<'g> Executor<'g> {
                 Action::DoneAt { at, .. } => self.queue.push(at, Event::OpDone(op)),
                 Action::Wake { at, tag, bytes, causes, .. } => {
                     let wake = PendingWake { collective: c as u32, member, tag, bytes, start: now, causes };
-                    let slot = match self.free_wakes.pop() {
-                        Some(slot) => {
-                            self.wakes[slot as usize] = wake;
-                            slot
-                        }
-                        None => {
-                            self.wakes.push(wake);
-                            (self.wakes.len() - 1) as u32
-                        }
-                    };
+                    let slot = store_in_slot(&mut self.wakes, &mut self.free_wakes, wake);
                     self.queue.push(at, Event::Wake(slot));
                 }
             }
@@ -1092,15 +1088,7 @@ impl<'g> Executor<'g> {
                 start: w.start,
                 end: now,
             };
-            let mut causes = std::mem::take(&mut self.cause_scratch);
-            causes.clear();
-            for cause in w.causes {
-                self.expand_cause(cause, &mut causes);
-            }
-            causes.sort_unstable();
-            causes.dedup();
-            self.step_log.push(reduce, causes.iter().copied());
-            self.cause_scratch = causes;
+            self.push_step_row(reduce, &w.causes);
         }
         let mut actions = self.action_pool.pop().unwrap_or_default();
         self.collectives[c].as_mut().expect("live").machine.woke(now, w.member, w.tag, row, &mut actions);
@@ -1139,16 +1127,7 @@ impl<'g> Executor<'g> {
         let [a, b, rendezvous_a, rendezvous_b] = causes;
         let causes = [a, b, rendezvous_a, rendezvous_b, resumed_after];
         let flight = StepInFlight { collective: c as u32, tag, op, to_rank: dst, step, row, message, bytes, ready, start: now, causes };
-        let slot = match self.free_flights.pop() {
-            Some(slot) => {
-                self.flights[slot as usize] = flight;
-                slot
-            }
-            None => {
-                self.flights.push(flight);
-                (self.flights.len() - 1) as u32
-            }
-        };
+        let slot = store_in_slot(&mut self.flights, &mut self.free_flights, flight);
         self.start_transfer(now, src, dst, bytes, band, tenant, message, Owner::Step(slot))
     }
 
@@ -1263,5 +1242,19 @@ fn stream_index(stream: u32) -> i32 {
         -1
     } else {
         stream as i32
+    }
+}
+
+/// Puts `item` in a free slot of `items` (reusing one from `free` if there is one); returns its index.
+fn store_in_slot<T>(items: &mut Vec<T>, free: &mut Vec<u32>, item: T) -> u32 {
+    match free.pop() {
+        Some(slot) => {
+            items[slot as usize] = item;
+            slot
+        }
+        None => {
+            items.push(item);
+            (items.len() - 1) as u32
+        }
     }
 }

@@ -19,6 +19,17 @@ def _plt():
     return plt
 
 
+def _cdf(ax, values, *style, scale: float = 1.0, at_least: float | None = None, **kw) -> bool:
+    """Draws the empirical CDF of `values` / `scale` (raised to `at_least`, for log axes); False if there are none."""
+    v = np.sort(np.asarray(values, dtype=float)) / scale
+    if not len(v):
+        return False
+    if at_least is not None:
+        v = np.maximum(v, at_least)
+    ax.step(v, np.arange(1, len(v) + 1) / len(v), *style, where="post", **kw)
+    return True
+
+
 def _titled(ax, title: str) -> None:
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
@@ -80,9 +91,7 @@ def overheads_figure(analysis: Any):
     ax = axes[0][-1]
     samples = analysis.overhead_samples()
     for name, color in (("computation", "#4C72B0"), ("wait", "#DD8452")):
-        v = np.sort(samples.loc[samples["overhead"] == name, "value_ns"].to_numpy(dtype=float)) / 1e3
-        if len(v):
-            ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=name, color=color)
+        _cdf(ax, samples.loc[samples["overhead"] == name, "value_ns"], scale=1e3, label=name, color=color)
     ax.set_xlabel("us")
     ax.set_ylabel("CDF")
     ax.legend(fontsize=7)
@@ -99,9 +108,7 @@ def rpc_figure(analysis: Any):
     plt = _plt()
     fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(13, 3.6))
     for kind, part in table.groupby("kind"):
-        v = np.sort(part["total_ns"].dropna().to_numpy(dtype=float)) / 1e3
-        if len(v):
-            ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=kind)
+        _cdf(ax, part["total_ns"].dropna(), scale=1e3, label=kind)
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xlabel("RPC latency (us)")
     ax.set_ylabel("CDF")
@@ -117,9 +124,7 @@ def rpc_figure(analysis: Any):
     bx.legend(fontsize=7)
     _titled(bx, "where RPC time goes")
     for col, style in (("request_bytes", "-"), ("response_bytes", "--")):
-        v = np.sort(table[col].dropna().to_numpy(dtype=float))
-        if len(v):
-            cx.step(np.maximum(v, 1), np.arange(1, len(v) + 1) / len(v), style, where="post", label=col.replace("_", " "))
+        _cdf(cx, table[col].dropna(), style, at_least=1, label=col.replace("_", " "))
     cx.set_xscale("log")
     cx.set_xlabel("bytes")
     cx.set_ylabel("CDF")
@@ -137,9 +142,7 @@ def connections_figure(analysis: Any, t_window_ns: int = 1_000_000):
         return None
     plt = _plt()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.4))
-    iv = np.sort(analysis.rpc_intervals()["interval_ns"].to_numpy(dtype=float)) / 1e3
-    if len(iv):
-        ax.step(np.maximum(iv, 1e-3), np.arange(1, len(iv) + 1) / len(iv), where="post")
+    if _cdf(ax, analysis.rpc_intervals()["interval_ns"], scale=1e3, at_least=1e-3):
         ax.set_xscale("log")
     ax.set_xlabel("interval between consecutive RPCs (us; 0 drawn at 1e-3)")
     ax.set_ylabel("CDF")
@@ -193,10 +196,7 @@ def collectives_figure(analysis: Any):
     bx.set_ylabel("Gbit/s")
     bx.legend(fontsize=7)
     _titled(bx, "achieved bus bandwidth")
-    queue = np.sort(c["queue_mean_ns"].dropna().to_numpy(dtype=float)) / 1e3
-    if len(queue):
-        cx.step(queue, np.arange(1, len(queue) + 1) / len(queue), where="post")
-    else:
+    if not _cdf(cx, c["queue_mean_ns"].dropna(), scale=1e3):
         cx.text(0.5, 0.5, "ready_ns unknown", ha="center", transform=cx.transAxes)
     cx.set_xlabel("queueing delay start - ready (us, mean over ranks)")
     cx.set_ylabel("CDF")

@@ -240,8 +240,9 @@ def replay(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Replay a recorded run: its model and measured layer times, communication simulated again under the given strategy and network."""
-    from ..api import replay as run_replay
     from ..analyze.breakdown import iteration_arrays
+    from ..api import simulate as run_simulation
+    from ..simulation.replay import replay_scenario
     from ..trace.parquet import read_event_log
 
     overrides = {
@@ -250,8 +251,9 @@ def replay(
         "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    scenario = replay_scenario(events, model=model, **overrides)  # checks the log and the overrides first
     recorded_s = float(iteration_arrays(read_event_log(events))["time_s"].mean())
-    _simulate_and_report(lambda: run_replay(events, model=model, **overrides), iterations=iterations, out_dir=out_dir,
+    _simulate_and_report(lambda: run_simulation(scenario), iterations=iterations, out_dir=out_dir,
                          as_json=as_json, max_memory=max_memory, force=force, quiet=quiet, recorded=(str(events), recorded_s))
 
 
@@ -442,7 +444,7 @@ def plan(
     try:
         slices = [] if slice_sizes.strip().lower() == "none" else [parse_size_bytes(x.strip()) for x in slice_sizes.split(",") if x.strip()]
     except ValueError as exc:
-        raise DdlsimError(f"--slice-sizes {slice_sizes!r}: {exc}; write sizes with units separated by commas, e.g. 1MiB,4MiB") from None
+        raise DdlsimError(f"--slice-sizes {slice_sizes!r}: {exc}; separate several with commas, e.g. 1MiB,4MiB") from None
     cm = CostModel.load(cost_model) if cost_model is not None else None
     overrides = {
         "model": model, "profile": str(profile.resolve()) if profile else None, "workers": workers,

@@ -45,6 +45,7 @@ from ..simulation.lowering import allreduce_cost
 from ..simulation.model_build import build_model, layer_times_ns
 from ..simulation.run import _resolve
 from ..simulation.scenario import Scenario, with_overrides
+from ..units import format_binary_size
 from ..workload.model import Model
 from .cost import CostModel
 
@@ -195,13 +196,6 @@ def _names_grouping(model: Model, groups: Sequence[dict]) -> dict:
     return {"kind": "groups", "groups": [[names[i] for i in g["tensors"]] for g in groups]}
 
 
-def _bytes_label(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
-
-
 def _signature(groups: Sequence[dict]) -> tuple:
     """What the engine sees of a grouping (the order of tensors inside a buffer does not matter to it)."""
     return tuple(sorted(tuple(sorted(g["tensors"])) for g in groups))
@@ -287,7 +281,7 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
     jobs.append(("mg-wfbp", "MG-WFBP", _names_grouping(model, mg_groups), mg_groups, None))
 
     wfbp_groups = jobs[0][3]
-    p3_jobs = [(f"p3:{s}", f"P3 {_bytes_label(s)} slices",
+    p3_jobs = [(f"p3:{s}", f"P3 {format_binary_size(s)} slices",
                 {"stream_policy": "priority", "preemption": "message", "chunk_bytes": s}, s) for s in slices]
 
     # one simulation per distinct grouping (and P3 schedule), the most work first, on
