@@ -155,6 +155,7 @@ fn graph_columns<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, PyDict>
         PolicyKind::Priority { preempt: true } => 2,
     };
     column(py, &d, "stream_policy", "u1", &g.streams.iter().map(|s| policy(s.policy)).collect::<Vec<_>>())?;
+    column(py, &d, "stream_credit", "<u8", &g.streams.iter().map(|s| s.credit).collect::<Vec<_>>())?;
     column(py, &d, "host_of_rank", "<u4", &g.host_of_rank)?;
     d.set_item("op_names", g.op_names.clone())?;
     d.set_item("stream_names", g.stream_names.clone())?;
@@ -238,7 +239,9 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
     let stream_rank: Vec<u32> = read(d, "stream_rank")?;
     let stream_name: Vec<u32> = read(d, "stream_name")?;
     let stream_policy: Vec<u8> = read(d, "stream_policy")?;
-    if stream_name.len() != stream_rank.len() || stream_policy.len() != stream_rank.len() {
+    // Optional (graphs written before ByteScheduler's credit existed): one op at a time.
+    let stream_credit: Vec<u64> = if d.contains("stream_credit")? { read(d, "stream_credit")? } else { vec![0; stream_rank.len()] };
+    if stream_name.len() != stream_rank.len() || stream_policy.len() != stream_rank.len() || stream_credit.len() != stream_rank.len() {
         return Err(err("stream columns disagree in length".into()));
     }
     let streams = (0..stream_rank.len())
@@ -249,7 +252,7 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
                 2 => PolicyKind::Priority { preempt: true },
                 other => return Err(err(format!("stream {s}: unknown policy code {other}"))),
             };
-            Ok(StreamSpec { rank: stream_rank[s], name: stream_name[s], policy })
+            Ok(StreamSpec { rank: stream_rank[s], name: stream_name[s], policy, credit: stream_credit[s] })
         })
         .collect::<PyResult<Vec<_>>>()?;
     let op_names: Vec<String> = d.get_item("op_names")?.ok_or_else(|| err("op_names is missing".into()))?.extract()?;

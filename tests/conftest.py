@@ -10,4 +10,7 @@ def resnet_runs():
     return {
         "ring": ddlsim.simulate(strategy="ring", **common),
         "ps": ddlsim.simulate(strategy="ps", servers=2, **common),
+        # ByteScheduler: partitions side by side on each comm stream, priority order negotiated across ranks
+        "bytescheduler": ddlsim.simulate(strategy="ring", stream_policy="priority", partition_bytes="4MB", credit_bytes="16MB",
+                                         barrier=False, trace_detail="step", **common),
     }

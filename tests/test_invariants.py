@@ -9,7 +9,7 @@ def frame(run):
     return run.events.to_pandas()
 
 
-@pytest.mark.parametrize("strategy", ["ring", "ps"])
+@pytest.mark.parametrize("strategy", ["ring", "ps", "bytescheduler"])
 def test_every_byte_sent_is_received(resnet_runs, strategy):
     r = resnet_runs[strategy]
     ev = frame(r)
@@ -28,7 +28,7 @@ def test_every_byte_sent_is_received(resnet_runs, strategy):
     assert (pairs["end_ns_r"] >= pairs["end_ns_s"]).all()
 
 
-@pytest.mark.parametrize("strategy", ["ring", "ps"])
+@pytest.mark.parametrize("strategy", ["ring", "ps", "bytescheduler"])
 def test_dependencies_explain_every_start(resnet_runs, strategy):
     """Every row starts exactly when the latest of its recorded deps ended
     (or at its ready time when it has none): graph edges, the stream it
@@ -59,7 +59,7 @@ def test_ps_pushes_the_whole_model_each_iteration(resnet_runs, strategy):
         assert (abs(per_worker_iter - 2 * (n - 1) / n * 102_228_128) <= 2 * 161).all()
 
 
-@pytest.mark.parametrize("strategy", ["ring", "ps"])
+@pytest.mark.parametrize("strategy", ["ring", "ps", "bytescheduler"])
 def test_same_seed_gives_an_identical_log(resnet_runs, strategy):
     again = ddlsim.simulate(resnet_runs[strategy].scenario)
     assert again.events.table.equals(resnet_runs[strategy].events.table)

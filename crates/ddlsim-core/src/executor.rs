@@ -107,11 +107,66 @@ struct Held {
     action: Action,
 }
 
+/// An op holding a stream.
+struct Running {
+    op: u32,
+    /// Its bytes, as counted against the stream's credit.
+    bytes: u64,
+    /// Sends in flight of a collective member (it can be parked only between sends).
+    in_flight: u32,
+}
+
 struct StreamState {
     policy: Box<dyn StreamPolicy>,
-    current: Option<u32>,
-    /// Sends in flight of the current collective member (it can be parked only between sends).
-    in_flight: u32,
+    /// The ops holding the stream: at most one, unless the stream has a credit.
+    running: Vec<Running>,
+    running_bytes: u64,
+    /// ByteScheduler's credit (see [`crate::graph::StreamSpec::credit`]); 0: one op at a time.
+    credit: u64,
+}
+
+impl StreamState {
+    fn slot(&self, op: u32) -> Option<usize> {
+        self.running.iter().position(|r| r.op == op)
+    }
+
+    fn holds(&self, op: u32) -> bool {
+        self.slot(op).is_some()
+    }
+
+    /// Whether the op `op` holds the stream with no send in flight.
+    fn idle_between_sends(&self, op: u32) -> bool {
+        self.slot(op).is_some_and(|i| self.running[i].in_flight == 0)
+    }
+
+    fn sends_changed(&mut self, op: u32, delta: i32) {
+        if let Some(i) = self.slot(op) {
+            let r = &mut self.running[i];
+            r.in_flight = r.in_flight.checked_add_signed(delta).expect("a send was counted before its delivery");
+        }
+    }
+
+    /// Whether one more op may start now: the stream is free, or (ByteScheduler) credit is left.
+    fn has_room(&self) -> bool {
+        self.running.is_empty() || self.running_bytes < self.credit
+    }
+
+    fn occupy(&mut self, op: u32, bytes: u64) {
+        self.running_bytes += bytes;
+        self.running.push(Running { op, bytes, in_flight: 0 });
+    }
+
+    /// Frees the slot of `op`; false if it held none.
+    fn release(&mut self, op: u32) -> bool {
+        let Some(i) = self.slot(op) else { return false };
+        let r = self.running.swap_remove(i);
+        self.running_bytes -= r.bytes;
+        true
+    }
+
+    fn running_ops(&self) -> Vec<u32> {
+        self.running.iter().map(|r| r.op).collect()
+    }
 }
 
 struct LiveCollective {
@@ -274,7 +329,7 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
         recv_row: vec![-1; n],
         tx_end: vec![0; n],
         message_of: vec![-1; n],
-        streams: graph.streams.iter().map(|s| StreamState { policy: new_policy(s.policy), current: None, in_flight: 0 }).collect(),
+        streams: graph.streams.iter().map(|s| StreamState { policy: new_policy(s.policy), running: Vec::new(), running_bytes: 0, credit: s.credit }).collect(),
         parked: HashMap::default(),
         parked_in: vec![0; graph.collectives.len()],
         queue: EventQueue::new(),
@@ -359,14 +414,12 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
     if ex.finished_ops != n {
         if std::env::var_os("DDLSIM_DEBUG_STUCK").is_some() {
             for (i, st) in ex.streams.iter().enumerate() {
-                let cur = st.current.map(|o| (o, graph.ops[o as usize].collective, graph.ops[o as usize].priority, ex.parked.contains_key(&o)));
-                eprintln!(
-                    "stream {i} rank {} current {:?} in_flight {} queued {:?}",
-                    graph.streams[i].rank,
-                    cur,
-                    st.in_flight,
-                    st.policy.peek_priority()
-                );
+                let cur: Vec<_> = st
+                    .running
+                    .iter()
+                    .map(|r| (r.op, graph.ops[r.op as usize].collective, graph.ops[r.op as usize].priority, r.in_flight))
+                    .collect();
+                eprintln!("stream {i} rank {} running {cur:?} queued {:?}", graph.streams[i].rank, st.policy.peek_priority());
             }
             eprintln!(
                 "parked {:?}",
@@ -443,20 +496,40 @@ impl<'g> Executor<'g> {
     /// Puts a ready op on its stream; `arrival` is what it waited for beyond its own deps.
     fn enqueue(&mut self, op: u32, now: Time, arrival: Cause) -> Result<(), String> {
         let s = self.graph.ops[op as usize].stream as usize;
-        match self.streams[s].current {
-            None => {
-                self.streams[s].current = Some(op);
-                self.stream_dep[op as usize] = arrival;
-                self.start_op(op, now)
+        let st = &self.streams[s];
+        if st.running.is_empty() || (st.has_room() && st.policy.peek_key().is_none()) {
+            self.streams[s].occupy(op, self.graph.ops[op as usize].bytes);
+            self.stream_dep[op as usize] = arrival;
+            return self.start_op(op, now);
+        }
+        self.queue_item(s, op as u64);
+        // Whatever runs now instead of a running member waited for this op to arrive.
+        let arrival = if arrival == NO_CAUSE { ready_cause(op) } else { arrival };
+        self.fill(s, now, arrival)?;
+        self.reconsider_running(s, now, arrival)
+    }
+
+    /// Something arrived on busy stream `s`: each running collective member
+    /// idle between sends may be preempted or yield to it.
+    fn reconsider_running(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+        for running in self.streams[s].running_ops() {
+            if self.streams[s].holds(running) {
+                self.maybe_preempt_idle(s, running, now, release)?;
             }
-            Some(running) => {
-                self.queue_item(s, op as u64);
-                // Whatever runs now instead of the current member waited for this op to arrive.
-                let arrival = if arrival == NO_CAUSE { ready_cause(op) } else { arrival };
-                self.maybe_preempt_idle(s, running, now, arrival)?;
-                self.maybe_yield(s, now, arrival)
+            if self.streams[s].holds(running) {
+                self.maybe_yield(s, running, now, release)?;
             }
         }
+        Ok(())
+    }
+
+    /// Starts queued items while the stream has room (ByteScheduler's credit loop; one item on a plain stream).
+    fn fill(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+        while self.streams[s].has_room() {
+            let Some(item) = self.streams[s].policy.pop() else { break };
+            self.run_item(s, item, now, release)?;
+        }
+        Ok(())
     }
 
     fn launched(&self, c: usize) -> bool {
@@ -487,16 +560,15 @@ impl<'g> Executor<'g> {
     /// orders; a member whose next send waits for a member that has not
     /// joined yet (nothing sent in between) yields its stream to the next
     /// queued op, and resumes later, so that no such order deadlocks.
-    fn maybe_yield(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+    fn maybe_yield(&mut self, s: usize, op: u32, now: Time, release: Cause) -> Result<(), String> {
         match self.graph.streams[s].policy {
             PolicyKind::Fifo => return Ok(()),
-            NEGOTIATED => return self.maybe_yield_negotiated(s, now, release),
+            NEGOTIATED => return self.maybe_yield_negotiated(s, op, now, release),
             PolicyKind::Priority { .. } => {}
         }
         let st = &self.streams[s];
-        let Some(op) = st.current else { return Ok(()) };
         let o = &self.graph.ops[op as usize];
-        if o.kind != Kind::Collective || st.in_flight > 0 || st.policy.peek_priority().is_none() {
+        if o.kind != Kind::Collective || !st.idle_between_sends(op) || st.policy.peek_priority().is_none() {
             return Ok(());
         }
         if !self.waits_for_a_join(op) {
@@ -527,11 +599,10 @@ impl<'g> Executor<'g> {
 
     /// A member waiting for a join yields to a more urgent collective (in
     /// the order all ranks share) or to an urgent parked member.
-    fn maybe_yield_negotiated(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+    fn maybe_yield_negotiated(&mut self, s: usize, op: u32, now: Time, release: Cause) -> Result<(), String> {
         let st = &self.streams[s];
-        let Some(op) = st.current else { return Ok(()) };
         let o = &self.graph.ops[op as usize];
-        if o.kind != Kind::Collective || st.in_flight > 0 || !self.waits_for_a_join(op) {
+        if o.kind != Kind::Collective || !st.idle_between_sends(op) || !self.waits_for_a_join(op) {
             return Ok(());
         }
         let Some(head) = st.policy.peek_key() else {
@@ -583,7 +654,7 @@ impl<'g> Executor<'g> {
     /// between sends: park the member and run the op.
     fn maybe_preempt_idle(&mut self, s: usize, running: u32, now: Time, release: Cause) -> Result<(), String> {
         let st = &self.streams[s];
-        if !st.policy.preempts() || st.in_flight > 0 || self.graph.ops[running as usize].kind != Kind::Collective {
+        if !st.policy.preempts() || !st.idle_between_sends(running) || self.graph.ops[running as usize].kind != Kind::Collective {
             return Ok(());
         }
         let o = &self.graph.ops[running as usize];
@@ -602,30 +673,30 @@ impl<'g> Executor<'g> {
     fn park(&mut self, s: usize, op: u32, held: Option<Held>) {
         self.parked.insert(op, held);
         self.parked_in[self.graph.ops[op as usize].collective as usize] += 1;
-        self.streams[s].current = None;
+        self.streams[s].release(op);
         self.queue_item(s, PARKED | op as u64);
     }
 
-    /// The stream is free (`release` is what freed it): start or resume what its policy picks.
+    /// A member was parked for what the policy picks next (`release` is what
+    /// freed its slot): start or resume that item in the member's place,
+    /// credit or not, then fill what room is left.
     fn run_next(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
-        let Some(item) = self.streams[s].policy.pop() else {
-            self.streams[s].current = None;
-            return Ok(());
-        };
-        self.run_item(s, item, now, release)
+        if let Some(item) = self.streams[s].policy.pop() {
+            self.run_item(s, item, now, release)?;
+        }
+        self.fill(s, now, release)
     }
 
     fn run_item(&mut self, s: usize, item: u64, now: Time, release: Cause) -> Result<(), String> {
         let op = (item & !PARKED) as u32;
-        self.streams[s].current = Some(op);
-        self.streams[s].in_flight = 0;
+        self.streams[s].occupy(op, self.graph.ops[op as usize].bytes);
         if item & PARKED != 0 {
             let held = self.parked.remove(&op).expect("a parked member is in the parked map");
             self.parked_in[self.graph.ops[op as usize].collective as usize] -= 1;
             match held {
                 // Resumed: the held send also waited for what freed the stream.
                 Some(Held { collective, action }) => self.issue(collective as usize, action, now, release)?,
-                None => self.maybe_yield(s, now, release)?,
+                None => self.maybe_yield(s, op, now, release)?,
             }
             return Ok(());
         }
@@ -828,10 +899,10 @@ impl<'g> Executor<'g> {
         self.finished_ops += 1;
         let op = &self.graph.ops[id as usize];
         let stream = op.stream;
-        if stream != NO_STREAM && self.streams[stream as usize].current == Some(id) {
+        if stream != NO_STREAM && self.streams[stream as usize].release(id) {
             // A transfer holds its stream until delivery: its recv row frees it.
             let release = if op.kind == Kind::Transfer { self.recv_row[id as usize] } else { id as i64 };
-            self.run_next(stream as usize, now, release)?;
+            self.fill(stream as usize, now, release)?;
         }
         let (a, b) = (self.succ_offsets[id as usize] as usize, self.succ_offsets[id as usize + 1] as usize);
         for k in a..b {
@@ -864,8 +935,8 @@ impl<'g> Executor<'g> {
         live.machine.join(now, member, cause, &mut actions);
         self.apply(c, actions, now, cause)?;
         let stream = self.graph.ops[id as usize].stream;
-        if stream != NO_STREAM && self.streams[stream as usize].current == Some(id) {
-            self.maybe_yield(stream as usize, now, cause)?;
+        if stream != NO_STREAM && self.streams[stream as usize].holds(id) {
+            self.maybe_yield(stream as usize, id, now, cause)?;
         }
         if self.parked_in[c] > 0 {
             // Members parked while waiting for this one may run again: their streams reconsider.
@@ -881,13 +952,8 @@ impl<'g> Executor<'g> {
                     self.unpark_item(op);
                     self.queue_item(s, PARKED | op as u64);
                 }
-                match self.streams[s].current {
-                    Some(running) => {
-                        self.maybe_preempt_idle(s, running, now, cause)?;
-                        self.maybe_yield(s, now, cause)?;
-                    }
-                    None => self.run_next(s, now, cause)?,
-                }
+                self.fill(s, now, cause)?;
+                self.reconsider_running(s, now, cause)?;
             }
         }
         Ok(())
@@ -897,8 +963,8 @@ impl<'g> Executor<'g> {
         let c = f.collective as usize;
         let from_op = &self.graph.ops[f.op as usize];
         let stream = from_op.stream;
-        if stream != NO_STREAM && self.streams[stream as usize].current == Some(f.op) {
-            self.streams[stream as usize].in_flight -= 1;
+        if stream != NO_STREAM {
+            self.streams[stream as usize].sends_changed(f.op, -1);
         }
         let mut recv_row = NO_CAUSE;
         if self.detail == TraceDetail::Step {
@@ -945,10 +1011,11 @@ impl<'g> Executor<'g> {
         self.apply(c, actions, now, recv_row)?;
         // The sender may now be idle between sends: a chunk boundary.
         if stream != NO_STREAM {
-            let st = &self.streams[stream as usize];
-            if st.current == Some(f.op) && st.in_flight == 0 {
+            if self.streams[stream as usize].idle_between_sends(f.op) {
                 self.maybe_preempt_idle(stream as usize, f.op, now, recv_row)?;
-                self.maybe_yield(stream as usize, now, recv_row)?;
+            }
+            if self.streams[stream as usize].idle_between_sends(f.op) {
+                self.maybe_yield(stream as usize, f.op, now, recv_row)?;
             }
         }
         Ok(())
@@ -1119,8 +1186,8 @@ impl<'g> Executor<'g> {
         let (src, dst) = (spec.members[from as usize], spec.members[to as usize]);
         let o = &self.graph.ops[op as usize];
         let (band, tenant, stream) = (o.band, o.tenant, o.stream);
-        if stream != NO_STREAM && self.streams[stream as usize].current == Some(op) {
-            self.streams[stream as usize].in_flight += 1;
+        if stream != NO_STREAM {
+            self.streams[stream as usize].sends_changed(op, 1);
         }
         let row = if self.detail == TraceDetail::Step { self.new_row() } else { -1 };
         let message = self.new_message();

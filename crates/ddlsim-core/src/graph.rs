@@ -128,6 +128,10 @@ pub struct StreamSpec {
     /// Index into [`Graph::stream_names`].
     pub name: u32,
     pub policy: PolicyKind,
+    /// ByteScheduler's credit in bytes: while the ops running on the stream
+    /// move fewer bytes than this, the next queued op starts too (so the
+    /// bytes in flight exceed the credit by less than one op). 0: one op at a time.
+    pub credit: u64,
 }
 
 /// How a fan's transfers share the network (see [`crate::network::innet`]).
@@ -229,7 +233,7 @@ impl Graph {
                 (self.stream_names.len() - 1) as u32
             }
         };
-        self.streams.push(StreamSpec { rank, name, policy });
+        self.streams.push(StreamSpec { rank, name, policy, credit: 0 });
         (self.streams.len() - 1) as u32
     }
 

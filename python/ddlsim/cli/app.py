@@ -54,6 +54,11 @@ def simulate(
     preemption: Optional[str] = typer.Option(
         None, "--preemption", help="With --stream-policy priority: none (finish the running one) | chunk (preempt between steps) "
         "| message (P3: only between --chunk-bytes slices)"),
+    partition_bytes: Optional[str] = typer.Option(
+        None, "--partition", help="ByteScheduler: cut each group into all-reduces of at most this size, e.g. 4MB (0: off)."),
+    credit_bytes: Optional[str] = typer.Option(
+        None, "--credit", help="ByteScheduler: start the next queued all-reduce while those running move fewer bytes than this, "
+        "e.g. 16MB (0: one at a time)."),
     grouping: Optional[str] = typer.Option(
         None, "--grouping", help="Which gradients travel together: per-tensor | synceasgd | mg-wfbp | fusion | thesis-fusion "
         "| ddp | fixed, options after a colon: ddp:bucket_cap_mb=50, fusion:threshold=32MiB,cycle_time=2ms"),
@@ -124,6 +129,7 @@ def simulate(
         "oversubscription": oversubscription, "hosts_per_leaf": hosts_per_leaf, "spines": spines,
         "placement": placement, "in_network": in_network, "switch_memory": switch_memory, "algorithm": algorithm, "chunk_bytes": chunk_bytes, "collective_model": collective_model,
         "stream_policy": stream_policy, "preemption": preemption, "grouping": grouping,
+        "partition_bytes": partition_bytes, "credit_bytes": credit_bytes,
         "routing": routing, "ranks_per_host": ranks_per_host, "rack_placement": rack_placement,
         "server_hosts": server_hosts, "priority_bands": priority_bands, "record_flows": record_flows, "precision": precision, "efficiency": efficiency,
         "profile": str(profile.resolve()) if profile else None, "iterations": iterations, "seed": seed, "jitter": jitter,
@@ -423,6 +429,9 @@ def plan(
     bucket_caps: str = typer.Option("1,5,10,25,50,100", "--bucket-caps", help="DDP bucket_cap_mb values to sweep."),
     slice_sizes: str = typer.Option(
         "1MiB,4MiB,16MiB", "--slice-sizes", help="P3 slice sizes to sweep (ring; 'none' for no P3 sweep)."),
+    credits: str = typer.Option(
+        "4MB,16MB", "--credits", help="ByteScheduler credits to sweep ('none' for no ByteScheduler sweep)."),
+    partition: str = typer.Option("4MB", "--partition", help="ByteScheduler partition size for the credit sweep."),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON only."),
 ) -> None:
@@ -441,10 +450,17 @@ def plan(
         raise DdlsimError(f"--bucket-caps {bucket_caps!r}: write numbers in MB separated by commas, e.g. 1,5,10,25") from None
     from ..units import parse_size_bytes
 
-    try:
-        slices = [] if slice_sizes.strip().lower() == "none" else [parse_size_bytes(x.strip()) for x in slice_sizes.split(",") if x.strip()]
-    except ValueError as exc:
-        raise DdlsimError(f"--slice-sizes {slice_sizes!r}: {exc}; separate several with commas, e.g. 1MiB,4MiB") from None
+    def sizes(option: str, text: str) -> list[int]:
+        try:
+            return [] if text.strip().lower() == "none" else [parse_size_bytes(x.strip()) for x in text.split(",") if x.strip()]
+        except ValueError as exc:
+            raise DdlsimError(f"{option} {text!r}: {exc}; separate several with commas, e.g. 1MiB,4MiB") from None
+
+    slices = sizes("--slice-sizes", slice_sizes)
+    credit_sizes = sizes("--credits", credits)
+    partition_sizes = sizes("--partition", partition)
+    if len(partition_sizes) != 1:
+        raise DdlsimError(f"--partition {partition!r}: give one size, e.g. 4MB")
     cm = CostModel.load(cost_model) if cost_model is not None else None
     overrides = {
         "model": model, "profile": str(profile.resolve()) if profile else None, "workers": workers,
@@ -459,7 +475,8 @@ def plan(
         def progress(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, description=f"simulating {label}")
 
-        result = make_plan(scenario, cost_model=cm, bucket_caps_mb=caps, slice_bytes=slices, progress=progress,
+        result = make_plan(scenario, cost_model=cm, bucket_caps_mb=caps, slice_bytes=slices, credit_bytes=credit_sizes,
+                           partition_bytes=partition_sizes[0], progress=progress,
                            **{k: v for k, v in overrides.items() if v is not None})
     data = result.to_dict()
     if out_path is not None:
@@ -480,9 +497,10 @@ def plan(
              if c.bucket_cap_mb != result.ddp_default.bucket_cap_mb or c is result.best_ddp]
     rows.append(("MG-WFBP", result.mg_wfbp))
     rows += [(c.label + (" [best]" if c is result.best_p3 else ""), c) for c in result.p3_sweep]
+    rows += [(c.label + (" [best]" if c is result.best_bytescheduler else ""), c) for c in result.bytescheduler_sweep]
     for label, c in rows:
         s = result.speedups(c)
-        style = "bold" if c is result.mg_wfbp or c is result.best_ddp or c is result.best_p3 else None
+        style = "bold" if any(c is best for best in (result.mg_wfbp, result.best_ddp, result.best_p3, result.best_bytescheduler)) else None
         table.add_row(label, str(len(c.groups)), f"{c.iteration_time_s * 1e3:.2f}", f"{s['wfbp']:.3f}x",
                       f"{s['synceasgd']:.3f}x", f"{s['ddp_default']:.3f}x", style=style)
     out.print(table)
@@ -492,6 +510,8 @@ def plan(
               f"{result.cost.b:.4g} ns/B · M; planner's own estimate {result.mg_wfbp_estimate_s * 1e3:.2f} ms")
     if result.best_p3 is not None:
         out.print(f"best P3: {result.best_p3.label} (per-tensor all-reduces, lowest layer first, preempted between slices)")
+    if result.best_bytescheduler is not None:
+        out.print(f"best ByteScheduler: {result.best_bytescheduler.label} (lowest layer first, several partitions in flight)")
     out.print(f"best DDP: bucket_cap_mb={result.best_ddp.bucket_cap_mb:g} ({len(result.best_ddp.groups)} buckets); "
               f"{result.simulations} simulations in {result.wall_s:.2f} s")
     if out_path is not None:

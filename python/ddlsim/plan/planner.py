@@ -12,7 +12,9 @@ network's alpha and beta and prices all-reduces for the planner) the planner
    for the ring, P3's slice size (per-tensor all-reduces cut into slices of
    that many bytes, the lowest layer first, preempted only between slices:
    ``stream_policy = "priority"``, ``preemption = "message"``,
-   ``chunk_bytes`` = slice);
+   ``chunk_bytes`` = slice), and ByteScheduler's credit (per-tensor
+   all-reduces cut into ``partition_bytes`` pieces, the lowest layer first,
+   several in flight while fewer than ``credit_bytes`` run);
 3. simulates every candidate with :func:`ddlsim.simulate` — WFBP (one
    all-reduce per tensor), SyncEASGD (one after the backward pass), DDP's
    default 25 MB, each swept bucket size and the MG-WFBP plan (given to the
@@ -45,12 +47,15 @@ from ..simulation.lowering import allreduce_cost
 from ..simulation.model_build import build_model, layer_times_ns
 from ..simulation.run import _resolve
 from ..simulation.scenario import Scenario, with_overrides
-from ..units import format_binary_size
+from ..units import format_binary_size, format_bytes
 from ..workload.model import Model
 from .cost import CostModel
 
 DEFAULT_BUCKET_CAPS_MB = (1, 5, 10, 25, 50, 100)
 DEFAULT_SLICE_BYTES = (1 << 20, 4 << 20, 16 << 20)
+# ByteScheduler's own defaults: 1 M-parameter partitions and a 4 M-parameter credit (fp32)
+DEFAULT_PARTITION_BYTES = 4_000_000
+DEFAULT_CREDIT_BYTES = (4_000_000, 16_000_000)
 BASELINES = ("wfbp", "synceasgd", "ddp_default")
 
 Progress = Callable[[int, int, str], None]
@@ -68,6 +73,7 @@ class Candidate:
     iteration_times_s: list[float]
     bucket_cap_mb: Optional[float] = None
     slice_bytes: Optional[int] = None
+    credit_bytes: Optional[int] = None
     overrides: dict = field(default_factory=dict)  # scenario settings beyond the grouping (P3's schedule)
 
 
@@ -87,6 +93,8 @@ class Plan:
     simulations: int
     p3_sweep: list[Candidate] = field(default_factory=list)
     best_p3: Optional[Candidate] = None
+    bytescheduler_sweep: list[Candidate] = field(default_factory=list)
+    best_bytescheduler: Optional[Candidate] = None
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -147,6 +155,14 @@ class Plan:
                 "slice_bytes": self.best_p3.slice_bytes,
                 "sweep": [{"slice_bytes": c.slice_bytes, "iteration_time_s": c.iteration_time_s} for c in self.p3_sweep],
             })
+        bytescheduler = None
+        if self.best_bytescheduler is not None:
+            bytescheduler = self._entry(self.best_bytescheduler)
+            bytescheduler.update({
+                "partition_bytes": self.best_bytescheduler.overrides["partition_bytes"],
+                "credit_bytes": self.best_bytescheduler.credit_bytes,
+                "sweep": [{"credit_bytes": c.credit_bytes, "iteration_time_s": c.iteration_time_s} for c in self.bytescheduler_sweep],
+            })
         return {
             "ddlsim_plan": 1,
             "model": {"name": self.model.name, "display_name": self.model.display_name, "tensors": len(names),
@@ -166,6 +182,7 @@ class Plan:
             "mg_wfbp": mg,
             "ddp": ddp,
             "p3": p3,
+            "bytescheduler": bytescheduler,
             "simulations": self.simulations,
             "wall_s": self.wall_s,
             "notes": list(self.notes),
@@ -231,6 +248,7 @@ def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_mod
 
 def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_model: Optional[CostModel] = None,
               bucket_caps_mb: Sequence[float] = DEFAULT_BUCKET_CAPS_MB, slice_bytes: Sequence[int] = DEFAULT_SLICE_BYTES,
+              credit_bytes: Sequence[int] = DEFAULT_CREDIT_BYTES, partition_bytes: int = DEFAULT_PARTITION_BYTES,
               progress: Optional[Progress] = None, threads: Optional[int] = None, **overrides: Any) -> Plan:
     """Plans gradient synchronisation for a scenario (see the module docstring).
 
@@ -247,13 +265,20 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
     slices = list(dict.fromkeys(int(s) for s in slice_bytes))
     if any(s <= 0 for s in slices):
         raise PlanError(f"P3 slice sizes must be > 0 bytes, got {list(slice_bytes)}")
+    credits = list(dict.fromkeys(int(c) for c in credit_bytes))
+    if any(c <= 0 for c in credits) or int(partition_bytes) <= 0:
+        raise PlanError(f"ByteScheduler credits and the partition size must be > 0 bytes, got credits {list(credit_bytes)}, "
+                        f"partition {partition_bytes}")
     sc, cost_model = plan_scenario(scenario, cost_model, **overrides)
     notes = []
+    if credits and sc.network.collective_model == "closed-form":
+        notes.append("ByteScheduler runs all-reduces side by side, which the closed-form collective model cannot time; no credit sweep")
+        credits = []
     if slices and sc.strategy.algorithm != "ring":
         notes.append(f"P3 slices are ring messages; the {sc.strategy.algorithm} all-reduce has none, so no P3 sweep")
         slices = []
-    elif slices and sc.barrier:
-        notes.append("P3 (and any priority schedule) gains little with the inter-iteration barrier on; "
+    if (slices or credits) and sc.barrier:
+        notes.append("P3, ByteScheduler (any priority schedule) gain little with the inter-iteration barrier on; "
                      "plan with --no-barrier to see what it buys")
     model = build_model(sc.model, sc.base_dir)
     times = layer_times_ns(model, sc.model)
@@ -284,14 +309,19 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
     p3_jobs = [(f"p3:{s}", f"P3 {format_binary_size(s)} slices",
                 {"stream_policy": "priority", "preemption": "message", "chunk_bytes": s}, s) for s in slices]
 
-    # one simulation per distinct grouping (and P3 schedule), the most work first, on
+    bs_jobs = [(f"bytescheduler:{c}", f"ByteScheduler {format_bytes(partition_bytes)} partitions, credit {format_bytes(c)}",
+                {"stream_policy": "priority", "preemption": "none", "partition_bytes": int(partition_bytes), "credit_bytes": c}, c) for c in credits]
+
+    # one simulation per distinct grouping (and schedule), the most work first, on
     # `threads` threads (the engine releases the GIL while it runs)
     todo: dict[tuple, tuple[str, dict]] = {}
     for name, label, grouping, groups, cap in jobs:
         todo.setdefault(_signature(groups), (label, {"grouping": grouping}))
     for name, label, schedule, s in p3_jobs:
         todo[("p3", s)] = (label, {"grouping": {"kind": "per-tensor"}, **schedule})
-    order = sorted(todo, key=lambda key: (key[0] != "p3", len(key)), reverse=True)
+    for name, label, schedule, c in bs_jobs:
+        todo[("bytescheduler", c)] = (label, {"grouping": {"kind": "per-tensor"}, **schedule})
+    order = sorted(todo, key=lambda key: (key[0] not in ("p3", "bytescheduler"), len(key)), reverse=True)
     results: dict[tuple, SimulationResult] = {}
     if threads is None:
         threads = min(4, os.cpu_count() or 1)
@@ -318,6 +348,8 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
                   for name, label, grouping, groups, cap in jobs}
     p3_sweep = [candidate(name, label, {"kind": "per-tensor"}, wfbp_groups, ("p3", s), slice_bytes=s, overrides=schedule)
                 for name, label, schedule, s in p3_jobs]
+    bs_sweep = [candidate(name, label, {"kind": "per-tensor"}, wfbp_groups, ("bytescheduler", c), credit_bytes=c, overrides=schedule)
+                for name, label, schedule, c in bs_jobs]
 
     sweep = [candidates[f"ddp:{c:g}"] for c in caps]
     best = min(sweep, key=lambda c: (c.iteration_time_s, c.bucket_cap_mb))
@@ -327,6 +359,8 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
         ddp_default=candidates[f"ddp:{gp.DDP_BUCKET_CAP_MB:g}"], mg_wfbp=candidates["mg-wfbp"],
         mg_wfbp_estimate_s=estimate_s, ddp_sweep=sweep, best_ddp=best, simulations=len(results),
         p3_sweep=p3_sweep, best_p3=min(p3_sweep, key=lambda c: (c.iteration_time_s, c.slice_bytes)) if p3_sweep else None,
+        bytescheduler_sweep=bs_sweep,
+        best_bytescheduler=min(bs_sweep, key=lambda c: (c.iteration_time_s, c.credit_bytes)) if bs_sweep else None,
     )
     plan.notes.extend(sc.migration_notes)
     plan.notes.extend(notes)

@@ -210,6 +210,10 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
         extra["chunk_bytes"] = strategy.chunk_bytes
     if strategy.kind == "ring" and strategy.gamma_ns_per_byte:
         extra["gamma_ns_per_byte"] = strategy.gamma_ns_per_byte
+    if strategy.kind == "ring" and strategy.partition_size:
+        extra["partition_bytes"] = strategy.partition_size
+    if strategy.kind == "ring" and strategy.credit_size:
+        extra["credit_bytes"] = strategy.credit_size
     if scenario.network.collective_model == "closed-form" and strategy.kind == "ring":
         extra["collective_model"] = "closed_form"
     if strategy.kind == "ps" and strategy.in_network != "none":

@@ -17,6 +17,8 @@ The strategy is a tagged section::
     stream_policy = "fifo"       # "fifo" | "priority" (lowest layer first)
     preemption = "none"          # "none" | "chunk" (between steps) | "message" (P3: between chunk_bytes slices);
                                  # needs stream_policy = "priority"
+    partition_bytes = "4MB"      # ByteScheduler: cut each group into all-reduces of at most this size (0: off)
+    credit_bytes = "16MB"        # ByteScheduler: start the next all-reduce while fewer bytes run (0: one at a time)
     grouping = {kind = "ddp", bucket_cap_mb = 25}   # which gradients travel together
 
     [strategy]
@@ -67,7 +69,7 @@ from pydantic import (
 )
 
 from ..errors import ScenarioError
-from ..units import parse_bandwidth, parse_duration_ns, parse_size_bytes
+from ..units import format_bytes, parse_bandwidth, parse_duration_ns, parse_size_bytes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -512,6 +514,21 @@ class RingStrategy(_StrategyBase):
     # reduction cost (MG-WFBP Table II's gamma): a member spends ceil(gamma x bytes) ns
     # reducing each receipt of the reduce phase before its next step; 0 = free
     gamma_ns_per_byte: float = Field(0.0, ge=0, le=1e6, allow_inf_nan=False)
+    # ByteScheduler (Peng et al., SOSP'19): each group larger than partition_bytes
+    # travels as ceil(bytes / partition_bytes) all-reduces of nearly equal size;
+    # the communication stream starts the next queued all-reduce while those
+    # running move fewer than credit_bytes (ByteScheduler's own defaults are
+    # 1 M and 4 M parameters: "4MB" and "16MB" in fp32). 0 = off.
+    partition_bytes: Size = 0
+    credit_bytes: Size = 0
+
+    @property
+    def partition_size(self) -> int:
+        return parse_size_bytes(self.partition_bytes)
+
+    @property
+    def credit_size(self) -> int:
+        return parse_size_bytes(self.credit_bytes)
 
     @model_validator(mode="after")
     def _chunk_bytes_needs_ring(self):
@@ -525,6 +542,16 @@ class RingStrategy(_StrategyBase):
                 f"strategy.in_network = \"multicast\" makes the ring's all-gather a multicast; it needs algorithm = \"ring\" "
                 f"(got {self.algorithm!r}) and no chunk_bytes (got {self.chunk_bytes})"
             )
+        if self.in_network == "multicast" and self.partition_size:
+            raise ValueError(
+                f"strategy.partition_bytes = {self.partition_bytes!r} cuts groups into separate all-reduces, but the ring with a "
+                "multicast all-gather lowers each group whole; remove one of strategy.partition_bytes and strategy.in_network"
+            )
+        if self.credit_size and self.preemption != "none":
+            raise ValueError(
+                f"strategy.credit_bytes = {self.credit_bytes!r} runs whole partitions side by side (ByteScheduler preempts only "
+                f"between partitions), but strategy.preemption = {self.preemption!r}; set preemption = \"none\""
+            )
         if self.in_network == "multicast" and self.gamma_ns_per_byte:
             raise ValueError(
                 f"strategy.gamma_ns_per_byte = {self.gamma_ns_per_byte} charges the all-reduce's reductions, which the ring with a "
@@ -536,6 +563,9 @@ class RingStrategy(_StrategyBase):
     def label(self) -> str:
         if self.in_network == "multicast":
             return f"{self.algorithm} all-reduce, multicast all-gather"
+        if self.partition_size or self.credit_size:
+            part = format_bytes(self.partition_size) if self.partition_size else "whole"
+            return f"{self.algorithm} all-reduce, ByteScheduler {part} partitions, credit {format_bytes(self.credit_size)}"
         return f"{self.algorithm} all-reduce"
 
     @property
@@ -710,6 +740,11 @@ class Scenario(_Strict):
                 f"network.collective_model = \"closed-form\" has no steps to preempt at, but strategy.preemption = "
                 f"{self.strategy.preemption!r}; set preemption = \"none\" or collective_model = \"steps\""
             )
+        if self.network.collective_model == "closed-form" and getattr(self.strategy, "credit_size", 0):
+            raise ValueError(
+                f"network.collective_model = \"closed-form\" times each all-reduce alone, but strategy.credit_bytes = "
+                f"{self.strategy.credit_bytes!r} runs several at once on shared links; set collective_model = \"steps\" or credit_bytes = 0"
+            )
         if getattr(self.strategy, "in_network", "none") != "none" and self.strategy.kind == "ring" and self.network.collective_model == "closed-form":
             raise ValueError(
                 'strategy.in_network = "multicast" with the ring is simulated step by step; set network.collective_model = "steps"'
@@ -767,6 +802,8 @@ FLAT_KEYS = {
     "algorithm": ("strategy", "algorithm"),
     "collective_model": ("network", "collective_model"),
     "chunk_bytes": ("strategy", "chunk_bytes"),
+    "partition_bytes": ("strategy", "partition_bytes"),
+    "credit_bytes": ("strategy", "credit_bytes"),
     "stream_policy": ("strategy", "stream_policy"),
     "preemption": ("strategy", "preemption"),
     "grouping": ("strategy", "grouping"),

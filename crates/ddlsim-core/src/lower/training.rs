@@ -209,6 +209,15 @@ pub struct TrainingSpec {
     /// All-reduce: reduction cost per byte a member combines (MG-WFBP Table II's gamma). 0 (default): free.
     #[serde(default)]
     pub gamma_ns_per_byte: f64,
+    /// All-reduce (ByteScheduler): a group larger than this travels as
+    /// ceil(bytes / partition_bytes) all-reduces of (nearly) equal size, each
+    /// scheduled on its own. 0 (default): one all-reduce per group.
+    #[serde(default)]
+    pub partition_bytes: u64,
+    /// All-reduce (ByteScheduler): the communication stream's credit (see
+    /// [`crate::graph::StreamSpec::credit`]). 0 (default): one all-reduce at a time.
+    #[serde(default)]
+    pub credit_bytes: u64,
     #[serde(default)]
     pub collective_model: CollectiveModel,
     /// PS: split every group evenly over all servers (its `server` is ignored).
@@ -258,6 +267,8 @@ impl TrainingSpec {
             host_of_rank: Vec::new(),
             chunk_bytes: 0,
             gamma_ns_per_byte: 0.0,
+            partition_bytes: 0,
+            credit_bytes: 0,
             collective_model: Default::default(),
             ps_split: false,
             distribution: Default::default(),
@@ -323,6 +334,18 @@ impl TrainingSpec {
             return Err("asynchronous PS answers every push at once; the distribution order needs synchronous PS".into());
         }
         super::in_network::validate(self)?;
+        if ps && (self.partition_bytes > 0 || self.credit_bytes > 0) {
+            return Err("partition_bytes and credit_bytes schedule all-reduces; the parameter-server strategy has none".into());
+        }
+        if self.partition_bytes > 0 && self.in_network.mode != super::in_network::InNetworkMode::None {
+            return Err("partition_bytes cuts groups into all-reduces; the multicast all-gather lowers groups whole".into());
+        }
+        if self.credit_bytes > 0 && self.collective_model == CollectiveModel::ClosedForm {
+            return Err("the closed-form collective model times each all-reduce alone; concurrent all-reduces (credit_bytes) need the step-by-step model".into());
+        }
+        if self.credit_bytes > 0 && self.preemption {
+            return Err("with credit_bytes, partitions are never interrupted (ByteScheduler preempts between partitions); turn preemption off".into());
+        }
         if self.collective_model == CollectiveModel::ClosedForm && self.preemption {
             return Err("the closed-form collective model has no steps to preempt at; turn preemption off or use the step-by-step model".into());
         }
@@ -413,6 +436,17 @@ pub fn ps_pieces(spec: &TrainingSpec, group: &GroupSpec) -> Vec<Piece> {
     out
 }
 
+/// ByteScheduler's partitions of `bytes`: ceil(bytes / partition) parts,
+/// the first `bytes % parts` one byte larger; the whole when it fits (or `partition` is 0).
+pub fn partitions(bytes: u64, partition: u64) -> Vec<u64> {
+    if partition == 0 || bytes <= partition {
+        return vec![bytes];
+    }
+    let parts = bytes.div_ceil(partition);
+    let (q, r) = (bytes / parts, bytes % parts);
+    (0..parts).map(|i| q + u64::from(i < r)).collect()
+}
+
 struct Names {
     forward: u32,
     backward: u32,
@@ -447,6 +481,9 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
     let policy = spec.policy();
     let compute_stream: Vec<u32> = (0..n).map(|w| g.new_stream(w, "compute", PolicyKind::Fifo)).collect();
     let comm_stream: Vec<u32> = (0..n).map(|w| g.new_stream(w, "comm", policy)).collect();
+    for &s in &comm_stream {
+        g.streams[s as usize].credit = spec.credit_bytes;
+    }
     let server_stream: Vec<u32> = (0..spec.servers()).map(|s| g.new_stream(n + s, "server", policy)).collect();
 
     let mut groups_of_layer: Vec<Vec<u32>> = vec![Vec::new(); num_layers];
@@ -546,22 +583,24 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                     }
                 }
                 SyncSpec::Allreduce { algorithm } => {
-                    let c = g.add_collective(CollectiveSpec {
-                        algorithm: algorithm.algorithm(),
-                        coll_type: CollectiveType::AllReduce,
-                        members: (0..n).collect(),
-                        bytes: group.bytes,
-                        chunk_bytes: spec.chunk_bytes,
-                        gamma_ns_per_byte: spec.gamma_ns_per_byte,
-                    });
-                    for w in 0..n {
-                        let mut op = tag(Op::new(Kind::Collective, names.allreduce, w));
-                        op.bytes = group.bytes;
-                        op.stream = comm_stream[w as usize];
-                        op.collective = c;
-                        op.member = w;
-                        let id = g.add(op, &[bwd_of[w as usize][l]]);
-                        sync_end[w as usize][gi as usize].push(id);
+                    for bytes in partitions(group.bytes, spec.partition_bytes) {
+                        let c = g.add_collective(CollectiveSpec {
+                            algorithm: algorithm.algorithm(),
+                            coll_type: CollectiveType::AllReduce,
+                            members: (0..n).collect(),
+                            bytes,
+                            chunk_bytes: spec.chunk_bytes,
+                            gamma_ns_per_byte: spec.gamma_ns_per_byte,
+                        });
+                        for w in 0..n {
+                            let mut op = tag(Op::new(Kind::Collective, names.allreduce, w));
+                            op.bytes = bytes;
+                            op.stream = comm_stream[w as usize];
+                            op.collective = c;
+                            op.member = w;
+                            let id = g.add(op, &[bwd_of[w as usize][l]]);
+                            sync_end[w as usize][gi as usize].push(id);
+                        }
                     }
                 }
                 SyncSpec::Ps { .. } if spec.in_network.mode != super::in_network::InNetworkMode::None => {
