@@ -204,7 +204,8 @@ def test_plan_reports_speedups_and_the_best_bucket(resnet_plan):
     # merged gradients beat one all-reduce per tensor here (161 tensors, 70 us startup per all-reduce)
     assert s["wfbp"] > 1 and s["synceasgd"] > 1
     assert p.simulations == len({frozenset(frozenset(g["tensors"]) for g in c.groups)
-                                 for c in [p.wfbp, p.synceasgd, p.mg_wfbp, *p.ddp_sweep]}) + len(p.p3_sweep)
+                                 for c in [p.wfbp, p.synceasgd, p.mg_wfbp, *p.ddp_sweep]}) + len(p.p3_sweep) + len(p.bytescheduler_sweep)
+    assert len(p.bytescheduler_sweep) == 1 and p.best_bytescheduler.credit_bytes == 16_000_000  # ByteScheduler's default
     assert p.scenario.iterations == 1 and p.scenario.trace_detail == "collective"
 
 

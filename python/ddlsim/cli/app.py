@@ -430,7 +430,7 @@ def plan(
     slice_sizes: str = typer.Option(
         "1MiB,4MiB,16MiB", "--slice-sizes", help="P3 slice sizes to sweep (ring; 'none' for no P3 sweep)."),
     credits: str = typer.Option(
-        "4MB,16MB", "--credits", help="ByteScheduler credits to sweep ('none' for no ByteScheduler sweep)."),
+        "16MB", "--credits", help="ByteScheduler credits to sweep, e.g. 4MB,16MB,64MB ('none' for no ByteScheduler sweep)."),
     partition: str = typer.Option("4MB", "--partition", help="ByteScheduler partition size for the credit sweep."),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON only."),

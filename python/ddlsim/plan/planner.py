@@ -55,7 +55,7 @@ DEFAULT_BUCKET_CAPS_MB = (1, 5, 10, 25, 50, 100)
 DEFAULT_SLICE_BYTES = (1 << 20, 4 << 20, 16 << 20)
 # ByteScheduler's own defaults: 1 M-parameter partitions and a 4 M-parameter credit (fp32)
 DEFAULT_PARTITION_BYTES = 4_000_000
-DEFAULT_CREDIT_BYTES = (4_000_000, 16_000_000)
+DEFAULT_CREDIT_BYTES = (16_000_000,)
 BASELINES = ("wfbp", "synceasgd", "ddp_default")
 
 Progress = Callable[[int, int, str], None]
