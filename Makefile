@@ -26,8 +26,9 @@ install: rust $(PY)
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[test]"
 
 # `make test` also installs the interop extra (protobuf for Chakra, HolisticTraceAnalysis for the Kineto test)
+# and the capture extra (PyTorch: the capture tests run real 2-4 process jobs on CPU with gloo)
 install-interop: install
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,interop]"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,interop,capture]"
 
 demo: install
 	$(PY) -m ddlsim demo --out ddlsim-out

@@ -524,6 +524,10 @@ from .reproduce_command import reproduce_app  # noqa: E402  (registered after th
 
 app.add_typer(reproduce_app, name="reproduce")
 
+from .capture_command import capture_app  # noqa: E402
+
+app.add_typer(capture_app, name="capture")
+
 
 def main() -> None:
     from .progress import Interrupted, install_signal_handlers

@@ -1,0 +1,31 @@
+"""Capture: real PyTorch jobs into the event log (the other half of the
+architecture's central idea: a real run and a simulation write the same log).
+
+* :mod:`.recorder` - per-rank JSON-lines files, streaming and crash-safe.
+* :mod:`.merge` - per-rank files -> one validated event log (partial ranks flagged).
+* :mod:`.launch` / :mod:`.rank_main` - one process per rank locally, or torchrun.
+
+torch is imported only by the jobs themselves (``pip install ddlsim[capture]``);
+nothing else in ddlsim imports this package.
+"""
+
+from importlib import import_module
+
+_HOME = {
+    **dict.fromkeys(("RankRecorder", "now_ns", "rank_file"), "recorder"),
+    **dict.fromkeys(("merge_capture", "read_rank_file", "rank_files"), "merge"),
+    **dict.fromkeys(("CaptureError", "JOBS", "launch_local"), "launch"),
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))
+
+
+__all__ = sorted(_HOME)

@@ -1,0 +1,132 @@
+"""Runs a capture job: one process per rank on this machine, or this
+process as one rank under ``torchrun`` (multi-node).
+
+Every rank runs ``python -m ddlsim.capture.rank_main JOB --config FILE``
+with the environment torchrun would give it (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), so the same entry point
+serves both: ``torchrun --nnodes 2 --nproc-per-node 4 -m
+ddlsim.capture.rank_main ddp --config job.json`` on each node, then
+``ddlsim capture merge OUT`` on the shared output directory.
+
+If one rank fails, the others are stopped (after ``grace_s``) so a job never
+hangs; their files stay, flagged partial by the merge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from ..errors import DdlsimError
+
+JOBS = {
+    "ddp": "ddlsim.capture.ddp:run_rank",
+    "ps": "ddlsim.capture.ps:run_rank",
+    "connections": "ddlsim.capture.connections:run_rank",
+}
+
+
+class CaptureError(DdlsimError):
+    """A capture job failed; the message names the rank and its last output."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RankResult:
+    rank: int
+    returncode: int
+    stderr_tail: str
+
+
+def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *, timeout_s: float = 600.0,
+                 grace_s: float = 5.0, env: Optional[dict] = None, wrap: Optional[Callable[[int, list[str]], list[str]]] = None,
+                 master_addr: str = "127.0.0.1", on_poll: Optional[Callable[[], None]] = None) -> list[RankResult]:
+    """Starts `world_size` rank processes of `job` and waits for them.
+
+    `wrap(rank, argv)` may rewrite a rank's command line (e.g. to run it in a
+    network namespace). Raises :class:`CaptureError` if a rank fails or the
+    job runs past `timeout_s`; the per-rank logs are in ``out_dir/logs``.
+    """
+    if job not in JOBS:
+        raise CaptureError(f"unknown capture job {job!r}; choose one of {', '.join(JOBS)}")
+    out = Path(out_dir)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    config_path = out / "job.json"
+    config_path.write_text(json.dumps({"job": job, "world_size": world_size, **config}, indent=2) + "\n", encoding="utf-8")
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    logs = []
+    for rank in range(world_size):
+        rank_env = {**os.environ, **(env or {}), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+                    "MASTER_ADDR": master_addr, "MASTER_PORT": str(port), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        argv = [sys.executable, "-m", "ddlsim.capture.rank_main", job, "--config", str(config_path), "--out", str(out)]
+        if wrap is not None:
+            argv = wrap(rank, argv)
+        log = open(out / "logs" / f"rank{rank}.log", "w", encoding="utf-8")
+        logs.append(log)
+        procs.append(subprocess.Popen(argv, env=rank_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    deadline = time.monotonic() + timeout_s
+    failed_at: Optional[float] = None
+    try:
+        while any(p.poll() is None for p in procs):
+            if on_poll is not None:
+                on_poll()
+            now = time.monotonic()
+            if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+                failed_at = now
+            if now > deadline or (failed_at is not None and now - failed_at > grace_s):
+                _stop(procs)
+                break
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        _stop(procs)
+        raise
+    finally:
+        for log in logs:
+            log.close()
+    results = [RankResult(r, p.wait(), _tail(out / "logs" / f"rank{r}.log")) for r, p in enumerate(procs)]
+    bad = [r for r in results if r.returncode != 0]
+    if bad:
+        first = min(bad, key=lambda r: (r.returncode in (-signal.SIGTERM, -signal.SIGKILL), r.rank))
+        why = "ran past the time limit" if time.monotonic() > deadline else f"exited with status {first.returncode}"
+        raise CaptureError(f"capture job {job!r}: rank {first.rank} {why}; its log ({out / 'logs' / f'rank{first.rank}.log'}) "
+                           f"ends with:\n{first.stderr_tail}")
+    return results
+
+
+def _stop(procs: Sequence[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    end = time.monotonic() + 3
+    while time.monotonic() < end and any(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
