@@ -112,12 +112,12 @@ def test_tcp_throughput_follows_the_rate_in_both_directions():
                                    capture_output=True, text=True, check=True).stdout
             tbf = [q for q in json.loads(stats) if q["kind"] == "tbf"]
             assert tbf and tbf[0]["bytes"] >= MB << 20, (dev, tbf)
-    print(f"\nset 100 Mbit/s: rank 0->1 {up / 1e6:.1f} Mbit/s, 1->0 {down / 1e6:.1f} Mbit/s; set 50 Mbit/s: 0->1 {half / 1e6:.1f} Mbit/s")
     # Goodput is below the rate (tbf counts the Ethernet/IP/TCP headers too) but not far below.
     for measured in (up, down):
         assert 0.90 * rate <= measured <= 1.02 * rate, (up, down)
     with shaped_network(2, parse_bandwidth("50Mbps")) as net:
         half = _throughput_bps(net, receiver=1, senders=[0])
+    print(f"\nset 100 Mbit/s: rank 0->1 {up / 1e6:.1f} Mbit/s, 1->0 {down / 1e6:.1f} Mbit/s; set 50 Mbit/s: 0->1 {half / 1e6:.1f} Mbit/s")
     assert 0.45 <= half / up <= 0.55, (half, up)
 
 
