@@ -31,7 +31,10 @@ copies become rows on ``stream <n>`` of ``cuda:<device>`` - NCCL kernels
 (``nccl*``) ``collective`` rows, the others ``compute`` rows; outermost CPU
 ops with a duration become ``compute`` rows on ``cpu <tid>``; collective CPU
 ops (``gloo:*``, ``nccl:*``, ``c10d::*``, ``record_param_comms``) that did
-not launch a kernel (gloo runs on the CPU) ``collective`` rows. The
+not launch a kernel (gloo runs on the CPU) ``collective`` rows - except, in a
+trace with ``gloo:*`` ops, the others: a real gloo trace (torch 2.x) has
+``c10d::allreduce_`` on the calling thread, which only enqueues the work, and
+``gloo:all_reduce`` on a ``pt_gloo_runloop`` thread, which is the all-reduce. The
 iteration is the ``ProfilerStep#<n>`` holding the op (a kernel: its launch).
 Dependencies and ready times are unknown (null).
 """
@@ -54,6 +57,10 @@ COMPUTE_STREAM = 7
 COMM_STREAM = 20
 HOST_PID_BASE = 1000  # CPU process id = HOST_PID_BASE + rank (the GPU's pid is its device index)
 MAIN_TID = 1
+# HTA 0.5 downcasts the correlation column to the smallest integer type, then writes event indexes into a
+# column of that type: below 128 launches (int8) a trace of more than 127 events fails to load under pandas
+# >= 2.2 ("Invalid value ... for dtype 'int8'"). Ids from 65536 up keep that column int32.
+CORRELATION_BASE = 1 << 16
 _NCCL_COLLECTIVE = {
     "allreduce": "AllReduce_Sum_f32_RING_LL", "reduce_scatter": "ReduceScatter_Sum_f32_RING_LL",
     "all_gather": "AllGather_RING_LL", "broadcast": "Broadcast_RING_LL", "reduce": "Reduce_Sum_f32_RING_LL",
@@ -136,7 +143,7 @@ def _rank_trace(rank: int, world: int, rank_rows: list[Any]) -> dict[str, Any]:
     for (device, stream) in sorted(set((_device_index(r), streams[r.id]) for r in rows)):
         events.append({"ph": "M", "name": "thread_name", "pid": device, "tid": stream, "args": {"name": f"stream {stream}"}})
     events += _profiler_steps(rows, pid)
-    for correlation, row in enumerate(rows, start=1):
+    for correlation, row in enumerate(rows, start=CORRELATION_BASE):
         launch = row.ready_ns if row.ready_ns is not None and row.ready_ns <= row.start_ns else row.start_ns
         device, stream = _device_index(row), streams[row.id]
         cpu_name, kernel_name = _names(row)
@@ -338,6 +345,9 @@ def _trace_rows(trace: dict[str, Any], rank: int, path: Path) -> list[dict[str, 
     rows: list[dict[str, Any]] = []
     cpu_ops = [(i, w, e, s, t, a) for i, w, e, s, t, a in complete
                if e.get("cat") in ("cpu_op", "user_annotation") and not _STEP.match(e["name"])]
+    # gloo runs each collective on its own thread ("gloo:all_reduce" on pt_gloo_runloop); the c10d:: op on the
+    # calling thread only enqueues it, like a kernel launch, and the trace links the two by nothing but time.
+    gloo_work = any(e["name"].startswith("gloo:") for _, _, e, _, _, _ in cpu_ops)
     for index, where, event, start, end, args in complete:
         category = event.get("cat")
         if category in _GPU_CATEGORIES:
@@ -347,6 +357,8 @@ def _trace_rows(trace: dict[str, Any], rank: int, path: Path) -> list[dict[str, 
         if _COMM_CPU_OP.match(name):
             if args.get("External id") in launched or end <= start:
                 continue  # an NCCL launch: its kernel is the communication
+            if gloo_work and not name.startswith("gloo:"):
+                continue  # enqueues gloo work: the gloo: op is the communication
             kind = "collective"
         elif end > start:
             kind = "compute"
