@@ -127,3 +127,23 @@ def test_gloo_enqueue_ops_are_not_collectives_of_their_own(tmp_path):
     # without gloo work in the trace (another backend's CPU collectives), c10d:: ops stay collectives
     path.write_text(json.dumps({"distributedInfo": {"rank": 0}, "traceEvents": events[:3]}))
     assert list(read_kineto(path).to_pandas()["kind"]) == ["compute", "collective"]
+
+
+def test_hta_loads_a_small_export(tmp_path, monkeypatch):
+    """Export bug found on the real trace: HTA 0.5 downcast our correlation ids (1..n) to int8 when a rank had
+    under 128 rows, then failed to store event indexes in that column ("Invalid value ... for dtype 'int8'")."""
+    trace_analysis = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis is not installed "
+                                         "(pip install -e '.[interop]'); the HTA test needs it")
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 9, "tid": 9, "ts": 0, "dur": 1000}]
+    events += [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "pid": 9, "tid": 9, "ts": 20 * i, "dur": 10} for i in range(40)]
+    events += [{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 9, "tid": 12, "ts": 900, "dur": 50}]
+    source = tmp_path / "in"
+    source.mkdir()
+    for rank in (0, 1):
+        (source / f"rank{rank}.json").write_text(json.dumps({"distributedInfo": {"rank": rank}, "traceEvents": events}))
+    write_kineto(read_kineto(source), tmp_path / "out")
+    analysis = trace_analysis.TraceAnalysis(trace_dir=str(tmp_path / "out"), include_last_profiler_step=True)
+    breakdown = analysis.get_temporal_breakdown(visualize=False).set_index("rank")
+    assert list(breakdown["compute_time(us)"]) == pytest.approx([400.0, 400.0])
+    assert list(breakdown["non_compute_time(us)"]) == pytest.approx([50.0, 50.0])
