@@ -1,8 +1,8 @@
 """Kineto (PyTorch profiler) JSON: layout of the export, Holistic Trace Analysis on it, import.
 
-No trace recorded by torch is tested: torch cannot be installed on the
-development machine; the import is tested on a fixture written by hand
-after the profiler's layout (tests/data/kineto_fixture) and on our export.
+The import is tested here on a fixture written by hand after the
+profiler's layout (tests/data/kineto_fixture) and on our export; on a trace
+recorded by torch in tests/test_capture_kineto.py.
 """
 
 import json
