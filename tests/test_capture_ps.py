@@ -207,3 +207,36 @@ def test_killed_worker_gives_flagged_partial_log(tmp_path):
 def test_bad_config(settings, message):
     with pytest.raises(DdlsimError, match=message):
         ps_config(**settings)
+
+
+def test_connection_scaling_fit(tmp_path):
+    import json
+
+    from ddlsim.capture.connections import run_scaling
+
+    result = run_scaling([1, 2, 4], 24, 1024, tmp_path, timeout_s=60)
+    fit = json.loads((tmp_path / "fit.json").read_text())
+    assert {"a", "b", "r2"} <= set(fit) and fit["points"] == 3 and fit["r2"] <= 1.0
+    table = result["table"]
+    assert list(table.connections) == [1, 2, 4] and (table.requests == 24).all()
+    x, y = table.connections.to_numpy(float), table.server_us.to_numpy()
+    b = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
+    assert fit["b"] == pytest.approx(b) and fit["a"] == pytest.approx(y.mean() - b * x.mean())
+    clients = pd.read_csv(tmp_path / "c4" / "requests.csv").groupby("client").size()
+    assert sorted(clients) == [6, 6, 6, 6]
+    log = merge_capture(tmp_path / "c4")
+    assert Analysis(log).concurrent_connections(10**9).connections.max() == 4
+
+
+def test_cli_bad_input(tmp_path):
+    from typer.testing import CliRunner
+
+    from ddlsim.cli.app import app
+
+    runner = CliRunner()
+    for args, message in ((["--servers", "0"], "servers = 0"), (["--model", "resnet"], "unknown model")):
+        result = runner.invoke(app, ["capture", "ps", "--out", str(tmp_path / "x"), *args])
+        assert result.exit_code != 0
+        assert message in (result.output + str(result.exception))
+    result = runner.invoke(app, ["capture", "connections", "--out", str(tmp_path / "c"), "--connections", "1,x"])
+    assert result.exit_code != 0 and "whole numbers" in (result.output + str(result.exception))
