@@ -1,0 +1,163 @@
+"""Connection-scaling microbenchmark (the RPC paper's section 3, Fig. 9): one
+server, C client processes (one TensorPipe connection each over TCP) sending
+their share of the same total number of RPC requests of a fixed size.
+
+The server queues each request (arrival), serves the queue with one thread
+(processing: reading the payload) and answers; rows are recorded like the PS
+capture's (``push_request`` / ``push_response`` messages, a ``process``
+compute row with the rpc), so ``ddlsim analyze`` sees the RPC breakdown and
+the concurrent connections of each run. :func:`run_scaling` runs one job per
+connection count and fits the per-request server time (queueing +
+processing, arrival to response) against C by least squares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from torch.distributed import rpc
+
+from ..errors import DdlsimError
+from .recorder import RankRecorder, now_ns
+
+_QUEUE: "queue.Queue[Any]" = queue.Queue()
+
+
+def _name(rank: int) -> str:
+    return "server" if rank == 0 else f"client{rank}"
+
+
+@rpc.functions.async_execution
+def _handle(client: int, message: int, rpc_id: int, payload):
+    arrival = now_ns()
+    fut = torch.futures.Future()
+    _QUEUE.put((client, message, rpc_id, payload, arrival, fut))
+    return fut
+
+
+def _serve(rec: RankRecorder) -> None:
+    while (item := _QUEUE.get()) is not None:
+        client, message, rpc_id, payload, arrival, fut = item
+        nbytes = payload.numel() * payload.element_size()
+        recv = rec.row("recv", "push_request", arrival, arrival, deps=[], peer=client, message=message, rpc=rpc_id,
+                       bytes=nbytes, iteration=0, tensor=0)
+        p0 = now_ns()
+        float(payload.sum())
+        proc = rec.row("compute", "process", p0, now_ns(), deps=[recv], rpc=rpc_id, iteration=0, tensor=0)
+        reply = rec.new_message()
+        s0 = now_ns()
+        fut.set_result(reply)
+        rec.row("send", "push_response", s0, now_ns(), deps=[proc], peer=client, message=reply, rpc=rpc_id, bytes=0,
+                iteration=0, tensor=0)
+
+
+def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
+    torch.set_num_threads(1)
+    options = rpc.TensorPipeRpcBackendOptions(
+        init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", num_worker_threads=4,
+        rpc_timeout=float(config.get("timeout_s", 60)), _transports=["uv"], _channels=["basic"])
+    rpc.init_rpc(_name(rank), rank=rank, world_size=world_size, rpc_backend_options=options)
+    rec = RankRecorder(out_dir, rank, "server" if rank == 0 else "worker")
+    if rank == 0:
+        thread = threading.Thread(target=_serve, args=(rec,), daemon=True)
+        thread.start()
+        rpc.shutdown()
+        _QUEUE.put(None)
+        thread.join()
+        rec.close()
+        return
+    clients, total = world_size - 1, int(config["requests"])
+    share = total // clients + (1 if rank - 1 < total % clients else 0)
+    payload = torch.zeros(max(int(config["request_bytes"]) // 4, 1))
+    for _ in range(share):
+        message, rpc_id = rec.new_message(), rec.new_id()
+        t0 = now_ns()
+        fut = rpc.rpc_async("server", _handle, args=(rank, message, rpc_id, payload))
+        sent = rec.row("send", "push_request", t0, now_ns(), deps=[], peer=0, message=message, rpc=rpc_id,
+                       bytes=payload.numel() * 4, iteration=0, tensor=0)
+        reply = fut.wait()
+        t1 = now_ns()
+        rec.row("recv", "push_response", t1, t1, deps=[sent], peer=0, message=reply, rpc=rpc_id, bytes=0,
+                iteration=0, tensor=0)
+    rpc.shutdown()
+    rec.close()
+
+
+def request_table(log) -> "Any":
+    """Per request: client, latency (request send start to response recv),
+    server queueing (arrival to processing start), processing, server time
+    (arrival to the response's send start)."""
+    df = log.table.to_pandas()
+    sends, recvs = df[df.kind == "send"], df[df.kind == "recv"]
+    req = sends[sends.op == "push_request"][["rpc", "rank", "start_ns", "message"]].rename(
+        columns={"rank": "client", "start_ns": "t0", "message": "q"})
+    arrival = recvs[recvs.op == "push_request"][["message", "end_ns"]].rename(columns={"message": "q", "end_ns": "arrival"})
+    proc = df[df.kind == "compute"][["rpc", "start_ns", "end_ns"]].rename(columns={"start_ns": "p0", "end_ns": "p1"})
+    resp = sends[sends.op == "push_response"][["rpc", "start_ns", "message"]].rename(columns={"start_ns": "s0", "message": "r"})
+    back = recvs[recvs.op == "push_response"][["message", "end_ns"]].rename(columns={"message": "r", "end_ns": "t1"})
+    t = req.merge(arrival, on="q").merge(proc, on="rpc").merge(resp, on="rpc").merge(back, on="r")
+    out = t.assign(latency_ns=t.t1 - t.t0, queue_ns=t.p0 - t.arrival, proc_ns=t.p1 - t.p0, server_ns=t.s0 - t.arrival)
+    return out[["rpc", "client", "t0", "latency_ns", "queue_ns", "proc_ns", "server_ns"]].sort_values("t0")
+
+
+def fit_line(x, y) -> dict:
+    """Least squares y = a + b x and its R^2."""
+    import numpy as np
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        raise DdlsimError("connection scaling fit needs at least two different connection counts (e.g. --connections 1,2,4)")
+    b, a = np.polyfit(x, y, 1)
+    residual = float(((y - (a + b * x)) ** 2).sum())
+    spread = float(((y - y.mean()) ** 2).sum())
+    return {"a": float(a), "b": float(b), "r2": 1.0 - residual / spread if spread > 0 else 1.0, "points": int(len(x))}
+
+
+def run_scaling(connections: list[int], requests: int, request_bytes: int, out_dir: str | Path, *,
+                timeout_s: float = 300.0, on_done: Optional[Callable[[dict], None]] = None) -> dict:
+    """One job per connection count under ``out_dir/c<C>/`` (events.parquet,
+    requests.csv); ``out_dir/scaling.csv`` (per C: means in microseconds,
+    total seconds) and ``out_dir/fit.json`` (mean server time per request, us,
+    = a + b * C)."""
+    import pandas as pd
+
+    from ..trace import write_event_log
+    from .launch import launch_local
+    from .merge import merge_capture
+
+    if not connections or min(connections) < 1:
+        raise DdlsimError(f"--connections {connections}: give connection counts >= 1, e.g. --connections 1,2,4,8")
+    if requests < max(connections):
+        raise DdlsimError(f"--requests {requests} is fewer than {max(connections)} connections; every connection needs one")
+    if request_bytes < 4:
+        raise DdlsimError(f"--request-bytes {request_bytes}: give at least 4 bytes")
+    out = Path(out_dir)
+    rows = []
+    for c in connections:
+        job_dir = out / f"c{c}"
+        config = {"requests": requests, "request_bytes": request_bytes, "timeout_s": timeout_s}
+        launch_local("connections", config, c + 1, job_dir, timeout_s=timeout_s)
+        log = merge_capture(job_dir, metadata={"job": "connections", "connections": c, "requests": requests,
+                                               "request_bytes": request_bytes})
+        write_event_log(log, job_dir / "events.parquet")
+        table = request_table(log)
+        table.to_csv(job_dir / "requests.csv", index=False)
+        total_ns = int((table.t0 + table.latency_ns).max() - table.t0.min())
+        row = {"connections": c, "requests": len(table), "server_us": float(table.server_ns.mean()) / 1e3,
+               "queue_us": float(table.queue_ns.mean()) / 1e3, "proc_us": float(table.proc_ns.mean()) / 1e3,
+               "latency_us": float(table.latency_ns.mean()) / 1e3, "total_s": total_ns / 1e9}
+        rows.append(row)
+        if on_done is not None:
+            on_done(row)
+    summary = pd.DataFrame(rows)
+    summary.to_csv(out / "scaling.csv", index=False)
+    fit = {"model": "server_us = a + b * connections", **fit_line(summary.connections, summary.server_us),
+           "requests": requests, "request_bytes": request_bytes}
+    (out / "fit.json").write_text(json.dumps(fit, indent=2) + "\n", encoding="utf-8")
+    return {"table": summary, "fit": fit}

@@ -1,0 +1,207 @@
+"""Parameter-server capture over ``torch.distributed.rpc`` (TensorPipe on TCP).
+
+Ranks 0..W-1 are workers, W..W+S-1 servers. Each iteration a worker computes
+its gradients (:mod:`.ps_model`), pushes every key's gradient to the key's
+server (request: the gradient; response: an ack) and, once a push is
+answered, pulls that key (request: a header; response: the parameters).
+Servers are in :mod:`.ps_server`.
+
+Rows per RPC (the RPC paper's log, SketchDLC's operations):
+
+* worker ``send`` of the request: from just before ``rpc_async`` to its return
+  (t0 = its start); server ``recv``: at the request's arrival in the handler;
+* server ``compute`` (``update`` for a push, ``read`` for a pull): the
+  processing, after the request waited in the server's queue;
+* server ``send`` of the response around completing the handler's Future;
+  worker ``recv`` at the worker's Future callback (t1);
+* worker ``compute`` with the rpc (``ack`` / ``apply``): the response read
+  from the worker's receive queue by the training loop (W_queue, W_proc).
+
+Deps: server processing on the request recv (synchronous: all workers'
+push recvs of that key), response send on the processing, pull request on
+its push response's recv, next forward on the pull responses' recvs.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+from pathlib import Path
+from typing import Any
+
+from ..errors import DdlsimError
+from .recorder import RankRecorder, now_ns
+
+MODELS = ("lenet5", "sparse-lr")
+PLACEMENTS = ("round-robin", "size-balanced")
+DEFAULTS = {
+    "model": "sparse-lr", "workers": 2, "servers": 1, "iterations": 3, "batch_size": 16, "sync": True, "lr": 0.1,
+    "vocab": 1000, "embedding_dim": 8, "features": 4, "zipf_s": 1.1, "seed": 0, "placement": "round-robin",
+    "timeout_s": 60.0, "crash_rank": -1, "crash_after_iteration": -1,
+}  # fmt: skip
+
+
+def ps_config(**given: Any) -> dict:
+    """The full job configuration; raises DdlsimError naming a bad setting and its fix."""
+    unknown = sorted(set(given) - set(DEFAULTS))
+    if unknown:
+        raise DdlsimError(f"ps capture: unknown setting(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
+    c = {**DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+    if c["model"] not in MODELS:
+        raise DdlsimError(f"ps capture: unknown model {c['model']!r}; use --model {' or '.join(MODELS)}")
+    if c["placement"] not in PLACEMENTS:
+        raise DdlsimError(f"ps capture: unknown placement {c['placement']!r}; use {' or '.join(PLACEMENTS)}")
+    for name in ("workers", "servers", "iterations", "batch_size", "vocab", "embedding_dim", "features"):
+        if int(c[name]) < 1:
+            raise DdlsimError(f"ps capture: {name} = {c[name]}; it must be at least 1 (e.g. --{name.replace('_', '-')} 1)")
+    keys = 10 if c["model"] == "lenet5" else int(c["embedding_dim"]) + 1
+    if int(c["servers"]) > keys:
+        raise DdlsimError(f"ps capture: {c['servers']} servers but model {c['model']} has only {keys} keys to place "
+                          f"on every server; use --servers {keys} or fewer")
+    if float(c["zipf_s"]) <= 0 or float(c["lr"]) <= 0 or float(c["timeout_s"]) <= 0:
+        raise DdlsimError("ps capture: zipf_s, lr and timeout must be > 0")
+    return c
+
+
+def metadata(config: dict) -> dict:
+    """Run metadata of a PS capture (merged into the event log's metadata)."""
+    meta = {"job": "ps", "strategy": "ps", "workers": int(config["workers"]), "servers": int(config["servers"]),
+            "iterations": int(config["iterations"]), "model": config["model"], "sync": bool(config["sync"]),
+            "mode": "sync" if config["sync"] else "async", "batch_size": int(config["batch_size"]),
+            "placement": config["placement"], "seed": int(config["seed"]), "transport": "tensorpipe-uv-tcp"}
+    if config["model"] == "sparse-lr":
+        meta["sparse"] = {k: config[k] for k in ("vocab", "embedding_dim", "features", "zipf_s")}
+    return meta
+
+
+def rank_name(rank: int, workers: int) -> str:
+    return f"worker{rank}" if rank < workers else f"server{rank - workers}"
+
+
+def clock_now() -> tuple[int, str]:
+    return now_ns(), socket.gethostname()
+
+
+def clock_offset(rank: int, workers: int, probes: int = 8) -> tuple[int, int]:
+    """(offset to add to this rank's clock to get rank 0's, best round trip):
+    NTP-style ping-pong with rank 0; 0 when on rank 0's host (one monotonic clock)."""
+    from torch.distributed import rpc
+
+    if rank == 0:
+        return 0, 0
+    best = None
+    for _ in range(probes):
+        a = now_ns()
+        remote, host = rpc.rpc_sync(rank_name(0, workers), clock_now)
+        b = now_ns()
+        if best is None or b - a < best[1]:
+            best = (remote - (a + b) // 2, b - a)
+    if host == socket.gethostname():
+        return 0, best[1]
+    return best
+
+
+def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
+    import torch
+    from torch.distributed import rpc
+
+    config = ps_config(**{k: v for k, v in config.items() if k in DEFAULTS})
+    workers, servers = int(config["workers"]), int(config["servers"])
+    if world_size != workers + servers:
+        raise DdlsimError(f"ps capture: world size {world_size} != workers {workers} + servers {servers}")
+    torch.set_num_threads(1)
+    options = rpc.TensorPipeRpcBackendOptions(
+        init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", num_worker_threads=8,
+        rpc_timeout=float(config["timeout_s"]), _transports=["uv"], _channels=["basic"])
+    rpc.init_rpc(rank_name(rank, workers), rank=rank, world_size=world_size, rpc_backend_options=options)
+    offset, rtt = clock_offset(rank, workers)
+    role = "worker" if rank < workers else "server"
+    rec = RankRecorder(out_dir, rank, role, clock_offset_ns=offset, meta={"clock_probe_rtt_ns": rtt})
+    from .ps_model import PsModel
+
+    model = PsModel(config)
+    if role == "server":
+        from .ps_server import Server
+
+        server = Server(rec, model, config, workers).start()
+        rpc.shutdown()
+        server.stop()
+        rec.close()
+        return
+    _Worker(rec, model, config, rank).run()
+    rpc.shutdown()
+    rec.close()
+
+
+class _Worker:
+    def __init__(self, rec: RankRecorder, model, config: dict, rank: int):
+        self.rec, self.model, self.config, self.rank = rec, model, config, rank
+        self.workers = int(config["workers"])
+        self.responses: queue.Queue = queue.Queue()
+        self.timeout = float(config["timeout_s"])
+
+    def _columns(self, key: int, iteration: int) -> dict:
+        k = self.model.keys[key]
+        return {"iteration": iteration, "tensor": key, "layer": k.layer, "name": k.name}
+
+    def _send(self, op: str, key: int, iteration: int, deps: list[int], payload=None) -> None:
+        from torch.distributed import rpc
+
+        from . import ps_server
+
+        k = self.model.keys[key]
+        server_rank = self.workers + k.server
+        message, rpc_id = self.rec.new_message(), self.rec.new_id()
+        if op == "push":
+            args = (self.rank, key, iteration, message, rpc_id, self.counts[k.server], payload)
+            fn, nbytes = ps_server.push, payload.numel() * payload.element_size()
+        else:
+            args, fn, nbytes = (self.rank, key, iteration, message, rpc_id), ps_server.pull, 0
+        t0 = now_ns()
+        fut = rpc.rpc_async(rank_name(server_rank, self.workers), fn, args=args, timeout=self.timeout)
+        self.rec.row("send", f"{op}_request", t0, now_ns(), deps=deps, peer=server_rank, message=message, rpc=rpc_id,
+                     bytes=nbytes, **self._columns(key, iteration))
+        fut.add_done_callback(lambda f: self.responses.put((now_ns(), op, key, iteration, server_rank, rpc_id, f)))
+
+    def run(self) -> None:
+        pulled: list[int] = []
+        crash_rank, crash_after = int(self.config["crash_rank"]), int(self.config["crash_after_iteration"])
+        for iteration in range(int(self.config["iterations"])):
+            batch = self.model.batch(self.rank, iteration)
+            f0 = now_ns()
+            state = self.model.forward(batch)
+            f1 = now_ns()
+            grads = self.model.backward(state)
+            forward = self.rec.row("compute", "forward", f0, f1, deps=pulled, iteration=iteration)
+            backward = self.rec.row("compute", "backward", f1, now_ns(), deps=[forward], iteration=iteration)
+            self.counts: dict[int, int] = {}
+            for key in grads:
+                s = self.model.keys[key].server
+                self.counts[s] = self.counts.get(s, 0) + 1
+            for key in sorted(grads, key=lambda k: (-self.model.keys[k].layer, k)):
+                self._send("push", key, iteration, [backward], grads[key].contiguous())
+            pulled = self._drain(len(grads), iteration)
+            self.rec.flush()
+            if self.rank == crash_rank and iteration == crash_after:
+                os._exit(3)
+
+    def _drain(self, keys: int, iteration: int) -> list[int]:
+        """Serves the receive queue until every key is pushed and pulled; the pull responses' recv ids."""
+        pulled = []
+        while len(pulled) < keys:
+            t1, op, key, it, server_rank, rpc_id, fut = self.responses.get(timeout=self.timeout)
+            message, value = fut.wait()
+            cols = self._columns(key, it)
+            nbytes = 0 if value is None else value.numel() * value.element_size()
+            recv = self.rec.row("recv", f"{op}_response", t1, t1, deps=[], peer=server_rank, message=message, rpc=rpc_id,
+                                bytes=nbytes, **cols)
+            w0 = now_ns()
+            if op == "push":
+                self.rec.row("compute", "ack", w0, now_ns(), deps=[recv], rpc=rpc_id, **cols)
+                self._send("pull", key, it, [recv])
+            else:
+                self.model.assign(key, value)
+                self.rec.row("compute", "apply", w0, now_ns(), deps=[recv], rpc=rpc_id, **cols)
+                pulled.append(recv)
+        return pulled

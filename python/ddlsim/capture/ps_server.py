@@ -1,0 +1,158 @@
+"""The server side of the parameter-server capture: RPC handlers that queue
+requests, and one processing thread that serves the queue.
+
+A handler (``@rpc.functions.async_execution``) notes the request's arrival
+and returns a Future; the processing thread records the recv row, processes
+the request (an ``update`` or a ``read`` compute row), completes the Future
+(TensorPipe then sends the response) and records the response's send row
+around that call. So arrival, processing start and end are all measured on
+the server.
+
+Synchronous mode: a key's update for an iteration waits until every worker
+has either pushed that key or sent all its pushes to this server for that
+iteration (each push carries how many keys its worker pushes to this server
+that iteration, so sparse workers that do not touch a key are not waited
+for); the pushes are answered after the update. Asynchronous mode: each push
+is applied on its own.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch.distributed import rpc
+
+from .recorder import RankRecorder, now_ns
+
+_SERVER: Optional["Server"] = None
+_READY = threading.Event()  # workers may call before this server has built its model
+
+
+@dataclass
+class Request:
+    op: str  # "push" or "pull"
+    worker: int
+    key: int
+    iteration: int
+    message: int
+    rpc: int
+    count: int
+    payload: Optional[torch.Tensor]
+    arrival: int
+    future: Any
+    recv_id: int = -1
+
+
+@rpc.functions.async_execution
+def push(worker: int, key: int, iteration: int, message: int, rpc_id: int, count: int, grad: torch.Tensor):
+    arrival = now_ns()
+    fut = torch.futures.Future()
+    _READY.wait()
+    _SERVER.queue.put(Request("push", worker, key, iteration, message, rpc_id, count, grad, arrival, fut))
+    return fut
+
+
+@rpc.functions.async_execution
+def pull(worker: int, key: int, iteration: int, message: int, rpc_id: int):
+    arrival = now_ns()
+    fut = torch.futures.Future()
+    _READY.wait()
+    _SERVER.queue.put(Request("pull", worker, key, iteration, message, rpc_id, 0, None, arrival, fut))
+    return fut
+
+
+class Server:
+    def __init__(self, rec: RankRecorder, model, config: dict, workers: int):
+        self.rec, self.model, self.config = rec, model, config
+        self.workers = workers
+        self.sync = bool(config["sync"])
+        self.lr = float(config["lr"])
+        self.queue: queue.Queue = queue.Queue()
+        self.keys = {k.key: k for k in model.keys}
+        self.pending: dict[tuple[int, int], list[Request]] = {}
+        self.expected: dict[tuple[int, int], int] = {}
+        self.received: dict[tuple[int, int], int] = {}
+        self.thread = threading.Thread(target=self._loop, name="ps-server", daemon=True)
+
+    def start(self) -> "Server":
+        global _SERVER
+        _SERVER = self
+        self.thread.start()
+        _READY.set()
+        return self
+
+    def stop(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+
+    def _loop(self) -> None:
+        last_flush = now_ns()
+        while True:
+            try:
+                req = self.queue.get(timeout=0.2)
+            except queue.Empty:
+                req = False
+            if req is None:
+                break
+            if req:
+                self._serve(req)
+            if now_ns() - last_flush > 200_000_000:
+                self.rec.flush()
+                last_flush = now_ns()
+
+    def _columns(self, req: Request) -> dict:
+        k = self.keys[req.key]
+        return {"iteration": req.iteration, "tensor": req.key, "layer": k.layer, "name": k.name}
+
+    def _serve(self, req: Request) -> None:
+        cols = self._columns(req)
+        op = f"{req.op}_request"
+        nbytes = 0 if req.payload is None else req.payload.numel() * req.payload.element_size()
+        req.recv_id = self.rec.row("recv", op, req.arrival, req.arrival, deps=[], peer=req.worker, message=req.message,
+                                   rpc=req.rpc, bytes=nbytes, **cols)
+        if req.op == "pull":
+            p0 = now_ns()
+            value = self.model.value(req.key).clone()
+            read = self.rec.row("compute", "read", p0, now_ns(), deps=[req.recv_id], rpc=req.rpc, **cols)
+            self._respond(req, read, value)
+        elif not self.sync:
+            self._update([req], rpc_id=req.rpc)
+        else:
+            slot = (req.iteration, req.worker)
+            self.expected[slot] = req.count
+            self.received[slot] = self.received.get(slot, 0) + 1
+            self.pending.setdefault((req.iteration, req.key), []).append(req)
+            for (iteration, key), reqs in list(self.pending.items()):
+                if iteration == req.iteration and self._complete(iteration, reqs):
+                    del self.pending[(iteration, key)]
+                    self._update(reqs, rpc_id=-1)
+
+    def _complete(self, iteration: int, reqs: list[Request]) -> bool:
+        pushed = {r.worker for r in reqs}
+        return all(w in pushed or self.received.get((iteration, w), -1) == self.expected.get((iteration, w))
+                   for w in range(self.workers))
+
+    def _update(self, reqs: list[Request], rpc_id: int) -> None:
+        """Applies the mean gradient of `reqs` (one key, one iteration) and
+        answers each push. A synchronous update serves several RPCs, so its
+        row has no rpc; the responses depend on it."""
+        first = reqs[0]
+        p0 = now_ns()
+        grad = torch.stack([r.payload for r in reqs]).mean(dim=0)
+        self.model.assign(first.key, self.model.value(first.key) - self.lr * grad)
+        update = self.rec.row("compute", "update", p0, now_ns(), deps=[r.recv_id for r in reqs], rpc=rpc_id,
+                              **self._columns(first))
+        for r in reqs:
+            self._respond(r, update, None)
+
+    def _respond(self, req: Request, dep: int, value: Optional[torch.Tensor]) -> None:
+        message = self.rec.new_message()
+        nbytes = 0 if value is None else value.numel() * value.element_size()
+        s0 = now_ns()
+        req.future.set_result((message, value))
+        self.rec.row("send", f"{req.op}_response", s0, now_ns(), deps=[dep], peer=req.worker, message=message,
+                     rpc=req.rpc, bytes=nbytes, **self._columns(req))

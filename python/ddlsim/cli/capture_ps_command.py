@@ -1,0 +1,131 @@
+"""`ddlsim capture ps` and `ddlsim capture connections`: parameter-server jobs
+over torch.distributed.rpc and the connection-scaling microbenchmark
+(docs/capture-ps.md). capture_command.py calls :func:`register`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import DdlsimError
+from .consoles import err, out
+
+
+def _launch_kwargs(world_size: int, bandwidth: Optional[str], stack):
+    if bandwidth is None:
+        return {}
+    from ..units import parse_bandwidth
+
+    rate = parse_bandwidth(bandwidth)
+    try:
+        from ..capture.shaping import shaped_network
+    except ImportError:
+        raise DdlsimError(f"--bandwidth {bandwidth}: shaped links are unavailable in this installation "
+                          "(ddlsim.capture.shaping is missing); leave out --bandwidth") from None
+    net = stack.enter_context(shaped_network(world_size, rate))
+    return {"wrap": net.wrap, "master_addr": net.master_addr, "env": net.env}
+
+
+def ps(
+    out_dir: Path = typer.Option(..., "--out", "-o", help="Capture directory (per-rank files, logs, events.parquet)."),
+    model: str = typer.Option("sparse-lr", "--model", help="sparse-lr (Zipf-keyed embedding + logistic regression) | lenet5"),
+    workers: int = typer.Option(2, "--workers", help="Worker processes."),
+    servers: int = typer.Option(1, "--servers", help="Parameter-server processes."),
+    iterations: int = typer.Option(3, "--iterations", help="Training iterations."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Examples per worker and iteration."),
+    asynchronous: bool = typer.Option(False, "--async", help="Apply each push on its own (default: synchronous)."),
+    zipf_s: float = typer.Option(1.1, "--zipf-s", help="Zipf exponent of the sparse model's feature ids."),
+    vocab: int = typer.Option(1000, "--vocab", help="Embedding rows of the sparse model (its keys)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the model, the data and the Zipf draw."),
+    placement: str = typer.Option("round-robin", "--placement", help="round-robin | size-balanced"),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds before the job is stopped."),
+    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", help="Shape every rank's link to RATE (e.g. 1Gbps)."),
+) -> None:
+    """Run a parameter-server job over torch.distributed.rpc (TCP) and record every RPC as an event log."""
+    from contextlib import ExitStack
+
+    from ..capture.launch import CaptureError, launch_local
+    from ..capture.merge import merge_capture
+    from ..capture.ps import metadata, ps_config
+    from ..trace import write_event_log
+
+    config = ps_config(model=model, workers=workers, servers=servers, iterations=iterations, batch_size=batch_size,
+                       sync=not asynchronous, zipf_s=zipf_s, vocab=vocab, seed=seed, placement=placement,
+                       timeout_s=min(timeout, 120.0))
+    world = workers + servers
+    failure = None
+    with ExitStack() as stack:
+        kwargs = _launch_kwargs(world, bandwidth, stack)
+        try:
+            launch_local("ps", config, world, out_dir, timeout_s=timeout, **kwargs)
+        except CaptureError as exc:
+            failure = exc
+            err.print(f"error: {exc}\nmerging what the ranks recorded into a partial trace", highlight=False)
+    log = merge_capture(out_dir, metadata={**metadata(config), **({"bandwidth": bandwidth} if bandwidth else {})})
+    target = out_dir / "events.parquet"
+    write_event_log(log, target)
+    flag = f" (PARTIAL: ranks {log.metadata['partial_ranks']})" if log.metadata.get("partial") else ""
+    out.print(f"wrote {target}: {log.table.num_rows} rows{flag}", highlight=False)
+    _print_breakdown(log)
+    out.print(f"SketchDLC traces: ddlsim convert {target} sketchdlc/ --to sketchdlc   |   analysis: ddlsim analyze {target}",
+              highlight=False)
+    if failure is not None:
+        raise typer.Exit(1)
+
+
+def _print_breakdown(log) -> None:
+    from rich.table import Table
+
+    from ..analyze.rpc import rpc_table
+
+    table = rpc_table(log)
+    if table.empty:
+        return
+    parts = ["total_ns", "n_tx_ns", "ps_queue_ns", "ps_proc_ns", "w_queue_ns", "w_proc_ns"]
+    means = table.groupby("kind")[parts].mean()
+    view = Table(title="RPC latency breakdown, mean per RPC (us)", title_justify="left", header_style="bold")
+    view.add_column("kind")
+    view.add_column("rpcs", justify="right")
+    for p in parts:
+        view.add_column(p[:-3], justify="right")
+    counts = table.groupby("kind").size()
+    for kind, row in means.iterrows():
+        view.add_row(kind, str(counts[kind]), *(f"{float(row[p]) / 1e3:.1f}" for p in parts))
+    out.print(view)
+
+
+def connections(
+    out_dir: Path = typer.Option(..., "--out", "-o", help="Directory for c<C>/ runs, scaling.csv and fit.json."),
+    counts: str = typer.Option("1,2,4,8", "--connections", help="Connection counts (client processes), comma separated."),
+    requests: int = typer.Option(2000, "--requests", help="Total RPC requests per run, shared by the connections."),
+    request_bytes: int = typer.Option(4096, "--request-bytes", help="Payload bytes per request."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds per run before it is stopped."),
+) -> None:
+    """Connection scaling (RPC paper Fig. 9): one server, C connections, the same total requests; fit server time vs C."""
+    from rich.table import Table
+
+    from ..capture.connections import run_scaling
+
+    try:
+        values = [int(c) for c in counts.split(",") if c.strip()]
+    except ValueError:
+        raise DdlsimError(f"--connections {counts!r}: write whole numbers separated by commas, e.g. 1,2,4,8") from None
+    result = run_scaling(values, requests, request_bytes, out_dir, timeout_s=timeout,
+                         on_done=lambda r: err.print(f"  {r['connections']} connections done", highlight=False))
+    view = Table(title=f"{requests} requests of {request_bytes} B, one server", title_justify="left", header_style="bold")
+    columns = ["connections", "requests", "server_us", "queue_us", "proc_us", "latency_us", "total_s"]
+    for c in columns:
+        view.add_column(c, justify="right")
+    for row in result["table"][columns].itertuples(index=False):
+        view.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
+    out.print(view)
+    fit = result["fit"]
+    out.print(f"fit: server time per request = {fit['a']:.1f} us + {fit['b']:.1f} us x connections (R^2 = {fit['r2']:.3f}); "
+              f"wrote {out_dir / 'scaling.csv'}, {out_dir / 'fit.json'}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ps")(ps)
+    app.command("connections")(connections)
