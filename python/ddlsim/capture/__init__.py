@@ -4,6 +4,8 @@ architecture's central idea: a real run and a simulation write the same log).
 * :mod:`.recorder` - per-rank JSON-lines files, streaming and crash-safe.
 * :mod:`.merge` - per-rank files -> one validated event log (partial ranks flagged).
 * :mod:`.launch` / :mod:`.rank_main` - one process per rank locally, or torchrun.
+* :mod:`.ddp` (built-in job), :mod:`.ddp_hooks` (the recording hooks), :mod:`.attach`
+  (``ddlsim.capture.attach(ddp_model, out_dir)`` for your own script), :mod:`.ddp_merge`.
 
 torch is imported only by the jobs themselves (``pip install ddlsim[capture]``);
 nothing else in ddlsim imports this package.
@@ -15,6 +17,8 @@ _HOME = {
     **dict.fromkeys(("RankRecorder", "now_ns", "rank_file"), "recorder"),
     **dict.fromkeys(("merge_capture", "read_rank_file", "rank_files"), "merge"),
     **dict.fromkeys(("CaptureError", "JOBS", "launch_local"), "launch"),
+    **dict.fromkeys(("attach", "DdpCapture"), "attach"),
+    **dict.fromkeys(("merge_ddp",), "ddp_merge"),
 }
 
 

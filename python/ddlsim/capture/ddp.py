@@ -38,19 +38,12 @@ def job_config(config: dict) -> dict:
     return cfg
 
 
-def reducer_facts(ddp_model) -> dict:
-    """DDP's own account of its buckets (from its logging data; absent before it has logged them)."""
-    data = ddp_model._get_ddp_logging_data()
-    return {k: data[k] for k in ("bucket_sizes", "rebuilt_bucket_sizes", "rebuilt_per_bucket_param_indices", "bucket_cap_bytes")
-            if k in data}
-
-
 def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from .ddp_hooks import DdpHooks
+    from .ddp_hooks import DdpHooks, reducer_facts
     from .dist_clock import estimate_offset_ns
 
     cfg = job_config(config)

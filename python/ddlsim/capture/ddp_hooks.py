@@ -35,6 +35,13 @@ def parameterised_layers(module) -> list[tuple[str, Any]]:
     return [(name, m) for name, m in module.named_modules() if next(m.parameters(recurse=False), None) is not None]
 
 
+def reducer_facts(ddp_model) -> dict:
+    """DDP's own account of its buckets (from its logging data; absent before it has logged them)."""
+    data = ddp_model._get_ddp_logging_data()
+    return {k: data[k] for k in ("bucket_sizes", "rebuilt_bucket_sizes", "rebuilt_per_bucket_param_indices", "bucket_cap_bytes")
+            if k in data}
+
+
 def _first_grad_node(output):
     import torch
 
