@@ -35,3 +35,7 @@ def merge(
     write_event_log(log, target)
     flag = f"; partial ranks {log.metadata['partial_ranks']}" if log.metadata.get("partial") else ""
     out.print(f"wrote {target}: {log.table.num_rows} rows from {len(log.metadata['ranks'])} ranks{flag}", highlight=False)
+
+
+from . import capture_ddp_command  # noqa: E402
+capture_ddp_command.register(capture_app)
