@@ -3,16 +3,17 @@ import pytest
 from ddlsim import ModelError, list_models, load_model, synthetic_model
 
 
-def test_zoo_has_the_ten_models():
+def test_zoo_has_the_eleven_models():
     assert list_models() == [
         "alexnet", "bert_base", "googlenet", "inception_v3", "lenet5",
-        "resnet101", "resnet152", "resnet200", "resnet50", "vgg16",
+        "resnet101", "resnet152", "resnet18", "resnet200", "resnet50", "vgg16",
     ]
 
 
 @pytest.mark.parametrize(
     "name, tensors, params",
     [
+        ("resnet18", 62, 11_689_512),
         ("resnet50", 161, 25_557_032),
         ("resnet200", 611, 64_673_832),
         ("vgg16", 32, 138_357_544),

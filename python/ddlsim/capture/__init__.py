@@ -5,6 +5,8 @@ architecture's central idea: a real run and a simulation write the same log).
 * :mod:`.merge` - per-rank files -> one validated event log (partial ranks flagged).
 * :mod:`.launch` / :mod:`.rank_main` - one process per rank locally, or torchrun.
 * :mod:`.shaping` - each rank in its own network namespace behind a rate-limited link.
+* :mod:`.ddp` (built-in job), :mod:`.ddp_hooks` (the recording hooks), :mod:`.attach`
+  (``ddlsim.capture.attach(ddp_model, out_dir)`` for your own script), :mod:`.ddp_merge`.
 
 torch is imported only by the jobs themselves (``pip install ddlsim[capture]``);
 nothing else in ddlsim imports this package.
@@ -17,6 +19,8 @@ _HOME = {
     **dict.fromkeys(("merge_capture", "read_rank_file", "rank_files"), "merge"),
     **dict.fromkeys(("CaptureError", "JOBS", "launch_local"), "launch"),
     **dict.fromkeys(("ShapedNetwork", "shaped_network"), "shaping"),
+    **dict.fromkeys(("attach", "DdpCapture"), "attach"),
+    **dict.fromkeys(("merge_ddp",), "ddp_merge"),
 }
 
 

@@ -37,6 +37,7 @@ def merge(
     out.print(f"wrote {target}: {log.table.num_rows} rows from {len(log.metadata['ranks'])} ranks{flag}", highlight=False)
 
 
-from . import capture_ps_command  # noqa: E402
+from . import capture_ddp_command, capture_ps_command  # noqa: E402
 
+capture_ddp_command.register(capture_app)
 capture_ps_command.register(capture_app)

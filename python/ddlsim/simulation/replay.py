@@ -50,9 +50,32 @@ def replay_scenario(log_path: str | Path, model: Optional[str] = None, **overrid
         if not name:
             raise DdlsimError(f"{path}: the log does not say which model ran; give it with --model (a zoo model, see ddlsim models)")
         workers, iterations = _workers_and_iterations(path)
-        data = {"model": {"name": str(name)}, "workers": workers, "iterations": iterations}
+        data = {"model": {"name": str(name)}, "workers": workers, "iterations": iterations, **capture_settings(meta)}
     data["model"]["profile"] = str(path.resolve())
     return with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
+
+
+def capture_settings(meta: dict[str, Any]) -> dict[str, Any]:
+    """What a capture's metadata says about how it synchronised and on which
+    links: the strategy (DDP buckets with their cap, or the parameter servers,
+    their placement and sync mode) and a shaped link's bandwidth. Anything the capture does not say keeps the scenario default."""
+    if meta.get("source") != "capture":
+        return {}
+    data: dict[str, Any] = {}
+    job = meta.get("job")
+    if job == "ddp":
+        cap = meta.get("bucket_cap_mb")
+        data["strategy"] = {"kind": "ring", "grouping": {"kind": "ddp", **({"bucket_cap_mb": cap} if cap else {})}}
+    elif job == "ps":
+        strategy: dict[str, Any] = {"kind": "ps", "servers": int(meta.get("servers", 1))}
+        if meta.get("placement") in ("round-robin", "size-balanced"):
+            strategy["placement"] = meta["placement"]
+        if meta.get("sync") is False:
+            strategy["asynchronous"] = True
+        data["strategy"] = strategy
+    if meta.get("bandwidth"):
+        data["network"] = {"bandwidth": str(meta["bandwidth"])}
+    return data
 
 
 def _workers_and_iterations(path: Path) -> tuple[int, int]:

@@ -1,0 +1,102 @@
+"""Record your own DDP training script::
+
+    import ddlsim.capture
+
+    ddp_model = DistributedDataParallel(model, bucket_cap_mb=25)
+    rec = ddlsim.capture.attach(ddp_model, "run/", model="resnet18")  # every rank, after init_process_group
+    for images, labels in loader:
+        with rec.iteration():
+            optimizer.zero_grad()
+            loss_fn(ddp_model(images), labels).backward()
+            with rec.optimizer_step():
+                optimizer.step()
+    rec.close()   # every rank; rank 0 then writes run/events.parquet
+
+The hooks are those of the built-in job (:mod:`.ddp_hooks`): per-layer
+forward/backward rows, one all-reduce row per bucket, the bucket groups.
+Call :func:`attach` before the model's first forward (DDP's first iteration
+uses provisional buckets, recorded as such) and before any other comm hook
+(DDP takes one comm hook per model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Iterator, Optional
+
+from .ddp_merge import merge_ddp, write_sidecar
+from .recorder import RankRecorder, now_ns
+
+
+class DdpCapture:
+    """The handle :func:`attach` returns."""
+
+    def __init__(self, ddp_model, out_dir: str | Path, *, model: Optional[str] = None, metadata: Optional[dict] = None,
+                 process_group=None):
+        import torch
+        import torch.distributed as dist
+
+        from .ddp_hooks import DdpHooks
+        from .dist_clock import estimate_offset_ns
+
+        if not dist.is_initialized():
+            raise RuntimeError("ddlsim.capture.attach: call torch.distributed.init_process_group first")
+        self.out = Path(out_dir)
+        self.rank, self.world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
+        self._group = process_group
+        offset, measured = estimate_offset_ns(self.rank, self.world_size)
+        self.recorder = RankRecorder(self.out, self.rank, "worker", clock_offset_ns=offset,
+                                     meta={"clock_offset_measured_ns": measured})
+        self.hooks = DdpHooks(ddp_model, self.recorder, process_group=process_group)
+        self._ddp = ddp_model
+        self._iterations = 0
+        self.job = {"job": "ddp", "model": model or type(ddp_model.module).__name__, "workers": self.world_size,
+                    "backend": str(dist.get_backend(process_group)), "torch_version": torch.__version__,
+                    "bucket_cap_mb": ddp_model.bucket_bytes_cap / 2**20, "script": True, **(metadata or {})}
+
+    @contextlib.contextmanager
+    def iteration(self) -> Iterator[int]:
+        """One training iteration (numbered from 0); flushes the rank's rows at its end."""
+        index = self._iterations
+        self.hooks.begin_iteration(index)
+        yield index
+        changed = self.hooks.end_iteration()
+        self._iterations += 1
+        if changed or index == 0:
+            self._write_facts()
+
+    @contextlib.contextmanager
+    def optimizer_step(self) -> Iterator[None]:
+        start = now_ns()
+        yield
+        self.hooks.optimizer_step_row(start, now_ns())
+
+    def _write_facts(self, **extra) -> None:
+        write_sidecar(self.out, self.rank, {"job": {**self.job, "iterations": self._iterations}, **self.hooks.facts(), **extra})
+
+    def close(self, merge: bool = True) -> Optional[Path]:
+        """Completes this rank's file; with `merge`, waits for all ranks and rank 0 writes (and returns) OUT/events.parquet."""
+        import torch.distributed as dist
+
+        from .ddp_hooks import reducer_facts
+
+        self._write_facts(reducer=reducer_facts(self._ddp))
+        self.recorder.close(iterations=self._iterations)
+        self.hooks.remove()
+        if not merge:
+            return None
+        dist.barrier(group=self._group)
+        if self.rank != 0:
+            return None
+        merge_ddp(self.out)
+        return self.out / "events.parquet"
+
+
+def attach(ddp_model, out_dir: str | Path, *, model: Optional[str] = None, metadata: Optional[dict] = None,
+           process_group=None) -> DdpCapture:
+    """Installs the recording hooks on a DistributedDataParallel model (every rank calls it); see the module docstring.
+
+    `model`: a zoo name (``ddlsim models``) if the model is one, so ``ddlsim replay`` can use the log.
+    """
+    return DdpCapture(ddp_model, out_dir, model=model, metadata=metadata, process_group=process_group)

@@ -1,0 +1,83 @@
+"""The built-in DDP capture job: one rank of a data-parallel training run on
+CPU (gloo), recorded by :class:`~ddlsim.capture.ddp_hooks.DdpHooks`.
+
+``run_rank(config, rank, world_size, out_dir)`` is what
+``python -m ddlsim.capture.rank_main ddp`` calls (locally through
+:func:`~ddlsim.capture.launch.launch_local`, or under torchrun). Config keys
+(:data:`DEFAULTS`): model (lenet5 | resnet18 | resnet50), iterations,
+batch_size, image_size, bucket_cap_mb, seed, lr, merge (rank 0 merges into
+``OUT/events.parquet`` once all ranks finished), timeout_s; test-only fault
+injection: crash_rank, crash_after_iteration (that rank exits with status 3
+right after recording that iteration).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+from .ddp_merge import merge_ddp, write_sidecar
+from .ddp_models import build_model, check_model_config, synthetic_batches
+from .recorder import RankRecorder, now_ns
+
+DEFAULTS = {"model": "lenet5", "iterations": 5, "batch_size": 8, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0,
+            "lr": 0.01, "merge": True, "timeout_s": 300, "crash_rank": -1, "crash_after_iteration": -1}
+CRASH_STATUS = 3
+
+
+def job_config(config: dict) -> dict:
+    """`config` over the defaults, checked; raises ValueError naming the bad key."""
+    cfg = {**DEFAULTS, **{k: v for k, v in config.items() if k in DEFAULTS}}
+    for key in ("iterations", "batch_size", "image_size"):
+        if not isinstance(cfg[key], int) or cfg[key] < 1:
+            raise ValueError(f"{key} must be a positive integer, got {cfg[key]!r}")
+    if not isinstance(cfg["bucket_cap_mb"], (int, float)) or cfg["bucket_cap_mb"] <= 0:
+        raise ValueError(f"bucket_cap_mb must be a positive number of MiB, got {cfg['bucket_cap_mb']!r}")
+    check_model_config(cfg["model"], cfg["image_size"])
+    return cfg
+
+
+def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from .ddp_hooks import DdpHooks, reducer_facts
+    from .dist_clock import estimate_offset_ns
+
+    cfg = job_config(config)
+    out = Path(out_dir)
+    torch.manual_seed(cfg["seed"])
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=cfg["timeout_s"]))
+    offset, measured = estimate_offset_ns(rank, world_size)
+    model = build_model(cfg["model"])  # same seed on every rank; DDP broadcasts rank 0's weights anyway
+    ddp_model = DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"])
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=cfg["lr"])
+    loss_fn = torch.nn.CrossEntropyLoss()
+    batches = synthetic_batches(cfg["model"], cfg["batch_size"], cfg["image_size"], cfg["iterations"], cfg["seed"] + rank)
+    job = {"job": "ddp", "model": cfg["model"], "workers": world_size, "iterations": cfg["iterations"],
+           "batch_size": cfg["batch_size"], "image_size": cfg["image_size"], "bucket_cap_mb": cfg["bucket_cap_mb"],
+           "seed": cfg["seed"], "lr": cfg["lr"], "backend": "gloo", "torch_version": torch.__version__,
+           "device": "cpu", "threads": torch.get_num_threads()}
+    recorder = RankRecorder(out, rank, "worker", clock_offset_ns=offset, meta={"clock_offset_measured_ns": measured})
+    hooks = DdpHooks(ddp_model, recorder)
+    for iteration, (images, labels) in enumerate(batches):
+        hooks.begin_iteration(iteration)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(ddp_model(images), labels)
+        loss.backward()
+        start = now_ns()
+        optimizer.step()
+        hooks.optimizer_step_row(start, now_ns())
+        if hooks.end_iteration() or iteration == 0:
+            write_sidecar(out, rank, {"job": job, **hooks.facts()})
+        if rank == cfg["crash_rank"] and iteration == cfg["crash_after_iteration"]:
+            os._exit(CRASH_STATUS)
+    write_sidecar(out, rank, {"job": job, **hooks.facts(), "reducer": reducer_facts(ddp_model)})
+    recorder.close(iterations=cfg["iterations"])
+    hooks.remove()
+    dist.barrier()  # every rank's file is complete before rank 0 merges
+    if rank == 0 and cfg["merge"]:
+        merge_ddp(out)
+    dist.destroy_process_group()

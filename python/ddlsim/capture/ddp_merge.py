@@ -1,0 +1,93 @@
+"""A DDP capture directory -> its event log, with the bucket groups table.
+
+Every rank writes ``<rank>.ddp.json`` beside its rows (:func:`write_sidecar`,
+atomically, whenever its bucket layout changed): the job's facts (model,
+batch size, torch version...), the parameter names and sizes and the bucket
+layouts with the iteration each started at. The merge reads the lowest
+rank's sidecar (any rank's will do: DDP gives all ranks the same buckets),
+builds the ``groups`` table (one row per tensor of a bucket: ``kind``
+"bucket", byte ``offset`` in the bucket buffer, ``bytes``) and calls
+:func:`~ddlsim.capture.merge.merge_capture`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from ..errors import TraceError
+
+SIDECAR_SUFFIX = ".ddp.json"
+EVENTS_FILE = "events.parquet"
+
+
+def sidecar_path(out_dir: str | Path, rank: int) -> Path:
+    return Path(out_dir) / f"{rank}{SIDECAR_SUFFIX}"
+
+
+def write_sidecar(out_dir: str | Path, rank: int, facts: dict) -> None:
+    path = sidecar_path(out_dir, rank)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_sidecar(out_dir: str | Path) -> Optional[dict]:
+    """The lowest rank's sidecar, or None when no rank wrote one."""
+    found = sorted(Path(out_dir).glob(f"*{SIDECAR_SUFFIX}"),
+                   key=lambda p: int(p.name.split(".")[0]) if p.name.split(".")[0].isdigit() else 1 << 30)
+    for path in found:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise TraceError(f"{path}: unreadable DDP capture facts ({exc}); delete it to merge without the bucket table") from None
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+def groups_table(layouts: list[dict]) -> dict[str, list]:
+    """The groups side table (columns) of every distinct bucket in `layouts`."""
+    seen: dict[int, dict] = {}
+    for change in layouts:
+        for bucket in change["buckets"]:
+            seen.setdefault(int(bucket["group"]), bucket)
+    columns: dict[str, list] = {"group": [], "tensor": [], "kind": [], "offset": [], "bytes": []}
+    for group, bucket in sorted(seen.items()):
+        for tensor, offset, nbytes in zip(bucket["tensors"], bucket["offsets"], bucket["tensor_bytes"]):
+            columns["group"].append(group)
+            columns["tensor"].append(int(tensor))
+            columns["kind"].append("bucket")
+            columns["offset"].append(int(offset))
+            columns["bytes"].append(int(nbytes))
+    return columns
+
+
+def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dict] = None):
+    """Merges a DDP capture directory; writes ``OUT/events.parquet`` unless `write` is false. Returns the EventLog."""
+    from ..trace import write_event_log
+    from .merge import merge_capture
+
+    facts = read_sidecar(out_dir)
+    meta: dict = {"job": "ddp"}
+    groups = None
+    if facts is not None:
+        layouts = facts.get("layouts", [])
+        meta.update(facts.get("job", {}))
+        meta["parameters"] = facts.get("parameters", [])
+        meta["layers"] = facts.get("layers", [])
+        meta["bucket_layouts"] = [{"from_iteration": c["from_iteration"],
+                                   "buckets": [{k: b[k] for k in ("bucket", "group", "tensors", "bytes")} for b in c["buckets"]]}
+                                  for c in layouts]
+        if "reducer" in facts:
+            meta["ddp_reducer"] = facts["reducer"]
+        meta["buckets"] = meta["bucket_layouts"][-1]["buckets"] if layouts else []
+        if layouts:
+            groups = groups_table(layouts)
+    meta.update(metadata or {})
+    log = merge_capture(out_dir, metadata=meta, groups=groups)
+    if write:
+        write_event_log(log, Path(out_dir) / EVENTS_FILE)
+    return log
