@@ -72,8 +72,11 @@ def test_the_real_trace_imports_as_a_valid_log(real_trace):
         # the c10d:: ops that enqueued them are in the raw trace, but are not collectives of their own
         assert sum(e["name"] == "c10d::allreduce_" for e in events) == len(STEPS)
         assert not coll["op"].str.startswith("c10d::").any()
-        # times: every row inside the profiled window, in the iteration whose step holds its start
-        assert (rows["start_ns"] >= window[0] - 1).all() and (rows["end_ns"] <= window[1] + 1).all()
+        # times: every row starts inside the profiled window, in the iteration whose step holds its start; a gloo
+        # thread's op may be closed a little after the main thread left the last step (seen under load), so ends get
+        # 10 ms of slack: a unit error (us read as ns or the reverse) would be off by a factor of 1000
+        assert (rows["start_ns"] >= window[0] - 1).all() and (rows["start_ns"] <= window[1]).all()
+        assert (rows["end_ns"] <= window[1] + 10_000_000).all()
         assert (rows["end_ns"] >= rows["start_ns"]).all()
         for row in reduces.itertuples():
             start, end = steps[f"ProfilerStep#{row.iteration}"]

@@ -147,10 +147,20 @@ def test_sync_dependencies(which, request):
         ack = push_resp.loc[dep]
         assert (ack.tensor, ack.iteration, ack["rank"]) == (p.tensor, p.iteration, p["rank"])
         assert p.start_ns >= ack.end_ns
-    second = df[(df.op == "forward") & (df.iteration == 1)]
+    # the next iteration's first forward row waits for every pull response of the last one (and the rank's
+    # previous compute row: the zoo model's per-layer rows run one after the other)
+    second = df[(df.op == "forward") & (df.iteration == 1)].sort_values("start_ns").groupby("rank").head(1)
+    pulled = df[(df.kind == "recv") & (df.op == "pull_response") & (df.iteration == 0)]
     for _, f in second.iterrows():
         deps = by_id.loc[f.deps]
-        assert set(deps.op) == {"pull_response"} and (deps.iteration == 0).all() and (deps["rank"] == f["rank"]).all()
+        waits = deps[deps.op == "pull_response"]
+        assert sorted(waits.index) == sorted(pulled[pulled["rank"] == f["rank"]].id)
+        assert set(deps.op) <= {"pull_response", "backward"} and (deps["rank"] == f["rank"]).all()
+    if config["model"] == "lenet5":  # per-layer rows, one forward and one backward per layer, rank and iteration
+        layers = df[(df.kind == "compute") & df.op.isin(["forward", "backward"])]
+        counts = layers.groupby(["rank", "iteration", "op", "name"]).size()
+        assert (counts == 1).all() and set(layers.name) == {"conv1", "conv2", "fc1", "fc2", "fc3"}
+        assert len(counts) == config["workers"] * config["iterations"] * 2 * 5
     dep_types = set(pd.concat(to_sketchdlc(log).values())["dep_type"])
     assert {1, 2, 3, 4} <= dep_types
 

@@ -1,12 +1,8 @@
 """Hooks that record a DistributedDataParallel model's training into a
 :class:`~ddlsim.capture.recorder.RankRecorder`.
 
-* Per layer (a module that owns parameters directly, in ``named_modules()``
-  order: its ``layer`` index), a ``forward`` compute row from forward pre/post
-  hooks, and a ``backward`` row timed by hooks on the autograd node that
-  produced the module's output (taken in the forward hook, before an in-place
-  op such as ResNet's ``out += identity`` can rebase the tensor; full module
-  backward hooks would break those in-place adds).
+* Per layer, a ``forward`` and a ``backward`` compute row
+  (:class:`~ddlsim.capture.layer_hooks.LayerHooks`).
 * Per DDP bucket, one ``collective`` row (``allreduce``) from a comm hook that
   wraps the default all-reduce: launch to completion of its future.
   ``group`` is the bucket index; ``collective`` counts the rank's all-reduces,
@@ -24,15 +20,8 @@ parameter tensors) up: ``group = P + index``.
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Optional
-
+from .layer_hooks import LayerHooks
 from .recorder import RankRecorder, now_ns
-
-
-def parameterised_layers(module) -> list[tuple[str, Any]]:
-    """(name, module) of the modules that own parameters directly, in registration order."""
-    return [(name, m) for name, m in module.named_modules() if next(m.parameters(recurse=False), None) is not None]
 
 
 def reducer_facts(ddp_model) -> dict:
@@ -42,42 +31,15 @@ def reducer_facts(ddp_model) -> dict:
             if k in data}
 
 
-def _first_grad_node(output):
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return output.grad_fn
-    if isinstance(output, dict):
-        output = list(output.values())
-    if isinstance(output, (list, tuple)):
-        for item in output:
-            node = _first_grad_node(item)
-            if node is not None:
-                return node
-    return None
-
-
-class DdpHooks:
+class DdpHooks(LayerHooks):
     """Installs the recording hooks on `ddp_model` (see the module docstring); :meth:`remove` takes them off."""
 
     def __init__(self, ddp_model, recorder: RankRecorder, *, process_group=None):
         import torch.distributed as dist
 
+        super().__init__(ddp_model.module, recorder)
         self.ddp = ddp_model
-        self.rec = recorder
         self.world_size = dist.get_world_size(process_group)
-        module = ddp_model.module
-        self.params = list(module.named_parameters())
-        self.param_index = {p.data_ptr(): i for i, (_, p) in enumerate(self.params)}
-        self.layers = parameterised_layers(module)
-        self.layer_of_param: dict[int, int] = {}
-        for index, (_, m) in enumerate(self.layers):
-            for p in m.parameters(recurse=False):
-                self.layer_of_param[self.param_index[p.data_ptr()]] = index
-        self.iteration = -1
-        self._lock = threading.Lock()
-        self._last_compute: Optional[tuple[int, int]] = None  # (row id, end ns)
-        self._backward_ids: dict[int, int] = {}  # layer -> this iteration's backward row
         self._collective_ids: list[int] = []
         self._collective_seq = 0
         self.layouts: list[dict] = []  # {"from_iteration", "buckets"}, one per change of DDP's buckets
@@ -86,17 +48,12 @@ class DdpHooks:
         self._groups: dict[tuple[int, ...], int] = {}
         self._provisional = not (ddp_model.find_unused_parameters and not ddp_model.static_graph) \
             and getattr(ddp_model, "num_iterations", 0) == 0
-        self._handles = []
-        for index, (name, m) in enumerate(self.layers):
-            self._handles.append(m.register_forward_pre_hook(self._pre_forward(index)))
-            self._handles.append(m.register_forward_hook(self._post_forward(index, name)))
         ddp_model.register_comm_hook(process_group, self._comm_hook)
 
     # -- iterations ------------------------------------------------------------------------------------------------
     def begin_iteration(self, iteration: int) -> None:
+        super().begin_iteration(iteration)
         with self._lock:
-            self.iteration = int(iteration)
-            self._backward_ids = {}
             self._collective_ids = []
             self._layout = []
             self._iteration_start = now_ns()
@@ -120,52 +77,10 @@ class DdpHooks:
         return {"parameters": [{"name": n, "elements": p.numel(), "bytes": p.numel() * p.element_size()} for n, p in self.params],
                 "layers": [n for n, _ in self.layers], "layouts": layouts}
 
-    def compute_row(self, op: str, start_ns: int, end_ns: int, *, extra_deps=(), **fields: Any) -> int:
-        """A compute row on this rank, depending on the previous one (and `extra_deps`)."""
-        with self._lock:
-            deps = [self._last_compute[0]] if self._last_compute and self._last_compute[1] <= start_ns else []
-        deps += list(extra_deps)
-        rid = self.rec.row("compute", op, start_ns, end_ns, deps=deps, iteration=self.iteration, stream="compute",
-                           **fields)
-        with self._lock:
-            self._last_compute = (rid, end_ns)
-        return rid
-
     def optimizer_step_row(self, start_ns: int, end_ns: int) -> int:
         with self._lock:
             waits = [c for c in self._collective_ids]
         return self.compute_row("optimizer_step", start_ns, end_ns, extra_deps=waits, name="optimizer")
-
-    # -- layers ----------------------------------------------------------------------------------------------------
-    def _pre_forward(self, index: int):
-        def hook(module, args):
-            module._ddlsim_forward_start = now_ns()
-        return hook
-
-    def _post_forward(self, index: int, name: str):
-        def hook(module, args, output):
-            end = now_ns()
-            start = getattr(module, "_ddlsim_forward_start", end)
-            self.compute_row("forward", start, end, name=name, layer=index)
-            node = _first_grad_node(output)
-            if node is not None:
-                self._watch_backward(node, index, name)
-        return hook
-
-    def _watch_backward(self, node, index: int, name: str) -> None:
-        started: list[int] = []
-
-        def pre(grad_outputs):
-            started.append(now_ns())
-
-        def post(grad_inputs, grad_outputs):
-            end = now_ns()
-            rid = self.compute_row("backward", started[-1] if started else end, end, name=name, layer=index)
-            with self._lock:
-                self._backward_ids[index] = rid
-
-        node.register_prehook(pre)
-        node.register_hook(post)
 
     # -- buckets ---------------------------------------------------------------------------------------------------
     def _group_of(self, bucket_index: int, tensors: tuple[int, ...]) -> int:
@@ -209,8 +124,3 @@ class DdpHooks:
             return fut.value()
 
         return allreduce_hook(state, bucket).then(done)
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []

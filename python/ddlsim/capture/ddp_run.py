@@ -50,4 +50,5 @@ def run_ddp_capture(config: dict, workers: int, out: Path, *, timeout_s: float =
         if failure is not None:
             raise DdlsimError(f"{failure}\nno rank recorded anything, so there is no trace to merge") from None
         raise DdlsimError(f"{out}: the capture finished but no rank wrote a file; see {out / 'logs'}")
-    return merge_ddp(out), failure
+    shaped = {} if bandwidth_bps is None else {"bandwidth": f"{bandwidth_bps / 1e6:g}Mbps"}
+    return merge_ddp(out, metadata=shaped), failure

@@ -80,6 +80,7 @@ def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *
         procs.append(subprocess.Popen(argv, env=rank_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     deadline = time.monotonic() + timeout_s
     failed_at: Optional[float] = None
+    first_failed: Optional[int] = None  # the rank that failed first: the others usually fail because it did
     try:
         while any(p.poll() is None for p in procs):
             if on_poll is not None:
@@ -87,6 +88,7 @@ def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *
             now = time.monotonic()
             if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
                 failed_at = now
+                first_failed = next(r for r, p in enumerate(procs) if p.poll() not in (None, 0))
             if now > deadline or (failed_at is not None and now - failed_at > grace_s):
                 _stop(procs)
                 break
@@ -100,7 +102,8 @@ def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *
     results = [RankResult(r, p.wait(), _tail(out / "logs" / f"rank{r}.log")) for r, p in enumerate(procs)]
     bad = [r for r in results if r.returncode != 0]
     if bad:
-        first = min(bad, key=lambda r: (r.returncode in (-signal.SIGTERM, -signal.SIGKILL), r.rank))
+        first = next((r for r in bad if r.rank == first_failed), None) or \
+            min(bad, key=lambda r: (r.returncode in (-signal.SIGTERM, -signal.SIGKILL), r.rank))
         why = "ran past the time limit" if time.monotonic() > deadline else f"exited with status {first.returncode}"
         raise CaptureError(f"capture job {job!r}: rank {first.rank} {why}; its log ({out / 'logs' / f'rank{first.rank}.log'}) "
                            f"ends with:\n{first.stderr_tail}")

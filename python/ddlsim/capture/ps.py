@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DdlsimError
+from .layer_hooks import LayerHooks
 from .recorder import RankRecorder, now_ns
 
 MODELS = ("lenet5", "sparse-lr")
@@ -167,20 +168,28 @@ class _Worker:
     def run(self) -> None:
         pulled: list[int] = []
         crash_rank, crash_after = int(self.config["crash_rank"]), int(self.config["crash_after_iteration"])
+        # A zoo model gets per-layer rows (what `ddlsim replay` and `--profile` read); the sparse model one row each way.
+        layers = LayerHooks(self.model.net, self.rec) if self.model.kind == "lenet5" else None
         for iteration in range(int(self.config["iterations"])):
             batch = self.model.batch(self.rank, iteration)
+            if layers is not None:
+                layers.begin_iteration(iteration, waits=pulled)
             f0 = now_ns()
             state = self.model.forward(batch)
             f1 = now_ns()
             grads = self.model.backward(state)
-            forward = self.rec.row("compute", "forward", f0, f1, deps=pulled, iteration=iteration)
-            backward = self.rec.row("compute", "backward", f1, now_ns(), deps=[forward], iteration=iteration)
+            if layers is None:
+                forward = self.rec.row("compute", "forward", f0, f1, deps=pulled, iteration=iteration)
+                backward = self.rec.row("compute", "backward", f1, now_ns(), deps=[forward], iteration=iteration)
+                ready = {key: [backward] for key in grads}
+            else:
+                ready = {key: [r for r in [layers.backward_row(self.model.keys[key].layer)] if r is not None] for key in grads}
             self.counts: dict[int, int] = {}
             for key in grads:
                 s = self.model.keys[key].server
                 self.counts[s] = self.counts.get(s, 0) + 1
             for key in sorted(grads, key=lambda k: (-self.model.keys[k].layer, k)):
-                self._send("push", key, iteration, [backward], grads[key].contiguous())
+                self._send("push", key, iteration, ready[key], grads[key].contiguous())
             pulled = self._drain(len(grads), iteration)
             self.rec.flush()
             if self.rank == crash_rank and iteration == crash_after:

@@ -27,10 +27,26 @@ def merge(
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Event log to write (default: CAPTURE_DIR/events.parquet)."),
 ) -> None:
     """Merge the per-rank files of a capture (e.g. one started with torchrun) into one event log."""
+    import json
+
+    from ..capture.ddp_merge import SIDECAR_SUFFIX, merge_ddp
     from ..capture.merge import merge_capture
+    from ..errors import DdlsimError
     from ..trace import write_event_log
 
-    log = merge_capture(capture_dir)
+    job_file = capture_dir / "job.json"
+    try:
+        job = json.loads(job_file.read_text(encoding="utf-8")) if job_file.is_file() else {}
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DdlsimError(f"{job_file}: unreadable job description ({exc}); delete it to merge the rows without the job's facts") from None
+    if any(capture_dir.glob(f"*{SIDECAR_SUFFIX}")):  # a DDP capture: buckets as groups, the job's facts
+        log = merge_ddp(capture_dir, write=False)
+    elif job.get("job") == "ps":
+        from ..capture.ps import metadata, ps_config
+
+        log = merge_capture(capture_dir, metadata=metadata(ps_config(**{k: v for k, v in job.items() if k not in ("job", "world_size")})))
+    else:
+        log = merge_capture(capture_dir)
     target = out_path or capture_dir / "events.parquet"
     write_event_log(log, target)
     flag = f"; partial ranks {log.metadata['partial_ranks']}" if log.metadata.get("partial") else ""
