@@ -305,6 +305,15 @@ def test_critical_path_follows_the_latest_dependency():
     assert summary.iloc[0][["op", "time_ns"]].tolist() == ["E", 25]
 
 
+def test_critical_path_starts_from_the_last_operation_not_an_iteration_marker():
+    # a capture's iteration marker spans the iteration (here [0, 60]) and waits for nothing: starting there, the
+    # path was that one marker row (fixed: markers are passed over when the iteration has other rows)
+    rows = path_rows() + [dict(id=7, iteration=0, rank=0, role="worker", kind="marker", op="iteration", name="iteration 0",
+                               start_ns=0, end_ns=60, deps=[])]
+    path = Analysis(event_log_from_rows(rows)).critical_path()
+    assert path["op"].tolist() == ["C", "D", "E", "F"]
+
+
 def test_critical_path_with_unknown_deps_says_where_it_stops():
     a = Analysis(event_log_from_rows(path_rows(unknown_deps=True)))
     path = a.critical_path()

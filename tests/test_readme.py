@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -35,6 +37,25 @@ def test_every_command_example_runs(tmp_path):
         assert run.returncode == 0, (command, run.stderr[-2000:])
     assert (cwd / "run1" / "events.parquet").exists() and (cwd / "plan.json").exists() and (cwd / "t.json").exists()
     assert (cwd / "report.html").exists()
+
+
+def test_the_walk_through_runs_on_a_real_capture(tmp_path):
+    """Capture (DDP and PS, real PyTorch jobs), analyze, replay, compare, convert: every command, then the Python block."""
+    pytest.importorskip("torch")
+    cwd = _scratch(tmp_path)
+    section = "## Walk-through: a real run, analysed, replayed"
+    commands = [line.split("#", 1)[0].strip() for line in _block(section, "sh").splitlines()]
+    for command in filter(None, commands):
+        argv = shlex.split(command)
+        assert argv[0] == "ddlsim"
+        run = subprocess.run([sys.executable, "-m", "ddlsim", *argv[1:]], cwd=cwd, capture_output=True, text=True,
+                             env={**os.environ, "COLUMNS": "100"}, timeout=300)
+        assert run.returncode == 0, (command, run.stderr[-2000:])
+    for path in ("cap/events.parquet", "cap/report.html", "cap-replay/events.parquet", "cap-ps/analysis/report.html",
+                 "cap-ps/sketchdlc/w0.txt", "sim/report.html"):
+        assert (cwd / path).exists(), path
+    run = subprocess.run([sys.executable, "-c", _block(section, "python")], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
 
 
 def test_the_python_api_example_runs(tmp_path):

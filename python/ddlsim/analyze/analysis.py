@@ -307,8 +307,11 @@ class Analysis:
         order = np.argsort(ids, kind="stable")
         sorted_ids = ids[order]
         its = np.unique(iteration[iteration >= 0])
-        # last-ending row of each iteration (ties: the larger id)
-        sel = np.flatnonzero(iteration >= 0)
+        # last-ending row of each iteration (ties: the larger id); a marker spanning the iteration (a capture's
+        # iteration marker) marks time and waits for nothing, so the path starts from the last real operation
+        kind = self._col("kind")
+        operations = (iteration >= 0) & (kind != "marker")
+        sel = np.flatnonzero(operations if np.isin(its, iteration[operations]).all() else iteration >= 0)
         key = np.lexsort((ids[sel], end[sel], iteration[sel]))
         last = sel[key][np.append(np.flatnonzero(np.diff(iteration[sel][key])), len(sel) - 1)]
         windows = dict(zip(*self._windows()))
@@ -664,9 +667,9 @@ class Analysis:
 
     # ---------------------------------------------------- collectives
     def link_rate_bps(self) -> float | None:
-        """The host link rate (bits/s) from the metadata's scenario, if any."""
+        """The host link rate (bits/s) from the metadata's scenario, or the shaped link of a capture, if any."""
         network = (self.log.metadata.get("scenario") or {}).get("network") or {}
-        value = network.get("bandwidth_bps", network.get("bandwidth"))
+        value = network.get("bandwidth_bps", network.get("bandwidth", self.log.metadata.get("bandwidth")))
         if value is None:
             return None
         try:
