@@ -197,6 +197,16 @@ def test_sparse_hot_keys_follow_zipf(sparse):
     assert len(counted) > 4 * (counted == counted.max()).sum()  # a long tail of cold keys
 
 
+def test_pushes_that_arrive_before_the_server_is_up_do_not_deadlock_it(tmp_path):
+    # 2 workers x 10 LeNet-5 keys = 20 pushes reach the server while it sleeps, more than TensorPipe's 8 handler
+    # threads. Handlers that waited for the server took every thread, the server's own clock probe never got its
+    # response, and every RPC timed out (seen as an intermittent hang under load); handlers now only queue.
+    config = ps_config(model="lenet5", workers=2, servers=1, iterations=1, batch_size=4, timeout_s=15, server_start_delay_s=2.0)
+    launch_local("ps", config, 3, tmp_path, timeout_s=60)
+    df = frame(merge_capture(tmp_path, metadata=metadata(config)))
+    assert len(df[(df.kind == "recv") & (df.op == "pull_response")]) == 20
+
+
 def test_killed_worker_gives_flagged_partial_log(tmp_path):
     config = ps_config(model="sparse-lr", workers=2, servers=1, iterations=3, crash_rank=1, crash_after_iteration=0,
                        timeout_s=20, **SPARSE)

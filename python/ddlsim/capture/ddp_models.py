@@ -24,28 +24,8 @@ def check_model_config(model: str, image_size: int) -> None:
 
 
 def build_model(model: str):
-    import torch
-    from torch import nn
-
     if model == "lenet5":
-        class LeNet5(nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.conv1 = nn.Conv2d(1, 6, 5)
-                self.conv2 = nn.Conv2d(6, 16, 5)
-                self.fc1 = nn.Linear(16 * 5 * 5, 120)
-                self.fc2 = nn.Linear(120, 84)
-                self.fc3 = nn.Linear(84, 10)
-                self.act = nn.Tanh()
-                self.pool = nn.AvgPool2d(2)
-
-            def forward(self, x):
-                x = self.pool(self.act(self.conv1(x)))
-                x = self.pool(self.act(self.conv2(x)))
-                x = torch.flatten(x, 1)
-                x = self.act(self.fc1(x))
-                x = self.act(self.fc2(x))
-                return self.fc3(x)
+        from .lenet import LeNet5
 
         return LeNet5()
     import torchvision.models

@@ -110,22 +110,21 @@ def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *
     return results
 
 
-def _stop(procs: Sequence[subprocess.Popen]) -> None:
+def _signal_running(procs: Sequence[subprocess.Popen], sig: int) -> None:
     for p in procs:
         if p.poll() is None:
             try:
-                os.killpg(p.pid, signal.SIGTERM)
+                os.killpg(p.pid, sig)
             except ProcessLookupError:
                 pass
+
+
+def _stop(procs: Sequence[subprocess.Popen]) -> None:
+    _signal_running(procs, signal.SIGTERM)
     end = time.monotonic() + 3
     while time.monotonic() < end and any(p.poll() is None for p in procs):
         time.sleep(0.05)
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    _signal_running(procs, signal.SIGKILL)
 
 
 def _tail(path: Path, lines: int = 15) -> str:

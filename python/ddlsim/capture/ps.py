@@ -39,7 +39,7 @@ PLACEMENTS = ("round-robin", "size-balanced")
 DEFAULTS = {
     "model": "sparse-lr", "workers": 2, "servers": 1, "iterations": 3, "batch_size": 16, "sync": True, "lr": 0.1,
     "vocab": 1000, "embedding_dim": 8, "features": 4, "zipf_s": 1.1, "seed": 0, "placement": "round-robin",
-    "timeout_s": 60.0, "crash_rank": -1, "crash_after_iteration": -1,
+    "timeout_s": 60.0, "crash_rank": -1, "crash_after_iteration": -1, "server_start_delay_s": 0.0,
 }  # fmt: skip
 
 
@@ -116,6 +116,10 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
         init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", num_worker_threads=8,
         rpc_timeout=float(config["timeout_s"]), _transports=["uv"], _channels=["basic"])
     rpc.init_rpc(rank_name(rank, workers), rank=rank, world_size=world_size, rpc_backend_options=options)
+    if rank >= workers and float(config["server_start_delay_s"]) > 0:  # test-only: workers push before the server is up
+        import time
+
+        time.sleep(float(config["server_start_delay_s"]))
     offset, rtt = clock_offset(rank, workers)
     role = "worker" if rank < workers else "server"
     rec = RankRecorder(out_dir, rank, role, clock_offset_ns=offset, meta={"clock_probe_rtt_ns": rtt})

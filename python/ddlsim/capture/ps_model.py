@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .lenet import LeNet5
+
 
 @dataclass(frozen=True)
 class Key:
@@ -35,22 +37,6 @@ class Key:
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * 4  # float32
-
-
-class LeNet5(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 6, 5)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(400, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
-        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
-        x = torch.relu(self.fc1(x.flatten(1)))
-        return self.fc3(torch.relu(self.fc2(x)))
 
 
 LAYERS = ("conv1", "conv2", "fc1", "fc2", "fc3")

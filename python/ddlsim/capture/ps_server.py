@@ -28,8 +28,10 @@ from torch.distributed import rpc
 
 from .recorder import RankRecorder, now_ns
 
-_SERVER: Optional["Server"] = None
-_READY = threading.Event()  # workers may call before this server has built its model
+# Requests queue here from the moment the module is imported: a worker may call before this server has built its
+# model, and a handler must never block (blocked handlers would take all of TensorPipe's threads, including the
+# one that must deliver this server's own clock-probe responses: a deadlock seen with 20+ early pushes).
+_REQUESTS: queue.Queue = queue.Queue()
 
 
 @dataclass
@@ -51,8 +53,7 @@ class Request:
 def push(worker: int, key: int, iteration: int, message: int, rpc_id: int, count: int, grad: torch.Tensor):
     arrival = now_ns()
     fut = torch.futures.Future()
-    _READY.wait()
-    _SERVER.queue.put(Request("push", worker, key, iteration, message, rpc_id, count, grad, arrival, fut))
+    _REQUESTS.put(Request("push", worker, key, iteration, message, rpc_id, count, grad, arrival, fut))
     return fut
 
 
@@ -60,8 +61,7 @@ def push(worker: int, key: int, iteration: int, message: int, rpc_id: int, count
 def pull(worker: int, key: int, iteration: int, message: int, rpc_id: int):
     arrival = now_ns()
     fut = torch.futures.Future()
-    _READY.wait()
-    _SERVER.queue.put(Request("pull", worker, key, iteration, message, rpc_id, 0, None, arrival, fut))
+    _REQUESTS.put(Request("pull", worker, key, iteration, message, rpc_id, 0, None, arrival, fut))
     return fut
 
 
@@ -71,7 +71,7 @@ class Server:
         self.workers = workers
         self.sync = bool(config["sync"])
         self.lr = float(config["lr"])
-        self.queue: queue.Queue = queue.Queue()
+        self.queue = _REQUESTS
         self.keys = {k.key: k for k in model.keys}
         self.pending: dict[tuple[int, int], list[Request]] = {}
         self.expected: dict[tuple[int, int], int] = {}
@@ -79,10 +79,7 @@ class Server:
         self.thread = threading.Thread(target=self._loop, name="ps-server", daemon=True)
 
     def start(self) -> "Server":
-        global _SERVER
-        _SERVER = self
         self.thread.start()
-        _READY.set()
         return self
 
     def stop(self) -> None:

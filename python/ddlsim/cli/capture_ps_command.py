@@ -78,6 +78,8 @@ def ps(
 def _print_breakdown(log) -> None:
     from rich.table import Table
 
+    import pandas as pd
+
     from ..analyze.rpc import rpc_table
 
     table = rpc_table(log)
@@ -92,7 +94,7 @@ def _print_breakdown(log) -> None:
         view.add_column(p[:-3], justify="right")
     counts = table.groupby("kind").size()
     for kind, row in means.iterrows():
-        view.add_row(kind, str(counts[kind]), *(f"{float(row[p]) / 1e3:.1f}" for p in parts))
+        view.add_row(kind, str(counts[kind]), *("-" if pd.isna(row[p]) else f"{float(row[p]) / 1e3:.1f}" for p in parts))
     out.print(view)
 
 
