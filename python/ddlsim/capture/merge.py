@@ -128,4 +128,8 @@ def merge_capture(capture_dir: str | Path, *, metadata: Optional[dict] = None, g
         "dropped": dropped,
         **(metadata or {}),
     }
+    if not kept:  # every rank died before a complete row (or all its rows named lost ones): an empty, flagged log
+        from ..trace import empty_event_log
+
+        return empty_event_log(meta)
     return event_log_from_rows(kept, metadata=meta, groups=groups, source=str(capture_dir))
