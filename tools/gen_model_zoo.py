@@ -67,26 +67,12 @@ META = torch.device("meta")
 # --------------------------------------------------------------------------
 # Model definitions
 # --------------------------------------------------------------------------
-class LeNet5(nn.Module):
-    """Classic LeNet-5 (LeCun et al. 1998) on 1x32x32 inputs, 61,706 params."""
+def _lenet5() -> nn.Module:
+    """Classic LeNet-5 (LeCun et al. 1998) on 1x32x32 inputs, 61,706 params: the one the captures train."""
+    sys.path.insert(0, str(REPO_ROOT / "python"))
+    from ddlsim.capture.lenet import LeNet5
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 6, 5)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, 10)
-        self.act = nn.Tanh()
-        self.pool = nn.AvgPool2d(2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool(self.act(self.conv1(x)))
-        x = self.pool(self.act(self.conv2(x)))
-        x = torch.flatten(x, 1)
-        x = self.act(self.fc1(x))
-        x = self.act(self.fc2(x))
-        return self.fc3(x)
+    return LeNet5()
 
 
 def _torchvision(fn_name: str, **kwargs) -> Callable[[], nn.Module]:
@@ -129,7 +115,7 @@ class ModelSpec:
 
 TV = "torchvision.models."
 MODELS = [
-    ModelSpec("lenet5", "LeNet-5", f"{GENERATOR}:LeNet5", [1, 32, 32], LeNet5,
+    ModelSpec("lenet5", "LeNet-5", "python/ddlsim/capture/lenet.py:LeNet5", [1, 32, 32], _lenet5,
               expected={"parameters": 61_706}),
     ModelSpec("alexnet", "AlexNet", TV + "alexnet(weights=None)", [3, 224, 224],
               _torchvision("alexnet"), expected={"parameters": 61_100_840}),
