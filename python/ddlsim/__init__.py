@@ -7,8 +7,7 @@ of distributed deep-learning training.
     >>> result.events              # the event log (pandas DataFrame)
 """
 
-from importlib import import_module
-
+from ._lazy import lazy_exports
 from .errors import DdlsimError, ModelError, ScenarioError, TraceError
 
 # Loaded on first use, so that `import ddlsim` (and `ddlsim --version`) stay light.
@@ -29,10 +28,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 __version__ = "0.1.0"
 

@@ -4,7 +4,7 @@ Submodules load on first use (pandas and matplotlib are not imported until
 a table or a picture is asked for).
 """
 
-from importlib import import_module
+from .._lazy import lazy_exports
 
 _EXPORTS = {
     "Analysis": "analysis",
@@ -27,7 +27,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -12,7 +12,7 @@ torch is imported only by the jobs themselves (``pip install ddlsim[capture]``);
 nothing else in ddlsim imports this package.
 """
 
-from importlib import import_module
+from .._lazy import lazy_exports
 
 _HOME = {
     **dict.fromkeys(("RankRecorder", "now_ns", "rank_file"), "recorder"),
@@ -24,14 +24,6 @@ _HOME = {
 }
 
 
-def __getattr__(name: str):
-    if name in _HOME:
-        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
-
+__getattr__, __dir__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = sorted(_HOME)

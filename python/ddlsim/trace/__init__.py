@@ -14,7 +14,7 @@
 * :mod:`.formats` - the formats by name: :func:`read_trace`, :func:`write_trace`.
 """
 
-from importlib import import_module
+from .._lazy import lazy_exports
 
 # Each name loads its module on first use, so that `import ddlsim.trace.columns`
 # (the simulate path) does not import pyarrow, pandas or the writers.
@@ -35,14 +35,6 @@ _HOME = {
 }
 
 
-def __getattr__(name: str):
-    if name in _HOME:
-        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
-
+__getattr__, __dir__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = sorted(_HOME)
