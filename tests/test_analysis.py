@@ -314,6 +314,15 @@ def test_critical_path_starts_from_the_last_operation_not_an_iteration_marker():
     assert path["op"].tolist() == ["C", "D", "E", "F"]
 
 
+def test_critical_path_crosses_a_message_whose_recv_records_no_deps():
+    # as a capture logs it: the recv E names no deps, only its message; the path must still reach D and C
+    rows = path_rows()
+    rows[4] = {**rows[4], "deps": []}
+    path = Analysis(event_log_from_rows(rows)).critical_path()
+    assert path["op"].tolist() == ["C", "D", "E", "F"]
+    assert path["wait_ns"].tolist()[2] == 0  # E starts at 15, when its send D ended
+
+
 def test_critical_path_with_unknown_deps_says_where_it_stops():
     a = Analysis(event_log_from_rows(path_rows(unknown_deps=True)))
     path = a.critical_path()

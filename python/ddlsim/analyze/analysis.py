@@ -315,6 +315,13 @@ class Analysis:
         key = np.lexsort((ids[sel], end[sel], iteration[sel]))
         last = sel[key][np.append(np.flatnonzero(np.diff(iteration[sel][key])), len(sel) - 1)]
         windows = dict(zip(*self._windows()))
+        # A recv row that records no deps (a capture's: the message joins it to its send) waited for its message:
+        # the path goes on at the latest-ending send of that message, which may be on another rank.
+        message = self._col("message")
+        sends = np.flatnonzero((kind == "send") & (message >= 0))
+        sender_of: dict[int, int] = {}
+        for i in sends[np.argsort(end[sends], kind="stable")]:
+            sender_of[int(message[i])] = int(i)
         records, stops = [], []
         for it, row in zip(its, last):
             path, waits, reason = [], [], "row with no dependencies"
@@ -329,6 +336,8 @@ class Analysis:
                 targets = values[offsets[row]:offsets[row + 1]]
                 slot = np.searchsorted(sorted_ids, targets).clip(max=len(ids) - 1)
                 found = order[slot][sorted_ids[slot] == targets]
+                if not len(targets) and kind[row] == "recv" and int(message[row]) in sender_of:
+                    found = np.array([sender_of[int(message[row])]])
                 if not len(found):
                     waits.append(np.nan)
                     break
