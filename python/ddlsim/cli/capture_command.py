@@ -25,8 +25,13 @@ capture_app = typer.Typer(
 def merge(
     capture_dir: Path = typer.Argument(..., help="Capture directory holding the ranks' *.rank.jsonl files."),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Event log to write (default: CAPTURE_DIR/events.parquet)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="The job's configuration (the --config the ranks ran with; default: CAPTURE_DIR/job.json)."),
 ) -> None:
-    """Merge the per-rank files of a capture (e.g. one started with torchrun) into one event log."""
+    """Merge the per-rank files of a capture (e.g. one started with torchrun) into one event log.
+
+    A DDP capture's bucket table and facts come from the ranks' sidecar files; a PS capture's facts from the job's
+    configuration."""
     import json
 
     from ..capture.ddp_merge import SIDECAR_SUFFIX, merge_ddp
@@ -34,7 +39,9 @@ def merge(
     from ..errors import DdlsimError
     from ..trace import write_event_log
 
-    job_file = capture_dir / "job.json"
+    job_file = config or capture_dir / "job.json"
+    if config is not None and not config.is_file():
+        raise DdlsimError(f"--config {config}: no such file; give the job.json the ranks were started with")
     try:
         job = json.loads(job_file.read_text(encoding="utf-8")) if job_file.is_file() else {}
     except (OSError, json.JSONDecodeError) as exc:
