@@ -82,3 +82,11 @@ def test_the_merge_cli_writes_the_log(tmp_path):
     run = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "merge", str(tmp_path)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "events.parquet").exists() and "3 rows from 2 ranks" in run.stdout
+
+
+def test_the_clock_offset_comes_from_the_shortest_round_trip():
+    from ddlsim.capture.dist_clock import best_offset
+
+    # this rank's clock runs 100 ns behind rank 0's; the first probe was delayed 100 ns on its way there
+    assert best_offset([(0, 200, 210, 130), (0, 110, 111, 21)]) == (100, 20)
+    assert best_offset([(0, 200, 210, 130)]) == (140, 120)  # one slow probe: its asymmetry shows up in the offset

@@ -16,6 +16,13 @@ import socket
 from .recorder import now_ns
 
 
+def best_offset(samples) -> tuple[int, int]:
+    """(offset, round trip) in ns from NTP samples (t0 sent, t1 received by rank 0, t2 answered, t3 back): the
+    sample with the shortest round trip, offset ((t1 - t0) + (t2 - t3)) / 2. Shared by the RPC probe of the PS job."""
+    t0, t1, t2, t3 = min(samples, key=lambda s: (s[3] - s[0]) - (s[2] - s[1]))
+    return ((t1 - t0) + (t2 - t3)) // 2, (t3 - t0) - (t2 - t1)
+
+
 def _host_key(host: str) -> int:
     return int.from_bytes(hashlib.sha256(host.encode()).digest()[:7], "big")
 
@@ -34,7 +41,7 @@ def estimate_offset_ns(rank: int, world_size: int, rounds: int = 5) -> tuple[int
                 t1 = now_ns()
                 dist.send(torch.tensor([t1, now_ns(), host], dtype=torch.int64), dst=peer)
         return 0, 0
-    best_rtt, measured, same_host = None, 0, False
+    samples, same_host = [], False
     answer = torch.zeros(3, dtype=torch.int64)
     for _ in range(rounds):
         t0 = now_ns()
@@ -42,8 +49,7 @@ def estimate_offset_ns(rank: int, world_size: int, rounds: int = 5) -> tuple[int
         dist.recv(answer, src=0)
         t3 = now_ns()
         t1, t2, root_host = (int(v) for v in answer.tolist())
-        rtt = (t3 - t0) - (t2 - t1)
-        if best_rtt is None or rtt < best_rtt:
-            best_rtt, measured = rtt, ((t1 - t0) + (t2 - t3)) // 2
+        samples.append((t0, t1, t2, t3))
         same_host = root_host == host
+    measured, _ = best_offset(samples)
     return (0 if same_host else measured), measured

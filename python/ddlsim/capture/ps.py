@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DdlsimError
+from .dist_clock import best_offset
 from .layer_hooks import LayerHooks
 from .recorder import RankRecorder, now_ns
 
@@ -91,16 +92,13 @@ def clock_offset(rank: int, workers: int, probes: int = 8) -> tuple[int, int]:
 
     if rank == 0:
         return 0, 0
-    best = None
+    samples = []
     for _ in range(probes):
         a = now_ns()
         remote, host = rpc.rpc_sync(rank_name(0, workers), clock_now)
-        b = now_ns()
-        if best is None or b - a < best[1]:
-            best = (remote - (a + b) // 2, b - a)
-    if host == socket.gethostname():
-        return 0, best[1]
-    return best
+        samples.append((a, remote, remote, now_ns()))
+    offset, rtt = best_offset(samples)
+    return (0 if host == socket.gethostname() else offset), rtt
 
 
 def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
