@@ -382,6 +382,41 @@ fn training_run_error(message: String) -> PyErr {
     }
 }
 
+/// The all-reduce algorithms the engine runs, one dict per algorithm, in
+/// code order: `name` (the engine's spelling; scenarios write '-' for '_'),
+/// `code` (the graph column's value), `step_op` (the log's op of its steps),
+/// `closed_form` (the closed-form collective model times it), `min_ranks`
+/// (every count from this up is accepted), `folds_non_power_of_two` (MPICH's
+/// fold: two extra stages when the rank count is not a power of two),
+/// `uses_hosts` (its schedule reads the rank -> host map) and `partitions`
+/// (it takes `chunk_bytes`). python/ddlsim/simulation/algorithms.py wraps it.
+#[pyfunction]
+fn algorithms(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    Algorithm::ALL
+        .iter()
+        .map(|&a| {
+            // Exhaustive: a new algorithm must say what it is here.
+            let (folds, uses_hosts, partitions) = match a {
+                Algorithm::Ring => (false, false, true),
+                Algorithm::HalvingDoubling | Algorithm::RecursiveDoubling | Algorithm::Butterfly => (true, false, false),
+                Algorithm::BinaryTree | Algorithm::DoubleBinaryTree | Algorithm::Direct => (false, false, false),
+                Algorithm::HierarchicalRing => (false, true, false),
+            };
+            let d = PyDict::new(py);
+            d.set_item("name", a.name())?;
+            d.set_item("code", a as u8)?;
+            d.set_item("step_op", a.step_op())?;
+            // closed_form::finish_offsets matches every algorithm.
+            d.set_item("closed_form", true)?;
+            d.set_item("min_ranks", 1u32)?;
+            d.set_item("folds_non_power_of_two", folds)?;
+            d.set_item("uses_hosts", uses_hosts)?;
+            d.set_item("partitions", partitions)?;
+            Ok(d)
+        })
+        .collect()
+}
+
 /// Arms the native backstop for Ctrl-C and SIGTERM (see src/watchdog.rs):
 /// `grace_ms` after the first such signal, if the process is still alive,
 /// the registered scratch directories are removed and the process exits with
@@ -410,6 +445,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arm_interrupt_watchdog, m)?)?;
     m.add_function(wrap_pyfunction!(register_scratch, m)?)?;
     m.add_function(wrap_pyfunction!(unregister_scratch, m)?)?;
+    m.add_function(wrap_pyfunction!(algorithms, m)?)?;
     m.add("KIND_NAMES", KIND_NAMES.to_vec())?;
     m.add("ALGORITHM_NAMES", Algorithm::NAMES.to_vec())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -40,47 +40,34 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from ..errors import PlanError
-from ..simulation.grouping import AllReduceCost
+from ..simulation import algorithms as _registry
+from ..simulation.algorithms import AllReduceCost
 
-ALGORITHMS = ("ring", "halving-doubling", "recursive-doubling", "binary-tree")
-_ALGORITHM_ALIASES = {
-    "recursive-halving-doubling": "halving-doubling",
-    "rabenseifner": "halving-doubling",
-    "tree": "binary-tree",
-}
-# Algorithms the engine simulates (scenario strategy.algorithm).
-SIMULATED_ALGORITHMS = ("ring", "halving-doubling")
+# Table II's algorithms (what a measured table can be fitted with), and every
+# algorithm the engine simulates: both read from the one registry.
+ALGORITHMS = tuple(a.name for a in _registry.table2_algorithms())
+SIMULATED_ALGORITHMS = _registry.names()
 TIME_UNITS_NS = {"ns": 1, "us": 1000, "ms": 10**6, "s": 10**9}
 
 
 def algorithm_name(name: str) -> str:
     """The canonical Table II name of an all-reduce algorithm."""
-    key = name.strip().lower().replace("_", "-").replace(" ", "-")
-    key = _ALGORITHM_ALIASES.get(key, key)
+    key = _registry.canonical(name)
     if key not in ALGORITHMS:
-        raise PlanError(f"unknown all-reduce algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
+        other = " (the simulator runs it, but MG-WFBP's Table II gives no cost to fit it with)" if key in SIMULATED_ALGORITHMS else ""
+        raise PlanError(f"unknown all-reduce algorithm {name!r}{other}; choose one of {', '.join(ALGORITHMS)}")
     return key
 
 
 def table2(algorithm: str, workers: int, alpha_ns: float, beta_ns_per_byte: float,
            gamma_ns_per_byte: float = 0.0) -> AllReduceCost:
     """T_ar(M) = a + b M of Table II for `workers` workers."""
-    return AllReduceCost.table2(algorithm_name(algorithm), workers, alpha_ns, beta_ns_per_byte, gamma_ns_per_byte)
+    return _registry.get(algorithm_name(algorithm)).table2(workers, alpha_ns, beta_ns_per_byte, gamma_ns_per_byte)
 
 
 def _coefficients(algorithm: str, n: int) -> tuple[float, float, float]:
     """(ka, kb, kg) with a = ka alpha and b = kb beta + kg gamma (Table II)."""
-    algorithm = algorithm_name(algorithm)
-    if n <= 1:
-        return 0.0, 0.0, 0.0
-    log_n = math.log2(n)
-    if algorithm == "ring":
-        return 2 * (n - 1), 2 * (n - 1) / n, (n - 1) / n
-    if algorithm == "halving-doubling":
-        return 2 * log_n, 2 - 2 / n, 1 - 1 / n
-    if algorithm == "recursive-doubling":
-        return log_n, log_n, log_n
-    return 2 * log_n, 2 * log_n, log_n  # binary tree
+    return _registry.get(algorithm_name(algorithm)).table2_coefficients(n)
 
 
 def point_to_point(algorithm: str, workers: int, a_ns: float, b_ns_per_byte: float,
@@ -380,12 +367,12 @@ class CostModel:
     def network(self, workers: int) -> dict:
         """Scenario overrides for a simulated network with this alpha and beta:
         latency = alpha (rounded to the ns), bandwidth = 8e9 / beta bit/s, the
-        algorithm (ring or halving-doubling, the ones the engine runs) and
-        gamma as the all-reduce's reduction cost."""
+        algorithm (every one of Table II's the engine runs) and gamma as the
+        all-reduce's reduction cost."""
         alpha, beta = self.point_to_point(workers)
         if self.algorithm not in SIMULATED_ALGORITHMS:
-            raise PlanError(f"the simulator runs {' and '.join(SIMULATED_ALGORITHMS)} all-reduce, not {self.algorithm}; "
-                            "fit the table with --algorithm ring or halving-doubling")
+            raise PlanError(f"the simulator runs {', '.join(SIMULATED_ALGORITHMS)} all-reduce, not {self.algorithm}; "
+                            f"fit the table with --algorithm {' or '.join(a for a in ALGORITHMS if a in SIMULATED_ALGORITHMS)}")
         if beta <= 0:
             raise PlanError(f"the cost model's beta for {workers} workers is {beta!r}; it must be > 0 to give a bandwidth")
         overrides = {"latency": f"{max(0, round(alpha))}ns", "bandwidth": f"{8e9 / beta!r}bps", "algorithm": self.algorithm}

@@ -24,7 +24,8 @@ Passes (scenario ``[strategy] grouping = {kind = ...}``):
 - ``synceasgd``: one group holding every tensor, after the whole backward.
 - ``mg-wfbp``: Shi et al., MG-WFBP (ICDCS 2019), Algorithm 1: per-layer
   groups merged into their previous layer when Theorem 1's condition
-  holds, with the all-reduce cost T_ar(M) = a + b M of Table II.
+  holds, with the all-reduce cost T_ar(M) = a + b M of the scenario's
+  algorithm (:mod:`ddlsim.simulation.algorithms`).
 - ``fusion``: Horovod tensor fusion: every cycle, the tensors that became
   ready since the last cycle are fused, in ready order, into buffers of at
   most ``threshold`` bytes (a tensor above the threshold travels alone; a
@@ -56,6 +57,7 @@ from typing import Iterable, Sequence
 
 from ..errors import ScenarioError
 from ..workload.model import Model
+from .algorithms import AllReduceCost  # noqa: F401  (the cost model of MG-WFBP, re-exported)
 
 # PyTorch: torch.distributed._DEFAULT_FIRST_BUCKET_BYTES (c10d/reducer.hpp kDefaultFirstBucketBytes).
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024
@@ -271,37 +273,6 @@ def user_groups(model: Model, names: Sequence[Sequence[str]]) -> list[dict]:
 
 
 # ----------------------------------------------------------------- MG-WFBP
-
-
-@dataclass(frozen=True)
-class AllReduceCost:
-    """T_ar(M) = a + b M (MG-WFBP Eq. 9): a in ns, b in ns per byte."""
-
-    a: float
-    b: float
-
-    def __call__(self, nbytes: float) -> float:
-        return self.a + self.b * nbytes
-
-    @classmethod
-    def table2(cls, algorithm: str, n: int, alpha_ns: float, beta_ns_per_byte: float, gamma_ns_per_byte: float = 0.0) -> "AllReduceCost":
-        """MG-WFBP Table II for N workers, point-to-point cost alpha + beta M,
-        reduction gamma per byte (the engine charges it with strategy.gamma_ns_per_byte)."""
-        import math
-
-        if n <= 1:
-            return cls(0.0, 0.0)
-        alpha, beta, gamma = alpha_ns, beta_ns_per_byte, gamma_ns_per_byte
-        log_n = math.log2(n)
-        if algorithm == "ring":
-            return cls(2 * (n - 1) * alpha, 2 * (n - 1) / n * beta + (n - 1) / n * gamma)
-        if algorithm in ("halving-doubling", "halving_doubling", "recursive-halving-doubling"):
-            return cls(2 * alpha * log_n, 2 * beta - (2 * beta + gamma) / n + gamma)
-        if algorithm in ("recursive-doubling",):
-            return cls(alpha * log_n, (beta + gamma) * log_n)
-        if algorithm in ("binary-tree", "tree"):
-            return cls(2 * alpha * log_n, (2 * beta + gamma) * log_n)
-        raise ValueError(f"no Table II cost for all-reduce algorithm {algorithm!r}")
 
 
 @dataclass(frozen=True)

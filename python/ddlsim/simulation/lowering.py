@@ -13,7 +13,7 @@ import math
 
 from ..errors import ScenarioError
 from ..units import parse_duration_ns
-from . import grouping
+from . import algorithms, grouping
 from .scenario import Scenario
 from ..workload.model import Model
 
@@ -47,13 +47,18 @@ def group_per_tensor(model: Model) -> list[dict]:
 
 
 def allreduce_cost(scenario: Scenario) -> grouping.AllReduceCost:
-    """MG-WFBP's T_ar(M) = a + bM for the scenario (Table II): alpha = the
-    host latency, beta = 8 / host bandwidth per byte, gamma = the strategy's
-    reduction cost. An approximation on fabrics where ring steps cross other links."""
+    """MG-WFBP's T_ar(M) = a + bM for the scenario: the idle-network cost of
+    its algorithm's schedule (:meth:`ddlsim.simulation.algorithms.Algorithm.cost`;
+    Table II's for ring, recursive doubling and halving-doubling on a power
+    of two) with alpha = the host latency, beta = 8 / host bandwidth per
+    byte, gamma = the strategy's reduction cost. An approximation on fabrics
+    where steps cross other links or contend."""
     net = scenario.network
-    algorithm = getattr(scenario.strategy, "algorithm", "ring")
+    algorithm = algorithms.get(getattr(scenario.strategy, "algorithm", "ring"))
     gamma = scenario.strategy.gamma_ns_per_byte if scenario.strategy.kind == "ring" else 0.0
-    return grouping.AllReduceCost.table2(algorithm, scenario.workers, float(net.latency_ns), 8e9 / net.bandwidth_bps, gamma)
+    return algorithm.cost(scenario.workers, float(net.latency_ns), 8e9 / net.bandwidth_bps, gamma,
+                          ranks_per_host=net.ranks_per_host, intra_alpha_ns=float(net.intra_host_latency_ns),
+                          intra_beta_ns_per_byte=8e9 / net.intra_host_bandwidth_bps)
 
 
 def build_groups(scenario: Scenario, model: Model, times_ns: list[tuple[int, int]]) -> list[dict]:
@@ -83,33 +88,9 @@ def build_groups(scenario: Scenario, model: Model, times_ns: list[tuple[int, int
 
 
 def steps_per_allreduce(algorithm: str, n: int, ranks_per_host: int = 1, messages: int = 1) -> int:
-    """Point-to-point steps (send rows) a rank logs per all-reduce over `n` ranks, on average.
-
-    Mirrors the engine's schedules (crates/ddlsim-core/src/collective/); the
-    partitioned ring runs one ring per message.
-    """
-    if n <= 1:
-        return 0
-    algorithm = algorithm.replace("_", "-")
-    p = 1 << (n.bit_length() - 1)
-    log2p = p.bit_length() - 1
-    fold = 2 if p != n else 0
-    if algorithm == "ring":
-        return 2 * (n - 1) * max(1, messages)
-    if algorithm == "direct":
-        return 2 * (n - 1)
-    if algorithm in ("recursive-doubling", "butterfly"):
-        return log2p + fold
-    if algorithm in ("binary-tree", "double-binary-tree"):
-        # 2 (n-1) transfers over n ranks per tree (every edge up and down).
-        return (1 if algorithm == "binary-tree" else 2) * -(-2 * (n - 1) // n)
-    if algorithm == "hierarchical-ring":
-        per = ranks_per_host
-        if per >= 1 and n % per == 0:
-            return 2 * (per - 1) + 2 * (n // per - 1)
-        return 2 * (n - 1)  # uneven hosts: the engine runs the flat ring
-    # halving-doubling
-    return 2 * log2p + fold
+    """Point-to-point steps (send rows) a rank logs per all-reduce over `n` ranks, on average
+    (see :meth:`ddlsim.simulation.algorithms.Algorithm.steps_per_rank`)."""
+    return algorithms.get(algorithm).steps_per_rank(n, ranks_per_host, messages)
 
 
 def steps_per_iteration(scenario: Scenario, group_bytes: list[int]) -> int:
@@ -201,7 +182,7 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
             if strategy.staleness is not None:
                 extra["staleness"] = strategy.staleness
     else:
-        sync = {"kind": "allreduce", "algorithm": strategy.algorithm.replace("-", "_")}
+        sync = {"kind": "allreduce", "algorithm": algorithms.get(strategy.algorithm).engine_name}
     _check_time_budget(scenario, times_ns)
     if scenario.stagger_ns:
         extra["stagger_ns"] = scenario.stagger_ns

@@ -12,6 +12,7 @@ The strategy is a tagged section::
     kind = "ring"                # all-reduce
     algorithm = "ring"           # "ring" | "halving-doubling" | "recursive-doubling" | "binary-tree"
                                  # | "double-binary-tree" | "direct" | "butterfly" | "hierarchical-ring"
+                                 # (the engine's list: ddlsim.simulation.algorithms.names())
     chunk_bytes = 0              # ring: cut each tensor into messages of at most this size (0: off)
     gamma_ns_per_byte = 0.0      # reduction cost: each reduce-phase receipt takes bytes x gamma
     stream_policy = "fifo"       # "fifo" | "priority" (lowest layer first)
@@ -75,6 +76,12 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+
+def _algorithm_names() -> tuple[str, ...]:
+    from .algorithms import names
+
+    return names()
 
 
 def _check(parse):
@@ -460,12 +467,9 @@ def parse_grouping(value: Any) -> Any:
     return value
 
 
-#: All-reduce algorithms (the engine's names with "-" for "_"); see
-#: crates/ddlsim-core/src/collective/ for each one's schedule and closed form.
-AllreduceAlgorithm = Literal[
-    "ring", "halving-doubling", "recursive-doubling", "binary-tree", "double-binary-tree",
-    "direct", "butterfly", "hierarchical-ring",
-]
+#: All-reduce algorithms: the engine's (the registry in
+#: :mod:`ddlsim.simulation.algorithms`), with "-" for "_".
+AllreduceAlgorithm = Literal[_algorithm_names()]  # type: ignore[valid-type]
 
 
 class _StrategyBase(_Strict):
@@ -532,10 +536,13 @@ class RingStrategy(_StrategyBase):
 
     @model_validator(mode="after")
     def _chunk_bytes_needs_ring(self):
-        if self.chunk_bytes and self.algorithm != "ring":
+        from .algorithms import all_algorithms, get
+
+        if self.chunk_bytes and not get(self.algorithm).partitions:
+            takes = " or ".join(f'"{a.name}"' for a in all_algorithms() if a.partitions)
             raise ValueError(
                 f"strategy.chunk_bytes = {self.chunk_bytes} partitions ring messages, but strategy.algorithm = "
-                f"{self.algorithm!r}; use algorithm = \"ring\" or remove chunk_bytes"
+                f"{self.algorithm!r}; use algorithm = {takes} or remove chunk_bytes"
             )
         if self.in_network == "multicast" and (self.algorithm != "ring" or self.chunk_bytes):
             raise ValueError(
