@@ -191,3 +191,13 @@ def test_unknown_algorithm_names_the_choices():
         reg.get("ringg")
     assert reg.get("RING").name == "ring" and reg.get("halving_doubling").name == "halving-doubling"
     assert reg.get("dbt").name == "double-binary-tree"
+
+
+def test_the_cli_algorithm_help_lists_the_registry():
+    import inspect
+
+    from ddlsim.cli import app as cli
+
+    for command in (cli.simulate, cli.plan):
+        help_text = inspect.signature(command).parameters["algorithm"].default.help
+        assert all(name in help_text for name in NAMES), (command.__name__, help_text)

@@ -9,8 +9,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from .. import _core as _engine
 from ..errors import DdlsimError
 from .consoles import err, out, real_console
+
+# The engine's all-reduce algorithms, spelled as ddlsim.simulation.algorithms.names() does, for
+# the --algorithm help (read from the extension alone: importing the simulation package here would slow every start).
+_ALGORITHMS = " | ".join(_engine.ALGORITHM_NAMES).replace("_", "-")
 
 app = typer.Typer(
     help="Simulate and analyze the network communication of distributed deep-learning training.",
@@ -44,7 +49,7 @@ def simulate(
     workers: Optional[int] = typer.Option(None, "--workers", "-n", help="Number of workers."),
     servers: Optional[int] = typer.Option(None, "--servers", help="Parameter servers (strategy ps)."),
     strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help="ring (all-reduce) | ps (parameter server)"),
-    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="All-reduce algorithm (strategy ring): ring | halving-doubling | recursive-doubling | binary-tree | double-binary-tree | direct | butterfly | hierarchical-ring"),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help=f"All-reduce algorithm (strategy ring): {_ALGORITHMS}"),
     chunk_bytes: Optional[int] = typer.Option(
         None, "--chunk-bytes", help="Algorithm ring: cut each tensor into messages of at most this many bytes (0: off)."),
     collective_model: Optional[str] = typer.Option(
@@ -415,7 +420,7 @@ def plan(
     workers: Optional[int] = typer.Option(None, "--workers", "-n", help="Number of workers."),
     bandwidth: Optional[str] = typer.Option(None, "--bandwidth", "-b", help="Host link bandwidth with a unit, e.g. 10Gbps."),
     latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency with a unit, e.g. 10us."),
-    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="All-reduce algorithm: ring | halving-doubling"),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help=f"All-reduce algorithm: {_ALGORITHMS}"),
     cost_model: Optional[Path] = typer.Option(
         None, "--cost-model", help="Cost model JSON (`ddlsim fit --out`): sets alpha, beta and the algorithm instead of "
         "--bandwidth/--latency/--algorithm."),
