@@ -1,6 +1,8 @@
 """The results store: one JSON summary per simulated scenario, keyed by a hash
-of the canonical scenario JSON, the files it reads (a profile's contents) and
-the ddlsim version, so a scenario that was run before is answered from disk."""
+of the canonical scenario JSON, the files it reads (a profile's contents),
+the ddlsim version and the engine build (a hash of the loaded extension's
+bytes: a rebuilt engine with the same version string does not get the old
+engine's results), so a scenario that was run before is answered from disk."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import hashlib
 import json
 import os
 import tempfile
+import uuid
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
@@ -41,6 +45,19 @@ def _profile_digest(scenario: Scenario) -> Optional[str]:
         raise DdlsimError(f"{path}: cannot read the profile of a sweep scenario ({exc.strerror or exc})") from None
 
 
+@lru_cache(maxsize=1)
+def engine_build_id() -> str:
+    """SHA-256 of the loaded engine extension (ddlsim._core), read once per
+    process. If the file cannot be read, an id of this process alone: its
+    results are then never served to another process (nor stale ones to it)."""
+    from .. import _core
+
+    try:
+        return hashlib.sha256(Path(_core.__file__).read_bytes()).hexdigest()
+    except (OSError, TypeError, AttributeError):
+        return f"unreadable-{uuid.uuid4().hex}"
+
+
 def scenario_key(scenario: Scenario) -> str:
     from .. import __version__
     from .._core import __version__ as engine_version
@@ -48,6 +65,7 @@ def scenario_key(scenario: Scenario) -> str:
     material = {
         "ddlsim": __version__,
         "engine": engine_version,
+        "engine_build": engine_build_id(),
         "format": SUMMARY_FORMAT,
         "scenario": json.loads(canonical_json(scenario)),
         "profile_sha256": _profile_digest(scenario),
