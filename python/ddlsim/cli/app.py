@@ -50,8 +50,8 @@ def simulate(
     servers: Optional[int] = typer.Option(None, "--servers", help="Parameter servers (strategy ps)."),
     strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help="ring (all-reduce) | ps (parameter server)"),
     algorithm: Optional[str] = typer.Option(None, "--algorithm", help=f"All-reduce algorithm (strategy ring): {_ALGORITHMS}"),
-    chunk_bytes: Optional[int] = typer.Option(
-        None, "--chunk-bytes", help="Algorithm ring: cut each tensor into messages of at most this many bytes (0: off)."),
+    chunk_bytes: Optional[str] = typer.Option(
+        None, "--chunk-bytes", help="Algorithm ring: cut each tensor into messages of at most this size, e.g. 4MB (0: off)."),
     collective_model: Optional[str] = typer.Option(
         None, "--collective-model", help="steps | closed-form (one event per collective; needs --network analytic)"),
     stream_policy: Optional[str] = typer.Option(

@@ -102,7 +102,7 @@ def connections(
     out_dir: Path = typer.Option(..., "--out", "-o", help="Directory for c<C>/ runs, scaling.csv and fit.json."),
     counts: str = typer.Option("1,2,4,8", "--connections", help="Connection counts (client processes), comma separated."),
     requests: int = typer.Option(2000, "--requests", help="Total RPC requests per run, shared by the connections."),
-    request_bytes: int = typer.Option(4096, "--request-bytes", help="Payload bytes per request."),
+    request_size: str = typer.Option("4096", "--request-bytes", help="Payload size per request, e.g. 4096 or 4KiB."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds per run before it is stopped."),
 ) -> None:
     """Connection scaling (RPC paper Fig. 9): one server, C connections, the same total requests; fit server time vs C."""
@@ -114,6 +114,12 @@ def connections(
         values = [int(c) for c in counts.split(",") if c.strip()]
     except ValueError:
         raise DdlsimError(f"--connections {counts!r}: write whole numbers separated by commas, e.g. 1,2,4,8") from None
+    from ..units import parse_size_bytes
+
+    try:
+        request_bytes = parse_size_bytes(request_size)
+    except ValueError as exc:
+        raise DdlsimError(f"--request-bytes: {exc}") from None
     result = run_scaling(values, requests, request_bytes, out_dir, timeout_s=timeout,
                          on_done=lambda r: err.print(f"  {r['connections']} connections done", highlight=False))
     view = Table(title=f"{requests} requests of {request_bytes} B, one server", title_justify="left", header_style="bold")

@@ -61,6 +61,7 @@ from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origi
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -97,6 +98,9 @@ def _check(parse):
 Bandwidth = Annotated[Union[str, int, float], AfterValidator(_check(parse_bandwidth))]
 Duration = Annotated[Union[str, int, float], AfterValidator(_check(parse_duration_ns))]
 Size = Annotated[Union[str, int, float], AfterValidator(_check(parse_size_bytes))]
+# A whole number of bytes stored as an int: written as a number or as a size
+# with a unit ("4MB", "1MiB"), read by the same parser as `Size`.
+ByteCount = Annotated[int, BeforeValidator(lambda v: parse_size_bytes(v) if isinstance(v, str) else v)]
 # Kept for callers that imported it.
 Quantity = Union[str, float, int]
 
@@ -511,7 +515,7 @@ class RingStrategy(_StrategyBase):
     algorithm: AllreduceAlgorithm = "ring"
     # ring only: partition each tensor into messages of at most this many
     # bytes, each ring-all-reduced in turn (network-operator paper §8.2.1/§9.2); 0 = off
-    chunk_bytes: int = Field(0, ge=0, le=10**15)
+    chunk_bytes: ByteCount = Field(0, ge=0, le=10**15)
     # "multicast": the ring's second ring (all-gather) becomes one multicast
     # per worker of the chunk it reduced (network-operator paper §8.4); ring only.
     in_network: Literal["none", "multicast"] = "none"
@@ -598,9 +602,9 @@ class PSStrategy(_StrategyBase):
     update_bandwidth: Bandwidth = "20GB/s"
     # plus (N - 1) x tensor bytes x gamma ns (MG-WFBP's per-byte reduction cost)
     gamma_ns_per_byte: float = Field(0.0, ge=0, le=1e6, allow_inf_nan=False)
-    header_bytes: int = Field(0, ge=0, le=10**9)
+    header_bytes: ByteCount = Field(0, ge=0, le=10**9)
     # message pipelining (§9.2): each tensor (share) travels as messages of at most this size (0: off)
-    chunk_bytes: int = Field(0, ge=0, le=10**15)
+    chunk_bytes: ByteCount = Field(0, ge=0, le=10**15)
     # distribution phase (§9.4): immediate (each parameter right after its update),
     # round-robin (one parameter at a time to every worker), block (whole model per worker)
     distribution: Literal["immediate", "round-robin", "block"] = "immediate"
