@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 from .. import _core as _engine
 from ..errors import DdlsimError
-from .consoles import err, out, real_console
+from .consoles import QUIET_HELP, err, out, real_console
 
 # The engine's all-reduce algorithms, spelled as ddlsim.simulation.algorithms.names() does, for
 # the --algorithm help (read from the extension alone: importing the simulation package here would slow every start).
@@ -123,7 +123,7 @@ def simulate(
     max_memory: Optional[str] = typer.Option(
         None, "--max-memory", help="Refuse runs estimated to need more memory than this, e.g. 16GB (default: half of RAM)."),
     force: bool = typer.Option(False, "--force", help="Run even when the cost estimate is over budget."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Simulate training iterations and report where the time goes."""
     from ..api import simulate as run_simulation
@@ -189,11 +189,12 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
         f"{result.model.display_name} · {sc.workers} workers · {sc.network.bandwidth} · {sc.network.fidelity}",
         out,
     )
-    out.print(f"{summary['events']:,} events, {summary['log_rows']:,} log rows, engine {summary['wall_s']:.3f} s")
+    if not quiet:
+        out.print(f"{summary['events']:,} events, {summary['log_rows']:,} log rows, engine {summary['wall_s']:.3f} s")
     if recorded is not None and recorded[1] > 0:
         out.print(f"recorded run: {recorded[1] * 1e3:.2f} ms per iteration; replayed: {summary['iteration_time_s'] * 1e3:.2f} ms "
                   f"({summary['recorded']['difference']:+.2%} against the recorded run)")
-    if out_dir is not None:
+    if out_dir is not None and not quiet:
         for key, path in summary["outputs"].items():
             out.print(f"  {key:13s} {path}")
     for note in result.notes:
@@ -248,7 +249,7 @@ def replay(
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary only."),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help="Refuse runs estimated to need more memory than this."),
     force: bool = typer.Option(False, "--force", help="Run even when the cost estimate is over budget."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Replay a recorded run: its model and measured layer times, communication simulated again under the given strategy and network."""
     from ..analyze.breakdown import iteration_arrays

@@ -30,6 +30,11 @@ def real_console(console: Any):
     return console.get() if isinstance(console, LazyConsole) else console
 
 
+# --quiet means the same on every command (docs/cli.md, "Quiet"): no progress
+# bar and none of the lines about the run itself (timings, counts, cache use,
+# files written); the results, the notes that qualify them and errors stay.
+QUIET_HELP = "No progress bar and no chatter (timings, files written); results, notes and errors are still printed."
+
 err = LazyConsole(stderr=True)
 # Tables stay readable when piped (rich would otherwise assume 80 columns).
 out = LazyConsole(width=None if sys.stdout.isatty() else 150)

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import DdlsimError
+from .consoles import QUIET_HELP
 
 
 def network_operator(
@@ -16,7 +17,7 @@ def network_operator(
     quick: bool = typer.Option(False, "--quick", help="A reduced subset (2 models, 8 workers, 2 points per sweep) that runs in seconds."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Results cache directory (default: $XDG_CACHE_HOME/ddlsim or ~/.cache/ddlsim)."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Simulations run in parallel (local processes)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Network-operator paper (Chang et al.) Tables 1-4, 6-10 and Figs 3-12: PS, multicast, in-network aggregation, ring, butterfly."""
 
@@ -40,9 +41,10 @@ def network_operator(
         out.print()
     written = result.save(out_dir)
     s = result.stats
-    out.print(f"{s.simulated + s.cached} scenarios: {s.simulated} simulated ({s.simulation_wall_s:.1f} s), {s.cached} from the cache "
-              f"{result.cache_dir}")
-    out.print(f"wrote {len(written)} files to {out_dir}/ (comparison.txt, *.csv, fig*.png, fig*.svg)")
+    if not quiet:
+        out.print(f"{s.simulated + s.cached} scenarios: {s.simulated} simulated ({s.simulation_wall_s:.1f} s), {s.cached} from the cache "
+                  f"{result.cache_dir}")
+        out.print(f"wrote {len(written)} files to {out_dir}/ (comparison.txt, *.csv, fig*.png, fig*.svg)")
     for note in result.notes:
         out.print(f"note: {note}", highlight=False)
 

@@ -13,11 +13,10 @@ from typing import Callable
 
 import typer
 
-from .consoles import err, out, real_console
+from .consoles import QUIET_HELP as _QUIET_HELP, err, out, real_console
 
 _OUT_HELP = "Directory for the CSV tables and PNG/SVG figures (written all or nothing)."
 _QUICK_HELP = "A small subset (a few node counts and bandwidths) that runs in seconds."
-_QUIET_HELP = "Print nothing; no progress bar."
 
 # Tables printed to the terminal (the others are written only: per-run rows, timelines, paper sources), each with
 # the columns that name a row; a table wider than WIDE columns is printed transposed (one column per row).
@@ -79,15 +78,14 @@ def _run(paper: str, reproduce: Callable, out_dir: Path, quick: bool, quiet: boo
         rep = reproduce(quick=quick, progress=progress)
         bar.update(task, description="writing tables and figures")
         paths = write_reproduction(rep, out_dir)
-    if quiet:
-        return
     out.print(f"[bold]{rep.title}[/] with ddlsim{' (--quick subset)' if quick else ''}; paper values in the paper_* columns "
               "('-': the paper gives no number)", highlight=False)
     for name, keys in PRINTED[paper]:
         print_table(name, rep.tables[name], keys, out)
     for note in rep.notes:
         out.print(f"note: {note}", highlight=False)
-    out.print(f"wrote {len(paths)} files (CSV tables, PNG and SVG figures) to {out_dir}/", highlight=False)
+    if not quiet:
+        out.print(f"wrote {len(paths)} files (CSV tables, PNG and SVG figures) to {out_dir}/", highlight=False)
 
 
 def thesis(
