@@ -28,7 +28,10 @@ _LAZY = {
 }
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+# Subpackages reachable as attributes of an imported ddlsim (`ddlsim.trace.read_event_log`), loaded on first use.
+SUBPACKAGES = ("analyze", "capture", "interop", "plan", "reproduce", "simulation", "sweep", "trace", "units", "workload")
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), SUBPACKAGES)
 
 __version__ = "0.1.0"
 
