@@ -17,10 +17,10 @@ import argparse
 import time
 
 import ddlsim
+from ddlsim.simulation.algorithms import names
 from ddlsim.simulation.lowering import steps_per_allreduce
 
-ALGORITHMS = ["ring", "halving-doubling", "recursive-doubling", "binary-tree", "double-binary-tree",
-              "direct", "butterfly", "hierarchical-ring"]
+ALGORITHMS = list(names())  # every algorithm the engine runs (the registry)
 RESNET50_GROUPS = 161
 
 
