@@ -202,3 +202,16 @@ def test_the_cli_algorithm_help_lists_the_registry():
     for command in (cli.simulate, cli.plan):
         help_text = inspect.signature(command).parameters["algorithm"].default.help
         assert all(name in help_text for name in NAMES), (command.__name__, help_text)
+
+
+@pytest.mark.parametrize("algorithm", NAMES)
+def test_plan_prices_and_simulates_every_algorithm(algorithm):
+    result = ddlsim.make_plan(model="lenet5", workers=4, algorithm=algorithm, network="analytic", bucket_caps_mb=(25,),
+                              slice_bytes=(), credit_bytes=())
+    sc = result.scenario
+    assert sc.strategy.algorithm == algorithm
+    assert result.cost == allreduce_cost(sc)  # the MG-WFBP plan is priced with the registry's cost of that algorithm
+    assert result.mg_wfbp.iteration_time_s > 0
+    # a cost model naming an algorithm Table II lacks prices it by its schedule
+    model = plan_cost.CostModel(algorithm, 10_000.0, 0.8)
+    assert model.allreduce(4) == reg.get(algorithm).cost(4, 10_000.0, 0.8) or reg.get(algorithm).in_table2

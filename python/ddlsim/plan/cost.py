@@ -59,6 +59,14 @@ def algorithm_name(name: str) -> str:
     return key
 
 
+def _model_algorithm(name: str) -> str:
+    """A cost model's algorithm: Table II's (fitted) or any other the simulator runs (priced by its schedule)."""
+    key = _registry.canonical(name)
+    if key not in ALGORITHMS and key not in SIMULATED_ALGORITHMS:
+        raise PlanError(f"unknown all-reduce algorithm {name!r}; choose one of {', '.join(SIMULATED_ALGORITHMS)}")
+    return key
+
+
 def table2(algorithm: str, workers: int, alpha_ns: float, beta_ns_per_byte: float,
            gamma_ns_per_byte: float = 0.0) -> AllReduceCost:
     """T_ar(M) = a + b M of Table II for `workers` workers."""
@@ -333,7 +341,7 @@ class CostModel:
     source: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "algorithm", algorithm_name(self.algorithm))
+        object.__setattr__(self, "algorithm", _model_algorithm(self.algorithm))
         for name in ("alpha_ns", "beta_ns_per_byte", "gamma_ns_per_byte"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -351,10 +359,13 @@ class CostModel:
 
     def allreduce(self, workers: int) -> AllReduceCost:
         """T_ar(M) = a + b M for `workers`: the fitted line where that worker
-        count was measured, else Table II with alpha, beta and gamma."""
+        count was measured, else Table II with alpha, beta and gamma (for an
+        algorithm Table II lacks, its schedule's cost, ddlsim.simulation.algorithms)."""
         f = self.fit_for(workers)
         if f is not None:
             return f.cost
+        if self.algorithm not in ALGORITHMS:  # not in Table II: its schedule's idle-network cost
+            return _registry.get(self.algorithm).cost(workers, self.alpha_ns, self.beta_ns_per_byte, self.gamma_ns_per_byte)
         return table2(self.algorithm, workers, self.alpha_ns, self.beta_ns_per_byte, self.gamma_ns_per_byte)
 
     def point_to_point(self, workers: int) -> tuple[float, float]:
