@@ -324,6 +324,9 @@ def _registry() -> dict[str, Algorithm]:
     from .. import _core
     from ..errors import InternalError
 
+    if not hasattr(_core, "algorithms"):
+        raise InternalError(f"the engine extension {getattr(_core, '__file__', '_core')} is older than the Python package "
+                            "(it has no algorithms()); rebuild it: `make` or `maturin develop --release`")
     out: dict[str, Algorithm] = {}
     for info in _core.algorithms():
         engine_name = info["name"]
