@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..trace.schema import EventLog, as_event_log
-from .breakdown import iteration_arrays, rank_iteration_arrays
+from .breakdown import iteration_arrays, iteration_mean, rank_iteration_arrays
 from .rpc import rpc_table
 
 US = 1e3  # ns per microsecond
@@ -846,10 +846,13 @@ class Analysis:
         }
         it = self._iteration_arrays() if (self._col("iteration") >= 0).any() else None
         if it is not None:
+            mean = iteration_mean(it, self.log.metadata)
             out["iterations"] = int(len(it["iteration"]))
-            out["iteration_time_s"] = float(np.mean(it["time_s"]))
+            out["iteration_time_s"] = mean["mean_s"]
+            out["iteration_mean"] = mean["definition"]
+            out["iterations_averaged"] = mean["iterations"]
             for part in ("compute_s", "communication_s", "overlap_s", "exposed_communication_s", "idle_s", "overlap_ratio"):
-                out[part] = float(np.mean(it[part]))
+                out[part] = float(np.mean(np.asarray(it[part])[mean["mask"]]))
         ph = self.phases()
         if len(ph):
             out["sketchdlc_overlap_ratio"] = float(ph["sketchdlc_overlap_ratio"].mean())
