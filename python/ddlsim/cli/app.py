@@ -145,9 +145,9 @@ def simulate(
 
 
 def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Path], as_json: bool, max_memory: Optional[str],
-                         force: bool, quiet: bool, recorded: Optional[tuple[str, float]] = None) -> None:
+                         force: bool, quiet: bool, recorded: Optional[tuple[str, float, str]] = None) -> None:
     """Runs `run()` (a simulation) under the budget and progress bar, then prints or writes it;
-    `recorded`: (log, iteration time) of a replayed run, printed beside the replay."""
+    `recorded`: (log, iteration time, how it was averaged) of a replayed run, printed beside the replay."""
     budget_bytes = None
     if max_memory is not None:
         from ..units import parse_size_bytes
@@ -165,7 +165,7 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
         progress.phase("analysing")
         summary = result.summary()
         if recorded is not None:
-            summary["recorded"] = {"log": recorded[0], "iteration_time_s": recorded[1],
+            summary["recorded"] = {"log": recorded[0], "iteration_time_s": recorded[1], "iteration_mean": recorded[2],
                                    "difference": summary["iteration_time_s"] / recorded[1] - 1 if recorded[1] > 0 else None}
         if out_dir is not None:
             progress.phase("writing")
@@ -186,7 +186,7 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
     )
     out.print(f"{summary['events']:,} events, {summary['log_rows']:,} log rows, engine {summary['wall_s']:.3f} s")
     if recorded is not None and recorded[1] > 0:
-        out.print(f"recorded run: {recorded[1] * 1e3:.2f} ms per iteration; replayed: {summary['iteration_time_s'] * 1e3:.2f} ms "
+        out.print(f"recorded run: {recorded[1] * 1e3:.2f} ms per iteration ({recorded[2]}); replayed: {summary['iteration_time_s'] * 1e3:.2f} ms "
                   f"({summary['recorded']['difference']:+.2%} against the recorded run)")
     if out_dir is not None:
         for key, path in summary["outputs"].items():
@@ -246,9 +246,9 @@ def replay(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Replay a recorded run: its model and measured layer times, communication simulated again under the given strategy and network."""
-    from ..analyze.breakdown import iteration_arrays
+    from ..analyze.breakdown import iteration_arrays, iteration_mean
     from ..api import simulate as run_simulation
-    from ..simulation.replay import replay_scenario
+    from ..simulation.replay import replay_plan
     from ..trace.parquet import read_event_log
 
     overrides = {
@@ -257,10 +257,17 @@ def replay(
         "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    scenario = replay_scenario(events, model=model, **overrides)  # checks the log and the overrides first
-    recorded_s = float(iteration_arrays(read_event_log(events))["time_s"].mean())
-    _simulate_and_report(lambda: run_simulation(scenario), iterations=iterations, out_dir=out_dir,
-                         as_json=as_json, max_memory=max_memory, force=force, quiet=quiet, recorded=(str(events), recorded_s))
+    scenario, notes = replay_plan(events, model=model, **overrides)  # checks the log and the overrides first
+
+    def run():
+        result = run_simulation(scenario)
+        result.notes[:0] = notes  # what the replay took from the log and what it assumed
+        return result
+
+    log = read_event_log(events)
+    recorded = iteration_mean(iteration_arrays(log), log.metadata)  # capture and analyze's definition
+    _simulate_and_report(run, iterations=iterations, out_dir=out_dir, as_json=as_json, max_memory=max_memory, force=force,
+                         quiet=quiet, recorded=(str(events), recorded["mean_s"], recorded["definition"]))
 
 
 @app.command()
