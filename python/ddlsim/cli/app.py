@@ -309,8 +309,11 @@ def export(
 
     if fmt.strip().lower() == "events":
         raise DdlsimError("--format events: the input is already an event log; use `ddlsim convert` to copy it")
-    written = convert_trace(events, out_path, from_format="events", to_format=fmt)
+    notes: list[str] = []
+    written = convert_trace(events, out_path, from_format="events", to_format=fmt, notes=notes)
     out.print(f"wrote {out_path}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
+    for note in notes:  # the Perfetto trace's size bound, as simulate applies it
+        err.print(f"warning: {note}", highlight=False, markup=False)
 
 
 @app.command()
@@ -327,8 +330,11 @@ def convert(
     """Convert between trace formats (see docs/interop.md): event log, SketchDLC, Chakra, Kineto, Chrome, CSV, netop."""
     from ..interop import convert as convert_trace
 
-    written = convert_trace(source, target, from_format=from_format, to_format=to_format)
+    notes: list[str] = []
+    written = convert_trace(source, target, from_format=from_format, to_format=to_format, notes=notes)
     out.print(f"wrote {target}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
+    for note in notes:  # the Perfetto trace's size bound, as simulate applies it
+        err.print(f"warning: {note}", highlight=False, markup=False)
 
 
 @app.command()
