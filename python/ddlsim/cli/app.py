@@ -382,7 +382,8 @@ def fit(
         None, "--workers", "-n", help="Worker count of tables that give none (OSU output): once for all tables or once per table."),
     algorithm: str = typer.Option("ring", "--algorithm", help="All-reduce algorithm, to turn a and b into alpha and beta (Table II): "
                                   "ring | halving-doubling | recursive-doubling | binary-tree"),
-    gamma: float = typer.Option(0.0, "--gamma", help="Reduction time per byte in ns (Table II's gamma; the simulator models none)."),
+    gamma: float = typer.Option(0.0, "--gamma", help="Reduction time per byte in ns (Table II's gamma): given, not fitted; the fit takes its share out of b "
+    "before solving for beta, and `ddlsim plan --cost-model` charges it in the simulated all-reduces (strategy.gamma_ns_per_byte)."),
     time_unit: str = typer.Option("us", "--time-unit", help="Unit of a CSV time column without one in its name: ns | us | ms | s"),
     min_size: str = typer.Option("0", "--min-size", help="Fit only messages of at least this size (e.g. 64KiB)."),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the cost model as JSON (for `ddlsim plan --cost-model`)."),
