@@ -61,3 +61,13 @@ def _console():
     from rich.console import Console
 
     return Console(width=400)
+
+
+def test_compare_averages_the_iterations_the_headline_averages():
+    from ddlsim.analyze.analysis import Analysis as A
+
+    captured, simulated = A(captured_log(), "cap"), A(captured_log(source="simulate"), "sim")
+    c = captured.compare(simulated)
+    time = c[(c.scope == "breakdown") & (c.item == "time")].iloc[0]
+    assert (time["a_s"], time["b_s"]) == pytest.approx((0.013, 0.0304))
+    assert time["a_s"] == captured.headline()["iteration_time_s"] and time["b_s"] == simulated.headline()["iteration_time_s"]

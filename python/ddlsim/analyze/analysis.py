@@ -839,8 +839,10 @@ class Analysis:
 
     def compare(self, other: "Analysis | EventLog | str | Path", top: int = 5) -> pd.DataFrame:
         """This log (a) against another (b): per iteration (time), the mean
-        breakdown, per layer (compute time) and per communication op/name
-        (time), in seconds per worker and iteration: scope, item, a_s, b_s,
+        breakdown (over the iterations :func:`~ddlsim.analyze.breakdown.iteration_mean`
+        averages, as the headline), per layer (compute time) and per
+        communication item (time; paired by identity, see :meth:`_per_item`),
+        in seconds per worker and iteration: scope, item, a_s, b_s,
         diff_s = b - a, rel_diff. Rows sorted by scope, then |diff|;
         ``attrs["largest"]``: the ``top`` layers / transfers with the
         largest |diff| (what explains the difference)."""
@@ -853,9 +855,12 @@ class Analysis:
         it["item"] = "iteration " + it["item"].astype(str)
         parts.append(it.assign(scope="iteration"))
         rows = []
+        # the breakdown averages the iterations the headline does (a measured log's warm-up left out)
+        a_mask = iteration_mean(a_it, self.log.metadata)["mask"]
+        b_mask = iteration_mean(b_it, other.log.metadata)["mask"]
         for part in ("time_s", "compute_s", "communication_s", "overlap_s", "exposed_communication_s", "idle_s"):
-            av = float(np.mean(a_it[part])) if len(a_it[part]) else np.nan
-            bv = float(np.mean(b_it[part])) if len(b_it[part]) else np.nan
+            av = float(np.mean(np.asarray(a_it[part])[a_mask])) if a_mask.any() else np.nan
+            bv = float(np.mean(np.asarray(b_it[part])[b_mask])) if b_mask.any() else np.nan
             rows.append({"item": part.replace("_s", ""), "a_s": av, "b_s": bv})
         parts.append(pd.DataFrame(rows).assign(scope="breakdown"))
         pa_, pb_ = self._per_item(), other._per_item()
