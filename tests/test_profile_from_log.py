@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 import ddlsim
 from ddlsim.cli.app import app
 from ddlsim.errors import ModelError
-from ddlsim.trace import write_event_log
+from ddlsim.trace import read_event_log, write_event_log
 from ddlsim.workload.profile import layer_times_from_log
 
 
@@ -21,11 +21,23 @@ def resnet_log(tmp_path_factory):
     return r, out
 
 
-def test_a_runs_own_layer_times_reproduce_its_iteration_time_exactly(resnet_log):
-    r, path = resnet_log
-    again = ddlsim.simulate(model="resnet50", workers=4, iterations=2, profile=str(path))
-    assert again.iteration_time_s == r.iteration_time_s
-    assert again.summary()["compute_s"] == r.summary()["compute_s"]
+def test_a_profiled_run_times_each_layer_as_the_logs_own_rows_say(resnet_log):
+    """Oracle read straight off the log's rows (not through the profile code): each layer's forward and backward time is
+    the median over ranks and iterations of its rows; a one-worker run with the log as its profile runs every layer's
+    forward and backward for exactly that long (a swap of forward and backward, or of layers, fails), and its iteration is
+    their sum."""
+    _, path = resnet_log
+    df = read_event_log(path).to_pandas()
+    rows = df[(df.kind == "compute") & df.op.isin(["forward", "backward"])]
+    expected = rows.assign(d=rows.end_ns - rows.start_ns).groupby(["op", "name", "rank", "iteration"])["d"].sum() \
+        .groupby(["op", "name"]).median()
+    again = ddlsim.simulate(model="resnet50", workers=1, iterations=1, profile=str(path))
+    ran = again.events.to_pandas().query("kind == 'compute' and op in ('forward', 'backward')")
+    took = ran.assign(d=ran.end_ns - ran.start_ns).groupby(["op", "name"])["d"].sum()
+    assert set(took.index) == set(expected.index)
+    for key, ns in expected.items():
+        assert abs(took[key] - ns) <= 1, key  # the profile keeps whole nanoseconds
+    assert again.iteration_time_s * 1e9 == pytest.approx(expected.sum(), abs=len(expected))
 
 
 def test_times_are_the_median_over_ranks_and_iterations_of_each_layers_rows():

@@ -112,6 +112,9 @@ def replay(events: str | Path, model: str | None = None, **overrides: Any) -> Si
     """Replays the run an event log recorded (its model, workers and measured
     layer times; see ddlsim.simulation.replay), with `overrides` applied:
     ``replay("run/events.parquet", bandwidth="25Gbps", strategy="ps", servers=4)``."""
-    from .simulation.replay import replay_scenario
+    from .simulation.replay import replay_plan
 
-    return simulate(replay_scenario(events, model=model, **overrides))
+    scenario, notes = replay_plan(events, model=model, **overrides)
+    result = simulate(scenario)
+    result.notes[:0] = notes
+    return result

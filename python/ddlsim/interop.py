@@ -27,11 +27,27 @@ def write_output(log: Any, out: str | os.PathLike[str], fmt: str | None = None) 
 
 
 def convert(source: str | os.PathLike[str], out: str | os.PathLike[str], *, from_format: str | None = None,
-            to_format: str | None = None) -> list[Path]:
+            to_format: str | None = None, notes: list[str] | None = None) -> list[Path]:
     """Read ``source`` and write it to ``out``; formats are inferred from the
     names when not given (``ddlsim.trace.formats``). Returns the files written.
+
+    A Chrome / Perfetto trace is bounded as ``ddlsim simulate`` bounds its
+    trace.json (:func:`ddlsim.output.chrome_view`); what it leaves out is
+    appended to `notes`, or warned about (``UserWarning``) without a list.
 
     >>> ddlsim.convert("run1/events.parquet", "run1/chakra/trace.et")   # doctest: +SKIP
     """
     log = read_trace(source, from_format)
+    fmt = infer_output_format(Path(out)) if to_format is None else to_format.strip().lower()
+    if fmt == "chrome":
+        from .output import chrome_view
+
+        log, left_out = chrome_view(log)
+        if notes is not None:
+            notes.extend(left_out)
+        else:
+            import warnings
+
+            for note in left_out:
+                warnings.warn(note, stacklevel=2)
     return write_output(log, out, to_format)

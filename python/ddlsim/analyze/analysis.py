@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..trace.schema import EventLog, as_event_log
-from .breakdown import iteration_arrays, rank_iteration_arrays
+from .breakdown import iteration_arrays, iteration_mean, rank_iteration_arrays
 from .rpc import rpc_table
 
 US = 1e3  # ns per microsecond
@@ -764,9 +764,43 @@ class Analysis:
         return g.reset_index()
 
     # ---------------------------------------------------- compare
+    def _group_members(self) -> dict[int, tuple[int, ...]]:
+        """Group id -> its tensor ids (sorted), from the log's groups side table."""
+        groups = getattr(self.log, "groups", None)
+        if groups is None or not len(groups):
+            return {}
+        members: dict[int, list[int]] = {}
+        for g, t in zip(groups.column("group").to_pylist(), groups.column("tensor").to_pylist()):
+            members.setdefault(int(g), []).append(int(t))
+        return {g: tuple(sorted(ts)) for g, ts in members.items()}
+
+    def _tensor_names(self) -> dict[int, str]:
+        """Tensor id -> name: a capture's parameter list, else the zoo model the metadata names (else none)."""
+        params = self.log.metadata.get("parameters")
+        if isinstance(params, list) and params:
+            return {i: str(p.get("name", "")) for i, p in enumerate(params) if isinstance(p, dict)}
+        name = self.log.metadata.get("model")
+        if isinstance(name, str) and name:
+            try:
+                from ..workload import load_model
+
+                return {i: t.name for i, t in enumerate(load_model(name).tensors)}
+            except Exception:  # noqa: BLE001 - a foreign log's model name: labels fall back to tensor ids
+                return {}
+        return {}
+
     def _per_item(self) -> pd.DataFrame:
-        """Mean time per worker and iteration of each compute layer and each
-        communication op/name (for :meth:`compare`)."""
+        """Time per worker and iteration of each compute layer and each
+        communication item (for :meth:`compare`): scope, key, item, t.
+
+        Items are paired between logs by identity, not by position: a layer by
+        (op, name); gradient traffic by the set of tensors its group carries
+        (the groups side table) and its collective type or PS op, so bucket 1
+        of one log meets the bucket holding the same tensors in the other,
+        whatever its number; rows without a group by (op, name). An item's
+        time is the union of its rows' intervals on each rank (a collective
+        row and its own steps, or concurrent chunks, count once), summed over
+        the workers and divided by workers x iterations."""
         workers = self._mask("role", ("worker",))
         if not workers.any():
             workers = np.ones(len(self.log), dtype=bool)
@@ -775,28 +809,40 @@ class Analysis:
         n_its = max(len(np.unique(its[its >= 0])), 1)
         start, end = self._aligned()
         kind = self._col("kind")
-        op_codes, op_names = self.log.codes("op")
-        name_codes, names = self.log.codes("name")
+        members = self._group_members()
+        names = self._tensor_names() if members else {}
         parts = []
         for scope, mask in (("layer", workers & (kind == "compute")),
                             ("communication", workers & np.isin(kind, ("send", "collective")))):
             if not mask.any():
                 continue
-            # group on the dictionary codes (no string hashing per row)
-            key = op_codes[mask].astype(np.int64) * (len(names) + 1) + name_codes[mask]
-            keys, inverse = np.unique(key, return_inverse=True)
-            total = np.bincount(inverse, weights=(end[mask] - start[mask]).astype(float)) / 1e9 / (n_workers * n_its)
-            ops, nms = op_names[keys // (len(names) + 1)], names[keys % (len(names) + 1)]
-            g = pd.DataFrame({"op": ops.astype(str), "name": nms.astype(str), "t": total})
-            g = g.groupby(["op", "name"], as_index=False)["t"].sum()  # equal strings under different codes
-            g["item"] = np.where(g["name"] != "", g["op"] + " " + g["name"], g["op"])
-            parts.append(g.assign(scope=scope)[["scope", "item", "t"]])
-        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["scope", "item", "t"])
+            op, name = self._col("op")[mask].astype(str), self._col("name")[mask].astype(str)
+            keys, labels = op + "\x00" + name, np.where(name != "", op + " " + name, op)
+            if scope == "communication" and members:
+                group, coll = self._col("group")[mask], self._col("coll_type")[mask].astype(str)
+                keys, labels = keys.astype(object), labels.astype(object)
+                for g in np.unique(group[group >= 0]):
+                    tensors = members.get(int(g))
+                    if tensors is None:
+                        continue
+                    rows = group == g
+                    what = np.where(coll[rows] != "", coll[rows], op[rows])
+                    keys[rows] = [f"{w}\x00{tensors}" for w in what]
+                    labels[rows] = [f"{w} {_tensor_label(tensors, names)}" for w in what]
+            frame = pd.DataFrame({"key": keys, "item": labels, "rank": self._col("rank")[mask],
+                                  "s": start[mask].astype(np.int64), "e": end[mask].astype(np.int64)})
+            frame["ns"] = _union_by(frame, ["key", "rank"])
+            g = frame.groupby("key", sort=True).agg(item=("item", "first"), ns=("ns", "sum")).reset_index()
+            g["t"] = g["ns"].astype(float) / 1e9 / (n_workers * n_its)
+            parts.append(g.assign(scope=scope)[["scope", "key", "item", "t"]])
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["scope", "key", "item", "t"])
 
     def compare(self, other: "Analysis | EventLog | str | Path", top: int = 5) -> pd.DataFrame:
         """This log (a) against another (b): per iteration (time), the mean
-        breakdown, per layer (compute time) and per communication op/name
-        (time), in seconds per worker and iteration: scope, item, a_s, b_s,
+        breakdown (over the iterations :func:`~ddlsim.analyze.breakdown.iteration_mean`
+        averages, as the headline), per layer (compute time) and per
+        communication item (time; paired by identity, see :meth:`_per_item`),
+        in seconds per worker and iteration: scope, item, a_s, b_s,
         diff_s = b - a, rel_diff. Rows sorted by scope, then |diff|;
         ``attrs["largest"]``: the ``top`` layers / transfers with the
         largest |diff| (what explains the difference)."""
@@ -809,14 +855,19 @@ class Analysis:
         it["item"] = "iteration " + it["item"].astype(str)
         parts.append(it.assign(scope="iteration"))
         rows = []
+        # the breakdown averages the iterations the headline does (a measured log's warm-up left out)
+        a_mask = iteration_mean(a_it, self.log.metadata)["mask"]
+        b_mask = iteration_mean(b_it, other.log.metadata)["mask"]
         for part in ("time_s", "compute_s", "communication_s", "overlap_s", "exposed_communication_s", "idle_s"):
-            av = float(np.mean(a_it[part])) if len(a_it[part]) else np.nan
-            bv = float(np.mean(b_it[part])) if len(b_it[part]) else np.nan
+            av = float(np.mean(np.asarray(a_it[part])[a_mask])) if a_mask.any() else np.nan
+            bv = float(np.mean(np.asarray(b_it[part])[b_mask])) if b_mask.any() else np.nan
             rows.append({"item": part.replace("_s", ""), "a_s": av, "b_s": bv})
         parts.append(pd.DataFrame(rows).assign(scope="breakdown"))
         pa_, pb_ = self._per_item(), other._per_item()
-        items = pa_.rename(columns={"t": "a_s"}).merge(pb_.rename(columns={"t": "b_s"}), on=["scope", "item"], how="outer")
-        parts.append(items)
+        items = pa_.rename(columns={"t": "a_s", "item": "a_item"}).merge(
+            pb_.rename(columns={"t": "b_s", "item": "b_item"}), on=["scope", "key"], how="outer")
+        items["item"] = items["a_item"].where(items["a_item"].notna(), items["b_item"])
+        parts.append(items.drop(columns=["key", "a_item", "b_item"]))
         out = pd.concat(parts, ignore_index=True)
         out[["a_s", "b_s"]] = out[["a_s", "b_s"]].astype(float)
         filled = out[["a_s", "b_s"]].fillna(0.0) if len(items) else out[["a_s", "b_s"]]
@@ -846,10 +897,13 @@ class Analysis:
         }
         it = self._iteration_arrays() if (self._col("iteration") >= 0).any() else None
         if it is not None:
+            mean = iteration_mean(it, self.log.metadata)
             out["iterations"] = int(len(it["iteration"]))
-            out["iteration_time_s"] = float(np.mean(it["time_s"]))
+            out["iteration_time_s"] = mean["mean_s"]
+            out["iteration_mean"] = mean["definition"]
+            out["iterations_averaged"] = mean["iterations"]
             for part in ("compute_s", "communication_s", "overlap_s", "exposed_communication_s", "idle_s", "overlap_ratio"):
-                out[part] = float(np.mean(it[part]))
+                out[part] = float(np.mean(np.asarray(it[part])[mean["mask"]]))
         ph = self.phases()
         if len(ph):
             out["sketchdlc_overlap_ratio"] = float(ph["sketchdlc_overlap_ratio"].mean())
@@ -884,6 +938,37 @@ class Analysis:
         if self.notes:
             out["notes"] = list(self.notes)
         return _jsonable(out)
+
+
+def _tensor_label(tensors: tuple[int, ...], names: dict[int, str]) -> str:
+    """A group's tensors in words: its one tensor's name, or "6 tensors fc1.weight..fc3.bias"."""
+    def one(t: int) -> str:
+        return names.get(t) or f"tensor {t}"
+
+    if len(tensors) == 1:
+        return one(tensors[0])
+    return f"{len(tensors)} tensors {one(tensors[0])}..{one(tensors[-1])}"
+
+
+def _union_by(frame: pd.DataFrame, by: list[str]) -> np.ndarray:
+    """Per row, what it adds to the union of the intervals [s, e) of its group
+    (rows grouped by `by`): summed per group, the union's length (time covered
+    by several rows counts once). Integer arithmetic throughout (epoch
+    nanoseconds do not fit a float)."""
+    if not len(frame):
+        return np.zeros(0, dtype=np.int64)
+    codes = frame.groupby(by, sort=False).ngroup().to_numpy()
+    s, e = frame["s"].to_numpy(dtype=np.int64), frame["e"].to_numpy(dtype=np.int64)
+    order = np.lexsort((s, codes))
+    c, so, eo = codes[order], s[order], e[order]
+    reach = pd.Series(eo).groupby(c).cummax().to_numpy(dtype=np.int64)
+    first = np.concatenate([[True], c[1:] != c[:-1]])
+    before = np.empty_like(reach)
+    before[1:] = reach[:-1]
+    before[first] = np.iinfo(np.int64).min
+    added = np.empty(len(frame), dtype=np.int64)
+    added[order] = np.maximum(reach - np.maximum(so, before), 0)
+    return added
 
 
 def _jsonable(value: Any) -> Any:

@@ -189,3 +189,48 @@ def iteration_table(log: EventLog) -> "pd.DataFrame":
     import pandas as pd
 
     return pd.DataFrame(iteration_arrays(log))
+
+
+def warmup_iterations(metadata: dict, iterations: int) -> int:
+    """How many leading iterations the mean leaves out as warm-up: one in a
+    measured log (a capture or an imported trace: its first iteration pays
+    for allocation, autotuning and connection setup) that has more than one
+    iteration; none in a log ddlsim simulated (the model has no warm-up) or
+    with a single iteration."""
+    return 1 if metadata.get("source") != "simulate" and iterations > 1 else 0
+
+
+def iteration_mean(arrays: dict, metadata: dict) -> dict:
+    """The mean iteration time, one definition for every output (capture's
+    summary, analyze, replay): the mean of the windows of
+    :func:`iteration_arrays` (`arrays`) after :func:`warmup_iterations`.
+    Returns ``mean_s``, ``iterations`` (those averaged), ``warmup`` (those
+    left out), ``mask`` (over `arrays`' iterations) and ``definition`` (the
+    sentence the outputs print)."""
+    numbers = np.asarray(arrays["iteration"], dtype=np.int64)
+    times = np.asarray(arrays["time_s"], dtype=float)
+    skip = warmup_iterations(metadata, len(numbers))
+    mask = np.zeros(len(numbers), dtype=bool)
+    mask[skip:] = True
+    used, left = numbers[mask], numbers[:skip]
+    mean = float(times[mask].mean()) if mask.any() else float("nan")
+    return {"mean_s": mean, "iterations": [int(x) for x in used], "warmup": [int(x) for x in left], "mask": mask,
+            "definition": describe_mean(used, left)}
+
+
+def _span(numbers) -> str:
+    numbers = [int(x) for x in numbers]
+    if len(numbers) == 1:
+        return f"iteration {numbers[0]}"
+    if numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"iterations {numbers[0]}-{numbers[-1]}"
+    return "iterations " + ", ".join(str(x) for x in numbers)
+
+
+def describe_mean(used, warmup) -> str:
+    """E.g. "mean of iterations 1-4, warm-up iteration 0 excluded"."""
+    if not len(used):
+        return "no iterations"
+    if len(warmup):
+        return f"mean of {_span(used)}, warm-up {_span(warmup)} excluded"
+    return f"mean of {_span(used)}, no warm-up excluded"

@@ -30,6 +30,56 @@ def _cdf(ax, values, *style, scale: float = 1.0, at_least: float | None = None, 
     return True
 
 
+def save_deterministic(fig, target, fmt: str | None = None, dpi: float = 110) -> None:
+    """`fig.savefig` that gives the same bytes for the same figure: no date in
+    SVG or PDF, no software string in PNG, and SVG element ids from a fixed
+    hash salt (matplotlib otherwise salts them with random data). `target`: a
+    path or a binary file; `fmt`: the format (default: the path's suffix)."""
+    import matplotlib
+
+    fmt = (fmt or str(target).rsplit(".", 1)[-1]).lower()
+    metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}, "png": {"Software": None}}.get(fmt)
+    with matplotlib.rc_context({"svg.hashsalt": "ddlsim"}):
+        fig.savefig(target, format=fmt, dpi=dpi, metadata=metadata)
+
+
+COINCIDENT_MARKERS = ("s", "^", "D", "v", "P", "X", "*")
+COINCIDENT_STYLES = ("--", ":", "-.")
+
+
+def mark_coincident(ax, rtol: float = 1e-9) -> list[tuple[str, str]]:
+    """Keeps lines that draw over each other visible: a labelled line whose
+    points equal an earlier one's (same x, y within `rtol`) gets its own
+    hollow, larger marker and a dashed style, and its legend label says
+    "(same as <earlier>)". Call it before ``ax.legend()``. Returns the
+    (hidden, shown) label pairs."""
+    groups: list[list[Any]] = []
+    for line in ax.get_lines():
+        if str(line.get_label()).startswith("_"):
+            continue
+        x, y = (np.asarray(v, dtype=float) for v in line.get_data())
+        for group in groups:
+            gx, gy = (np.asarray(v, dtype=float) for v in group[0].get_data())
+            if x.shape == gx.shape and y.shape == gy.shape and np.allclose(x, gx, rtol=rtol, atol=0, equal_nan=True) \
+                    and np.allclose(y, gy, rtol=rtol, atol=0, equal_nan=True):
+                group.append(line)
+                break
+        else:
+            groups.append([line])
+    pairs = []
+    for group in groups:
+        first = str(group[0].get_label())
+        size = group[0].get_markersize()
+        for k, line in enumerate(group[1:]):
+            line.set_marker(COINCIDENT_MARKERS[k % len(COINCIDENT_MARKERS)])
+            line.set_markerfacecolor("none")
+            line.set_markersize(size + 3 * (k + 1))
+            line.set_linestyle(COINCIDENT_STYLES[k % len(COINCIDENT_STYLES)])
+            pairs.append((str(line.get_label()), first))
+            line.set_label(f"{line.get_label()} (same as {first})")
+    return pairs
+
+
 def _titled(ax, title: str) -> None:
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)

@@ -109,5 +109,7 @@ def breakdown_figure(summaries: dict[str, dict], title: str = "") -> plt.Figure:
 
 
 def save_figure(fig: plt.Figure, path: Path) -> None:
-    fig.savefig(path, dpi=110)
+    from .figures import save_deterministic
+
+    save_deterministic(fig, path)
     plt.close(fig)

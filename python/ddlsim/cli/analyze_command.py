@@ -383,7 +383,7 @@ def print_headline(headline: dict[str, Any], console: Any) -> None:
     if "iteration_time_s" in h:
         console.print(f"  iteration {ms(h['iteration_time_s'])}: compute {ms(h['compute_s'])}, communication "
                       f"{ms(h['communication_s'])}, overlap {ms(h['overlap_s'])}, exposed {ms(h['exposed_communication_s'])}, "
-                      f"idle {ms(h['idle_s'])}; overlap ratio {h['overlap_ratio']:.1%}", highlight=False)
+                      f"idle {ms(h['idle_s'])}; overlap ratio {h['overlap_ratio']:.1%} ({h['iteration_mean']})", highlight=False)
     if h.get("sketchdlc_overlap_ratio") is not None:
         console.print(f"  SketchDLC overlap ratio (phase 2 / (phase 1 + phase 3)): {h['sketchdlc_overlap_ratio']:.1%}",
                       highlight=False)

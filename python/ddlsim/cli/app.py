@@ -150,9 +150,9 @@ def simulate(
 
 
 def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Path], as_json: bool, max_memory: Optional[str],
-                         force: bool, quiet: bool, recorded: Optional[tuple[str, float]] = None) -> None:
+                         force: bool, quiet: bool, recorded: Optional[tuple[str, float, str]] = None) -> None:
     """Runs `run()` (a simulation) under the budget and progress bar, then prints or writes it;
-    `recorded`: (log, iteration time) of a replayed run, printed beside the replay."""
+    `recorded`: (log, iteration time, how it was averaged) of a replayed run, printed beside the replay."""
     budget_bytes = None
     if max_memory is not None:
         from ..units import parse_size_bytes
@@ -170,7 +170,7 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
         progress.phase("analysing")
         summary = result.summary()
         if recorded is not None:
-            summary["recorded"] = {"log": recorded[0], "iteration_time_s": recorded[1],
+            summary["recorded"] = {"log": recorded[0], "iteration_time_s": recorded[1], "iteration_mean": recorded[2],
                                    "difference": summary["iteration_time_s"] / recorded[1] - 1 if recorded[1] > 0 else None}
         if out_dir is not None:
             progress.phase("writing")
@@ -192,7 +192,7 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
     if not quiet:
         out.print(f"{summary['events']:,} events, {summary['log_rows']:,} log rows, engine {summary['wall_s']:.3f} s")
     if recorded is not None and recorded[1] > 0:
-        out.print(f"recorded run: {recorded[1] * 1e3:.2f} ms per iteration; replayed: {summary['iteration_time_s'] * 1e3:.2f} ms "
+        out.print(f"recorded run: {recorded[1] * 1e3:.2f} ms per iteration ({recorded[2]}); replayed: {summary['iteration_time_s'] * 1e3:.2f} ms "
                   f"({summary['recorded']['difference']:+.2%} against the recorded run)")
     if out_dir is not None and not quiet:
         for key, path in summary["outputs"].items():
@@ -252,9 +252,9 @@ def replay(
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Replay a recorded run: its model and measured layer times, communication simulated again under the given strategy and network."""
-    from ..analyze.breakdown import iteration_arrays
+    from ..analyze.breakdown import iteration_arrays, iteration_mean
     from ..api import simulate as run_simulation
-    from ..simulation.replay import replay_scenario
+    from ..simulation.replay import replay_plan
     from ..trace.parquet import read_event_log
 
     overrides = {
@@ -263,10 +263,17 @@ def replay(
         "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    scenario = replay_scenario(events, model=model, **overrides)  # checks the log and the overrides first
-    recorded_s = float(iteration_arrays(read_event_log(events))["time_s"].mean())
-    _simulate_and_report(lambda: run_simulation(scenario), iterations=iterations, out_dir=out_dir,
-                         as_json=as_json, max_memory=max_memory, force=force, quiet=quiet, recorded=(str(events), recorded_s))
+    scenario, notes = replay_plan(events, model=model, **overrides)  # checks the log and the overrides first
+
+    def run():
+        result = run_simulation(scenario)
+        result.notes[:0] = notes  # what the replay took from the log and what it assumed
+        return result
+
+    log = read_event_log(events)
+    recorded = iteration_mean(iteration_arrays(log), log.metadata)  # capture and analyze's definition
+    _simulate_and_report(run, iterations=iterations, out_dir=out_dir, as_json=as_json, max_memory=max_memory, force=force,
+                         quiet=quiet, recorded=(str(events), recorded["mean_s"], recorded["definition"]))
 
 
 @app.command()
@@ -308,8 +315,11 @@ def export(
 
     if fmt.strip().lower() == "events":
         raise DdlsimError("--format events: the input is already an event log; use `ddlsim convert` to copy it")
-    written = convert_trace(events, out_path, from_format="events", to_format=fmt)
+    notes: list[str] = []
+    written = convert_trace(events, out_path, from_format="events", to_format=fmt, notes=notes)
     out.print(f"wrote {out_path}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
+    for note in notes:  # the Perfetto trace's size bound, as simulate applies it
+        err.print(f"warning: {note}", highlight=False, markup=False)
 
 
 @app.command()
@@ -326,8 +336,11 @@ def convert(
     """Convert between trace formats (see docs/interop.md): event log, SketchDLC, Chakra, Kineto, Chrome, CSV, netop."""
     from ..interop import convert as convert_trace
 
-    written = convert_trace(source, target, from_format=from_format, to_format=to_format)
+    notes: list[str] = []
+    written = convert_trace(source, target, from_format=from_format, to_format=to_format, notes=notes)
     out.print(f"wrote {target}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
+    for note in notes:  # the Perfetto trace's size bound, as simulate applies it
+        err.print(f"warning: {note}", highlight=False, markup=False)
 
 
 @app.command()
@@ -375,7 +388,8 @@ def fit(
         None, "--workers", "-n", help="Worker count of tables that give none (OSU output): once for all tables or once per table."),
     algorithm: str = typer.Option("ring", "--algorithm", help="All-reduce algorithm, to turn a and b into alpha and beta (Table II): "
                                   "ring | halving-doubling | recursive-doubling | binary-tree"),
-    gamma: float = typer.Option(0.0, "--gamma", help="Reduction time per byte in ns (Table II's gamma; the simulator models none)."),
+    gamma: float = typer.Option(0.0, "--gamma", help="Reduction time per byte in ns (Table II's gamma): given, not fitted; the fit takes its share out of b "
+    "before solving for beta, and `ddlsim plan --cost-model` charges it in the simulated all-reduces (strategy.gamma_ns_per_byte)."),
     time_unit: str = typer.Option("us", "--time-unit", help="Unit of a CSV time column without one in its name: ns | us | ms | s"),
     min_size: str = typer.Option("0", "--min-size", help="Fit only messages of at least this size (e.g. 64KiB)."),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the cost model as JSON (for `ddlsim plan --cost-model`)."),

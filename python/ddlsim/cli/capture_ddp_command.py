@@ -61,17 +61,18 @@ def ddp(
 
 
 def _summary(log, target: Path) -> None:
-    import numpy as np
+    """What a finished capture prints: its iteration time by the definition `ddlsim analyze` uses
+    (:func:`ddlsim.analyze.breakdown.iteration_mean`, stated in the line) and its buckets."""
+    from ..analyze.breakdown import iteration_arrays, iteration_mean
 
-    kind, iteration = log.column("kind"), log.column("iteration")
-    markers = (kind == "marker") & (log.column("op") == "iteration")
-    seconds = (log.column("end_ns") - log.column("start_ns"))[markers] / 1e9
-    steady = seconds[iteration[markers] > 0] if (iteration[markers] > 0).any() else seconds
+    arrays = iteration_arrays(log)
+    mean = iteration_mean(arrays, log.metadata)
     buckets = log.metadata.get("buckets", [])
     sizes = ", ".join(f"{b['bytes'] / 2**20:.2f}" for b in buckets)
     out.print(f"wrote {target}: {log.table.num_rows} rows, {len(log.metadata['ranks'])} ranks", highlight=False)
-    out.print(f"iteration time: mean {np.mean(steady) * 1e3:.1f} ms over iterations >= 1 "
-              f"(first iteration {np.mean(seconds[iteration[markers] == 0]) * 1e3:.1f} ms)", highlight=False)
+    warmup = "".join(f"; warm-up iteration {i}: {t * 1e3:.1f} ms" for i, t in zip(arrays["iteration"], arrays["time_s"])
+                     if int(i) in mean["warmup"])
+    out.print(f"iteration time: {mean['mean_s'] * 1e3:.1f} ms ({mean['definition']}{warmup})", highlight=False)
     out.print(f"buckets: {len(buckets)} all-reduces per iteration ({sizes} MiB)", highlight=False)
     out.print(f"next: ddlsim analyze {target}   |   ddlsim replay {target} --bandwidth 10Gbps", highlight=False)
 

@@ -20,11 +20,8 @@ def _cell(value: Any) -> str:
 
 
 def _title(name: str, reproduction: Any) -> str:
-    title = reproduction.titles[name]
-    plan = reproduction.plan
-    if plan.quick and name.startswith("table") and name not in ("table1", "table2", "table3", "table7"):
-        title += f" [quick: {plan.workers} workers]"
-    return title
+    title = reproduction.titles[name]  # says the workers and bandwidth that ran
+    return title + (" (quick subset)" if reproduction.plan.quick else "")
 
 
 def frame_rows(frame) -> tuple[list[str], list[list[str]]]:

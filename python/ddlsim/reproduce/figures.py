@@ -18,6 +18,8 @@ def figure_for(name: str, frame: Any, caption: str, quick: bool = False):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..analyze.figures import mark_coincident
+
     x = next(c for c in frame.columns if c in X_LABELS)
     speedup = x in ("modules_added", "conv_speedup")
     y = "ddlsim_speedup" if speedup else "ddlsim_s"
@@ -45,6 +47,7 @@ def figure_for(name: str, frame: Any, caption: str, quick: bool = False):
         ax.xaxis.set_minor_formatter(FormatStrFormatter(""))
     ax.set_title(f"ddlsim: {caption}" + (" (quick subset)" if quick else ""), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
+    mark_coincident(ax)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

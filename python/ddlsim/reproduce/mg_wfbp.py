@@ -172,6 +172,8 @@ def fig9_figure(frame: "pd.DataFrame"):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..analyze.figures import mark_coincident
+
     labels = {name: label for name, _, label in MODELS}
     styles = {"wfbp": ("WFBP (per layer)", "#4C72B0", "o"), "wfbp-per-tensor": ("WFBP (per tensor)", "#8C8C8C", "x"),
               "synceasgd": ("SyncEASGD", "#DD8452", "s"), "mg-wfbp": ("MG-WFBP", "#C44E52", "^")}
@@ -193,6 +195,7 @@ def fig9_figure(frame: "pd.DataFrame"):
         ax.set_ylabel("speedup over one K80")
         ax.set_title(f"{labels.get(model, model)}, 10GbE, alpha = {ALPHA_NS / 1e3:g} us", fontsize=9)
         ax.grid(alpha=0.3)
+        mark_coincident(ax)
         ax.legend(fontsize=7)
     fig.suptitle("MG-WFBP Fig. 9 with ddlsim (simulated K80 cluster)", fontsize=10)
     fig.tight_layout()

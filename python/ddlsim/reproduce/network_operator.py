@@ -69,15 +69,15 @@ FIGURES: dict[str, tuple[str, str, str]] = {
     "fig12": ("speedup", "resnet200", "Faster convolutions: ResNet-200, {workers} workers, {bandwidth:g} Gbit/s"),
 }
 TITLES = {
-    "table1": "Table 1: iteration time (s) by number of parameter servers, 8 workers",
+    "table1": "Table 1: iteration time (s) by number of parameter servers, {table1_workers} workers, {table1_bandwidth:g} Gbit/s",
     "table2": "Table 2: model characteristics (paper's TensorFlow models vs the zoo's)",
     "table3": "Table 3: compute (s) after calibration, and backprop network time at 25 Gbit/s",
-    "table4": "Table 4: speedup of in-network mechanisms over the baseline PS, 32 workers, 25 Gbit/s",
-    "table6": "Table 6: speedup of end-host all-reduce over the baseline PS, 32 workers, 25 Gbit/s",
+    "table4": "Table 4: speedup of in-network mechanisms over the baseline PS, {workers} workers, {bandwidth:g} Gbit/s",
+    "table6": "Table 6: speedup of end-host all-reduce over the baseline PS, {workers} workers, {bandwidth:g} Gbit/s",
     "table7": "Table 7: share of model bytes on the least / most loaded server, round-robin placement",
-    "table8": "Table 8: iteration time (s), multicast + aggregation with 1 and 8 servers vs ring-reduce",
-    "table9": "Table 9: time over two iterations (s), removing the global barrier",
-    "table10": "Table 10: iteration time (s), in-network aggregation vs block distribution, 32 workers",
+    "table8": "Table 8: iteration time (s), multicast + aggregation with 1 and 8 servers vs ring-reduce, {workers} workers, {bandwidth:g} Gbit/s",
+    "table9": "Table 9: time over two iterations (s), removing the global barrier, {workers} workers, {bandwidth:g} Gbit/s",
+    "table10": "Table 10: iteration time (s), in-network aggregation vs block distribution, {workers} workers",
 }
 TABLES = ("table1", "table2", "table3", "table4", "table6", "table7", "table8", "table9", "table10")
 ARTIFACTS = TABLES + tuple(FIGURES)
@@ -221,13 +221,21 @@ class Reproduction:
 
     @property
     def titles(self) -> dict[str, str]:
-        return {name: TITLES.get(name) or f"Figure {name[3:]}: {self.caption(name)}" for name in self.tables}
+        """Each table's and figure's title with the workers and bandwidth this plan ran (not the paper's when they differ)."""
+        return {name: self._fill(TITLES[name]) if name in TITLES else f"Figure {name[3:]}: {self.caption(name)}"
+                for name in self.tables}
 
     def caption(self, figure: str) -> str:
-        return FIGURES[figure][2].format(workers=self.plan.workers, bandwidth=self.plan.bandwidth_gbps)
+        return self._fill(FIGURES[figure][2])
+
+    def _fill(self, template: str) -> str:
+        p = self.plan
+        return template.format(workers=p.workers, bandwidth=p.bandwidth_gbps, table1_workers=p.table1_workers,
+                               table1_bandwidth=p.table1_bandwidth_gbps)
 
     def save(self, out_dir: str | Path) -> list[Path]:
         """CSV of every table and figure, PNG and SVG of every figure, and the comparison as text; all or nothing."""
+        from ..analyze.figures import save_deterministic
         from ..output import staged_directory
         from .compare import comparison_text
         from .figures import figure_for
@@ -241,7 +249,7 @@ class Reproduction:
                 if name in FIGURES:
                     fig = figure_for(name, frame, self.caption(name), quick=self.plan.quick)
                     for ext in ("png", "svg"):
-                        fig.savefig(stage / f"{name}.{ext}", dpi=110)
+                        save_deterministic(fig, stage / f"{name}.{ext}")
                         written.append(out_dir / f"{name}.{ext}")
                     import matplotlib.pyplot as plt
 

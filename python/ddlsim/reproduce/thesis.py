@@ -162,6 +162,8 @@ def fig4_7_figure(frame: "pd.DataFrame"):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..analyze.figures import mark_coincident
+
     workers = sorted(frame["workers"].unique())
     fig, axes = plt.subplots(1, len(workers), figsize=(4.2 * len(workers), 3.6), squeeze=False, sharey=False)
     styles = {("fifo", True): ("FIFO, barrier", "#4C72B0", "-"), ("priority", True): ("priority, barrier", "#DD8452", "--"),
@@ -176,7 +178,9 @@ def fig4_7_figure(frame: "pd.DataFrame"):
         ax.set_ylabel("iteration time (ms)")
         ax.set_title(f"{n} workers" + (" (thesis Fig. 4.7)" if n == 2 else ""), fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+        mark_coincident(ax)
+    for ax in axes[0]:
+        ax.legend(fontsize=7)
     fig.suptitle("Thesis Fig. 4.7 with ddlsim: iteration time, FIFO vs priority queue", fontsize=10)
     fig.tight_layout()
     return fig

@@ -71,6 +71,7 @@ def write_reproduction(reproduction: Reproduction, out_dir: str | Path) -> list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..analyze.figures import save_deterministic
     from ..output import staged_directory
 
     out_dir = Path(out_dir)
@@ -79,8 +80,8 @@ def write_reproduction(reproduction: Reproduction, out_dir: str | Path) -> list[
             frame.to_csv(stage / f"{name}.csv", index=False)
         for name, build in reproduction.figures.items():
             fig = build()
-            fig.savefig(stage / f"{name}.png", dpi=110)
-            fig.savefig(stage / f"{name}.svg")
+            save_deterministic(fig, stage / f"{name}.png")
+            save_deterministic(fig, stage / f"{name}.svg")
             plt.close(fig)
     return [out_dir / name for name in reproduction.files()]
 

@@ -33,6 +33,14 @@ def recorded_metadata(path: Path) -> dict[str, Any]:
 def replay_scenario(log_path: str | Path, model: Optional[str] = None, **overrides: Any) -> Scenario:
     """The scenario that replays the run in `log_path` (an events.parquet),
     with `overrides` (as :func:`ddlsim.simulate` takes them) applied."""
+    return replay_plan(log_path, model=model, **overrides)[0]
+
+
+def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: Any) -> tuple[Scenario, list[str]]:
+    """:func:`replay_scenario`, with the notes that say what the replay took
+    from the log and what it assumed (its gradient groups and link bandwidth):
+    ``ddlsim replay`` prints them, :func:`ddlsim.replay` keeps them in the
+    result's notes."""
     path = Path(log_path)
     if not path.is_file():
         raise DdlsimError(f"{path}: event log not found; give the events.parquet of a run (ddlsim simulate --out, a capture, "
@@ -42,17 +50,68 @@ def replay_scenario(log_path: str | Path, model: Optional[str] = None, **overrid
                           f"ddlsim convert {path} {path.with_suffix('.parquet').name}")
     meta = recorded_metadata(path)
     recorded = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else None
+    notes: list[str] = []
     if recorded is not None and (model is None or model == recorded.get("model", {}).get("name")):
         data = {k: v for k, v in recorded.items() if k != "base_dir"}
         data["model"] = {k: v for k, v in data.get("model", {}).items() if k not in _TIME_FIELDS}
+        origin = "the recorded scenario's"
     else:
         name = model or meta.get("model")
         if not name:
             raise DdlsimError(f"{path}: the log does not say which model ran; give it with --model (a zoo model, see ddlsim models)")
         workers, iterations = _workers_and_iterations(path)
-        data = {"model": {"name": str(name)}, "workers": workers, "iterations": iterations, **capture_settings(meta)}
+        settings = capture_settings(meta)
+        if meta.get("source") == "capture" and meta.get("job") == "ddp":
+            buckets, group_note = captured_buckets(meta, str(name))
+            if buckets is not None:
+                settings["strategy"]["grouping"] = {"kind": "groups", "groups": buckets}
+            if "grouping" not in overrides:
+                notes.append(group_note)
+        data = {"model": {"name": str(name)}, "workers": workers, "iterations": iterations, **settings}
+        origin = "the capture's shaped" if "network" in settings else None
     data["model"]["profile"] = str(path.resolve())
-    return with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
+    scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
+    notes.append(_bandwidth_note(scenario, overrides, origin))
+    return scenario, notes
+
+
+def _bandwidth_note(scenario: Scenario, overrides: dict[str, Any], origin: Optional[str]) -> str:
+    rate = f"{scenario.network.bandwidth} ({scenario.network.bandwidth_bps / 1e9:g} Gbit/s)"
+    if "bandwidth" in overrides or "bandwidth" in (overrides.get("network") or {}):
+        return f"replay: link bandwidth {rate}, as given"
+    if origin is not None:
+        return f"replay: link bandwidth {rate}, {origin} link rate"
+    return (f"replay: link bandwidth {rate} ASSUMED (the scenario default): the log does not record its link rate "
+            "(an unshaped capture); give --bandwidth to replay the rate it ran at")
+
+
+def captured_buckets(meta: dict[str, Any], model: str) -> tuple[Optional[list[list[str]]], str]:
+    """A DDP capture's own buckets (its last layout), as lists of tensor names
+    of the zoo `model`, and a note saying so; (None, note) when the capture
+    does not record them or they name tensors the zoo model lacks (the replay
+    then derives them with DDP's rule from the capture's bucket cap)."""
+    buckets, parameters = meta.get("buckets") or [], meta.get("parameters") or []
+    cap = meta.get("bucket_cap_mb") or 25
+    fallback = f"re-derived by DDP's rule from the capture's bucket cap ({cap:g} MiB)"
+    if not buckets or not parameters:
+        return None, f"replay: gradient buckets {fallback}: the capture does not record its buckets"
+    try:
+        names = [[str(parameters[int(t)]["name"]) for t in b["tensors"]] for b in buckets]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None, f"replay: gradient buckets {fallback}: the capture's bucket table does not match its parameter list"
+    from ..errors import ModelError
+    from ..workload import load_model
+
+    try:
+        known = {t.name for t in load_model(model).tensors}
+    except (ModelError, OSError):
+        return None, f"replay: gradient buckets {fallback}"
+    missing = [n for group in names for n in group if n not in known]
+    if missing:
+        return None, (f"replay: gradient buckets {fallback}: the captured buckets name tensors that zoo model {model} "
+                      f"does not have (e.g. {missing[0]!r})")
+    sizes = ", ".join(f"{int(b.get('bytes', 0)) / 2**20:.2f}" for b in buckets)
+    return names, f"replay: gradient buckets = the capture's {len(names)} DDP buckets ({sizes} MiB), not re-derived"
 
 
 def capture_settings(meta: dict[str, Any]) -> dict[str, Any]:
