@@ -78,15 +78,7 @@ class CaptureDir:
 
     def open(self) -> None:
         out = self.path
-        if out.exists() and not out.is_dir():
-            raise DdlsimError(f"--out {out} is a file; give a directory for the capture (it is created if missing)")
-        missing = []
-        probe = out
-        while not probe.exists() and not probe.is_symlink():
-            missing.append(probe)
-            if probe.parent == probe:
-                break
-            probe = probe.parent
+        missing = check_out_dir(out)
         try:
             for directory in reversed(missing):
                 directory.mkdir()
@@ -95,10 +87,11 @@ class CaptureDir:
             self._remove_created_dirs()
             raise DdlsimError(f"--out {out}: cannot create {directory} ({exc.strerror or exc}); "
                               "choose a writable directory") from None
-        if not os.access(out, os.W_OK | os.X_OK):
+        try:
+            check_out_dir(out)
+        except DdlsimError:
             self._remove_created_dirs()
-            why = "read-only file system" if _read_only(out) else "permission denied"
-            raise DdlsimError(f"--out {out}: cannot write the capture there ({why}); choose a writable directory")
+            raise
         self.before = {p: _identity(p) for p in _walk(out)}
 
     def discard(self) -> list[Path]:
@@ -136,6 +129,23 @@ class CaptureDir:
                 break  # not empty (or gone): so are its parents
         self.created = []
         return removed
+
+
+def check_out_dir(out: Path) -> list[Path]:
+    """Refuses (one-line :class:`DdlsimError`) an `out` that is no directory or cannot be written, without
+    writing anything; returns the directories that are missing, innermost first."""
+    if out.exists() and not out.is_dir():
+        raise DdlsimError(f"--out {out} is a file; give a directory for the capture (it is created if missing)")
+    missing = []
+    probe = out
+    while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
+        missing.append(probe)
+        probe = probe.parent
+    if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
+        why = "read-only file system" if _read_only(probe) else "permission denied"
+        where = "there" if probe == out else f"in {probe}"
+        raise DdlsimError(f"--out {out}: cannot write the capture {where} ({why}); choose a writable directory")
+    return missing
 
 
 def _read_only(path: Path) -> bool:

@@ -49,6 +49,9 @@ def ddp(
     if model != "lenet5" and importlib.util.find_spec("torchvision") is None:
         raise DdlsimError(f"--model {model} needs torchvision; pip install ddlsim[capture] (or use --model lenet5)")
     from ..capture.ddp_run import run_ddp_capture
+    from ..capture.outdir import check_out_dir
+
+    check_out_dir(out_dir)  # before the first line of output: a bad --out is one line
 
     err.print(f"capturing DDP {model}: {workers} ranks x {iterations} iterations, batch {batch_size}, "
               f"{image_size}x{image_size} images, buckets {bucket_cap_mb:g} MiB ...", highlight=False)
