@@ -65,7 +65,8 @@ _FIX = "needs root and `ip netns`/`tc` (the tbf qdisc); run as root or run witho
 NS_PREFIX = "ddlsim"
 LINK_PREFIX = "ddls"
 # ddlsim-<pid>-<start ticks>-<counter>-r<rank>
-_NS_NAME = re.compile(rf"^{NS_PREFIX}-(?P<pid>[1-9][0-9]*)-(?P<start>[0-9]+)-(?P<seq>[0-9]+)-r[0-9]+$")
+# (ddlsim 0.1.0 named them ddlsim-<pid>-<counter>-r<rank>, without the start time: the pid alone tells)
+_NS_NAME = re.compile(rf"^{NS_PREFIX}-(?P<pid>[1-9][0-9]*)(-(?P<start>[0-9]+))?-(?P<seq>[0-9]+)-r[0-9]+$")
 # ddls<pid: 5 base-36><counter: 2 base-36>b (bridge) or ...h<rank: 2 base-36> (host end of a veth pair)
 _LINK_NAME = re.compile(rf"^{LINK_PREFIX}(?P<pid>[0-9a-z]{{5}})(?P<seq>[0-9a-z]{{2}})(?P<role>b|h[0-9a-z]{{2}})$")
 _ALIAS = re.compile(r"^ddlsim owner=(?P<pid>[0-9]+):(?P<start>[0-9]+)$")
@@ -228,7 +229,7 @@ def find_leftovers() -> list[Leftover]:
         name = line.split(" ", 1)[0].strip()
         m = _NS_NAME.match(name)
         if m:
-            pid, start = int(m["pid"]), int(m["start"])
+            pid, start = int(m["pid"]), (int(m["start"]) if m["start"] is not None else None)
             found.append(Leftover("namespace", name, pid, _owner_alive(pid, start)))
     done = subprocess.run(["ip", "-d", "-j", "link", "show"], capture_output=True, text=True, timeout=30, check=False)
     try:
