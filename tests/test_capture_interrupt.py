@@ -293,3 +293,75 @@ def test_an_out_that_is_a_file_is_refused(tmp_path):
         with capture_dir(target):
             pass
     assert target.read_text() == "keep"
+
+
+# ---------------------------------------------------------------- shaped captures (network namespaces)
+
+
+def _netns_usable() -> bool:
+    if os.geteuid() != 0 or subprocess.run(["which", "tc"], capture_output=True).returncode != 0:
+        return False
+    probe = f"ddlsim-probe-{os.getpid()}"
+    if subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode != 0:
+        return False
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return True
+
+
+netns_needed = pytest.mark.skipif(not _netns_usable(), reason="shaped captures need root, ip netns and tc")
+
+
+def _made_by(pid: int) -> set[str]:
+    """The namespaces and links of the shaped capture run by process `pid` (their names carry it)."""
+    from ddlsim.capture.shaping import _base36
+
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()
+    names = {line.split(":")[1].strip().split("@")[0] for line in links}
+    return {s for s in spaces if s.startswith(f"ddlsim-{pid}-")} | {n for n in names if n.startswith(f"ddls{_base36(pid, 5)}")}
+
+
+@torch_needed
+@netns_needed
+def test_an_interrupted_shaped_capture_leaves_no_process_namespace_or_file(tmp_path):
+    out = tmp_path / "run"
+    proc = _start(["ddp", "--model", "lenet5", "--workers", "2", "--iterations", "100000", "--bandwidth", "1Gbps",
+                   "--out", str(out)])
+    ranks = _wait_for_rank_files(proc, out, 2)
+    try:
+        assert len(_made_by(proc.pid)) == 2 + 3  # 2 namespaces, a bridge, 2 host links
+        code, err = _interrupt(proc, signal.SIGTERM)
+        _assert_nothing_runs(out, ranks)
+    finally:
+        _kill(ranks | _ranks_of(out))
+    assert code == 143 and "Traceback" not in err, err
+    assert _made_by(proc.pid) == set()
+    assert not out.exists(), _snapshot(out)
+
+
+@torch_needed
+@netns_needed
+def test_a_shaped_capture_killed_hard_leaves_namespaces_that_cleanup_removes(tmp_path):
+    out = tmp_path / "run"
+    proc = _start(["ddp", "--model", "lenet5", "--workers", "2", "--iterations", "100000", "--bandwidth", "1Gbps",
+                   "--out", str(out)])
+    ranks = _wait_for_rank_files(proc, out, 2)
+    try:
+        proc.kill()
+        proc.communicate(timeout=30)
+        left = _made_by(proc.pid)
+        assert len(left) == 5  # SIGKILL: nobody could remove them
+        end = time.monotonic() + 30
+        while (_ranks_of(out) | _in_sessions(ranks)) and time.monotonic() < end:
+            time.sleep(0.1)
+        _assert_nothing_runs(out, ranks)  # the ranks inside the namespaces died with their launcher
+        done = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "cleanup"], env=ENV, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert all(f"{name} (owner pid {proc.pid}, gone)" in done.stdout for name in left), done.stdout
+        assert _made_by(proc.pid) == set()
+    finally:
+        _kill(ranks | _ranks_of(out))
+        from ddlsim.capture.shaping import find_leftovers, remove_leftovers
+
+        remove_leftovers([x for x in find_leftovers() if x.owner_pid == proc.pid])
