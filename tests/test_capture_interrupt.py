@@ -365,3 +365,16 @@ def test_a_shaped_capture_killed_hard_leaves_namespaces_that_cleanup_removes(tmp
         from ddlsim.capture.shaping import find_leftovers, remove_leftovers
 
         remove_leftovers([x for x in find_leftovers() if x.owner_pid == proc.pid])
+
+
+def test_a_second_signal_waits_for_the_clean_up_and_is_raised_after_it():
+    from ddlsim.capture.launch import signals_deferred
+
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # Python would run the handler here
+            steps.append("clean-up finished")
+    assert steps == ["clean-up finished"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -80,16 +80,26 @@ def sigterm_as_exit() -> Iterator[None]:
 @contextmanager
 def signals_deferred() -> Iterator[None]:
     """Holds SIGINT and SIGTERM back while a clean-up runs (a second Ctrl-C must not cut it
-    short); they are delivered when the block ends. Main thread only; elsewhere a no-op."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    short); one that came meanwhile is raised again when the block ends. Main thread only
+    (Python runs its handlers there, whichever thread the signal hit); elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    caught: list[int] = []
+
+    def hold(signum, frame):
+        caught.append(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, hold)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if caught:
+            signal.raise_signal(caught[0])
 
 
 def free_port() -> int:
