@@ -81,7 +81,10 @@ class CaptureDir:
         missing = check_out_dir(out)
         try:
             for directory in reversed(missing):
-                directory.mkdir()
+                try:
+                    directory.mkdir()
+                except FileExistsError:  # made meanwhile by someone else: not ours to remove
+                    continue
                 self.created.append(directory)
         except OSError as exc:
             self._remove_created_dirs()
