@@ -231,3 +231,97 @@ def test_gloo_all_reduce_runs_over_the_shaped_links():
     # A ring all-reduce of S = 4 MiB over 2 ranks sends S/2 + S/2 per rank and direction: 33.6 Mbit, 0.34 s at 100 Mbit/s.
     floor = (4 << 20) * 8 / rate
     assert 0.95 * floor <= seconds <= 4 * floor, seconds
+
+
+# ---------------------------------------------------------------- leftovers of a capture killed hard
+
+HOLDER = textwrap.dedent("""
+    import json, subprocess, sys, time
+    from ddlsim.capture import shaped_network
+    with shaped_network(2, 1e8) as net:
+        rank = subprocess.Popen(net.wrap(1, ["sleep", "600"]))  # a process inside a namespace, as a rank would be
+        print(json.dumps({"namespaces": net.namespaces, "links": [net.bridge, *net.host_links], "rank": rank.pid}), flush=True)
+        time.sleep(600)
+""")
+
+
+def _free_pid() -> int:
+    pid = 4_000_000  # above the usual pid_max of 32768..4194304 in use: no process has it
+    while os.path.exists(f"/proc/{pid}"):
+        pid += 1
+    return pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["capture cleanup", "next start"])
+def test_leftovers_of_a_killed_capture_are_removed_and_nothing_else(how):
+    tag = uuid.uuid4().hex[:6]
+    me = os.getpid()
+    with open(f"/proc/{me}/stat") as f:
+        my_start = f.read().rsplit(")", 1)[1].split()[19]
+    # Not ddlsim's, or not dead: a foreign namespace, one with our prefix but another shape, one of a capture that
+    # still runs (this process), and a link named like a dead capture's bridge that is no bridge (a veth pair).
+    decoy_ns = [f"user-{tag}", f"ddlsim-probe-{tag}", f"ddlsim-{me}-{my_start}-{int(tag, 16) % 999}-r0"]
+    decoy_link = f"ddls{shaping._base36(_free_pid(), 5)}zzb"
+    holder = None
+    try:
+        for ns in decoy_ns:
+            subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        subprocess.run(["ip", "link", "add", decoy_link, "type", "veth", "peer", "name", f"usr{tag}"], check=True,
+                       capture_output=True)
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+        made = json.loads(holder.stdout.readline())
+        holder.kill()  # SIGKILL: no `finally` runs
+        holder.wait(timeout=30)
+        assert set(made["namespaces"]) <= _netns() and set(made["links"]) <= _links()  # the leftovers
+
+        if how == "capture cleanup":
+            done = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "cleanup"], capture_output=True, text=True,
+                                  timeout=120)
+            assert done.returncode == 0, done.stderr
+            for name in made["namespaces"] + made["links"]:
+                assert f"removed " in done.stdout and name in done.stdout, done.stdout
+            assert f"kept network namespace {decoy_ns[2]}" in done.stdout and "still running" in done.stdout
+            assert decoy_link not in done.stdout and decoy_ns[0] not in done.stdout and decoy_ns[1] not in done.stdout
+        else:
+            notes = []
+            with shaped_network(1, 1e8, on_note=notes.append):
+                pass
+            said = "\n".join(notes)
+            assert all(name in said for name in made["namespaces"] + made["links"]), said
+        assert not (set(made["namespaces"]) & _netns()) and not (set(made["links"]) & _links())
+        assert set(decoy_ns) <= _netns() and decoy_link in _links()
+        end = time.monotonic() + 10
+        while _alive(made["rank"]) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not _alive(made["rank"])  # the process left inside a namespace was ended with it
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+        for ns in decoy_ns:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", decoy_link], capture_output=True)
+        shaping.remove_leftovers([x for x in shaping.find_leftovers() if x.owner_pid == (holder.pid if holder else -1)])
+
+
+def test_cleanup_says_when_there_is_nothing_to_remove():
+    done = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "cleanup"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("removed") or "nothing to remove" in done.stdout or "kept" in done.stdout
+
+
+def test_cleanup_without_root_is_one_line(monkeypatch):
+    from typer.testing import CliRunner
+
+    from ddlsim.cli.app import app
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    result = CliRunner().invoke(app, ["capture", "cleanup"])
+    assert result.exit_code != 0 and "not running as root" in str(result.exception)

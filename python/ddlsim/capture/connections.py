@@ -124,20 +124,27 @@ def run_scaling(connections: list[int], requests: int, request_bytes: int, out_d
     """One job per connection count under ``out_dir/c<C>/`` (events.parquet,
     requests.csv); ``out_dir/scaling.csv`` (per C: means in microseconds,
     total seconds) and ``out_dir/fit.json`` (mean server time per request, us,
-    = a + b * C)."""
-    import pandas as pd
-
-    from ..trace import write_event_log
-    from .launch import launch_local
-    from .merge import merge_capture
-
+    = a + b * C). Interrupted (Ctrl-C, SIGTERM), it leaves none of them (see :mod:`.outdir`)."""
     if not connections or min(connections) < 1:
         raise DdlsimError(f"--connections {connections}: give connection counts >= 1, e.g. --connections 1,2,4,8")
     if requests < max(connections):
         raise DdlsimError(f"--requests {requests} is fewer than {max(connections)} connections; every connection needs one")
     if request_bytes < 4:
         raise DdlsimError(f"--request-bytes {request_bytes}: give at least 4 bytes")
-    out = Path(out_dir)
+    from .outdir import capture_dir
+
+    with capture_dir(out_dir) as out:  # interrupted: every c<C>/ run and table of this call goes
+        return _run_scaling(connections, requests, request_bytes, out, timeout_s, on_done)
+
+
+def _run_scaling(connections: list[int], requests: int, request_bytes: int, out: Path, timeout_s: float,
+                 on_done: Optional[Callable[[dict], None]]) -> dict:
+    import pandas as pd
+
+    from ..trace import write_event_log
+    from .launch import launch_local
+    from .merge import merge_capture
+
     rows = []
     for c in connections:
         job_dir = out / f"c{c}"

@@ -2,16 +2,18 @@
 ``ddlsim capture ddp`` does, without the printing.
 
 A failed rank still leaves a trace: the ranks' files are merged into a
-log flagged ``partial`` and the failure is returned beside it.
+log flagged ``partial`` and the failure is returned beside it. An
+interrupted capture (Ctrl-C, SIGTERM) leaves nothing: see :mod:`.outdir`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import DdlsimError
 from .ddp_merge import SIDECAR_SUFFIX, merge_ddp
+from .outdir import capture_dir
 from .recorder import FILE_SUFFIX
 
 
@@ -25,8 +27,16 @@ def prepare_out_dir(out: Path) -> None:
 
 
 def run_ddp_capture(config: dict, workers: int, out: Path, *, timeout_s: float = 600.0,
-                    bandwidth_bps: Optional[float] = None):
-    """(event log, CaptureError or None). Raises DdlsimError when nothing could be recorded."""
+                    bandwidth_bps: Optional[float] = None, on_note: Optional[Callable[[str], None]] = None):
+    """(event log, CaptureError or None). Raises DdlsimError when nothing could be recorded.
+
+    `on_note(text)` hears about leftovers of earlier shaped captures removed at the start."""
+    with capture_dir(out) as out:
+        return _run(config, workers, out, timeout_s, bandwidth_bps, on_note)
+
+
+def _run(config: dict, workers: int, out: Path, timeout_s: float, bandwidth_bps: Optional[float],
+         on_note: Optional[Callable[[str], None]]):
     from .launch import CaptureError, launch_local
 
     prepare_out_dir(out)
@@ -41,7 +51,7 @@ def run_ddp_capture(config: dict, workers: int, out: Path, *, timeout_s: float =
             except ImportError:
                 raise DdlsimError("--bandwidth needs shaped links (ddlsim.capture.shaping), which this installation "
                                   "does not have; run the capture without --bandwidth") from None
-            with shaped_network(workers, bandwidth_bps) as net:
+            with shaped_network(workers, bandwidth_bps, on_note=on_note) as net:
                 launch_local("ddp", config, workers, out, timeout_s=timeout_s, wrap=net.wrap, master_addr=net.master_addr,
                              env=net.env)
     except CaptureError as exc:

@@ -10,6 +10,15 @@ ddlsim.capture.rank_main ddp --config job.json`` on each node, then
 
 If one rank fails, the others are stopped (after ``grace_s``) so a job never
 hangs; their files stay, flagged partial by the merge.
+
+Each rank runs in its own session (so its own process group): Ctrl-C in the
+terminal reaches only the launcher, which ends every rank's group on an
+interrupt (SIGINT, or SIGTERM turned into ``SystemExit``): SIGTERM, then
+SIGKILL after :data:`INTERRUPT_GRACE_S`, and waits for them before it
+re-raises. A rank also asks the kernel to kill it when the launcher dies
+(``PR_SET_PDEATHSIG``, see :mod:`.rank_main`), so even a SIGKILLed launcher
+leaves no rank running. Removing the files of an interrupted capture is the
+caller's part (:mod:`.outdir`).
 """
 
 from __future__ import annotations
@@ -23,7 +32,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional, Sequence
 
 from ..errors import DdlsimError
 
@@ -34,8 +45,61 @@ JOBS = {
 }
 
 
+# The environment variable that names the launcher's pid to its ranks (see rank_main).
+LAUNCHER_ENV = "DDLSIM_LAUNCHER_PID"
+# On an interrupt, ranks get this long after SIGTERM before SIGKILL (the CLI's native backstop,
+# ddlsim.cli.progress.CAPTURE_GRACE_MS, leaves `ddlsim capture` 8 s to clean up).
+INTERRUPT_GRACE_S = 1.0
+# When a rank failed or the job ran too long, the others get this long to exit on SIGTERM.
+STOP_GRACE_S = 3.0
+
+
 class CaptureError(DdlsimError):
     """A capture job failed; the message names the rank and its last output."""
+
+
+@contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM would kill Python without running `finally`; turn it into SystemExit(143)
+    so that ranks, links and files are cleaned up. Only where nobody handles SIGTERM yet
+    (the CLI does) and only in the main thread (Python runs handlers there)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Holds SIGINT and SIGTERM back while a clean-up runs (a second Ctrl-C must not cut it
+    short); one that came meanwhile is raised again when the block ends. Main thread only
+    (Python runs its handlers there, whichever thread the signal hit); elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum, frame):
+        caught.append(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if caught:
+            signal.raise_signal(caught[0])
 
 
 def free_port() -> int:
@@ -63,42 +127,50 @@ def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *
     if job not in JOBS:
         raise CaptureError(f"unknown capture job {job!r}; choose one of {', '.join(JOBS)}")
     out = Path(out_dir)
-    (out / "logs").mkdir(parents=True, exist_ok=True)
     config_path = out / "job.json"
-    config_path.write_text(json.dumps({"job": job, "world_size": world_size, **config}, indent=2) + "\n", encoding="utf-8")
+    try:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        config_path.write_text(json.dumps({"job": job, "world_size": world_size, **config}, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:  # not a CaptureError: the job did not start, there is no partial trace to merge
+        raise DdlsimError(f"--out {out}: cannot write the capture there ({exc.strerror or exc}); "
+                          "choose a writable directory") from None
     port = free_port()
     procs: list[subprocess.Popen] = []
     logs = []
-    for rank in range(world_size):
-        rank_env = {**os.environ, **(env or {}), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
-                    "MASTER_ADDR": master_addr, "MASTER_PORT": str(port), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        argv = [sys.executable, "-m", "ddlsim.capture.rank_main", job, "--config", str(config_path), "--out", str(out)]
-        if wrap is not None:
-            argv = wrap(rank, argv)
-        log = open(out / "logs" / f"rank{rank}.log", "w", encoding="utf-8")
-        logs.append(log)
-        procs.append(subprocess.Popen(argv, env=rank_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     deadline = time.monotonic() + timeout_s
     failed_at: Optional[float] = None
     first_failed: Optional[int] = None  # the rank that failed first: the others usually fail because it did
-    try:
-        while any(p.poll() is None for p in procs):
-            if on_poll is not None:
-                on_poll()
-            now = time.monotonic()
-            if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
-                failed_at = now
-                first_failed = next(r for r, p in enumerate(procs) if p.poll() not in (None, 0))
-            if now > deadline or (failed_at is not None and now - failed_at > grace_s):
-                _stop(procs)
-                break
-            time.sleep(0.05)
-    except KeyboardInterrupt:
-        _stop(procs)
-        raise
-    finally:
-        for log in logs:
-            log.close()
+    with sigterm_as_exit():
+        try:
+            for rank in range(world_size):
+                rank_env = {**os.environ, **(env or {}), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+                            "MASTER_ADDR": master_addr, "MASTER_PORT": str(port), LAUNCHER_ENV: str(os.getpid()),
+                            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+                argv = [sys.executable, "-m", "ddlsim.capture.rank_main", job, "--config", str(config_path), "--out", str(out)]
+                if wrap is not None:
+                    argv = wrap(rank, argv)
+                log = open(out / "logs" / f"rank{rank}.log", "w", encoding="utf-8")
+                logs.append(log)
+                procs.append(subprocess.Popen(argv, env=rank_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            deadline = time.monotonic() + timeout_s
+            while any(p.poll() is None for p in procs):
+                if on_poll is not None:
+                    on_poll()
+                now = time.monotonic()
+                if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+                    failed_at = now
+                    first_failed = next(r for r, p in enumerate(procs) if p.poll() not in (None, 0))
+                if now > deadline or (failed_at is not None and now - failed_at > grace_s):
+                    _stop(procs, STOP_GRACE_S)
+                    break
+                time.sleep(0.05)
+        except BaseException:  # Ctrl-C, SIGTERM (SystemExit), or a failure to start a rank: no rank may outlive us
+            with signals_deferred():
+                _stop(procs, INTERRUPT_GRACE_S)
+            raise
+        finally:
+            for log in logs:
+                log.close()
     results = [RankResult(r, p.wait(), _tail(out / "logs" / f"rank{r}.log")) for r, p in enumerate(procs)]
     bad = [r for r in results if r.returncode != 0]
     if bad:
@@ -119,12 +191,15 @@ def _signal_running(procs: Sequence[subprocess.Popen], sig: int) -> None:
                 pass
 
 
-def _stop(procs: Sequence[subprocess.Popen]) -> None:
+def _stop(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
+    """Ends every rank's process group: SIGTERM, SIGKILL after `grace_s`, and waits for them."""
     _signal_running(procs, signal.SIGTERM)
-    end = time.monotonic() + 3
+    end = time.monotonic() + grace_s
     while time.monotonic() < end and any(p.poll() is None for p in procs):
-        time.sleep(0.05)
+        time.sleep(0.01)
     _signal_running(procs, signal.SIGKILL)
+    for p in procs:
+        p.wait()
 
 
 def _tail(path: Path, lines: int = 15) -> str:

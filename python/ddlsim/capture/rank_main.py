@@ -3,6 +3,11 @@
 Reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` from the
 environment (as torchrun sets them) and calls the job's ``run_rank(config,
 rank, world_size, out_dir)`` (see :data:`ddlsim.capture.launch.JOBS`).
+
+Started by ``ddlsim capture`` (``DDLSIM_LAUNCHER_PID`` set), a rank first asks
+the kernel to SIGKILL it when its launcher dies (Linux ``PR_SET_PDEATHSIG``),
+and exits at once if the launcher is already gone: a launcher killed with
+SIGKILL leaves no rank running on.
 """
 
 from __future__ import annotations
@@ -15,8 +20,30 @@ from importlib import import_module
 from pathlib import Path
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_launcher() -> bool:
+    """Arms PR_SET_PDEATHSIG for the launcher named in the environment; False when it is already gone."""
+    launcher = os.environ.get("DDLSIM_LAUNCHER_PID", "")
+    if not launcher.isdigit() or not sys.platform.startswith("linux"):
+        return True
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return True
+    return os.getppid() == int(launcher)  # after arming, so that a launcher dying in between is seen
+
+
 def main(argv: list[str] | None = None) -> int:
     from .launch import JOBS
+
+    if not die_with_launcher():
+        print("error: the launcher (ddlsim capture) is gone; not starting", file=sys.stderr)
+        return 1
 
     parser = argparse.ArgumentParser(prog="python -m ddlsim.capture.rank_main")
     parser.add_argument("job", choices=sorted(JOBS))

@@ -550,9 +550,10 @@ app.add_typer(capture_app, name="capture")
 
 
 def main() -> None:
-    from .progress import Interrupted, install_signal_handlers
+    from .progress import CAPTURE_GRACE_MS, GRACE_MS, Interrupted, install_signal_handlers
 
-    install_signal_handlers()
+    words = [a for a in sys.argv[1:] if not a.startswith("-")]
+    install_signal_handlers(CAPTURE_GRACE_MS if words[:1] == ["capture"] else GRACE_MS)
     try:
         app()
     except Interrupted as exc:

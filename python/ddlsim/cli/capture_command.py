@@ -7,6 +7,9 @@ ranks into the event log.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Optional
 
@@ -58,6 +61,38 @@ def merge(
     write_event_log(log, target)
     flag = f"; partial ranks {log.metadata['partial_ranks']}" if log.metadata.get("partial") else ""
     out.print(f"wrote {target}: {log.table.num_rows} rows from {len(log.metadata['ranks'])} ranks{flag}", highlight=False)
+
+
+@capture_app.command("cleanup")
+def cleanup() -> None:
+    """Remove the network namespaces, veth links and qdiscs that shaped captures (--bandwidth) left behind when they
+    were killed hard (SIGKILL), and say what was removed. Those of a capture still running are kept; nothing that
+    ddlsim did not make is touched. Needs root."""
+    from ..capture.launch import CaptureError
+    from ..capture.shaping import find_leftovers, remove_leftovers
+    from ..errors import DdlsimError
+
+    if os.geteuid() != 0:
+        raise DdlsimError(f"ddlsim capture cleanup: not running as root (uid {os.geteuid()}); shaped captures' namespaces "
+                          "and links can only be removed as root: run it with sudo")
+    if shutil.which("ip") is None:
+        raise DdlsimError("ddlsim capture cleanup: `ip` is not installed (package iproute2), so no shaped capture ran here")
+    try:
+        found = find_leftovers()
+        removed = remove_leftovers(found)
+    except (CaptureError, OSError, subprocess.SubprocessError) as exc:
+        raise DdlsimError(f"ddlsim capture cleanup: {exc}") from None
+    for x in removed:
+        out.print(f"removed {x.describe()}", highlight=False)
+    kept = [x for x in found if x.owner_alive]
+    for x in kept:
+        out.print(f"kept {x.describe()}: that capture is still running", highlight=False)
+    failed = [x for x in found if not x.owner_alive and x not in removed]
+    if failed:
+        raise DdlsimError("ddlsim capture cleanup: could not remove " + "; ".join(x.describe() for x in failed)
+                          + "; remove them with `ip netns del NAME` / `ip link del NAME`")
+    if not removed and not kept:
+        out.print("nothing to remove: no network namespace or link of a shaped capture is left", highlight=False)
 
 
 from . import capture_ddp_command, capture_ps_command  # noqa: E402

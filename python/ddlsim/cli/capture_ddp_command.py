@@ -49,10 +49,14 @@ def ddp(
     if model != "lenet5" and importlib.util.find_spec("torchvision") is None:
         raise DdlsimError(f"--model {model} needs torchvision; pip install ddlsim[capture] (or use --model lenet5)")
     from ..capture.ddp_run import run_ddp_capture
+    from ..capture.outdir import check_out_dir
+
+    check_out_dir(out_dir)  # before the first line of output: a bad --out is one line
 
     err.print(f"capturing DDP {model}: {workers} ranks x {iterations} iterations, batch {batch_size}, "
               f"{image_size}x{image_size} images, buckets {bucket_cap_mb:g} MiB ...", highlight=False)
-    log, failure = run_ddp_capture(config, workers, out_dir, timeout_s=timeout, bandwidth_bps=rate)
+    log, failure = run_ddp_capture(config, workers, out_dir, timeout_s=timeout, bandwidth_bps=rate,
+                                   on_note=lambda note: err.print(f"note: {note}", highlight=False))
     target = out_dir / "events.parquet"
     if failure is not None:
         raise DdlsimError(f"{failure}\nwrote the partial trace {target} ({log.table.num_rows} rows; partial ranks "

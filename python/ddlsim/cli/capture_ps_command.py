@@ -24,7 +24,7 @@ def _launch_kwargs(world_size: int, bandwidth: Optional[str], stack):
     except ImportError:
         raise DdlsimError(f"--bandwidth {bandwidth}: shaped links are unavailable in this installation "
                           "(ddlsim.capture.shaping is missing); leave out --bandwidth") from None
-    net = stack.enter_context(shaped_network(world_size, rate))
+    net = stack.enter_context(shaped_network(world_size, rate, on_note=lambda note: err.print(f"note: {note}", highlight=False)))
     return {"wrap": net.wrap, "master_addr": net.master_addr, "env": net.env}
 
 
@@ -48,6 +48,7 @@ def ps(
 
     from ..capture.launch import CaptureError, launch_local
     from ..capture.merge import merge_capture
+    from ..capture.outdir import capture_dir
     from ..capture.ps import metadata, ps_config
     from ..trace import write_event_log
 
@@ -56,16 +57,17 @@ def ps(
                        timeout_s=min(timeout, 120.0))
     world = workers + servers
     failure = None
-    with ExitStack() as stack:
+    with capture_dir(out_dir) as out_dir, ExitStack() as stack:
         kwargs = _launch_kwargs(world, bandwidth, stack)
         try:
             launch_local("ps", config, world, out_dir, timeout_s=timeout, **kwargs)
         except CaptureError as exc:
             failure = exc
             err.print(f"error: {exc}\nmerging what the ranks recorded into a partial trace", highlight=False)
-    log = merge_capture(out_dir, metadata={**metadata(config), **({"bandwidth": bandwidth} if bandwidth else {})})
-    target = out_dir / "events.parquet"
-    write_event_log(log, target)
+        stack.close()  # the links go before the merge
+        log = merge_capture(out_dir, metadata={**metadata(config), **({"bandwidth": bandwidth} if bandwidth else {})})
+        target = out_dir / "events.parquet"
+        write_event_log(log, target)
     flag = f" (PARTIAL: ranks {log.metadata['partial_ranks']})" if log.metadata.get("partial") else ""
     out.print(f"wrote {target}: {log.table.num_rows} rows{flag}", highlight=False)
     _print_breakdown(log)

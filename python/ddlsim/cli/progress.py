@@ -103,9 +103,13 @@ def _on_signal(signum: int, frame) -> None:
 
 # After a signal, Python gets this long to unwind before the native backstop ends the process.
 GRACE_MS = 700
+# `ddlsim capture` waits in Python (it never sits in a long C call), and its clean-up takes
+# longer: ending the ranks (SIGTERM, SIGKILL a second later), removing the network namespaces
+# of a shaped capture with `ip`, then this run's files. The backstop is only for a hang there.
+CAPTURE_GRACE_MS = 8000
 
 
-def install_signal_handlers() -> None:
+def install_signal_handlers(grace_ms: int = GRACE_MS) -> None:
     """Ctrl-C and SIGTERM raise Interrupted (in the main thread, also while
     the engine runs: it polls for signals every 50 ms). Python runs handlers
     only between bytecodes, so a long call into numpy or pyarrow could delay
@@ -115,4 +119,4 @@ def install_signal_handlers() -> None:
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
-    _core.arm_interrupt_watchdog(GRACE_MS)
+    _core.arm_interrupt_watchdog(grace_ms)
