@@ -8,6 +8,10 @@ use std::collections::BinaryHeap;
 /// Simulated time in nanoseconds.
 pub type Time = u64;
 
+/// Latest simulated time the engine accepts (about 146 years), so that
+/// sums of times never overflow.
+pub const MAX_TIME: Time = 1 << 62;
+
 #[derive(Debug)]
 struct Entry<E> {
     time: Time,

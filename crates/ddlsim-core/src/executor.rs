@@ -27,9 +27,7 @@ pub enum TraceDetail {
     Collective,
 }
 
-/// Latest simulated time the engine accepts (about 146 years), so that
-/// sums of times never overflow.
-pub const MAX_TIME: Time = 1 << 62;
+pub use crate::engine::MAX_TIME;
 
 /// What a finished run hands back.
 pub struct RunOutput {
@@ -288,11 +286,11 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
     let (succ_offsets, succ) = graph.successors();
     let ranks = graph.ranks() as usize;
     let mut op_names = graph.op_names.clone();
-    let step_op_names = crate::collective::Algorithm::NAMES
+    let step_op_names = crate::graph::Algorithm::NAMES
         .iter()
         .enumerate()
         .map(|(code, _)| {
-            let name = crate::collective::Algorithm::from_code(code as u8).expect("listed").step_op();
+            let name = crate::graph::Algorithm::from_code(code as u8).expect("listed").step_op();
             match op_names.iter().position(|n| n == name) {
                 Some(i) => i as u32,
                 None => {
@@ -923,7 +921,12 @@ impl<'g> Executor<'g> {
         let spec = &self.graph.collectives[c];
         let track = self.detail == TraceDetail::Step;
         let live = self.collectives[c].get_or_insert_with(|| LiveCollective {
-            machine: crate::collective::new_collective_for(spec, self.graph, track),
+            machine: crate::collective::new_collective_for(
+                spec,
+                &crate::collective::Params::for_spec(spec, &self.graph.host_of_rank),
+                self.graph.closed_form.as_ref(),
+                track,
+            ),
             ops: vec![u32::MAX; spec.members.len()],
         });
         if live.ops[member as usize] != u32::MAX {

@@ -6,7 +6,7 @@
 //! operation it depends on has ended. Ops that name a stream are run one
 //! at a time on it, in the order its [`crate::stream::StreamPolicy`] picks.
 
-use crate::collective::Algorithm;
+pub use crate::algorithm::{Algorithm, LinkCost};
 
 /// What an operation does; decides how the executor runs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,7 +169,7 @@ pub struct Graph {
     pub stream_names: Vec<String>,
     /// Closed-form collective mode: every collective is one event per member
     /// at this cost (see [`crate::collective::closed_form`]); None: step by step.
-    pub closed_form: Option<crate::collective::closed_form::LinkCost>,
+    pub closed_form: Option<LinkCost>,
     /// In-network operations (multicast, aggregation) over transfer ops.
     pub fans: Vec<FanSpec>,
     /// Preemptive streams yield only where a collective member starts a message

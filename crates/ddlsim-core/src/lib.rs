@@ -9,6 +9,7 @@
 //! [`network::NetworkModel`] (how transfers are timed). Producers of graphs
 //! live in [`lower`] (training lowering today).
 
+pub mod algorithm;
 pub mod collective;
 pub mod engine;
 pub mod executor;

@@ -27,58 +27,9 @@
 //! smaller groups may still fit. One budget is shared by all aggregating
 //! switches (exact on a star, or when the servers share a leaf).
 
-use serde::Deserialize;
-
-use super::training::{AlgorithmName, CollectiveModel, SyncSpec, TrainingSpec};
+pub use super::spec::{InNetworkMode, InNetworkSpec};
+use super::spec::TrainingSpec;
 use crate::graph::{FanKind, FanSpec, Graph, Kind, Op};
-
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum InNetworkMode {
-    #[default]
-    None,
-    Multicast,
-    Aggregation,
-    Multiagg,
-}
-
-impl InNetworkMode {
-    pub fn aggregates(self) -> bool {
-        matches!(self, InNetworkMode::Aggregation | InNetworkMode::Multiagg)
-    }
-    pub fn multicasts(self) -> bool {
-        matches!(self, InNetworkMode::Multicast | InNetworkMode::Multiagg)
-    }
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InNetworkSpec {
-    #[serde(default)]
-    pub mode: InNetworkMode,
-    /// Aggregation memory of the switch, bytes; None: unlimited.
-    #[serde(default)]
-    pub switch_memory: Option<u64>,
-}
-
-pub fn validate(spec: &TrainingSpec) -> Result<(), String> {
-    match (spec.in_network.mode, &spec.sync) {
-        (InNetworkMode::None, _) | (_, SyncSpec::Ps { .. }) => Ok(()),
-        (InNetworkMode::Multicast, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }) => {
-            if spec.chunk_bytes != 0 {
-                return Err("the ring with a multicast all-gather does not partition messages; set chunk_bytes to 0".into());
-            }
-            if spec.collective_model == CollectiveModel::ClosedForm {
-                return Err("the ring with a multicast all-gather is simulated step by step; use the steps collective model".into());
-            }
-            Ok(())
-        }
-        (InNetworkMode::Multicast, SyncSpec::Allreduce { .. }) => {
-            Err("a multicast all-gather is available for the ring all-reduce only (algorithm ring)".into())
-        }
-        _ => Err("in-network aggregation applies to the parameter-server strategy only (all-reduce takes in_network multicast with the ring)".into()),
-    }
-}
 
 /// Ring all-reduce whose second ring (all-gather) is multicast (paper
 /// §8.4), lowered to point-to-point transfers: N-1 reduce-scatter steps on

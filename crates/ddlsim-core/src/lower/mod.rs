@@ -2,4 +2,5 @@
 //! these build one from a higher-level description.
 
 pub mod in_network;
+pub mod spec;
 pub mod training;

@@ -22,7 +22,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::topology::{Path, Topology, NOISE};
 use crate::engine::Time;
-use crate::executor::MAX_TIME;
+use crate::engine::MAX_TIME;
 
 /// Max-min fair rates by progressive filling (one band, whole flows).
 ///

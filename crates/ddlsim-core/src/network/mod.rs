@@ -25,7 +25,7 @@ pub use topology::{transmit_ns, transmit_ns_exact, NOISE, Path, Ratio, Switch, S
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::engine::Time;
-use crate::executor::MAX_TIME;
+use crate::engine::MAX_TIME;
 
 pub trait Scheduler {
     fn schedule(&mut self, at: Time, token: u64);
