@@ -12,6 +12,11 @@ pub type Time = u64;
 /// sums of times never overflow.
 pub const MAX_TIME: Time = 1 << 62;
 
+/// `now + by`, refused past [`MAX_TIME`].
+pub fn later(now: Time, by: u64) -> Result<Time, String> {
+    now.checked_add(by).filter(|&t| t <= MAX_TIME).ok_or_else(|| format!("simulated time would overflow: {now} ns + {by} ns is beyond {MAX_TIME} ns"))
+}
+
 #[derive(Debug)]
 struct Entry<E> {
     time: Time,

@@ -12,11 +12,11 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::collective::{joined_op, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
-use crate::engine::{EventQueue, Time};
-use crate::graph::{FanKind, Graph, Kind, PolicyKind, NO_STREAM};
+use crate::engine::{later, EventQueue, Time};
+use crate::graph::{FanKind, Graph, Kind, NO_STREAM};
 use crate::log::{EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
-use crate::network::{innet, Delivery, FlowRecord, NetworkModel, Scheduler, TransferRequest};
-use crate::stream::{new_policy, QueueKey, StreamPolicy};
+use crate::network::{Delivery, FanEnd, FlowRecord, NetworkModel, Scheduler, TransferRequest};
+use crate::stream::{new_policy, Item, Negotiation, QueueKey, StreamPolicy, WaitingMember};
 
 /// How much of the inside of collectives goes into the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,8 +119,6 @@ struct StreamState {
     /// The ops holding the stream: at most one, unless the stream has a credit.
     running: Vec<Running>,
     running_bytes: u64,
-    /// ByteScheduler's credit (see [`crate::graph::StreamSpec::credit`]); 0: one op at a time.
-    credit: u64,
 }
 
 impl StreamState {
@@ -144,9 +142,9 @@ impl StreamState {
         }
     }
 
-    /// Whether one more op may start now: the stream is free, or (ByteScheduler) credit is left.
+    /// Whether one more op may start now, as the policy says (one at a time, or ByteScheduler's credit).
     fn has_room(&self) -> bool {
-        self.running.is_empty() || self.running_bytes < self.credit
+        self.policy.has_room(self.running.len(), self.running_bytes)
     }
 
     fn occupy(&mut self, op: u32, bytes: u64) {
@@ -227,14 +225,10 @@ struct Executor<'g> {
     bytes_sent: Vec<u64>,
     bytes_received: Vec<u64>,
     finished_ops: usize,
-    /// Queue order of items on streams that tie-break by arrival.
-    seq: u64,
     /// Reused buffer for a logged step's causes (no allocation per step).
     cause_scratch: Vec<i64>,
-    /// Collectives scheduled by negotiation (a member is queued only once
-    /// every member is ready), and how many members are ready so far.
-    negotiate: Vec<bool>,
-    negotiating: Vec<u32>,
+    /// Collectives scheduled by negotiation, and their members ready so far (see [`Negotiation`]).
+    negotiation: Negotiation,
     /// CSR: the member ops of each collective, in member order.
     coll_op_offsets: Vec<u32>,
     coll_ops: Vec<u32>,
@@ -307,14 +301,18 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
         u32::MAX
     };
     let (coll_op_offsets, coll_ops) = collective_members(graph);
-    let negotiate = (0..graph.collectives.len())
-        .map(|c| {
-            coll_ops[coll_op_offsets[c] as usize..coll_op_offsets[c + 1] as usize].iter().any(|&op| {
-                let stream = graph.ops.get(op as usize).map_or(NO_STREAM, |o| o.stream);
-                stream != NO_STREAM && graph.streams[stream as usize].policy == NEGOTIATED
+    let streams: Vec<StreamState> =
+        graph.streams.iter().map(|s| StreamState { policy: new_policy(s.policy, s.credit), running: Vec::new(), running_bytes: 0 }).collect();
+    let negotiation = Negotiation::new(
+        (0..graph.collectives.len())
+            .map(|c| {
+                coll_ops[coll_op_offsets[c] as usize..coll_op_offsets[c + 1] as usize].iter().any(|&op| {
+                    let stream = graph.ops.get(op as usize).map_or(NO_STREAM, |o| o.stream);
+                    stream != NO_STREAM && streams[stream as usize].policy.negotiates()
+                })
             })
-        })
-        .collect();
+            .collect(),
+    );
     let mut ex = Executor {
         graph,
         succ_offsets,
@@ -327,7 +325,7 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
         recv_row: vec![-1; n],
         tx_end: vec![0; n],
         message_of: vec![-1; n],
-        streams: graph.streams.iter().map(|s| StreamState { policy: new_policy(s.policy), running: Vec::new(), running_bytes: 0, credit: s.credit }).collect(),
+        streams,
         parked: HashMap::default(),
         parked_in: vec![0; graph.collectives.len()],
         queue: EventQueue::new(),
@@ -351,10 +349,8 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
         bytes_sent: vec![0; ranks],
         bytes_received: vec![0; ranks],
         finished_ops: 0,
-        seq: 0,
         cause_scratch: Vec::new(),
-        negotiate,
-        negotiating: vec![0; graph.collectives.len()],
+        negotiation,
         coll_op_offsets,
         coll_ops,
         fan_of: {
@@ -438,14 +434,6 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
     Ok(ex.into_output(op_names))
 }
 
-/// Priority streams without preemption schedule collectives as Horovod's
-/// coordinator does: a collective is queued on its ranks only once it is
-/// ready on all of them, every rank breaks priority ties by collective id,
-/// and a member waiting for a join yields to a more urgent collective or to
-/// a parked member of a collective the other ranks already launched. With
-/// one order on all ranks, the most urgent negotiated collective always
-/// gathers all its members, so no order of readiness can deadlock.
-const NEGOTIATED: PolicyKind = PolicyKind::Priority { preempt: false };
 
 /// CSR of each collective's member ops, in member order.
 fn collective_members(graph: &Graph) -> (Vec<u32>, Vec<u32>) {
@@ -462,9 +450,6 @@ fn collective_members(graph: &Graph) -> (Vec<u32>, Vec<u32>) {
     (offsets, ops)
 }
 
-fn later(now: Time, by: u64) -> Result<Time, String> {
-    now.checked_add(by).filter(|&t| t <= MAX_TIME).ok_or_else(|| format!("simulated time would overflow: {now} ns + {by} ns is beyond {MAX_TIME} ns"))
-}
 
 impl<'g> Executor<'g> {
     fn make_ready(&mut self, op: u32, now: Time) -> Result<(), String> {
@@ -473,11 +458,10 @@ impl<'g> Executor<'g> {
         if o.stream == NO_STREAM {
             return self.start_op(op, now);
         }
-        if o.kind == Kind::Collective && self.negotiate[o.collective as usize] {
+        if o.kind == Kind::Collective && self.negotiation.is_negotiated(o.collective as usize) {
             let c = o.collective as usize;
-            self.negotiating[c] += 1;
             let (a, b) = (self.coll_op_offsets[c] as usize, self.coll_op_offsets[c + 1] as usize);
-            if (self.negotiating[c] as usize) < b - a {
+            if !self.negotiation.member_ready(c, b - a) {
                 return Ok(());
             }
             // Ready everywhere: every rank queues it now, having waited for this last member.
@@ -538,15 +522,9 @@ impl<'g> Executor<'g> {
         let op = (item & !PARKED) as u32;
         let o = &self.graph.ops[op as usize];
         let parked = item & PARKED != 0;
-        if self.graph.streams[s].policy == NEGOTIATED {
-            let collective = o.kind == Kind::Collective;
-            let urgent = parked && collective && self.launched(o.collective as usize);
-            let order = if collective { o.collective as u64 } else { (1 << 40) + op as u64 };
-            QueueKey { not_urgent: !urgent, priority: o.priority, not_resumed: true, order }
-        } else {
-            self.seq += 1;
-            QueueKey { not_urgent: true, priority: o.priority, not_resumed: !parked, order: self.seq }
-        }
+        let collective = (o.kind == Kind::Collective).then_some(o.collective as u64);
+        let launched = parked && collective.is_some() && self.streams[s].policy.negotiates() && self.launched(o.collective as usize);
+        self.streams[s].policy.key(Item { op, priority: o.priority, parked, collective, launched })
     }
 
     fn queue_item(&mut self, s: usize, item: u64) {
@@ -559,10 +537,10 @@ impl<'g> Executor<'g> {
     /// joined yet (nothing sent in between) yields its stream to the next
     /// queued op, and resumes later, so that no such order deadlocks.
     fn maybe_yield(&mut self, s: usize, op: u32, now: Time, release: Cause) -> Result<(), String> {
-        match self.graph.streams[s].policy {
-            PolicyKind::Fifo => return Ok(()),
-            NEGOTIATED => return self.maybe_yield_negotiated(s, op, now, release),
-            PolicyKind::Priority { .. } => {}
+        match self.streams[s].policy.waiting_member() {
+            WaitingMember::Keeps => return Ok(()),
+            WaitingMember::YieldsToUrgent => return self.maybe_yield_negotiated(s, op, now, release),
+            WaitingMember::YieldsToRunnable => {}
         }
         let st = &self.streams[s];
         let o = &self.graph.ops[op as usize];
@@ -766,20 +744,27 @@ impl<'g> Executor<'g> {
         if (self.fan_started[f] as usize) < fan.ops.len() {
             return Ok(());
         }
-        if fan.kind == FanKind::Aggregate {
-            // The switch sums as soon as every contribution's first bytes reached it.
-            let mut at = now;
-            for &m in &fan.ops {
-                let o = &g.ops[m as usize];
-                let (to_switch, _) = innet::split_latency(self.network.topology(), o.rank, o.peer as u32);
-                at = at.max(later(self.start[m as usize], to_switch)?);
-            }
-            if at > now {
-                self.queue.push(at, Event::FanStart(f as u32));
-                return Ok(());
-            }
+        // The network says when the fan's tree flow may start (an aggregation: once every contribution reached the switch).
+        let ends = self.fan_ends(f);
+        let at = self.network.fan_ready(fan.kind, &ends, now)?;
+        if at > now {
+            self.queue.push(at, Event::FanStart(f as u32));
+            return Ok(());
         }
         self.launch_fan(f, now)
+    }
+
+    /// Sender, receiver and start of each op of fan `f`.
+    fn fan_ends(&self, f: usize) -> Vec<FanEnd> {
+        let g = self.graph;
+        g.fans[f]
+            .ops
+            .iter()
+            .map(|&m| {
+                let o = &g.ops[m as usize];
+                FanEnd { src: o.rank, dst: o.peer as u32, start: self.start[m as usize] }
+            })
+            .collect()
     }
 
     fn launch_fan(&mut self, f: usize, now: Time) -> Result<(), String> {
@@ -788,48 +773,38 @@ impl<'g> Executor<'g> {
         let message = self.fan_message[f];
         let lead = &g.ops[fan.ops[0] as usize];
         let (bytes, band, tenant) = (lead.bytes, lead.band, lead.tenant);
-        let topo = self.network.topology();
-        // The tree's latency: to the nearest receiver (a multicast; the others
-        // get theirs later, see `fan_transmitted`), from the switch (an aggregate).
-        let (mut path, src, dst, latency) = match fan.kind {
-            FanKind::Multicast => {
-                let dsts: Vec<u32> = fan.ops.iter().map(|&o| g.ops[o as usize].peer as u32).collect();
-                self.bytes_sent[lead.rank as usize] += bytes;
-                let nearest = dsts.iter().map(|&d| innet::route_latency(topo, lead.rank, d)).min().unwrap_or(0);
-                (innet::multicast_tree(topo, lead.rank, &dsts), lead.rank, dsts[0], nearest)
-            }
+        let ends = self.fan_ends(f);
+        // A multicast's sender sends once; each contribution of an aggregate is sent.
+        match fan.kind {
+            FanKind::Multicast => self.bytes_sent[lead.rank as usize] += bytes,
             FanKind::Aggregate => {
-                let srcs: Vec<u32> = fan.ops.iter().map(|&o| g.ops[o as usize].rank).collect();
-                let path = innet::aggregation_tree(topo, &srcs, lead.peer as u32);
-                let from_switch = srcs.iter().map(|&s| innet::split_latency(topo, s, lead.peer as u32).1).max().unwrap_or(0);
-                for &s in &srcs {
-                    self.bytes_sent[s as usize] += bytes;
+                for e in &ends {
+                    self.bytes_sent[e.src as usize] += bytes;
                 }
-                (path, srcs[0], lead.peer as u32, from_switch)
             }
-        };
-        path.latency = latency;
+        }
         self.transfers += 1;
         let tid = self.new_transfer(Owner::Fan(f as u32));
-        let req = TransferRequest { id: tid, message: message as u64, src, dst, bytes, band, tenant };
-        self.network.start_on(now, req, &path, &mut NetQueue(&mut self.queue))
+        let req = TransferRequest { id: tid, message: message as u64, src: ends[0].src, dst: ends[0].dst, bytes, band, tenant };
+        self.network.start_fan(now, req, fan.kind, &ends, &mut NetQueue(&mut self.queue))
     }
 
     /// A fan's tree flow was delivered (`now`: its transmission ended at
-    /// `tx_end`, plus the tree's latency): the receiver has the aggregate now;
-    /// each multicast receiver gets its copy its route's latency after `tx_end`.
+    /// `tx_end`, plus the tree's latency): each receiver has its copy (the
+    /// aggregate) when the network says (see [`NetworkModel::fan_arrivals`]).
     fn fan_transmitted(&mut self, f: u32, tx_end: Time, now: Time) -> Result<(), String> {
         let g = self.graph;
         let fan = &g.fans[f as usize];
         for &op in &fan.ops {
             self.tx_end[op as usize] = tx_end;
         }
+        let ends = self.fan_ends(f as usize);
+        let mut arrivals = Vec::with_capacity(ends.len());
+        self.network.fan_arrivals(fan.kind, &ends, tx_end, now, &mut arrivals)?;
         match fan.kind {
             FanKind::Aggregate => self.fan_received(fan.ops[0], now),
             FanKind::Multicast => {
-                for &op in &fan.ops {
-                    let o = &g.ops[op as usize];
-                    let at = later(tx_end, innet::route_latency(self.network.topology(), o.rank, o.peer as u32))?;
+                for (&op, &at) in fan.ops.iter().zip(&arrivals) {
                     if at == now {
                         self.fan_received(op, now)?;
                     } else {
@@ -950,7 +925,7 @@ impl<'g> Executor<'g> {
             let launched = self.launched(c);
             for op in members {
                 let s = self.graph.ops[op as usize].stream as usize;
-                if launched && self.graph.streams[s].policy == NEGOTIATED {
+                if launched && self.streams[s].policy.negotiates() {
                     // Launched elsewhere: its parked member now goes first on its stream.
                     self.unpark_item(op);
                     self.queue_item(s, PARKED | op as u64);

@@ -24,8 +24,11 @@ pub use topology::{transmit_ns, transmit_ns_exact, NOISE, Path, Ratio, Switch, S
 
 use rustc_hash::FxHashMap as HashMap;
 
+pub use innet::FanEnd;
+
 use crate::engine::Time;
 use crate::engine::MAX_TIME;
+use crate::graph::FanKind;
 
 pub trait Scheduler {
     fn schedule(&mut self, at: Time, token: u64);
@@ -76,6 +79,25 @@ pub trait NetworkModel {
     /// after its transmission ends.
     fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), String>;
     fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String>;
+    /// When a fan (an in-network multicast or aggregation whose transfers
+    /// `ends` have all started by `now`) may start its tree flow. The default
+    /// times the tree flows of [`innet`]; a model that times fans otherwise
+    /// (e.g. packet by packet) overrides this, [`NetworkModel::start_fan`]
+    /// and [`NetworkModel::fan_arrivals`] together.
+    fn fan_ready(&self, kind: FanKind, ends: &[FanEnd], now: Time) -> Result<Time, String> {
+        innet::fan_ready(self.topology(), kind, ends, now)
+    }
+    /// Starts a fan's transmission as transfer `req` (delivered once, as any transfer).
+    fn start_fan(&mut self, now: Time, req: TransferRequest, kind: FanKind, ends: &[FanEnd], sched: &mut dyn Scheduler) -> Result<(), String> {
+        let path = innet::fan_path(self.topology(), kind, ends);
+        self.start_on(now, req, &path, sched)
+    }
+    /// When each receiver of the fan has its copy (one entry per end, in
+    /// order), the fan's transfer having ended transmitting at `tx_end` and
+    /// been delivered at `delivered`.
+    fn fan_arrivals(&self, kind: FanKind, ends: &[FanEnd], tx_end: Time, delivered: Time, out: &mut Vec<Time>) -> Result<(), String> {
+        innet::fan_arrivals(self.topology(), kind, ends, tx_end, delivered, out)
+    }
     fn stats(&self) -> NetworkStats;
     fn take_flows(&mut self) -> Vec<FlowRecord>;
 }
