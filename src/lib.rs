@@ -9,9 +9,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use ddlsim_core::collective::Algorithm;
-use ddlsim_core::graph::{CollectiveSpec, CollectiveType, Graph, Kind, Op, PolicyKind, StreamSpec};
+use ddlsim_core::graph::{CollectiveSpec, CollectiveType, FanKind, FanSpec, Graph, Kind, LinkCost, Op, PolicyKind, StreamSpec};
 use ddlsim_core::log::KIND_NAMES;
-use ddlsim_core::lower::training::build_graph;
+use ddlsim_core::lower::training::{build_graph, CollectiveModel};
 use ddlsim_core::{run_graph_with_hook, NetworkSpec, Progress, RunOutput, TraceDetail, TrainingSpec, INTERRUPTED};
 
 mod watchdog;
@@ -25,10 +25,16 @@ fn column<'py, T: Copy>(py: Python<'py>, dict: &Bound<'py, PyDict>, name: &str, 
     dict.set_item(name, (dtype, PyBytes::new(py, as_bytes(values))))
 }
 
-/// Reads column `name` of `dict` (bytes) as a vector of `T`.
+/// Reads column `name` of `dict` (bytes, or a `(dtype, bytes)` pair as
+/// [`lower_training_json`] returns them) as a vector of `T`.
 fn read<T: Copy + Default>(dict: &Bound<'_, PyDict>, name: &str) -> PyResult<Vec<T>> {
     let item = dict.get_item(name)?.ok_or_else(|| PyValueError::new_err(format!("graph column {name:?} is missing")))?;
-    let raw: &[u8] = item.extract()?;
+    let bytes = match item.downcast::<pyo3::types::PyTuple>() {
+        Ok(pair) if pair.len() == 2 => pair.get_item(1)?,
+        _ => item,
+    };
+    let bytes = bytes.downcast_into::<PyBytes>().map_err(|_| PyValueError::new_err(format!("graph column {name:?} must be bytes or a (dtype, bytes) pair")))?;
+    let raw: &[u8] = bytes.as_bytes();
     let size = std::mem::size_of::<T>();
     if raw.len() % size != 0 {
         return Err(PyValueError::new_err(format!("graph column {name:?} has {} bytes, not a multiple of {size}", raw.len())));
@@ -104,11 +110,23 @@ fn output<'py>(py: Python<'py>, out: RunOutput, graph: &Graph) -> PyResult<Bound
 }
 
 /// Lowers a training description (JSON) into a workload graph, returned
-/// as columns (the same layout `run_graph_columns` takes).
+/// as columns (the same layout `run_graph_columns` takes): the graph
+/// `simulate_training_json` runs, fans, closed-form cost and preemption
+/// mode included. The closed-form collective model takes its cost from the
+/// network, so it needs `network_json`.
 #[pyfunction]
-fn lower_training_json<'py>(py: Python<'py>, training_json: &str) -> PyResult<Bound<'py, PyDict>> {
+#[pyo3(signature = (training_json, network_json=None))]
+fn lower_training_json<'py>(py: Python<'py>, training_json: &str, network_json: Option<&str>) -> PyResult<Bound<'py, PyDict>> {
     let spec = TrainingSpec::from_json(training_json).map_err(PyValueError::new_err)?;
-    let graph = build_graph(&spec).map_err(PyValueError::new_err)?;
+    let graph = match network_json {
+        Some(json) => ddlsim_core::training_graph(&spec, &network(json)?).map_err(PyValueError::new_err)?,
+        None if spec.collective_model == CollectiveModel::ClosedForm => {
+            return Err(PyValueError::new_err(
+                "the closed-form collective model takes its cost from the network: pass the network description (network_json)",
+            ))
+        }
+        None => build_graph(&spec).map_err(PyValueError::new_err)?,
+    };
     graph_columns(py, &graph)
 }
 
@@ -157,6 +175,17 @@ fn graph_columns<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, PyDict>
     column(py, &d, "stream_policy", "u1", &g.streams.iter().map(|s| policy(s.policy)).collect::<Vec<_>>())?;
     column(py, &d, "stream_credit", "<u8", &g.streams.iter().map(|s| s.credit).collect::<Vec<_>>())?;
     column(py, &d, "host_of_rank", "<u4", &g.host_of_rank)?;
+    let mut fan_offsets = vec![0u32];
+    let mut fan_ops = Vec::new();
+    for fan in &g.fans {
+        fan_ops.extend_from_slice(&fan.ops);
+        fan_offsets.push(fan_ops.len() as u32);
+    }
+    column(py, &d, "fan_kind", "u1", &g.fans.iter().map(|f| fan_code(f.kind)).collect::<Vec<_>>())?;
+    column(py, &d, "fan_offsets", "<u4", &fan_offsets)?;
+    column(py, &d, "fan_ops", "<u4", &fan_ops)?;
+    d.set_item("preempt_at_messages", g.preempt_at_messages)?;
+    d.set_item("closed_form", g.closed_form.map(|c| (c.latency_ns, c.bandwidth_bps, c.intra)))?;
     d.set_item("op_names", g.op_names.clone())?;
     d.set_item("stream_names", g.stream_names.clone())?;
     Ok(d)
@@ -257,8 +286,52 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
         .collect::<PyResult<Vec<_>>>()?;
     let op_names: Vec<String> = d.get_item("op_names")?.ok_or_else(|| err("op_names is missing".into()))?.extract()?;
     let stream_names: Vec<String> = d.get_item("stream_names")?.ok_or_else(|| err("stream_names is missing".into()))?.extract()?;
-    Graph::from_parts(ops, read(d, "dep_offsets")?, read(d, "deps")?, collectives, streams, read(d, "host_of_rank")?, op_names, stream_names)
-        .map_err(err)
+    let mut g = Graph::from_parts(ops, read(d, "dep_offsets")?, read(d, "deps")?, collectives, streams, read(d, "host_of_rank")?, op_names, stream_names)
+        .map_err(err)?;
+    // Optional (graphs written before the columns carried everything): no fans, no closed form, preemption at steps.
+    if d.contains("fan_kind")? {
+        let kinds: Vec<u8> = read(d, "fan_kind")?;
+        let offsets: Vec<u32> = read(d, "fan_offsets")?;
+        let ops: Vec<u32> = read(d, "fan_ops")?;
+        if offsets.len() != kinds.len() + 1 || offsets.first() != Some(&0) || offsets.last().map(|&o| o as usize) != Some(ops.len()) {
+            return Err(err("fan_offsets must have one more entry than fan_kind, from 0 to the length of fan_ops".into()));
+        }
+        for (f, &code) in kinds.iter().enumerate() {
+            let kind = match code {
+                0 => FanKind::Multicast,
+                1 => FanKind::Aggregate,
+                other => return Err(err(format!("fan {f}: unknown kind code {other} (0 multicast, 1 aggregate)"))),
+            };
+            let (a, b) = (offsets[f] as usize, offsets[f + 1] as usize);
+            if a > b {
+                return Err(err(format!("fan {f}: fan_offsets decrease")));
+            }
+            g.fans.push(FanSpec { kind, ops: ops[a..b].to_vec() });
+        }
+    }
+    if let Some(flag) = d.get_item("preempt_at_messages")? {
+        g.preempt_at_messages = flag.extract()?;
+    }
+    if let Some(cost) = d.get_item("closed_form")? {
+        if !cost.is_none() {
+            let (latency_ns, bandwidth_bps, intra): (u64, f64, Option<(u64, f64)>) = cost
+                .extract()
+                .map_err(|_| err("closed_form must be None or (latency_ns, bandwidth_bps, None or (intra_latency_ns, intra_bandwidth_bps))".into()))?;
+            if !(bandwidth_bps.is_finite() && bandwidth_bps > 0.0) || intra.is_some_and(|(_, bps)| !(bps.is_finite() && bps > 0.0)) {
+                return Err(err("closed_form: bandwidths must be finite and positive".into()));
+            }
+            g.closed_form = Some(LinkCost { latency_ns, bandwidth_bps, intra });
+        }
+    }
+    g.check().map_err(err)?;
+    Ok(g)
+}
+
+fn fan_code(kind: FanKind) -> u8 {
+    match kind {
+        FanKind::Multicast => 0,
+        FanKind::Aggregate => 1,
+    }
 }
 
 /// Runs a workload graph given as columns on the network described by JSON.
