@@ -5,6 +5,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use crate::error::Error;
+
 /// Simulated time in nanoseconds.
 pub type Time = u64;
 
@@ -13,8 +15,8 @@ pub type Time = u64;
 pub const MAX_TIME: Time = 1 << 62;
 
 /// `now + by`, refused past [`MAX_TIME`].
-pub fn later(now: Time, by: u64) -> Result<Time, String> {
-    now.checked_add(by).filter(|&t| t <= MAX_TIME).ok_or_else(|| format!("simulated time would overflow: {now} ns + {by} ns is beyond {MAX_TIME} ns"))
+pub fn later(now: Time, by: u64) -> Result<Time, Error> {
+    now.checked_add(by).filter(|&t| t <= MAX_TIME).ok_or_else(|| Error::out_of_range(format!("simulated time would overflow: {now} ns + {by} ns is beyond {MAX_TIME} ns")))
 }
 
 #[derive(Debug)]

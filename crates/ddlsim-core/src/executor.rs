@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::collective::{joined_op, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
 use crate::engine::{later, EventQueue, Time};
+use crate::error::{Error, ErrorKind};
 use crate::graph::{FanKind, Graph, Kind, NO_STREAM};
 use crate::log::{EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
 use crate::network::{Delivery, FanEnd, FlowRecord, NetworkModel, Scheduler, TransferRequest};
@@ -267,14 +268,14 @@ const CLOCK_EVERY: u32 = 1024;
 /// Runs `graph` to completion on `network`. A graph that cannot finish
 /// (a dependency cycle, a member that never joins its collective) or a
 /// time beyond [`MAX_TIME`] is reported in the error.
-pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -> Result<RunOutput, String> {
+pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -> Result<RunOutput, Error> {
     run_with_hook(graph, network, detail, None)
 }
 
 /// [`run`] that calls `hook` about every [`PROGRESS_INTERVAL`] (checked
 /// every [`CLOCK_EVERY`] events) and stops with the error [`INTERRUPTED`]
 /// when it returns `false`. Without a hook the loop never reads the clock.
-pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail, mut hook: Option<ProgressHook<'_>>) -> Result<RunOutput, String> {
+pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail, mut hook: Option<ProgressHook<'_>>) -> Result<RunOutput, Error> {
     graph.check()?;
     let n = graph.len();
     let (succ_offsets, succ) = graph.successors();
@@ -381,14 +382,16 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
                 if last_call.elapsed() >= PROGRESS_INTERVAL {
                     let progress = Progress { now, events: ex.queue.processed(), ops_done: ex.finished_ops as u64, ops_total: n as u64 };
                     if !hook(&progress) {
-                        return Err(INTERRUPTED.to_string());
+                        return Err(Error::new(ErrorKind::Interrupted, INTERRUPTED));
                     }
                     last_call = std::time::Instant::now();
                 }
             }
         }
         if now > MAX_TIME {
-            return Err(format!("simulated time would pass {MAX_TIME} ns (about 146 years); the scenario's durations or sizes are far too large"));
+            return Err(Error::out_of_range(format!(
+                "simulated time would pass {MAX_TIME} ns (about 146 years); the scenario's durations or sizes are far too large"
+            )));
         }
         match event {
             Event::OpDone(op) => ex.finish_op(op, now)?,
@@ -422,14 +425,14 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
         }
         let stuck = (0..n).find(|&i| ex.end[i] == UNSET).unwrap_or(0);
         let op = &graph.ops[stuck];
-        return Err(format!(
+        return Err(Error::new(ErrorKind::Stuck, format!(
             "the workload graph cannot finish: {} of {} operations never ran (first: op {stuck}, {} on rank {}); \
              look for a dependency cycle or a collective member that never joins",
             n - ex.finished_ops,
             n,
             graph.op_names[op.name as usize],
             op.rank
-        ));
+        )));
     }
     Ok(ex.into_output(op_names))
 }
@@ -452,7 +455,7 @@ fn collective_members(graph: &Graph) -> (Vec<u32>, Vec<u32>) {
 
 
 impl<'g> Executor<'g> {
-    fn make_ready(&mut self, op: u32, now: Time) -> Result<(), String> {
+    fn make_ready(&mut self, op: u32, now: Time) -> Result<(), Error> {
         self.ready[op as usize] = now;
         let o = &self.graph.ops[op as usize];
         if o.stream == NO_STREAM {
@@ -476,7 +479,7 @@ impl<'g> Executor<'g> {
     }
 
     /// Puts a ready op on its stream; `arrival` is what it waited for beyond its own deps.
-    fn enqueue(&mut self, op: u32, now: Time, arrival: Cause) -> Result<(), String> {
+    fn enqueue(&mut self, op: u32, now: Time, arrival: Cause) -> Result<(), Error> {
         let s = self.graph.ops[op as usize].stream as usize;
         let st = &self.streams[s];
         if st.running.is_empty() || (st.has_room() && st.policy.peek_key().is_none()) {
@@ -493,7 +496,7 @@ impl<'g> Executor<'g> {
 
     /// Something arrived on busy stream `s`: each running collective member
     /// idle between sends may be preempted or yield to it.
-    fn reconsider_running(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+    fn reconsider_running(&mut self, s: usize, now: Time, release: Cause) -> Result<(), Error> {
         for running in self.streams[s].running_ops() {
             if self.streams[s].holds(running) {
                 self.maybe_preempt_idle(s, running, now, release)?;
@@ -506,7 +509,7 @@ impl<'g> Executor<'g> {
     }
 
     /// Starts queued items while the stream has room (ByteScheduler's credit loop; one item on a plain stream).
-    fn fill(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+    fn fill(&mut self, s: usize, now: Time, release: Cause) -> Result<(), Error> {
         while self.streams[s].has_room() {
             let Some(item) = self.streams[s].policy.pop() else { break };
             self.run_item(s, item, now, release)?;
@@ -536,7 +539,7 @@ impl<'g> Executor<'g> {
     /// orders; a member whose next send waits for a member that has not
     /// joined yet (nothing sent in between) yields its stream to the next
     /// queued op, and resumes later, so that no such order deadlocks.
-    fn maybe_yield(&mut self, s: usize, op: u32, now: Time, release: Cause) -> Result<(), String> {
+    fn maybe_yield(&mut self, s: usize, op: u32, now: Time, release: Cause) -> Result<(), Error> {
         match self.streams[s].policy.waiting_member() {
             WaitingMember::Keeps => return Ok(()),
             WaitingMember::YieldsToUrgent => return self.maybe_yield_negotiated(s, op, now, release),
@@ -575,7 +578,7 @@ impl<'g> Executor<'g> {
 
     /// A member waiting for a join yields to a more urgent collective (in
     /// the order all ranks share) or to an urgent parked member.
-    fn maybe_yield_negotiated(&mut self, s: usize, op: u32, now: Time, release: Cause) -> Result<(), String> {
+    fn maybe_yield_negotiated(&mut self, s: usize, op: u32, now: Time, release: Cause) -> Result<(), Error> {
         let st = &self.streams[s];
         let o = &self.graph.ops[op as usize];
         if o.kind != Kind::Collective || !st.idle_between_sends(op) || !self.waits_for_a_join(op) {
@@ -628,7 +631,7 @@ impl<'g> Executor<'g> {
 
     /// A more urgent op arrived while the stream's collective member waits
     /// between sends: park the member and run the op.
-    fn maybe_preempt_idle(&mut self, s: usize, running: u32, now: Time, release: Cause) -> Result<(), String> {
+    fn maybe_preempt_idle(&mut self, s: usize, running: u32, now: Time, release: Cause) -> Result<(), Error> {
         let st = &self.streams[s];
         if !st.policy.preempts() || !st.idle_between_sends(running) || self.graph.ops[running as usize].kind != Kind::Collective {
             return Ok(());
@@ -656,14 +659,14 @@ impl<'g> Executor<'g> {
     /// A member was parked for what the policy picks next (`release` is what
     /// freed its slot): start or resume that item in the member's place,
     /// credit or not, then fill what room is left.
-    fn run_next(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+    fn run_next(&mut self, s: usize, now: Time, release: Cause) -> Result<(), Error> {
         if let Some(item) = self.streams[s].policy.pop() {
             self.run_item(s, item, now, release)?;
         }
         self.fill(s, now, release)
     }
 
-    fn run_item(&mut self, s: usize, item: u64, now: Time, release: Cause) -> Result<(), String> {
+    fn run_item(&mut self, s: usize, item: u64, now: Time, release: Cause) -> Result<(), Error> {
         let op = (item & !PARKED) as u32;
         self.streams[s].occupy(op, self.graph.ops[op as usize].bytes);
         if item & PARKED != 0 {
@@ -681,7 +684,7 @@ impl<'g> Executor<'g> {
         self.start_op(op, now)
     }
 
-    fn start_op(&mut self, id: u32, now: Time) -> Result<(), String> {
+    fn start_op(&mut self, id: u32, now: Time) -> Result<(), Error> {
         self.start[id as usize] = now;
         let op = &self.graph.ops[id as usize];
         match op.kind {
@@ -708,7 +711,7 @@ impl<'g> Executor<'g> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn start_transfer(&mut self, now: Time, src: u32, dst: u32, bytes: u64, band: u8, tenant: u32, message: i64, owner: Owner) -> Result<(), String> {
+    fn start_transfer(&mut self, now: Time, src: u32, dst: u32, bytes: u64, band: u8, tenant: u32, message: i64, owner: Owner) -> Result<(), Error> {
         self.transfers += 1;
         self.bytes_sent[src as usize] += bytes;
         let id = self.new_transfer(owner);
@@ -731,7 +734,7 @@ impl<'g> Executor<'g> {
 
     /// A fan member starts; once all have, the fan's tree flow starts (see
     /// [`crate::network::innet`]). Members share the fan's message id.
-    fn start_fan_member(&mut self, id: u32, now: Time) -> Result<(), String> {
+    fn start_fan_member(&mut self, id: u32, now: Time) -> Result<(), Error> {
         let g = self.graph;
         let f = self.fan_of[id as usize] as usize;
         if self.fan_message[f] < 0 {
@@ -767,7 +770,7 @@ impl<'g> Executor<'g> {
             .collect()
     }
 
-    fn launch_fan(&mut self, f: usize, now: Time) -> Result<(), String> {
+    fn launch_fan(&mut self, f: usize, now: Time) -> Result<(), Error> {
         let g = self.graph;
         let fan = &g.fans[f];
         let message = self.fan_message[f];
@@ -792,7 +795,7 @@ impl<'g> Executor<'g> {
     /// A fan's tree flow was delivered (`now`: its transmission ended at
     /// `tx_end`, plus the tree's latency): each receiver has its copy (the
     /// aggregate) when the network says (see [`NetworkModel::fan_arrivals`]).
-    fn fan_transmitted(&mut self, f: u32, tx_end: Time, now: Time) -> Result<(), String> {
+    fn fan_transmitted(&mut self, f: u32, tx_end: Time, now: Time) -> Result<(), Error> {
         let g = self.graph;
         let fan = &g.fans[f as usize];
         for &op in &fan.ops {
@@ -816,7 +819,7 @@ impl<'g> Executor<'g> {
         }
     }
 
-    fn fan_received(&mut self, op: u32, now: Time) -> Result<(), String> {
+    fn fan_received(&mut self, op: u32, now: Time) -> Result<(), Error> {
         let g = self.graph;
         let fan = &g.fans[self.fan_of[op as usize] as usize];
         match fan.kind {
@@ -842,7 +845,7 @@ impl<'g> Executor<'g> {
         }
     }
 
-    fn delivered(&mut self, d: Delivery, now: Time) -> Result<(), String> {
+    fn delivered(&mut self, d: Delivery, now: Time) -> Result<(), Error> {
         self.free_transfers.push(d.id);
         match self.transfer_owner[d.id as usize] {
             Owner::Op(op) => {
@@ -867,7 +870,7 @@ impl<'g> Executor<'g> {
         self.next_row - 1
     }
 
-    fn finish_op(&mut self, id: u32, now: Time) -> Result<(), String> {
+    fn finish_op(&mut self, id: u32, now: Time) -> Result<(), Error> {
         self.end[id as usize] = now;
         self.finished_ops += 1;
         let op = &self.graph.ops[id as usize];
@@ -889,7 +892,7 @@ impl<'g> Executor<'g> {
         Ok(())
     }
 
-    fn join_collective(&mut self, id: u32, now: Time) -> Result<(), String> {
+    fn join_collective(&mut self, id: u32, now: Time) -> Result<(), Error> {
         let op = &self.graph.ops[id as usize];
         let c = op.collective as usize;
         let member = op.member;
@@ -905,7 +908,7 @@ impl<'g> Executor<'g> {
             ops: vec![u32::MAX; spec.members.len()],
         });
         if live.ops[member as usize] != u32::MAX {
-            return Err(format!("collective {c}: member {member} joined twice (ops {} and {id})", live.ops[member as usize]));
+            return Err(format!("collective {c}: member {member} joined twice (ops {} and {id})", live.ops[member as usize]).into());
         }
         live.ops[member as usize] = id;
         let cause = crate::collective::join_cause(id);
@@ -937,7 +940,7 @@ impl<'g> Executor<'g> {
         Ok(())
     }
 
-    fn step_delivered(&mut self, f: StepInFlight, tx_end: Time, now: Time) -> Result<(), String> {
+    fn step_delivered(&mut self, f: StepInFlight, tx_end: Time, now: Time) -> Result<(), Error> {
         let c = f.collective as usize;
         let from_op = &self.graph.ops[f.op as usize];
         let stream = from_op.stream;
@@ -1038,14 +1041,14 @@ impl<'g> Executor<'g> {
     }
 
     /// Carries out a collective's actions; `trigger` is the event that produced them.
-    fn apply(&mut self, c: usize, mut actions: Vec<Action>, now: Time, trigger: Cause) -> Result<(), String> {
+    fn apply(&mut self, c: usize, mut actions: Vec<Action>, now: Time, trigger: Cause) -> Result<(), Error> {
         let result = self.apply_batch(c, &actions, now, trigger);
         actions.clear();
         self.action_pool.push(actions);
         result
     }
 
-    fn apply_batch(&mut self, c: usize, batch: &[Action], now: Time, trigger: Cause) -> Result<(), String> {
+    fn apply_batch(&mut self, c: usize, batch: &[Action], now: Time, trigger: Cause) -> Result<(), Error> {
         for &action in batch {
             let member = match action {
                 Action::Send { from, .. } => from,
@@ -1101,7 +1104,7 @@ impl<'g> Executor<'g> {
     }
 
     /// A collective member's wake-up is due (it finished reducing).
-    fn wake(&mut self, slot: u32, now: Time) -> Result<(), String> {
+    fn wake(&mut self, slot: u32, now: Time) -> Result<(), Error> {
         let w = self.wakes[slot as usize];
         self.free_wakes.push(slot);
         let c = w.collective as usize;
@@ -1154,7 +1157,7 @@ impl<'g> Executor<'g> {
         }
     }
 
-    fn issue(&mut self, c: usize, action: Action, now: Time, resumed_after: Cause) -> Result<(), String> {
+    fn issue(&mut self, c: usize, action: Action, now: Time, resumed_after: Cause) -> Result<(), Error> {
         let Action::Send { from, to, bytes, tag, step, ready, causes } = action else {
             return Ok(());
         };

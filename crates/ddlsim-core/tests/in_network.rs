@@ -237,6 +237,7 @@ fn aggregation_needs_a_parameter_server() {
     spec.sync = SyncSpec::Allreduce { algorithm: ddlsim_core::lower::training::AlgorithmName::Ring };
     let err = simulate_training(&spec, &net(Fidelity::Flow, 10e9, 0), TraceDetail::Step).err().unwrap();
     assert!(err.contains("parameter-server"), "{err}");
+    assert_eq!(err.kind, ddlsim_core::ErrorKind::BadInput);
 }
 
 fn ring(workers: u32, bytes: u64, mode: InNetworkMode) -> TrainingSpec {

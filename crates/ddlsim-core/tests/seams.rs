@@ -10,7 +10,7 @@ use ddlsim_core::graph::{FanKind, FanSpec, Graph, Kind, Op, PolicyKind};
 use ddlsim_core::log::{KIND_RECV, KIND_SEND};
 use ddlsim_core::network::{build_network, Delivery, FanEnd, Fidelity, FlowRecord, NetworkModel, NetworkStats, Path, Scheduler, Topology, TransferRequest};
 use ddlsim_core::stream::{new_policy, Credit, Fifo, StreamPolicy};
-use ddlsim_core::{run, TraceDetail};
+use ddlsim_core::{run, Error, TraceDetail};
 
 /// A model that delegates to a real one but holds each fan back `start_delay`
 /// ns and hands receiver i its copy `i * copy_gap` ns after the tree's delivery.
@@ -25,24 +25,24 @@ impl NetworkModel for SlowFans {
     fn topology(&self) -> &Topology {
         self.inner.topology()
     }
-    fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), String> {
+    fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), Error> {
         self.inner.start(now, req, sched)
     }
-    fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), String> {
+    fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), Error> {
         self.inner.start_on(now, req, path, sched)
     }
-    fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String> {
+    fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), Error> {
         self.inner.on_event(now, token, sched, out)
     }
-    fn fan_ready(&self, _kind: FanKind, _ends: &[FanEnd], now: Time) -> Result<Time, String> {
+    fn fan_ready(&self, _kind: FanKind, _ends: &[FanEnd], now: Time) -> Result<Time, Error> {
         Ok(now + self.start_delay)
     }
-    fn start_fan(&mut self, now: Time, req: TransferRequest, _kind: FanKind, _ends: &[FanEnd], sched: &mut dyn Scheduler) -> Result<(), String> {
+    fn start_fan(&mut self, now: Time, req: TransferRequest, _kind: FanKind, _ends: &[FanEnd], sched: &mut dyn Scheduler) -> Result<(), Error> {
         // A plain unicast from the first end: this model has no trees.
         self.fans_started += 1;
         self.inner.start(now, req, sched)
     }
-    fn fan_arrivals(&self, _kind: FanKind, ends: &[FanEnd], _tx_end: Time, delivered: Time, out: &mut Vec<Time>) -> Result<(), String> {
+    fn fan_arrivals(&self, _kind: FanKind, ends: &[FanEnd], _tx_end: Time, delivered: Time, out: &mut Vec<Time>) -> Result<(), Error> {
         out.clear();
         out.extend((0..ends.len() as u64).map(|i| delivered + i * self.copy_gap));
         Ok(())

@@ -33,6 +33,7 @@
 
 use super::topology::{Path, Topology};
 use crate::engine::{later, Time};
+use crate::error::Error;
 use crate::graph::FanKind;
 
 /// One transfer of a fan: its sender, its receiver and when it started
@@ -48,7 +49,7 @@ pub struct FanEnd {
 /// `now`: at once for a multicast; for an aggregation, once the first bytes
 /// of every contribution reached the aggregating switch (each start plus
 /// its latency to the switch, the latest of them).
-pub fn fan_ready(topo: &Topology, kind: FanKind, ends: &[FanEnd], now: Time) -> Result<Time, String> {
+pub fn fan_ready(topo: &Topology, kind: FanKind, ends: &[FanEnd], now: Time) -> Result<Time, Error> {
     let mut at = now;
     if kind == FanKind::Aggregate {
         for e in ends {
@@ -85,7 +86,7 @@ pub fn fan_path(topo: &Topology, kind: FanKind, ends: &[FanEnd]) -> Path {
 /// When each receiver of a fan has its copy, the tree's transmission having
 /// ended at `tx_end` and its flow delivered at `delivered`: a multicast
 /// copy its own route's latency after `tx_end`; the aggregate at `delivered`.
-pub fn fan_arrivals(topo: &Topology, kind: FanKind, ends: &[FanEnd], tx_end: Time, delivered: Time, out: &mut Vec<Time>) -> Result<(), String> {
+pub fn fan_arrivals(topo: &Topology, kind: FanKind, ends: &[FanEnd], tx_end: Time, delivered: Time, out: &mut Vec<Time>) -> Result<(), Error> {
     out.clear();
     for e in ends {
         out.push(match kind {
