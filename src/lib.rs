@@ -256,6 +256,8 @@ fn graph_columns<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, PyDict>
     column(py, &d, "fan_kind", "u1", &g.fans.iter().map(|f| fan_code(f.kind)).collect::<Vec<_>>())?;
     column(py, &d, "fan_offsets", "<u4", &fan_offsets)?;
     column(py, &d, "fan_ops", "<u4", &fan_ops)?;
+    column(py, &d, "release_ops", "<u4", &g.releases.iter().map(|r| r.0).collect::<Vec<_>>())?;
+    column(py, &d, "release_ns", "<u8", &g.releases.iter().map(|r| r.1).collect::<Vec<_>>())?;
     d.set_item("preempt_at_messages", g.preempt_at_messages)?;
     d.set_item("closed_form", g.closed_form.map(|c| (c.latency_ns, c.bandwidth_bps, c.intra)))?;
     d.set_item("op_names", g.op_names.clone())?;
@@ -380,6 +382,13 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
             }
             g.fans.push(FanSpec { kind, ops: ops[a..b].to_vec() });
         }
+    }
+    if d.contains("release_ops")? {
+        let (ops, times): (Vec<u32>, Vec<u64>) = (read(d, "release_ops")?, read(d, "release_ns")?);
+        if ops.len() != times.len() {
+            return Err(err("release_ops and release_ns have one entry per released op".into()));
+        }
+        g.releases = ops.into_iter().zip(times).collect();
     }
     if let Some(flag) = d.get_item("preempt_at_messages")? {
         g.preempt_at_messages = flag.extract()?;

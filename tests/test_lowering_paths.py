@@ -104,9 +104,24 @@ def test_a_closed_form_description_needs_the_network_to_lower():
 def test_old_graph_columns_without_the_new_tables_still_run():
     training, net, detail = engine_documents({"kind": "ring"}, {"fidelity": "flow"})
     columns = _core.lower_training_json(training, net)
-    for key in ("fan_kind", "fan_offsets", "fan_ops", "closed_form", "preempt_at_messages"):
+    for key in ("fan_kind", "fan_offsets", "fan_ops", "closed_form", "preempt_at_messages", "release_ops", "release_ns"):
         columns.pop(key)
     assert comparable(_core.run_graph_columns(columns, net, detail)) == comparable(_core.simulate_training_json(training, net, detail))
+
+
+def test_release_times_travel_in_the_columns():
+    import numpy as np
+
+    training, net, detail = engine_documents({"kind": "ring"}, {"fidelity": "flow"})
+    columns = _core.lower_training_json(training, net)
+    base = comparable(_core.run_graph_columns(columns, net, detail))
+    # Hold op 0 (the first forward on rank 0) back 1 ms: everything after it on rank 0 moves.
+    columns["release_ops"] = ("<u4", np.asarray([0], dtype="<u4").tobytes())
+    columns["release_ns"] = ("<u8", np.asarray([1_000_000], dtype="<u8").tobytes())
+    held = comparable(_core.run_graph_columns(columns, net, detail))
+    row = held["columns.id"].index(0)
+    assert held["columns.ready_ns"][row] == held["columns.start_ns"][row] == 1_000_000
+    assert held["makespan_ns"] > base["makespan_ns"]
 
 
 def test_json_documents_are_what_the_engine_reads():

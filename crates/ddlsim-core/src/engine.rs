@@ -89,6 +89,11 @@ impl<E> EventQueue<E> {
         self.heap.push(Reverse(Entry { time, seq, event }));
     }
 
+    /// Time of the earliest event, without popping it.
+    pub fn peek_time(&self) -> Option<Time> {
+        self.heap.peek().map(|Reverse(e)| e.time)
+    }
+
     /// Pops the earliest event and advances the clock to it.
     pub fn pop(&mut self) -> Option<(Time, E)> {
         let Reverse(entry) = self.heap.pop()?;

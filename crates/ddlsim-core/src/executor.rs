@@ -9,6 +9,9 @@
 //! and the joins of the members it met), so that each row's start equals
 //! the latest end among its deps, or its ready time when it has none.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::collective::{joined_op, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
@@ -237,6 +240,16 @@ struct Executor<'g> {
     fan_of: Vec<u32>,
     fan_started: Vec<u32>,
     fan_message: Vec<i64>,
+    /// Release times still to come, earliest (then lowest op) first; each counts as a dep of its op.
+    releases: BinaryHeap<Reverse<(Time, u32)>>,
+    /// Successors added after the start (a graph grown at run time), per op; empty otherwise.
+    extra_succ: Vec<Vec<u32>>,
+    /// The `op` vocabulary of the rows the executor makes (graph names, then step names).
+    run_names: Vec<String>,
+    /// Id of the first row the executor makes beyond the graph's ops.
+    row_base: i64,
+    /// Time the run has been advanced to (see [`Session::run_until`]).
+    clock: Time,
 }
 
 /// Where a run stands, as handed to a [`ProgressHook`].
@@ -276,10 +289,15 @@ pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -
 /// every [`CLOCK_EVERY`] events) and stops with the error [`INTERRUPTED`]
 /// when it returns `false`. Without a hook the loop never reads the clock.
 pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail, mut hook: Option<ProgressHook<'_>>) -> Result<RunOutput, Error> {
-    graph.check()?;
-    let n = graph.len();
-    let (succ_offsets, succ) = graph.successors();
-    let ranks = graph.ranks() as usize;
+    let mut ex = Executor::new(graph, network, detail, None)?;
+    ex.advance(Time::MAX, &mut hook)?;
+    ex.finish()
+}
+
+/// The op names of the rows a run of `graph` makes: the graph's, then each
+/// algorithm's step name (its code per algorithm), then `reduce` when a
+/// collective reduces at a cost (its code, else u32::MAX).
+fn run_names(graph: &Graph) -> (Vec<String>, Vec<u32>, u32) {
     let mut op_names = graph.op_names.clone();
     let step_op_names = crate::graph::Algorithm::NAMES
         .iter()
@@ -301,142 +319,235 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
     } else {
         u32::MAX
     };
-    let (coll_op_offsets, coll_ops) = collective_members(graph);
-    let streams: Vec<StreamState> =
-        graph.streams.iter().map(|s| StreamState { policy: new_policy(s.policy, s.credit), running: Vec::new(), running_bytes: 0 }).collect();
-    let negotiation = Negotiation::new(
-        (0..graph.collectives.len())
-            .map(|c| {
-                coll_ops[coll_op_offsets[c] as usize..coll_op_offsets[c + 1] as usize].iter().any(|&op| {
-                    let stream = graph.ops.get(op as usize).map_or(NO_STREAM, |o| o.stream);
-                    stream != NO_STREAM && streams[stream as usize].policy.negotiates()
-                })
-            })
-            .collect(),
-    );
-    let mut ex = Executor {
-        graph,
-        succ_offsets,
-        succ,
-        waiting_deps: (0..n as u32).map(|i| graph.deps(i).len() as u32).collect(),
-        ready: vec![UNSET; n],
-        start: vec![UNSET; n],
-        end: vec![UNSET; n],
-        stream_dep: vec![-1; n],
-        recv_row: vec![-1; n],
-        tx_end: vec![0; n],
-        message_of: vec![-1; n],
-        streams,
-        parked: HashMap::default(),
-        parked_in: vec![0; graph.collectives.len()],
-        queue: EventQueue::new(),
-        network,
-        transfer_owner: Vec::new(),
-        free_transfers: Vec::new(),
-        collectives: (0..graph.collectives.len()).map(|_| None).collect(),
-        detail,
-        step_log: EventLog::new(),
-        step_op_names,
-        reduce_op_name,
-        flights: Vec::new(),
-        free_flights: Vec::new(),
-        wakes: Vec::new(),
-        free_wakes: Vec::new(),
-        action_pool: Vec::new(),
-        deliveries: Vec::new(),
-        next_row: n as i64,
-        next_message: 0,
-        transfers: 0,
-        bytes_sent: vec![0; ranks],
-        bytes_received: vec![0; ranks],
-        finished_ops: 0,
-        cause_scratch: Vec::new(),
-        negotiation,
-        coll_op_offsets,
-        coll_ops,
-        fan_of: {
-            let mut fan_of = vec![NO_FAN; n];
-            for (f, fan) in graph.fans.iter().enumerate() {
-                for &op in &fan.ops {
-                    fan_of[op as usize] = f as u32;
-                }
-            }
-            fan_of
-        },
-        fan_started: vec![0; graph.fans.len()],
-        fan_message: vec![-1; graph.fans.len()],
-    };
-    for id in 0..n as u32 {
-        if ex.waiting_deps[id as usize] == 0 {
-            ex.make_ready(id, 0)?;
-        }
-    }
-    // Countdown to the next look at the clock; u32::MAX (never reached) without a hook.
-    let mut countdown: u32 = if hook.is_some() { CLOCK_EVERY } else { u32::MAX };
-    let mut last_call = std::time::Instant::now();
-    while let Some((now, event)) = ex.queue.pop() {
-        countdown -= 1;
-        if countdown == 0 {
-            countdown = CLOCK_EVERY;
-            if let Some(hook) = hook.as_mut() {
-                if last_call.elapsed() >= PROGRESS_INTERVAL {
-                    let progress = Progress { now, events: ex.queue.processed(), ops_done: ex.finished_ops as u64, ops_total: n as u64 };
-                    if !hook(&progress) {
-                        return Err(Error::new(ErrorKind::Interrupted, INTERRUPTED));
-                    }
-                    last_call = std::time::Instant::now();
-                }
-            }
-        }
-        if now > MAX_TIME {
-            return Err(Error::out_of_range(format!(
-                "simulated time would pass {MAX_TIME} ns (about 146 years); the scenario's durations or sizes are far too large"
-            )));
-        }
-        match event {
-            Event::OpDone(op) => ex.finish_op(op, now)?,
-            Event::FanRecv(op) => ex.fan_received(op, now)?,
-            Event::FanStart(f) => ex.launch_fan(f as usize, now)?,
-            Event::Wake(slot) => ex.wake(slot, now)?,
-            Event::Net(token) => {
-                let mut delivered = std::mem::take(&mut ex.deliveries);
-                ex.network.on_event(now, token, &mut NetQueue(&mut ex.queue), &mut delivered)?;
-                for d in delivered.drain(..) {
-                    ex.delivered(d, now)?;
-                }
-                ex.deliveries = delivered;
-            }
-        }
-    }
-    if ex.finished_ops != n {
-        if std::env::var_os("DDLSIM_DEBUG_STUCK").is_some() {
-            for (i, st) in ex.streams.iter().enumerate() {
-                let cur: Vec<_> = st
-                    .running
-                    .iter()
-                    .map(|r| (r.op, graph.ops[r.op as usize].collective, graph.ops[r.op as usize].priority, r.in_flight))
-                    .collect();
-                eprintln!("stream {i} rank {} running {cur:?} queued {:?}", graph.streams[i].rank, st.policy.peek_priority());
-            }
-            eprintln!(
-                "parked {:?}",
-                ex.parked.keys().map(|&o| (o, graph.ops[o as usize].collective, graph.ops[o as usize].rank)).collect::<Vec<_>>()
-            );
-        }
-        let stuck = (0..n).find(|&i| ex.end[i] == UNSET).unwrap_or(0);
-        let op = &graph.ops[stuck];
-        return Err(Error::new(ErrorKind::Stuck, format!(
-            "the workload graph cannot finish: {} of {} operations never ran (first: op {stuck}, {} on rank {}); \
-             look for a dependency cycle or a collective member that never joins",
-            n - ex.finished_ops,
-            n,
-            graph.op_names[op.name as usize],
-            op.rank
-        )));
-    }
-    Ok(ex.into_output(op_names))
+    (op_names, step_op_names, reduce_op_name)
 }
 
+/// Rows made by a run that may grow are numbered from here until it ends (then from the graph's final size).
+const GROWING_ROW_BASE: i64 = 1 << 40;
+
+impl<'g> Executor<'g> {
+    /// A run of `graph` with every op whose deps are met made ready (at 0).
+    /// `row_base`: id of the first row beyond the graph's ops (None: the graph's size).
+    fn new(graph: &'g Graph, network: Box<dyn NetworkModel>, detail: TraceDetail, row_base: Option<i64>) -> Result<Self, Error> {
+        graph.check()?;
+        let n = graph.len();
+        let (succ_offsets, succ) = graph.successors();
+        let ranks = graph.ranks() as usize;
+        let (run_names, step_op_names, reduce_op_name) = run_names(graph);
+        let (coll_op_offsets, coll_ops) = collective_members(graph);
+        let streams: Vec<StreamState> =
+            graph.streams.iter().map(|s| StreamState { policy: new_policy(s.policy, s.credit), running: Vec::new(), running_bytes: 0 }).collect();
+        let negotiation = Negotiation::new(
+            (0..graph.collectives.len())
+                .map(|c| {
+                    coll_ops[coll_op_offsets[c] as usize..coll_op_offsets[c + 1] as usize].iter().any(|&op| {
+                        let stream = graph.ops.get(op as usize).map_or(NO_STREAM, |o| o.stream);
+                        stream != NO_STREAM && streams[stream as usize].policy.negotiates()
+                    })
+                })
+                .collect(),
+        );
+        let mut waiting_deps: Vec<u32> = (0..n as u32).map(|i| graph.deps(i).len() as u32).collect();
+        let mut releases = BinaryHeap::new();
+        for &(op, t) in &graph.releases {
+            waiting_deps[op as usize] += 1;
+            releases.push(Reverse((t, op)));
+        }
+        let row_base = row_base.unwrap_or(n as i64);
+        let mut ex = Executor {
+            graph,
+            succ_offsets,
+            succ,
+            waiting_deps,
+            ready: vec![UNSET; n],
+            start: vec![UNSET; n],
+            end: vec![UNSET; n],
+            stream_dep: vec![-1; n],
+            recv_row: vec![-1; n],
+            tx_end: vec![0; n],
+            message_of: vec![-1; n],
+            streams,
+            parked: HashMap::default(),
+            parked_in: vec![0; graph.collectives.len()],
+            queue: EventQueue::new(),
+            network,
+            transfer_owner: Vec::new(),
+            free_transfers: Vec::new(),
+            collectives: (0..graph.collectives.len()).map(|_| None).collect(),
+            detail,
+            step_log: EventLog::new(),
+            step_op_names,
+            reduce_op_name,
+            flights: Vec::new(),
+            free_flights: Vec::new(),
+            wakes: Vec::new(),
+            free_wakes: Vec::new(),
+            action_pool: Vec::new(),
+            deliveries: Vec::new(),
+            next_row: row_base,
+            next_message: 0,
+            transfers: 0,
+            bytes_sent: vec![0; ranks],
+            bytes_received: vec![0; ranks],
+            finished_ops: 0,
+            cause_scratch: Vec::new(),
+            negotiation,
+            coll_op_offsets,
+            coll_ops,
+            fan_of: {
+                let mut fan_of = vec![NO_FAN; n];
+                for (f, fan) in graph.fans.iter().enumerate() {
+                    for &op in &fan.ops {
+                        fan_of[op as usize] = f as u32;
+                    }
+                }
+                fan_of
+            },
+            fan_started: vec![0; graph.fans.len()],
+            fan_message: vec![-1; graph.fans.len()],
+            releases,
+            extra_succ: Vec::new(),
+            run_names,
+            row_base,
+            clock: 0,
+        };
+        for id in 0..n as u32 {
+            if ex.waiting_deps[id as usize] == 0 {
+                ex.make_ready(id, 0)?;
+            }
+        }
+        Ok(ex)
+    }
+
+    /// Processes every event and release before `limit` (all of them with
+    /// `Time::MAX`), releases before the events of their instant.
+    fn advance(&mut self, limit: Time, hook: &mut Option<ProgressHook<'_>>) -> Result<(), Error> {
+        // Countdown to the next look at the clock; u32::MAX (never reached) without a hook.
+        let mut countdown: u32 = if hook.is_some() { CLOCK_EVERY } else { u32::MAX };
+        let mut last_call = std::time::Instant::now();
+        loop {
+            if !self.releases.is_empty() {
+                self.due_releases(limit)?;
+            }
+            match self.queue.peek_time() {
+                Some(t) if t < limit => {}
+                _ => break,
+            }
+            let Some((now, event)) = self.queue.pop() else { break };
+            countdown -= 1;
+            if countdown == 0 {
+                countdown = CLOCK_EVERY;
+                if let Some(hook) = hook.as_mut() {
+                    if last_call.elapsed() >= PROGRESS_INTERVAL {
+                        let progress = Progress { now, events: self.queue.processed(), ops_done: self.finished_ops as u64, ops_total: self.graph.len() as u64 };
+                        if !hook(&progress) {
+                            return Err(Error::new(ErrorKind::Interrupted, INTERRUPTED));
+                        }
+                        last_call = std::time::Instant::now();
+                    }
+                }
+            }
+            if now > MAX_TIME {
+                return Err(Error::out_of_range(format!(
+                    "simulated time would pass {MAX_TIME} ns (about 146 years); the scenario's durations or sizes are far too large"
+                )));
+            }
+            match event {
+                Event::OpDone(op) => self.finish_op(op, now)?,
+                Event::FanRecv(op) => self.fan_received(op, now)?,
+                Event::FanStart(f) => self.launch_fan(f as usize, now)?,
+                Event::Wake(slot) => self.wake(slot, now)?,
+                Event::Net(token) => {
+                    let mut delivered = std::mem::take(&mut self.deliveries);
+                    self.network.on_event(now, token, &mut NetQueue(&mut self.queue), &mut delivered)?;
+                    for d in delivered.drain(..) {
+                        self.delivered(d, now)?;
+                    }
+                    self.deliveries = delivered;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases due no later than the next event (and before `limit`), one at a time.
+    fn due_releases(&mut self, limit: Time) -> Result<(), Error> {
+        while let Some(&Reverse((t, op))) = self.releases.peek() {
+            if t >= limit || self.queue.peek_time().is_some_and(|e| e < t) {
+                break;
+            }
+            self.releases.pop();
+            let w = &mut self.waiting_deps[op as usize];
+            *w -= 1;
+            if *w == 0 {
+                self.make_ready(op, t)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The log, once every event was processed; a graph that did not finish is an error.
+    fn finish(mut self) -> Result<RunOutput, Error> {
+        let graph = self.graph;
+        let n = graph.len();
+        if self.finished_ops != n {
+            if std::env::var_os("DDLSIM_DEBUG_STUCK").is_some() {
+                for (i, st) in self.streams.iter().enumerate() {
+                    let cur: Vec<_> = st
+                        .running
+                        .iter()
+                        .map(|r| (r.op, graph.ops[r.op as usize].collective, graph.ops[r.op as usize].priority, r.in_flight))
+                        .collect();
+                    eprintln!("stream {i} rank {} running {cur:?} queued {:?}", graph.streams[i].rank, st.policy.peek_priority());
+                }
+                eprintln!(
+                    "parked {:?}",
+                    self.parked.keys().map(|&o| (o, graph.ops[o as usize].collective, graph.ops[o as usize].rank)).collect::<Vec<_>>()
+                );
+            }
+            let stuck = (0..n).find(|&i| self.end[i] == UNSET).unwrap_or(0);
+            let op = &graph.ops[stuck];
+            return Err(Error::new(
+                ErrorKind::Stuck,
+                format!(
+                    "the workload graph cannot finish: {} of {} operations never ran (first: op {stuck}, {} on rank {}); \
+                     look for a dependency cycle or a collective member that never joins",
+                    n - self.finished_ops,
+                    n,
+                    graph.op_names[op.name as usize],
+                    op.rank
+                ),
+            ));
+        }
+        let (names, _, _) = run_names(graph);
+        if names != self.run_names {
+            // The graph's names grew during the run: step rows get the codes a whole run would give them.
+            let code: Vec<u32> = self.run_names.iter().map(|name| names.iter().position(|n| n == name).expect("every run name is a final name") as u32).collect();
+            for op in self.step_log.op.iter_mut() {
+                *op = code[*op as usize];
+            }
+        }
+        if self.row_base != n as i64 {
+            self.renumber_rows(n as i64);
+        }
+        Ok(self.into_output(names))
+    }
+
+    /// Rows made past the graph's ops were numbered from `row_base`: from `first` instead.
+    fn renumber_rows(&mut self, first: i64) {
+        let (base, shift) = (self.row_base, first - self.row_base);
+        let map = |id: &mut i64| {
+            if *id >= base {
+                *id += shift;
+            }
+        };
+        self.step_log.id.iter_mut().for_each(map);
+        self.step_log.deps.iter_mut().for_each(map);
+        self.recv_row.iter_mut().for_each(map);
+        self.stream_dep.iter_mut().for_each(map);
+        self.row_base = first;
+    }
+}
 
 /// CSR of each collective's member ops, in member order.
 fn collective_members(graph: &Graph) -> (Vec<u32>, Vec<u32>) {
@@ -889,6 +1000,16 @@ impl<'g> Executor<'g> {
                 self.make_ready(s, now)?;
             }
         }
+        if !self.extra_succ.is_empty() {
+            // Successors appended while the run went on (each op ends once: the list is done with).
+            for s in std::mem::take(&mut self.extra_succ[id as usize]) {
+                let w = &mut self.waiting_deps[s as usize];
+                *w -= 1;
+                if *w == 0 {
+                    self.make_ready(s, now)?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1303,6 +1424,307 @@ fn store_in_slot<T>(items: &mut Vec<T>, free: &mut Vec<u32>, item: T) -> u32 {
         None => {
             items.push(item);
             (items.len() - 1) as u32
+        }
+    }
+}
+
+/// A run whose graph grows while it goes on: ops (a job, a background
+/// flow) are appended with release times at the instant the run has
+/// reached, with deps on ops of any age. A session that is only advanced
+/// and appended to logs exactly what one [`run`] of the final graph logs
+/// when every appended op's release is at or after the instant it was
+/// appended at (`tests/growth.rs`).
+///
+/// The ranks are fixed when the session starts (the network is built for
+/// them): list every rank in `host_of_rank`, or let the first graph name them.
+pub struct Session {
+    graph: Graph,
+    /// The paused run, pointing at an empty graph between calls (it borrows `graph` while it runs).
+    paused: Option<Executor<'static>>,
+    ranks: u32,
+}
+
+/// What may be added to a growing graph (see [`Session::append`]).
+pub struct Growth<'a> {
+    graph: &'a mut Graph,
+}
+
+impl Growth<'_> {
+    /// Interns an op name (see [`Graph::op_name`]).
+    pub fn op_name(&mut self, name: &str) -> u32 {
+        self.graph.op_name(name)
+    }
+    /// Adds an op that depends on `deps` (earlier ops, of any age) and is not ready before `release`.
+    pub fn add(&mut self, op: Op, deps: &[u32], release: Time) -> u32 {
+        self.graph.add_released(op, deps, release)
+    }
+    /// Adds an op with no release time: ready as soon as its deps are met (at the earliest, now).
+    pub fn add_now(&mut self, op: Op, deps: &[u32]) -> u32 {
+        self.graph.add(op, deps)
+    }
+    pub fn add_collective(&mut self, spec: crate::graph::CollectiveSpec) -> i64 {
+        self.graph.add_collective(spec)
+    }
+    pub fn new_stream(&mut self, rank: u32, name: &str, policy: crate::graph::PolicyKind) -> u32 {
+        self.graph.new_stream(rank, name, policy)
+    }
+    /// Adds a fan over ops added in this same growth.
+    pub fn add_fan(&mut self, fan: crate::graph::FanSpec) {
+        self.graph.fans.push(fan)
+    }
+    /// The graph so far (read only).
+    pub fn graph(&self) -> &Graph {
+        self.graph
+    }
+}
+
+use crate::graph::Op;
+
+impl Session {
+    /// Starts a run of `graph` on `network` (built for `graph`'s ranks).
+    pub fn new(graph: Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -> Result<Session, Error> {
+        let ranks = graph.ranks();
+        let ex = Executor::new(&graph, network, detail, Some(GROWING_ROW_BASE))?.rebind(&crate::graph::EMPTY);
+        Ok(Session { graph, paused: Some(ex), ranks })
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The instant the run has been advanced to.
+    pub fn now(&self) -> Time {
+        self.paused.as_ref().map_or(0, |ex| ex.clock)
+    }
+
+    /// Processes every event and release before `t` (the run stands at `t` afterwards).
+    pub fn run_until(&mut self, t: Time) -> Result<(), Error> {
+        let mut ex = self.paused.take().expect("a session is paused between calls").rebind(&self.graph);
+        if t < ex.clock {
+            let clock = ex.clock;
+            self.paused = Some(ex.rebind(&crate::graph::EMPTY));
+            return Err(format!("the run already stands at {clock} ns; it cannot go back to {t} ns").into());
+        }
+        let result = ex.advance(t, &mut None);
+        ex.clock = t;
+        self.paused = Some(ex.rebind(&crate::graph::EMPTY));
+        result
+    }
+
+    /// Appends to the graph what `grow` adds, at the instant the run stands at:
+    /// each new op is ready once its deps ended and its release time (if any) came.
+    pub fn append<T>(&mut self, grow: impl FnOnce(&mut Growth<'_>) -> T) -> Result<T, Error> {
+        let ex = self.paused.take().expect("a session is paused between calls");
+        let old = (self.graph.len(), self.graph.collectives.len(), self.graph.streams.len(), self.graph.fans.len(), self.graph.releases.len());
+        let hosts = self.graph.host_of_rank.clone();
+        let out = grow(&mut Growth { graph: &mut self.graph });
+        let mut ex = ex.rebind(&self.graph);
+        let checked = self.graph.check().map_err(Error::from).and_then(|()| {
+            if self.graph.ranks() > self.ranks || self.graph.host_of_rank != hosts {
+                return Err(Error::from(format!(
+                    "appended ops name ranks beyond the {} the run started with; list every rank in host_of_rank up front",
+                    self.ranks
+                )));
+            }
+            if let Some(f) = self.graph.fans[old.3..].iter().position(|fan| fan.ops.iter().any(|&op| (op as usize) < old.0)) {
+                return Err(format!("appended fan {} names an op that was there before", old.3 + f).into());
+            }
+            if let Some(&(op, t)) = self.graph.releases[old.4..].iter().find(|&&(_, t)| t < ex.clock) {
+                return Err(format!("appended op {op} is released at {t} ns, before the instant the run stands at ({} ns)", ex.clock).into());
+            }
+            Ok(())
+        });
+        let result = checked.and_then(|()| ex.grow(old.0, old.1, old.2, old.3, old.4));
+        self.paused = Some(ex.rebind(&crate::graph::EMPTY));
+        result.map(|()| out)
+    }
+
+    /// Runs to the end and returns the log (as [`run`] of the final graph would).
+    pub fn finish(mut self) -> Result<RunOutput, Error> {
+        let mut ex = self.paused.take().expect("a session is paused between calls").rebind(&self.graph);
+        ex.advance(Time::MAX, &mut None)?;
+        ex.finish()
+    }
+}
+
+impl<'g> Executor<'g> {
+    /// Takes in what was appended to the graph since it had `ops` ops,
+    /// `colls` collectives, `streams` streams, `fans` fans and `releases` release times.
+    fn grow(&mut self, ops: usize, colls: usize, streams: usize, fans: usize, releases: usize) -> Result<(), Error> {
+        let g = self.graph;
+        let n = g.len();
+        for s in &g.streams[streams..] {
+            self.streams.push(StreamState { policy: new_policy(s.policy, s.credit), running: Vec::new(), running_bytes: 0 });
+        }
+        // Collectives: their member CSR, state and negotiation.
+        let mut coll_ops: Vec<Vec<u32>> = (0..g.collectives.len())
+            .map(|c| if c < colls { self.coll_ops[self.coll_op_offsets[c] as usize..self.coll_op_offsets[c + 1] as usize].to_vec() } else { vec![u32::MAX; g.collectives[c].members.len()] })
+            .collect();
+        for (i, op) in g.ops.iter().enumerate().skip(ops) {
+            if op.kind == Kind::Collective {
+                coll_ops[op.collective as usize][op.member as usize] = i as u32;
+            }
+        }
+        self.coll_op_offsets = std::iter::once(0).chain(coll_ops.iter().scan(0u32, |acc, m| {
+            *acc += m.len() as u32;
+            Some(*acc)
+        })).collect();
+        self.coll_ops = coll_ops.concat();
+        self.parked_in.resize(g.collectives.len(), 0);
+        self.collectives.resize_with(g.collectives.len(), || None);
+        let negotiated: Vec<bool> = (colls..g.collectives.len())
+            .map(|c| {
+                self.coll_ops[self.coll_op_offsets[c] as usize..self.coll_op_offsets[c + 1] as usize].iter().any(|&op| {
+                    let stream = g.ops.get(op as usize).map_or(NO_STREAM, |o| o.stream);
+                    stream != NO_STREAM && self.streams[stream as usize].policy.negotiates()
+                })
+            })
+            .collect();
+        self.negotiation.extend(negotiated);
+        if self.reduce_op_name == u32::MAX && g.collectives[colls..].iter().any(|c| c.gamma_ns_per_byte > 0.0) {
+            self.run_names.push("reduce".to_string());
+            self.reduce_op_name = (self.run_names.len() - 1) as u32;
+        }
+        // Per-op state; the CSR successors end at the old ops.
+        self.ready.resize(n, UNSET);
+        self.start.resize(n, UNSET);
+        self.end.resize(n, UNSET);
+        self.stream_dep.resize(n, NO_CAUSE);
+        self.recv_row.resize(n, -1);
+        self.tx_end.resize(n, 0);
+        self.message_of.resize(n, -1);
+        self.fan_of.resize(n, NO_FAN);
+        let last = *self.succ_offsets.last().expect("CSR has a first entry");
+        self.succ_offsets.resize(n + 1, last);
+        self.extra_succ.resize_with(n, Vec::new);
+        self.waiting_deps.resize(n, 0);
+        for id in ops..n {
+            for &d in g.deps(id as u32) {
+                if self.end[d as usize] == UNSET {
+                    self.waiting_deps[id] += 1;
+                    self.extra_succ[d as usize].push(id as u32);
+                }
+            }
+        }
+        for (f, fan) in g.fans.iter().enumerate().skip(fans) {
+            for &op in &fan.ops {
+                self.fan_of[op as usize] = f as u32;
+            }
+        }
+        self.fan_started.resize(g.fans.len(), 0);
+        self.fan_message.resize(g.fans.len(), -1);
+        for &(op, t) in &g.releases[releases..] {
+            self.waiting_deps[op as usize] += 1;
+            self.releases.push(Reverse((t, op)));
+        }
+        let now = self.clock;
+        for id in ops..n {
+            if self.waiting_deps[id] == 0 {
+                self.make_ready(id as u32, now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The same run, reading `graph` (the one it ran on, grown, or an empty stand-in while paused).
+    fn rebind<'h>(self, graph: &'h Graph) -> Executor<'h> {
+        let Executor {
+            graph: _,
+            succ_offsets,
+            succ,
+            waiting_deps,
+            ready,
+            start,
+            end,
+            stream_dep,
+            recv_row,
+            tx_end,
+            message_of,
+            streams,
+            parked,
+            parked_in,
+            queue,
+            network,
+            transfer_owner,
+            free_transfers,
+            collectives,
+            detail,
+            step_log,
+            step_op_names,
+            reduce_op_name,
+            flights,
+            free_flights,
+            wakes,
+            free_wakes,
+            action_pool,
+            deliveries,
+            next_row,
+            next_message,
+            transfers,
+            bytes_sent,
+            bytes_received,
+            finished_ops,
+            cause_scratch,
+            negotiation,
+            coll_op_offsets,
+            coll_ops,
+            fan_of,
+            fan_started,
+            fan_message,
+            releases,
+            extra_succ,
+            run_names,
+            row_base,
+            clock,
+        } = self;
+        Executor {
+            graph,
+            succ_offsets,
+            succ,
+            waiting_deps,
+            ready,
+            start,
+            end,
+            stream_dep,
+            recv_row,
+            tx_end,
+            message_of,
+            streams,
+            parked,
+            parked_in,
+            queue,
+            network,
+            transfer_owner,
+            free_transfers,
+            collectives,
+            detail,
+            step_log,
+            step_op_names,
+            reduce_op_name,
+            flights,
+            free_flights,
+            wakes,
+            free_wakes,
+            action_pool,
+            deliveries,
+            next_row,
+            next_message,
+            transfers,
+            bytes_sent,
+            bytes_received,
+            finished_ops,
+            cause_scratch,
+            negotiation,
+            coll_op_offsets,
+            coll_ops,
+            fan_of,
+            fan_started,
+            fan_message,
+            releases,
+            extra_succ,
+            run_names,
+            row_base,
+            clock,
         }
     }
 }

@@ -21,7 +21,7 @@ pub mod network;
 pub mod rng;
 pub mod stream;
 
-pub use executor::{run, run_with_hook, Progress, ProgressHook, RunOutput, TraceDetail, INTERRUPTED};
+pub use executor::{run, run_with_hook, Growth, Progress, ProgressHook, RunOutput, Session, TraceDetail, INTERRUPTED};
 pub use lower::training::TrainingSpec;
 pub use error::{Error, ErrorKind};
 pub use network::NetworkSpec;
