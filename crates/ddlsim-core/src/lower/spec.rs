@@ -352,7 +352,11 @@ pub struct InNetworkSpec {
 /// The in-network mechanisms each strategy takes (see `lower::in_network`).
 pub fn validate_in_network(spec: &TrainingSpec) -> Result<(), String> {
     match (spec.in_network.mode, &spec.sync) {
-        (InNetworkMode::None, _) | (_, SyncSpec::Ps { .. }) => Ok(()),
+        (InNetworkMode::None, _) => Ok(()),
+        (mode, SyncSpec::Ps { .. }) if mode.multicasts() && spec.asynchronous => {
+            Err("a parameter multicast answers one synchronous update; asynchronous PS answers each push: use in_network aggregation or none".into())
+        }
+        (_, SyncSpec::Ps { .. }) => Ok(()),
         (InNetworkMode::Multicast, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }) => {
             if spec.chunk_bytes != 0 {
                 return Err("the ring with a multicast all-gather does not partition messages; set chunk_bytes to 0".into());

@@ -42,6 +42,7 @@
 use rand::Rng;
 use rand_distr::{Distribution as _, StandardNormal};
 
+use super::ps::{lower_ps_message, PsMessage, PsNames};
 pub use super::spec::*;
 use crate::graph::{CollectiveSpec, CollectiveType, Graph, Kind, Op, PolicyKind};
 use crate::rng::{stream, Purpose};
@@ -161,6 +162,14 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
         barrier: g.op_name("barrier"),
     };
     let stagger_name = if spec.stagger_ns > 0 { g.op_name("stagger") } else { 0 };
+    let mut ps_names = PsNames {
+        push_request: names.push_request,
+        push_response: names.push_response,
+        pull_request: names.pull_request,
+        pull_response: names.pull_response,
+        update: names.update,
+        param_multicast: u32::MAX,
+    };
     g.host_of_rank = spec.host_of_rank.clone();
     let n = spec.workers;
     let num_layers = spec.layers.len();
@@ -289,65 +298,30 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                         }
                     }
                 }
-                SyncSpec::Ps { .. } if spec.in_network.mode != InNetworkMode::None => {
-                    let ready: Vec<u32> = (0..n as usize).map(|w| bwd_of[w][l]).collect();
-                    let stream = server_stream[group.server as usize];
-                    let ends = super::in_network::lower_ps_group(&mut g, spec, gi as usize, &tag, &ready, stream, &mut rpc_counter, in_switch[gi as usize]);
-                    for (w, end) in ends.into_iter().enumerate() {
-                        sync_end[w][gi as usize].push(end);
-                    }
-                }
                 SyncSpec::Ps { .. } => {
-                    let transfer = |name: u32, src: u32, dst: u32, bytes: u64, rpc: i64| {
-                        let mut op = tag(Op::new(Kind::Transfer, name, src));
-                        op.peer = dst as i32;
-                        op.bytes = bytes;
-                        op.rpc = rpc;
-                        op
-                    };
-                    let header = spec.header_bytes;
+                    let in_network = spec.in_network.mode != InNetworkMode::None;
+                    if in_network && ps_names.param_multicast == u32::MAX {
+                        ps_names.param_multicast = g.op_name("param_multicast");
+                    }
+                    let ready: Vec<u32> = (0..n as usize).map(|w| bwd_of[w][l]).collect();
                     for (pi, piece) in pieces[gi as usize].iter().enumerate() {
-                        let server = n + piece.server;
-                        let bytes = piece.bytes + header;
-                        let push_rpc = rpc_counter;
-                        let pull_rpc = rpc_counter + n as i64;
-                        rpc_counter += 2 * n as i64;
-                        let pushes: Vec<u32> = (0..n)
-                            .map(|w| {
-                                let op = transfer(names.push_request, w, server, bytes, push_rpc + w as i64);
-                                g.add(op, &[bwd_of[w as usize][l]])
-                            })
-                            .collect();
-                        let mut update = tag(Op::new(Kind::Compute, names.update, server));
-                        update.stream = server_stream[piece.server as usize];
-                        let update_of = |g: &mut Graph, w: u32| -> u32 {
-                            if spec.asynchronous {
-                                let mut u = update.clone();
-                                u.duration = piece.update_ns / n as u64;
-                                g.add(u, &[pushes[w as usize]])
-                            } else {
-                                let mut u = update.clone();
-                                u.duration = piece.update_ns;
-                                g.add(u, &pushes)
-                            }
+                        let message = PsMessage {
+                            server: n + piece.server,
+                            server_stream: server_stream[piece.server as usize],
+                            bytes: piece.bytes + spec.header_bytes,
+                            update_ns: piece.update_ns,
+                            ready: &ready,
+                            aggregate: in_switch[gi as usize],
+                            multicast: spec.in_network.mode.multicasts(),
+                            hold_responses: ordered,
                         };
-                        let shared = if spec.asynchronous { None } else { Some(update_of(&mut g, 0)) };
-                        for w in 0..n {
-                            let upd = match shared {
-                                Some(u) => u,
-                                None => update_of(&mut g, w),
-                            };
-                            if shared.is_none() || w == 0 {
-                                iteration_updates.push(upd);
-                            }
-                            let ack = g.add(transfer(names.push_response, server, w, header, push_rpc + w as i64), &[upd]);
-                            let req = g.add(transfer(names.pull_request, w, server, header, pull_rpc + w as i64), &[ack]);
-                            if ordered {
-                                pending.push((gi, pi, w, req, server, bytes, pull_rpc + w as i64));
-                            } else {
-                                let resp = g.add(transfer(names.pull_response, server, w, bytes, pull_rpc + w as i64), &[req]);
-                                sync_end[w as usize][gi as usize].push(resp);
-                            }
+                        let lowered = lower_ps_message(&mut g, spec, &ps_names, &tag, &message, &mut rpc_counter);
+                        iteration_updates.extend_from_slice(&lowered.updates);
+                        for (w, end) in lowered.ends.into_iter().enumerate() {
+                            sync_end[w][gi as usize].push(end);
+                        }
+                        for (w, req, rpc) in lowered.held {
+                            pending.push((gi, pi, w, req, message.server, message.bytes, rpc));
                         }
                     }
                 }
