@@ -2,19 +2,91 @@
 //! converts. A training description or a workload graph goes in (the
 //! graph as raw little-endian column buffers), the event log comes back as
 //! column buffers that numpy wraps without copying per element. Engine
-//! errors come back as ValueError with the engine's message.
+//! errors come back as one exception class per [`ErrorKind`] (see
+//! [`ERROR_CLASSES`]), each also a subclass of the builtin exception it
+//! used to be (ValueError, MemoryError, RuntimeError).
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyBytes, PyDict, PyType};
 
 use ddlsim_core::collective::Algorithm;
-use ddlsim_core::graph::{CollectiveSpec, CollectiveType, Graph, Kind, Op, PolicyKind, StreamSpec};
+use ddlsim_core::graph::{CollectiveSpec, CollectiveType, FanKind, FanSpec, Graph, Kind, LinkCost, Op, PolicyKind, StreamSpec};
 use ddlsim_core::log::KIND_NAMES;
-use ddlsim_core::lower::training::build_graph;
-use ddlsim_core::{run_graph_with_hook, NetworkSpec, Progress, RunOutput, TraceDetail, TrainingSpec, INTERRUPTED};
+use ddlsim_core::lower::training::{build_graph, CollectiveModel};
+use ddlsim_core::{run_graph_with_hook, Error, ErrorKind, NetworkSpec, Progress, RunOutput, TraceDetail, TrainingSpec, INTERRUPTED};
 
 mod watchdog;
+
+/// The exception classes of the engine's error kinds, defined in Python
+/// at import (several bases each): `EngineError` and one subclass per kind.
+const ERROR_CLASSES: &str = r#"
+class EngineError(Exception):
+    """An error of the ddlsim engine; `kind` names its ErrorKind."""
+    kind = None
+
+class BadInputError(EngineError, ValueError):
+    """The input (a graph, a training or network description) is invalid."""
+    kind = "bad_input"
+
+class OutOfRangeError(BadInputError):
+    """A time or size lies beyond the engine's range (about 146 years of simulated time)."""
+    kind = "out_of_range"
+
+class StuckGraphError(BadInputError):
+    """The workload graph cannot finish (a dependency cycle, a collective member that never joins)."""
+    kind = "stuck"
+
+class EngineMemoryError(EngineError, MemoryError):
+    """An allocation the run needs failed."""
+    kind = "memory"
+
+class InterruptedRunError(EngineError):
+    """The run's progress hook stopped it."""
+    kind = "interrupted"
+
+class InternalEngineError(EngineError, RuntimeError):
+    """A broken invariant of the engine (or of its own lowering): a bug."""
+    kind = "internal"
+
+ERROR_KINDS = {cls.kind: cls for cls in (BadInputError, OutOfRangeError, StuckGraphError, EngineMemoryError,
+                                         InterruptedRunError, InternalEngineError)}
+"#;
+
+static ERRORS: GILOnceCell<Py<PyModule>> = GILOnceCell::new();
+
+fn errors_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    let module = ERRORS.get_or_try_init(py, || -> PyResult<Py<PyModule>> {
+        let code = std::ffi::CString::new(ERROR_CLASSES).expect("no NUL");
+        Ok(PyModule::from_code(py, &code, c"ddlsim/_core_errors.py", c"ddlsim._core")?.unbind())
+    })?;
+    Ok(module.bind(py))
+}
+
+/// The Python exception for an engine error of `kind`.
+fn kind_err(kind: ErrorKind, message: impl Into<String>) -> PyErr {
+    let message = message.into();
+    Python::with_gil(|py| {
+        let class = errors_module(py)
+            .and_then(|m| m.getattr("ERROR_KINDS"))
+            .and_then(|kinds| kinds.get_item(kind.name()))
+            .and_then(|c| c.downcast_into::<PyType>().map_err(PyErr::from));
+        match class {
+            Ok(class) => PyErr::from_type(class, message),
+            Err(e) => e,
+        }
+    })
+}
+
+fn engine_err(e: Error) -> PyErr {
+    kind_err(e.kind, e.message)
+}
+
+/// A refusal of the caller's input.
+fn bad_input(message: impl Into<String>) -> PyErr {
+    kind_err(ErrorKind::BadInput, message)
+}
 
 fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
     // SAFETY: T is a plain integer type; viewing its storage as bytes is sound.
@@ -25,13 +97,19 @@ fn column<'py, T: Copy>(py: Python<'py>, dict: &Bound<'py, PyDict>, name: &str, 
     dict.set_item(name, (dtype, PyBytes::new(py, as_bytes(values))))
 }
 
-/// Reads column `name` of `dict` (bytes) as a vector of `T`.
+/// Reads column `name` of `dict` (bytes, or a `(dtype, bytes)` pair as
+/// [`lower_training_json`] returns them) as a vector of `T`.
 fn read<T: Copy + Default>(dict: &Bound<'_, PyDict>, name: &str) -> PyResult<Vec<T>> {
-    let item = dict.get_item(name)?.ok_or_else(|| PyValueError::new_err(format!("graph column {name:?} is missing")))?;
-    let raw: &[u8] = item.extract()?;
+    let item = dict.get_item(name)?.ok_or_else(|| bad_input(format!("graph column {name:?} is missing")))?;
+    let bytes = match item.downcast::<pyo3::types::PyTuple>() {
+        Ok(pair) if pair.len() == 2 => pair.get_item(1)?,
+        _ => item,
+    };
+    let bytes = bytes.downcast_into::<PyBytes>().map_err(|_| bad_input(format!("graph column {name:?} must be bytes or a (dtype, bytes) pair")))?;
+    let raw: &[u8] = bytes.as_bytes();
     let size = std::mem::size_of::<T>();
     if raw.len() % size != 0 {
-        return Err(PyValueError::new_err(format!("graph column {name:?} has {} bytes, not a multiple of {size}", raw.len())));
+        return Err(bad_input(format!("graph column {name:?} has {} bytes, not a multiple of {size}", raw.len())));
     }
     let mut out = vec![T::default(); raw.len() / size];
     // SAFETY: out has exactly raw.len() bytes of plain integers.
@@ -43,12 +121,12 @@ fn detail(name: &str) -> PyResult<TraceDetail> {
     match name {
         "step" => Ok(TraceDetail::Step),
         "collective" => Ok(TraceDetail::Collective),
-        other => Err(PyValueError::new_err(format!("trace detail {other:?}: use 'step' or 'collective'"))),
+        other => Err(bad_input(format!("trace detail {other:?}: use 'step' or 'collective'"))),
     }
 }
 
 fn network(json: &str) -> PyResult<NetworkSpec> {
-    serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("invalid network description for the engine: {e}")))
+    serde_json::from_str(json).map_err(|e| bad_input(format!("invalid network description for the engine: {e}")))
 }
 
 /// The run's results: `(columns, stats, op_names, flows)`.
@@ -104,11 +182,23 @@ fn output<'py>(py: Python<'py>, out: RunOutput, graph: &Graph) -> PyResult<Bound
 }
 
 /// Lowers a training description (JSON) into a workload graph, returned
-/// as columns (the same layout `run_graph_columns` takes).
+/// as columns (the same layout `run_graph_columns` takes): the graph
+/// `simulate_training_json` runs, fans, closed-form cost and preemption
+/// mode included. The closed-form collective model takes its cost from the
+/// network, so it needs `network_json`.
 #[pyfunction]
-fn lower_training_json<'py>(py: Python<'py>, training_json: &str) -> PyResult<Bound<'py, PyDict>> {
-    let spec = TrainingSpec::from_json(training_json).map_err(PyValueError::new_err)?;
-    let graph = build_graph(&spec).map_err(PyValueError::new_err)?;
+#[pyo3(signature = (training_json, network_json=None))]
+fn lower_training_json<'py>(py: Python<'py>, training_json: &str, network_json: Option<&str>) -> PyResult<Bound<'py, PyDict>> {
+    let spec = TrainingSpec::from_json(training_json).map_err(bad_input)?;
+    let graph = match network_json {
+        Some(json) => ddlsim_core::training_graph(&spec, &network(json)?).map_err(engine_err)?,
+        None if spec.collective_model == CollectiveModel::ClosedForm => {
+            return Err(bad_input(
+                "the closed-form collective model takes its cost from the network: pass the network description (network_json)",
+            ))
+        }
+        None => build_graph(&spec).map_err(bad_input)?,
+    };
     graph_columns(py, &graph)
 }
 
@@ -157,13 +247,26 @@ fn graph_columns<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, PyDict>
     column(py, &d, "stream_policy", "u1", &g.streams.iter().map(|s| policy(s.policy)).collect::<Vec<_>>())?;
     column(py, &d, "stream_credit", "<u8", &g.streams.iter().map(|s| s.credit).collect::<Vec<_>>())?;
     column(py, &d, "host_of_rank", "<u4", &g.host_of_rank)?;
+    let mut fan_offsets = vec![0u32];
+    let mut fan_ops = Vec::new();
+    for fan in &g.fans {
+        fan_ops.extend_from_slice(&fan.ops);
+        fan_offsets.push(fan_ops.len() as u32);
+    }
+    column(py, &d, "fan_kind", "u1", &g.fans.iter().map(|f| fan_code(f.kind)).collect::<Vec<_>>())?;
+    column(py, &d, "fan_offsets", "<u4", &fan_offsets)?;
+    column(py, &d, "fan_ops", "<u4", &fan_ops)?;
+    column(py, &d, "release_ops", "<u4", &g.releases.iter().map(|r| r.0).collect::<Vec<_>>())?;
+    column(py, &d, "release_ns", "<u8", &g.releases.iter().map(|r| r.1).collect::<Vec<_>>())?;
+    d.set_item("preempt_at_messages", g.preempt_at_messages)?;
+    d.set_item("closed_form", g.closed_form.map(|c| (c.latency_ns, c.bandwidth_bps, c.intra)))?;
     d.set_item("op_names", g.op_names.clone())?;
     d.set_item("stream_names", g.stream_names.clone())?;
     Ok(d)
 }
 
 fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
-    let err = |m: String| PyValueError::new_err(format!("invalid workload graph: {m}"));
+    let err = |m: String| bad_input(format!("invalid workload graph: {m}"));
     let kind: Vec<u8> = read(d, "kind")?;
     let n = kind.len();
     let name: Vec<u32> = read(d, "name")?;
@@ -257,8 +360,59 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
         .collect::<PyResult<Vec<_>>>()?;
     let op_names: Vec<String> = d.get_item("op_names")?.ok_or_else(|| err("op_names is missing".into()))?.extract()?;
     let stream_names: Vec<String> = d.get_item("stream_names")?.ok_or_else(|| err("stream_names is missing".into()))?.extract()?;
-    Graph::from_parts(ops, read(d, "dep_offsets")?, read(d, "deps")?, collectives, streams, read(d, "host_of_rank")?, op_names, stream_names)
-        .map_err(err)
+    let mut g = Graph::from_parts(ops, read(d, "dep_offsets")?, read(d, "deps")?, collectives, streams, read(d, "host_of_rank")?, op_names, stream_names)
+        .map_err(err)?;
+    // Optional (graphs written before the columns carried everything): no fans, no closed form, preemption at steps.
+    if d.contains("fan_kind")? {
+        let kinds: Vec<u8> = read(d, "fan_kind")?;
+        let offsets: Vec<u32> = read(d, "fan_offsets")?;
+        let ops: Vec<u32> = read(d, "fan_ops")?;
+        if offsets.len() != kinds.len() + 1 || offsets.first() != Some(&0) || offsets.last().map(|&o| o as usize) != Some(ops.len()) {
+            return Err(err("fan_offsets must have one more entry than fan_kind, from 0 to the length of fan_ops".into()));
+        }
+        for (f, &code) in kinds.iter().enumerate() {
+            let kind = match code {
+                0 => FanKind::Multicast,
+                1 => FanKind::Aggregate,
+                other => return Err(err(format!("fan {f}: unknown kind code {other} (0 multicast, 1 aggregate)"))),
+            };
+            let (a, b) = (offsets[f] as usize, offsets[f + 1] as usize);
+            if a > b {
+                return Err(err(format!("fan {f}: fan_offsets decrease")));
+            }
+            g.fans.push(FanSpec { kind, ops: ops[a..b].to_vec() });
+        }
+    }
+    if d.contains("release_ops")? {
+        let (ops, times): (Vec<u32>, Vec<u64>) = (read(d, "release_ops")?, read(d, "release_ns")?);
+        if ops.len() != times.len() {
+            return Err(err("release_ops and release_ns have one entry per released op".into()));
+        }
+        g.releases = ops.into_iter().zip(times).collect();
+    }
+    if let Some(flag) = d.get_item("preempt_at_messages")? {
+        g.preempt_at_messages = flag.extract()?;
+    }
+    if let Some(cost) = d.get_item("closed_form")? {
+        if !cost.is_none() {
+            let (latency_ns, bandwidth_bps, intra): (u64, f64, Option<(u64, f64)>) = cost
+                .extract()
+                .map_err(|_| err("closed_form must be None or (latency_ns, bandwidth_bps, None or (intra_latency_ns, intra_bandwidth_bps))".into()))?;
+            if !(bandwidth_bps.is_finite() && bandwidth_bps > 0.0) || intra.is_some_and(|(_, bps)| !(bps.is_finite() && bps > 0.0)) {
+                return Err(err("closed_form: bandwidths must be finite and positive".into()));
+            }
+            g.closed_form = Some(LinkCost { latency_ns, bandwidth_bps, intra });
+        }
+    }
+    g.check().map_err(err)?;
+    Ok(g)
+}
+
+fn fan_code(kind: FanKind) -> u8 {
+    match kind {
+        FanKind::Multicast => 0,
+        FanKind::Aggregate => 1,
+    }
 }
 
 /// Runs a workload graph given as columns on the network described by JSON.
@@ -274,8 +428,7 @@ fn run_graph_columns<'py>(
     let g = graph_from_columns(graph)?;
     let net = network(network_json)?;
     let detail = detail(trace_detail)?;
-    let out = run_interruptible(py, progress, |hook| run_graph_with_hook(&g, &net, detail, Some(hook)))
-        .map_err(|e| e.into_py_err(PyValueError::new_err))?;
+    let out = run_interruptible(py, progress, |hook| run_graph_with_hook(&g, &net, detail, Some(hook))).map_err(|e| e.into_py_err(engine_err))?;
     output(py, out, &g)
 }
 
@@ -295,14 +448,14 @@ fn simulate_training_json<'py>(
     trace_detail: &str,
     progress: Option<PyObject>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let spec = TrainingSpec::from_json(training_json).map_err(PyValueError::new_err)?;
+    let spec = TrainingSpec::from_json(training_json).map_err(bad_input)?;
     let net = network(network_json)?;
     let detail = detail(trace_detail)?;
     let (out, graph) = run_interruptible(py, progress, |hook| {
         let graph = ddlsim_core::training_graph(&spec, &net).map_err(RunError::Lowering)?;
         let built = Progress { now: 0, events: 0, ops_done: 0, ops_total: graph.len() as u64 };
         if !hook(&built) {
-            return Err(RunError::Engine(INTERRUPTED.to_string()));
+            return Err(RunError::Engine(Error::new(ErrorKind::Interrupted, INTERRUPTED)));
         }
         let out = run_graph_with_hook(&graph, &net, detail, Some(hook)).map_err(RunError::Engine)?;
         Ok::<_, RunError>((out, graph))
@@ -315,22 +468,22 @@ fn simulate_training_json<'py>(
 enum RunError {
     /// A Python exception raised in the hook (a signal handler's or the progress callback's).
     Python(PyErr),
-    Lowering(String),
-    Engine(String),
+    Lowering(Error),
+    Engine(Error),
 }
 
-impl From<String> for RunError {
-    fn from(message: String) -> Self {
-        RunError::Engine(message)
+impl From<Error> for RunError {
+    fn from(e: Error) -> Self {
+        RunError::Engine(e)
     }
 }
 
 impl RunError {
-    fn into_py_err(self, engine: impl FnOnce(String) -> PyErr) -> PyErr {
+    fn into_py_err(self, engine: impl FnOnce(Error) -> PyErr) -> PyErr {
         match self {
             RunError::Python(e) => e,
-            RunError::Lowering(m) => PyValueError::new_err(m),
-            RunError::Engine(m) => engine(m),
+            RunError::Lowering(e) => engine_err(e),
+            RunError::Engine(e) => engine(e),
         }
     }
 }
@@ -371,14 +524,13 @@ where
     }
 }
 
-/// A training graph is built by our own lowering, so a run that fails on it
-/// is a bug (RuntimeError), except for times and sizes beyond the engine's
-/// range, which are the scenario's (ValueError).
-fn training_run_error(message: String) -> PyErr {
-    if message.contains("would overflow") || message.contains("would pass") {
-        PyValueError::new_err(message)
-    } else {
-        PyRuntimeError::new_err(message)
+/// A training graph is built by our own lowering, so a run that refuses it
+/// (an invalid or stuck graph) is a bug; times and sizes beyond the
+/// engine's range are the scenario's, and the other kinds stay as they are.
+fn training_run_error(e: Error) -> PyErr {
+    match e.kind {
+        ErrorKind::BadInput | ErrorKind::Stuck => engine_err(e.with_kind(ErrorKind::Internal)),
+        _ => engine_err(e),
     }
 }
 
@@ -449,5 +601,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("KIND_NAMES", KIND_NAMES.to_vec())?;
     m.add("ALGORITHM_NAMES", Algorithm::NAMES.to_vec())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    let errors = errors_module(m.py())?;
+    for name in ["EngineError", "BadInputError", "OutOfRangeError", "StuckGraphError", "EngineMemoryError", "InterruptedRunError", "InternalEngineError", "ERROR_KINDS"] {
+        m.add(name, errors.getattr(name)?)?;
+    }
     Ok(())
 }

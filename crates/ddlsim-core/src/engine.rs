@@ -5,8 +5,19 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use crate::error::Error;
+
 /// Simulated time in nanoseconds.
 pub type Time = u64;
+
+/// Latest simulated time the engine accepts (about 146 years), so that
+/// sums of times never overflow.
+pub const MAX_TIME: Time = 1 << 62;
+
+/// `now + by`, refused past [`MAX_TIME`].
+pub fn later(now: Time, by: u64) -> Result<Time, Error> {
+    now.checked_add(by).filter(|&t| t <= MAX_TIME).ok_or_else(|| Error::out_of_range(format!("simulated time would overflow: {now} ns + {by} ns is beyond {MAX_TIME} ns")))
+}
 
 #[derive(Debug)]
 struct Entry<E> {
@@ -76,6 +87,11 @@ impl<E> EventQueue<E> {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.heap.push(Reverse(Entry { time, seq, event }));
+    }
+
+    /// Time of the earliest event, without popping it.
+    pub fn peek_time(&self) -> Option<Time> {
+        self.heap.peek().map(|Reverse(e)| e.time)
     }
 
     /// Pops the earliest event and advances the clock to it.

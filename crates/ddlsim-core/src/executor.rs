@@ -9,14 +9,18 @@
 //! and the joins of the members it met), so that each row's start equals
 //! the latest end among its deps, or its ready time when it has none.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::collective::{joined_op, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
-use crate::engine::{EventQueue, Time};
-use crate::graph::{FanKind, Graph, Kind, PolicyKind, NO_STREAM};
+use crate::engine::{later, EventQueue, Time};
+use crate::error::{Error, ErrorKind};
+use crate::graph::{FanKind, Graph, Kind, NO_STREAM};
 use crate::log::{EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
-use crate::network::{innet, Delivery, FlowRecord, NetworkModel, Scheduler, TransferRequest};
-use crate::stream::{new_policy, QueueKey, StreamPolicy};
+use crate::network::{Delivery, FanEnd, FlowRecord, NetworkModel, Scheduler, TransferRequest};
+use crate::stream::{new_policy, Item, Negotiation, QueueKey, StreamPolicy, WaitingMember};
 
 /// How much of the inside of collectives goes into the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,9 +31,7 @@ pub enum TraceDetail {
     Collective,
 }
 
-/// Latest simulated time the engine accepts (about 146 years), so that
-/// sums of times never overflow.
-pub const MAX_TIME: Time = 1 << 62;
+pub use crate::engine::MAX_TIME;
 
 /// What a finished run hands back.
 pub struct RunOutput {
@@ -121,8 +123,6 @@ struct StreamState {
     /// The ops holding the stream: at most one, unless the stream has a credit.
     running: Vec<Running>,
     running_bytes: u64,
-    /// ByteScheduler's credit (see [`crate::graph::StreamSpec::credit`]); 0: one op at a time.
-    credit: u64,
 }
 
 impl StreamState {
@@ -146,9 +146,9 @@ impl StreamState {
         }
     }
 
-    /// Whether one more op may start now: the stream is free, or (ByteScheduler) credit is left.
+    /// Whether one more op may start now, as the policy says (one at a time, or ByteScheduler's credit).
     fn has_room(&self) -> bool {
-        self.running.is_empty() || self.running_bytes < self.credit
+        self.policy.has_room(self.running.len(), self.running_bytes)
     }
 
     fn occupy(&mut self, op: u32, bytes: u64) {
@@ -229,14 +229,10 @@ struct Executor<'g> {
     bytes_sent: Vec<u64>,
     bytes_received: Vec<u64>,
     finished_ops: usize,
-    /// Queue order of items on streams that tie-break by arrival.
-    seq: u64,
     /// Reused buffer for a logged step's causes (no allocation per step).
     cause_scratch: Vec<i64>,
-    /// Collectives scheduled by negotiation (a member is queued only once
-    /// every member is ready), and how many members are ready so far.
-    negotiate: Vec<bool>,
-    negotiating: Vec<u32>,
+    /// Collectives scheduled by negotiation, and their members ready so far (see [`Negotiation`]).
+    negotiation: Negotiation,
     /// CSR: the member ops of each collective, in member order.
     coll_op_offsets: Vec<u32>,
     coll_ops: Vec<u32>,
@@ -244,6 +240,16 @@ struct Executor<'g> {
     fan_of: Vec<u32>,
     fan_started: Vec<u32>,
     fan_message: Vec<i64>,
+    /// Release times still to come, earliest (then lowest op) first; each counts as a dep of its op.
+    releases: BinaryHeap<Reverse<(Time, u32)>>,
+    /// Successors added after the start (a graph grown at run time), per op; empty otherwise.
+    extra_succ: Vec<Vec<u32>>,
+    /// The `op` vocabulary of the rows the executor makes (graph names, then step names).
+    run_names: Vec<String>,
+    /// Id of the first row the executor makes beyond the graph's ops.
+    row_base: i64,
+    /// Time the run has been advanced to (see [`Session::run_until`]).
+    clock: Time,
 }
 
 /// Where a run stands, as handed to a [`ProgressHook`].
@@ -275,24 +281,29 @@ const CLOCK_EVERY: u32 = 1024;
 /// Runs `graph` to completion on `network`. A graph that cannot finish
 /// (a dependency cycle, a member that never joins its collective) or a
 /// time beyond [`MAX_TIME`] is reported in the error.
-pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -> Result<RunOutput, String> {
+pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -> Result<RunOutput, Error> {
     run_with_hook(graph, network, detail, None)
 }
 
 /// [`run`] that calls `hook` about every [`PROGRESS_INTERVAL`] (checked
 /// every [`CLOCK_EVERY`] events) and stops with the error [`INTERRUPTED`]
 /// when it returns `false`. Without a hook the loop never reads the clock.
-pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail, mut hook: Option<ProgressHook<'_>>) -> Result<RunOutput, String> {
-    graph.check()?;
-    let n = graph.len();
-    let (succ_offsets, succ) = graph.successors();
-    let ranks = graph.ranks() as usize;
+pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail, mut hook: Option<ProgressHook<'_>>) -> Result<RunOutput, Error> {
+    let mut ex = Executor::new(graph, network, detail, None)?;
+    ex.advance(Time::MAX, &mut hook)?;
+    ex.finish()
+}
+
+/// The op names of the rows a run of `graph` makes: the graph's, then each
+/// algorithm's step name (its code per algorithm), then `reduce` when a
+/// collective reduces at a cost (its code, else u32::MAX).
+fn run_names(graph: &Graph) -> (Vec<String>, Vec<u32>, u32) {
     let mut op_names = graph.op_names.clone();
-    let step_op_names = crate::collective::Algorithm::NAMES
+    let step_op_names = crate::graph::Algorithm::NAMES
         .iter()
         .enumerate()
         .map(|(code, _)| {
-            let name = crate::collective::Algorithm::from_code(code as u8).expect("listed").step_op();
+            let name = crate::graph::Algorithm::from_code(code as u8).expect("listed").step_op();
             match op_names.iter().position(|n| n == name) {
                 Some(i) => i as u32,
                 None => {
@@ -308,146 +319,235 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
     } else {
         u32::MAX
     };
-    let (coll_op_offsets, coll_ops) = collective_members(graph);
-    let negotiate = (0..graph.collectives.len())
-        .map(|c| {
-            coll_ops[coll_op_offsets[c] as usize..coll_op_offsets[c + 1] as usize].iter().any(|&op| {
-                let stream = graph.ops.get(op as usize).map_or(NO_STREAM, |o| o.stream);
-                stream != NO_STREAM && graph.streams[stream as usize].policy == NEGOTIATED
-            })
-        })
-        .collect();
-    let mut ex = Executor {
-        graph,
-        succ_offsets,
-        succ,
-        waiting_deps: (0..n as u32).map(|i| graph.deps(i).len() as u32).collect(),
-        ready: vec![UNSET; n],
-        start: vec![UNSET; n],
-        end: vec![UNSET; n],
-        stream_dep: vec![-1; n],
-        recv_row: vec![-1; n],
-        tx_end: vec![0; n],
-        message_of: vec![-1; n],
-        streams: graph.streams.iter().map(|s| StreamState { policy: new_policy(s.policy), running: Vec::new(), running_bytes: 0, credit: s.credit }).collect(),
-        parked: HashMap::default(),
-        parked_in: vec![0; graph.collectives.len()],
-        queue: EventQueue::new(),
-        network,
-        transfer_owner: Vec::new(),
-        free_transfers: Vec::new(),
-        collectives: (0..graph.collectives.len()).map(|_| None).collect(),
-        detail,
-        step_log: EventLog::new(),
-        step_op_names,
-        reduce_op_name,
-        flights: Vec::new(),
-        free_flights: Vec::new(),
-        wakes: Vec::new(),
-        free_wakes: Vec::new(),
-        action_pool: Vec::new(),
-        deliveries: Vec::new(),
-        next_row: n as i64,
-        next_message: 0,
-        transfers: 0,
-        bytes_sent: vec![0; ranks],
-        bytes_received: vec![0; ranks],
-        finished_ops: 0,
-        seq: 0,
-        cause_scratch: Vec::new(),
-        negotiate,
-        negotiating: vec![0; graph.collectives.len()],
-        coll_op_offsets,
-        coll_ops,
-        fan_of: {
-            let mut fan_of = vec![NO_FAN; n];
-            for (f, fan) in graph.fans.iter().enumerate() {
-                for &op in &fan.ops {
-                    fan_of[op as usize] = f as u32;
-                }
-            }
-            fan_of
-        },
-        fan_started: vec![0; graph.fans.len()],
-        fan_message: vec![-1; graph.fans.len()],
-    };
-    for id in 0..n as u32 {
-        if ex.waiting_deps[id as usize] == 0 {
-            ex.make_ready(id, 0)?;
-        }
-    }
-    // Countdown to the next look at the clock; u32::MAX (never reached) without a hook.
-    let mut countdown: u32 = if hook.is_some() { CLOCK_EVERY } else { u32::MAX };
-    let mut last_call = std::time::Instant::now();
-    while let Some((now, event)) = ex.queue.pop() {
-        countdown -= 1;
-        if countdown == 0 {
-            countdown = CLOCK_EVERY;
-            if let Some(hook) = hook.as_mut() {
-                if last_call.elapsed() >= PROGRESS_INTERVAL {
-                    let progress = Progress { now, events: ex.queue.processed(), ops_done: ex.finished_ops as u64, ops_total: n as u64 };
-                    if !hook(&progress) {
-                        return Err(INTERRUPTED.to_string());
-                    }
-                    last_call = std::time::Instant::now();
-                }
-            }
-        }
-        if now > MAX_TIME {
-            return Err(format!("simulated time would pass {MAX_TIME} ns (about 146 years); the scenario's durations or sizes are far too large"));
-        }
-        match event {
-            Event::OpDone(op) => ex.finish_op(op, now)?,
-            Event::FanRecv(op) => ex.fan_received(op, now)?,
-            Event::FanStart(f) => ex.launch_fan(f as usize, now)?,
-            Event::Wake(slot) => ex.wake(slot, now)?,
-            Event::Net(token) => {
-                let mut delivered = std::mem::take(&mut ex.deliveries);
-                ex.network.on_event(now, token, &mut NetQueue(&mut ex.queue), &mut delivered)?;
-                for d in delivered.drain(..) {
-                    ex.delivered(d, now)?;
-                }
-                ex.deliveries = delivered;
-            }
-        }
-    }
-    if ex.finished_ops != n {
-        if std::env::var_os("DDLSIM_DEBUG_STUCK").is_some() {
-            for (i, st) in ex.streams.iter().enumerate() {
-                let cur: Vec<_> = st
-                    .running
-                    .iter()
-                    .map(|r| (r.op, graph.ops[r.op as usize].collective, graph.ops[r.op as usize].priority, r.in_flight))
-                    .collect();
-                eprintln!("stream {i} rank {} running {cur:?} queued {:?}", graph.streams[i].rank, st.policy.peek_priority());
-            }
-            eprintln!(
-                "parked {:?}",
-                ex.parked.keys().map(|&o| (o, graph.ops[o as usize].collective, graph.ops[o as usize].rank)).collect::<Vec<_>>()
-            );
-        }
-        let stuck = (0..n).find(|&i| ex.end[i] == UNSET).unwrap_or(0);
-        let op = &graph.ops[stuck];
-        return Err(format!(
-            "the workload graph cannot finish: {} of {} operations never ran (first: op {stuck}, {} on rank {}); \
-             look for a dependency cycle or a collective member that never joins",
-            n - ex.finished_ops,
-            n,
-            graph.op_names[op.name as usize],
-            op.rank
-        ));
-    }
-    Ok(ex.into_output(op_names))
+    (op_names, step_op_names, reduce_op_name)
 }
 
-/// Priority streams without preemption schedule collectives as Horovod's
-/// coordinator does: a collective is queued on its ranks only once it is
-/// ready on all of them, every rank breaks priority ties by collective id,
-/// and a member waiting for a join yields to a more urgent collective or to
-/// a parked member of a collective the other ranks already launched. With
-/// one order on all ranks, the most urgent negotiated collective always
-/// gathers all its members, so no order of readiness can deadlock.
-const NEGOTIATED: PolicyKind = PolicyKind::Priority { preempt: false };
+/// Rows made by a run that may grow are numbered from here until it ends (then from the graph's final size).
+const GROWING_ROW_BASE: i64 = 1 << 40;
+
+impl<'g> Executor<'g> {
+    /// A run of `graph` with every op whose deps are met made ready (at 0).
+    /// `row_base`: id of the first row beyond the graph's ops (None: the graph's size).
+    fn new(graph: &'g Graph, network: Box<dyn NetworkModel>, detail: TraceDetail, row_base: Option<i64>) -> Result<Self, Error> {
+        graph.check()?;
+        let n = graph.len();
+        let (succ_offsets, succ) = graph.successors();
+        let ranks = graph.ranks() as usize;
+        let (run_names, step_op_names, reduce_op_name) = run_names(graph);
+        let (coll_op_offsets, coll_ops) = collective_members(graph);
+        let streams: Vec<StreamState> =
+            graph.streams.iter().map(|s| StreamState { policy: new_policy(s.policy, s.credit), running: Vec::new(), running_bytes: 0 }).collect();
+        let negotiation = Negotiation::new(
+            (0..graph.collectives.len())
+                .map(|c| {
+                    coll_ops[coll_op_offsets[c] as usize..coll_op_offsets[c + 1] as usize].iter().any(|&op| {
+                        let stream = graph.ops.get(op as usize).map_or(NO_STREAM, |o| o.stream);
+                        stream != NO_STREAM && streams[stream as usize].policy.negotiates()
+                    })
+                })
+                .collect(),
+        );
+        let mut waiting_deps: Vec<u32> = (0..n as u32).map(|i| graph.deps(i).len() as u32).collect();
+        let mut releases = BinaryHeap::new();
+        for &(op, t) in &graph.releases {
+            waiting_deps[op as usize] += 1;
+            releases.push(Reverse((t, op)));
+        }
+        let row_base = row_base.unwrap_or(n as i64);
+        let mut ex = Executor {
+            graph,
+            succ_offsets,
+            succ,
+            waiting_deps,
+            ready: vec![UNSET; n],
+            start: vec![UNSET; n],
+            end: vec![UNSET; n],
+            stream_dep: vec![-1; n],
+            recv_row: vec![-1; n],
+            tx_end: vec![0; n],
+            message_of: vec![-1; n],
+            streams,
+            parked: HashMap::default(),
+            parked_in: vec![0; graph.collectives.len()],
+            queue: EventQueue::new(),
+            network,
+            transfer_owner: Vec::new(),
+            free_transfers: Vec::new(),
+            collectives: (0..graph.collectives.len()).map(|_| None).collect(),
+            detail,
+            step_log: EventLog::new(),
+            step_op_names,
+            reduce_op_name,
+            flights: Vec::new(),
+            free_flights: Vec::new(),
+            wakes: Vec::new(),
+            free_wakes: Vec::new(),
+            action_pool: Vec::new(),
+            deliveries: Vec::new(),
+            next_row: row_base,
+            next_message: 0,
+            transfers: 0,
+            bytes_sent: vec![0; ranks],
+            bytes_received: vec![0; ranks],
+            finished_ops: 0,
+            cause_scratch: Vec::new(),
+            negotiation,
+            coll_op_offsets,
+            coll_ops,
+            fan_of: {
+                let mut fan_of = vec![NO_FAN; n];
+                for (f, fan) in graph.fans.iter().enumerate() {
+                    for &op in &fan.ops {
+                        fan_of[op as usize] = f as u32;
+                    }
+                }
+                fan_of
+            },
+            fan_started: vec![0; graph.fans.len()],
+            fan_message: vec![-1; graph.fans.len()],
+            releases,
+            extra_succ: Vec::new(),
+            run_names,
+            row_base,
+            clock: 0,
+        };
+        for id in 0..n as u32 {
+            if ex.waiting_deps[id as usize] == 0 {
+                ex.make_ready(id, 0)?;
+            }
+        }
+        Ok(ex)
+    }
+
+    /// Processes every event and release before `limit` (all of them with
+    /// `Time::MAX`), releases before the events of their instant.
+    fn advance(&mut self, limit: Time, hook: &mut Option<ProgressHook<'_>>) -> Result<(), Error> {
+        // Countdown to the next look at the clock; u32::MAX (never reached) without a hook.
+        let mut countdown: u32 = if hook.is_some() { CLOCK_EVERY } else { u32::MAX };
+        let mut last_call = std::time::Instant::now();
+        loop {
+            if !self.releases.is_empty() {
+                self.due_releases(limit)?;
+            }
+            match self.queue.peek_time() {
+                Some(t) if t < limit => {}
+                _ => break,
+            }
+            let Some((now, event)) = self.queue.pop() else { break };
+            countdown -= 1;
+            if countdown == 0 {
+                countdown = CLOCK_EVERY;
+                if let Some(hook) = hook.as_mut() {
+                    if last_call.elapsed() >= PROGRESS_INTERVAL {
+                        let progress = Progress { now, events: self.queue.processed(), ops_done: self.finished_ops as u64, ops_total: self.graph.len() as u64 };
+                        if !hook(&progress) {
+                            return Err(Error::new(ErrorKind::Interrupted, INTERRUPTED));
+                        }
+                        last_call = std::time::Instant::now();
+                    }
+                }
+            }
+            if now > MAX_TIME {
+                return Err(Error::out_of_range(format!(
+                    "simulated time would pass {MAX_TIME} ns (about 146 years); the scenario's durations or sizes are far too large"
+                )));
+            }
+            match event {
+                Event::OpDone(op) => self.finish_op(op, now)?,
+                Event::FanRecv(op) => self.fan_received(op, now)?,
+                Event::FanStart(f) => self.launch_fan(f as usize, now)?,
+                Event::Wake(slot) => self.wake(slot, now)?,
+                Event::Net(token) => {
+                    let mut delivered = std::mem::take(&mut self.deliveries);
+                    self.network.on_event(now, token, &mut NetQueue(&mut self.queue), &mut delivered)?;
+                    for d in delivered.drain(..) {
+                        self.delivered(d, now)?;
+                    }
+                    self.deliveries = delivered;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases due no later than the next event (and before `limit`), one at a time.
+    fn due_releases(&mut self, limit: Time) -> Result<(), Error> {
+        while let Some(&Reverse((t, op))) = self.releases.peek() {
+            if t >= limit || self.queue.peek_time().is_some_and(|e| e < t) {
+                break;
+            }
+            self.releases.pop();
+            let w = &mut self.waiting_deps[op as usize];
+            *w -= 1;
+            if *w == 0 {
+                self.make_ready(op, t)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The log, once every event was processed; a graph that did not finish is an error.
+    fn finish(mut self) -> Result<RunOutput, Error> {
+        let graph = self.graph;
+        let n = graph.len();
+        if self.finished_ops != n {
+            if std::env::var_os("DDLSIM_DEBUG_STUCK").is_some() {
+                for (i, st) in self.streams.iter().enumerate() {
+                    let cur: Vec<_> = st
+                        .running
+                        .iter()
+                        .map(|r| (r.op, graph.ops[r.op as usize].collective, graph.ops[r.op as usize].priority, r.in_flight))
+                        .collect();
+                    eprintln!("stream {i} rank {} running {cur:?} queued {:?}", graph.streams[i].rank, st.policy.peek_priority());
+                }
+                eprintln!(
+                    "parked {:?}",
+                    self.parked.keys().map(|&o| (o, graph.ops[o as usize].collective, graph.ops[o as usize].rank)).collect::<Vec<_>>()
+                );
+            }
+            let stuck = (0..n).find(|&i| self.end[i] == UNSET).unwrap_or(0);
+            let op = &graph.ops[stuck];
+            return Err(Error::new(
+                ErrorKind::Stuck,
+                format!(
+                    "the workload graph cannot finish: {} of {} operations never ran (first: op {stuck}, {} on rank {}); \
+                     look for a dependency cycle or a collective member that never joins",
+                    n - self.finished_ops,
+                    n,
+                    graph.op_names[op.name as usize],
+                    op.rank
+                ),
+            ));
+        }
+        let (names, _, _) = run_names(graph);
+        if names != self.run_names {
+            // The graph's names grew during the run: step rows get the codes a whole run would give them.
+            let code: Vec<u32> = self.run_names.iter().map(|name| names.iter().position(|n| n == name).expect("every run name is a final name") as u32).collect();
+            for op in self.step_log.op.iter_mut() {
+                *op = code[*op as usize];
+            }
+        }
+        if self.row_base != n as i64 {
+            self.renumber_rows(n as i64);
+        }
+        Ok(self.into_output(names))
+    }
+
+    /// Rows made past the graph's ops were numbered from `row_base`: from `first` instead.
+    fn renumber_rows(&mut self, first: i64) {
+        let (base, shift) = (self.row_base, first - self.row_base);
+        let map = |id: &mut i64| {
+            if *id >= base {
+                *id += shift;
+            }
+        };
+        self.step_log.id.iter_mut().for_each(map);
+        self.step_log.deps.iter_mut().for_each(map);
+        self.recv_row.iter_mut().for_each(map);
+        self.stream_dep.iter_mut().for_each(map);
+        self.row_base = first;
+    }
+}
 
 /// CSR of each collective's member ops, in member order.
 fn collective_members(graph: &Graph) -> (Vec<u32>, Vec<u32>) {
@@ -464,22 +564,18 @@ fn collective_members(graph: &Graph) -> (Vec<u32>, Vec<u32>) {
     (offsets, ops)
 }
 
-fn later(now: Time, by: u64) -> Result<Time, String> {
-    now.checked_add(by).filter(|&t| t <= MAX_TIME).ok_or_else(|| format!("simulated time would overflow: {now} ns + {by} ns is beyond {MAX_TIME} ns"))
-}
 
 impl<'g> Executor<'g> {
-    fn make_ready(&mut self, op: u32, now: Time) -> Result<(), String> {
+    fn make_ready(&mut self, op: u32, now: Time) -> Result<(), Error> {
         self.ready[op as usize] = now;
         let o = &self.graph.ops[op as usize];
         if o.stream == NO_STREAM {
             return self.start_op(op, now);
         }
-        if o.kind == Kind::Collective && self.negotiate[o.collective as usize] {
+        if o.kind == Kind::Collective && self.negotiation.is_negotiated(o.collective as usize) {
             let c = o.collective as usize;
-            self.negotiating[c] += 1;
             let (a, b) = (self.coll_op_offsets[c] as usize, self.coll_op_offsets[c + 1] as usize);
-            if (self.negotiating[c] as usize) < b - a {
+            if !self.negotiation.member_ready(c, b - a) {
                 return Ok(());
             }
             // Ready everywhere: every rank queues it now, having waited for this last member.
@@ -494,7 +590,7 @@ impl<'g> Executor<'g> {
     }
 
     /// Puts a ready op on its stream; `arrival` is what it waited for beyond its own deps.
-    fn enqueue(&mut self, op: u32, now: Time, arrival: Cause) -> Result<(), String> {
+    fn enqueue(&mut self, op: u32, now: Time, arrival: Cause) -> Result<(), Error> {
         let s = self.graph.ops[op as usize].stream as usize;
         let st = &self.streams[s];
         if st.running.is_empty() || (st.has_room() && st.policy.peek_key().is_none()) {
@@ -511,7 +607,7 @@ impl<'g> Executor<'g> {
 
     /// Something arrived on busy stream `s`: each running collective member
     /// idle between sends may be preempted or yield to it.
-    fn reconsider_running(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+    fn reconsider_running(&mut self, s: usize, now: Time, release: Cause) -> Result<(), Error> {
         for running in self.streams[s].running_ops() {
             if self.streams[s].holds(running) {
                 self.maybe_preempt_idle(s, running, now, release)?;
@@ -524,7 +620,7 @@ impl<'g> Executor<'g> {
     }
 
     /// Starts queued items while the stream has room (ByteScheduler's credit loop; one item on a plain stream).
-    fn fill(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+    fn fill(&mut self, s: usize, now: Time, release: Cause) -> Result<(), Error> {
         while self.streams[s].has_room() {
             let Some(item) = self.streams[s].policy.pop() else { break };
             self.run_item(s, item, now, release)?;
@@ -540,15 +636,9 @@ impl<'g> Executor<'g> {
         let op = (item & !PARKED) as u32;
         let o = &self.graph.ops[op as usize];
         let parked = item & PARKED != 0;
-        if self.graph.streams[s].policy == NEGOTIATED {
-            let collective = o.kind == Kind::Collective;
-            let urgent = parked && collective && self.launched(o.collective as usize);
-            let order = if collective { o.collective as u64 } else { (1 << 40) + op as u64 };
-            QueueKey { not_urgent: !urgent, priority: o.priority, not_resumed: true, order }
-        } else {
-            self.seq += 1;
-            QueueKey { not_urgent: true, priority: o.priority, not_resumed: !parked, order: self.seq }
-        }
+        let collective = (o.kind == Kind::Collective).then_some(o.collective as u64);
+        let launched = parked && collective.is_some() && self.streams[s].policy.negotiates() && self.launched(o.collective as usize);
+        self.streams[s].policy.key(Item { op, priority: o.priority, parked, collective, launched })
     }
 
     fn queue_item(&mut self, s: usize, item: u64) {
@@ -560,11 +650,11 @@ impl<'g> Executor<'g> {
     /// orders; a member whose next send waits for a member that has not
     /// joined yet (nothing sent in between) yields its stream to the next
     /// queued op, and resumes later, so that no such order deadlocks.
-    fn maybe_yield(&mut self, s: usize, op: u32, now: Time, release: Cause) -> Result<(), String> {
-        match self.graph.streams[s].policy {
-            PolicyKind::Fifo => return Ok(()),
-            NEGOTIATED => return self.maybe_yield_negotiated(s, op, now, release),
-            PolicyKind::Priority { .. } => {}
+    fn maybe_yield(&mut self, s: usize, op: u32, now: Time, release: Cause) -> Result<(), Error> {
+        match self.streams[s].policy.waiting_member() {
+            WaitingMember::Keeps => return Ok(()),
+            WaitingMember::YieldsToUrgent => return self.maybe_yield_negotiated(s, op, now, release),
+            WaitingMember::YieldsToRunnable => {}
         }
         let st = &self.streams[s];
         let o = &self.graph.ops[op as usize];
@@ -599,7 +689,7 @@ impl<'g> Executor<'g> {
 
     /// A member waiting for a join yields to a more urgent collective (in
     /// the order all ranks share) or to an urgent parked member.
-    fn maybe_yield_negotiated(&mut self, s: usize, op: u32, now: Time, release: Cause) -> Result<(), String> {
+    fn maybe_yield_negotiated(&mut self, s: usize, op: u32, now: Time, release: Cause) -> Result<(), Error> {
         let st = &self.streams[s];
         let o = &self.graph.ops[op as usize];
         if o.kind != Kind::Collective || !st.idle_between_sends(op) || !self.waits_for_a_join(op) {
@@ -652,7 +742,7 @@ impl<'g> Executor<'g> {
 
     /// A more urgent op arrived while the stream's collective member waits
     /// between sends: park the member and run the op.
-    fn maybe_preempt_idle(&mut self, s: usize, running: u32, now: Time, release: Cause) -> Result<(), String> {
+    fn maybe_preempt_idle(&mut self, s: usize, running: u32, now: Time, release: Cause) -> Result<(), Error> {
         let st = &self.streams[s];
         if !st.policy.preempts() || !st.idle_between_sends(running) || self.graph.ops[running as usize].kind != Kind::Collective {
             return Ok(());
@@ -680,14 +770,14 @@ impl<'g> Executor<'g> {
     /// A member was parked for what the policy picks next (`release` is what
     /// freed its slot): start or resume that item in the member's place,
     /// credit or not, then fill what room is left.
-    fn run_next(&mut self, s: usize, now: Time, release: Cause) -> Result<(), String> {
+    fn run_next(&mut self, s: usize, now: Time, release: Cause) -> Result<(), Error> {
         if let Some(item) = self.streams[s].policy.pop() {
             self.run_item(s, item, now, release)?;
         }
         self.fill(s, now, release)
     }
 
-    fn run_item(&mut self, s: usize, item: u64, now: Time, release: Cause) -> Result<(), String> {
+    fn run_item(&mut self, s: usize, item: u64, now: Time, release: Cause) -> Result<(), Error> {
         let op = (item & !PARKED) as u32;
         self.streams[s].occupy(op, self.graph.ops[op as usize].bytes);
         if item & PARKED != 0 {
@@ -705,7 +795,7 @@ impl<'g> Executor<'g> {
         self.start_op(op, now)
     }
 
-    fn start_op(&mut self, id: u32, now: Time) -> Result<(), String> {
+    fn start_op(&mut self, id: u32, now: Time) -> Result<(), Error> {
         self.start[id as usize] = now;
         let op = &self.graph.ops[id as usize];
         match op.kind {
@@ -732,7 +822,7 @@ impl<'g> Executor<'g> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn start_transfer(&mut self, now: Time, src: u32, dst: u32, bytes: u64, band: u8, tenant: u32, message: i64, owner: Owner) -> Result<(), String> {
+    fn start_transfer(&mut self, now: Time, src: u32, dst: u32, bytes: u64, band: u8, tenant: u32, message: i64, owner: Owner) -> Result<(), Error> {
         self.transfers += 1;
         self.bytes_sent[src as usize] += bytes;
         let id = self.new_transfer(owner);
@@ -755,7 +845,7 @@ impl<'g> Executor<'g> {
 
     /// A fan member starts; once all have, the fan's tree flow starts (see
     /// [`crate::network::innet`]). Members share the fan's message id.
-    fn start_fan_member(&mut self, id: u32, now: Time) -> Result<(), String> {
+    fn start_fan_member(&mut self, id: u32, now: Time) -> Result<(), Error> {
         let g = self.graph;
         let f = self.fan_of[id as usize] as usize;
         if self.fan_message[f] < 0 {
@@ -768,70 +858,67 @@ impl<'g> Executor<'g> {
         if (self.fan_started[f] as usize) < fan.ops.len() {
             return Ok(());
         }
-        if fan.kind == FanKind::Aggregate {
-            // The switch sums as soon as every contribution's first bytes reached it.
-            let mut at = now;
-            for &m in &fan.ops {
-                let o = &g.ops[m as usize];
-                let (to_switch, _) = innet::split_latency(self.network.topology(), o.rank, o.peer as u32);
-                at = at.max(later(self.start[m as usize], to_switch)?);
-            }
-            if at > now {
-                self.queue.push(at, Event::FanStart(f as u32));
-                return Ok(());
-            }
+        // The network says when the fan's tree flow may start (an aggregation: once every contribution reached the switch).
+        let ends = self.fan_ends(f);
+        let at = self.network.fan_ready(fan.kind, &ends, now)?;
+        if at > now {
+            self.queue.push(at, Event::FanStart(f as u32));
+            return Ok(());
         }
         self.launch_fan(f, now)
     }
 
-    fn launch_fan(&mut self, f: usize, now: Time) -> Result<(), String> {
+    /// Sender, receiver and start of each op of fan `f`.
+    fn fan_ends(&self, f: usize) -> Vec<FanEnd> {
+        let g = self.graph;
+        g.fans[f]
+            .ops
+            .iter()
+            .map(|&m| {
+                let o = &g.ops[m as usize];
+                FanEnd { src: o.rank, dst: o.peer as u32, start: self.start[m as usize] }
+            })
+            .collect()
+    }
+
+    fn launch_fan(&mut self, f: usize, now: Time) -> Result<(), Error> {
         let g = self.graph;
         let fan = &g.fans[f];
         let message = self.fan_message[f];
         let lead = &g.ops[fan.ops[0] as usize];
         let (bytes, band, tenant) = (lead.bytes, lead.band, lead.tenant);
-        let topo = self.network.topology();
-        // The tree's latency: to the nearest receiver (a multicast; the others
-        // get theirs later, see `fan_transmitted`), from the switch (an aggregate).
-        let (mut path, src, dst, latency) = match fan.kind {
-            FanKind::Multicast => {
-                let dsts: Vec<u32> = fan.ops.iter().map(|&o| g.ops[o as usize].peer as u32).collect();
-                self.bytes_sent[lead.rank as usize] += bytes;
-                let nearest = dsts.iter().map(|&d| innet::route_latency(topo, lead.rank, d)).min().unwrap_or(0);
-                (innet::multicast_tree(topo, lead.rank, &dsts), lead.rank, dsts[0], nearest)
-            }
+        let ends = self.fan_ends(f);
+        // A multicast's sender sends once; each contribution of an aggregate is sent.
+        match fan.kind {
+            FanKind::Multicast => self.bytes_sent[lead.rank as usize] += bytes,
             FanKind::Aggregate => {
-                let srcs: Vec<u32> = fan.ops.iter().map(|&o| g.ops[o as usize].rank).collect();
-                let path = innet::aggregation_tree(topo, &srcs, lead.peer as u32);
-                let from_switch = srcs.iter().map(|&s| innet::split_latency(topo, s, lead.peer as u32).1).max().unwrap_or(0);
-                for &s in &srcs {
-                    self.bytes_sent[s as usize] += bytes;
+                for e in &ends {
+                    self.bytes_sent[e.src as usize] += bytes;
                 }
-                (path, srcs[0], lead.peer as u32, from_switch)
             }
-        };
-        path.latency = latency;
+        }
         self.transfers += 1;
         let tid = self.new_transfer(Owner::Fan(f as u32));
-        let req = TransferRequest { id: tid, message: message as u64, src, dst, bytes, band, tenant };
-        self.network.start_on(now, req, &path, &mut NetQueue(&mut self.queue))
+        let req = TransferRequest { id: tid, message: message as u64, src: ends[0].src, dst: ends[0].dst, bytes, band, tenant };
+        self.network.start_fan(now, req, fan.kind, &ends, &mut NetQueue(&mut self.queue))
     }
 
     /// A fan's tree flow was delivered (`now`: its transmission ended at
-    /// `tx_end`, plus the tree's latency): the receiver has the aggregate now;
-    /// each multicast receiver gets its copy its route's latency after `tx_end`.
-    fn fan_transmitted(&mut self, f: u32, tx_end: Time, now: Time) -> Result<(), String> {
+    /// `tx_end`, plus the tree's latency): each receiver has its copy (the
+    /// aggregate) when the network says (see [`NetworkModel::fan_arrivals`]).
+    fn fan_transmitted(&mut self, f: u32, tx_end: Time, now: Time) -> Result<(), Error> {
         let g = self.graph;
         let fan = &g.fans[f as usize];
         for &op in &fan.ops {
             self.tx_end[op as usize] = tx_end;
         }
+        let ends = self.fan_ends(f as usize);
+        let mut arrivals = Vec::with_capacity(ends.len());
+        self.network.fan_arrivals(fan.kind, &ends, tx_end, now, &mut arrivals)?;
         match fan.kind {
             FanKind::Aggregate => self.fan_received(fan.ops[0], now),
             FanKind::Multicast => {
-                for &op in &fan.ops {
-                    let o = &g.ops[op as usize];
-                    let at = later(tx_end, innet::route_latency(self.network.topology(), o.rank, o.peer as u32))?;
+                for (&op, &at) in fan.ops.iter().zip(&arrivals) {
                     if at == now {
                         self.fan_received(op, now)?;
                     } else {
@@ -843,7 +930,7 @@ impl<'g> Executor<'g> {
         }
     }
 
-    fn fan_received(&mut self, op: u32, now: Time) -> Result<(), String> {
+    fn fan_received(&mut self, op: u32, now: Time) -> Result<(), Error> {
         let g = self.graph;
         let fan = &g.fans[self.fan_of[op as usize] as usize];
         match fan.kind {
@@ -869,7 +956,7 @@ impl<'g> Executor<'g> {
         }
     }
 
-    fn delivered(&mut self, d: Delivery, now: Time) -> Result<(), String> {
+    fn delivered(&mut self, d: Delivery, now: Time) -> Result<(), Error> {
         self.free_transfers.push(d.id);
         match self.transfer_owner[d.id as usize] {
             Owner::Op(op) => {
@@ -894,7 +981,7 @@ impl<'g> Executor<'g> {
         self.next_row - 1
     }
 
-    fn finish_op(&mut self, id: u32, now: Time) -> Result<(), String> {
+    fn finish_op(&mut self, id: u32, now: Time) -> Result<(), Error> {
         self.end[id as usize] = now;
         self.finished_ops += 1;
         let op = &self.graph.ops[id as usize];
@@ -913,21 +1000,36 @@ impl<'g> Executor<'g> {
                 self.make_ready(s, now)?;
             }
         }
+        if !self.extra_succ.is_empty() {
+            // Successors appended while the run went on (each op ends once: the list is done with).
+            for s in std::mem::take(&mut self.extra_succ[id as usize]) {
+                let w = &mut self.waiting_deps[s as usize];
+                *w -= 1;
+                if *w == 0 {
+                    self.make_ready(s, now)?;
+                }
+            }
+        }
         Ok(())
     }
 
-    fn join_collective(&mut self, id: u32, now: Time) -> Result<(), String> {
+    fn join_collective(&mut self, id: u32, now: Time) -> Result<(), Error> {
         let op = &self.graph.ops[id as usize];
         let c = op.collective as usize;
         let member = op.member;
         let spec = &self.graph.collectives[c];
         let track = self.detail == TraceDetail::Step;
         let live = self.collectives[c].get_or_insert_with(|| LiveCollective {
-            machine: crate::collective::new_collective_for(spec, self.graph, track),
+            machine: crate::collective::new_collective_for(
+                spec,
+                &crate::collective::Params::for_spec(spec, &self.graph.host_of_rank),
+                self.graph.closed_form.as_ref(),
+                track,
+            ),
             ops: vec![u32::MAX; spec.members.len()],
         });
         if live.ops[member as usize] != u32::MAX {
-            return Err(format!("collective {c}: member {member} joined twice (ops {} and {id})", live.ops[member as usize]));
+            return Err(format!("collective {c}: member {member} joined twice (ops {} and {id})", live.ops[member as usize]).into());
         }
         live.ops[member as usize] = id;
         let cause = crate::collective::join_cause(id);
@@ -947,7 +1049,7 @@ impl<'g> Executor<'g> {
             let launched = self.launched(c);
             for op in members {
                 let s = self.graph.ops[op as usize].stream as usize;
-                if launched && self.graph.streams[s].policy == NEGOTIATED {
+                if launched && self.streams[s].policy.negotiates() {
                     // Launched elsewhere: its parked member now goes first on its stream.
                     self.unpark_item(op);
                     self.queue_item(s, PARKED | op as u64);
@@ -959,7 +1061,7 @@ impl<'g> Executor<'g> {
         Ok(())
     }
 
-    fn step_delivered(&mut self, f: StepInFlight, tx_end: Time, now: Time) -> Result<(), String> {
+    fn step_delivered(&mut self, f: StepInFlight, tx_end: Time, now: Time) -> Result<(), Error> {
         let c = f.collective as usize;
         let from_op = &self.graph.ops[f.op as usize];
         let stream = from_op.stream;
@@ -1060,14 +1162,14 @@ impl<'g> Executor<'g> {
     }
 
     /// Carries out a collective's actions; `trigger` is the event that produced them.
-    fn apply(&mut self, c: usize, mut actions: Vec<Action>, now: Time, trigger: Cause) -> Result<(), String> {
+    fn apply(&mut self, c: usize, mut actions: Vec<Action>, now: Time, trigger: Cause) -> Result<(), Error> {
         let result = self.apply_batch(c, &actions, now, trigger);
         actions.clear();
         self.action_pool.push(actions);
         result
     }
 
-    fn apply_batch(&mut self, c: usize, batch: &[Action], now: Time, trigger: Cause) -> Result<(), String> {
+    fn apply_batch(&mut self, c: usize, batch: &[Action], now: Time, trigger: Cause) -> Result<(), Error> {
         for &action in batch {
             let member = match action {
                 Action::Send { from, .. } => from,
@@ -1123,7 +1225,7 @@ impl<'g> Executor<'g> {
     }
 
     /// A collective member's wake-up is due (it finished reducing).
-    fn wake(&mut self, slot: u32, now: Time) -> Result<(), String> {
+    fn wake(&mut self, slot: u32, now: Time) -> Result<(), Error> {
         let w = self.wakes[slot as usize];
         self.free_wakes.push(slot);
         let c = w.collective as usize;
@@ -1176,7 +1278,7 @@ impl<'g> Executor<'g> {
         }
     }
 
-    fn issue(&mut self, c: usize, action: Action, now: Time, resumed_after: Cause) -> Result<(), String> {
+    fn issue(&mut self, c: usize, action: Action, now: Time, resumed_after: Cause) -> Result<(), Error> {
         let Action::Send { from, to, bytes, tag, step, ready, causes } = action else {
             return Ok(());
         };
@@ -1322,6 +1424,307 @@ fn store_in_slot<T>(items: &mut Vec<T>, free: &mut Vec<u32>, item: T) -> u32 {
         None => {
             items.push(item);
             (items.len() - 1) as u32
+        }
+    }
+}
+
+/// A run whose graph grows while it goes on: ops (a job, a background
+/// flow) are appended with release times at the instant the run has
+/// reached, with deps on ops of any age. A session that is only advanced
+/// and appended to logs exactly what one [`run`] of the final graph logs
+/// when every appended op's release is at or after the instant it was
+/// appended at (`tests/growth.rs`).
+///
+/// The ranks are fixed when the session starts (the network is built for
+/// them): list every rank in `host_of_rank`, or let the first graph name them.
+pub struct Session {
+    graph: Graph,
+    /// The paused run, pointing at an empty graph between calls (it borrows `graph` while it runs).
+    paused: Option<Executor<'static>>,
+    ranks: u32,
+}
+
+/// What may be added to a growing graph (see [`Session::append`]).
+pub struct Growth<'a> {
+    graph: &'a mut Graph,
+}
+
+impl Growth<'_> {
+    /// Interns an op name (see [`Graph::op_name`]).
+    pub fn op_name(&mut self, name: &str) -> u32 {
+        self.graph.op_name(name)
+    }
+    /// Adds an op that depends on `deps` (earlier ops, of any age) and is not ready before `release`.
+    pub fn add(&mut self, op: Op, deps: &[u32], release: Time) -> u32 {
+        self.graph.add_released(op, deps, release)
+    }
+    /// Adds an op with no release time: ready as soon as its deps are met (at the earliest, now).
+    pub fn add_now(&mut self, op: Op, deps: &[u32]) -> u32 {
+        self.graph.add(op, deps)
+    }
+    pub fn add_collective(&mut self, spec: crate::graph::CollectiveSpec) -> i64 {
+        self.graph.add_collective(spec)
+    }
+    pub fn new_stream(&mut self, rank: u32, name: &str, policy: crate::graph::PolicyKind) -> u32 {
+        self.graph.new_stream(rank, name, policy)
+    }
+    /// Adds a fan over ops added in this same growth.
+    pub fn add_fan(&mut self, fan: crate::graph::FanSpec) {
+        self.graph.fans.push(fan)
+    }
+    /// The graph so far (read only).
+    pub fn graph(&self) -> &Graph {
+        self.graph
+    }
+}
+
+use crate::graph::Op;
+
+impl Session {
+    /// Starts a run of `graph` on `network` (built for `graph`'s ranks).
+    pub fn new(graph: Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -> Result<Session, Error> {
+        let ranks = graph.ranks();
+        let ex = Executor::new(&graph, network, detail, Some(GROWING_ROW_BASE))?.rebind(&crate::graph::EMPTY);
+        Ok(Session { graph, paused: Some(ex), ranks })
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The instant the run has been advanced to.
+    pub fn now(&self) -> Time {
+        self.paused.as_ref().map_or(0, |ex| ex.clock)
+    }
+
+    /// Processes every event and release before `t` (the run stands at `t` afterwards).
+    pub fn run_until(&mut self, t: Time) -> Result<(), Error> {
+        let mut ex = self.paused.take().expect("a session is paused between calls").rebind(&self.graph);
+        if t < ex.clock {
+            let clock = ex.clock;
+            self.paused = Some(ex.rebind(&crate::graph::EMPTY));
+            return Err(format!("the run already stands at {clock} ns; it cannot go back to {t} ns").into());
+        }
+        let result = ex.advance(t, &mut None);
+        ex.clock = t;
+        self.paused = Some(ex.rebind(&crate::graph::EMPTY));
+        result
+    }
+
+    /// Appends to the graph what `grow` adds, at the instant the run stands at:
+    /// each new op is ready once its deps ended and its release time (if any) came.
+    pub fn append<T>(&mut self, grow: impl FnOnce(&mut Growth<'_>) -> T) -> Result<T, Error> {
+        let ex = self.paused.take().expect("a session is paused between calls");
+        let old = (self.graph.len(), self.graph.collectives.len(), self.graph.streams.len(), self.graph.fans.len(), self.graph.releases.len());
+        let hosts = self.graph.host_of_rank.clone();
+        let out = grow(&mut Growth { graph: &mut self.graph });
+        let mut ex = ex.rebind(&self.graph);
+        let checked = self.graph.check().map_err(Error::from).and_then(|()| {
+            if self.graph.ranks() > self.ranks || self.graph.host_of_rank != hosts {
+                return Err(Error::from(format!(
+                    "appended ops name ranks beyond the {} the run started with; list every rank in host_of_rank up front",
+                    self.ranks
+                )));
+            }
+            if let Some(f) = self.graph.fans[old.3..].iter().position(|fan| fan.ops.iter().any(|&op| (op as usize) < old.0)) {
+                return Err(format!("appended fan {} names an op that was there before", old.3 + f).into());
+            }
+            if let Some(&(op, t)) = self.graph.releases[old.4..].iter().find(|&&(_, t)| t < ex.clock) {
+                return Err(format!("appended op {op} is released at {t} ns, before the instant the run stands at ({} ns)", ex.clock).into());
+            }
+            Ok(())
+        });
+        let result = checked.and_then(|()| ex.grow(old.0, old.1, old.2, old.3, old.4));
+        self.paused = Some(ex.rebind(&crate::graph::EMPTY));
+        result.map(|()| out)
+    }
+
+    /// Runs to the end and returns the log (as [`run`] of the final graph would).
+    pub fn finish(mut self) -> Result<RunOutput, Error> {
+        let mut ex = self.paused.take().expect("a session is paused between calls").rebind(&self.graph);
+        ex.advance(Time::MAX, &mut None)?;
+        ex.finish()
+    }
+}
+
+impl<'g> Executor<'g> {
+    /// Takes in what was appended to the graph since it had `ops` ops,
+    /// `colls` collectives, `streams` streams, `fans` fans and `releases` release times.
+    fn grow(&mut self, ops: usize, colls: usize, streams: usize, fans: usize, releases: usize) -> Result<(), Error> {
+        let g = self.graph;
+        let n = g.len();
+        for s in &g.streams[streams..] {
+            self.streams.push(StreamState { policy: new_policy(s.policy, s.credit), running: Vec::new(), running_bytes: 0 });
+        }
+        // Collectives: their member CSR, state and negotiation.
+        let mut coll_ops: Vec<Vec<u32>> = (0..g.collectives.len())
+            .map(|c| if c < colls { self.coll_ops[self.coll_op_offsets[c] as usize..self.coll_op_offsets[c + 1] as usize].to_vec() } else { vec![u32::MAX; g.collectives[c].members.len()] })
+            .collect();
+        for (i, op) in g.ops.iter().enumerate().skip(ops) {
+            if op.kind == Kind::Collective {
+                coll_ops[op.collective as usize][op.member as usize] = i as u32;
+            }
+        }
+        self.coll_op_offsets = std::iter::once(0).chain(coll_ops.iter().scan(0u32, |acc, m| {
+            *acc += m.len() as u32;
+            Some(*acc)
+        })).collect();
+        self.coll_ops = coll_ops.concat();
+        self.parked_in.resize(g.collectives.len(), 0);
+        self.collectives.resize_with(g.collectives.len(), || None);
+        let negotiated: Vec<bool> = (colls..g.collectives.len())
+            .map(|c| {
+                self.coll_ops[self.coll_op_offsets[c] as usize..self.coll_op_offsets[c + 1] as usize].iter().any(|&op| {
+                    let stream = g.ops.get(op as usize).map_or(NO_STREAM, |o| o.stream);
+                    stream != NO_STREAM && self.streams[stream as usize].policy.negotiates()
+                })
+            })
+            .collect();
+        self.negotiation.extend(negotiated);
+        if self.reduce_op_name == u32::MAX && g.collectives[colls..].iter().any(|c| c.gamma_ns_per_byte > 0.0) {
+            self.run_names.push("reduce".to_string());
+            self.reduce_op_name = (self.run_names.len() - 1) as u32;
+        }
+        // Per-op state; the CSR successors end at the old ops.
+        self.ready.resize(n, UNSET);
+        self.start.resize(n, UNSET);
+        self.end.resize(n, UNSET);
+        self.stream_dep.resize(n, NO_CAUSE);
+        self.recv_row.resize(n, -1);
+        self.tx_end.resize(n, 0);
+        self.message_of.resize(n, -1);
+        self.fan_of.resize(n, NO_FAN);
+        let last = *self.succ_offsets.last().expect("CSR has a first entry");
+        self.succ_offsets.resize(n + 1, last);
+        self.extra_succ.resize_with(n, Vec::new);
+        self.waiting_deps.resize(n, 0);
+        for id in ops..n {
+            for &d in g.deps(id as u32) {
+                if self.end[d as usize] == UNSET {
+                    self.waiting_deps[id] += 1;
+                    self.extra_succ[d as usize].push(id as u32);
+                }
+            }
+        }
+        for (f, fan) in g.fans.iter().enumerate().skip(fans) {
+            for &op in &fan.ops {
+                self.fan_of[op as usize] = f as u32;
+            }
+        }
+        self.fan_started.resize(g.fans.len(), 0);
+        self.fan_message.resize(g.fans.len(), -1);
+        for &(op, t) in &g.releases[releases..] {
+            self.waiting_deps[op as usize] += 1;
+            self.releases.push(Reverse((t, op)));
+        }
+        let now = self.clock;
+        for id in ops..n {
+            if self.waiting_deps[id] == 0 {
+                self.make_ready(id as u32, now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The same run, reading `graph` (the one it ran on, grown, or an empty stand-in while paused).
+    fn rebind<'h>(self, graph: &'h Graph) -> Executor<'h> {
+        let Executor {
+            graph: _,
+            succ_offsets,
+            succ,
+            waiting_deps,
+            ready,
+            start,
+            end,
+            stream_dep,
+            recv_row,
+            tx_end,
+            message_of,
+            streams,
+            parked,
+            parked_in,
+            queue,
+            network,
+            transfer_owner,
+            free_transfers,
+            collectives,
+            detail,
+            step_log,
+            step_op_names,
+            reduce_op_name,
+            flights,
+            free_flights,
+            wakes,
+            free_wakes,
+            action_pool,
+            deliveries,
+            next_row,
+            next_message,
+            transfers,
+            bytes_sent,
+            bytes_received,
+            finished_ops,
+            cause_scratch,
+            negotiation,
+            coll_op_offsets,
+            coll_ops,
+            fan_of,
+            fan_started,
+            fan_message,
+            releases,
+            extra_succ,
+            run_names,
+            row_base,
+            clock,
+        } = self;
+        Executor {
+            graph,
+            succ_offsets,
+            succ,
+            waiting_deps,
+            ready,
+            start,
+            end,
+            stream_dep,
+            recv_row,
+            tx_end,
+            message_of,
+            streams,
+            parked,
+            parked_in,
+            queue,
+            network,
+            transfer_owner,
+            free_transfers,
+            collectives,
+            detail,
+            step_log,
+            step_op_names,
+            reduce_op_name,
+            flights,
+            free_flights,
+            wakes,
+            free_wakes,
+            action_pool,
+            deliveries,
+            next_row,
+            next_message,
+            transfers,
+            bytes_sent,
+            bytes_received,
+            finished_ops,
+            cause_scratch,
+            negotiation,
+            coll_op_offsets,
+            coll_ops,
+            fan_of,
+            fan_started,
+            fan_message,
+            releases,
+            extra_succ,
+            run_names,
+            row_base,
+            clock,
         }
     }
 }

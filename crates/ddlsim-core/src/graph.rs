@@ -6,7 +6,8 @@
 //! operation it depends on has ended. Ops that name a stream are run one
 //! at a time on it, in the order its [`crate::stream::StreamPolicy`] picks.
 
-use crate::collective::Algorithm;
+pub use crate::algorithm::{Algorithm, LinkCost};
+use crate::engine::{Time, MAX_TIME};
 
 /// What an operation does; decides how the executor runs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,13 +170,32 @@ pub struct Graph {
     pub stream_names: Vec<String>,
     /// Closed-form collective mode: every collective is one event per member
     /// at this cost (see [`crate::collective::closed_form`]); None: step by step.
-    pub closed_form: Option<crate::collective::closed_form::LinkCost>,
+    pub closed_form: Option<LinkCost>,
     /// In-network operations (multicast, aggregation) over transfer ops.
     pub fans: Vec<FanSpec>,
     /// Preemptive streams yield only where a collective member starts a message
     /// (P3's slice boundaries), not at every step.
     pub preempt_at_messages: bool,
+    /// Release times: (op, t) makes the op not ready before t (a job or a
+    /// background flow that arrives at t), whatever its dependencies.
+    pub releases: Vec<(u32, Time)>,
 }
+
+/// A graph with nothing in it (what a paused run points at while its own graph grows).
+pub(crate) static EMPTY: Graph = Graph {
+    ops: Vec::new(),
+    dep_offsets: Vec::new(),
+    dep_ids: Vec::new(),
+    collectives: Vec::new(),
+    streams: Vec::new(),
+    host_of_rank: Vec::new(),
+    op_names: Vec::new(),
+    stream_names: Vec::new(),
+    closed_form: None,
+    fans: Vec::new(),
+    preempt_at_messages: false,
+    releases: Vec::new(),
+};
 
 impl Graph {
     pub fn new() -> Self {
@@ -194,7 +214,7 @@ impl Graph {
         op_names: Vec<String>,
         stream_names: Vec<String>,
     ) -> Result<Self, String> {
-        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false };
+        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false, releases: Vec::new() };
         g.check()?;
         Ok(g)
     }
@@ -217,6 +237,13 @@ impl Graph {
         self.ops.push(op);
         self.dep_ids.extend_from_slice(deps);
         self.dep_offsets.push(self.dep_ids.len() as u32);
+        id
+    }
+
+    /// [`Graph::add`] of an op that is not ready before `release` (ns), whatever its deps.
+    pub fn add_released(&mut self, op: Op, deps: &[u32], release: Time) -> u32 {
+        let id = self.add(op, deps);
+        self.releases.push((id, release));
         id
     }
 
@@ -350,7 +377,20 @@ impl Graph {
                 return Err(format!("stream {s}: name index {} has no entry in stream_names", spec.name));
             }
         }
-        self.check_fans()
+        self.check_fans()?;
+        let mut released = vec![false; n];
+        for &(op, t) in &self.releases {
+            if op as usize >= n {
+                return Err(format!("a release time names op {op}, but the graph has {n} ops"));
+            }
+            if std::mem::replace(&mut released[op as usize], true) {
+                return Err(format!("op {op} has two release times"));
+            }
+            if t > MAX_TIME {
+                return Err(format!("op {op}: release time {t} ns is past the engine's clock ({MAX_TIME} ns)"));
+            }
+        }
+        Ok(())
     }
 
     /// Fans: transfer ops on no stream, each in one fan at most, one size;

@@ -9,8 +9,10 @@
 //! [`network::NetworkModel`] (how transfers are timed). Producers of graphs
 //! live in [`lower`] (training lowering today).
 
+pub mod algorithm;
 pub mod collective;
 pub mod engine;
+pub mod error;
 pub mod executor;
 pub mod graph;
 pub mod log;
@@ -19,19 +21,20 @@ pub mod network;
 pub mod rng;
 pub mod stream;
 
-pub use executor::{run, run_with_hook, Progress, ProgressHook, RunOutput, TraceDetail, INTERRUPTED};
+pub use executor::{run, run_with_hook, Growth, Progress, ProgressHook, RunOutput, Session, TraceDetail, INTERRUPTED};
 pub use lower::training::TrainingSpec;
+pub use error::{Error, ErrorKind};
 pub use network::NetworkSpec;
 
 /// Lowers a training description into a graph and runs it on `network`.
-pub fn simulate_training(spec: &TrainingSpec, network: &NetworkSpec, detail: TraceDetail) -> Result<RunOutput, String> {
+pub fn simulate_training(spec: &TrainingSpec, network: &NetworkSpec, detail: TraceDetail) -> Result<RunOutput, Error> {
     let graph = training_graph(spec, network)?;
     run_graph(&graph, network, detail)
 }
 
 /// The training graph ready to run on `network`: with the closed-form
 /// collective model, it carries the network's transfer cost.
-pub fn training_graph(spec: &TrainingSpec, network: &NetworkSpec) -> Result<graph::Graph, String> {
+pub fn training_graph(spec: &TrainingSpec, network: &NetworkSpec) -> Result<graph::Graph, Error> {
     let mut graph = lower::training::build_graph(spec)?;
     if spec.collective_model == lower::training::CollectiveModel::ClosedForm {
         graph.closed_form = Some(collective::closed_form::LinkCost::of_network(network)?);
@@ -40,14 +43,14 @@ pub fn training_graph(spec: &TrainingSpec, network: &NetworkSpec) -> Result<grap
 }
 
 /// Runs any workload graph on the network `network` describes.
-pub fn run_graph(graph: &graph::Graph, network: &NetworkSpec, detail: TraceDetail) -> Result<RunOutput, String> {
+pub fn run_graph(graph: &graph::Graph, network: &NetworkSpec, detail: TraceDetail) -> Result<RunOutput, Error> {
     let model = network::build_network(network, &graph.hosts())?;
     run(graph, model, detail)
 }
 
 /// [`run_graph`] with a progress hook (see [`executor::run_with_hook`]):
 /// `hook` is called about every 50 ms and stops the run when it returns false.
-pub fn run_graph_with_hook(graph: &graph::Graph, network: &NetworkSpec, detail: TraceDetail, hook: Option<ProgressHook<'_>>) -> Result<RunOutput, String> {
+pub fn run_graph_with_hook(graph: &graph::Graph, network: &NetworkSpec, detail: TraceDetail, hook: Option<ProgressHook<'_>>) -> Result<RunOutput, Error> {
     let model = network::build_network(network, &graph.hosts())?;
     run_with_hook(graph, model, detail, hook)
 }

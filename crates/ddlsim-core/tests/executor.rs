@@ -194,6 +194,7 @@ fn a_member_that_never_joins_is_an_error_not_a_hang() {
     .unwrap();
     let err = run_graph(&fixed, &star(Fidelity::Flow), TraceDetail::Step).err().unwrap();
     assert!(err.contains("cannot finish"), "{err}");
+    assert_eq!(err.kind, ddlsim_core::ErrorKind::Stuck);
 }
 
 #[test]
@@ -205,6 +206,7 @@ fn a_compute_time_beyond_the_clock_is_refused() {
     g.add(op, &[a]);
     let err = run_graph(&g, &star(Fidelity::Analytic), TraceDetail::Step).err().unwrap();
     assert!(err.contains("overflow"), "{err}");
+    assert_eq!(err.kind, ddlsim_core::ErrorKind::OutOfRange);
 }
 
 /// Enough independent ops on one stream that a run lasts well past one
@@ -230,6 +232,7 @@ fn a_progress_hook_that_returns_false_stops_the_run_as_interrupted() {
     };
     let err = ddlsim_core::run_graph_with_hook(&g, &star(Fidelity::Analytic), TraceDetail::Step, Some(&mut hook)).err();
     assert_eq!(err.as_deref(), Some(ddlsim_core::INTERRUPTED));
+    assert_eq!(err.map(|e| e.kind), Some(ddlsim_core::ErrorKind::Interrupted));
     // stopped at the first call (about 50 ms in), with work left
     assert_eq!(calls, 1);
 }

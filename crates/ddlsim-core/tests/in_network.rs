@@ -237,6 +237,7 @@ fn aggregation_needs_a_parameter_server() {
     spec.sync = SyncSpec::Allreduce { algorithm: ddlsim_core::lower::training::AlgorithmName::Ring };
     let err = simulate_training(&spec, &net(Fidelity::Flow, 10e9, 0), TraceDetail::Step).err().unwrap();
     assert!(err.contains("parameter-server"), "{err}");
+    assert_eq!(err.kind, ddlsim_core::ErrorKind::BadInput);
 }
 
 fn ring(workers: u32, bytes: u64, mode: InNetworkMode) -> TrainingSpec {
@@ -309,4 +310,41 @@ fn an_aggregate_waits_for_the_slowest_contribution() {
         // started once the last push's first bytes crossed the uplink (lat - lat/2).
         assert!(sends.iter().all(|&i| out.log.end_ns[i] == last + (TX + lat - lat / 2) as i64));
     }
+}
+
+/// The PS exchange is lowered once for every variant: in-network
+/// aggregation of a group split over two servers (`ps_split`) and cut into
+/// messages (`chunk_bytes`) aggregates each message at its own server; the
+/// in-network path no longer ignores the split as a second copy of the PS
+/// lowering once did.
+#[test]
+fn in_network_aggregation_follows_the_split_and_the_messages_of_plain_ps() {
+    let mut spec = one_group(3, 1_000_001, InNetworkMode::Aggregation);
+    spec.sync = SyncSpec::Ps { servers: 2 };
+    spec.ps_split = true;
+    spec.chunk_bytes = 300_000;
+    let out = run(&spec, &net(Fidelity::Flow, 10e9, 1_000));
+    let mut plain = spec.clone();
+    plain.in_network = InNetworkSpec::default();
+    let base = simulate_training(&plain, &net(Fidelity::Flow, 10e9, 1_000), TraceDetail::Step).unwrap();
+    // Shares of 500,001 and 500,000 bytes, each cut into messages of 300,000 and the rest: 4 messages.
+    let pushes = |o: &RunOutput| {
+        let mut v: Vec<(i32, i64)> = rows(o, "push_request", KIND_SEND).iter().map(|&i| (o.log.peer[i], o.log.bytes[i])).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(pushes(&out), pushes(&base), "the same pushes, to the same servers, as plain PS");
+    let aggregates = rows(&out, "push_request", KIND_RECV);
+    assert_eq!(aggregates.len(), 4, "one aggregate per message");
+    let mut received: Vec<(i32, i64)> = aggregates.iter().map(|&i| (out.log.rank[i], out.log.bytes[i])).collect();
+    received.sort();
+    assert_eq!(received, vec![(3, 200_001), (3, 300_000), (4, 200_000), (4, 300_000)]);
+}
+
+#[test]
+fn a_parameter_multicast_needs_a_synchronous_update() {
+    let mut spec = one_group(3, 1_000, InNetworkMode::Multicast);
+    spec.asynchronous = true;
+    let err = simulate_training(&spec, &net(Fidelity::Flow, 10e9, 0), TraceDetail::Step).err().expect("refused");
+    assert!(err.contains("synchronous"), "{err}");
 }

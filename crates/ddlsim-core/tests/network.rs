@@ -522,6 +522,7 @@ fn a_transfer_past_the_clock_is_an_error_not_a_panic() {
         g.add(op, &[]);
         let err = run_graph(&g, &net(fidelity, 1.0, 0), TraceDetail::Step).err().expect("refused");
         assert!(err.contains("146 years"), "{fidelity:?}: {err}");
+        assert_eq!(err.kind, ddlsim_core::ErrorKind::OutOfRange, "{fidelity:?}: a transfer past the clock is the input's numbers, not a bug");
     }
 }
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import _core
-from ..errors import InternalError, ScenarioError
+from ..errors import ScenarioError, from_engine_error
 from ..trace.columns import ArrayLog
 from ..workload.model import Model
 from . import budget
@@ -73,12 +73,12 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
     t0 = time.perf_counter()
     try:
         out = _core.simulate_training_json(engine_json(training), engine_json(network), detail, control.progress)
-    except ValueError as exc:
-        raise ScenarioError(f"the engine rejected the scenario: {exc}") from None
-    except BaseException as exc:  # RuntimeError or a Rust panic (PanicException derives from BaseException)
+    except _core.EngineError as exc:
+        raise from_engine_error(exc, lambda: save_crash_scenario(sc)) from None
+    except BaseException as exc:  # a Rust panic (PanicException derives from BaseException)
         if isinstance(exc, (KeyboardInterrupt, SystemExit, MemoryError)):
             raise
-        raise InternalError(f"engine: {exc}", save_crash_scenario(sc)) from None
+        raise from_engine_error(exc, lambda: save_crash_scenario(sc)) from None
     wall = time.perf_counter() - t0
     algorithm = getattr(sc.strategy, "algorithm", "") if sc.strategy.kind == "ring" else ""
     columns = event_log_from_engine(

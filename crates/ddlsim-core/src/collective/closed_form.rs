@@ -34,14 +34,8 @@ use super::{Action, Algorithm, Cause, Collective, Params};
 use crate::engine::Time;
 use crate::network::transmit_ns;
 
-/// What one transfer costs: alpha + ceil(bytes / rate).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LinkCost {
-    pub latency_ns: u64,
-    pub bandwidth_bps: f64,
-    /// Intra-host link, when it differs from the NIC.
-    pub intra: Option<(u64, f64)>,
-}
+/// What one transfer costs: alpha + ceil(bytes / rate) (the description lives with the graph).
+pub use crate::algorithm::LinkCost;
 
 impl LinkCost {
     /// The cost of the analytic network `spec` describes; the mode is only
@@ -64,12 +58,12 @@ impl LinkCost {
 
     pub fn transfer(&self, bytes: u64) -> Time {
         // out of range: a time past the engine's limit, which the executor refuses
-        self.latency_ns.saturating_add(transmit_ns(bytes, self.bandwidth_bps).unwrap_or(crate::executor::MAX_TIME))
+        self.latency_ns.saturating_add(transmit_ns(bytes, self.bandwidth_bps).unwrap_or(crate::engine::MAX_TIME))
     }
 
     fn intra_transfer(&self, bytes: u64) -> Time {
         match self.intra {
-            Some((lat, bps)) => lat.saturating_add(transmit_ns(bytes, bps).unwrap_or(crate::executor::MAX_TIME)),
+            Some((lat, bps)) => lat.saturating_add(transmit_ns(bytes, bps).unwrap_or(crate::engine::MAX_TIME)),
             None => self.transfer(bytes),
         }
     }

@@ -16,7 +16,10 @@ pub mod hierarchical_ring;
 pub mod recursive_doubling;
 pub mod ring;
 
+pub use crate::algorithm::Algorithm;
+use crate::algorithm::LinkCost;
 use crate::engine::Time;
+use crate::graph::CollectiveSpec;
 pub use exchange::{Exchange, Plan, Stage};
 
 /// What made an action possible: a row of the event log (`>= 0`), the join
@@ -89,70 +92,6 @@ pub trait Collective {
     }
 }
 
-/// The all-reduce algorithms the engine knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Algorithm {
-    Ring = 0,
-    HalvingDoubling = 1,
-    RecursiveDoubling = 2,
-    BinaryTree = 3,
-    DoubleBinaryTree = 4,
-    Direct = 5,
-    Butterfly = 6,
-    HierarchicalRing = 7,
-}
-
-impl Algorithm {
-    pub const NAMES: [&'static str; 8] = [
-        "ring",
-        "halving_doubling",
-        "recursive_doubling",
-        "binary_tree",
-        "double_binary_tree",
-        "direct",
-        "butterfly",
-        "hierarchical_ring",
-    ];
-
-    pub const ALL: [Algorithm; 8] = [
-        Algorithm::Ring,
-        Algorithm::HalvingDoubling,
-        Algorithm::RecursiveDoubling,
-        Algorithm::BinaryTree,
-        Algorithm::DoubleBinaryTree,
-        Algorithm::Direct,
-        Algorithm::Butterfly,
-        Algorithm::HierarchicalRing,
-    ];
-
-    pub fn from_code(code: u8) -> Option<Algorithm> {
-        Self::ALL.get(code as usize).copied()
-    }
-
-    pub fn from_name(name: &str) -> Option<Algorithm> {
-        Self::NAMES.iter().position(|n| *n == name).map(|i| Self::ALL[i])
-    }
-
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
-    /// Name of the log's `op` for this algorithm's point-to-point steps.
-    pub fn step_op(self) -> &'static str {
-        match self {
-            Algorithm::Ring => "ring_step",
-            Algorithm::HalvingDoubling => "hd_step",
-            Algorithm::RecursiveDoubling => "rd_step",
-            Algorithm::BinaryTree => "tree_step",
-            Algorithm::DoubleBinaryTree => "dbtree_step",
-            Algorithm::Direct => "direct_step",
-            Algorithm::Butterfly => "butterfly_step",
-            Algorithm::HierarchicalRing => "hring_step",
-        }
-    }
-}
-
 /// The registry: a fresh state machine for an all-reduce of `bytes` over
 /// `members` ranks, with the default parameters (no partitioning, every
 /// member on a host of its own). With `track_causes` its sends name the
@@ -172,22 +111,29 @@ pub struct Params {
     pub gamma_ns_per_byte: f64,
 }
 
-/// The registry for a graph's collective: its spec and the graph's rank -> host map.
-/// With the graph's closed-form cost set, the collective is one event per
-/// member (see [`closed_form`]).
-pub fn new_collective_for(spec: &crate::graph::CollectiveSpec, graph: &crate::graph::Graph, track_causes: bool) -> Box<dyn Collective> {
-    let host_of_rank = &graph.host_of_rank;
-    let mut params = Params { chunk_bytes: spec.chunk_bytes, hosts: Vec::new(), gamma_ns_per_byte: spec.gamma_ns_per_byte };
-    if spec.algorithm == Algorithm::HierarchicalRing {
-        // Ranks without an entry are on a host of their own (numbered past every listed host).
-        let listed = host_of_rank.iter().copied().max().map_or(0, |h| h + 1);
-        params.hosts = spec.members.iter().map(|&r| host_of_rank.get(r as usize).copied().unwrap_or(listed + r)).collect();
+/// What a graph's collective needs beyond its spec: the rank -> host map
+/// (hierarchical ring) as [`Params`].
+impl Params {
+    pub fn for_spec(spec: &CollectiveSpec, host_of_rank: &[u32]) -> Params {
+        let mut params = Params { chunk_bytes: spec.chunk_bytes, hosts: Vec::new(), gamma_ns_per_byte: spec.gamma_ns_per_byte };
+        if spec.algorithm == Algorithm::HierarchicalRing {
+            // Ranks without an entry are on a host of their own (numbered past every listed host).
+            let listed = host_of_rank.iter().copied().max().map_or(0, |h| h + 1);
+            params.hosts = spec.members.iter().map(|&r| host_of_rank.get(r as usize).copied().unwrap_or(listed + r)).collect();
+        }
+        params
     }
-    if let Some(cost) = &graph.closed_form {
+}
+
+/// The registry for a graph's collective: its spec and parameters (see
+/// [`Params::for_spec`]). With a closed-form cost, the collective is one
+/// event per member (see [`closed_form`]).
+pub fn new_collective_for(spec: &CollectiveSpec, params: &Params, closed_form: Option<&LinkCost>, track_causes: bool) -> Box<dyn Collective> {
+    if let Some(cost) = closed_form {
         let n = spec.members.len() as u32;
-        return Box::new(closed_form::ClosedForm::new(closed_form::finish_offsets(spec.algorithm, n, spec.bytes, &params, cost)));
+        return Box::new(closed_form::ClosedForm::new(closed_form::finish_offsets(spec.algorithm, n, spec.bytes, params, cost)));
     }
-    new_collective_with(spec.algorithm, spec.members.len() as u32, spec.bytes, &params, track_causes)
+    new_collective_with(spec.algorithm, spec.members.len() as u32, spec.bytes, params, track_causes)
 }
 
 /// One line per algorithm.

@@ -2,4 +2,6 @@
 //! these build one from a higher-level description.
 
 pub mod in_network;
+pub mod ps;
+pub mod spec;
 pub mod training;

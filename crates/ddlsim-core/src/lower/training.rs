@@ -41,324 +41,11 @@
 
 use rand::Rng;
 use rand_distr::{Distribution as _, StandardNormal};
-use serde::Deserialize;
 
-use crate::collective::Algorithm;
+use super::ps::{lower_ps_message, PsMessage, PsNames};
+pub use super::spec::*;
 use crate::graph::{CollectiveSpec, CollectiveType, Graph, Kind, Op, PolicyKind};
 use crate::rng::{stream, Purpose};
-
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum AlgorithmName {
-    Ring,
-    HalvingDoubling,
-    RecursiveDoubling,
-    BinaryTree,
-    DoubleBinaryTree,
-    Direct,
-    Butterfly,
-    HierarchicalRing,
-}
-
-impl AlgorithmName {
-    pub fn algorithm(self) -> Algorithm {
-        match self {
-            AlgorithmName::Ring => Algorithm::Ring,
-            AlgorithmName::HalvingDoubling => Algorithm::HalvingDoubling,
-            AlgorithmName::RecursiveDoubling => Algorithm::RecursiveDoubling,
-            AlgorithmName::BinaryTree => Algorithm::BinaryTree,
-            AlgorithmName::DoubleBinaryTree => Algorithm::DoubleBinaryTree,
-            AlgorithmName::Direct => Algorithm::Direct,
-            AlgorithmName::Butterfly => Algorithm::Butterfly,
-            AlgorithmName::HierarchicalRing => Algorithm::HierarchicalRing,
-        }
-    }
-
-    pub const ALL: [AlgorithmName; 8] = [
-        AlgorithmName::Ring,
-        AlgorithmName::HalvingDoubling,
-        AlgorithmName::RecursiveDoubling,
-        AlgorithmName::BinaryTree,
-        AlgorithmName::DoubleBinaryTree,
-        AlgorithmName::Direct,
-        AlgorithmName::Butterfly,
-        AlgorithmName::HierarchicalRing,
-    ];
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum SyncSpec {
-    Allreduce { algorithm: AlgorithmName },
-    Ps { servers: u32 },
-}
-
-/// How collectives are simulated: step by step through the network, or as
-/// one event per member from the algorithm's closed form (analytic fidelity
-/// only; see `collective::closed_form` for when that is exact).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum CollectiveModel {
-    #[default]
-    Steps,
-    ClosedForm,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum StreamPolicyName {
-    #[default]
-    Fifo,
-    Priority,
-}
-
-/// Order of the PS distribution (pull response) phase.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Distribution {
-    /// Each parameter goes back to every worker right after its update (concurrently).
-    #[default]
-    Immediate,
-    /// One parameter at a time to every worker, then the next parameter.
-    RoundRobin,
-    /// The whole model to one worker, then the next worker.
-    Block,
-}
-
-/// How the backpropagation start skew is chosen.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum StaggerMode {
-    /// Worker w waits w x stagger_ns.
-    #[default]
-    Fixed,
-    /// Each worker and iteration draws uniformly from [0, stagger_ns].
-    Random,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LayerSpec {
-    pub fwd_ns: u64,
-    pub bwd_ns: u64,
-}
-
-/// Gradients that travel together.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GroupSpec {
-    /// Layers whose tensors the group holds (their forward waits for it without a barrier).
-    pub layers: Vec<u32>,
-    /// The tensor, when the group is exactly one tensor; -1 otherwise.
-    #[serde(default = "minus_one")]
-    pub tensor: i32,
-    pub bytes: u64,
-    /// Parameter server (0-based) owning the group; `ps` only.
-    #[serde(default)]
-    pub server: u32,
-    /// Server-side update (aggregation + apply) time; `ps` only.
-    #[serde(default)]
-    pub update_ns: u64,
-}
-
-fn minus_one() -> i32 {
-    -1
-}
-
-fn default_true() -> bool {
-    true
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TrainingSpec {
-    pub workers: u32,
-    pub iterations: u32,
-    pub seed: u64,
-    pub sync: SyncSpec,
-    /// Coefficient of variation of each compute duration (0 = none).
-    #[serde(default)]
-    pub jitter: f64,
-    #[serde(default = "default_true")]
-    pub barrier: bool,
-    /// Size of PS control messages and of the header added to payloads.
-    #[serde(default)]
-    pub header_bytes: u64,
-    #[serde(default)]
-    pub stream_policy: StreamPolicyName,
-    /// With the priority policy: a running collective yields at chunk boundaries.
-    #[serde(default)]
-    pub preemption: bool,
-    /// With preemption: yield only where a message (a P3 slice: `chunk_bytes`) starts, not between steps.
-    #[serde(default)]
-    pub preempt_at_messages: bool,
-    /// Gradient transfers carry their layer's priority into network bands.
-    #[serde(default)]
-    pub priority_bands: bool,
-    #[serde(default)]
-    pub tenant: u32,
-    pub layers: Vec<LayerSpec>,
-    pub groups: Vec<GroupSpec>,
-    /// Host of each rank (workers first, then servers); empty: one host each.
-    #[serde(default)]
-    pub host_of_rank: Vec<u32>,
-    /// All-reduce: partition each group into messages of at most this many
-    /// bytes (ring; see `collective::ring`). 0 (default): no partitioning.
-    #[serde(default)]
-    pub chunk_bytes: u64,
-    /// All-reduce: reduction cost per byte a member combines (MG-WFBP Table II's gamma). 0 (default): free.
-    #[serde(default)]
-    pub gamma_ns_per_byte: f64,
-    /// All-reduce (ByteScheduler): a group larger than this travels as
-    /// ceil(bytes / partition_bytes) all-reduces of (nearly) equal size, each
-    /// scheduled on its own. 0 (default): one all-reduce per group.
-    #[serde(default)]
-    pub partition_bytes: u64,
-    /// All-reduce (ByteScheduler): the communication stream's credit (see
-    /// [`crate::graph::StreamSpec::credit`]). 0 (default): one all-reduce at a time.
-    #[serde(default)]
-    pub credit_bytes: u64,
-    #[serde(default)]
-    pub collective_model: CollectiveModel,
-    /// PS: split every group evenly over all servers (its `server` is ignored).
-    #[serde(default)]
-    pub ps_split: bool,
-    /// PS: order of the distribution phase.
-    #[serde(default)]
-    pub distribution: Distribution,
-    /// PS: no cross-worker update barrier; each push is applied on its own.
-    #[serde(default)]
-    pub asynchronous: bool,
-    /// Asynchronous PS: at most this many iterations ahead of the slowest worker (none: unbounded).
-    #[serde(default)]
-    pub staleness: Option<u32>,
-    /// Backpropagation staggering: per-worker idle time before the first backward op.
-    #[serde(default)]
-    pub stagger_ns: u64,
-    #[serde(default)]
-    pub stagger: StaggerMode,
-    /// PS: multicast / in-network aggregation; ring: multicast all-gather (see `lower::in_network`).
-    #[serde(default)]
-    pub in_network: super::in_network::InNetworkSpec,
-}
-
-/// Network priority bands used for gradient priorities.
-pub const BANDS: u32 = 8;
-
-impl TrainingSpec {
-    /// One iteration with every optional field at the default the JSON reader
-    /// fills in (barrier on, FIFO, per-host nothing special); set fields on the result.
-    pub fn new(workers: u32, sync: SyncSpec, layers: Vec<LayerSpec>, groups: Vec<GroupSpec>) -> Self {
-        TrainingSpec {
-            workers,
-            iterations: 1,
-            seed: 0,
-            sync,
-            jitter: 0.0,
-            barrier: true,
-            header_bytes: 0,
-            stream_policy: Default::default(),
-            preemption: false,
-            preempt_at_messages: false,
-            priority_bands: false,
-            tenant: 0,
-            layers,
-            groups,
-            host_of_rank: Vec::new(),
-            chunk_bytes: 0,
-            gamma_ns_per_byte: 0.0,
-            partition_bytes: 0,
-            credit_bytes: 0,
-            collective_model: Default::default(),
-            ps_split: false,
-            distribution: Default::default(),
-            asynchronous: false,
-            staleness: None,
-            stagger_ns: 0,
-            stagger: Default::default(),
-            in_network: Default::default(),
-        }
-    }
-
-    pub fn from_json(text: &str) -> Result<Self, String> {
-        serde_json::from_str(text).map_err(|e| format!("invalid training description for the engine: {e}"))
-    }
-
-    pub fn servers(&self) -> u32 {
-        match self.sync {
-            SyncSpec::Ps { servers } => servers,
-            SyncSpec::Allreduce { .. } => 0,
-        }
-    }
-
-    pub fn total_ranks(&self) -> u32 {
-        self.workers + self.servers()
-    }
-
-    /// Guards the lowering's own assumptions (Python validates user input first).
-    pub fn validate(&self) -> Result<(), String> {
-        if self.workers == 0 {
-            return Err("workers must be at least 1".into());
-        }
-        if let SyncSpec::Ps { servers: 0 } = self.sync {
-            return Err("a parameter server strategy needs at least 1 server".into());
-        }
-        if self.layers.is_empty() {
-            return Err("the model has no layers".into());
-        }
-        if !(self.jitter.is_finite() && self.jitter >= 0.0) {
-            return Err("jitter must be a finite number >= 0".into());
-        }
-        for (i, g) in self.groups.iter().enumerate() {
-            if g.layers.is_empty() {
-                return Err(format!("group {i} holds no layer"));
-            }
-            if let Some(&l) = g.layers.iter().find(|&&l| l as usize >= self.layers.len()) {
-                return Err(format!("group {i} names layer {l}, which does not exist"));
-            }
-            if matches!(self.sync, SyncSpec::Ps { .. }) && g.server >= self.servers() {
-                return Err(format!("group {i} is placed on server {} of {}", g.server, self.servers()));
-            }
-        }
-        if !self.host_of_rank.is_empty() && self.host_of_rank.len() != self.total_ranks() as usize {
-            return Err(format!("host_of_rank has {} entries for {} ranks", self.host_of_rank.len(), self.total_ranks()));
-        }
-        let ps = matches!(self.sync, SyncSpec::Ps { .. });
-        if !ps && (self.ps_split || self.distribution != Distribution::Immediate || self.asynchronous) {
-            return Err("ps_split, distribution and asynchronous apply to the parameter-server strategy only".into());
-        }
-        if self.staleness.is_some() && !self.asynchronous {
-            return Err("a staleness bound needs asynchronous = true".into());
-        }
-        if self.asynchronous && self.distribution != Distribution::Immediate {
-            return Err("asynchronous PS answers every push at once; the distribution order needs synchronous PS".into());
-        }
-        super::in_network::validate(self)?;
-        if ps && (self.partition_bytes > 0 || self.credit_bytes > 0) {
-            return Err("partition_bytes and credit_bytes schedule all-reduces; the parameter-server strategy has none".into());
-        }
-        if self.partition_bytes > 0 && self.in_network.mode != super::in_network::InNetworkMode::None {
-            return Err("partition_bytes cuts groups into all-reduces; the multicast all-gather lowers groups whole".into());
-        }
-        if self.credit_bytes > 0 && self.collective_model == CollectiveModel::ClosedForm {
-            return Err("the closed-form collective model times each all-reduce alone; concurrent all-reduces (credit_bytes) need the step-by-step model".into());
-        }
-        if self.credit_bytes > 0 && self.preemption {
-            return Err("with credit_bytes, partitions are never interrupted (ByteScheduler preempts between partitions); turn preemption off".into());
-        }
-        if self.collective_model == CollectiveModel::ClosedForm && self.preemption {
-            return Err("the closed-form collective model has no steps to preempt at; turn preemption off or use the step-by-step model".into());
-        }
-        Ok(())
-    }
-
-    fn policy(&self) -> PolicyKind {
-        match self.stream_policy {
-            StreamPolicyName::Fifo => PolicyKind::Fifo,
-            StreamPolicyName::Priority => PolicyKind::Priority { preempt: self.preemption },
-        }
-    }
-}
 
 /// `ns` scaled by max(0, 1 + cv z), z standard normal from the op's own stream.
 fn jittered(spec: &TrainingSpec, ns: u64, purpose: Purpose, rank: u32, iteration: i32, layer: usize) -> u64 {
@@ -475,6 +162,14 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
         barrier: g.op_name("barrier"),
     };
     let stagger_name = if spec.stagger_ns > 0 { g.op_name("stagger") } else { 0 };
+    let mut ps_names = PsNames {
+        push_request: names.push_request,
+        push_response: names.push_response,
+        pull_request: names.pull_request,
+        pull_response: names.pull_response,
+        update: names.update,
+        param_multicast: u32::MAX,
+    };
     g.host_of_rank = spec.host_of_rank.clone();
     let n = spec.workers;
     let num_layers = spec.layers.len();
@@ -575,7 +270,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                 op
             };
             match spec.sync {
-                SyncSpec::Allreduce { .. } if spec.in_network.mode == super::in_network::InNetworkMode::Multicast => {
+                SyncSpec::Allreduce { .. } if spec.in_network.mode == InNetworkMode::Multicast => {
                     let ready: Vec<u32> = (0..n as usize).map(|w| bwd_of[w][l]).collect();
                     let ends = super::in_network::lower_ring_multicast(&mut g, spec, gi as usize, &tag, &ready, &comm_stream);
                     for (w, end) in ends.into_iter().enumerate() {
@@ -603,65 +298,30 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                         }
                     }
                 }
-                SyncSpec::Ps { .. } if spec.in_network.mode != super::in_network::InNetworkMode::None => {
-                    let ready: Vec<u32> = (0..n as usize).map(|w| bwd_of[w][l]).collect();
-                    let stream = server_stream[group.server as usize];
-                    let ends = super::in_network::lower_ps_group(&mut g, spec, gi as usize, &tag, &ready, stream, &mut rpc_counter, in_switch[gi as usize]);
-                    for (w, end) in ends.into_iter().enumerate() {
-                        sync_end[w][gi as usize].push(end);
-                    }
-                }
                 SyncSpec::Ps { .. } => {
-                    let transfer = |name: u32, src: u32, dst: u32, bytes: u64, rpc: i64| {
-                        let mut op = tag(Op::new(Kind::Transfer, name, src));
-                        op.peer = dst as i32;
-                        op.bytes = bytes;
-                        op.rpc = rpc;
-                        op
-                    };
-                    let header = spec.header_bytes;
+                    let in_network = spec.in_network.mode != InNetworkMode::None;
+                    if in_network && ps_names.param_multicast == u32::MAX {
+                        ps_names.param_multicast = g.op_name("param_multicast");
+                    }
+                    let ready: Vec<u32> = (0..n as usize).map(|w| bwd_of[w][l]).collect();
                     for (pi, piece) in pieces[gi as usize].iter().enumerate() {
-                        let server = n + piece.server;
-                        let bytes = piece.bytes + header;
-                        let push_rpc = rpc_counter;
-                        let pull_rpc = rpc_counter + n as i64;
-                        rpc_counter += 2 * n as i64;
-                        let pushes: Vec<u32> = (0..n)
-                            .map(|w| {
-                                let op = transfer(names.push_request, w, server, bytes, push_rpc + w as i64);
-                                g.add(op, &[bwd_of[w as usize][l]])
-                            })
-                            .collect();
-                        let mut update = tag(Op::new(Kind::Compute, names.update, server));
-                        update.stream = server_stream[piece.server as usize];
-                        let update_of = |g: &mut Graph, w: u32| -> u32 {
-                            if spec.asynchronous {
-                                let mut u = update.clone();
-                                u.duration = piece.update_ns / n as u64;
-                                g.add(u, &[pushes[w as usize]])
-                            } else {
-                                let mut u = update.clone();
-                                u.duration = piece.update_ns;
-                                g.add(u, &pushes)
-                            }
+                        let message = PsMessage {
+                            server: n + piece.server,
+                            server_stream: server_stream[piece.server as usize],
+                            bytes: piece.bytes + spec.header_bytes,
+                            update_ns: piece.update_ns,
+                            ready: &ready,
+                            aggregate: in_switch[gi as usize],
+                            multicast: spec.in_network.mode.multicasts(),
+                            hold_responses: ordered,
                         };
-                        let shared = if spec.asynchronous { None } else { Some(update_of(&mut g, 0)) };
-                        for w in 0..n {
-                            let upd = match shared {
-                                Some(u) => u,
-                                None => update_of(&mut g, w),
-                            };
-                            if shared.is_none() || w == 0 {
-                                iteration_updates.push(upd);
-                            }
-                            let ack = g.add(transfer(names.push_response, server, w, header, push_rpc + w as i64), &[upd]);
-                            let req = g.add(transfer(names.pull_request, w, server, header, pull_rpc + w as i64), &[ack]);
-                            if ordered {
-                                pending.push((gi, pi, w, req, server, bytes, pull_rpc + w as i64));
-                            } else {
-                                let resp = g.add(transfer(names.pull_response, server, w, bytes, pull_rpc + w as i64), &[req]);
-                                sync_end[w as usize][gi as usize].push(resp);
-                            }
+                        let lowered = lower_ps_message(&mut g, spec, &ps_names, &tag, &message, &mut rpc_counter);
+                        iteration_updates.extend_from_slice(&lowered.updates);
+                        for (w, end) in lowered.ends.into_iter().enumerate() {
+                            sync_end[w][gi as usize].push(end);
+                        }
+                        for (w, req, rpc) in lowered.held {
+                            pending.push((gi, pi, w, req, message.server, message.bytes, rpc));
                         }
                     }
                 }

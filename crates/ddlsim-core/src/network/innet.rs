@@ -32,7 +32,70 @@
 //! delay, PFC/queues (the flow model has none).
 
 use super::topology::{Path, Topology};
-use crate::engine::Time;
+use crate::engine::{later, Time};
+use crate::error::Error;
+use crate::graph::FanKind;
+
+/// One transfer of a fan: its sender, its receiver and when it started
+/// (a fan's tree flow starts once all of them did).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FanEnd {
+    pub src: u32,
+    pub dst: u32,
+    pub start: Time,
+}
+
+/// When a fan's tree flow may start, all its transfers having started by
+/// `now`: at once for a multicast; for an aggregation, once the first bytes
+/// of every contribution reached the aggregating switch (each start plus
+/// its latency to the switch, the latest of them).
+pub fn fan_ready(topo: &Topology, kind: FanKind, ends: &[FanEnd], now: Time) -> Result<Time, Error> {
+    let mut at = now;
+    if kind == FanKind::Aggregate {
+        for e in ends {
+            let (to_switch, _) = split_latency(topo, e.src, e.dst);
+            at = at.max(later(e.start, to_switch)?);
+        }
+    }
+    Ok(at)
+}
+
+/// A fan's tree flow: the multicast tree from the sender to every receiver,
+/// delivered after the latency to the nearest receiver (the others get
+/// their copies later, see [`fan_arrivals`]); or the aggregation tree from
+/// every contributor, delivered after the longest switch-to-receiver latency.
+pub fn fan_path(topo: &Topology, kind: FanKind, ends: &[FanEnd]) -> Path {
+    let (mut path, latency) = match kind {
+        FanKind::Multicast => {
+            let src = ends[0].src;
+            let dsts: Vec<u32> = ends.iter().map(|e| e.dst).collect();
+            let nearest = dsts.iter().map(|&d| route_latency(topo, src, d)).min().unwrap_or(0);
+            (multicast_tree(topo, src, &dsts), nearest)
+        }
+        FanKind::Aggregate => {
+            let dst = ends[0].dst;
+            let srcs: Vec<u32> = ends.iter().map(|e| e.src).collect();
+            let from_switch = srcs.iter().map(|&s| split_latency(topo, s, dst).1).max().unwrap_or(0);
+            (aggregation_tree(topo, &srcs, dst), from_switch)
+        }
+    };
+    path.latency = latency;
+    path
+}
+
+/// When each receiver of a fan has its copy, the tree's transmission having
+/// ended at `tx_end` and its flow delivered at `delivered`: a multicast
+/// copy its own route's latency after `tx_end`; the aggregate at `delivered`.
+pub fn fan_arrivals(topo: &Topology, kind: FanKind, ends: &[FanEnd], tx_end: Time, delivered: Time, out: &mut Vec<Time>) -> Result<(), Error> {
+    out.clear();
+    for e in ends {
+        out.push(match kind {
+            FanKind::Multicast => later(tx_end, route_latency(topo, e.src, e.dst))?,
+            FanKind::Aggregate => delivered,
+        });
+    }
+    Ok(())
+}
 
 /// The union of the routes from `src` to each of `dsts` as one path
 /// (latency 0: the caller sets the tree's latency and times each copy).

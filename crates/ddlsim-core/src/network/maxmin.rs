@@ -22,7 +22,8 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::topology::{Path, Topology, NOISE};
 use crate::engine::Time;
-use crate::executor::MAX_TIME;
+use crate::engine::MAX_TIME;
+use crate::error::Error;
 
 /// Max-min fair rates by progressive filling (one band, whole flows).
 ///
@@ -418,7 +419,7 @@ impl FlowNetwork {
         band: u8,
         out: &mut Vec<Reschedule>,
         cancelled: &mut Vec<u32>,
-    ) -> Result<FlowStart, String> {
+    ) -> Result<FlowStart, Error> {
         let key = self.topo.route_key(src, dst) | (band as u64) << 55;
         let class = match self.class_of.get(&key) {
             Some(&c) => c,
@@ -441,7 +442,7 @@ impl FlowNetwork {
         band: u8,
         out: &mut Vec<Reschedule>,
         cancelled: &mut Vec<u32>,
-    ) -> Result<FlowStart, String> {
+    ) -> Result<FlowStart, Error> {
         let key = (path.links().to_vec(), band, path.latency);
         let class = match self.tree_class_of.get(&key) {
             Some(&c) => c,
@@ -466,7 +467,7 @@ impl FlowNetwork {
         bytes: u64,
         out: &mut Vec<Reschedule>,
         cancelled: &mut Vec<u32>,
-    ) -> Result<FlowStart, String> {
+    ) -> Result<FlowStart, Error> {
         self.active += 1;
         let links = self.paths[class as usize].links();
         for &l in links {

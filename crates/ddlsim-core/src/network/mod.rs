@@ -24,8 +24,12 @@ pub use topology::{transmit_ns, transmit_ns_exact, NOISE, Path, Ratio, Switch, S
 
 use rustc_hash::FxHashMap as HashMap;
 
+pub use innet::FanEnd;
+
 use crate::engine::Time;
-use crate::executor::MAX_TIME;
+use crate::engine::MAX_TIME;
+use crate::error::Error;
+use crate::graph::FanKind;
 
 pub trait Scheduler {
     fn schedule(&mut self, at: Time, token: u64);
@@ -70,17 +74,36 @@ pub struct FlowRecord {
 pub trait NetworkModel {
     /// The topology the model routes over (switches, links, routes).
     fn topology(&self) -> &Topology;
-    fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), String>;
+    fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), Error>;
     /// Starts a transfer over an explicit path instead of `req`'s route (a
     /// multicast or aggregation tree, see [`innet`]); delivered `path.latency`
     /// after its transmission ends.
-    fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), String>;
-    fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String>;
+    fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), Error>;
+    fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), Error>;
+    /// When a fan (an in-network multicast or aggregation whose transfers
+    /// `ends` have all started by `now`) may start its tree flow. The default
+    /// times the tree flows of [`innet`]; a model that times fans otherwise
+    /// (e.g. packet by packet) overrides this, [`NetworkModel::start_fan`]
+    /// and [`NetworkModel::fan_arrivals`] together.
+    fn fan_ready(&self, kind: FanKind, ends: &[FanEnd], now: Time) -> Result<Time, Error> {
+        innet::fan_ready(self.topology(), kind, ends, now)
+    }
+    /// Starts a fan's transmission as transfer `req` (delivered once, as any transfer).
+    fn start_fan(&mut self, now: Time, req: TransferRequest, kind: FanKind, ends: &[FanEnd], sched: &mut dyn Scheduler) -> Result<(), Error> {
+        let path = innet::fan_path(self.topology(), kind, ends);
+        self.start_on(now, req, &path, sched)
+    }
+    /// When each receiver of the fan has its copy (one entry per end, in
+    /// order), the fan's transfer having ended transmitting at `tx_end` and
+    /// been delivered at `delivered`.
+    fn fan_arrivals(&self, kind: FanKind, ends: &[FanEnd], tx_end: Time, delivered: Time, out: &mut Vec<Time>) -> Result<(), Error> {
+        innet::fan_arrivals(self.topology(), kind, ends, tx_end, delivered, out)
+    }
     fn stats(&self) -> NetworkStats;
     fn take_flows(&mut self) -> Vec<FlowRecord>;
 }
 
-pub fn build_network(spec: &NetworkSpec, host_of_rank: &[u32]) -> Result<Box<dyn NetworkModel>, String> {
+pub fn build_network(spec: &NetworkSpec, host_of_rank: &[u32]) -> Result<Box<dyn NetworkModel>, Error> {
     let topo = Topology::new(spec, host_of_rank)?;
     let common = Common::new(spec.record_flows);
     Ok(match spec.fidelity {
@@ -111,9 +134,9 @@ impl Common {
     }
 
     #[inline]
-    fn check(&self, req: &TransferRequest, ranks: u32) -> Result<(), String> {
+    fn check(&self, req: &TransferRequest, ranks: u32) -> Result<(), Error> {
         if req.src >= ranks || req.dst >= ranks {
-            return Err(format!("internal error, please report: transfer {} -> {} outside the {ranks} placed ranks", req.src, req.dst));
+            return Err(Error::internal(format!("internal error, please report: transfer {} -> {} outside the {ranks} placed ranks", req.src, req.dst)));
         }
         Ok(())
     }
@@ -167,14 +190,14 @@ impl Common {
 }
 
 /// The error for a transfer that cannot end on the engine's clock.
-pub(crate) fn too_long(bytes: u64) -> String {
-    format!("a transfer of {bytes} bytes would end after {MAX_TIME} ns (about 146 years); sizes or bandwidth are far off")
+pub(crate) fn too_long(bytes: u64) -> Error {
+    Error::out_of_range(format!("a transfer of {bytes} bytes would end after {MAX_TIME} ns (about 146 years); sizes or bandwidth are far off"))
 }
 
-fn at(now: Time, dt: Time) -> Result<Time, String> {
+fn at(now: Time, dt: Time) -> Result<Time, Error> {
     now.checked_add(dt)
         .filter(|&t| t <= MAX_TIME)
-        .ok_or_else(|| format!("simulated time would pass {MAX_TIME} ns (about 146 years); sizes, latencies or bandwidth are far off"))
+        .ok_or_else(|| Error::out_of_range(format!("simulated time would pass {MAX_TIME} ns (about 146 years); sizes, latencies or bandwidth are far off")))
 }
 
 /// No contention: route latency plus size over the route's bottleneck.
@@ -190,7 +213,7 @@ impl NetworkModel for Analytic {
     fn topology(&self) -> &Topology {
         &self.topo
     }
-    fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), String> {
+    fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), Error> {
         self.common.check(&req, self.topo.ranks())?;
         let key = self.topo.route_key(req.src, req.dst);
         let index = match self.routes.get(&key) {
@@ -209,7 +232,7 @@ impl NetworkModel for Analytic {
         sched.schedule(delivered, req.id as u64);
         Ok(())
     }
-    fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), String> {
+    fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), Error> {
         self.common.check(&req, self.topo.ranks())?;
         let tx_end = path.transmit_ns(req.bytes).and_then(|tx| at(now, tx).ok()).ok_or_else(|| too_long(req.bytes))?;
         let delivered = at(tx_end, path.latency)?;
@@ -217,7 +240,7 @@ impl NetworkModel for Analytic {
         sched.schedule(delivered, req.id as u64);
         Ok(())
     }
-    fn on_event(&mut self, now: Time, token: u64, _s: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String> {
+    fn on_event(&mut self, now: Time, token: u64, _s: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), Error> {
         self.common.deliver(token as u32, now, out);
         Ok(())
     }
@@ -258,19 +281,19 @@ impl NetworkModel for Flow {
     fn topology(&self) -> &Topology {
         self.net.topology()
     }
-    fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), String> {
+    fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), Error> {
         self.common.check(&req, self.net.topology().ranks())?;
         self.common.begin(now, req);
         let started = self.net.start(now, req.id, req.src, req.dst, req.bytes, req.band, &mut self.out, &mut self.cancelled)?;
         self.started(req, started, sched)
     }
-    fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), String> {
+    fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), Error> {
         self.common.check(&req, self.net.topology().ranks())?;
         self.common.begin(now, req);
         let started = self.net.start_on(now, req.id, path, req.bytes, req.band, &mut self.out, &mut self.cancelled)?;
         self.started(req, started, sched)
     }
-    fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String> {
+    fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), Error> {
         self.on_event_flow(now, token, sched, out)
     }
     fn stats(&self) -> NetworkStats {
@@ -282,7 +305,7 @@ impl NetworkModel for Flow {
 }
 
 impl Flow {
-    fn started(&mut self, req: TransferRequest, started: FlowStart, sched: &mut dyn Scheduler) -> Result<(), String> {
+    fn started(&mut self, req: TransferRequest, started: FlowStart, sched: &mut dyn Scheduler) -> Result<(), Error> {
         for &c in &self.cancelled {
             let slot = &mut self.common.slots[c as usize];
             slot.generation = slot.generation.wrapping_add(1);
@@ -297,7 +320,7 @@ impl Flow {
         self.flush(sched);
         Ok(())
     }
-    fn on_event_flow(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), String> {
+    fn on_event_flow(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), Error> {
         if token & DELIVER != 0 {
             let id = (token & 0xffff_ffff) as u32;
             let generation = ((token >> 32) & 0x7fff_ffff) as u32;

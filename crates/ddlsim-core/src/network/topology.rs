@@ -270,7 +270,7 @@ impl Topology {
         }
         let bw_exact = Ratio::from_f64(bw);
         let (up_delay, down_delay) = (spec.latency_ns - spec.latency_ns / 2, spec.latency_ns / 2);
-        if spec.latency_ns > crate::executor::MAX_TIME / 4 || spec.intra_host_latency_ns > crate::executor::MAX_TIME / 4 {
+        if spec.latency_ns > crate::engine::MAX_TIME / 4 || spec.intra_host_latency_ns > crate::engine::MAX_TIME / 4 {
             return Err("network: latency_ns / intra_host_latency_ns is far too large".into());
         }
         let mut links = Vec::with_capacity(2 * hosts as usize);

@@ -1,0 +1,113 @@
+//! The parameter-server exchange of one message (a piece of a group, see
+//! [`super::training::ps_pieces`]), written once for every PS variant:
+//! each worker pushes its gradient to the server (`push_request`; with
+//! in-network aggregation the pushes are one aggregation fan), the server
+//! updates (once for all pushes, or per push when asynchronous), then
+//! either multicasts the new parameters to every worker (`param_multicast`,
+//! one multicast fan) or answers each worker with an ack
+//! (`push_response`), which the worker follows with a pull request
+//! (`pull_request`) that the server answers with the parameters
+//! (`pull_response`), at once or, under an ordered distribution, later
+//! (the caller places it).
+
+use super::spec::TrainingSpec;
+use crate::graph::{FanKind, FanSpec, Graph, Kind, Op};
+
+/// Names of the exchange's ops.
+#[derive(Debug, Clone, Copy)]
+pub struct PsNames {
+    pub push_request: u32,
+    pub push_response: u32,
+    pub pull_request: u32,
+    pub pull_response: u32,
+    pub update: u32,
+    /// Interned only when the spec has an in-network mode.
+    pub param_multicast: u32,
+}
+
+/// One message's exchange.
+pub struct PsMessage<'a> {
+    /// Server rank, its stream, the message's bytes (payload plus header) and its update time.
+    pub server: u32,
+    pub server_stream: u32,
+    pub bytes: u64,
+    pub update_ns: u64,
+    /// `ready[w]`: the op after which worker w's gradient is ready.
+    pub ready: &'a [u32],
+    /// The switch sums the pushes (an aggregation fan).
+    pub aggregate: bool,
+    /// The server multicasts the new parameters instead of answering pulls.
+    pub multicast: bool,
+    /// The pull responses are placed by the caller (ordered distribution).
+    pub hold_responses: bool,
+}
+
+/// What the exchange made.
+pub struct PsLowered {
+    /// The server's updates (one, or one per worker when asynchronous).
+    pub updates: Vec<u32>,
+    /// Per worker: the op after which it holds the new parameters (none when held).
+    pub ends: Vec<u32>,
+    /// Held pull responses: (worker, its pull request, the rpc id).
+    pub held: Vec<(u32, u32, i64)>,
+}
+
+/// Lowers one message's exchange; `tag` fills the group's common fields.
+pub fn lower_ps_message(g: &mut Graph, spec: &TrainingSpec, names: &PsNames, tag: &dyn Fn(Op) -> Op, m: &PsMessage<'_>, rpc_counter: &mut i64) -> PsLowered {
+    let n = spec.workers;
+    let header = spec.header_bytes;
+    let transfer = |name: u32, src: u32, dst: u32, bytes: u64, rpc: i64| {
+        let mut op = tag(Op::new(Kind::Transfer, name, src));
+        op.peer = dst as i32;
+        op.bytes = bytes;
+        op.rpc = rpc;
+        op
+    };
+    let push_rpc = *rpc_counter;
+    let pull_rpc = *rpc_counter + n as i64;
+    *rpc_counter += 2 * n as i64;
+    let pushes: Vec<u32> = (0..n).map(|w| g.add(transfer(names.push_request, w, m.server, m.bytes, push_rpc + w as i64), &[m.ready[w as usize]])).collect();
+    if m.aggregate && n > 1 {
+        g.fans.push(FanSpec { kind: FanKind::Aggregate, ops: pushes.clone() });
+    }
+    let mut update = tag(Op::new(Kind::Compute, names.update, m.server));
+    update.stream = m.server_stream;
+    let update_of = |g: &mut Graph, w: u32| -> u32 {
+        let mut u = update.clone();
+        if spec.asynchronous {
+            u.duration = m.update_ns / n as u64;
+            g.add(u, &[pushes[w as usize]])
+        } else {
+            u.duration = m.update_ns;
+            g.add(u, &pushes)
+        }
+    };
+    let shared = if spec.asynchronous { None } else { Some(update_of(g, 0)) };
+    let mut out = PsLowered { updates: shared.into_iter().collect(), ends: Vec::new(), held: Vec::new() };
+    if m.multicast {
+        let upd = shared.expect("a multicast answers a synchronous update");
+        out.ends = (0..n).map(|w| g.add(transfer(names.param_multicast, m.server, w, m.bytes, -1), &[upd])).collect();
+        if n > 1 {
+            g.fans.push(FanSpec { kind: FanKind::Multicast, ops: out.ends.clone() });
+        }
+        return out;
+    }
+    for w in 0..n {
+        let upd = match shared {
+            Some(u) => u,
+            None => {
+                let u = update_of(g, w);
+                out.updates.push(u);
+                u
+            }
+        };
+        let ack = g.add(transfer(names.push_response, m.server, w, header, push_rpc + w as i64), &[upd]);
+        let req = g.add(transfer(names.pull_request, w, m.server, header, pull_rpc + w as i64), &[ack]);
+        if m.hold_responses {
+            out.held.push((w, req, pull_rpc + w as i64));
+        } else {
+            out.ends.push(g.add(transfer(names.pull_response, m.server, w, m.bytes, pull_rpc + w as i64), &[req]));
+        }
+    }
+    out
+}

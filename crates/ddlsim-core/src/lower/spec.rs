@@ -1,0 +1,374 @@
+//! What the lowerings read: a training description ([`TrainingSpec`], the
+//! engine's JSON document) with its in-network options. Shared by
+//! [`super::training`] and [`super::in_network`], which use it and not
+//! each other's types.
+
+use serde::Deserialize;
+
+use crate::graph::{Algorithm, PolicyKind};
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmName {
+    Ring,
+    HalvingDoubling,
+    RecursiveDoubling,
+    BinaryTree,
+    DoubleBinaryTree,
+    Direct,
+    Butterfly,
+    HierarchicalRing,
+}
+
+impl AlgorithmName {
+    pub fn algorithm(self) -> Algorithm {
+        match self {
+            AlgorithmName::Ring => Algorithm::Ring,
+            AlgorithmName::HalvingDoubling => Algorithm::HalvingDoubling,
+            AlgorithmName::RecursiveDoubling => Algorithm::RecursiveDoubling,
+            AlgorithmName::BinaryTree => Algorithm::BinaryTree,
+            AlgorithmName::DoubleBinaryTree => Algorithm::DoubleBinaryTree,
+            AlgorithmName::Direct => Algorithm::Direct,
+            AlgorithmName::Butterfly => Algorithm::Butterfly,
+            AlgorithmName::HierarchicalRing => Algorithm::HierarchicalRing,
+        }
+    }
+
+    pub const ALL: [AlgorithmName; 8] = [
+        AlgorithmName::Ring,
+        AlgorithmName::HalvingDoubling,
+        AlgorithmName::RecursiveDoubling,
+        AlgorithmName::BinaryTree,
+        AlgorithmName::DoubleBinaryTree,
+        AlgorithmName::Direct,
+        AlgorithmName::Butterfly,
+        AlgorithmName::HierarchicalRing,
+    ];
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SyncSpec {
+    Allreduce { algorithm: AlgorithmName },
+    Ps { servers: u32 },
+}
+
+/// How collectives are simulated: step by step through the network, or as
+/// one event per member from the algorithm's closed form (analytic fidelity
+/// only; see `collective::closed_form` for when that is exact).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveModel {
+    #[default]
+    Steps,
+    ClosedForm,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamPolicyName {
+    #[default]
+    Fifo,
+    Priority,
+}
+
+/// Order of the PS distribution (pull response) phase.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Distribution {
+    /// Each parameter goes back to every worker right after its update (concurrently).
+    #[default]
+    Immediate,
+    /// One parameter at a time to every worker, then the next parameter.
+    RoundRobin,
+    /// The whole model to one worker, then the next worker.
+    Block,
+}
+
+/// How the backpropagation start skew is chosen.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StaggerMode {
+    /// Worker w waits w x stagger_ns.
+    #[default]
+    Fixed,
+    /// Each worker and iteration draws uniformly from [0, stagger_ns].
+    Random,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerSpec {
+    pub fwd_ns: u64,
+    pub bwd_ns: u64,
+}
+
+/// Gradients that travel together.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupSpec {
+    /// Layers whose tensors the group holds (their forward waits for it without a barrier).
+    pub layers: Vec<u32>,
+    /// The tensor, when the group is exactly one tensor; -1 otherwise.
+    #[serde(default = "minus_one")]
+    pub tensor: i32,
+    pub bytes: u64,
+    /// Parameter server (0-based) owning the group; `ps` only.
+    #[serde(default)]
+    pub server: u32,
+    /// Server-side update (aggregation + apply) time; `ps` only.
+    #[serde(default)]
+    pub update_ns: u64,
+}
+
+fn minus_one() -> i32 {
+    -1
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingSpec {
+    pub workers: u32,
+    pub iterations: u32,
+    pub seed: u64,
+    pub sync: SyncSpec,
+    /// Coefficient of variation of each compute duration (0 = none).
+    #[serde(default)]
+    pub jitter: f64,
+    #[serde(default = "default_true")]
+    pub barrier: bool,
+    /// Size of PS control messages and of the header added to payloads.
+    #[serde(default)]
+    pub header_bytes: u64,
+    #[serde(default)]
+    pub stream_policy: StreamPolicyName,
+    /// With the priority policy: a running collective yields at chunk boundaries.
+    #[serde(default)]
+    pub preemption: bool,
+    /// With preemption: yield only where a message (a P3 slice: `chunk_bytes`) starts, not between steps.
+    #[serde(default)]
+    pub preempt_at_messages: bool,
+    /// Gradient transfers carry their layer's priority into network bands.
+    #[serde(default)]
+    pub priority_bands: bool,
+    #[serde(default)]
+    pub tenant: u32,
+    pub layers: Vec<LayerSpec>,
+    pub groups: Vec<GroupSpec>,
+    /// Host of each rank (workers first, then servers); empty: one host each.
+    #[serde(default)]
+    pub host_of_rank: Vec<u32>,
+    /// All-reduce: partition each group into messages of at most this many
+    /// bytes (ring; see `collective::ring`). 0 (default): no partitioning.
+    #[serde(default)]
+    pub chunk_bytes: u64,
+    /// All-reduce: reduction cost per byte a member combines (MG-WFBP Table II's gamma). 0 (default): free.
+    #[serde(default)]
+    pub gamma_ns_per_byte: f64,
+    /// All-reduce (ByteScheduler): a group larger than this travels as
+    /// ceil(bytes / partition_bytes) all-reduces of (nearly) equal size, each
+    /// scheduled on its own. 0 (default): one all-reduce per group.
+    #[serde(default)]
+    pub partition_bytes: u64,
+    /// All-reduce (ByteScheduler): the communication stream's credit (see
+    /// [`crate::graph::StreamSpec::credit`]). 0 (default): one all-reduce at a time.
+    #[serde(default)]
+    pub credit_bytes: u64,
+    #[serde(default)]
+    pub collective_model: CollectiveModel,
+    /// PS: split every group evenly over all servers (its `server` is ignored).
+    #[serde(default)]
+    pub ps_split: bool,
+    /// PS: order of the distribution phase.
+    #[serde(default)]
+    pub distribution: Distribution,
+    /// PS: no cross-worker update barrier; each push is applied on its own.
+    #[serde(default)]
+    pub asynchronous: bool,
+    /// Asynchronous PS: at most this many iterations ahead of the slowest worker (none: unbounded).
+    #[serde(default)]
+    pub staleness: Option<u32>,
+    /// Backpropagation staggering: per-worker idle time before the first backward op.
+    #[serde(default)]
+    pub stagger_ns: u64,
+    #[serde(default)]
+    pub stagger: StaggerMode,
+    /// PS: multicast / in-network aggregation; ring: multicast all-gather (see `lower::in_network`).
+    #[serde(default)]
+    pub in_network: InNetworkSpec,
+}
+
+/// Network priority bands used for gradient priorities.
+pub const BANDS: u32 = 8;
+
+impl TrainingSpec {
+    /// One iteration with every optional field at the default the JSON reader
+    /// fills in (barrier on, FIFO, per-host nothing special); set fields on the result.
+    pub fn new(workers: u32, sync: SyncSpec, layers: Vec<LayerSpec>, groups: Vec<GroupSpec>) -> Self {
+        TrainingSpec {
+            workers,
+            iterations: 1,
+            seed: 0,
+            sync,
+            jitter: 0.0,
+            barrier: true,
+            header_bytes: 0,
+            stream_policy: Default::default(),
+            preemption: false,
+            preempt_at_messages: false,
+            priority_bands: false,
+            tenant: 0,
+            layers,
+            groups,
+            host_of_rank: Vec::new(),
+            chunk_bytes: 0,
+            gamma_ns_per_byte: 0.0,
+            partition_bytes: 0,
+            credit_bytes: 0,
+            collective_model: Default::default(),
+            ps_split: false,
+            distribution: Default::default(),
+            asynchronous: false,
+            staleness: None,
+            stagger_ns: 0,
+            stagger: Default::default(),
+            in_network: Default::default(),
+        }
+    }
+
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| format!("invalid training description for the engine: {e}"))
+    }
+
+    pub fn servers(&self) -> u32 {
+        match self.sync {
+            SyncSpec::Ps { servers } => servers,
+            SyncSpec::Allreduce { .. } => 0,
+        }
+    }
+
+    pub fn total_ranks(&self) -> u32 {
+        self.workers + self.servers()
+    }
+
+    /// Guards the lowering's own assumptions (Python validates user input first).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.workers == 0 {
+            return Err("workers must be at least 1".into());
+        }
+        if let SyncSpec::Ps { servers: 0 } = self.sync {
+            return Err("a parameter server strategy needs at least 1 server".into());
+        }
+        if self.layers.is_empty() {
+            return Err("the model has no layers".into());
+        }
+        if !(self.jitter.is_finite() && self.jitter >= 0.0) {
+            return Err("jitter must be a finite number >= 0".into());
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            if g.layers.is_empty() {
+                return Err(format!("group {i} holds no layer"));
+            }
+            if let Some(&l) = g.layers.iter().find(|&&l| l as usize >= self.layers.len()) {
+                return Err(format!("group {i} names layer {l}, which does not exist"));
+            }
+            if matches!(self.sync, SyncSpec::Ps { .. }) && g.server >= self.servers() {
+                return Err(format!("group {i} is placed on server {} of {}", g.server, self.servers()));
+            }
+        }
+        if !self.host_of_rank.is_empty() && self.host_of_rank.len() != self.total_ranks() as usize {
+            return Err(format!("host_of_rank has {} entries for {} ranks", self.host_of_rank.len(), self.total_ranks()));
+        }
+        let ps = matches!(self.sync, SyncSpec::Ps { .. });
+        if !ps && (self.ps_split || self.distribution != Distribution::Immediate || self.asynchronous) {
+            return Err("ps_split, distribution and asynchronous apply to the parameter-server strategy only".into());
+        }
+        if self.staleness.is_some() && !self.asynchronous {
+            return Err("a staleness bound needs asynchronous = true".into());
+        }
+        if self.asynchronous && self.distribution != Distribution::Immediate {
+            return Err("asynchronous PS answers every push at once; the distribution order needs synchronous PS".into());
+        }
+        validate_in_network(self)?;
+        if ps && (self.partition_bytes > 0 || self.credit_bytes > 0) {
+            return Err("partition_bytes and credit_bytes schedule all-reduces; the parameter-server strategy has none".into());
+        }
+        if self.partition_bytes > 0 && self.in_network.mode != InNetworkMode::None {
+            return Err("partition_bytes cuts groups into all-reduces; the multicast all-gather lowers groups whole".into());
+        }
+        if self.credit_bytes > 0 && self.collective_model == CollectiveModel::ClosedForm {
+            return Err("the closed-form collective model times each all-reduce alone; concurrent all-reduces (credit_bytes) need the step-by-step model".into());
+        }
+        if self.credit_bytes > 0 && self.preemption {
+            return Err("with credit_bytes, partitions are never interrupted (ByteScheduler preempts between partitions); turn preemption off".into());
+        }
+        if self.collective_model == CollectiveModel::ClosedForm && self.preemption {
+            return Err("the closed-form collective model has no steps to preempt at; turn preemption off or use the step-by-step model".into());
+        }
+        Ok(())
+    }
+
+    pub fn policy(&self) -> PolicyKind {
+        match self.stream_policy {
+            StreamPolicyName::Fifo => PolicyKind::Fifo,
+            StreamPolicyName::Priority => PolicyKind::Priority { preempt: self.preemption },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum InNetworkMode {
+    #[default]
+    None,
+    Multicast,
+    Aggregation,
+    Multiagg,
+}
+
+impl InNetworkMode {
+    pub fn aggregates(self) -> bool {
+        matches!(self, InNetworkMode::Aggregation | InNetworkMode::Multiagg)
+    }
+    pub fn multicasts(self) -> bool {
+        matches!(self, InNetworkMode::Multicast | InNetworkMode::Multiagg)
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InNetworkSpec {
+    #[serde(default)]
+    pub mode: InNetworkMode,
+    /// Aggregation memory of the switch, bytes; None: unlimited.
+    #[serde(default)]
+    pub switch_memory: Option<u64>,
+}
+
+/// The in-network mechanisms each strategy takes (see `lower::in_network`).
+pub fn validate_in_network(spec: &TrainingSpec) -> Result<(), String> {
+    match (spec.in_network.mode, &spec.sync) {
+        (InNetworkMode::None, _) => Ok(()),
+        (mode, SyncSpec::Ps { .. }) if mode.multicasts() && spec.asynchronous => {
+            Err("a parameter multicast answers one synchronous update; asynchronous PS answers each push: use in_network aggregation or none".into())
+        }
+        (_, SyncSpec::Ps { .. }) => Ok(()),
+        (InNetworkMode::Multicast, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }) => {
+            if spec.chunk_bytes != 0 {
+                return Err("the ring with a multicast all-gather does not partition messages; set chunk_bytes to 0".into());
+            }
+            if spec.collective_model == CollectiveModel::ClosedForm {
+                return Err("the ring with a multicast all-gather is simulated step by step; use the steps collective model".into());
+            }
+            Ok(())
+        }
+        (InNetworkMode::Multicast, SyncSpec::Allreduce { .. }) => {
+            Err("a multicast all-gather is available for the ring all-reduce only (algorithm ring)".into())
+        }
+        _ => Err("in-network aggregation applies to the parameter-server strategy only (all-reduce takes in_network multicast with the ring)".into()),
+    }
+}

@@ -1,0 +1,85 @@
+"""Type stubs of the Rust engine extension `ddlsim._core` (src/lib.rs).
+
+Column buffers travel as `(dtype, bytes)` pairs: a numpy dtype string
+("<i8", "u1", ...) and the little-endian bytes of the column.
+"""
+
+from os import PathLike
+from typing import Any, Callable, Optional, Union
+
+Column = tuple[str, bytes]
+ProgressCallback = Callable[[int, int, int, int], object]
+"""progress(sim_now_ns, events, ops_done, ops_total); an exception it raises stops the run."""
+
+KIND_NAMES: list[str]
+ALGORITHM_NAMES: list[str]
+__version__: str
+
+class EngineError(Exception):
+    """An error of the engine; `kind` names its ErrorKind."""
+
+    kind: Optional[str]
+
+class BadInputError(EngineError, ValueError):
+    """The input (a graph, a training or network description) is invalid."""
+
+class OutOfRangeError(BadInputError):
+    """A time or size lies beyond the engine's range (about 146 years of simulated time)."""
+
+class StuckGraphError(BadInputError):
+    """The workload graph cannot finish (a dependency cycle, a collective member that never joins)."""
+
+class EngineMemoryError(EngineError, MemoryError):
+    """An allocation the run needs failed."""
+
+class InterruptedRunError(EngineError):
+    """The run's progress hook stopped it."""
+
+class InternalEngineError(EngineError, RuntimeError):
+    """A broken invariant of the engine (or of its own lowering): a bug."""
+
+ERROR_KINDS: dict[str, type[EngineError]]
+"""Exception class of each engine error kind, by the kind's name."""
+
+def simulate_training_json(
+    training_json: str,
+    network_json: str,
+    trace_detail: str,
+    progress: Optional[ProgressCallback] = None,
+) -> dict[str, Any]:
+    """Lowers a training description and runs it. Returns a dict with
+    `columns` (name -> Column of the event log), `op_names`, `stream_names`,
+    `events`, `transfers`, `recomputations`, `makespan_ns`, `bytes_sent`,
+    `bytes_received` (per rank) and `flows` (name -> Column)."""
+
+def lower_training_json(training_json: str, network_json: Optional[str] = None) -> dict[str, Any]:
+    """The workload graph `simulate_training_json` runs, as columns (name ->
+    Column, release times as `release_ops`/`release_ns`, plus `op_names`,
+    `stream_names`, `preempt_at_messages` and
+    `closed_form`: None or (latency_ns, bandwidth_bps, None or
+    (intra_latency_ns, intra_bandwidth_bps))). The closed-form collective
+    model needs `network_json`."""
+
+def run_graph_columns(
+    graph: dict[str, Any],
+    network_json: str,
+    trace_detail: str,
+    progress: Optional[ProgressCallback] = None,
+) -> dict[str, Any]:
+    """Runs a workload graph given as columns (as `lower_training_json`
+    returns them; raw bytes are accepted too); returns what
+    `simulate_training_json` returns."""
+
+def arm_interrupt_watchdog(grace_ms: int) -> None:
+    """After the first Ctrl-C or SIGTERM, ends the process `grace_ms` later if it is still alive."""
+
+def register_scratch(path: Union[str, PathLike[str]]) -> None:
+    """A scratch directory the watchdog removes if it ends the process."""
+
+def unregister_scratch(path: Union[str, PathLike[str]]) -> None:
+    """Forgets a directory given to `register_scratch`."""
+
+def algorithms() -> list[dict[str, Any]]:
+    """The engine's all-reduce algorithms, one dict each: name, code, step_op,
+    closed_form, min_ranks, folds_non_power_of_two, uses_hosts, partitions
+    (python/ddlsim/simulation/algorithms.py wraps it)."""
