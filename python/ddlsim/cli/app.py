@@ -148,6 +148,10 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
                          force: bool, quiet: bool, recorded: Optional[tuple[str, float]] = None) -> None:
     """Runs `run()` (a simulation) under the budget and progress bar, then prints or writes it;
     `recorded`: (log, iteration time) of a replayed run, printed beside the replay."""
+    if out_dir is not None:
+        from ..safe_io import check_directory_target
+
+        check_directory_target(out_dir)  # refused before the run, not after it
     budget_bytes = None
     if max_memory is not None:
         from ..units import parse_size_bytes
@@ -385,6 +389,10 @@ def fit(
         min_bytes = parse_size_bytes(min_size)
     except ValueError as exc:
         raise DdlsimError(f"--min-size: {exc}") from None
+    if out_path is not None:
+        from ..safe_io import check_file_target
+
+        check_file_target(out_path, inputs=tables)
     model = fit_tables(tables, workers or [], algorithm, gamma, time_unit.strip().lower(), min_bytes)
     if out_path is not None:
         model.save(out_path)
@@ -462,6 +470,10 @@ def plan(
     if len(partition_sizes) != 1:
         raise DdlsimError(f"--partition {partition!r}: give one size, e.g. 4MB")
     cm = CostModel.load(cost_model) if cost_model is not None else None
+    if out_path is not None:
+        from ..safe_io import check_file_target
+
+        check_file_target(out_path, inputs=[scenario, profile, cost_model])  # refused before the simulations
     overrides = {
         "model": model, "profile": str(profile.resolve()) if profile else None, "workers": workers,
         "bandwidth": bandwidth, "latency": latency, "algorithm": algorithm, "network": network,
@@ -532,9 +544,18 @@ app.add_typer(capture_app, name="capture")
 def main() -> None:
     from .progress import Interrupted, install_signal_handlers
 
+    from ..safe_io import GuardedStream
+
     install_signal_handlers()
+    real_stdout = sys.stdout
+    sys.stdout = guard = GuardedStream(real_stdout)  # a failed write to it becomes one line (_stdout_failed)
     try:
-        app()
+        try:
+            app()
+        except SystemExit as exc:
+            if not isinstance(exc, Interrupted):
+                sys.stdout.flush()  # a full or closed standard output shows here at the latest, not at the interpreter's exit
+            raise
     except Interrupted as exc:
         err.print("interrupted" if exc.code == 130 else "terminated", "(partial outputs removed)", highlight=False)
         # Scratch directories are gone (unwinding ran their clean-up); skip the
@@ -545,6 +566,24 @@ def main() -> None:
     except DdlsimError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except OSError as exc:
+        _stdout_failed(exc, guard)
+        raise
+    finally:
+        sys.stdout = real_stdout
+
+
+def _stdout_failed(exc: OSError, guard) -> None:
+    """A failed write to standard output (`ddlsim models > /dev/full`): one line on stderr, status 2."""
+    from ..safe_io import silence_stdout, stdout_failure
+
+    message = stdout_failure(exc, guard)
+    if message is None:
+        return
+    sys.stdout = guard._stream
+    silence_stdout()
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,9 @@ def ps(
     config = ps_config(model=model, workers=workers, servers=servers, iterations=iterations, batch_size=batch_size,
                        sync=not asynchronous, zipf_s=zipf_s, vocab=vocab, seed=seed, placement=placement,
                        timeout_s=min(timeout, 120.0))
+    from ..safe_io import ensure_directory
+
+    ensure_directory(out_dir)  # a directory ddlsim can write in (created if missing), checked before the job starts
     world = workers + servers
     failure = None
     with ExitStack() as stack:
@@ -114,6 +117,9 @@ def connections(
         values = [int(c) for c in counts.split(",") if c.strip()]
     except ValueError:
         raise DdlsimError(f"--connections {counts!r}: write whole numbers separated by commas, e.g. 1,2,4,8") from None
+    from ..safe_io import ensure_directory
+
+    ensure_directory(out_dir)
     result = run_scaling(values, requests, request_bytes, out_dir, timeout_s=timeout,
                          on_done=lambda r: err.print(f"  {r['connections']} connections done", highlight=False))
     view = Table(title=f"{requests} requests of {request_bytes} B, one server", title_justify="left", header_style="bold")

@@ -172,6 +172,8 @@ def fig9_figure(frame: "pd.DataFrame"):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..analyze.plot_text import plain_text
+
     labels = {name: label for name, _, label in MODELS}
     styles = {"wfbp": ("WFBP (per layer)", "#4C72B0", "o"), "wfbp-per-tensor": ("WFBP (per tensor)", "#8C8C8C", "x"),
               "synceasgd": ("SyncEASGD", "#DD8452", "s"), "mg-wfbp": ("MG-WFBP", "#C44E52", "^")}
@@ -191,7 +193,7 @@ def fig9_figure(frame: "pd.DataFrame"):
         ax.set_yscale("log", base=2)
         ax.set_xlabel("nodes (one K80 each)")
         ax.set_ylabel("speedup over one K80")
-        ax.set_title(f"{labels.get(model, model)}, 10GbE, alpha = {ALPHA_NS / 1e3:g} us", fontsize=9)
+        ax.set_title(f"{plain_text(labels.get(model, model))}, 10GbE, alpha = {ALPHA_NS / 1e3:g} us", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("MG-WFBP Fig. 9 with ddlsim (simulated K80 cluster)", fontsize=10)
