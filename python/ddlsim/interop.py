@@ -9,13 +9,16 @@ from typing import Any, Sequence
 from .trace.formats import DIRECTORY_OUTPUTS, chakra_prefix, infer_output_format, read_trace, write_trace
 
 
+EXAMPLE_NAMES = {"events": "events.parquet", "chrome": "trace.json", "csv": "events.csv"}
+
+
 def write_output(log: Any, out: str | os.PathLike[str], fmt: str | None = None, *,
-                 inputs: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
+                 inputs: Sequence[str | os.PathLike[str]] = (), option: str = "output") -> list[Path]:
     """Write ``log`` in ``fmt`` through a staging directory: either every file
     of the output appears, or none does. Returns the final paths. The rules of
     :mod:`ddlsim.safe_io` apply: a file output never replaces a directory, a
     device, a FIFO or one of ``inputs``; a directory output keeps the other
-    files in the directory."""
+    files in the directory. ``option``: how messages name ``out`` (``--out`` for `ddlsim export`)."""
     from .safe_io import Inputs, check_directory_target, check_file_target, staged_directory
 
     out = Path(out)
@@ -23,21 +26,21 @@ def write_output(log: Any, out: str | os.PathLike[str], fmt: str | None = None, 
     directory = fmt in DIRECTORY_OUTPUTS
     sources = Inputs(inputs)
     if directory:
-        check_directory_target(out)
+        check_directory_target(out, option=option)
         target = out
         name = None
     else:
         named = chakra_prefix(out) if fmt == "chakra" else out
         if fmt != "chakra":  # a Chakra prefix names no file itself; its <prefix>.<rank>.et files are checked when moved
-            named = check_file_target(named, inputs=sources)
+            named = check_file_target(named, inputs=sources, option=option, example=EXAMPLE_NAMES.get(fmt, "out"))
         target, name = named.parent, named.name
-    with staged_directory(target, inputs=sources) as stage:
+    with staged_directory(target, inputs=sources, option=option) as stage:
         written = write_trace(log, stage if directory else stage / name, fmt)
     return [target / path.relative_to(stage) for path in written]
 
 
 def convert(source: str | os.PathLike[str], out: str | os.PathLike[str], *, from_format: str | None = None,
-            to_format: str | None = None) -> list[Path]:
+            to_format: str | None = None, option: str = "output") -> list[Path]:
     """Read ``source`` and write it to ``out``; formats are inferred from the
     names when not given (``ddlsim.trace.formats``). Returns the files written.
     ``out`` may not be ``source`` or any file it is read from (checked before reading).
@@ -51,6 +54,6 @@ def convert(source: str | os.PathLike[str], out: str | os.PathLike[str], *, from
     if fmt not in DIRECTORY_OUTPUTS and fmt != "chakra":
         from .safe_io import check_file_target
 
-        check_file_target(out, inputs=inputs)  # refused before the (maybe long) read
+        check_file_target(out, inputs=inputs, option=option, example=EXAMPLE_NAMES.get(fmt, "out"))  # before the read
     log = read_trace(source, from_format)
-    return write_output(log, out, to_format, inputs=inputs)
+    return write_output(log, out, to_format, inputs=inputs, option=option)

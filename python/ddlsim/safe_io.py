@@ -117,15 +117,16 @@ def _inputs(inputs: "Inputs | Sequence | None") -> Inputs:
 
 
 def check_file_target(path: "str | os.PathLike[str]", *, inputs: "Inputs | Sequence | None" = None, option: str = "--out",
-                      error: type[DdlsimError] = DdlsimError) -> Path:
+                      error: type[DdlsimError] = DdlsimError, example: str = "out") -> Path:
     """Checks that `path` may receive a file output (see the module doc) and
-    returns the path to write (a symbolic link resolved to its target)."""
+    returns the path to write (a symbolic link resolved to its target).
+    `example`: a file name to suggest inside a directory named by mistake."""
     named = Path(path)
     real = Path(os.path.realpath(named))
     st = _stat(real, error)
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise error(f"{option} {named} is a directory, and this output is one file: name a file, "
-                    f"e.g. {named / 'out'}{''.join(named.suffixes) or ''} (the directory was left as it is)")
+                    f"e.g. {named / example} (the directory was left as it is)")
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise error(f"{option} {named} is {_kind(st.st_mode)}; ddlsim writes only regular files and never replaces "
                     f"other kinds: choose another {option}")

@@ -306,7 +306,7 @@ def run_analyze(log_path: Path, *, compare_path: Path | None, report: Path | Non
     if out_dir is not None:
         check_directory_target(out_dir)
     if report is not None:
-        check_file_target(report, inputs=inputs, option="--report")
+        check_file_target(report, inputs=inputs, option="--report", example="report.html")
     analysis = open_analysis(log_path, stream=stream, iteration=iteration)
     other = open_analysis(compare_path, stream=stream) if compare_path is not None else None
     result: dict[str, Any]

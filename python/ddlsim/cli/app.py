@@ -306,7 +306,7 @@ def export(
 
     if fmt.strip().lower() == "events":
         raise DdlsimError("--format events: the input is already an event log; use `ddlsim convert` to copy it")
-    written = convert_trace(events, out_path, from_format="events", to_format=fmt)
+    written = convert_trace(events, out_path, from_format="events", to_format=fmt, option="--out")
     out.print(f"wrote {out_path}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
 
 
@@ -392,7 +392,7 @@ def fit(
     if out_path is not None:
         from ..safe_io import check_file_target
 
-        check_file_target(out_path, inputs=tables)
+        check_file_target(out_path, inputs=tables, example="cost.json")
     model = fit_tables(tables, workers or [], algorithm, gamma, time_unit.strip().lower(), min_bytes)
     if out_path is not None:
         model.save(out_path)
@@ -473,7 +473,7 @@ def plan(
     if out_path is not None:
         from ..safe_io import check_file_target
 
-        check_file_target(out_path, inputs=[scenario, profile, cost_model])  # refused before the simulations
+        check_file_target(out_path, inputs=[scenario, profile, cost_model], example="plan.json")  # before the simulations
     overrides = {
         "model": model, "profile": str(profile.resolve()) if profile else None, "workers": workers,
         "bandwidth": bandwidth, "latency": latency, "algorithm": algorithm, "network": network,
