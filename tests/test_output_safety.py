@@ -201,6 +201,15 @@ def test_no_verb_overwrites_its_own_input(events, tmp_path, args):
     assert all(_same_bytes(path, data) for path, data in originals.items())
 
 
+def test_convert_never_overwrites_the_chakra_files_it_reads(events, tmp_path):
+    assert ddlsim_cli("convert", events, tmp_path / "ck" / "trace.et").returncode == 0
+    before = {p: p.read_bytes() for p in (tmp_path / "ck").iterdir()}
+    assert len(before) == 2
+    p = ddlsim_cli("convert", tmp_path / "ck" / "trace", tmp_path / "ck" / "trace.et")
+    one_line_error(p, "trace.0.et", "input")
+    assert {p: p.read_bytes() for p in (tmp_path / "ck").iterdir()} == before
+
+
 def test_a_symbolic_link_to_a_regular_file_is_written_through(events, tmp_path):
     real = tmp_path / "real.csv"
     real.write_text("old")

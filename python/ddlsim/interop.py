@@ -39,6 +39,20 @@ def write_output(log: Any, out: str | os.PathLike[str], fmt: str | None = None, 
     return [target / path.relative_to(stage) for path in written]
 
 
+def input_files(source: str | os.PathLike[str]) -> list[Path]:
+    """The files reading ``source`` touches: itself (a directory: the files in it), an event log's side tables,
+    a Chakra prefix's ``<prefix>.<rank>.et`` files. An output must be none of them."""
+    import glob
+
+    from .trace.parquet import with_side_tables
+
+    files = with_side_tables(source)
+    prefix = chakra_prefix(source)
+    if not Path(source).exists():
+        files += prefix.parent.glob(f"{glob.escape(prefix.name)}.*.et")
+    return files
+
+
 def convert(source: str | os.PathLike[str], out: str | os.PathLike[str], *, from_format: str | None = None,
             to_format: str | None = None, option: str = "output") -> list[Path]:
     """Read ``source`` and write it to ``out``; formats are inferred from the
@@ -47,9 +61,7 @@ def convert(source: str | os.PathLike[str], out: str | os.PathLike[str], *, from
 
     >>> ddlsim.convert("run1/events.parquet", "run1/chakra/trace.et")   # doctest: +SKIP
     """
-    from .trace.parquet import with_side_tables
-
-    inputs = with_side_tables(source)
+    inputs = input_files(source)
     fmt = infer_output_format(out) if to_format is None else to_format.strip().lower()
     if fmt not in DIRECTORY_OUTPUTS and fmt != "chakra":
         from .safe_io import check_file_target

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..errors import DdlsimError
+from ..safe_io import write_text_file
 
 JOBS = {
     "ddp": "ddlsim.capture.ddp:run_rank",
@@ -65,7 +66,7 @@ def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *
     out = Path(out_dir)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     config_path = out / "job.json"
-    config_path.write_text(json.dumps({"job": job, "world_size": world_size, **config}, indent=2) + "\n", encoding="utf-8")
+    write_text_file(config_path, json.dumps({"job": job, "world_size": world_size, **config}, indent=2) + "\n")
     port = free_port()
     procs: list[subprocess.Popen] = []
     logs = []
