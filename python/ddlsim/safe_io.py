@@ -144,7 +144,7 @@ def check_directory_target(path: "str | os.PathLike[str]", *, option: str = "--o
     st = _stat(named, error)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         what = "a file" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
-        raise error(f"{option} {named}: exists and is not a directory ({what}); this output is a directory: "
+        raise error(f"{option} {named}: exists and is not a directory (it is {what}); this output is a directory: "
                     f"choose another {option}")
     return named
 
