@@ -92,10 +92,15 @@ class SimulationResult(SimulationRun):
 
     def save(self, out_dir: str | Path, timeline: bool = True) -> dict[str, Path]:
         """Writes events.parquet, trace.json (Perfetto), iterations.csv,
-        summary.json and timeline.png into `out_dir`; returns the paths."""
+        summary.json and timeline.png into `out_dir`; returns the paths.
+        Never over the run's own inputs (its profile, e.g. the log it replays)."""
         from .output import save_result
+        from .trace.parquet import with_side_tables
 
-        return save_result(self, Path(out_dir), timeline=timeline)
+        profile = self.scenario.model.profile
+        if profile and self.scenario.base_dir and not Path(profile).is_absolute():
+            profile = str(Path(self.scenario.base_dir) / profile)
+        return save_result(self, Path(out_dir), timeline=timeline, inputs=with_side_tables(profile))
 
 
 def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: Any) -> SimulationResult:

@@ -1,63 +1,21 @@
-"""Writing results to a directory, all or nothing."""
+"""Writing a run's results to a directory, all or nothing (through :mod:`ddlsim.safe_io`)."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Sequence
 
 import numpy as np
 
-from . import _core
-from .errors import DdlsimError
+from .safe_io import staged_directory  # noqa: F401  (the one way results are written: see ddlsim.safe_io)
 from .trace import write_chrome_trace, write_event_log
 
 
-@contextmanager
-def staged_directory(out_dir: Path) -> Iterator[Path]:
-    """Yields a scratch directory inside `out_dir` (created if needed); on
-    success its files move into `out_dir`, on any failure (an error, Ctrl-C)
-    the scratch directory vanishes, and so does `out_dir` if this call
-    created it. Staging inside the target keeps every rename on one
-    filesystem and needs no write access to the parent."""
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise DdlsimError(f"{out_dir}: exists and is not a directory; choose another --out")
-    created = not out_dir.exists()
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=".ddlsim-staging-", dir=out_dir))
-    except OSError as exc:
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise DdlsimError(f"{out_dir}: cannot write here ({exc.strerror or exc}); choose another --out") from None
-    done = False
-    # If Ctrl-C / SIGTERM cannot unwind in time (a long call into C), the CLI's native backstop removes
-    # the scratch directory, and the output directory too if this call created it.
-    scratch = [str(stage)] + ([str(out_dir)] if created else [])
-    for path in scratch:
-        _core.register_scratch(path)
-    try:
-        yield stage
-        for item in sorted(stage.iterdir()):
-            target = out_dir / item.name
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            os.replace(item, target)
-        done = True
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-        for path in scratch:
-            _core.unregister_scratch(path)
-        if created and not done:
-            shutil.rmtree(out_dir, ignore_errors=True)
-
-
-def save_result(result: Any, out_dir: Path, timeline: bool = True, prefix: str = "") -> dict[str, Path]:
+def save_result(result: Any, out_dir: Path, timeline: bool = True, prefix: str = "",
+                inputs: Sequence[Any] = ()) -> dict[str, Path]:
+    """The run's files in `out_dir`, all or nothing; none of them may be one of `inputs` (the files the run
+    was made from, e.g. a replayed log or a profile)."""
     names = {
         "events": f"{prefix}events.parquet",
         "chrome_trace": f"{prefix}trace.json",
@@ -66,7 +24,7 @@ def save_result(result: Any, out_dir: Path, timeline: bool = True, prefix: str =
     }
     if timeline:
         names["timeline"] = f"{prefix}timeline.png"
-    with staged_directory(out_dir) as stage:
+    with staged_directory(out_dir, inputs=inputs) as stage:
         write_result_files(result, stage, names)
     return {key: Path(out_dir) / name for key, name in names.items()}
 

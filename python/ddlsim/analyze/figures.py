@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .plot_text import plain_text
+
 
 def _plt():
     import matplotlib
@@ -81,7 +83,7 @@ def mark_coincident(ax, rtol: float = 1e-9) -> list[tuple[str, str]]:
 
 
 def _titled(ax, title: str) -> None:
-    ax.set_title(title, fontsize=10)
+    ax.set_title(plain_text(title), fontsize=10)
     ax.grid(alpha=0.3)
 
 
@@ -158,7 +160,7 @@ def rpc_figure(analysis: Any):
     plt = _plt()
     fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(13, 3.6))
     for kind, part in table.groupby("kind"):
-        _cdf(ax, part["total_ns"].dropna(), scale=1e3, label=kind)
+        _cdf(ax, part["total_ns"].dropna(), scale=1e3, label=plain_text(kind))
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xlabel("RPC latency (us)")
     ax.set_ylabel("CDF")
@@ -168,7 +170,7 @@ def rpc_figure(analysis: Any):
     cols = [c for c in shares.columns if c.endswith("_share")]
     bottom = np.zeros(len(shares))
     for c in cols:
-        bx.bar(shares["kind"].astype(str), shares[c].fillna(0), bottom=bottom, label=c.replace("_share", ""))
+        bx.bar([plain_text(k) for k in shares["kind"].astype(str)], shares[c].fillna(0), bottom=bottom, label=c.replace("_share", ""))
         bottom += shares[c].fillna(0).to_numpy()
     bx.set_ylabel("share of latency")
     bx.legend(fontsize=7)
@@ -261,14 +263,14 @@ def compare_figure(table: pd.DataFrame, top: int = 12):
     if table.empty:
         return None
     plt = _plt()
-    a_name, b_name = table.attrs.get("names", ("a", "b"))
+    a_name, b_name = (plain_text(n) for n in table.attrs.get("names", ("a", "b")))
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.8))
     it = table[table["scope"] == "iteration"]
     x = np.arange(len(it))
-    ax.bar(x - 0.2, it["a_s"] * 1e3, 0.4, label=str(a_name))
-    ax.bar(x + 0.2, it["b_s"] * 1e3, 0.4, label=str(b_name))
+    ax.bar(x - 0.2, it["a_s"] * 1e3, 0.4, label=a_name)
+    ax.bar(x + 0.2, it["b_s"] * 1e3, 0.4, label=b_name)
     ax.set_xticks(x)
-    ax.set_xticklabels([s.replace("iteration ", "") for s in it["item"]])
+    ax.set_xticklabels([plain_text(s.replace("iteration ", "")) for s in it["item"]])
     ax.set_xlabel("iteration")
     ax.set_ylabel("ms")
     ax.legend(fontsize=7)
@@ -277,7 +279,7 @@ def compare_figure(table: pd.DataFrame, top: int = 12):
     items = items.reindex(items["diff_s"].abs().sort_values(ascending=False).index).head(top)[::-1]
     bx.barh(np.arange(len(items)), items["diff_s"] * 1e3, color=np.where(items["diff_s"] > 0, "#C44E52", "#55A868"))
     bx.set_yticks(np.arange(len(items)))
-    bx.set_yticklabels([str(s)[:40] for s in items["item"]], fontsize=7)
+    bx.set_yticklabels([plain_text(str(s)[:40]) for s in items["item"]], fontsize=7)
     bx.set_xlabel(f"{b_name} - {a_name} (ms per worker-iteration)")
     _titled(bx, "largest contributors")
     fig.tight_layout()
@@ -291,7 +293,7 @@ def critical_path_figure(analysis: Any, top: int = 12):
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 0.3 * len(s) + 1.5))
-    labels = [f"{k} {o} {n}"[:50] for k, o, n in zip(s["kind"], s["op"], s["name"])][::-1]
+    labels = [plain_text(f"{k} {o} {n}"[:50]) for k, o, n in zip(s["kind"], s["op"], s["name"])][::-1]
     ax.barh(np.arange(len(s)), s["share"][::-1] * 100, color="#4C72B0")
     ax.set_yticks(np.arange(len(s)))
     ax.set_yticklabels(labels, fontsize=7)

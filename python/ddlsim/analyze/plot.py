@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .plot_text import plain_text  # noqa: E402,F401  (re-exported: every figure's user text goes through it)
+
 COLORS = {"compute": "#4C72B0", "communication": "#DD8452", "sync": "#8C8C8C", "update": "#55A868"}
 MAX_RANKS = 16
 
@@ -63,11 +65,11 @@ def timeline_figure(log: Any, title: str = "") -> plt.Figure:
         drawn.add("barrier")
         ax.axvline(t / 1e6, color=COLORS["sync"], linestyle="--", linewidth=0.8)
     ax.set_yticks([y + 0.5 for y in range(len(lanes))])
-    ax.set_yticklabels([f"{roles[r]} {r}" for r in lanes])
+    ax.set_yticklabels([plain_text(f"{roles[r]} {r}") for r in lanes])
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     shown = f" ({len(lanes)} of {total} ranks shown)" if len(lanes) < total else ""
-    ax.set_title((title or "timeline") + shown)
+    ax.set_title(plain_text((title or "timeline") + shown))
     legend = [(k, label) for k, label in (("compute", "compute"), ("update", "update"), ("communication", "communication"),
                                           ("barrier", "barrier")) if k in drawn]
     handles = [
@@ -83,11 +85,12 @@ def timeline_figure(log: Any, title: str = "") -> plt.Figure:
 
 def breakdown_figure(summaries: dict[str, dict], title: str = "") -> plt.Figure:
     """Stacked bars per scenario: overlapped compute, compute alone, exposed communication, idle."""
-    labels = list(summaries)
-    overlap = np.array([summaries[k]["overlap_s"] for k in labels]) * 1e3
-    compute_only = np.array([summaries[k]["compute_s"] for k in labels]) * 1e3 - overlap
-    exposed = np.array([summaries[k]["exposed_communication_s"] for k in labels]) * 1e3
-    idle = np.array([summaries[k]["idle_s"] for k in labels]) * 1e3
+    labels = [plain_text(k) for k in summaries]
+    rows = list(summaries.values())
+    overlap = np.array([s["overlap_s"] for s in rows]) * 1e3
+    compute_only = np.array([s["compute_s"] for s in rows]) * 1e3 - overlap
+    exposed = np.array([s["exposed_communication_s"] for s in rows]) * 1e3
+    idle = np.array([s["idle_s"] for s in rows]) * 1e3
     fig, ax = plt.subplots(figsize=(2.2 * len(labels) + 3, 4))
     bottom = np.zeros(len(labels))
     for values, name, color in (
@@ -102,7 +105,7 @@ def breakdown_figure(summaries: dict[str, dict], title: str = "") -> plt.Figure:
         ax.text(x, total, f"{total:.1f} ms", ha="center", va="bottom")
     ax.set_ylim(0, bottom.max() * 1.12 if len(bottom) and bottom.max() > 0 else 1)
     ax.set_ylabel("time per iteration (ms)")
-    ax.set_title(title or "iteration time breakdown")
+    ax.set_title(plain_text(title or "iteration time breakdown"))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -24,6 +24,7 @@ import torch
 from torch.distributed import rpc
 
 from ..errors import DdlsimError
+from ..safe_io import write_text_file
 from .recorder import RankRecorder, now_ns
 
 _QUEUE: "queue.Queue[Any]" = queue.Queue()
@@ -154,7 +155,7 @@ def _run_scaling(connections: list[int], requests: int, request_bytes: int, out:
                                                "request_bytes": request_bytes})
         write_event_log(log, job_dir / "events.parquet")
         table = request_table(log)
-        table.to_csv(job_dir / "requests.csv", index=False)
+        write_text_file(job_dir / "requests.csv", table.to_csv(index=False))
         total_ns = int((table.t0 + table.latency_ns).max() - table.t0.min())
         row = {"connections": c, "requests": len(table), "server_us": float(table.server_ns.mean()) / 1e3,
                "queue_us": float(table.queue_ns.mean()) / 1e3, "proc_us": float(table.proc_ns.mean()) / 1e3,
@@ -163,8 +164,8 @@ def _run_scaling(connections: list[int], requests: int, request_bytes: int, out:
         if on_done is not None:
             on_done(row)
     summary = pd.DataFrame(rows)
-    summary.to_csv(out / "scaling.csv", index=False)
+    write_text_file(out / "scaling.csv", summary.to_csv(index=False))
     fit = {"model": "server_us = a + b * connections", **fit_line(summary.connections, summary.server_us),
            "requests": requests, "request_bytes": request_bytes}
-    (out / "fit.json").write_text(json.dumps(fit, indent=2) + "\n", encoding="utf-8")
+    write_text_file(out / "fit.json", json.dumps(fit, indent=2) + "\n")
     return {"table": summary, "fit": fit}

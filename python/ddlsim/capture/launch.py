@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Optional, Sequence
 
 from ..errors import DdlsimError
+from ..safe_io import write_text_file
 
 JOBS = {
     "ddp": "ddlsim.capture.ddp:run_rank",
@@ -130,10 +131,10 @@ def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *
     config_path = out / "job.json"
     try:
         (out / "logs").mkdir(parents=True, exist_ok=True)
-        config_path.write_text(json.dumps({"job": job, "world_size": world_size, **config}, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:  # not a CaptureError: the job did not start, there is no partial trace to merge
         raise DdlsimError(f"--out {out}: cannot write the capture there ({exc.strerror or exc}); "
                           "choose a writable directory") from None
+    write_text_file(config_path, json.dumps({"job": job, "world_size": world_size, **config}, indent=2) + "\n")
     port = free_port()
     procs: list[subprocess.Popen] = []
     logs = []

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from ..errors import DdlsimError
+from ..safe_io import check_directory_target
 
 _SUBDIRS = re.compile(r"^(logs|c\d+)$")  # c<C>: one connection-scaling run
 _OWN_NAMES = {"job.json", "events.parquet", "scaling.csv", "fit.json", "requests.csv"}
@@ -137,8 +138,7 @@ class CaptureDir:
 def check_out_dir(out: Path) -> list[Path]:
     """Refuses (one-line :class:`DdlsimError`) an `out` that is no directory or cannot be written, without
     writing anything; returns the directories that are missing, innermost first."""
-    if out.exists() and not out.is_dir():
-        raise DdlsimError(f"--out {out} is a file; give a directory for the capture (it is created if missing)")
+    check_directory_target(out)  # a file, device, FIFO or socket there is refused, never replaced
     missing = []
     probe = out
     while not probe.exists() and not probe.is_symlink() and probe.parent != probe:

@@ -290,44 +290,43 @@ def analyze_to_directory(analysis: Analysis, directory: Path, *, compare: Analys
 def run_analyze(log_path: Path, *, compare_path: Path | None, report: Path | None, out_dir: Path | None, as_json: bool,
                 t_window_ns: int, switch_memory_bytes: int, console: Any, table_format: str = "both",
                 stream: bool | None = None, iteration: int | None = None) -> dict[str, Any]:
-    """The `ddlsim analyze` command: read, analyse, write (atomically), print.
+    """The `ddlsim analyze` command: read, analyse, write (atomically, by the rules of
+    :mod:`ddlsim.safe_io`: never over a directory, a device or the logs read), print.
     ``stream``: None streams Parquet logs above ``STREAM_ABOVE_ROWS`` rows."""
-    import os
-    import shutil
-    import tempfile
-
     from ..analyze.streaming import open_analysis
-    from ..output import staged_directory
+    from ..safe_io import atomic_file, check_directory_target, check_file_target, staged_directory
+    from ..trace.parquet import with_side_tables
 
     if table_format not in TABLE_FORMATS:
         from ..errors import DdlsimError
 
         raise DdlsimError(f"--format {table_format}: choose one of {', '.join(TABLE_FORMATS)}")
+    inputs = with_side_tables(log_path, compare_path)
+    # refused before the analysis, not after it
+    if out_dir is not None:
+        check_directory_target(out_dir)
+    if report is not None:
+        check_file_target(report, inputs=inputs, option="--report", example="report.html")
     analysis = open_analysis(log_path, stream=stream, iteration=iteration)
     other = open_analysis(compare_path, stream=stream) if compare_path is not None else None
     result: dict[str, Any]
     if out_dir is not None:
-        with staged_directory(out_dir) as stage:
-            report_name = report.name if report is not None and report.parent.resolve() == Path(out_dir).resolve() else None
+        report_inside = report is not None and report.parent.resolve() == Path(out_dir).resolve()
+        with staged_directory(out_dir, inputs=inputs) as stage:
             result = analyze_to_directory(analysis, stage, compare=other, t_window_ns=t_window_ns,
-                                          switch_memory_bytes=switch_memory_bytes, report_name=report_name or "report.html",
+                                          switch_memory_bytes=switch_memory_bytes,
+                                          report_name=report.name if report_inside else "report.html",
                                           table_format=table_format)
         result["out"] = str(out_dir)
-        if report is not None and report.parent.resolve() != Path(out_dir).resolve():
-            _place(Path(out_dir) / "report.html", report, copy=True)
+        if report is not None and not report_inside:
+            with atomic_file(report, inputs=inputs, option="--report", make_parent=True) as temporary:
+                temporary.write_bytes((Path(out_dir) / "report.html").read_bytes())
     else:
-        headline = None
         if report is not None:
-            parent = report.parent if str(report.parent) else Path(".")
-            parent.mkdir(parents=True, exist_ok=True)
-            scratch = Path(tempfile.mkdtemp(prefix=".ddlsim-report-", dir=parent))
-            try:
-                result = analyze_to_directory(analysis, scratch, compare=other, t_window_ns=t_window_ns,
-                                              switch_memory_bytes=switch_memory_bytes, report_name="report.html",
+            with atomic_file(report, inputs=inputs, option="--report", make_parent=True) as temporary:
+                result = analyze_to_directory(analysis, temporary.parent, compare=other, t_window_ns=t_window_ns,
+                                              switch_memory_bytes=switch_memory_bytes, report_name=temporary.name,
                                               write_tables=False)
-                os.replace(scratch / "report.html", report)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
         else:
             headline = analysis.headline(t_window_ns, switch_memory_bytes)
             if other is not None:
@@ -350,23 +349,6 @@ def run_analyze(log_path: Path, *, compare_path: Path | None, report: Path | Non
         if report is not None:
             console.print(f"report: {report}")
     return result
-
-
-def _place(source: Path, target: Path, copy: bool = False) -> None:
-    import os
-    import shutil
-    import tempfile
-
-    parent = target.parent if str(target.parent) else Path(".")
-    parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ddlsim-", dir=parent)
-    os.close(fd)
-    try:
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def print_headline(headline: dict[str, Any], console: Any) -> None:

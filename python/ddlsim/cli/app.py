@@ -153,6 +153,10 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
                          force: bool, quiet: bool, recorded: Optional[tuple[str, float, str]] = None) -> None:
     """Runs `run()` (a simulation) under the budget and progress bar, then prints or writes it;
     `recorded`: (log, iteration time, how it was averaged) of a replayed run, printed beside the replay."""
+    if out_dir is not None:
+        from ..safe_io import check_directory_target
+
+        check_directory_target(out_dir)  # refused before the run, not after it
     budget_bytes = None
     if max_memory is not None:
         from ..units import parse_size_bytes
@@ -316,7 +320,7 @@ def export(
     if fmt.strip().lower() == "events":
         raise DdlsimError("--format events: the input is already an event log; use `ddlsim convert` to copy it")
     notes: list[str] = []
-    written = convert_trace(events, out_path, from_format="events", to_format=fmt, notes=notes)
+    written = convert_trace(events, out_path, from_format="events", to_format=fmt, notes=notes, option="--out")
     out.print(f"wrote {out_path}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
     for note in notes:  # the Perfetto trace's size bound, as simulate applies it
         err.print(f"warning: {note}", highlight=False, markup=False)
@@ -405,6 +409,10 @@ def fit(
         min_bytes = parse_size_bytes(min_size)
     except ValueError as exc:
         raise DdlsimError(f"--min-size: {exc}") from None
+    if out_path is not None:
+        from ..safe_io import check_file_target
+
+        check_file_target(out_path, inputs=tables, example="cost.json")
     model = fit_tables(tables, workers or [], algorithm, gamma, time_unit.strip().lower(), min_bytes)
     if out_path is not None:
         model.save(out_path)
@@ -482,6 +490,10 @@ def plan(
     if len(partition_sizes) != 1:
         raise DdlsimError(f"--partition {partition!r}: give one size, e.g. 4MB")
     cm = CostModel.load(cost_model) if cost_model is not None else None
+    if out_path is not None:
+        from ..safe_io import check_file_target
+
+        check_file_target(out_path, inputs=[scenario, profile, cost_model], example="plan.json")  # before the simulations
     overrides = {
         "model": model, "profile": str(profile.resolve()) if profile else None, "workers": workers,
         "bandwidth": bandwidth, "latency": latency, "algorithm": algorithm, "network": network,
@@ -552,10 +564,19 @@ app.add_typer(capture_app, name="capture")
 def main() -> None:
     from .progress import CAPTURE_GRACE_MS, GRACE_MS, Interrupted, install_signal_handlers
 
+    from ..safe_io import GuardedStream
+
     words = [a for a in sys.argv[1:] if not a.startswith("-")]
     install_signal_handlers(CAPTURE_GRACE_MS if words[:1] == ["capture"] else GRACE_MS)
+    real_stdout = sys.stdout
+    sys.stdout = guard = GuardedStream(real_stdout)  # a failed write to it becomes one line (_stdout_failed)
     try:
-        app()
+        try:
+            app()
+        except SystemExit as exc:
+            if not isinstance(exc, Interrupted):
+                sys.stdout.flush()  # a full or closed standard output shows here at the latest, not at the interpreter's exit
+            raise
     except Interrupted as exc:
         err.print("interrupted" if exc.code == 130 else "terminated", "(partial outputs removed)", highlight=False)
         # Scratch directories are gone (unwinding ran their clean-up); skip the
@@ -566,6 +587,24 @@ def main() -> None:
     except DdlsimError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except OSError as exc:
+        _stdout_failed(exc, guard)
+        raise
+    finally:
+        sys.stdout = real_stdout
+
+
+def _stdout_failed(exc: OSError, guard) -> None:
+    """A failed write to standard output (`ddlsim models > /dev/full`): one line on stderr, status 2."""
+    from ..safe_io import silence_stdout, stdout_failure
+
+    message = stdout_failure(exc, guard)
+    if message is None:
+        return
+    sys.stdout = guard._stream
+    silence_stdout()
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

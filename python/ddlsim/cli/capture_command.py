@@ -39,9 +39,14 @@ def merge(
 
     from ..capture.ddp_merge import SIDECAR_SUFFIX, merge_ddp
     from ..capture.merge import merge_capture
+    from ..capture.recorder import FILE_SUFFIX
     from ..errors import DdlsimError
+    from ..safe_io import check_file_target
     from ..trace import write_event_log
 
+    target = out_path or capture_dir / "events.parquet"
+    read = [*capture_dir.glob(f"*{FILE_SUFFIX}"), *capture_dir.glob(f"*{SIDECAR_SUFFIX}"), config or capture_dir / "job.json"]
+    check_file_target(target, inputs=read)  # never a directory, a device or the files merged
     job_file = config or capture_dir / "job.json"
     if config is not None and not config.is_file():
         raise DdlsimError(f"--config {config}: no such file; give the job.json the ranks were started with")
@@ -57,7 +62,6 @@ def merge(
         log = merge_capture(capture_dir, metadata=metadata(ps_config(**{k: v for k, v in job.items() if k not in ("job", "world_size")})))
     else:
         log = merge_capture(capture_dir)
-    target = out_path or capture_dir / "events.parquet"
     write_event_log(log, target)
     flag = f"; partial ranks {log.metadata['partial_ranks']}" if log.metadata.get("partial") else ""
     out.print(f"wrote {target}: {log.table.num_rows} rows from {len(log.metadata['ranks'])} ranks{flag}", highlight=False)

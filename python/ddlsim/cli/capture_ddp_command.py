@@ -35,8 +35,9 @@ def ddp(
         raise DdlsimError("ddlsim capture needs PyTorch, which is not installed; pip install ddlsim[capture]")
     if workers < 1:
         raise DdlsimError(f"--workers must be at least 1, got {workers}")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise DdlsimError(f"--out {out_dir} is a file; give a directory for the capture (it is created if missing)")
+    from ..safe_io import check_directory_target
+
+    check_directory_target(out_dir)
     if timeout <= 0:
         raise DdlsimError(f"--timeout must be positive, got {timeout}")
     config = {"model": model, "iterations": iterations, "batch_size": batch_size, "image_size": image_size,

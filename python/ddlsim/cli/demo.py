@@ -22,6 +22,9 @@ DEMO_SCENARIOS = {
 
 
 def run_demo(out_dir: Path, console: Console) -> dict[str, dict]:
+    from ..safe_io import check_directory_target
+
+    check_directory_target(out_dir)  # refused before the simulations, not after them
     base = dict(model="resnet50", workers=8, bandwidth="10Gbps", latency="10us", iterations=3)
     results = {}
     with console.status("simulating…"):

@@ -33,6 +33,9 @@ def network_operator(
 
     if jobs < 1:
         raise DdlsimError(f"--jobs {jobs}: give at least 1")
+    from ..safe_io import check_directory_target
+
+    check_directory_target(out_dir)  # before the simulations, not after them
     selected = parse_only(only)
     with SweepProgress(err, enabled=err.is_terminal and not quiet) as progress:
         result = reproduce_network_operator(only=selected, quick=quick, cache_dir=cache, jobs=jobs, on_progress=progress)

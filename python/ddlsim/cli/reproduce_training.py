@@ -62,11 +62,10 @@ def print_table(name: str, frame, keys: tuple[str, ...], console) -> None:
 def _run(paper: str, reproduce: Callable, out_dir: Path, quick: bool, quiet: bool) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..errors import DdlsimError
     from ..reproduce.training_common import write_reproduction
+    from ..safe_io import check_directory_target
 
-    if out_dir.exists() and not out_dir.is_dir():  # before minutes of simulation, not after
-        raise DdlsimError(f"--out {out_dir}: exists and is not a directory; choose another --out")
+    check_directory_target(out_dir)  # before minutes of simulation, not after
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=real_console(err), transient=True, disable=quiet or not err.is_terminal)
     with bar:

@@ -21,8 +21,6 @@ what-if selects by) stay as they are.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,11 +84,15 @@ def write_profile(model_name: str, directory: Path) -> str:
     name = f"{model_name}-table3-{digest}.csv"
     path = directory / name
     if not path.is_file():
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".csv", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        from ..errors import DdlsimError
+        from ..safe_io import write_text_file
+
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DdlsimError(f"{directory}: cannot write the results cache ({exc.strerror or exc}); "
+                              "choose another --cache") from None
+        write_text_file(path, text, option="--cache")
     return name
 
 

@@ -19,6 +19,7 @@ def figure_for(name: str, frame: Any, caption: str, quick: bool = False):
     import matplotlib.pyplot as plt
 
     from ..analyze.figures import mark_coincident
+    from ..analyze.plot_text import plain_text
 
     x = next(c for c in frame.columns if c in X_LABELS)
     speedup = x in ("modules_added", "conv_speedup")
@@ -28,7 +29,7 @@ def figure_for(name: str, frame: Any, caption: str, quick: bool = False):
         if speedup and mechanism == "baseline":
             continue
         rows = rows.sort_values(x)
-        ax.plot(rows[x], rows[y], marker="o", label=LABELS.get(mechanism, mechanism))
+        ax.plot(rows[x], rows[y], marker="o", label=plain_text(LABELS.get(mechanism, mechanism)))
     ax.set_xlabel(X_LABELS[x])
     ax.set_ylabel("speedup over the baseline PS (x)" if speedup else "iteration time (s)")
     if not speedup:
@@ -45,7 +46,7 @@ def figure_for(name: str, frame: Any, caption: str, quick: bool = False):
         ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
         ax.set_xticks(sorted(frame[x].unique()))
         ax.xaxis.set_minor_formatter(FormatStrFormatter(""))
-    ax.set_title(f"ddlsim: {caption}" + (" (quick subset)" if quick else ""), fontsize=10)
+    ax.set_title(plain_text(f"ddlsim: {caption}" + (" (quick subset)" if quick else "")), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     mark_coincident(ax)
     ax.legend(fontsize=8)

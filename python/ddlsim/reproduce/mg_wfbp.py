@@ -173,6 +173,7 @@ def fig9_figure(frame: "pd.DataFrame"):
     import matplotlib.pyplot as plt
 
     from ..analyze.figures import mark_coincident
+    from ..analyze.plot_text import plain_text
 
     labels = {name: label for name, _, label in MODELS}
     styles = {"wfbp": ("WFBP (per layer)", "#4C72B0", "o"), "wfbp-per-tensor": ("WFBP (per tensor)", "#8C8C8C", "x"),
@@ -193,7 +194,7 @@ def fig9_figure(frame: "pd.DataFrame"):
         ax.set_yscale("log", base=2)
         ax.set_xlabel("nodes (one K80 each)")
         ax.set_ylabel("speedup over one K80")
-        ax.set_title(f"{labels.get(model, model)}, 10GbE, alpha = {ALPHA_NS / 1e3:g} us", fontsize=9)
+        ax.set_title(f"{plain_text(labels.get(model, model))}, 10GbE, alpha = {ALPHA_NS / 1e3:g} us", fontsize=9)
         ax.grid(alpha=0.3)
         mark_coincident(ax)
         ax.legend(fontsize=7)

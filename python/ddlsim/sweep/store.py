@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -97,15 +96,14 @@ class ResultStore:
             return None  # a damaged entry is simulated again and overwritten
 
     def put(self, key: str, summary: dict[str, Any]) -> None:
+        from ..safe_io import write_text_file
+
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(summary, fh, sort_keys=True)
-            os.replace(tmp, path)
         except OSError as exc:
             raise DdlsimError(f"{path.parent}: cannot write the results cache ({exc.strerror or exc}); choose another --cache") from None
+        write_text_file(path, json.dumps(summary, sort_keys=True), option="--cache")  # atomic; never over a non-file
 
     def __len__(self) -> int:
         return sum(1 for _ in (self.directory / "runs").glob("*/*.json")) if (self.directory / "runs").is_dir() else 0

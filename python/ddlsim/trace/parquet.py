@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -36,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import TraceError
+from ..safe_io import atomic_file
 from .schema import (
     DEPS_TYPE,
     METADATA_KEY,
@@ -49,44 +49,33 @@ from .schema import (
     validate_event_log,
 )
 
-_NEW_FILE_MODE = 0o644
 
 
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; move it onto ``path`` on success.
 
-    The temporary file lives in the same directory so that ``os.replace`` is
-    an atomic rename. If the body raises, the temporary file is removed and
-    ``path`` is left exactly as it was.
+    :func:`ddlsim.safe_io.atomic_file` with :class:`TraceError`: the target
+    must be a regular file or absent (never a directory, device or FIFO); if
+    the body raises, the temporary file is removed and ``path`` is left
+    exactly as it was.
     """
-    target = Path(path)
-    directory = target.parent
-    if not directory.is_dir():
-        raise TraceError(f"cannot write {target}: directory {directory} does not exist")
-    try:
-        handle, temporary_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as err:
-        raise TraceError(f"cannot write {target}: {err.strerror or err}") from None
-    os.close(handle)
-    temporary = Path(temporary_name)
-    try:
+    with atomic_file(path, error=TraceError) as temporary:
         yield temporary
-        _flush_to_disk(temporary)
-        # mkstemp creates the file private (0600); give it a normal mode.
-        mode = target.stat().st_mode & 0o7777 if target.exists() else _NEW_FILE_MODE
-        os.chmod(temporary, mode)
-        os.replace(temporary, target)
-    except BaseException as err:
-        temporary.unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise TraceError(f"cannot write {target}: {err.strerror or err}") from err
-        raise
 
 
-def _flush_to_disk(path: Path) -> None:
-    with open(path, "rb+") as stream:
-        os.fsync(stream.fileno())
+def with_side_tables(*paths: str | os.PathLike[str] | None) -> list[Path]:
+    """``paths`` and, for each events file among them, its side tables: the
+    files a command reading them depends on (an output must be none of them)."""
+    files = []
+    for path in paths:
+        if path is None:
+            continue
+        path = Path(path)
+        files.append(path)
+        if path.name.endswith(".parquet"):
+            files += side_table_paths(path).values()
+    return files
 
 
 def _metadata_json(metadata: Mapping[str, Any] | None, path: Path) -> str:
