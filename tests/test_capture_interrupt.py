@@ -289,7 +289,7 @@ def test_own_file_names():
 def test_an_out_that_is_a_file_is_refused(tmp_path):
     target = tmp_path / "f"
     target.write_text("keep")
-    with pytest.raises(DdlsimError, match=r"--out .*f is a file"):
+    with pytest.raises(DdlsimError, match=r"--out .*f: exists and is not a directory \(it is a file\)"):
         with capture_dir(target):
             pass
     assert target.read_text() == "keep"
