@@ -2,22 +2,22 @@
 //! (time, insertion sequence), so that simultaneous events run in the order
 //! they were scheduled and every run is reproducible bit for bit.
 
-use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 /// Simulated time in nanoseconds.
 pub type Time = u64;
 
+/// A queued event; `key` is `time << 64 | seq`, so one integer comparison
+/// orders entries by time, then by insertion.
 #[derive(Debug)]
 struct Entry<E> {
-    time: Time,
-    seq: u64,
+    key: u128,
     event: E,
 }
 
 impl<E> PartialEq for Entry<E> {
     fn eq(&self, other: &Self) -> bool {
-        self.time == other.time && self.seq == other.seq
+        self.key == other.key
     }
 }
 impl<E> Eq for Entry<E> {}
@@ -27,15 +27,17 @@ impl<E> PartialOrd for Entry<E> {
     }
 }
 impl<E> Ord for Entry<E> {
+    #[inline]
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.time, self.seq).cmp(&(other.time, other.seq))
+        // Reversed: BinaryHeap is a max-heap, the queue pops the smallest key.
+        other.key.cmp(&self.key)
     }
 }
 
 /// Min-queue of events keyed by (time, seq).
 #[derive(Debug)]
 pub struct EventQueue<E> {
-    heap: BinaryHeap<Reverse<Entry<E>>>,
+    heap: BinaryHeap<Entry<E>>,
     next_seq: u64,
     now: Time,
     popped: u64,
@@ -75,15 +77,16 @@ impl<E> EventQueue<E> {
         debug_assert!(time >= self.now, "event scheduled in the past");
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.heap.push(Reverse(Entry { time, seq, event }));
+        self.heap.push(Entry { key: (time as u128) << 64 | seq as u128, event });
     }
 
     /// Pops the earliest event and advances the clock to it.
     pub fn pop(&mut self) -> Option<(Time, E)> {
-        let Reverse(entry) = self.heap.pop()?;
-        self.now = entry.time;
+        let entry = self.heap.pop()?;
+        let time = (entry.key >> 64) as Time;
+        self.now = time;
         self.popped += 1;
-        Some((entry.time, entry.event))
+        Some((time, entry.event))
     }
 }
 

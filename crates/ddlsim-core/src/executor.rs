@@ -1009,8 +1009,8 @@ impl<'g> Executor<'g> {
         let mut actions = self.action_pool.pop().unwrap_or_default();
         live.machine.delivered(now, f.tag, recv_row, &mut actions);
         self.apply(c, actions, now, recv_row)?;
-        // The sender may now be idle between sends: a chunk boundary.
-        if stream != NO_STREAM {
+        // The sender may now be idle between sends: a chunk boundary (a FIFO stream neither preempts nor yields).
+        if stream != NO_STREAM && self.graph.streams[stream as usize].policy != PolicyKind::Fifo {
             if self.streams[stream as usize].idle_between_sends(f.op) {
                 self.maybe_preempt_idle(stream as usize, f.op, now, recv_row)?;
             }
@@ -1074,7 +1074,7 @@ impl<'g> Executor<'g> {
                 Action::Done { member } | Action::DoneAt { member, .. } | Action::Wake { member, .. } => member,
             };
             let op = self.collectives[c].as_ref().expect("collective live").ops[member as usize];
-            if let Some(held) = self.parked.get_mut(&op) {
+            if let Some(held) = if self.parked.is_empty() { None } else { self.parked.get_mut(&op) } {
                 match action {
                     Action::Send { .. } => {
                         debug_assert!(held.is_none(), "a parked member holds one send at most");
@@ -1097,9 +1097,11 @@ impl<'g> Executor<'g> {
                     if s != NO_STREAM {
                         let st = &self.streams[s as usize];
                         let Action::Send { step, .. } = action else { unreachable!() };
-                        let at_boundary = !self.graph.preempt_at_messages
-                            || self.collectives[c].as_ref().is_some_and(|live| live.machine.starts_message(step));
-                        if at_boundary && st.policy.preempts() && st.policy.peek_priority().is_some_and(|p| p < o.priority) {
+                        // A FIFO stream never preempts: no boundary to look for.
+                        let at_boundary = preempts(self.graph.streams[s as usize].policy)
+                            && (!self.graph.preempt_at_messages
+                                || self.collectives[c].as_ref().is_some_and(|live| live.machine.starts_message(step)));
+                        if at_boundary && st.policy.peek_priority().is_some_and(|p| p < o.priority) {
                             self.park(s as usize, op, Some(Held { collective: c as u32, action }));
                             self.run_next(s as usize, now, trigger)?;
                             continue;
@@ -1302,6 +1304,12 @@ impl<'g> Executor<'g> {
             flows: network.take_flows(),
         }
     }
+}
+
+/// Whether a stream of this policy preempts (what its [`StreamPolicy::preempts`] says, without the call).
+#[inline]
+fn preempts(policy: PolicyKind) -> bool {
+    matches!(policy, PolicyKind::Priority { preempt: true })
 }
 
 fn stream_index(stream: u32) -> i32 {

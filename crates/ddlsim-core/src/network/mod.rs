@@ -84,7 +84,7 @@ pub fn build_network(spec: &NetworkSpec, host_of_rank: &[u32]) -> Result<Box<dyn
     let topo = Topology::new(spec, host_of_rank)?;
     let common = Common::new(spec.record_flows);
     Ok(match spec.fidelity {
-        Fidelity::Analytic => Box::new(Analytic { topo, routes: HashMap::default(), paths: Vec::new(), scratch: Path::default(), common }),
+        Fidelity::Analytic => Box::new(Analytic::new(topo, common)),
         Fidelity::Flow => Box::new(Flow { net: FlowNetwork::new(topo), common, out: Vec::new(), cancelled: Vec::new(), done: Vec::new() }),
     })
 }
@@ -184,6 +184,38 @@ struct Analytic {
     paths: Vec<Path>,
     scratch: Path,
     common: Common,
+    /// Per sender rank: the receiver and path index of its last transfer
+    /// (a collective's member sends to the same peer step after step), so
+    /// most transfers skip the route map.
+    last_route: Vec<(u32, u32)>,
+}
+
+impl Analytic {
+    fn new(topo: Topology, common: Common) -> Self {
+        let last_route = vec![(u32::MAX, 0); topo.ranks() as usize];
+        Analytic { topo, routes: HashMap::default(), paths: Vec::new(), scratch: Path::default(), common, last_route }
+    }
+
+    /// Index into `paths` of the route from `src` to `dst` (both checked ranks).
+    #[inline]
+    fn path_index(&mut self, src: u32, dst: u32) -> u32 {
+        let (last_dst, last_path) = self.last_route[src as usize];
+        if last_dst == dst {
+            return last_path;
+        }
+        let key = self.topo.route_key(src, dst);
+        let index = match self.routes.get(&key) {
+            Some(&i) => i,
+            None => {
+                self.topo.route_into(src, dst, &mut self.scratch);
+                self.paths.push(self.scratch.clone());
+                self.routes.insert(key, self.paths.len() as u32 - 1);
+                self.paths.len() as u32 - 1
+            }
+        };
+        self.last_route[src as usize] = (dst, index);
+        index
+    }
 }
 
 impl NetworkModel for Analytic {
@@ -192,16 +224,7 @@ impl NetworkModel for Analytic {
     }
     fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), String> {
         self.common.check(&req, self.topo.ranks())?;
-        let key = self.topo.route_key(req.src, req.dst);
-        let index = match self.routes.get(&key) {
-            Some(&i) => i,
-            None => {
-                self.topo.route_into(req.src, req.dst, &mut self.scratch);
-                self.paths.push(self.scratch.clone());
-                self.routes.insert(key, self.paths.len() as u32 - 1);
-                self.paths.len() as u32 - 1
-            }
-        };
+        let index = self.path_index(req.src, req.dst);
         let path = &self.paths[index as usize];
         let tx_end = path.transmit_ns(req.bytes).and_then(|tx| at(now, tx).ok()).ok_or_else(|| too_long(req.bytes))?;
         let delivered = at(tx_end, path.latency)?;
