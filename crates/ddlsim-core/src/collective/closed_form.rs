@@ -9,8 +9,11 @@
 //! are logged and no bytes cross the network model.
 //!
 //! Exact (equal to the step-by-step simulation at analytic fidelity) when
-//! - the network is idle apart from this collective, or at analytic
-//!   fidelity, where transfers never contend anyway;
+//! - no two transfers want the same link at once: the network is idle
+//!   apart from this collective and every rank has a NIC of its own (the
+//!   analytic model serialises a link's transfers, so the hierarchical
+//!   ring's ranks sharing a host, which share its NIC, take longer than
+//!   this closed form: it is then a lower bound);
 //! - every transfer of a stage takes the same time: the chunk sizes divide
 //!   evenly (otherwise each stage is charged its largest chunk, an upper
 //!   bound within 1 ns per stage);
