@@ -97,12 +97,14 @@ def test_closed_form_mode_needs_analytic_and_no_preemption():
                          "strategy": {"kind": "ring", "stream_policy": "priority", "preemption": "chunk"}})
 
 
-def test_hierarchical_ring_over_real_intra_host_links_equals_its_closed_form():
-    # intra-host transfers go over the per-rank NVLink-class ports, inter-host ones over the NIC
+def test_hierarchical_ring_over_real_intra_host_links_is_bounded_by_its_closed_form():
+    # intra-host transfers go over the per-rank NVLink-class ports, inter-host ones over the NIC;
+    # the 8 inter-host rings of a host share its NIC, which the analytic links serialise and the
+    # closed form does not see: the closed form is a lower bound
     kw = dict(model="resnet50", workers=32, iterations=1, algorithm="hierarchical-ring", ranks_per_host=8, network="analytic")
     steps = ddlsim.simulate(collective_model="steps", **kw)
     closed = ddlsim.simulate(collective_model="closed-form", **kw)
-    assert steps.events.column("end_ns").max() == closed.events.column("end_ns").max()
+    assert steps.events.column("end_ns").max() >= closed.events.column("end_ns").max()
     flat = ddlsim.simulate(**{**kw, "algorithm": "ring"})
     assert steps.iteration_time_s < flat.iteration_time_s
 
