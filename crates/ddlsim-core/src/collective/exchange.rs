@@ -206,11 +206,27 @@ impl<P: Plan> Exchange<P> {
     }
 
     /// Completes as many stages of `m` as are done, issuing sends on the way.
+    /// Inlined check first: a member whose current stage still waits for its
+    /// send's delivery or for its receipt has nothing to do.
+    #[inline(always)]
     fn advance(&mut self, now: Time, m: u32, out: &mut Vec<Action>) {
-        let mu = m as usize;
         if self.joined < self.plan.members() {
             return;
         }
+        let me = &self.members[m as usize];
+        if me.stage >= self.stages {
+            return;
+        }
+        let st = &me.current;
+        let send_pending = st.send.is_some() && (!me.sent || !me.send_done);
+        if (st.send.is_some() && me.sent && !me.send_done) || (!send_pending && st.recv.is_some() && me.stage >= me.recv_upto) {
+            return;
+        }
+        self.advance_stages(now, m, out)
+    }
+
+    fn advance_stages(&mut self, now: Time, m: u32, out: &mut Vec<Action>) {
+        let mu = m as usize;
         loop {
             let me = &self.members[mu];
             let s = me.stage;
