@@ -1110,7 +1110,13 @@ impl<'g> Executor<'g> {
                     self.issue(c, action, now, NO_CAUSE)?;
                 }
                 Action::Done { .. } => self.finish_op(op, now)?,
-                Action::DoneAt { at, .. } => self.queue.push(at, Event::OpDone(op)),
+                Action::DoneAt { at, sent, received, .. } => {
+                    // Closed-form mode: the member's schedule's bytes, counted as the steps would be.
+                    let rank = self.graph.ops[op as usize].rank as usize;
+                    self.bytes_sent[rank] += sent;
+                    self.bytes_received[rank] += received;
+                    self.queue.push(at, Event::OpDone(op))
+                }
                 Action::Wake { at, tag, bytes, causes, .. } => {
                     let wake = PendingWake { collective: c as u32, member, tag, bytes, start: now, causes };
                     let slot = store_in_slot(&mut self.wakes, &mut self.free_wakes, wake);

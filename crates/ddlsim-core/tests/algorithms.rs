@@ -494,3 +494,78 @@ fn a_binary_tree_parent_reduces_each_child_before_taking_the_next() {
     assert_eq!(makespan, root_done);
     assert_eq!(*ends.iter().max().unwrap() as u64, root_done);
 }
+
+/// Per-rank (bytes sent, bytes received) of one collective, step by step or in closed form.
+fn collective_bytes(algorithm: Algorithm, n: u32, bytes: u64, chunk: u64, hosts: &[u32], network: &NetworkSpec, closed: bool) -> (Vec<u64>, Vec<u64>) {
+    let mut g = Graph::new();
+    g.host_of_rank = hosts.to_vec();
+    if closed {
+        g.closed_form = Some(LinkCost::of_network(network).unwrap());
+    }
+    let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: (0..n).collect(), bytes, chunk_bytes: chunk, gamma_ns_per_byte: 0.0 });
+    let name = g.op_name("allreduce");
+    for m in 0..n {
+        let mut op = Op::new(Kind::Collective, name, m);
+        op.collective = c;
+        op.member = m;
+        op.bytes = bytes;
+        g.add(op, &[]);
+    }
+    let out = run_graph(&g, network, TraceDetail::Collective).unwrap();
+    (out.bytes_sent, out.bytes_received)
+}
+
+#[test]
+fn closed_form_mode_counts_the_bytes_the_steps_move() {
+    // Per rank, equal to the step-by-step run; in all, the algorithm's wire
+    // bytes on paper (`wire_bytes`). Before, closed-form runs counted 0 B.
+    let network = star(Fidelity::Analytic, 50);
+    for algorithm in Algorithm::ALL {
+        for n in [1u32, 2, 3, 4, 6, 7, 8, 12] {
+            for m in [1u64, 999, 100_003] {
+                let l = if algorithm == Algorithm::HierarchicalRing && n % 2 == 0 { 2 } else { 1 };
+                let hosts: Vec<u32> = (0..n).map(|r| r / l).collect();
+                let chunks: &[u64] = if algorithm == Algorithm::Ring { &[0, 300, 1_000] } else { &[0] };
+                for &chunk in chunks {
+                    let closed = collective_bytes(algorithm, n, m, chunk, &hosts, &network, true);
+                    let steps = collective_bytes(algorithm, n, m, chunk, &hosts, &network, false);
+                    assert_eq!(closed, steps, "{algorithm:?} n={n} M={m} chunk={chunk}");
+                    let total: u64 = closed.0.iter().sum();
+                    assert_eq!(total, closed.1.iter().sum::<u64>());
+                    assert_eq!(total, wire_bytes(algorithm, n, m, l), "{algorithm:?} n={n} M={m} L={l}");
+                }
+            }
+        }
+    }
+    // Ring on paper per rank: 2 (N-1) M/N when N divides M.
+    let (sent, received) = collective_bytes(Algorithm::Ring, 6, 6_000, 0, &[], &network, true);
+    assert!(sent.iter().chain(&received).all(|&b| b == 2 * 5 * 1_000), "{sent:?} {received:?}");
+}
+
+#[test]
+fn a_closed_form_time_past_64_bits_is_an_error_not_a_wrapped_time() {
+    // 2^60 bytes at 1 bit/s: each transfer is past the clock limit, and
+    // 2 (N-1) of them overflow 64 bits (wrapping gave a tiny time before).
+    let network = net(Fidelity::Analytic, 1.0, 0);
+    for algorithm in [Algorithm::Ring, Algorithm::Direct, Algorithm::HalvingDoubling, Algorithm::BinaryTree, Algorithm::HierarchicalRing] {
+        let mut g = Graph::new();
+        g.closed_form = Some(LinkCost::of_network(&network).unwrap());
+        let c = g.add_collective(CollectiveSpec {
+            algorithm,
+            coll_type: CollectiveType::AllReduce,
+            members: (0..5).collect(),
+            bytes: 1 << 60,
+            chunk_bytes: 0,
+            gamma_ns_per_byte: 0.0,
+        });
+        let name = g.op_name("allreduce");
+        for m in 0..5 {
+            let mut op = Op::new(Kind::Collective, name, m);
+            op.collective = c;
+            op.member = m;
+            g.add(op, &[]);
+        }
+        let err = run_graph(&g, &network, TraceDetail::Collective).err().unwrap_or_else(|| panic!("{algorithm:?}: no error"));
+        assert!(err.contains("would pass"), "{algorithm:?}: {err}");
+    }
+}
