@@ -373,9 +373,9 @@ where
 
 /// A training graph is built by our own lowering, so a run that fails on it
 /// is a bug (RuntimeError), except for times and sizes beyond the engine's
-/// range, which are the scenario's (ValueError).
+/// range and allocations the machine cannot make, which are the scenario's (ValueError).
 fn training_run_error(message: String) -> PyErr {
-    if message.contains("would overflow") || message.contains("would pass") {
+    if message.contains("would overflow") || message.contains("would pass") || message.starts_with("out of memory") {
         PyValueError::new_err(message)
     } else {
         PyRuntimeError::new_err(message)

@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::collective::{joined_op, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
 use crate::engine::{EventQueue, Time};
 use crate::graph::{FanKind, Graph, Kind, PolicyKind, NO_STREAM};
-use crate::log::{EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
+use crate::log::{try_filled, EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
 use crate::network::{innet, Delivery, FlowRecord, NetworkModel, Scheduler, TransferRequest};
 use crate::stream::{new_policy, QueueKey, StreamPolicy};
 
@@ -321,14 +321,20 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
         graph,
         succ_offsets,
         succ,
-        waiting_deps: (0..n as u32).map(|i| graph.deps(i).len() as u32).collect(),
-        ready: vec![UNSET; n],
-        start: vec![UNSET; n],
-        end: vec![UNSET; n],
-        stream_dep: vec![-1; n],
-        recv_row: vec![-1; n],
-        tx_end: vec![0; n],
-        message_of: vec![-1; n],
+        waiting_deps: {
+            let mut w = try_filled(n, 0u32, "operation table")?;
+            for (i, d) in w.iter_mut().enumerate() {
+                *d = graph.deps(i as u32).len() as u32;
+            }
+            w
+        },
+        ready: try_filled(n, UNSET, "operation table")?,
+        start: try_filled(n, UNSET, "operation table")?,
+        end: try_filled(n, UNSET, "operation table")?,
+        stream_dep: try_filled(n, -1, "operation table")?,
+        recv_row: try_filled(n, -1, "operation table")?,
+        tx_end: try_filled(n, 0, "operation table")?,
+        message_of: try_filled(n, -1, "operation table")?,
         streams: graph.streams.iter().map(|s| StreamState { policy: new_policy(s.policy), running: Vec::new(), running_bytes: 0, credit: s.credit }).collect(),
         parked: HashMap::default(),
         parked_in: vec![0; graph.collectives.len()],
@@ -437,7 +443,7 @@ pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: Trac
             op.rank
         ));
     }
-    Ok(ex.into_output(op_names))
+    ex.into_output(op_names)
 }
 
 /// Priority streams without preemption schedule collectives as Horovod's
@@ -968,6 +974,7 @@ impl<'g> Executor<'g> {
         }
         let mut recv_row = NO_CAUSE;
         if self.detail == TraceDetail::Step {
+            self.step_log.try_make_room(2, 64)?;
             recv_row = self.new_row();
             let send = Row {
                 id: f.row,
@@ -1002,7 +1009,7 @@ impl<'g> Executor<'g> {
                 end: now,
                 ..send
             };
-            self.push_step_row(send, &f.causes);
+            self.push_step_row(send, &f.causes)?;
             self.step_log.push(recv, [f.row]);
         }
         let live = self.collectives[c].as_mut().expect("collective live while steps fly");
@@ -1022,7 +1029,7 @@ impl<'g> Executor<'g> {
     }
 
     /// Logs a step-level row whose deps are `causes` expanded (joins into what made the op start), sorted, unique.
-    fn push_step_row(&mut self, row: Row, causes: &[Cause]) {
+    fn push_step_row(&mut self, row: Row, causes: &[Cause]) -> Result<(), String> {
         let mut deps = std::mem::take(&mut self.cause_scratch);
         deps.clear();
         for &cause in causes {
@@ -1030,8 +1037,12 @@ impl<'g> Executor<'g> {
         }
         deps.sort_unstable();
         deps.dedup();
-        self.step_log.push(row, deps.iter().copied());
+        let room = self.step_log.try_make_room(2, deps.len() + 1);
+        if room.is_ok() {
+            self.step_log.push(row, deps.iter().copied());
+        }
         self.cause_scratch = deps;
+        room
     }
 
     /// A row id as is; a join as the recorded deps of the joining op.
@@ -1139,6 +1150,7 @@ impl<'g> Executor<'g> {
         let mut row = NO_CAUSE;
         if self.detail == TraceDetail::Step {
             // The reduction, as a compute row on the member's rank: the next step waits for it.
+            self.step_log.try_make_room(1, 64)?;
             row = self.new_row();
             let o = &self.graph.ops[op as usize];
             let reduce = Row {
@@ -1163,7 +1175,7 @@ impl<'g> Executor<'g> {
                 start: w.start,
                 end: now,
             };
-            self.push_step_row(reduce, &w.causes);
+            self.push_step_row(reduce, &w.causes)?;
         }
         let mut actions = self.action_pool.pop().unwrap_or_default();
         self.collectives[c].as_mut().expect("live").machine.woke(now, w.member, w.tag, row, &mut actions);
@@ -1206,10 +1218,13 @@ impl<'g> Executor<'g> {
         self.start_transfer(now, src, dst, bytes, band, tenant, message, Owner::Step(slot))
     }
 
-    fn into_output(mut self, op_names: Vec<String>) -> RunOutput {
+    fn into_output(mut self, op_names: Vec<String>) -> Result<RunOutput, String> {
         let g = self.graph;
         // The graph's rows go after the logged steps (ids, not positions, identify rows): no copy of the steps.
         let mut log = std::mem::take(&mut self.step_log);
+        // Every op's row and a transfer's recv row; deps: the graph's edges and a stream cause each, and more
+        // room is made (fallibly) as rows go in.
+        log.try_make_room(2 * g.ops.len(), g.dep_ids().len() + 2 * g.ops.len())?;
         let mut deps = Vec::new();
         for (i, op) in g.ops.iter().enumerate() {
             let kind = match op.kind {
@@ -1249,6 +1264,8 @@ impl<'g> Executor<'g> {
                 deps.dedup();
             }
             let fan = self.fan_of[i];
+            let fan_ops = if fan == NO_FAN { 0 } else { g.fans[fan as usize].ops.len() };
+            log.try_make_room(2, deps.len() + fan_ops + 1)?;
             let (recv_id, tx_end, end) = (self.recv_row[i], self.tx_end[i], self.end[i]);
             let fan_recv = |row: Row| Row {
                 id: recv_id,
@@ -1298,7 +1315,7 @@ impl<'g> Executor<'g> {
         }
         let makespan = self.end.iter().copied().max().unwrap_or(0);
         let mut network = self.network;
-        RunOutput {
+        Ok(RunOutput {
             log,
             op_names,
             events: self.queue.processed(),
@@ -1308,7 +1325,7 @@ impl<'g> Executor<'g> {
             bytes_received: self.bytes_received,
             makespan,
             flows: network.take_flows(),
-        }
+        })
     }
 }
 
