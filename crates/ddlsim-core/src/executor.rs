@@ -1222,9 +1222,10 @@ impl<'g> Executor<'g> {
         let g = self.graph;
         // The graph's rows go after the logged steps (ids, not positions, identify rows): no copy of the steps.
         let mut log = std::mem::take(&mut self.step_log);
-        // Every op's row and a transfer's recv row; deps: the graph's edges and a stream cause each, and more
-        // room is made (fallibly) as rows go in.
-        log.try_make_room(2 * g.ops.len(), g.dep_ids().len() + 2 * g.ops.len())?;
+        // Every op's row and a transfer's recv row (exactly, no doubling); deps: the graph's edges and a
+        // stream cause each; more room is made (fallibly) if rows need more.
+        let transfers = g.ops.iter().filter(|o| o.kind == Kind::Transfer).count();
+        log.try_reserve_exact(g.ops.len() + transfers, g.dep_ids().len() + g.ops.len() + transfers)?;
         let mut deps = Vec::new();
         for (i, op) in g.ops.iter().enumerate() {
             let kind = match op.kind {

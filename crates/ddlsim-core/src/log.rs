@@ -145,6 +145,17 @@ impl EventLog {
         Ok(())
     }
 
+    /// [`EventLog::try_make_room`] for exactly `rows` rows and `deps` dependencies more (no doubling).
+    pub fn try_reserve_exact(&mut self, rows: usize, deps: usize) -> Result<(), String> {
+        let row_bytes = 8 * 9 + 4 * 11 + 1;
+        let fail = |_| out_of_memory(rows.saturating_mul(row_bytes), "event log");
+        macro_rules! grow {
+            ($($col:ident),*) => { $( self.$col.try_reserve_exact(rows).map_err(fail)?; )* };
+        }
+        grow!(id, iteration, rank, kind, op, layer, tensor, group, peer, message, bytes, priority, tenant, collective, step, rpc, stream, ready_ns, start_ns, end_ns, dep_offsets);
+        self.deps.try_reserve_exact(deps).map_err(|_| out_of_memory(deps.saturating_mul(8), "event log dependencies"))
+    }
+
     pub fn deps_of(&self, row: usize) -> &[i64] {
         &self.deps[self.dep_offsets[row] as usize..self.dep_offsets[row + 1] as usize]
     }
