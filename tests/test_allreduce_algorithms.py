@@ -97,20 +97,28 @@ def test_closed_form_mode_needs_analytic_and_no_preemption():
                          "strategy": {"kind": "ring", "stream_policy": "priority", "preemption": "chunk"}})
 
 
-def test_hierarchical_ring_over_real_intra_host_links_equals_its_closed_form():
-    # intra-host transfers go over the per-rank NVLink-class ports, inter-host ones over the NIC
+def test_hierarchical_ring_over_real_intra_host_links_is_bounded_by_its_closed_form():
+    # intra-host transfers go over the per-rank NVLink-class ports, inter-host ones over the NIC;
+    # the 8 inter-host rings of a host share its NIC, which the analytic links serialise and the
+    # closed form does not see: the closed form is a lower bound
     kw = dict(model="resnet50", workers=32, iterations=1, algorithm="hierarchical-ring", ranks_per_host=8, network="analytic")
     steps = ddlsim.simulate(collective_model="steps", **kw)
     closed = ddlsim.simulate(collective_model="closed-form", **kw)
-    assert steps.events.column("end_ns").max() == closed.events.column("end_ns").max()
+    assert steps.events.column("end_ns").max() >= closed.events.column("end_ns").max()
     flat = ddlsim.simulate(**{**kw, "algorithm": "ring"})
     assert steps.iteration_time_s < flat.iteration_time_s
 
 
-def test_closed_form_mode_says_that_it_counts_no_bytes():
-    r = ddlsim.simulate(model="lenet5", workers=4, iterations=1, network="analytic", collective_model="closed-form")
-    assert r.summary()["bytes_sent_per_worker_per_iteration"] == 0
-    assert any("bytes sent are not counted" in n for n in r.notes)
+@pytest.mark.parametrize("algorithm", ["ring", "halving-doubling", "double-binary-tree", "direct"])
+def test_closed_form_mode_counts_the_bytes_the_steps_send(algorithm):
+    # Before, closed-form runs reported 0 bytes sent.
+    kw = dict(model="lenet5", workers=4, iterations=1, network="analytic", algorithm=algorithm)
+    closed = ddlsim.simulate(collective_model="closed-form", **kw)
+    steps = ddlsim.simulate(collective_model="steps", **kw)
+    assert closed.stats["bytes_sent"] == steps.stats["bytes_sent"]
+    assert closed.stats["bytes_received"] == steps.stats["bytes_received"]
+    assert closed.summary()["bytes_sent_per_worker_per_iteration"] > 0
+    assert not any("not counted" in n for n in closed.notes)
 
 
 def test_closed_form_collectives_with_a_parameter_server_are_refused_naming_both():

@@ -2,7 +2,7 @@
 //! (the Python benchmark's case without Python): one group per tensor,
 //! 10 Gbit/s, 10 us.
 //!
-//!     cargo run --release -p ddlsim-core --example ring_bench -- [workers] [reps]
+//!     cargo run --release -p ddlsim-core --example ring_bench -- [workers] [reps] [flow|analytic]
 
 use std::time::Instant;
 
@@ -14,6 +14,11 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let workers: u32 = args.get(1).map_or(256, |a| a.parse().expect("workers"));
     let reps: u32 = args.get(2).map_or(3, |a| a.parse().expect("reps"));
+    let fidelity = match args.get(3).map_or("flow", |a| a.as_str()) {
+        "flow" => Fidelity::Flow,
+        "analytic" => Fidelity::Analytic,
+        other => panic!("fidelity must be flow or analytic, got {other}"),
+    };
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../python/ddlsim/data/models/resnet50.json");
     let model: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).expect("model file")).expect("json");
     let mut layers = Vec::new();
@@ -32,7 +37,7 @@ fn main() {
     }
     let spec = TrainingSpec { seed: 1, ..TrainingSpec::new(workers, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }, layers, groups) };
     let net = NetworkSpec {
-        fidelity: Fidelity::Flow,
+        fidelity,
         bandwidth_bps: 10e9,
         latency_ns: 10_000,
         topology: TopologySpec::Star,

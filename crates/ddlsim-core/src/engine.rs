@@ -2,7 +2,6 @@
 //! (time, insertion sequence), so that simultaneous events run in the order
 //! they were scheduled and every run is reproducible bit for bit.
 
-use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::error::Error;
@@ -19,16 +18,17 @@ pub fn later(now: Time, by: u64) -> Result<Time, Error> {
     now.checked_add(by).filter(|&t| t <= MAX_TIME).ok_or_else(|| Error::out_of_range(format!("simulated time would overflow: {now} ns + {by} ns is beyond {MAX_TIME} ns")))
 }
 
+/// A queued event; `key` is `time << 64 | seq`, so one integer comparison
+/// orders entries by time, then by insertion.
 #[derive(Debug)]
 struct Entry<E> {
-    time: Time,
-    seq: u64,
+    key: u128,
     event: E,
 }
 
 impl<E> PartialEq for Entry<E> {
     fn eq(&self, other: &Self) -> bool {
-        self.time == other.time && self.seq == other.seq
+        self.key == other.key
     }
 }
 impl<E> Eq for Entry<E> {}
@@ -38,15 +38,17 @@ impl<E> PartialOrd for Entry<E> {
     }
 }
 impl<E> Ord for Entry<E> {
+    #[inline]
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.time, self.seq).cmp(&(other.time, other.seq))
+        // Reversed: BinaryHeap is a max-heap, the queue pops the smallest key.
+        other.key.cmp(&self.key)
     }
 }
 
 /// Min-queue of events keyed by (time, seq).
 #[derive(Debug)]
 pub struct EventQueue<E> {
-    heap: BinaryHeap<Reverse<Entry<E>>>,
+    heap: BinaryHeap<Entry<E>>,
     next_seq: u64,
     now: Time,
     popped: u64,
@@ -86,20 +88,21 @@ impl<E> EventQueue<E> {
         debug_assert!(time >= self.now, "event scheduled in the past");
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.heap.push(Reverse(Entry { time, seq, event }));
+        self.heap.push(Entry { key: (time as u128) << 64 | seq as u128, event });
     }
 
     /// Time of the earliest event, without popping it.
     pub fn peek_time(&self) -> Option<Time> {
-        self.heap.peek().map(|Reverse(e)| e.time)
+        self.heap.peek().map(|e| (e.key >> 64) as Time)
     }
 
     /// Pops the earliest event and advances the clock to it.
     pub fn pop(&mut self) -> Option<(Time, E)> {
-        let Reverse(entry) = self.heap.pop()?;
-        self.now = entry.time;
+        let entry = self.heap.pop()?;
+        let time = (entry.key >> 64) as Time;
+        self.now = time;
         self.popped += 1;
-        Some((entry.time, entry.event))
+        Some((time, entry.event))
     }
 }
 

@@ -17,8 +17,8 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::collective::{joined_op, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
 use crate::engine::{later, EventQueue, Time};
 use crate::error::{Error, ErrorKind};
-use crate::graph::{FanKind, Graph, Kind, NO_STREAM};
-use crate::log::{EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
+use crate::graph::{FanKind, Graph, Kind, PolicyKind, NO_STREAM};
+use crate::log::{try_filled, EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
 use crate::network::{Delivery, FanEnd, FlowRecord, NetworkModel, Scheduler, TransferRequest};
 use crate::stream::{new_policy, Item, Negotiation, QueueKey, StreamPolicy, WaitingMember};
 
@@ -347,7 +347,10 @@ impl<'g> Executor<'g> {
                 })
                 .collect(),
         );
-        let mut waiting_deps: Vec<u32> = (0..n as u32).map(|i| graph.deps(i).len() as u32).collect();
+        let mut waiting_deps = try_filled(n, 0u32, "operation table")?;
+        for (i, d) in waiting_deps.iter_mut().enumerate() {
+            *d = graph.deps(i as u32).len() as u32;
+        }
         let mut releases = BinaryHeap::new();
         for &(op, t) in &graph.releases {
             waiting_deps[op as usize] += 1;
@@ -359,13 +362,13 @@ impl<'g> Executor<'g> {
             succ_offsets,
             succ,
             waiting_deps,
-            ready: vec![UNSET; n],
-            start: vec![UNSET; n],
-            end: vec![UNSET; n],
-            stream_dep: vec![-1; n],
-            recv_row: vec![-1; n],
-            tx_end: vec![0; n],
-            message_of: vec![-1; n],
+            ready: try_filled(n, UNSET, "operation table")?,
+            start: try_filled(n, UNSET, "operation table")?,
+            end: try_filled(n, UNSET, "operation table")?,
+            stream_dep: try_filled(n, -1, "operation table")?,
+            recv_row: try_filled(n, -1, "operation table")?,
+            tx_end: try_filled(n, 0, "operation table")?,
+            message_of: try_filled(n, -1, "operation table")?,
             streams,
             parked: HashMap::default(),
             parked_in: vec![0; graph.collectives.len()],
@@ -430,7 +433,8 @@ impl<'g> Executor<'g> {
                 self.due_releases(limit)?;
             }
             match self.queue.peek_time() {
-                Some(t) if t < limit => {}
+                // Time::MAX: every event (a saturated time past the clock limit too, refused below).
+                Some(t) if t < limit || limit == Time::MAX => {}
                 _ => break,
             }
             let Some((now, event)) = self.queue.pop() else { break };
@@ -530,7 +534,7 @@ impl<'g> Executor<'g> {
         if self.row_base != n as i64 {
             self.renumber_rows(n as i64);
         }
-        Ok(self.into_output(names))
+        self.into_output(names)
     }
 
     /// Rows made past the graph's ops were numbered from `row_base`: from `first` instead.
@@ -1070,6 +1074,7 @@ impl<'g> Executor<'g> {
         }
         let mut recv_row = NO_CAUSE;
         if self.detail == TraceDetail::Step {
+            self.step_log.try_make_room(2, 64)?;
             recv_row = self.new_row();
             let send = Row {
                 id: f.row,
@@ -1104,15 +1109,15 @@ impl<'g> Executor<'g> {
                 end: now,
                 ..send
             };
-            self.push_step_row(send, &f.causes);
+            self.push_step_row(send, &f.causes)?;
             self.step_log.push(recv, [f.row]);
         }
         let live = self.collectives[c].as_mut().expect("collective live while steps fly");
         let mut actions = self.action_pool.pop().unwrap_or_default();
         live.machine.delivered(now, f.tag, recv_row, &mut actions);
         self.apply(c, actions, now, recv_row)?;
-        // The sender may now be idle between sends: a chunk boundary.
-        if stream != NO_STREAM {
+        // The sender may now be idle between sends: a chunk boundary (a FIFO stream neither preempts nor yields).
+        if stream != NO_STREAM && self.graph.streams[stream as usize].policy != PolicyKind::Fifo {
             if self.streams[stream as usize].idle_between_sends(f.op) {
                 self.maybe_preempt_idle(stream as usize, f.op, now, recv_row)?;
             }
@@ -1124,7 +1129,7 @@ impl<'g> Executor<'g> {
     }
 
     /// Logs a step-level row whose deps are `causes` expanded (joins into what made the op start), sorted, unique.
-    fn push_step_row(&mut self, row: Row, causes: &[Cause]) {
+    fn push_step_row(&mut self, row: Row, causes: &[Cause]) -> Result<(), Error> {
         let mut deps = std::mem::take(&mut self.cause_scratch);
         deps.clear();
         for &cause in causes {
@@ -1132,8 +1137,12 @@ impl<'g> Executor<'g> {
         }
         deps.sort_unstable();
         deps.dedup();
-        self.step_log.push(row, deps.iter().copied());
+        let room = self.step_log.try_make_room(2, deps.len() + 1);
+        if room.is_ok() {
+            self.step_log.push(row, deps.iter().copied());
+        }
         self.cause_scratch = deps;
+        room
     }
 
     /// A row id as is; a join as the recorded deps of the joining op.
@@ -1176,7 +1185,7 @@ impl<'g> Executor<'g> {
                 Action::Done { member } | Action::DoneAt { member, .. } | Action::Wake { member, .. } => member,
             };
             let op = self.collectives[c].as_ref().expect("collective live").ops[member as usize];
-            if let Some(held) = self.parked.get_mut(&op) {
+            if let Some(held) = if self.parked.is_empty() { None } else { self.parked.get_mut(&op) } {
                 match action {
                     Action::Send { .. } => {
                         debug_assert!(held.is_none(), "a parked member holds one send at most");
@@ -1199,9 +1208,11 @@ impl<'g> Executor<'g> {
                     if s != NO_STREAM {
                         let st = &self.streams[s as usize];
                         let Action::Send { step, .. } = action else { unreachable!() };
-                        let at_boundary = !self.graph.preempt_at_messages
-                            || self.collectives[c].as_ref().is_some_and(|live| live.machine.starts_message(step));
-                        if at_boundary && st.policy.preempts() && st.policy.peek_priority().is_some_and(|p| p < o.priority) {
+                        // A FIFO stream never preempts: no boundary to look for.
+                        let at_boundary = preempts(self.graph.streams[s as usize].policy)
+                            && (!self.graph.preempt_at_messages
+                                || self.collectives[c].as_ref().is_some_and(|live| live.machine.starts_message(step)));
+                        if at_boundary && st.policy.peek_priority().is_some_and(|p| p < o.priority) {
                             self.park(s as usize, op, Some(Held { collective: c as u32, action }));
                             self.run_next(s as usize, now, trigger)?;
                             continue;
@@ -1210,7 +1221,13 @@ impl<'g> Executor<'g> {
                     self.issue(c, action, now, NO_CAUSE)?;
                 }
                 Action::Done { .. } => self.finish_op(op, now)?,
-                Action::DoneAt { at, .. } => self.queue.push(at, Event::OpDone(op)),
+                Action::DoneAt { at, sent, received, .. } => {
+                    // Closed-form mode: the member's schedule's bytes, counted as the steps would be.
+                    let rank = self.graph.ops[op as usize].rank as usize;
+                    self.bytes_sent[rank] += sent;
+                    self.bytes_received[rank] += received;
+                    self.queue.push(at, Event::OpDone(op))
+                }
                 Action::Wake { at, tag, bytes, causes, .. } => {
                     let wake = PendingWake { collective: c as u32, member, tag, bytes, start: now, causes };
                     let slot = store_in_slot(&mut self.wakes, &mut self.free_wakes, wake);
@@ -1233,6 +1250,7 @@ impl<'g> Executor<'g> {
         let mut row = NO_CAUSE;
         if self.detail == TraceDetail::Step {
             // The reduction, as a compute row on the member's rank: the next step waits for it.
+            self.step_log.try_make_room(1, 64)?;
             row = self.new_row();
             let o = &self.graph.ops[op as usize];
             let reduce = Row {
@@ -1257,7 +1275,7 @@ impl<'g> Executor<'g> {
                 start: w.start,
                 end: now,
             };
-            self.push_step_row(reduce, &w.causes);
+            self.push_step_row(reduce, &w.causes)?;
         }
         let mut actions = self.action_pool.pop().unwrap_or_default();
         self.collectives[c].as_mut().expect("live").machine.woke(now, w.member, w.tag, row, &mut actions);
@@ -1300,10 +1318,14 @@ impl<'g> Executor<'g> {
         self.start_transfer(now, src, dst, bytes, band, tenant, message, Owner::Step(slot))
     }
 
-    fn into_output(mut self, op_names: Vec<String>) -> RunOutput {
+    fn into_output(mut self, op_names: Vec<String>) -> Result<RunOutput, Error> {
         let g = self.graph;
         // The graph's rows go after the logged steps (ids, not positions, identify rows): no copy of the steps.
         let mut log = std::mem::take(&mut self.step_log);
+        // Every op's row and a transfer's recv row (exactly, no doubling); deps: the graph's edges and a
+        // stream cause each; more room is made (fallibly) if rows need more.
+        let transfers = g.ops.iter().filter(|o| o.kind == Kind::Transfer).count();
+        log.try_reserve_exact(g.ops.len() + transfers, g.dep_ids().len() + g.ops.len() + transfers)?;
         let mut deps = Vec::new();
         for (i, op) in g.ops.iter().enumerate() {
             let kind = match op.kind {
@@ -1343,6 +1365,8 @@ impl<'g> Executor<'g> {
                 deps.dedup();
             }
             let fan = self.fan_of[i];
+            let fan_ops = if fan == NO_FAN { 0 } else { g.fans[fan as usize].ops.len() };
+            log.try_make_room(2, deps.len() + fan_ops + 1)?;
             let (recv_id, tx_end, end) = (self.recv_row[i], self.tx_end[i], self.end[i]);
             let fan_recv = |row: Row| Row {
                 id: recv_id,
@@ -1392,7 +1416,7 @@ impl<'g> Executor<'g> {
         }
         let makespan = self.end.iter().copied().max().unwrap_or(0);
         let mut network = self.network;
-        RunOutput {
+        Ok(RunOutput {
             log,
             op_names,
             events: self.queue.processed(),
@@ -1402,8 +1426,14 @@ impl<'g> Executor<'g> {
             bytes_received: self.bytes_received,
             makespan,
             flows: network.take_flows(),
-        }
+        })
     }
+}
+
+/// Whether a stream of this policy preempts (what its [`StreamPolicy::preempts`] says, without the call).
+#[inline]
+fn preempts(policy: PolicyKind) -> bool {
+    matches!(policy, PolicyKind::Priority { preempt: true })
 }
 
 fn stream_index(stream: u32) -> i32 {

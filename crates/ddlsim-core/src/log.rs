@@ -4,6 +4,7 @@
 //! algorithm) are joined on in Python from the graph's tables.
 
 use crate::engine::Time;
+use crate::error::Error;
 
 /// The log's closed `kind` vocabulary, by code.
 pub const KIND_NAMES: [&str; 6] = ["compute", "send", "recv", "collective", "barrier", "marker"];
@@ -13,6 +14,23 @@ pub const KIND_RECV: u8 = 2;
 pub const KIND_COLLECTIVE: u8 = 3;
 pub const KIND_BARRIER: u8 = 4;
 pub const KIND_MARKER: u8 = 5;
+
+/// The error of an allocation the engine could not make (instead of aborting the process).
+pub fn out_of_memory(bytes: usize, what: &str) -> Error {
+    Error::memory(format!(
+        "out of memory: the engine could not allocate {} MiB more for the {what}; log collectives instead of their steps \
+         (trace detail collective), or simulate fewer iterations or workers",
+        bytes.div_ceil(1 << 20)
+    ))
+}
+
+/// `vec![value; n]` that reports a failed allocation as an error.
+pub fn try_filled<T: Clone>(n: usize, value: T, what: &str) -> Result<Vec<T>, Error> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| out_of_memory(n.saturating_mul(std::mem::size_of::<T>()), what))?;
+    v.resize(n, value);
+    Ok(v)
+}
 
 #[derive(Debug, Default, Clone)]
 pub struct EventLog {
@@ -104,6 +122,39 @@ impl EventLog {
         self.end_ns.push(row.end as i64);
         self.deps.extend(deps);
         self.dep_offsets.push(self.deps.len() as i64);
+    }
+
+    /// Makes room for `rows` more rows and `deps` more dependencies without
+    /// aborting on a failed allocation: grows every column (at least
+    /// doubling, so pushes stay amortised) with `try_reserve`, and reports a
+    /// failure as an error naming the size. Pushes that fit in the room made
+    /// never reallocate.
+    pub fn try_make_room(&mut self, rows: usize, deps: usize) -> Result<(), Error> {
+        if self.id.capacity() - self.id.len() < rows {
+            let more = rows.max(self.id.len()).max(1024);
+            let row_bytes = 8 * 9 + 4 * 11 + 1; // the row columns' element sizes
+            let fail = |_| out_of_memory(more.saturating_mul(row_bytes), "event log");
+            macro_rules! grow {
+                ($($col:ident),*) => { $( self.$col.try_reserve(more).map_err(fail)?; )* };
+            }
+            grow!(id, iteration, rank, kind, op, layer, tensor, group, peer, message, bytes, priority, tenant, collective, step, rpc, stream, ready_ns, start_ns, end_ns, dep_offsets);
+        }
+        if self.deps.capacity() - self.deps.len() < deps {
+            let more = deps.max(self.deps.len()).max(4096);
+            self.deps.try_reserve(more).map_err(|_| out_of_memory(more.saturating_mul(8), "event log dependencies"))?;
+        }
+        Ok(())
+    }
+
+    /// [`EventLog::try_make_room`] for exactly `rows` rows and `deps` dependencies more (no doubling).
+    pub fn try_reserve_exact(&mut self, rows: usize, deps: usize) -> Result<(), Error> {
+        let row_bytes = 8 * 9 + 4 * 11 + 1;
+        let fail = |_| out_of_memory(rows.saturating_mul(row_bytes), "event log");
+        macro_rules! grow {
+            ($($col:ident),*) => { $( self.$col.try_reserve_exact(rows).map_err(fail)?; )* };
+        }
+        grow!(id, iteration, rank, kind, op, layer, tensor, group, peer, message, bytes, priority, tenant, collective, step, rpc, stream, ready_ns, start_ns, end_ns, dep_offsets);
+        self.deps.try_reserve_exact(deps).map_err(|_| out_of_memory(deps.saturating_mul(8), "event log dependencies"))
     }
 
     pub fn deps_of(&self, row: usize) -> &[i64] {

@@ -200,7 +200,15 @@ fn unpartitioned_ring_is_unchanged_by_a_chunk_at_least_the_tensor() {
 
 #[test]
 fn hierarchical_ring_matches_the_2d_closed_form_under_analytic_fidelity() {
-    // 2 (L-1) (alpha + M/L beta) + 2 (H-1) (alpha + M/(L H) beta).
+    // 2 (L-1) (alpha + M/L beta) + 2 (H-1) (alpha + M/(L H) beta) when every
+    // rank has a NIC of its own (L = 1). With L ranks on a host, the intra
+    // phases use each rank's own intra-host ports, but the L inter-host rings
+    // share the host's NIC, which the analytic links serialise: the formula
+    // is then a lower bound, and so is the NIC's load, L ranks' 2 (H-1) M/(L H)
+    // bytes at 1 B/ns plus one latency. By hand, H = L = 2 (M = 3600, alpha =
+    // 250): intra reduce-scatter ends at 2050; the NIC serves ring 0's 900 B
+    // then ring 1's in each inter step (ends 5000 and 5900); the intra
+    // all-gather waits for the later member: 5900 + 1800 + 250 = 7950.
     for (h, l) in [(2u32, 2u32), (3, 2), (4, 4), (2, 8), (5, 3), (8, 1), (1, 6)] {
         let n = h * l;
         let (m, lat) = (n as u64 * 900, 250u64);
@@ -209,7 +217,15 @@ fn hierarchical_ring_matches_the_2d_closed_form_under_analytic_fidelity() {
         let (t, log) = run_one(Algorithm::HierarchicalRing, n, m, 0, &hosts, &star(Fidelity::Analytic, lat));
         let (hh, ll) = (h as u64, l as u64);
         let expected = 2 * (ll - 1) * (lat + m / ll) + 2 * (hh - 1) * (lat + m / (ll * hh));
-        assert_eq!(t, expected, "H={h} L={l}");
+        if l == 1 {
+            assert_eq!(t, expected, "H={h} L={l}");
+        } else {
+            let nic = ll * 2 * (hh - 1) * m / (ll * hh) + lat;
+            assert!(t >= expected.max(nic), "H={h} L={l}: {t} < max({expected}, {nic})");
+            if (h, l) == (2, 2) {
+                assert_eq!(t, 7950);
+            }
+        }
         // Structure: per rank, 2 (L-1) M/L bytes stay on the host, 2 (H-1) M/(L H) leave it.
         let steps = 2 * (l - 1) + 2 * (h - 1);
         for r in 0..n as i32 {
@@ -330,7 +346,12 @@ fn closed_form_mode_equals_the_step_by_step_run_on_an_idle_star() {
                         for gamma in [0.0, 0.37] {
                             let steps = member_ends_reducing(algorithm, n, bytes, chunk, &hosts, &network, false, gamma);
                             let closed = member_ends_reducing(algorithm, n, bytes, chunk, &hosts, &network, true, gamma);
-                            assert_eq!(closed, steps, "{algorithm:?} n={n} M={bytes} chunk={chunk} {bps} gamma={gamma}");
+                            if hosts.is_empty() {
+                                assert_eq!(closed, steps, "{algorithm:?} n={n} M={bytes} chunk={chunk} {bps} gamma={gamma}");
+                            } else {
+                                // Ranks sharing a host share its NIC, which the closed form ignores: a lower bound.
+                                assert!(closed.1 <= steps.1, "{algorithm:?} n={n} M={bytes} chunk={chunk} {bps} gamma={gamma}");
+                            }
                         }
                     }
                 }
@@ -388,8 +409,11 @@ fn training(workers: u32, algorithm: AlgorithmName, model: CollectiveModel) -> T
 
 #[test]
 fn closed_form_training_reproduces_every_op_end_at_analytic_fidelity() {
-    // Analytic transfers never contend, so per-collective exactness carries
-    // over to a whole training run with jitter and overlapping collectives.
+    // One rank per host: a rank's collectives run one at a time on its
+    // stream and every ring/tree/exchange step has links of its own, so
+    // per-collective exactness carries over to a whole training run with
+    // jitter. (Several ranks per host share the NIC, which the closed form
+    // does not see: there it is a lower bound.)
     let network = net(Fidelity::Analytic, 25e9, 5_000);
     for algorithm in AlgorithmName::ALL {
         if algorithm == AlgorithmName::DoubleBinaryTree {
@@ -398,6 +422,10 @@ fn closed_form_training_reproduces_every_op_end_at_analytic_fidelity() {
         for workers in [4u32, 6, 8] {
             let steps = simulate_training(&training(workers, algorithm, CollectiveModel::Steps), &network, TraceDetail::Collective).unwrap();
             let closed = simulate_training(&training(workers, algorithm, CollectiveModel::ClosedForm), &network, TraceDetail::Collective).unwrap();
+            if algorithm == AlgorithmName::HierarchicalRing {
+                assert!(closed.makespan <= steps.makespan, "{algorithm:?} {workers}");
+                continue;
+            }
             assert_eq!(closed.makespan, steps.makespan, "{algorithm:?} {workers}");
             let ends = |log: &EventLog| {
                 (0..log.len())
@@ -465,4 +493,79 @@ fn a_binary_tree_parent_reduces_each_child_before_taking_the_next() {
     let root_done = 2 * (u + r) + 2 * u;
     assert_eq!(makespan, root_done);
     assert_eq!(*ends.iter().max().unwrap() as u64, root_done);
+}
+
+/// Per-rank (bytes sent, bytes received) of one collective, step by step or in closed form.
+fn collective_bytes(algorithm: Algorithm, n: u32, bytes: u64, chunk: u64, hosts: &[u32], network: &NetworkSpec, closed: bool) -> (Vec<u64>, Vec<u64>) {
+    let mut g = Graph::new();
+    g.host_of_rank = hosts.to_vec();
+    if closed {
+        g.closed_form = Some(LinkCost::of_network(network).unwrap());
+    }
+    let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: (0..n).collect(), bytes, chunk_bytes: chunk, gamma_ns_per_byte: 0.0 });
+    let name = g.op_name("allreduce");
+    for m in 0..n {
+        let mut op = Op::new(Kind::Collective, name, m);
+        op.collective = c;
+        op.member = m;
+        op.bytes = bytes;
+        g.add(op, &[]);
+    }
+    let out = run_graph(&g, network, TraceDetail::Collective).unwrap();
+    (out.bytes_sent, out.bytes_received)
+}
+
+#[test]
+fn closed_form_mode_counts_the_bytes_the_steps_move() {
+    // Per rank, equal to the step-by-step run; in all, the algorithm's wire
+    // bytes on paper (`wire_bytes`). Before, closed-form runs counted 0 B.
+    let network = star(Fidelity::Analytic, 50);
+    for algorithm in Algorithm::ALL {
+        for n in [1u32, 2, 3, 4, 6, 7, 8, 12] {
+            for m in [1u64, 999, 100_003] {
+                let l = if algorithm == Algorithm::HierarchicalRing && n % 2 == 0 { 2 } else { 1 };
+                let hosts: Vec<u32> = (0..n).map(|r| r / l).collect();
+                let chunks: &[u64] = if algorithm == Algorithm::Ring { &[0, 300, 1_000] } else { &[0] };
+                for &chunk in chunks {
+                    let closed = collective_bytes(algorithm, n, m, chunk, &hosts, &network, true);
+                    let steps = collective_bytes(algorithm, n, m, chunk, &hosts, &network, false);
+                    assert_eq!(closed, steps, "{algorithm:?} n={n} M={m} chunk={chunk}");
+                    let total: u64 = closed.0.iter().sum();
+                    assert_eq!(total, closed.1.iter().sum::<u64>());
+                    assert_eq!(total, wire_bytes(algorithm, n, m, l), "{algorithm:?} n={n} M={m} L={l}");
+                }
+            }
+        }
+    }
+    // Ring on paper per rank: 2 (N-1) M/N when N divides M.
+    let (sent, received) = collective_bytes(Algorithm::Ring, 6, 6_000, 0, &[], &network, true);
+    assert!(sent.iter().chain(&received).all(|&b| b == 2 * 5 * 1_000), "{sent:?} {received:?}");
+}
+
+#[test]
+fn a_closed_form_time_past_64_bits_is_an_error_not_a_wrapped_time() {
+    // 2^60 bytes at 1 bit/s: each transfer is past the clock limit, and
+    // 2 (N-1) of them overflow 64 bits (wrapping gave a tiny time before).
+    let network = net(Fidelity::Analytic, 1.0, 0);
+    for algorithm in [Algorithm::Ring, Algorithm::Direct, Algorithm::HalvingDoubling, Algorithm::BinaryTree, Algorithm::HierarchicalRing] {
+        let mut g = Graph::new();
+        g.closed_form = Some(LinkCost::of_network(&network).unwrap());
+        let c = g.add_collective(CollectiveSpec {
+            algorithm,
+            coll_type: CollectiveType::AllReduce,
+            members: (0..5).collect(),
+            bytes: 1 << 60,
+            chunk_bytes: 0,
+            gamma_ns_per_byte: 0.0,
+        });
+        let name = g.op_name("allreduce");
+        for m in 0..5 {
+            let mut op = Op::new(Kind::Collective, name, m);
+            op.collective = c;
+            op.member = m;
+            g.add(op, &[]);
+        }
+        let err = run_graph(&g, &network, TraceDetail::Collective).err().unwrap_or_else(|| panic!("{algorithm:?}: no error"));
+        assert!(err.contains("would pass"), "{algorithm:?}: {err}");
+    }
 }

@@ -101,16 +101,21 @@ fn ps_incast_shares_the_server_downlink() {
 }
 
 #[test]
-fn analytic_mode_is_latency_plus_size_over_bandwidth_without_contention() {
+fn analytic_mode_serves_the_server_downlink_one_push_after_another() {
+    // The 16 pushes start together; the server's downlink is a FIFO server:
+    // the k-th ends its transmission at k M/B and arrives a latency later,
+    // so the last one arrives at N M/B + latency, as in the flow model.
     let (n, m, lat) = (16u32, 1_000_000u64, 10_000u64);
     let out = simulate_training(&one_group(SyncSpec::Ps { servers: 1 }, n, m), &net(Fidelity::Analytic, 10e9, lat), TraceDetail::Step).unwrap();
-    let sends = op_rows(&out.log, &out.op_names, "push_request", KIND_SEND);
-    for i in sends {
-        assert_eq!((out.log.end_ns[i] - out.log.start_ns[i]) as u64, m * 8 / 10);
-    }
-    for i in op_rows(&out.log, &out.op_names, "push_request", KIND_RECV) {
-        assert_eq!(out.log.end_ns[i] as u64, lat + m * 8 / 10);
-    }
+    let tx = m * 8 / 10; // ns at 10 Gbit/s
+    let mut sends: Vec<u64> = op_rows(&out.log, &out.op_names, "push_request", KIND_SEND).iter().map(|&i| out.log.end_ns[i] as u64).collect();
+    sends.sort_unstable();
+    assert_eq!(sends, (1..=n as u64).map(|k| k * tx).collect::<Vec<_>>());
+    let mut recvs: Vec<u64> = op_rows(&out.log, &out.op_names, "push_request", KIND_RECV).iter().map(|&i| out.log.end_ns[i] as u64).collect();
+    recvs.sort_unstable();
+    assert_eq!(recvs, (1..=n as u64).map(|k| k * tx + lat).collect::<Vec<_>>());
+    let update = op_rows(&out.log, &out.op_names, "update", 0)[0];
+    assert_eq!(out.log.ready_ns[update] as u64, n as u64 * tx + lat);
 }
 
 #[test]

@@ -124,8 +124,13 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
     groups = len(group_bytes)
     compute = 2 * layers * n
     if strategy.kind == "ps":
-        sync_ops = groups * (4 * n + 1)  # push, update, push ack, pull request, pull response
-        transfers = groups * 4 * n
+        # The lowering's messages: one per group, per server share with placement "split", each cut
+        # into chunk_bytes pieces (crates/ddlsim-core/src/lower/training.rs, ps_pieces).
+        pieces = sum(ps_piece_count(b, strategy.servers, strategy.placement == "split", strategy.chunk_bytes) for b in group_bytes)
+        updates = n if strategy.asynchronous else 1
+        sync_ops = pieces * (4 * n + updates)  # push, update(s), push ack, pull request, pull response
+        sync_ops += 1 if strategy.distribution != "immediate" and scenario.barrier else 0  # distribution's server barrier
+        transfers = pieces * 4 * n
         step_rows = transfers  # the recv row of each transfer op
     else:
         sync_ops = groups * n
@@ -143,6 +148,23 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
     events = int(iters * compute + transfers * per_transfer)
     memory = BASE_BYTES + rows * BYTES_PER_ROW
     return Estimate(ops=ops, transfers=transfers, events=events, log_rows=rows, memory_bytes=memory)
+
+
+def ps_piece_count(group_bytes: int, servers: int, split: bool, chunk_bytes: int) -> int:
+    """Messages a group of `group_bytes` travels as under PS, as the engine's
+    lowering cuts it (`ps_pieces`): one share per server with `split` (the
+    first `bytes % servers` one byte larger, empty shares dropped), else one,
+    each cut into messages of at most `chunk_bytes` (0: whole)."""
+    def messages(b: int) -> int:
+        return 1 if chunk_bytes <= 0 or b <= chunk_bytes else -(-b // chunk_bytes)
+
+    k = max(servers, 1)
+    if not split or k == 1:
+        return messages(group_bytes)
+    q, r = divmod(group_bytes, k)
+    if q == 0:
+        return r if r else 1  # r one-byte shares (or one empty message)
+    return r * messages(q + 1) + (k - r) * messages(q)
 
 
 def check(est: Estimate, scenario: Scenario, detail: str, control: Optional[RunControl] = None) -> None:

@@ -99,11 +99,6 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
             f"collective steps were simulated but not logged ({stats['transfers']:,} transfers); "
             "the log has one row per rank per all-reduce. Use --trace-detail step to log every step"
         )
-    if sc.network.collective_model == "closed-form" and sc.strategy.kind == "ring":
-        result.notes.append(
-            "closed-form collectives: each all-reduce is one computed duration, so no step goes through the "
-            "network and the bytes sent are not counted (0 B); use collective_model = \"steps\" for traffic figures"
-        )
     return result
 
 

@@ -6,11 +6,20 @@
 //! computed from the algorithm's schedule with every transfer of `b` bytes
 //! costing alpha + ceil(b * 8e9 / bandwidth) ns (the analytic network's
 //! cost, same rounding), where alpha is the end-to-end latency. No step rows
-//! are logged and no bytes cross the network model.
+//! are logged and no bytes cross the network model, but each member counts
+//! the bytes its schedule sends and receives ([`member_bytes`]), so a run's
+//! per-rank byte totals equal the step-by-step run's.
+//!
+//! Times are summed and multiplied with saturating arithmetic: a schedule
+//! whose time does not fit in 64 bits ends past the engine's clock limit,
+//! which the executor reports as an error (never a wrapped, small time).
 //!
 //! Exact (equal to the step-by-step simulation at analytic fidelity) when
-//! - the network is idle apart from this collective, or at analytic
-//!   fidelity, where transfers never contend anyway;
+//! - no two transfers want the same link at once: the network is idle
+//!   apart from this collective and every rank has a NIC of its own (the
+//!   analytic model serialises a link's transfers, so the hierarchical
+//!   ring's ranks sharing a host, which share its NIC, take longer than
+//!   this closed form: it is then a lower bound);
 //! - every transfer of a stage takes the same time: the chunk sizes divide
 //!   evenly (otherwise each stage is charged its largest chunk, an upper
 //!   bound within 1 ns per stage);
@@ -79,7 +88,10 @@ pub fn finish_offsets(algorithm: Algorithm, n: u32, bytes: u64, params: &Params,
     let g = |b: u64| reduce_ns(b, params.gamma_ns_per_byte);
     let max_chunk = |m: u64, parts: u32| chunk_bytes(m, parts, 0);
     // 2(p-1) transfers of a chunk, and p-1 reductions of one in the reduce-scatter half.
-    let ring = |m: u64, parts: u32| 2 * (parts as u64 - 1) * u(max_chunk(m, parts)) + (parts as u64 - 1) * g(max_chunk(m, parts));
+    let ring = |m: u64, parts: u32| {
+        let steps = parts as u64 - 1;
+        mul(2 * steps, u(max_chunk(m, parts))).saturating_add(mul(steps, g(max_chunk(m, parts))))
+    };
     match algorithm {
         Algorithm::Ring => {
             let plan = super::ring::RingPlan::partitioned(n, bytes, params.chunk_bytes);
@@ -88,7 +100,7 @@ pub fn finish_offsets(algorithm: Algorithm, n: u32, bytes: u64, params: &Params,
             let (big, small) = (plan.message_bytes(0), plan.message_bytes(s - 1));
             // The first M mod S messages are one byte larger.
             let big_count = if big == small { s as u64 } else { bytes % s as u64 };
-            vec![big_count * ring(big, n) + (s as u64 - big_count) * ring(small, n); nn]
+            vec![mul(big_count, ring(big, n)).saturating_add(mul(s as u64 - big_count, ring(small, n))); nn]
         }
         Algorithm::Direct => vec![ring(bytes, n); nn],
         Algorithm::RecursiveDoubling | Algorithm::Butterfly | Algorithm::HalvingDoubling => {
@@ -101,15 +113,15 @@ pub fn finish_offsets(algorithm: Algorithm, n: u32, bytes: u64, params: &Params,
                     .map(|j| {
                         let blocks = p >> (j + 1);
                         let moved = blocks * q + blocks.min(rem);
-                        2 * u(moved) + g(moved)
+                        mul(2, u(moved)).saturating_add(g(moved))
                     })
-                    .sum()
+                    .fold(0, Time::saturating_add)
             } else {
-                f.k as u64 * (whole + g(bytes))
+                mul(f.k as u64, whole.saturating_add(g(bytes)))
             };
             // The fold's receivers reduce the whole vector before the core starts.
-            let start = if f.r > 0 { whole + g(bytes) } else { 0 };
-            (0..n).map(|m| start + core + if m < 2 * f.r { whole } else { 0 }).collect()
+            let start = if f.r > 0 { whole.saturating_add(g(bytes)) } else { 0 };
+            (0..n).map(|m| start.saturating_add(core).saturating_add(if m < 2 * f.r { whole } else { 0 })).collect()
         }
         Algorithm::BinaryTree => tree_offsets(&TreePlan::new(n, bytes, Shape::InOrder), u(bytes), g(bytes)),
         Algorithm::DoubleBinaryTree => {
@@ -123,10 +135,92 @@ pub fn finish_offsets(algorithm: Algorithm, n: u32, bytes: u64, params: &Params,
             match plan.shape() {
                 None => vec![ring(bytes, n); nn],
                 Some((h, l)) => {
-                    let intra = 2 * (l as u64 - 1) * cost.intra_transfer(max_chunk(bytes, l)) + (l as u64 - 1) * g(max_chunk(bytes, l));
+                    let steps = l as u64 - 1;
+                    let intra = mul(2 * steps, cost.intra_transfer(max_chunk(bytes, l))).saturating_add(mul(steps, g(max_chunk(bytes, l))));
                     let inter = (0..l).map(|li| ring(chunk_bytes(bytes, l, li), h)).max().unwrap_or(0);
-                    vec![intra + inter; nn]
+                    vec![intra.saturating_add(inter); nn]
                 }
+            }
+        }
+    }
+}
+
+/// `a * b`, saturating: an overflowing time ends past the engine's limit (an error there).
+fn mul(a: u64, b: u64) -> u64 {
+    a.saturating_mul(b)
+}
+
+/// Bytes each member sends and receives in the algorithm's schedule (what
+/// the step-by-step machine hands to the network), as (sent, received).
+pub fn member_bytes(algorithm: Algorithm, n: u32, bytes: u64, params: &Params) -> (Vec<u64>, Vec<u64>) {
+    let nn = n as usize;
+    let (mut sent, mut received) = (vec![0u64; nn], vec![0u64; nn]);
+    if n <= 1 {
+        return (sent, received);
+    }
+    use super::{butterfly, direct, halving_doubling, hierarchical_ring, recursive_doubling};
+    match algorithm {
+        Algorithm::Ring => {
+            // Each message of M_q bytes: member i sends every chunk but (i+1) mod n in the
+            // reduce-scatter and every chunk but (i+2) mod n in the all-gather, and receives
+            // what its predecessor sends (O(n) per message size, not O(n^2) steps).
+            let plan = super::ring::RingPlan::partitioned(n, bytes, params.chunk_bytes);
+            let s = plan.messages() as u64;
+            let (big, small) = (plan.message_bytes(0), plan.message_bytes(plan.messages() - 1));
+            let big_count = if big == small { s } else { bytes % s };
+            for (m_q, count) in [(big, big_count), (small, s - big_count)] {
+                if count == 0 {
+                    continue;
+                }
+                for i in 0..n {
+                    let c = |k: u32| chunk_bytes(m_q, n, k % n);
+                    let out = mul(2, m_q) - c(i + 1) - c(i + 2);
+                    sent[i as usize] = sent[i as usize].saturating_add(mul(count, out));
+                    received[((i + 1) % n) as usize] = received[((i + 1) % n) as usize].saturating_add(mul(count, out));
+                }
+            }
+        }
+        Algorithm::HalvingDoubling => {
+            let p = halving_doubling::HalvingDoublingPlan::new(n, bytes);
+            walk(&p, &mut sent, &mut received);
+        }
+        Algorithm::RecursiveDoubling => {
+            let p = recursive_doubling::RecursiveDoublingPlan::new(n, bytes);
+            walk(&p, &mut sent, &mut received);
+        }
+        Algorithm::Butterfly => {
+            let p = butterfly::ButterflyPlan::new(n, bytes);
+            walk(&p, &mut sent, &mut received);
+        }
+        Algorithm::Direct => {
+            let p = direct::DirectPlan::new(n, bytes);
+            walk(&p, &mut sent, &mut received);
+        }
+        Algorithm::BinaryTree => {
+            let p = TreePlan::new(n, bytes, Shape::InOrder);
+            walk(&p, &mut sent, &mut received);
+        }
+        Algorithm::DoubleBinaryTree => {
+            let a = TreePlan::new(n, chunk_bytes(bytes, 2, 0), Shape::InOrder);
+            let b = TreePlan::new(n, chunk_bytes(bytes, 2, 1), Shape::Second);
+            walk(&a, &mut sent, &mut received);
+            walk(&b, &mut sent, &mut received);
+        }
+        Algorithm::HierarchicalRing => {
+            let p = hierarchical_ring::HierarchicalRingPlan::new(bytes, &params.hosts, n);
+            walk(&p, &mut sent, &mut received);
+        }
+    }
+    (sent, received)
+}
+
+/// Adds every send of `plan` to its sender's and its receiver's byte counts.
+fn walk<P: Plan>(plan: &P, sent: &mut [u64], received: &mut [u64]) {
+    for m in 0..plan.members() {
+        for s in 0..plan.stages() {
+            if let Some((to, b)) = plan.stage(m, s).send {
+                sent[m as usize] = sent[m as usize].saturating_add(b);
+                received[to as usize] = received[to as usize].saturating_add(b);
             }
         }
     }
@@ -147,7 +241,7 @@ fn tree_offsets(tree: &TreePlan, u: Time, reduce: Time) -> Vec<Time> {
     }
     let mut reduced = vec![0; n];
     for &v in order.iter().rev() {
-        reduced[v as usize] = tree.children(v).iter().fold(0, |t, &c| t.max(reduced[c as usize]) + u + reduce);
+        reduced[v as usize] = tree.children(v).iter().fold(0, |t: Time, &c| t.max(reduced[c as usize]).saturating_add(u).saturating_add(reduce));
     }
     let mut got = vec![0; n];
     got[root as usize] = reduced[root as usize];
@@ -155,9 +249,9 @@ fn tree_offsets(tree: &TreePlan, u: Time, reduce: Time) -> Vec<Time> {
     for &v in &order {
         let kids = tree.children(v);
         for (k, &c) in kids.iter().enumerate() {
-            got[c as usize] = got[v as usize] + (k as u64 + 1) * u;
+            got[c as usize] = got[v as usize].saturating_add(mul(k as u64 + 1, u));
         }
-        done[v as usize] = got[v as usize] + kids.len() as u64 * u;
+        done[v as usize] = got[v as usize].saturating_add(mul(kids.len() as u64, u));
     }
     done
 }
@@ -166,6 +260,9 @@ fn tree_offsets(tree: &TreePlan, u: Time, reduce: Time) -> Vec<Time> {
 /// finishes member m at launch + offsets[m].
 pub struct ClosedForm {
     offsets: Vec<Time>,
+    /// Per member: bytes its schedule sends and receives ([`member_bytes`]); empty: none counted.
+    sent: Vec<u64>,
+    received: Vec<u64>,
     joined_flags: Vec<bool>,
     joined: u32,
 }
@@ -173,7 +270,14 @@ pub struct ClosedForm {
 impl ClosedForm {
     pub fn new(offsets: Vec<Time>) -> Self {
         let n = offsets.len();
-        ClosedForm { offsets, joined_flags: vec![false; n], joined: 0 }
+        ClosedForm { offsets, sent: Vec::new(), received: Vec::new(), joined_flags: vec![false; n], joined: 0 }
+    }
+
+    /// Counts these bytes per member (reported with each member's end).
+    pub fn with_bytes(mut self, (sent, received): (Vec<u64>, Vec<u64>)) -> Self {
+        self.sent = sent;
+        self.received = received;
+        self
     }
 }
 
@@ -184,7 +288,8 @@ impl Collective for ClosedForm {
         self.joined += 1;
         if self.joined as usize == self.offsets.len() {
             for (m, &d) in self.offsets.iter().enumerate() {
-                out.push(Action::DoneAt { member: m as u32, at: now + d });
+                let (sent, received) = (self.sent.get(m).copied().unwrap_or(0), self.received.get(m).copied().unwrap_or(0));
+                out.push(Action::DoneAt { member: m as u32, at: now.saturating_add(d), sent, received });
             }
         }
     }

@@ -54,65 +54,88 @@ pub trait Plan {
     fn starts_message(&self, stage: u32) -> bool {
         stage == 0
     }
+    /// True if `member` receives in `stage` (what [`Plan::stage`] says; a
+    /// plan may answer faster).
+    #[inline]
+    fn receives(&self, member: u32, stage: u32) -> bool {
+        self.stage(member, stage).recv.is_some()
+    }
 }
 
 const NOT_JOINED: Time = Time::MAX;
 
+/// One member's state, kept together (one cache line pair per member on the hot path).
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    joined_at: Time,
+    /// When the member's current stage became possible (its previous one ended, or it joined).
+    ready_at: Time,
+    /// Receipts of stages `recv_upto..recv_upto + 64`, bit i for stage `recv_upto + i`.
+    recv_mask: u64,
+    send_cause: Cause,
+    prev_causes: [Cause; 2],
+    /// The row of the current stage's reduction (NO_CAUSE when steps are not logged).
+    reduce_cause: Cause,
+    /// `plan.stage(m, stage)` (computed once per stage).
+    current: Stage,
+    stage: u32,
+    /// Every stage below this one is received (or receives nothing).
+    recv_upto: u32,
+    sent: bool,
+    send_done: bool,
+    /// Reducing its current stage's receipt (a wake-up is due).
+    reducing: bool,
+    /// Its current stage's receipt is reduced.
+    reduced: bool,
+}
+
 pub struct Exchange<P: Plan> {
     plan: P,
     stages: u32,
-    joined_at: Vec<Time>,
-    /// The op id behind each member's join cause.
-    join_op: Vec<Cause>,
-    stage: Vec<u32>,
-    sent: Vec<bool>,
-    send_done: Vec<bool>,
-    send_cause: Vec<Cause>,
-    recv_upto: Vec<u32>,
-    recv_mask: Vec<u64>,
-    ready_at: Vec<Time>,
-    prev_causes: Vec<[Cause; 2]>,
+    members: Vec<Member>,
     /// Recv row of (member, stage), kept only when causes are tracked.
     recv_cause: Vec<Cause>,
     /// Members whose current send waits for this member to join.
     blocked_on: Vec<Vec<u32>>,
+    /// Spare list swapped with a `blocked_on` entry while it is woken (no allocation per wake-up).
+    spare_blocked: Vec<u32>,
     joined: u32,
     finished: u32,
     /// Reduction cost per byte received in a `reduce` stage (MG-WFBP's gamma).
     gamma_ns_per_byte: f64,
-    /// The member is reducing its current stage's receipt (a wake-up is due).
-    reducing: Vec<bool>,
-    /// The member's current stage's receipt is reduced.
-    reduced: Vec<bool>,
-    /// The row of that reduction (NO_CAUSE when steps are not logged).
-    reduce_cause: Vec<Cause>,
 }
 
 impl<P: Plan> Exchange<P> {
     pub fn new(plan: P) -> Self {
-        let n = plan.members() as usize;
+        let n = plan.members();
         let stages = plan.stages();
+        let members = (0..n)
+            .map(|m| Member {
+                joined_at: NOT_JOINED,
+                ready_at: 0,
+                recv_mask: 0,
+                send_cause: NO_CAUSE,
+                prev_causes: [NO_CAUSE; 2],
+                reduce_cause: NO_CAUSE,
+                current: if stages == 0 { Stage::default() } else { plan.stage(m, 0) },
+                stage: 0,
+                recv_upto: 0,
+                sent: false,
+                send_done: false,
+                reducing: false,
+                reduced: false,
+            })
+            .collect();
         Exchange {
             plan,
             stages,
-            joined_at: vec![NOT_JOINED; n],
-            join_op: vec![NO_CAUSE; n],
-            stage: vec![0; n],
-            sent: vec![false; n],
-            send_done: vec![false; n],
-            send_cause: vec![NO_CAUSE; n],
-            recv_upto: vec![0; n],
-            recv_mask: vec![0; n],
-            ready_at: vec![0; n],
-            prev_causes: vec![[NO_CAUSE; 2]; n],
+            members,
             recv_cause: Vec::new(),
-            blocked_on: vec![Vec::new(); n],
+            blocked_on: vec![Vec::new(); n as usize],
+            spare_blocked: Vec::new(),
             joined: 0,
             finished: 0,
             gamma_ns_per_byte: 0.0,
-            reducing: vec![false; n],
-            reduced: vec![false; n],
-            reduce_cause: vec![NO_CAUSE; n],
         }
     }
 
@@ -122,40 +145,38 @@ impl<P: Plan> Exchange<P> {
         self
     }
 
+    /// A transfer's tag: its sender in the high half, its stage in the low half.
+    #[inline]
     fn tag(&self, from: u32, stage: u32) -> u64 {
-        from as u64 * self.stages as u64 + stage as u64
+        (from as u64) << 32 | stage as u64
     }
 
     /// The member that sent transfer `tag`.
+    #[inline]
     pub fn sender_of(&self, tag: u64) -> u32 {
-        (tag / self.stages as u64) as u32
+        (tag >> 32) as u32
     }
 
     pub fn plan(&self) -> &P {
         &self.plan
     }
 
-    fn received(&mut self, m: u32, s: u32) -> bool {
-        self.normalize(m);
-        s < self.recv_upto[m as usize]
-    }
-
     /// Advances `recv_upto` over stages already received or with nothing to receive.
+    #[inline]
     fn normalize(&mut self, m: u32) {
-        let mu = m as usize;
-        while self.recv_upto[mu] < self.stages
-            && (self.recv_mask[mu] & 1 != 0 || self.plan.stage(m, self.recv_upto[mu]).recv.is_none())
-        {
-            self.recv_mask[mu] >>= 1;
-            self.recv_upto[mu] += 1;
+        let me = &mut self.members[m as usize];
+        while me.recv_upto < self.stages && (me.recv_mask & 1 != 0 || !self.plan.receives(m, me.recv_upto)) {
+            me.recv_mask >>= 1;
+            me.recv_upto += 1;
         }
     }
 
     fn mark_received(&mut self, m: u32, s: u32, cause: Cause) {
         let mu = m as usize;
-        let offset = s - self.recv_upto[mu];
+        let me = &mut self.members[mu];
+        let offset = s - me.recv_upto;
         assert!(offset < 64, "collective plan receives more than 63 stages out of order");
-        self.recv_mask[mu] |= 1 << offset;
+        me.recv_mask |= 1 << offset;
         if !self.recv_cause.is_empty() {
             self.recv_cause[mu * self.stages as usize + s as usize] = cause;
         }
@@ -164,73 +185,99 @@ impl<P: Plan> Exchange<P> {
 
     fn try_send(&mut self, m: u32, out: &mut Vec<Action>) {
         let mu = m as usize;
-        let s = self.stage[mu];
-        if self.joined < self.plan.members() || s >= self.stages || self.sent[mu] {
+        let me = &self.members[mu];
+        let s = me.stage;
+        if self.joined < self.plan.members() || s >= self.stages || me.sent {
             return;
         }
-        let Some((to, bytes)) = self.plan.stage(m, s).send else { return };
+        let Some((to, bytes)) = me.current.send else { return };
         let tu = to as usize;
-        if self.stage[tu] < s {
+        let peer = &self.members[tu];
+        if peer.stage < s {
             self.blocked_on[tu].push(m);
             return;
         }
-        self.sent[mu] = true;
-        let ready = self.ready_at[mu];
-        let [a, b] = self.prev_causes[mu];
+        let ready = me.ready_at;
+        let [a, b] = me.prev_causes;
         // Waited for the receiver to post this stage: what made it get there.
-        let [c, d] = if self.ready_at[tu] > ready {
-            self.prev_causes[tu]
-        } else {
-            [NO_CAUSE; 2]
-        };
+        let [c, d] = if peer.ready_at > ready { peer.prev_causes } else { [NO_CAUSE; 2] };
+        self.members[mu].sent = true;
         out.push(Action::Send { from: m, to, bytes, tag: self.tag(m, s), step: s, ready, causes: [a, b, c, d] });
     }
 
     /// Completes as many stages of `m` as are done, issuing sends on the way.
+    /// Inlined check first: a member whose current stage still waits for its
+    /// send's delivery or for its receipt has nothing to do.
+    #[inline(always)]
     fn advance(&mut self, now: Time, m: u32, out: &mut Vec<Action>) {
+        if self.joined < self.plan.members() {
+            return;
+        }
+        let me = &self.members[m as usize];
+        if me.stage >= self.stages {
+            return;
+        }
+        let st = &me.current;
+        let send_pending = st.send.is_some() && (!me.sent || !me.send_done);
+        if (st.send.is_some() && me.sent && !me.send_done) || (!send_pending && st.recv.is_some() && me.stage >= me.recv_upto) {
+            return;
+        }
+        self.advance_stages(now, m, out)
+    }
+
+    fn advance_stages(&mut self, now: Time, m: u32, out: &mut Vec<Action>) {
         let mu = m as usize;
         loop {
-            let s = self.stage[mu];
-            if self.joined < self.plan.members() || s >= self.stages {
+            let me = &self.members[mu];
+            let s = me.stage;
+            if s >= self.stages {
                 return;
             }
-            let st = self.plan.stage(m, s);
-            if st.send.is_some() && !self.sent[mu] {
-                self.try_send(m, out);
-                if !self.sent[mu] {
+            let st = me.current;
+            if st.send.is_some() {
+                if !me.sent {
+                    self.try_send(m, out);
+                    if !self.members[mu].sent {
+                        return;
+                    }
+                }
+                if !self.members[mu].send_done {
                     return;
                 }
             }
-            if st.send.is_some() && !self.send_done[mu] {
+            // Stages below recv_upto are received (normalized at every receipt and stage change).
+            if st.recv.is_some() && s >= self.members[mu].recv_upto {
                 return;
             }
-            if st.recv.is_some() && !self.received(m, s) {
-                return;
-            }
-            if st.reduce && !self.reduced[mu] {
+            if st.reduce && !self.members[mu].reduced {
                 let from = st.recv.expect("a reduce stage receives");
                 let bytes = self.plan.stage(from, s).send.map_or(0, |(_, b)| b);
                 let cost = reduce_ns(bytes, self.gamma_ns_per_byte);
                 if cost > 0 {
-                    if !self.reducing[mu] {
-                        self.reducing[mu] = true;
+                    if !self.members[mu].reducing {
+                        self.members[mu].reducing = true;
                         let causes = self.stage_causes(m, s, st);
                         out.push(Action::Wake { member: m, at: now.saturating_add(cost), tag: 0, bytes, causes });
                     }
                     return;
                 }
             }
-            self.prev_causes[mu] = if self.reduced[mu] && self.reduce_cause[mu] != NO_CAUSE {
-                [self.reduce_cause[mu], NO_CAUSE] // the reduction waited for the stage's receipt and send
+            let me = &self.members[mu];
+            let prev = if me.reduced && me.reduce_cause != NO_CAUSE {
+                [me.reduce_cause, NO_CAUSE] // the reduction waited for the stage's receipt and send
             } else {
                 self.stage_causes(m, s, st)
             };
-            self.stage[mu] = s + 1;
-            self.sent[mu] = false;
-            self.send_done[mu] = false;
-            self.reducing[mu] = false;
-            self.reduced[mu] = false;
-            self.ready_at[mu] = now;
+            let next = if s + 1 < self.stages { self.plan.stage(m, s + 1) } else { Stage::default() };
+            let me = &mut self.members[mu];
+            me.prev_causes = prev;
+            me.stage = s + 1;
+            me.current = next;
+            me.sent = false;
+            me.send_done = false;
+            me.reducing = false;
+            me.reduced = false;
+            me.ready_at = now;
             if s + 1 == self.stages {
                 self.finished += 1;
                 out.push(Action::Done { member: m });
@@ -243,37 +290,42 @@ impl<P: Plan> Exchange<P> {
     }
 
     /// What member `m`'s stage `s` waited for: its receipt and its send (else what came before).
+    #[inline]
     fn stage_causes(&self, m: u32, s: u32, st: Stage) -> [Cause; 2] {
         let mu = m as usize;
-        let [mut a, mut b] = self.prev_causes[mu];
+        let me = &self.members[mu];
+        let [mut a, mut b] = me.prev_causes;
         if st.recv.is_some() && !self.recv_cause.is_empty() {
             a = self.recv_cause[mu * self.stages as usize + s as usize];
         }
         if st.send.is_some() {
-            b = self.send_cause[mu];
+            b = me.send_cause;
         }
         [a, b]
     }
 
     /// `m` reached a new stage or joined: senders waiting for it may go.
+    #[inline]
     fn wake_blocked_on(&mut self, now: Time, m: u32, out: &mut Vec<Action>) {
         if self.blocked_on[m as usize].is_empty() {
             return;
         }
-        for waiting in std::mem::take(&mut self.blocked_on[m as usize]) {
-            self.advance(now, waiting, out);
+        let mut waiting = std::mem::replace(&mut self.blocked_on[m as usize], std::mem::take(&mut self.spare_blocked));
+        for &w in &waiting {
+            self.advance(now, w, out);
         }
+        waiting.clear();
+        self.spare_blocked = waiting;
     }
 }
 
 impl<P: Plan> Collective for Exchange<P> {
     fn join(&mut self, now: Time, member: u32, cause: Cause, out: &mut Vec<Action>) {
-        let mu = member as usize;
-        debug_assert_eq!(self.joined_at[mu], NOT_JOINED, "member joined twice");
-        self.joined_at[mu] = now;
-        self.join_op[mu] = cause;
-        self.ready_at[mu] = now;
-        self.prev_causes[mu] = [cause, NO_CAUSE];
+        let me = &mut self.members[member as usize];
+        debug_assert_eq!(me.joined_at, NOT_JOINED, "member joined twice");
+        me.joined_at = now;
+        me.ready_at = now;
+        me.prev_causes = [cause, NO_CAUSE];
         if self.stages == 0 {
             self.finished += 1;
             out.push(Action::Done { member });
@@ -282,9 +334,13 @@ impl<P: Plan> Collective for Exchange<P> {
         self.joined += 1;
         if self.joined == self.plan.members() {
             // Launched: every member waited for this join (no send has happened, so slot 1 is free).
-            for m in 0..self.plan.members() as usize {
-                self.prev_causes[m][1] = cause;
-                self.ready_at[m] = now;
+            for me in self.members.iter_mut() {
+                me.prev_causes[1] = cause;
+                me.ready_at = now;
+            }
+            // From here on `recv_upto` is kept normalized (at every receipt).
+            for m in 0..self.plan.members() {
+                self.normalize(m);
             }
             for m in 0..self.plan.members() {
                 self.advance(now, m, out);
@@ -293,12 +349,13 @@ impl<P: Plan> Collective for Exchange<P> {
     }
 
     fn delivered(&mut self, now: Time, tag: u64, cause: Cause, out: &mut Vec<Action>) {
-        let from = (tag / self.stages as u64) as u32;
-        let s = (tag % self.stages as u64) as u32;
-        let (to, _) = self.plan.stage(from, s).send.expect("a delivered stage has a send");
-        debug_assert_eq!(self.stage[from as usize], s, "a member sends only in its current stage");
-        self.send_done[from as usize] = true;
-        self.send_cause[from as usize] = cause;
+        let from = self.sender_of(tag);
+        let s = tag as u32;
+        let sender = &mut self.members[from as usize];
+        debug_assert_eq!(sender.stage, s, "a member sends only in its current stage");
+        let (to, _) = sender.current.send.expect("a delivered stage has a send");
+        sender.send_done = true;
+        sender.send_cause = cause;
         self.mark_received(to, s, cause);
         self.advance(now, from, out);
         if to != from {
@@ -307,11 +364,11 @@ impl<P: Plan> Collective for Exchange<P> {
     }
 
     fn woke(&mut self, now: Time, member: u32, _tag: u64, cause: Cause, out: &mut Vec<Action>) {
-        let mu = member as usize;
-        debug_assert!(self.reducing[mu], "a wake-up without a reduction");
-        self.reducing[mu] = false;
-        self.reduced[mu] = true;
-        self.reduce_cause[mu] = cause;
+        let me = &mut self.members[member as usize];
+        debug_assert!(me.reducing, "a wake-up without a reduction");
+        me.reducing = false;
+        me.reduced = true;
+        me.reduce_cause = cause;
         self.advance(now, member, out);
     }
 
@@ -324,13 +381,13 @@ impl<P: Plan> Collective for Exchange<P> {
     }
 
     fn waits_for_a_join(&self, member: u32) -> bool {
-        self.joined < self.plan.members() && self.joined_at[member as usize] != NOT_JOINED
+        self.joined < self.plan.members() && self.members[member as usize].joined_at != NOT_JOINED
     }
 
     fn at_message_boundary(&self, member: u32) -> bool {
-        let mu = member as usize;
-        let s = self.stage[mu];
-        s < self.stages && !self.sent[mu] && !self.reducing[mu] && self.plan.starts_message(s)
+        let me = &self.members[member as usize];
+        let s = me.stage;
+        s < self.stages && !me.sent && !me.reducing && self.plan.starts_message(s)
     }
 
     fn starts_message(&self, step: u32) -> bool {

@@ -58,8 +58,10 @@ pub enum Action {
     Send { from: u32, to: u32, bytes: u64, tag: u64, step: u32, ready: Time, causes: [Cause; 4] },
     /// Member has sent and received everything: its part is over.
     Done { member: u32 },
-    /// Member's part will be over at `at` (closed-form mode: nothing is sent).
-    DoneAt { member: u32, at: Time },
+    /// Member's part will be over at `at` (closed-form mode: nothing goes
+    /// through the network; the member's schedule sends `sent` and receives
+    /// `received` bytes, which the executor counts).
+    DoneAt { member: u32, at: Time, sent: u64, received: u64 },
     /// Member reduces `bytes` it received until `at`, having waited for
     /// `causes`; then call [`Collective::woke`] with `member` and `tag`.
     Wake { member: u32, at: Time, tag: u64, bytes: u64, causes: [Cause; 2] },
@@ -131,7 +133,9 @@ impl Params {
 pub fn new_collective_for(spec: &CollectiveSpec, params: &Params, closed_form: Option<&LinkCost>, track_causes: bool) -> Box<dyn Collective> {
     if let Some(cost) = closed_form {
         let n = spec.members.len() as u32;
-        return Box::new(closed_form::ClosedForm::new(closed_form::finish_offsets(spec.algorithm, n, spec.bytes, params, cost)));
+        let offsets = closed_form::finish_offsets(spec.algorithm, n, spec.bytes, params, cost);
+        let bytes = closed_form::member_bytes(spec.algorithm, n, spec.bytes, params);
+        return Box::new(closed_form::ClosedForm::new(offsets).with_bytes(bytes));
     }
     new_collective_with(spec.algorithm, spec.members.len() as u32, spec.bytes, params, track_causes)
 }

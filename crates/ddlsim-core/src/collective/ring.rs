@@ -27,18 +27,25 @@ pub struct RingPlan {
     bytes: u64,
     /// Number of messages S (1 without partitioning).
     messages: u32,
+    /// Steps per message, 2 (N-1).
+    per: u32,
+    /// Unpartitioned: every chunk is `base` bytes, the first `extra` one more
+    /// (`chunk_bytes(bytes, n, c)` without a division on the hot path).
+    base: u64,
+    extra: u64,
 }
 
 impl RingPlan {
     pub fn new(n: u32, bytes: u64) -> Self {
-        RingPlan { n, bytes, messages: 1 }
+        Self::partitioned(n, bytes, 0)
     }
 
     /// A ring over messages of at most `chunk_bytes` (0: one message).
     pub fn partitioned(n: u32, bytes: u64, chunk_bytes: u64) -> Self {
         let messages = if chunk_bytes == 0 || bytes <= chunk_bytes { 1 } else { bytes.div_ceil(chunk_bytes) };
         let messages = u32::try_from(messages).expect("a collective is cut into fewer than 2^32 messages");
-        RingPlan { n, bytes, messages }
+        let (base, extra) = if n == 0 { (0, 0) } else { (bytes / n as u64, bytes % n as u64) };
+        RingPlan { n, bytes, messages, per: 2 * n.saturating_sub(1), base, extra }
     }
 
     pub fn messages(&self) -> u32 {
@@ -51,12 +58,29 @@ impl RingPlan {
     }
 
     /// The chunk member `i` sends at `step`.
+    #[inline(always)]
     pub fn chunk_of(&self, i: u32, step: u32) -> u32 {
+        // (i + n - step) mod n, resp. (i + 1 + n - (step - (n - 1))) mod n, for
+        // i < n and step < 2 (n - 1): the sum is below 2n + 1, so at most two
+        // subtractions replace the division.
         let n = self.n;
-        if step < n - 1 {
-            (i + n - step) % n
+        let mut x = if step < n - 1 { i + n - step } else { i + 1 + n - (step - (n - 1)) };
+        if x >= n {
+            x -= n;
+        }
+        if x >= n {
+            x -= n;
+        }
+        x
+    }
+
+    /// (i + d) mod n for i < n and d <= n.
+    #[inline(always)]
+    fn wrap(&self, x: u32) -> u32 {
+        if x >= self.n {
+            x - self.n
         } else {
-            (i + 1 + n - (step - (n - 1))) % n
+            x
         }
     }
 }
@@ -67,18 +91,28 @@ impl Plan for RingPlan {
     }
 
     fn stages(&self) -> u32 {
-        2 * (self.n - 1) * self.messages
+        self.per * self.messages
     }
 
     fn starts_message(&self, stage: u32) -> bool {
-        stage % (2 * (self.n - 1)) == 0
+        stage % self.per == 0
     }
 
+    #[inline(always)]
     fn stage(&self, i: u32, stage: u32) -> Stage {
         let n = self.n;
-        let per = 2 * (n - 1);
-        let (q, step) = (stage / per, stage % per);
-        Stage::exchange((i + 1) % n, chunk_bytes(self.message_bytes(q), n, self.chunk_of(i, step)), (i + n - 1) % n, step < n - 1)
+        let (to, from) = (self.wrap(i + 1), self.wrap(i + n - 1));
+        if self.messages == 1 {
+            let c = self.chunk_of(i, stage) as u64;
+            return Stage::exchange(to, self.base + u64::from(c < self.extra), from, stage < n - 1);
+        }
+        let (q, step) = (stage / self.per, stage % self.per);
+        Stage::exchange(to, chunk_bytes(self.message_bytes(q), n, self.chunk_of(i, step)), from, step < n - 1)
+    }
+
+    #[inline]
+    fn receives(&self, _member: u32, _stage: u32) -> bool {
+        true
     }
 }
 

@@ -333,6 +333,9 @@ pub struct FlowNetwork {
     paths: Vec<Path>,
     /// Class of each (route key | band << 55).
     class_of: HashMap<u64, u32>,
+    /// Per sender rank: (receiver, band, class) of its last transfer, so that
+    /// a member sending to the same peer step after step skips `class_of`.
+    last_class: Vec<(u32, u8, u32)>,
     /// Class of each explicit path (its links, latency) and band ([`FlowNetwork::start_on`]).
     tree_class_of: HashMap<(Vec<u32>, u8, Time), u32>,
     link_classes: Vec<Vec<u32>>,
@@ -356,12 +359,14 @@ pub struct FlowNetwork {
 impl FlowNetwork {
     pub fn new(topo: Topology) -> Self {
         let nl = topo.links.len();
+        let ranks = topo.ranks() as usize;
         let scale = topo.usage_scale() as f64;
         FlowNetwork {
             topo,
             classes: Vec::new(),
             paths: Vec::new(),
             class_of: HashMap::default(),
+            last_class: vec![(u32::MAX, 0, 0); ranks],
             tree_class_of: HashMap::default(),
             link_classes: vec![Vec::new(); nl],
             active: 0,
@@ -420,10 +425,19 @@ impl FlowNetwork {
         out: &mut Vec<Reschedule>,
         cancelled: &mut Vec<u32>,
     ) -> Result<FlowStart, Error> {
-        let key = self.topo.route_key(src, dst) | (band as u64) << 55;
-        let class = match self.class_of.get(&key) {
-            Some(&c) => c,
-            None => self.new_class(now, src, dst, band, key),
+        let class = match self.last_class.get(src as usize) {
+            Some(&(d, b, c)) if d == dst && b == band => c,
+            _ => {
+                let key = self.topo.route_key(src, dst) | (band as u64) << 55;
+                let class = match self.class_of.get(&key) {
+                    Some(&c) => c,
+                    None => self.new_class(now, src, dst, band, key),
+                };
+                if let Some(last) = self.last_class.get_mut(src as usize) {
+                    *last = (dst, band, class);
+                }
+                class
+            }
         };
         self.start_in(now, class, flow, bytes, out, cancelled)
     }

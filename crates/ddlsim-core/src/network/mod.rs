@@ -3,9 +3,12 @@
 //! Two models implement [`NetworkModel`] over one [`Topology`] (links,
 //! switches, routes; see [`topology`] for intra-host links and ECMP/spray
 //! routing):
-//! - `analytic`: no contention; a transfer takes its route's latency plus
-//!   its size over the route's bottleneck (with spray, the aggregate spine
-//!   capacity), rounded up exactly. Bands are recorded, not used.
+//! - `analytic`: each link is a FIFO server: a transfer waits until every
+//!   link of its route is free (the transfers started before it on those
+//!   links have been transmitted), then holds all of them for its size over
+//!   the route's bottleneck (with spray, the aggregate spine capacity),
+//!   rounded up exactly, and is delivered the route's latency later. No
+//!   sharing, no pipelining across links; bands are recorded, not used.
 //! - `flow`: strict-priority max-min fair sharing between concurrent flows
 //!   (band 0 first; see [`maxmin`] for the exact semantics), recomputed
 //!   incrementally per connected component of flows.
@@ -107,7 +110,7 @@ pub fn build_network(spec: &NetworkSpec, host_of_rank: &[u32]) -> Result<Box<dyn
     let topo = Topology::new(spec, host_of_rank)?;
     let common = Common::new(spec.record_flows);
     Ok(match spec.fidelity {
-        Fidelity::Analytic => Box::new(Analytic { topo, routes: HashMap::default(), paths: Vec::new(), scratch: Path::default(), common }),
+        Fidelity::Analytic => Box::new(Analytic::new(topo, common)),
         Fidelity::Flow => Box::new(Flow { net: FlowNetwork::new(topo), common, out: Vec::new(), cancelled: Vec::new(), done: Vec::new() }),
     })
 }
@@ -200,13 +203,50 @@ fn at(now: Time, dt: Time) -> Result<Time, Error> {
         .ok_or_else(|| Error::out_of_range(format!("simulated time would pass {MAX_TIME} ns (about 146 years); sizes, latencies or bandwidth are far off")))
 }
 
-/// No contention: route latency plus size over the route's bottleneck.
+/// Links as FIFO servers: a transfer starts when every link of its route is
+/// free, holds them for its size over the route's bottleneck, and arrives
+/// the route's latency after that.
 struct Analytic {
     topo: Topology,
+    /// Per link: when the last transfer reserved on it ends its transmission.
+    free_at: Vec<Time>,
     routes: HashMap<u64, u32>,
     paths: Vec<Path>,
     scratch: Path,
     common: Common,
+    /// Per sender rank: the receiver and path index of its last transfer
+    /// (a collective's member sends to the same peer step after step), so
+    /// most transfers skip the route map.
+    last_route: Vec<(u32, u32)>,
+}
+
+impl Analytic {
+    fn new(topo: Topology, common: Common) -> Self {
+        let last_route = vec![(u32::MAX, 0); topo.ranks() as usize];
+        let free_at = vec![0; topo.links.len()];
+        Analytic { topo, free_at, routes: HashMap::default(), paths: Vec::new(), scratch: Path::default(), common, last_route }
+    }
+
+    /// Index into `paths` of the route from `src` to `dst` (both checked ranks).
+    #[inline]
+    fn path_index(&mut self, src: u32, dst: u32) -> u32 {
+        let (last_dst, last_path) = self.last_route[src as usize];
+        if last_dst == dst {
+            return last_path;
+        }
+        let key = self.topo.route_key(src, dst);
+        let index = match self.routes.get(&key) {
+            Some(&i) => i,
+            None => {
+                self.topo.route_into(src, dst, &mut self.scratch);
+                self.paths.push(self.scratch.clone());
+                self.routes.insert(key, self.paths.len() as u32 - 1);
+                self.paths.len() as u32 - 1
+            }
+        };
+        self.last_route[src as usize] = (dst, index);
+        index
+    }
 }
 
 impl NetworkModel for Analytic {
@@ -215,28 +255,19 @@ impl NetworkModel for Analytic {
     }
     fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), Error> {
         self.common.check(&req, self.topo.ranks())?;
-        let key = self.topo.route_key(req.src, req.dst);
-        let index = match self.routes.get(&key) {
-            Some(&i) => i,
-            None => {
-                self.topo.route_into(req.src, req.dst, &mut self.scratch);
-                self.paths.push(self.scratch.clone());
-                self.routes.insert(key, self.paths.len() as u32 - 1);
-                self.paths.len() as u32 - 1
-            }
-        };
+        let index = self.path_index(req.src, req.dst);
         let path = &self.paths[index as usize];
-        let tx_end = path.transmit_ns(req.bytes).and_then(|tx| at(now, tx).ok()).ok_or_else(|| too_long(req.bytes))?;
+        let (begin, tx_end) = reserve(&mut self.free_at, path, now, req.bytes)?;
         let delivered = at(tx_end, path.latency)?;
-        self.common.begin(now, req).tx_end = tx_end;
+        self.common.begin(begin, req).tx_end = tx_end;
         sched.schedule(delivered, req.id as u64);
         Ok(())
     }
     fn start_on(&mut self, now: Time, req: TransferRequest, path: &Path, sched: &mut dyn Scheduler) -> Result<(), Error> {
         self.common.check(&req, self.topo.ranks())?;
-        let tx_end = path.transmit_ns(req.bytes).and_then(|tx| at(now, tx).ok()).ok_or_else(|| too_long(req.bytes))?;
+        let (begin, tx_end) = reserve(&mut self.free_at, path, now, req.bytes)?;
         let delivered = at(tx_end, path.latency)?;
-        self.common.begin(now, req).tx_end = tx_end;
+        self.common.begin(begin, req).tx_end = tx_end;
         sched.schedule(delivered, req.id as u64);
         Ok(())
     }
@@ -250,6 +281,19 @@ impl NetworkModel for Analytic {
     fn take_flows(&mut self) -> Vec<FlowRecord> {
         std::mem::take(&mut self.common.records)
     }
+}
+
+/// FIFO links: `bytes` over `path`, asked for at `now`, start when every link
+/// of the path is free and hold all of them until their transmission ends.
+/// Returns (start, end of transmission).
+#[inline]
+fn reserve(free_at: &mut [Time], path: &Path, now: Time, bytes: u64) -> Result<(Time, Time), Error> {
+    let begin = path.links().iter().fold(now, |t, &l| t.max(free_at[l as usize]));
+    let tx_end = path.transmit_ns(bytes).and_then(|tx| at(begin, tx).ok()).ok_or_else(|| too_long(bytes))?;
+    for &l in path.links() {
+        free_at[l as usize] = tx_end;
+    }
+    Ok((begin, tx_end))
 }
 
 const DELIVER: u64 = 1 << 63;
