@@ -92,9 +92,15 @@ def test_cost_equals_the_engines_time_on_an_idle_network(algorithm, n, per_host)
         expected = cost(m)
         closed = ddlsim.simulate(_one_tensor(m, n, algorithm, gamma, per_host, "closed-form"))
         assert closed.events.column("end_ns").max() == pytest.approx(expected, abs=1e-6), "closed form"
-        if algorithm != "double-binary-tree":  # its two trees queue on shared senders step by step
-            steps = ddlsim.simulate(doc)
-            assert steps.events.column("end_ns").max() == pytest.approx(expected, abs=1e-6), "steps"
+        if algorithm == "double-binary-tree":  # its two trees queue on shared senders step by step
+            continue
+        steps = ddlsim.simulate(doc).events.column("end_ns").max()
+        if algorithm == "hierarchical-ring" and per_host > 1:
+            # Step by step, the ranks of a host share its NIC (analytic links are FIFO servers), which the
+            # schedule's idle-network cost leaves out: there it is a lower bound (docs/modelling.md).
+            assert steps >= expected - 1e-6, "steps"
+        else:
+            assert steps == pytest.approx(expected, abs=1e-6), "steps"
 
 
 def test_cost_is_table_ii_where_the_schedules_agree():
