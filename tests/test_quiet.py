@@ -59,9 +59,12 @@ def _fake_reproduction(paper: str):
 
 def _argv(verb: str, events: str, tmp_path, monkeypatch) -> list[str]:
     if verb == "simulate":
-        # a closed-form run says in a note that it counts no bytes: the note must survive --quiet
-        return ["simulate", "--model", "lenet5", "--workers", "2", "--iterations", "1", "--network", "analytic",
-                "--collective-model", "closed-form", "--out", str(tmp_path / "out")]
+        # a scenario in the old strategy form is migrated with a note saying what to write: it must survive --quiet
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        old_form = tmp_path / "old-form.toml"
+        old_form.write_text('strategy = "ps"\nworkers = 2\niterations = 1\n[model]\nname = "lenet5"\n[ps]\nservers = 1\n'
+                            '[network]\nfidelity = "analytic"\n')
+        return ["simulate", str(old_form), "--out", str(tmp_path / "out")]
     if verb == "replay":
         return ["replay", events, "--iterations", "1", "--network", "analytic", "--out", str(tmp_path / "out")]
     if verb in ("reproduce thesis", "reproduce mg-wfbp"):
