@@ -52,7 +52,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = ("events", "sketchdlc", "sketchdlc_records", "chakra", "kineto", "netop", "capture", "scenario", "fit")
+TARGETS = ("events", "sketchdlc", "sketchdlc_records", "chakra", "kineto", "netop", "capture", "scenario", "fit",
+           "costmodel")
 INTERESTING_NUMBERS = ("1e30", "-1e30", "1e309", "nan", "NaN", "inf", "-inf", "Infinity", "-1", "0", "-0", "1.5",
                        "9" * 40, "-" + "9" * 40, "9223372036854775807", "9223372036854775808", "-9223372036854775809",
                        "18446744073709551616", "4294967296", "2147483648", "1e-30", "0x10", "1_000", "")
@@ -74,8 +75,7 @@ def make_samples(directory: Path) -> None:
     from ddlsim.trace.formats import write_trace
     from ddlsim.trace.schema import COLUMN_NAMES, iter_rows
 
-    tiny = {"name": "tiny", "layers": [{"name": "a", "params": 1000, "fwd_ms": 0.1, "bwd_ms": 0.2},
-                                       {"name": "b", "params": 600, "fwd_ms": 0.1, "bwd_ms": 0.2}]}
+    tiny = {"name": "tiny", "layers": [{"name": "a", "params": 1000, "fwd_ms": 0.1, "bwd_ms": 0.2}]}
     runs = {
         "ps": simulate({"workers": 2, "iterations": 1, "strategy": {"kind": "ps", "servers": 1}, "model": tiny}).events,
         "ring": simulate({"workers": 2, "iterations": 1, "strategy": {"kind": "ring"}, "model": tiny}).events,
@@ -117,6 +117,9 @@ def make_samples(directory: Path) -> None:
         shutil.copy(toml, sample("scenario", toml.stem) / "scenario.toml")
     shutil.copy(ROOT / "examples" / "osu_allreduce_8nodes.txt", sample("fit", "osu") / "table.txt")
     shutil.copy(ROOT / "examples" / "allreduce_times.csv", sample("fit", "csv") / "table.txt")
+    from ddlsim.plan.cost import fit_tables
+
+    fit_tables([ROOT / "examples" / "allreduce_times.csv"]).save(sample("costmodel", "fitted") / "cost.json")
 
 
 def load_samples(directory: Path) -> dict[str, list[dict[str, bytes]]]:
@@ -133,10 +136,23 @@ def load_samples(directory: Path) -> dict[str, list[dict[str, bytes]]]:
 # ============================================================================ mutations
 
 
+_DEEP_MARK = re.compile(r'"\\u0000deep(\d+)([ao])\\u0000"')
+
+
 def _deep(rng: random.Random, value: Any) -> Any:
-    for _ in range(DEEP if rng.random() < 0.5 else rng.randint(50, 1200)):
-        value = [value] if rng.random() < 0.5 else {"a": value}
-    return value
+    """A mark that the dumpers below replace with arrays (or objects) nested that deep."""
+    depth = DEEP if rng.random() < 0.4 else rng.randint(20, 1500)
+    return f"\0deep{depth}{'a' if rng.random() < 0.7 else 'o'}\0"
+
+
+def _expand_deep(text: str) -> str:
+    def nested(match: re.Match) -> str:
+        depth = int(match.group(1))
+        if match.group(2) == "a":
+            return "[" * depth + "1" + "]" * depth
+        return '{"a": ' * depth + "1" + "}" * depth
+
+    return _DEEP_MARK.sub(nested, text)
 
 
 def _json_paths(value: Any, path: tuple = (), out: list | None = None, limit: int = 4000) -> list[tuple]:
@@ -288,10 +304,7 @@ def mutate_jsonl(rng: random.Random, data: bytes) -> bytes:
 
 
 def _dump_json(doc: Any) -> str:
-    try:
-        return json.dumps(doc)
-    except (RecursionError, ValueError):
-        return "[" * DEEP + "]" * DEEP
+    return _expand_deep(json.dumps(doc))
 
 
 def mutate_json(rng: random.Random, data: bytes) -> bytes:
@@ -327,6 +340,9 @@ def _toml_text(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
+        match = _DEEP_MARK.fullmatch(json.dumps(value))
+        if match:
+            return "[" * int(match.group(1)) + "1" + "]" * int(match.group(1))
         return json.dumps(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_text(v) for v in value) + "]"
@@ -354,8 +370,8 @@ def mutate_toml(rng: random.Random, data: bytes) -> bytes:
         doc = {"workers": doc}
     try:
         return dump_toml(_no_none(doc)).encode()
-    except RecursionError:
-        return b"workers = " + b"[" * DEEP + b"]" * DEEP + b"\n"
+    except RecursionError:  # an earlier mutation nested it deeply: change its lines instead
+        return mutate_lines(rng, data)
 
 
 def _no_none(value: Any) -> Any:
@@ -531,24 +547,43 @@ TEXT_MUTATORS = {
     "sketchdlc_records": (mutate_numbers, mutate_lines, mutate_bytes),
     "netop": (mutate_numbers, mutate_lines, mutate_bytes),
     "fit": (mutate_numbers, mutate_lines, mutate_bytes),
+    "costmodel": (mutate_json, mutate_json, mutate_numbers, mutate_bytes),
     "capture": (mutate_jsonl, mutate_jsonl, mutate_numbers, mutate_lines, mutate_bytes),
     "kineto": (mutate_json, mutate_json, mutate_json, mutate_numbers, mutate_bytes),
     "scenario": (mutate_toml, mutate_toml, mutate_numbers, mutate_lines, mutate_bytes),
 }
 
 
+_PARQUET_VARIANTS: dict[tuple, bytes] = {}
+
+
+def _parquet_variant(seed: int, sample_number: int, name: str, variant: int, data: bytes) -> bytes:
+    key = (seed, sample_number, name, variant)
+    if key not in _PARQUET_VARIANTS:
+        _PARQUET_VARIANTS[key] = mutate_parquet(random.Random(f"{seed}:{sample_number}:{name}:{variant}"), data, name)
+    return _PARQUET_VARIANTS[key]
+
+
 def make_input(samples: dict[str, list[dict[str, bytes]]], seed: int, index: int) -> tuple[str, dict[str, bytes], list[str]]:
     """(target, files, mutations applied) of input ``index``: a pure function of (seed, index)."""
     rng = random.Random(f"{seed}:{index}")
     target = TARGETS[index % len(TARGETS)]
-    files = dict(rng.choice(samples[target]))
+    sample_number = rng.randrange(len(samples[target]))
+    sample = samples[target][sample_number]
+    files = dict(sample)
     applied = []
     for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4))):
         name = rng.choice(sorted(files))
         data = files[name]
         if name.endswith(".parquet"):
-            mutator = mutate_parquet if rng.random() < 0.7 else mutate_bytes
-            files[name] = mutator(rng, data, name) if mutator is mutate_parquet else mutator(rng, data)
+            if rng.random() < 0.7 and data is sample[name]:
+                # structure-aware changes of a sample's table, from a pool of 4096 per seed (made once each:
+                # reading and writing Parquet costs more than reading the input)
+                mutator = mutate_parquet
+                files[name] = _parquet_variant(seed, sample_number, name, rng.randrange(4096), data)
+            else:
+                mutator = mutate_bytes
+                files[name] = mutator(rng, data)
         elif name.endswith(".et"):
             mutator = mutate_chakra if rng.random() < 0.7 else mutate_bytes
             files[name] = mutator(rng, data)
@@ -558,7 +593,11 @@ def make_input(samples: dict[str, list[dict[str, bytes]]], seed: int, index: int
                 applied.append(f"remove {name}")
                 continue
             mutator = rng.choice(TEXT_MUTATORS[target])
-            files[name] = mutator(rng, data)
+            try:
+                files[name] = mutator(rng, data)
+            except RecursionError:  # a document an earlier mutation nested too deeply to walk
+                mutator = mutate_bytes
+                files[name] = mutator(rng, data)
         applied.append(f"{mutator.__name__} {name}")
     return target, files, applied
 
@@ -606,6 +645,10 @@ def run_target(target: str, directory: Path) -> Any:
         from ddlsim.plan.cost import read_table
 
         return read_table(directory / "table.txt", workers=8)
+    if target == "costmodel":
+        from ddlsim.plan.cost import CostModel
+
+        return CostModel.load(directory / "cost.json")
     raise ValueError(target)
 
 
@@ -722,16 +765,20 @@ class Worker:
                    "--memory-mb", str(args.memory_mb)]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(ROOT / "python")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        env=env, start_new_session=True)
+        self.stderr_path = Path(args.out) / f"worker{number}.stderr"
+        with open(self.stderr_path, "wb") as stderr:  # a file: a chatty worker never blocks on a full pipe
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                            env=env, start_new_session=True)
         os.set_blocking(self.process.stdout.fileno(), False)
         self.buffer = b""
         self.pending: list[int] = []  # indices sent, not answered, in order
+        self.busy = False  # a request was sent and its "done" not yet read
         self.last_progress = time.monotonic()
         self.started = True
 
     def send(self, first: int, count: int) -> None:
         self.pending = list(range(first, first + count))
+        self.busy = True
         self.process.stdin.write(f"{first} {count}\n".encode())
         self.process.stdin.flush()
         self.last_progress = time.monotonic()
@@ -760,8 +807,8 @@ class Worker:
 
     def stderr_tail(self) -> str:
         try:
-            return self.process.stderr.read()[-4000:].decode("utf-8", "replace")
-        except (OSError, ValueError):
+            return self.stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
+        except OSError:
             return ""
 
 
@@ -862,10 +909,13 @@ def run_campaign(args: argparse.Namespace) -> Campaign:
     def failed_worker(worker: Worker, kind: str, detail: str) -> Worker | None:
         """The worker died or hung on its first pending input: count it, restart, resend the rest."""
         worker.kill()
+        replacement = Worker(worker.number, args, samples_dir, scratch_root)
+        if not worker.pending:  # it died after its last answer: nothing to blame
+            hand_out(replacement)
+            return replacement
         index, rest = worker.pending[0], worker.pending[1:]
         target = TARGETS[index % len(TARGETS)]
         campaign.record(index, kind, f"{kind}@{target}", detail + "\n" + worker.stderr_tail(), target)
-        replacement = Worker(worker.number, args, samples_dir, scratch_root)
         if rest:
             replacement.send(rest[0], len(rest))
         else:
@@ -877,17 +927,17 @@ def run_campaign(args: argparse.Namespace) -> Campaign:
             worker = Worker(number, args, samples_dir, scratch_root)
             hand_out(worker)
             workers.append(worker)
-        while any(w.pending for w in workers):
-            readable = [w.process.stdout for w in workers if w.pending]
+        while any(w.busy for w in workers):
+            readable = [w.process.stdout for w in workers if w.busy]
             select.select(readable, [], [], 1.0)
             now = time.monotonic()
             for position, worker in enumerate(workers):
-                if not worker.pending:
+                if not worker.busy:
                     continue
                 lines, ended = worker.read_lines()
                 for line in lines:
                     if line == b"done":
-                        worker.pending = []
+                        worker.pending, worker.busy = [], False
                         hand_out(worker)
                         continue
                     if line.startswith(b"["):
@@ -899,11 +949,11 @@ def run_campaign(args: argparse.Namespace) -> Campaign:
                         campaign.record(index, outcome.decode())
                     if worker.pending and worker.pending[0] == index:
                         worker.pending.pop(0)
-                if ended and worker.pending:
+                if ended and worker.busy:
                     code = worker.process.wait()
                     how = f"signal {-code}" if code < 0 else f"exit status {code}"
                     workers[position] = failed_worker(worker, "crash", f"worker ended with {how}")
-                elif worker.pending and now - worker.last_progress > hang_limit:
+                elif worker.busy and now - worker.last_progress > hang_limit:
                     workers[position] = failed_worker(worker, "hang", f"no answer within {hang_limit:.0f} s")
             if now - last_report >= args.progress:
                 last_report = now

@@ -445,6 +445,8 @@ class CostModel:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise PlanError(f"{path}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise PlanError(f"{path}: not valid JSON (nested too deeply to read)") from None
         return cls.from_dict(data, origin=str(path))
 
 

@@ -842,7 +842,7 @@ def _deps_input(columns: Mapping[str, Any], offsets: Any, values: Any, n: int, p
         items = [list(v) if isinstance(v, np.ndarray) else v for v in raw]
         try:
             array = pa.array(items, type=DEPS_TYPE, from_pandas=True)
-        except (pa.ArrowException, TypeError, ValueError):
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
             for position, v in enumerate(items):
                 if not (v is None or (isinstance(v, (list, tuple)) and all(_is_int(x) for x in v))):
                     raise problem.at("deps", position, f"has {v!r}", fix) from None

@@ -1,0 +1,372 @@
+"""Malformed inputs that crashed a reader with a Python exception (found by tools/fuzz_readers.py):
+each must be one of ddlsim's own errors naming the file (and line or field), and exit 2 from the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import ddlsim
+from ddlsim.capture import RankRecorder, merge_capture
+from ddlsim.errors import PlanError, ScenarioError, TraceError
+from ddlsim.plan.cost import CostModel
+from ddlsim.simulation.scenario import load_scenario
+from ddlsim.trace import read_event_log, write_trace
+from ddlsim.trace.chakra import _message_classes
+from ddlsim.trace.formats import read_trace
+from ddlsim.trace.kineto import read_kineto
+from ddlsim.trace.netop import read_netop_trace
+from ddlsim.trace.sketchdlc import SKETCHDLC_COLUMNS, read_sketchdlc
+
+TINY = {"name": "tiny", "layers": [{"name": "a", "params": 1000, "fwd_ms": 0.1, "bwd_ms": 0.2}]}
+DEEP = 5000
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def ps_log():
+    return ddlsim.simulate({"workers": 2, "iterations": 1, "strategy": {"kind": "ps", "servers": 1}, "model": TINY}).events
+
+
+@pytest.fixture()
+def sketch_dir(ps_log, tmp_path):
+    write_trace(ps_log, tmp_path / "dlc", "sketchdlc")
+    return tmp_path / "dlc"
+
+
+@pytest.fixture()
+def kineto_dir(ps_log, tmp_path):
+    write_trace(ps_log, tmp_path / "kin", "kineto")
+    return tmp_path / "kin"
+
+
+def _set_field(path: Path, line_index: int, column: str, value: str) -> int:
+    """Set one field of the line_index-th record of a SketchDLC file; returns its 1-based line number."""
+    lines = path.read_text().splitlines()
+    records = [i for i, line in enumerate(lines) if line and not line.startswith("#") and not line.startswith("id\t")]
+    number = records[line_index]
+    fields = lines[number].split("\t")
+    fields[SKETCHDLC_COLUMNS.index(column)] = value
+    lines[number] = "\t".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+    return number + 1
+
+
+@pytest.mark.parametrize("column, value", [("length", str(10 ** 30)), ("length", "1e30"), ("time_sec", str(10 ** 15)),
+                                           ("num_pp", "9" * 40)])
+def test_sketchdlc_number_out_of_range_names_file_line_and_field(sketch_dir, column, value):
+    line = _set_field(sketch_dir / "w0.txt", 0, column, value)
+    with pytest.raises(TraceError) as caught:
+        read_sketchdlc(sketch_dir)
+    message = str(caught.value)
+    assert f"w0.txt:{line}" in message and column in message and "\n" not in message
+
+
+def _kineto_event(path: Path, predicate) -> tuple[dict, dict]:
+    trace = json.loads(path.read_text())
+    return trace, next(e for e in trace["traceEvents"] if predicate(e))
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e30])
+def test_kineto_timestamp_not_finite_or_huge(kineto_dir, value):
+    path = kineto_dir / "rank0.json"
+    trace, event = _kineto_event(path, lambda e: e.get("ph") == "X" and e.get("cat") == "kernel")
+    event["ts"] = value
+    path.write_text(json.dumps(trace))  # NaN / Infinity, as Python's json writes them
+    with pytest.raises(TraceError) as caught:
+        read_kineto(kineto_dir)
+    assert "rank0.json" in str(caught.value) and "'ts'" in str(caught.value)
+
+
+def test_kineto_pid_as_a_list(kineto_dir):
+    path = kineto_dir / "rank0.json"
+    trace, event = _kineto_event(path, lambda e: e.get("ph") == "X" and e.get("cat") == "cpu_op")
+    event["pid"] = [1, {"a": 2}]
+    path.write_text(json.dumps(trace))
+    with pytest.raises(TraceError, match=r"rank0\.json: traceEvents\[\d+\]: 'pid' is \[1, \{'a': 2\}\]"):
+        read_kineto(kineto_dir)
+
+
+def test_kineto_correlation_as_a_dict(kineto_dir):
+    """An id that is no int or string is ignored (it links nothing), not a crash."""
+    path = kineto_dir / "rank0.json"
+    trace = json.loads(path.read_text())
+    for event in trace["traceEvents"]:
+        if event.get("cat") == "cuda_runtime":
+            event["args"]["correlation"] = {"x": 1}
+        if event.get("cat") == "kernel":
+            event["args"].pop("ddlsim")
+            event["args"]["correlation"] = [1]
+    path.write_text(json.dumps(trace))
+    assert len(read_kineto(path)) > 0
+
+
+def test_kineto_deeply_nested_json(tmp_path):
+    path = tmp_path / "rank0.json"
+    path.write_text('{"traceEvents": ' + "[" * DEEP + "]" * DEEP + "}")
+    with pytest.raises(TraceError, match="rank0.json: JSON nested too deeply"):
+        read_kineto(path)
+
+
+def test_cli_convert_of_a_nan_kineto_trace_exits_2_with_one_line(kineto_dir, tmp_path):
+    path = kineto_dir / "rank0.json"
+    trace, event = _kineto_event(path, lambda e: e.get("ph") == "X" and e.get("cat") == "kernel")
+    event["dur"] = float("nan")
+    path.write_text(json.dumps(trace))
+    run = cli("convert", str(kineto_dir), str(tmp_path / "out.parquet"))
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr and "rank0.json" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out.parquet").exists()
+
+
+# ------------------------------------------------------------------ chakra
+
+
+def _chakra_records(data: bytes) -> list[bytes]:
+    records, position = [], 0
+    while position < len(data):
+        length, shift = 0, 0
+        while True:
+            byte = data[position]
+            position += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        records.append(data[position:position + length])
+        position += length
+    return records
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _rewrite_chakra(path: Path, index: int, change) -> None:
+    classes = _message_classes()
+    records = _chakra_records(path.read_bytes())
+    message = (classes["GlobalMetadata"] if index == 0 else classes["Node"])()
+    message.ParseFromString(records[index])
+    change(message)
+    records[index] = message.SerializeToString()
+    path.write_bytes(b"".join(_varint(len(r)) + r for r in records))
+
+
+@pytest.fixture()
+def chakra_prefix(ps_log, tmp_path):
+    (tmp_path / "ck").mkdir()
+    write_trace(ps_log, tmp_path / "ck" / "trace", "chakra")
+    return tmp_path / "ck" / "trace"
+
+
+@pytest.mark.parametrize("text, expected", [('{"source": "simulate", "model": ', "not valid JSON"),
+                                            ("[1, 2]", "expected a JSON object"),
+                                            ("[" * DEEP + "]" * DEEP, "nested too deeply")])
+def test_chakra_malformed_metadata_json(chakra_prefix, text, expected):
+    path = chakra_prefix.with_name("trace.0.et")
+
+    def change(meta):
+        next(a for a in meta.attr if a.name == "ddlsim_metadata").string_val = text
+
+    _rewrite_chakra(path, 0, change)
+    with pytest.raises(TraceError) as caught:
+        read_trace(chakra_prefix, "chakra")
+    assert "trace.0.et" in str(caught.value) and "ddlsim_metadata" in str(caught.value) and expected in str(caught.value)
+
+
+def test_chakra_metadata_of_another_type(chakra_prefix):
+    def change(meta):
+        attribute = next(a for a in meta.attr if a.name == "ddlsim_metadata")
+        attribute.int64_val = 3
+
+    _rewrite_chakra(chakra_prefix.with_name("trace.0.et"), 0, change)
+    with pytest.raises(TraceError, match="ddlsim_metadata: is a int, expected a JSON string"):
+        read_trace(chakra_prefix, "chakra")
+
+
+def test_chakra_remote_deps_not_a_list(chakra_prefix):
+    def change(node):
+        attribute = next(a for a in node.attr if a.name == "ddlsim_remote_deps")
+        attribute.int64_val = 7
+
+    path = chakra_prefix.with_name("trace.2.et")
+    classes = _message_classes()
+    records = _chakra_records(path.read_bytes())
+    index = next(i for i, r in enumerate(records[1:], start=1)
+                 if any(a.name == "ddlsim_remote_deps" for a in _parsed(classes["Node"], r).attr))
+    _rewrite_chakra(path, index, change)
+    with pytest.raises(TraceError, match=rf"trace\.2\.et: record {index} .*ddlsim_remote_deps is 7, expected a list"):
+        read_trace(chakra_prefix, "chakra")
+
+
+def _parsed(cls, payload):
+    message = cls()
+    message.ParseFromString(payload)
+    return message
+
+
+# ------------------------------------------------------------------ parquet
+
+
+def _rewrite_metadata(path: Path, key: bytes, value: bytes) -> None:
+    table = pq.read_table(path)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), key: value})
+    pq.write_table(table, path)
+
+
+@pytest.fixture()
+def events_path(ps_log, tmp_path):
+    path = tmp_path / "run.events.parquet"
+    write_trace(ps_log, path, "events")
+    return path
+
+
+@pytest.mark.parametrize("value", ['{"groups": ""}', '{"groups": "."}'])
+def test_parquet_side_table_with_an_empty_name(events_path, value):
+    _rewrite_metadata(events_path, b"ddlsim.side_tables", value.encode())
+    with pytest.raises(TraceError, match="ddlsim.side_tables is"):
+        read_event_log(events_path)
+
+
+def test_parquet_metadata_nested_too_deeply(events_path):
+    _rewrite_metadata(events_path, b"ddlsim.metadata", ("[" * DEEP + "]" * DEEP).encode())
+    with pytest.raises(TraceError, match="ddlsim.metadata: JSON nested too deeply"):
+        read_event_log(events_path)
+
+
+def test_parquet_column_name_not_utf8(events_path):
+    table = pq.read_table(events_path)
+    pq.write_table(table, events_path, store_schema=False)  # names only in the Parquet footer
+    events_path.write_bytes(events_path.read_bytes().replace(b"start_ns", b"\xff\xfeart_ns"))
+    with pytest.raises(TraceError, match="column name is not UTF-8"):
+        read_event_log(events_path)
+
+
+# ------------------------------------------------------------------ capture JSONL
+
+
+@pytest.fixture()
+def capture_dir(tmp_path):
+    out = tmp_path / "cap"
+    worker = RankRecorder(out, 0, "worker", host="a")
+    message = worker.new_message()
+    worker.row("send", "push_request", 10, 20, deps=[], peer=1, message=message, bytes=8)
+    worker.close()
+    server = RankRecorder(out, 1, "server", host="a")
+    server.row("recv", "push_request", 15, 30, deps=[], peer=0, message=message, bytes=8)
+    server.close()
+    return out
+
+
+def _edit_line(path: Path, number: int, change) -> None:
+    lines = path.read_text().splitlines()
+    obj = json.loads(lines[number - 1])
+    change(obj)
+    lines[number - 1] = json.dumps(obj)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("line, change, field", [
+    (1, lambda o: o["header"].pop("rank"), "'rank'"),
+    (1, lambda o: o["header"].update(rank=float("inf")), "'rank'"),
+    (1, lambda o: o["header"].pop("role"), "'role'"),
+    (1, lambda o: o["header"].update(clock_offset_ns=[1]), "'clock_offset_ns'"),
+    (2, lambda o: o.update(start_ns="12"), "'start_ns'"),
+    (2, lambda o: o.update(deps=[{"a": 1}]), "'deps'"),
+])
+def test_capture_damaged_fields_name_file_and_line(capture_dir, line, change, field):
+    _edit_line(capture_dir / "0.rank.jsonl", line, change)
+    with pytest.raises(TraceError) as caught:
+        merge_capture(capture_dir)
+    assert f"0.rank.jsonl:{line}:" in str(caught.value) and field in str(caught.value)
+
+
+def test_capture_send_without_message_id(capture_dir):
+    _edit_line(capture_dir / "0.rank.jsonl", 2, lambda o: o.pop("message"))
+    with pytest.raises(TraceError, match="column 'message', row 0 .*send row has message -1"):
+        merge_capture(capture_dir)
+
+
+def test_capture_not_utf8_and_deeply_nested(capture_dir):
+    path = capture_dir / "1.rank.jsonl"
+    path.write_bytes(path.read_bytes().replace(b"server", b"serv\xf0r", 1))
+    with pytest.raises(TraceError, match=r"1\.rank\.jsonl: not UTF-8"):
+        merge_capture(capture_dir)
+    lines = (capture_dir / "0.rank.jsonl").read_text().splitlines()
+    lines.insert(1, "[" * DEEP + "]" * DEEP)
+    (capture_dir / "0.rank.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=r"0\.rank\.jsonl:2: JSON nested too deeply"):
+        merge_capture(capture_dir)
+
+
+def test_capture_same_rank_twice(capture_dir):
+    path = capture_dir / "1.rank.jsonl"
+    _edit_line(path, 1, lambda o: o["header"].update(rank=0))
+    with pytest.raises(TraceError, match="rank 0 again"):
+        merge_capture(capture_dir)
+
+
+# ------------------------------------------------------------------ scenario and cost model
+
+
+def test_scenario_nested_too_deeply(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text("workers = " + "[" * DEEP + "]" * DEEP + "\n")
+    with pytest.raises(ScenarioError, match="s.toml: not valid TOML: .*nested too deeply"):
+        load_scenario(path)
+
+
+def test_cost_model_nested_too_deeply(tmp_path):
+    path = tmp_path / "cost.json"
+    path.write_text('{"alpha_ns": ' + "[" * DEEP + "]" * DEEP + "}")
+    with pytest.raises(PlanError, match="cost.json: not valid JSON"):
+        CostModel.load(path)
+
+
+# ------------------------------------------------------------------ empty traces are refused
+
+
+def test_empty_sketchdlc_is_refused_naming_the_file(tmp_path):
+    directory = tmp_path / "dlc"
+    directory.mkdir()
+    (directory / "w0.txt").write_text("# nothing yet\n" + "\t".join(SKETCHDLC_COLUMNS) + "\n")
+    with pytest.raises(TraceError, match=r"w0\.txt: no SketchDLC push/pull records"):
+        read_sketchdlc(directory)
+    run = cli("convert", str(directory), str(tmp_path / "out.parquet"), "--from", "sketchdlc")
+    assert run.returncode == 2 and "w0.txt" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert not (tmp_path / "out.parquet").exists()
+
+
+@pytest.mark.parametrize("text", ["", "# time_s, parameter, bytes, source, destination\n\n",
+                                  "time, name, size, src, dst\n"])
+def test_empty_netop_trace_is_refused_naming_the_file(tmp_path, text):
+    path = tmp_path / "sends.csv"
+    path.write_text(text)
+    with pytest.raises(TraceError, match=r"sends\.csv: no send records"):
+        read_netop_trace(path)
+    run = cli("convert", str(path), str(tmp_path / "out.parquet"))
+    assert run.returncode == 2 and "sends.csv" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert not (tmp_path / "out.parquet").exists()
+
+
+@pytest.mark.parametrize("text, field", [("1e30, w, 8, worker0, ps0\n", "time"),
+                                         ("0.5, w, " + "9" * 30 + ", worker0, ps0\n", "size")])
+def test_netop_numbers_out_of_range(tmp_path, text, field):
+    path = tmp_path / "sends.csv"
+    path.write_text(text)
+    with pytest.raises(TraceError, match=rf"sends\.csv:1: {field}"):
+        read_netop_trace(path)
