@@ -256,6 +256,16 @@ def test_parquet_column_name_not_utf8(events_path):
         read_event_log(events_path)
 
 
+def test_parquet_string_data_not_utf8(events_path):
+    table = pq.read_table(events_path).replace_schema_metadata(None)
+    pq.write_table(table, events_path, store_schema=False, compression="none")
+    data = events_path.read_bytes()
+    assert b"compute" in data
+    events_path.write_bytes(data.replace(b"compute", b"c\xf2mpute"))
+    with pytest.raises(TraceError, match="run.events.parquet: damaged Parquet data .*UTF8"):
+        read_event_log(events_path)
+
+
 # ------------------------------------------------------------------ capture JSONL
 
 

@@ -973,8 +973,16 @@ def run_campaign(args: argparse.Namespace) -> Campaign:
 def replay(directory: Path) -> int:
     info = json.loads((directory / "info.json").read_text(encoding="utf-8"))
     sys.path.insert(0, str(ROOT / "python"))
+    from ddlsim.errors import DdlsimError, InternalError
+
     try:
         result = run_target(info["target"], directory / "input")
+    except InternalError:
+        traceback.print_exc()
+        return 1
+    except DdlsimError as exc:
+        print(f"{info['target']}: refused with {type(exc).__name__}: {exc}")
+        return 0
     except Exception:  # noqa: BLE001 - shown to the user
         traceback.print_exc()
         return 1

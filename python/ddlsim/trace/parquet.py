@@ -208,12 +208,17 @@ def _read_side(path: Path, name: str, file: str) -> pa.Table:
 
 
 def _names_checked(table: pa.Table, path: Path) -> pa.Table:
-    """``table`` if its column names are UTF-8 (pyarrow raises UnicodeDecodeError on first use otherwise)."""
+    """``table`` if its column names and strings are UTF-8 and its arrays consistent (pyarrow does not check
+    on reading: a damaged file would raise UnicodeDecodeError or worse on first use)."""
     try:
         table.column_names
     except UnicodeDecodeError as err:
         raise TraceError(f"{path}: a column name is not UTF-8 ({err.reason} at byte {err.start}); "
                          "the file is damaged") from None
+    try:
+        table.validate(full=True)
+    except pa.ArrowException as err:
+        raise TraceError(f"{path}: damaged Parquet data ({str(err).splitlines()[0][:200]})") from None
     return table
 
 
