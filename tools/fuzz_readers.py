@@ -664,12 +664,33 @@ def _signature(exc: BaseException) -> str:
     return f"{type(exc).__name__}@{where}"
 
 
-def classify(target: str, directory: Path, time_limit: float) -> tuple[str, str, str]:
+def _injected(kind: str) -> None:
+    """Misbehaviour on purpose (--inject, to test this harness): what a broken reader could do."""
+    if kind == "crash":
+        os.abort()
+    if kind == "hang":  # a hang the alarm cannot break (as in C code holding the GIL)
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        while True:
+            time.sleep(1)
+    if kind == "slow":  # a Python loop: the alarm breaks it
+        while True:
+            pass
+    if kind == "memory":
+        blocks = []
+        while True:
+            blocks.append(bytearray(64 << 20))
+    if kind == "exception":
+        raise KeyError("injected")
+
+
+def classify(target: str, directory: Path, time_limit: float, inject: str = "") -> tuple[str, str, str]:
     """(outcome, signature, detail): outcome ok / error (one of ddlsim's) / a failure kind."""
     from ddlsim.errors import DdlsimError, InternalError
 
     signal.setitimer(signal.ITIMER_REAL, time_limit)
     try:
+        if inject:
+            _injected(inject)
         run_target(target, directory)
         return "ok", "", ""
     except _TimeOut:
@@ -679,6 +700,7 @@ def classify(target: str, directory: Path, time_limit: float) -> tuple[str, str,
     except DdlsimError:
         return "error", "", ""
     except MemoryError as exc:
+        traceback.clear_frames(exc.__traceback__)  # free what the failed reader held before formatting
         return "memory", _signature(exc), traceback.format_exc(limit=30)
     except RecursionError as exc:
         return "exception", _signature(exc), traceback.format_exc(limit=8)
@@ -732,6 +754,7 @@ def worker_main(args: argparse.Namespace) -> None:
     if args.memory_mb > 0:
         limit = _vm_bytes() + args.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    injections = {int(index): kind for kind, index in (item.split(":") for item in args.inject)}
     out = sys.stdout
     for line in sys.stdin:
         first, count = (int(x) for x in line.split())
@@ -743,7 +766,7 @@ def worker_main(args: argparse.Namespace) -> None:
                 outcome, signature, detail = "harness", _signature(exc), traceback.format_exc(limit=30)
             else:
                 _write_files(scratch, files)
-                outcome, signature, detail = classify(target, scratch, args.time_limit)
+                outcome, signature, detail = classify(target, scratch, args.time_limit, injections.get(index, ""))
             if outcome in ("ok", "error"):
                 out.write(f"{index} {outcome}\n")
             else:
@@ -762,7 +785,7 @@ class Worker:
         self.scratch = scratch_root / f"worker{number}"
         command = [sys.executable, "-u", str(Path(__file__).resolve()), "--worker", "--seed", str(args.seed),
                    "--samples", str(samples_dir), "--scratch", str(self.scratch), "--time-limit", str(args.time_limit),
-                   "--memory-mb", str(args.memory_mb)]
+                   "--memory-mb", str(args.memory_mb)] + [f"--inject={item}" for item in args.inject]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(ROOT / "python")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
         self.stderr_path = Path(args.out) / f"worker{number}.stderr"
@@ -860,10 +883,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--start", type=int, default=0, help="first input index (default 0)")
     parser.add_argument("--batch", type=int, default=200, help="inputs per request to a worker (default 200)")
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per input (default 10)")
+    parser.add_argument("--hang-limit", type=float, default=0.0,
+                        help="seconds without an answer before the parent kills a worker (default: twice the time "
+                             "limit, at least the time limit + 20)")
     parser.add_argument("--memory-mb", type=int, default=1024,
                         help="address space a worker may add per input, MiB (default 1024; 0: no limit)")
     parser.add_argument("--progress", type=float, default=30.0, help="seconds between progress lines (default 30)")
     parser.add_argument("--replay", metavar="DIR", help="run the reader on a saved finding (DIR holds info.json)")
+    parser.add_argument("--inject", action="append", default=[], metavar="KIND:INDEX",
+                        help="test the harness: input INDEX crashes / hangs / slow / memory / exception")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--samples", help=argparse.SUPPRESS)
     parser.add_argument("--scratch", help=argparse.SUPPRESS)
@@ -897,7 +925,7 @@ def run_campaign(args: argparse.Namespace) -> Campaign:
     workers: list[Worker] = []
     started = time.monotonic()
     last_report = started
-    hang_limit = max(2 * args.time_limit, args.time_limit + 20)
+    hang_limit = args.hang_limit or max(2 * args.time_limit, args.time_limit + 20)
 
     def hand_out(worker: Worker) -> None:
         nonlocal next_index
@@ -909,13 +937,15 @@ def run_campaign(args: argparse.Namespace) -> Campaign:
     def failed_worker(worker: Worker, kind: str, detail: str) -> Worker | None:
         """The worker died or hung on its first pending input: count it, restart, resend the rest."""
         worker.kill()
+        if worker.pending:
+            index = worker.pending[0]
+            target = TARGETS[index % len(TARGETS)]
+            campaign.record(index, kind, f"{kind}@{target}", detail + "\n" + worker.stderr_tail(), target)
+        rest = worker.pending[1:]
         replacement = Worker(worker.number, args, samples_dir, scratch_root)
         if not worker.pending:  # it died after its last answer: nothing to blame
             hand_out(replacement)
             return replacement
-        index, rest = worker.pending[0], worker.pending[1:]
-        target = TARGETS[index % len(TARGETS)]
-        campaign.record(index, kind, f"{kind}@{target}", detail + "\n" + worker.stderr_tail(), target)
         if rest:
             replacement.send(rest[0], len(rest))
         else:
