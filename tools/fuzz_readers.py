@@ -845,13 +845,17 @@ class Campaign:
         self.signatures: dict[str, int] = {}
         self.done = 0
         self.samples: dict[str, list[dict[str, bytes]]] | None = None
+        self.by_target: dict[str, dict[str, int]] = {}
 
     def record(self, index: int, outcome: str, signature: str = "", detail: str = "", target: str = "",
                applied: Any = None) -> None:
         self.done += 1
+        per_target = self.by_target.setdefault(TARGETS[index % len(TARGETS)], {"ok": 0, "error": 0, "failed": 0})
         if outcome in ("ok", "error"):
             self.counts[outcome] += 1
+            per_target[outcome] += 1
             return
+        per_target["failed"] += 1
         self.failures[outcome] = self.failures.get(outcome, 0) + 1
         key = f"{outcome}-{signature}"
         seen = self.signatures.get(key, 0)
@@ -1028,6 +1032,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay:
         return replay(Path(args.replay))
     campaign = run_campaign(args)
+    print("per reader (read/refused/failed): " + ", ".join(
+        f"{target} {c['ok']}/{c['error']}/{c['failed']}" for target, c in sorted(campaign.by_target.items())),
+        file=sys.stderr)
     print(_summary(campaign, campaign.elapsed), flush=True)
     return 1 if campaign.failures else 0
 
