@@ -266,6 +266,28 @@ def test_parquet_string_data_not_utf8(events_path):
         read_event_log(events_path)
 
 
+@pytest.mark.parametrize("clocks, expected", [
+    ({"1": {"offset_ns": -10 ** 30, "domain": "x"}}, "entry for host '1'"),
+    ({"1": {"offset_ns": float("nan"), "domain": "x"}}, "entry for host '1'"),
+    ({str(10 ** 12): {"offset_ns": 5, "domain": "x"}}, "has host '1000000000000'"),
+    ({"-3": {"offset_ns": 5, "domain": "x"}}, "has host '-3'"),
+])
+def test_parquet_clock_offsets_out_of_range(events_path, clocks, expected):
+    metadata = json.loads(pq.read_schema(events_path).metadata[b"ddlsim.metadata"])
+    _rewrite_metadata(events_path, b"ddlsim.metadata", json.dumps({**metadata, "clocks": clocks}).encode())
+    with pytest.raises(TraceError, match=f"metadata 'clocks' {expected}"):
+        read_event_log(events_path)
+
+
+def test_a_large_host_number_with_a_clock_offset_is_looked_up_not_tabled():
+    from ddlsim.trace.columns import host_offsets
+    import numpy as np
+
+    hosts = np.array([0, 2 ** 31 - 1, 5, 2 ** 31 - 1])
+    offsets = host_offsets({"clocks": {str(2 ** 31 - 1): {"offset_ns": 7}, "5": {"offset_ns": -2}}}, hosts)
+    assert offsets.tolist() == [0, 7, -2, 7]
+
+
 # ------------------------------------------------------------------ capture JSONL
 
 
