@@ -402,3 +402,26 @@ def test_netop_numbers_out_of_range(tmp_path, text, field):
     path.write_text(text)
     with pytest.raises(TraceError, match=rf"sends\.csv:1: {field}"):
         read_netop_trace(path)
+
+
+@pytest.mark.parametrize("content, expected", [(b"layer,fwd_ms,bwd_ms\nconv1,0.1,0.\xff2\n", "not UTF-8"),
+                                               (b"layer,fwd_ms,bwd_ms\n" + b"x" * 200_000 + b",0.1,0.2\n",
+                                                "not a readable CSV .*field larger than field limit")])
+def test_scenario_profile_csv_damaged(tmp_path, content, expected):
+    from ddlsim.errors import ModelError
+    from ddlsim.simulation.model_build import build_model
+
+    (tmp_path / "profile.csv").write_bytes(content)
+    (tmp_path / "s.toml").write_text('[model]\nname = "lenet5"\nprofile = "profile.csv"\n')
+    scenario = load_scenario(tmp_path / "s.toml")
+    with pytest.raises(ModelError, match=f"profile.csv: {expected}"):
+        build_model(scenario.model, scenario.base_dir)
+
+
+def test_fit_csv_with_a_field_over_the_csv_limit(tmp_path):
+    from ddlsim.plan.cost import read_table
+
+    path = tmp_path / "times.csv"
+    path.write_text("size,time_us\n" + "1" * 200_000 + ",5\n")
+    with pytest.raises(PlanError, match="times.csv: not a readable CSV .*field larger than field limit"):
+        read_table(path, workers=4)

@@ -115,6 +115,14 @@ def make_samples(directory: Path) -> None:
         encoding="utf-8")
     for toml in sorted((ROOT / "examples").glob("*.toml")):
         shutil.copy(toml, sample("scenario", toml.stem) / "scenario.toml")
+    from ddlsim.workload.zoo import load_model
+
+    profiled = sample("scenario", "lenet5_profile")  # the scenario names a CSV of measured layer times
+    (profiled / "scenario.toml").write_text('workers = 2\n\n[model]\nname = "lenet5"\nprofile = "profile.csv"\n',
+                                            encoding="utf-8")
+    (profiled / "profile.csv").write_text("layer,fwd_ms,bwd_ms\n" + "".join(
+        f"{layer.name},{0.01 * (i + 1):.2f},{0.02 * (i + 1):.2f}\n" for i, layer in enumerate(load_model("lenet5").layers)),
+        encoding="utf-8")
     shutil.copy(ROOT / "examples" / "osu_allreduce_8nodes.txt", sample("fit", "osu") / "table.txt")
     shutil.copy(ROOT / "examples" / "allreduce_times.csv", sample("fit", "csv") / "table.txt")
     from ddlsim.plan.cost import fit_tables
@@ -282,10 +290,13 @@ def mutate_bytes(rng: random.Random, data: bytes) -> bytes:
         position = rng.randrange(len(buffer))
         width = rng.choice((1, 2, 4, 8))
         buffer[position:position + width] = rng.choice((b"\xff" * width, b"\x00" * width, b"\x7f" + b"\xff" * (width - 1)))
-    else:
+    elif action < 0.99:
         start = rng.randrange(len(buffer))
         end = min(len(buffer), start + rng.randint(1, 64))
         buffer[start:start] = buffer[start:end]
+    else:  # one very long field or line (csv's field limit is 131072 characters)
+        position = rng.randrange(len(buffer))
+        buffer[position:position] = rng.choice((b"7", b"x", b" ", b"[")) * rng.choice((140_000, 1_000_000))
     return bytes(buffer)
 
 

@@ -170,7 +170,10 @@ def _read_csv(path: Path, text: str, workers: Optional[int], time_unit: str) -> 
     """CSV ``size,time[,workers]``: size in bytes; time in `time_unit` unless
     the header names the unit (``time_us``, ``time_ms``, ``time_s``,
     ``time_ns``); the header is optional (then the columns are in that order)."""
-    rows = list(csv.reader(text.splitlines()))
+    try:
+        rows = list(csv.reader(text.splitlines()))
+    except csv.Error as exc:
+        raise PlanError(f"{path}: not a readable CSV ({exc}); give size,time[,workers] rows (size in bytes)") from None
     if not rows:
         raise PlanError(f"{path}: empty table; give size,time[,workers] rows (size in bytes)")
     first = [c.strip().lower().replace(" ", "_") for c in rows[0]]

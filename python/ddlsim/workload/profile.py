@@ -67,6 +67,16 @@ def layer_times_from_log(log_or_path) -> dict[str, tuple[float, float]]:
 
 
 def _read_csv(path: Path) -> dict[str, tuple[float, float]]:
+    try:
+        return _read_csv_rows(path)
+    except UnicodeDecodeError as exc:
+        raise ModelError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); a profile is a CSV "
+                         f"with columns {', '.join(REQUIRED)}") from None
+    except csv.Error as exc:
+        raise ModelError(f"{path}: not a readable CSV ({exc}); a profile has columns {', '.join(REQUIRED)}") from None
+
+
+def _read_csv_rows(path: Path) -> dict[str, tuple[float, float]]:
     times: dict[str, tuple[float, float]] = {}
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
