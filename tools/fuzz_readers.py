@@ -936,6 +936,7 @@ def run_campaign(args: argparse.Namespace) -> Campaign:
     scratch_root = Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else out
     scratch_root = Path(scratch_root) / f"ddlsim-fuzz-{os.getpid()}"
     campaign = Campaign(args)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # end the workers too (finally)
     next_index, end = args.start, args.start + args.inputs
     workers: list[Worker] = []
     started = time.monotonic()
