@@ -37,8 +37,8 @@ def test_three_thousand_seeded_inputs_give_only_ddlsims_own_errors(tmp_path):
 def test_the_harness_counts_crashes_hangs_loops_memory_and_exceptions_and_goes_on(tmp_path):
     out = tmp_path / "out"
     injected = {"crash": 3, "hang": 4, "slow": 25, "memory": 26, "exception": 27}
-    run = fuzz("--inputs", "40", "--seed", "5", "--workers", "2", "--out", str(out), "--time-limit", "4",
-               "--hang-limit", "6", "--memory-mb", "256", *[f"--inject={k}:{i}" for k, i in injected.items()])
+    run = fuzz("--inputs", "40", "--seed", "5", "--workers", "2", "--out", str(out), "--time-limit", "2",
+               "--hang-limit", "3", "--memory-mb", "256", *[f"--inject={k}:{i}" for k, i in injected.items()])
     summary = _summary(run)
     assert run.returncode == 1, run.stderr[-3000:]
     assert summary.startswith("fuzz_readers: 40 inputs (seed 5), 5 failures (crash 1, exception 1, hang 1, memory 1, "

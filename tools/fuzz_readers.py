@@ -679,10 +679,10 @@ def _injected(kind: str) -> None:
     """Misbehaviour on purpose (--inject, to test this harness): what a broken reader could do."""
     if kind == "crash":
         os.abort()
-    if kind == "hang":  # a hang the alarm cannot break (as in C code holding the GIL)
-        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    if kind == "hang":  # a loop the alarm cannot break (as in C code that never returns to Python)
+        signal.signal(signal.SIGPROF, signal.SIG_IGN)
         while True:
-            time.sleep(1)
+            pass
     if kind == "slow":  # a Python loop: the alarm breaks it
         while True:
             pass
@@ -698,7 +698,7 @@ def classify(target: str, directory: Path, time_limit: float, inject: str = "") 
     """(outcome, signature, detail): outcome ok / error (one of ddlsim's) / a failure kind."""
     from ddlsim.errors import DdlsimError, InternalError
 
-    signal.setitimer(signal.ITIMER_REAL, time_limit)
+    signal.setitimer(signal.ITIMER_PROF, time_limit)  # CPU time: a busy shared machine does not count
     try:
         if inject:
             _injected(inject)
@@ -718,7 +718,7 @@ def classify(target: str, directory: Path, time_limit: float, inject: str = "") 
     except Exception as exc:  # noqa: BLE001 - every other exception is what the fuzzer looks for
         return "exception", _signature(exc), traceback.format_exc(limit=30)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 def _write_files(directory: Path, files: dict[str, bytes]) -> None:
@@ -761,7 +761,7 @@ def worker_main(args: argparse.Namespace) -> None:
     def alarm(signum: int, frame: Any) -> None:
         raise _TimeOut()
 
-    signal.signal(signal.SIGALRM, alarm)
+    signal.signal(signal.SIGPROF, alarm)
     if args.memory_mb > 0:
         limit = _vm_bytes() + args.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -808,6 +808,7 @@ class Worker:
         self.pending: list[int] = []  # indices sent, not answered, in order
         self.busy = False  # a request was sent and its "done" not yet read
         self.last_progress = time.monotonic()
+        self.cpu_at_progress = 0.0
         self.started = True
 
     def send(self, first: int, count: int) -> None:
@@ -815,7 +816,7 @@ class Worker:
         self.busy = True
         self.process.stdin.write(f"{first} {count}\n".encode())
         self.process.stdin.flush()
-        self.last_progress = time.monotonic()
+        self.last_progress, self.cpu_at_progress = time.monotonic(), self.cpu_seconds()
 
     def read_lines(self) -> tuple[list[bytes], bool]:
         """Complete lines available now, and whether the worker's output ended."""
@@ -828,8 +829,25 @@ class Worker:
         self.buffer += chunk
         *lines, self.buffer = self.buffer.split(b"\n")
         if lines:
-            self.last_progress = time.monotonic()
+            self.last_progress, self.cpu_at_progress = time.monotonic(), self.cpu_seconds()
         return lines, False
+
+    def cpu_seconds(self) -> float:
+        """CPU time the worker has used (user + system), from /proc; 0 where there is none."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def stalled(self, now: float, limit: float) -> str:
+        """Why the worker counts as hung: over ``limit`` s of CPU on one input (a loop the alarm cannot
+        break), or 10 times that of wall time (blocked: a deadlock, a wait); '' when it is not."""
+        if self.cpu_seconds() - self.cpu_at_progress > limit:
+            return f"over {limit:.0f} s of CPU time without an answer"
+        if now - self.last_progress > 10 * limit:
+            return f"no answer within {10 * limit:.0f} s"
+        return ""
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -897,10 +915,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default="fuzz-out", help="samples, findings and scratch files (default fuzz-out)")
     parser.add_argument("--start", type=int, default=0, help="first input index (default 0)")
     parser.add_argument("--batch", type=int, default=200, help="inputs per request to a worker (default 200)")
-    parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per input (default 10)")
+    parser.add_argument("--time-limit", type=float, default=10.0, help="CPU seconds per input (default 10)")
     parser.add_argument("--hang-limit", type=float, default=0.0,
-                        help="seconds without an answer before the parent kills a worker (default: twice the time "
-                             "limit, at least the time limit + 20)")
+                        help="CPU seconds on one input (or 10 times that of wall time) before the parent kills a "
+                             "worker (default: twice the time limit, at least the time limit + 20)")
     parser.add_argument("--memory-mb", type=int, default=1024,
                         help="address space a worker may add per input, MiB (default 1024; 0: no limit)")
     parser.add_argument("--progress", type=float, default=30.0, help="seconds between progress lines (default 30)")
@@ -999,8 +1017,8 @@ def run_campaign(args: argparse.Namespace) -> Campaign:
                     code = worker.process.wait()
                     how = f"signal {-code}" if code < 0 else f"exit status {code}"
                     workers[position] = failed_worker(worker, "crash", f"worker ended with {how}")
-                elif worker.busy and now - worker.last_progress > hang_limit:
-                    workers[position] = failed_worker(worker, "hang", f"no answer within {hang_limit:.0f} s")
+                elif worker.busy and now - worker.last_progress > hang_limit and worker.stalled(now, hang_limit):
+                    workers[position] = failed_worker(worker, "hang", worker.stalled(now, hang_limit))
             if now - last_report >= args.progress:
                 last_report = now
                 print(f"progress: {_summary(campaign, now - started)}", file=sys.stderr, flush=True)
