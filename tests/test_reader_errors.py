@@ -425,3 +425,54 @@ def test_fit_csv_with_a_field_over_the_csv_limit(tmp_path):
     path.write_text("size,time_us\n" + "1" * 200_000 + ",5\n")
     with pytest.raises(PlanError, match="times.csv: not a readable CSV .*field larger than field limit"):
         read_table(path, workers=4)
+
+
+# ------------------------------------------------------------------ integers of more than 4300 digits
+# (Python refuses to convert them with a ValueError that is no JSONDecodeError / TOMLDecodeError)
+
+HUGE = "7" * 5000
+
+
+def test_capture_integer_of_5000_digits(capture_dir):
+    path = capture_dir / "0.rank.jsonl"
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1].replace('"bytes":8', f'"bytes":{HUGE}')
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=r"0\.rank\.jsonl:2: not a JSON object \(Exceeds the limit"):
+        merge_capture(capture_dir)
+
+
+def test_scenario_integer_of_5000_digits(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(f"workers = {HUGE}\n")
+    with pytest.raises(ScenarioError, match="s.toml: not valid TOML: Exceeds the limit"):
+        load_scenario(path)
+
+
+def test_cost_model_integer_of_5000_digits(tmp_path):
+    path = tmp_path / "cost.json"
+    path.write_text(f'{{"alpha_ns": {HUGE}, "beta_ns_per_byte": 1}}')
+    with pytest.raises(PlanError, match="cost.json: not valid JSON"):
+        CostModel.load(path)
+
+
+def test_osu_size_of_5000_digits(tmp_path):
+    from ddlsim.plan.cost import read_table
+
+    path = tmp_path / "osu.txt"
+    path.write_text(f"# OSU MPI Allreduce Latency Test v7.1\n# Size       Avg Latency(us)\n4 1.5\n{HUGE} 2.0\n")
+    with pytest.raises(PlanError, match=r"osu.txt:4: cannot read"):
+        read_table(path, workers=4)
+
+
+def test_netop_task_of_5000_digits(tmp_path):
+    path = tmp_path / "sends.csv"
+    path.write_text(f"0.5, w, 8, worker{HUGE}, ps0\n")
+    with pytest.raises(TraceError, match=r"sends\.csv:1: source device"):
+        read_netop_trace(path)
+
+
+def test_sketchdlc_id_dep_of_5000_digits(sketch_dir):
+    line = _set_field(sketch_dir / "w0.txt", 1, "id_dep", f"{HUGE}-0-s0")
+    with pytest.raises(TraceError, match=rf"w0\.txt:{line}: id_dep .* more than 18 digits"):
+        read_sketchdlc(sketch_dir)

@@ -59,6 +59,8 @@ def read_rank_file(path: Path) -> tuple[dict, list[dict], Optional[dict], bool]:
             raise TraceError(f"{path}:{number}: not a JSON object ({exc.msg}); the capture file is damaged") from None
         except RecursionError:
             raise TraceError(f"{path}:{number}: JSON nested too deeply; the capture file is damaged") from None
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            raise TraceError(f"{path}:{number}: not a JSON object ({exc}); the capture file is damaged") from None
         if not isinstance(obj, dict):
             raise TraceError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
         if "header" in obj:

@@ -108,7 +108,7 @@ class Sample:
 _OSU_TITLE = re.compile(r"^#?\s*OSU\b.*\bTest\b", re.IGNORECASE)
 _OSU_HEADER = re.compile(r"^#?\s*Size\s+Avg\s+Latency\s*\((us|ms|ns|s)\)", re.IGNORECASE)
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_OSU_ROW = re.compile(rf"^\s*(\d+)\s+({_NUMBER})(?:\s+.*)?$")
+_OSU_ROW = re.compile(rf"^\s*(\d{{1,19}})\s+({_NUMBER})(?:\s+.*)?$")
 
 
 def _exact(text: str, what: str, origin: str) -> Fraction:
@@ -446,7 +446,7 @@ class CostModel:
             raise PlanError(f"{path}: cost model file not found; write one with `ddlsim fit TABLE --out {path}`")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (UnicodeDecodeError, ValueError) as exc:  # ValueError: bad JSON, an integer of > 4300 digits
             raise PlanError(f"{path}: not valid JSON ({exc})") from None
         except RecursionError:
             raise PlanError(f"{path}: not valid JSON (nested too deeply to read)") from None

@@ -44,8 +44,8 @@ from typing import Any, Iterable
 from ..errors import TraceError
 from .schema import EventLog, event_log_from_arrays, rows_to_columns
 
-_SHORT_DEVICE = re.compile(r"^(?P<job>worker|ps|server)[_:-]?(?P<task>\d+)$", re.IGNORECASE)
-_TF_DEVICE = re.compile(r"^/job:(?P<job>worker|ps)(?:/replica:\d+)?/task:(?P<task>\d+)(?:/device:[A-Za-z]+:\d+)?$")
+_SHORT_DEVICE = re.compile(r"^(?P<job>worker|ps|server)[_:-]?(?P<task>\d{1,9})$", re.IGNORECASE)
+_TF_DEVICE = re.compile(r"^/job:(?P<job>worker|ps)(?:/replica:\d+)?/task:(?P<task>\d{1,9})(?:/device:[A-Za-z]+:\d+)?$")
 _HEADER = ("time", "name", "size", "src", "dst")
 _MAX_SECONDS = 9_000_000_000  # nanoseconds fit an int64
 

@@ -569,6 +569,9 @@ def _parse_record(fields: list[str], path: Path, line_number: int) -> _Parsed | 
     key, operation_num, peer_letter, peer_index = match.groups()
     if any(len(part.lstrip("-")) > 18 for part in (key, operation_num, peer_index)):
         raise TraceError(f"{where}: op_id {values['op_id'][:60]!r} holds a number of more than 18 digits")
+    dep = _OP_ID.match(values["id_dep"])
+    if dep is not None and any(len(part.lstrip("-")) > 18 for part in dep.groups()):
+        raise TraceError(f"{where}: id_dep {values['id_dep'][:60]!r} holds a number of more than 18 digits")
     _check_record(numbers, operation, message, is_send, peer_letter, int(operation_num), where)
     time_ns = (numbers["time_sec"] * 1_000_000 + numbers["time_usec"]) * 1000
     if abs(time_ns) > _INT64_MAX:
