@@ -476,3 +476,19 @@ def test_sketchdlc_id_dep_of_5000_digits(sketch_dir):
     line = _set_field(sketch_dir / "w0.txt", 1, "id_dep", f"{HUGE}-0-s0")
     with pytest.raises(TraceError, match=rf"w0\.txt:{line}: id_dep .* more than 18 digits"):
         read_sketchdlc(sketch_dir)
+
+
+def test_cli_convert_of_damaged_sketchdlc_and_chakra_exits_2_with_one_line(sketch_dir, chakra_prefix, tmp_path):
+    _set_field(sketch_dir / "s0.txt", 0, "length", str(10 ** 30))
+
+    def change(meta):
+        next(a for a in meta.attr if a.name == "ddlsim_metadata").string_val = "{"
+
+    _rewrite_chakra(chakra_prefix.with_name("trace.1.et"), 0, change)
+    for source, name in ((sketch_dir, "s0.txt"), (chakra_prefix, "trace.1.et")):
+        run = cli("convert", str(source), str(tmp_path / "out.parquet"),
+                  "--from", "sketchdlc" if source == sketch_dir else "chakra")
+        assert run.returncode == 2, run.stderr
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and name in lines[0] and "Traceback" not in run.stderr, run.stderr
+        assert not (tmp_path / "out.parquet").exists()
