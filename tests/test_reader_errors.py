@@ -492,3 +492,20 @@ def test_cli_convert_of_damaged_sketchdlc_and_chakra_exits_2_with_one_line(sketc
         lines = run.stderr.strip().splitlines()
         assert len(lines) == 1 and name in lines[0] and "Traceback" not in run.stderr, run.stderr
         assert not (tmp_path / "out.parquet").exists()
+
+
+@pytest.mark.parametrize("ts", [4.6e15, 9e15])
+def test_kineto_largest_accepted_times_do_not_overflow(kineto_dir, ts):
+    """ts and dur at the bound: their end in nanoseconds still fits an int64 (a read); beyond it, refused."""
+    path = kineto_dir / "rank0.json"
+    trace = json.loads(path.read_text())
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    for event in events:
+        event["args"] = {}
+    events[-1].update(ts=ts, dur=ts, cat="cpu_op", name="ddlsim::late")
+    path.write_text(json.dumps(trace))
+    if ts * 2 * 1000 >= 2 ** 63:
+        with pytest.raises(TraceError, match="'ts' is 9000000000000000.0, expected a finite number of microseconds"):
+            read_kineto(path)
+        return
+    assert read_kineto(path).column("end_ns").max() == round(ts * 2 * 1000)

@@ -316,7 +316,7 @@ def _rank_of(trace: Any, path: Path, single: bool) -> int:
 
 
 _MAX_RANK = (1 << 31) - 1
-_MAX_US = 9e15  # |times| in microseconds whose nanoseconds (and sums of two) fit an int64
+_MAX_US = 4.6e15  # |ts| and |dur| in microseconds: ts + dur in nanoseconds fits an int64
 
 
 def _number(event: dict[str, Any], name: str, where: str) -> float:
