@@ -509,3 +509,14 @@ def test_kineto_largest_accepted_times_do_not_overflow(kineto_dir, ts):
             read_kineto(path)
         return
     assert read_kineto(path).column("end_ns").max() == round(ts * 2 * 1000)
+
+
+def test_kineto_damaged_gzip(kineto_dir):
+    import gzip
+
+    data = bytearray(gzip.compress((kineto_dir / "rank0.json").read_bytes(), mtime=0))
+    data[40] ^= 0xFF  # inside the deflate stream: zlib.error, not an OSError
+    path = kineto_dir / "rank0.json.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceError, match=r"rank0\.json\.gz: cannot read as UTF-8 text"):
+        read_kineto(path)

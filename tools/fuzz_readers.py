@@ -91,6 +91,11 @@ def make_samples(directory: Path) -> None:
         write_trace(log, sample("events", name) / "run.events.parquet", "events")
         write_trace(log, sample("chakra", name) / "trace", "chakra")
         write_trace(log, sample("kineto", name), "kineto")
+        if name == "ring":  # the profiler's compressed form too
+            import gzip
+
+            for path in sorted((directory / "kineto" / name).glob("*.json")):
+                (sample("kineto", "ring_gz") / (path.name + ".gz")).write_bytes(gzip.compress(path.read_bytes(), mtime=0))
         capture = sample("capture", name)
         rows = list(iter_rows(log, COLUMN_NAMES))
         for rank in sorted({row.rank for row in rows}):
@@ -604,11 +609,21 @@ def make_input(samples: dict[str, list[dict[str, bytes]]], seed: int, index: int
                 applied.append(f"remove {name}")
                 continue
             mutator = rng.choice(TEXT_MUTATORS[target])
+            packed = name.endswith(".gz") and rng.random() < 0.7  # change the text inside, compress again
+            if packed:
+                import gzip
+                import zlib
+
+                try:
+                    data = gzip.decompress(data)
+                except (OSError, EOFError, zlib.error):
+                    packed = False
             try:
-                files[name] = mutator(rng, data)
+                data = mutator(rng, data)
             except RecursionError:  # a document an earlier mutation nested too deeply to walk
                 mutator = mutate_bytes
-                files[name] = mutator(rng, data)
+                data = mutator(rng, data)
+            files[name] = gzip.compress(data, mtime=0) if packed else data
         applied.append(f"{mutator.__name__} {name}")
     return target, files, applied
 

@@ -45,6 +45,7 @@ import gzip
 import json
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -252,7 +253,7 @@ def _load_json(path: Path) -> Any:
                 text = stream.read()
         else:
             text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, EOFError) as err:
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error) as err:  # zlib.error: a damaged .gz
         raise TraceError(f"{path}: cannot read as UTF-8 text ({err})") from None
     return parse_json(text, str(path))
 
