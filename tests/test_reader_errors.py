@@ -520,3 +520,24 @@ def test_kineto_damaged_gzip(kineto_dir):
     path.write_bytes(bytes(data))
     with pytest.raises(TraceError, match=r"rank0\.json\.gz: cannot read as UTF-8 text"):
         read_kineto(path)
+
+
+@pytest.mark.parametrize("latency", ["1e999999", "1e-999999", "1e31"])
+def test_fit_latency_out_of_range(tmp_path, latency):
+    """Once an OverflowError in the fit (1e999999), or minutes of work on a million-digit fraction."""
+    from ddlsim.plan.cost import fit_tables
+
+    path = tmp_path / "osu.txt"
+    path.write_text(f"# OSU MPI Allreduce Latency Test v7.1\n# Size       Avg Latency(us)\n4 1.5\n8 {latency}\n16 3.0\n")
+    with pytest.raises(PlanError, match=r"osu.txt:4: latency .* is out of range"):
+        fit_tables([path], workers=[4])
+
+
+@pytest.mark.parametrize("time", ["inf", "nan", "1e999999", "-1e999999"])
+def test_fit_csv_time_not_finite(tmp_path, time):
+    from ddlsim.plan.cost import fit_tables
+
+    path = tmp_path / "times.csv"
+    path.write_text(f"size,time_us\n4,1.5\n8,{time}\n16,3.0\n")
+    with pytest.raises(PlanError, match=r"times.csv:3: time .* is out of range"):
+        fit_tables([path], workers=[4])

@@ -667,10 +667,10 @@ def run_target(target: str, directory: Path) -> Any:
 
         scenario = load_scenario(directory / "scenario.toml")
         return build_model(scenario.model, scenario.base_dir)
-    if target == "fit":
-        from ddlsim.plan.cost import read_table
+    if target == "fit":  # what `ddlsim fit TABLE --workers 8` does with it: read, then fit
+        from ddlsim.plan.cost import fit_tables
 
-        return read_table(directory / "table.txt", workers=8)
+        return fit_tables([directory / "table.txt"], workers=[8])
     if target == "costmodel":
         from ddlsim.plan.cost import CostModel
 

@@ -111,11 +111,22 @@ _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _OSU_ROW = re.compile(rf"^\s*(\d{{1,19}})\s+({_NUMBER})(?:\s+.*)?$")
 
 
+_MAX_MEASURE = 1e30  # sizes (bytes) and times (any unit) beyond this are no measurement
+
+
 def _exact(text: str, what: str, origin: str) -> Fraction:
+    text = text.strip()
     try:
-        value = Fraction(text.strip())
+        approx = float(text)
+    except ValueError:
+        raise PlanError(f"{origin}: {what} must be a number, got {text[:40]!r}") from None
+    # an exponent of 1000 or more (1e-999999) would make a fraction of a million digits: no measurement has one
+    if not math.isfinite(approx) or abs(approx) > _MAX_MEASURE or re.search(r"[eE][-+]?0*\d{4,}", text):
+        raise PlanError(f"{origin}: {what} {text[:40]!r} is out of range (at most {_MAX_MEASURE:g})")
+    try:
+        value = Fraction(text)
     except (ValueError, ZeroDivisionError):
-        raise PlanError(f"{origin}: {what} must be a number, got {text.strip()!r}") from None
+        raise PlanError(f"{origin}: {what} must be a number, got {text[:40]!r}") from None
     if value < 0:
         raise PlanError(f"{origin}: {what} must not be negative, got {text.strip()!r}")
     return value
