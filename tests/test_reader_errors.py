@@ -541,3 +541,14 @@ def test_fit_csv_time_not_finite(tmp_path, time):
     path.write_text(f"size,time_us\n4,1.5\n8,{time}\n16,3.0\n")
     with pytest.raises(PlanError, match=r"times.csv:3: time .* is out of range"):
         fit_tables([path], workers=[4])
+
+
+def test_fit_csv_worker_count_of_40_digits(tmp_path):
+    """Once a numpy casting error in the joint fit over several worker counts."""
+    from ddlsim.plan.cost import fit_tables
+
+    path = tmp_path / "times.csv"
+    huge = "9" * 40
+    path.write_text(f"size,time_us,workers\n1024,90,2\n4096,93,2\n1024,270,{huge}\n4096,278,{huge}\n")
+    with pytest.raises(PlanError, match=r"times.csv:4: workers must be a whole number from 1 to 1000000"):
+        fit_tables([path])

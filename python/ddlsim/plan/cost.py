@@ -112,6 +112,7 @@ _OSU_ROW = re.compile(rf"^\s*(\d{{1,19}})\s+({_NUMBER})(?:\s+.*)?$")
 
 
 _MAX_MEASURE = 1e30  # sizes (bytes) and times (any unit) beyond this are no measurement
+_MAX_WORKERS = 1_000_000  # a worker count of a measured all-reduce
 
 
 def _exact(text: str, what: str, origin: str) -> Fraction:
@@ -217,8 +218,8 @@ def _read_csv(path: Path, text: str, workers: Optional[int], time_unit: str) -> 
         n = workers
         if workers_col is not None and workers_col < len(row) and row[workers_col].strip():
             w = row[workers_col].strip()
-            if not re.fullmatch(r"\d+", w) or int(w) < 1:
-                raise PlanError(f"{origin}: workers must be a whole number >= 1, got {w!r}")
+            if not re.fullmatch(r"\d{1,7}", w) or not 1 <= int(w) <= _MAX_WORKERS:
+                raise PlanError(f"{origin}: workers must be a whole number from 1 to {_MAX_WORKERS}, got {w[:40]!r}")
             n = int(w)
         if n is None:
             raise PlanError(f"{origin}: no worker count; add a workers column or give --workers N")
@@ -233,8 +234,8 @@ def read_table(path: str | Path, workers: Optional[int] = None, time_unit: str =
     path = Path(path)
     if time_unit not in TIME_UNITS_NS:
         raise PlanError(f"time unit {time_unit!r}: choose one of {', '.join(TIME_UNITS_NS)}")
-    if workers is not None and workers < 1:
-        raise PlanError(f"workers must be >= 1, got {workers}")
+    if workers is not None and not 1 <= workers <= _MAX_WORKERS:
+        raise PlanError(f"workers must be from 1 to {_MAX_WORKERS}, got {workers}")
     if not path.is_file():
         raise PlanError(f"{path}: file not found; give osu_allreduce output or a CSV size,time[,workers]")
     try:
