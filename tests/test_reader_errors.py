@@ -552,3 +552,14 @@ def test_fit_csv_worker_count_of_40_digits(tmp_path):
     path.write_text(f"size,time_us,workers\n1024,90,2\n4096,93,2\n1024,270,{huge}\n4096,278,{huge}\n")
     with pytest.raises(PlanError, match=r"times.csv:4: workers must be a whole number from 1 to 1000000"):
         fit_tables([path])
+
+
+def test_scenario_profile_name_too_long(tmp_path):
+    """Path.is_file() raises ENAMETOOLONG (an OSError) for a name over the file system's limit."""
+    from ddlsim.errors import ModelError
+    from ddlsim.simulation.model_build import build_model
+
+    (tmp_path / "s.toml").write_text('[model]\nname = "lenet5"\nprofile = "' + "p" * 5000 + '.csv"\n')
+    scenario = load_scenario(tmp_path / "s.toml")
+    with pytest.raises(ModelError, match="cannot use as a profile file .*too long"):
+        build_model(scenario.model, scenario.base_dir)

@@ -24,7 +24,11 @@ def apply_profile(model: Model, path: str | Path, optional: set[str] | frozenset
     are milliseconds per iteration at the profiled batch size.
     """
     path = Path(path)
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise ModelError(f"{str(path)[:200]}: cannot use as a profile file ({exc.strerror or exc})") from None
+    if not found:
         raise ModelError(f"{path}: profile file not found; give a CSV with columns {', '.join(REQUIRED)} or an event log (.parquet)")
     times = layer_times_from_log(path) if path.suffix == ".parquet" else _read_csv(path)
     return _with_times(model, times, path, optional)
