@@ -563,3 +563,19 @@ def test_scenario_profile_name_too_long(tmp_path):
     scenario = load_scenario(tmp_path / "s.toml")
     with pytest.raises(ModelError, match="cannot use as a profile file .*too long"):
         build_model(scenario.model, scenario.base_dir)
+
+
+# ------------------------------------------------------------------ regular expressions that backtracked quadratically
+
+
+def test_osu_row_with_a_long_digit_run_is_refused_quickly(tmp_path):
+    """'512  777...7'7 634.82' (200,000 digits): the number pattern \\d+\\.?\\d* backtracked for minutes."""
+    from ddlsim.plan.cost import read_table
+
+    path = tmp_path / "osu.txt"
+    path.write_text("# OSU MPI Allreduce Latency Test v7.1\n# Size       Avg Latency(us)\n4 1.5\n"
+                    f"512  {'7' * 100_000}'{'7' * 100_000}   634.82\n")
+    with pytest.raises(PlanError, match=r"osu.txt:4: cannot read '512  7+' as an osu_allreduce row") as caught:
+        read_table(path, workers=4)
+    assert len(str(caught.value)) < 400  # the line is cut in the message
+

@@ -107,7 +107,9 @@ class Sample:
 
 _OSU_TITLE = re.compile(r"^#?\s*OSU\b.*\bTest\b", re.IGNORECASE)
 _OSU_HEADER = re.compile(r"^#?\s*Size\s+Avg\s+Latency\s*\((us|ms|ns|s)\)", re.IGNORECASE)
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+# one way to match each number (not \d+\.?\d*, whose two digit runs backtrack quadratically on a long
+# run of digits that does not end a number)
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _OSU_ROW = re.compile(rf"^\s*(\d{{1,19}})\s+({_NUMBER})(?:\s+.*)?$")
 
 
@@ -162,7 +164,7 @@ def _read_osu(path: Path, lines: Sequence[str], workers: Optional[int]) -> list[
             continue
         row = _OSU_ROW.match(line)
         if not row:
-            raise PlanError(f"{origin}: cannot read {line!r} as an osu_allreduce row "
+            raise PlanError(f"{origin}: cannot read {line[:80]!r} as an osu_allreduce row "
                             "(message size in bytes, then the average latency); remove the line or fix it")
         samples.append(Sample(Fraction(int(row.group(1))), _exact(row.group(2), "latency", origin) * unit_ns,
                               workers, origin))
