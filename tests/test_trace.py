@@ -762,11 +762,11 @@ def test_read_sketchdlc_needs_every_node_and_matching_records(tmp_path):
     assert f"Push_Send_Worker 1-0-s0 has no matching Push_Recv_Server record in {s0}" in str(caught.value)
 
 
-def test_read_sketchdlc_of_files_without_records_is_an_empty_log(tmp_path):
+def test_read_sketchdlc_of_files_without_records_is_refused(tmp_path):
     path = tmp_path / "w0.txt"
     path.write_text("# nothing yet\n" + "\t".join(SKETCHDLC_COLUMNS) + "\n")
-    log = read_sketchdlc([path])
-    assert len(log) == 0 and log.table.schema == EVENT_LOG_SCHEMA
+    with pytest.raises(TraceError, match=r"w0\.txt: no SketchDLC push/pull records"):
+        read_sketchdlc([path])
 
 
 def test_read_sketchdlc_missing_file_and_duplicate_node(tmp_path):

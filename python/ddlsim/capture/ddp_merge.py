@@ -41,7 +41,7 @@ def read_sidecar(out_dir: str | Path) -> Optional[dict]:
     for path in found:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise TraceError(f"{path}: unreadable DDP capture facts ({exc}); delete it to merge without the bucket table") from None
         if isinstance(data, dict):
             return data

@@ -52,7 +52,7 @@ def merge(
         raise DdlsimError(f"--config {config}: no such file; give the job.json the ranks were started with")
     try:
         job = json.loads(job_file.read_text(encoding="utf-8")) if job_file.is_file() else {}
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, > 4300 digits
         raise DdlsimError(f"{job_file}: unreadable job description ({exc}); delete it to merge the rows without the job's facts") from None
     if any(capture_dir.glob(f"*{SIDECAR_SUFFIX}")):  # a DDP capture: buckets as groups, the job's facts
         log = merge_ddp(capture_dir, write=False)

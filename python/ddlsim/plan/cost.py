@@ -102,15 +102,29 @@ class Sample:
 
 _OSU_TITLE = re.compile(r"^#?\s*OSU\b.*\bTest\b", re.IGNORECASE)
 _OSU_HEADER = re.compile(r"^#?\s*Size\s+Avg\s+Latency\s*\((us|ms|ns|s)\)", re.IGNORECASE)
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_OSU_ROW = re.compile(rf"^\s*(\d+)\s+({_NUMBER})(?:\s+.*)?$")
+# one way to match each number (not \d+\.?\d*, whose two digit runs backtrack quadratically on a long
+# run of digits that does not end a number)
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_OSU_ROW = re.compile(rf"^\s*(\d{{1,19}})\s+({_NUMBER})(?:\s+.*)?$")
+
+
+_MAX_MEASURE = 1e30  # sizes (bytes) and times (any unit) beyond this are no measurement
+_MAX_WORKERS = 1_000_000  # a worker count of a measured all-reduce
 
 
 def _exact(text: str, what: str, origin: str) -> Fraction:
+    text = text.strip()
     try:
-        value = Fraction(text.strip())
+        approx = float(text)
+    except ValueError:
+        raise PlanError(f"{origin}: {what} must be a number, got {text[:40]!r}") from None
+    # an exponent of 1000 or more (1e-999999) would make a fraction of a million digits: no measurement has one
+    if not math.isfinite(approx) or abs(approx) > _MAX_MEASURE or re.search(r"[eE][-+]?0*\d{4,}", text):
+        raise PlanError(f"{origin}: {what} {text[:40]!r} is out of range (at most {_MAX_MEASURE:g})")
+    try:
+        value = Fraction(text)
     except (ValueError, ZeroDivisionError):
-        raise PlanError(f"{origin}: {what} must be a number, got {text.strip()!r}") from None
+        raise PlanError(f"{origin}: {what} must be a number, got {text[:40]!r}") from None
     if value < 0:
         raise PlanError(f"{origin}: {what} must not be negative, got {text.strip()!r}")
     return value
@@ -145,7 +159,7 @@ def _read_osu(path: Path, lines: Sequence[str], workers: Optional[int]) -> list[
             continue
         row = _OSU_ROW.match(line)
         if not row:
-            raise PlanError(f"{origin}: cannot read {line!r} as an osu_allreduce row "
+            raise PlanError(f"{origin}: cannot read {line[:80]!r} as an osu_allreduce row "
                             "(message size in bytes, then the average latency); remove the line or fix it")
         samples.append(Sample(Fraction(int(row.group(1))), _exact(row.group(2), "latency", origin) * unit_ns,
                               workers, origin))
@@ -165,7 +179,10 @@ def _read_csv(path: Path, text: str, workers: Optional[int], time_unit: str) -> 
     """CSV ``size,time[,workers]``: size in bytes; time in `time_unit` unless
     the header names the unit (``time_us``, ``time_ms``, ``time_s``,
     ``time_ns``); the header is optional (then the columns are in that order)."""
-    rows = list(csv.reader(text.splitlines()))
+    try:
+        rows = list(csv.reader(text.splitlines()))
+    except csv.Error as exc:
+        raise PlanError(f"{path}: not a readable CSV ({exc}); give size,time[,workers] rows (size in bytes)") from None
     if not rows:
         raise PlanError(f"{path}: empty table; give size,time[,workers] rows (size in bytes)")
     first = [c.strip().lower().replace(" ", "_") for c in rows[0]]
@@ -198,8 +215,8 @@ def _read_csv(path: Path, text: str, workers: Optional[int], time_unit: str) -> 
         n = workers
         if workers_col is not None and workers_col < len(row) and row[workers_col].strip():
             w = row[workers_col].strip()
-            if not re.fullmatch(r"\d+", w) or int(w) < 1:
-                raise PlanError(f"{origin}: workers must be a whole number >= 1, got {w!r}")
+            if not re.fullmatch(r"\d{1,7}", w) or not 1 <= int(w) <= _MAX_WORKERS:
+                raise PlanError(f"{origin}: workers must be a whole number from 1 to {_MAX_WORKERS}, got {w[:40]!r}")
             n = int(w)
         if n is None:
             raise PlanError(f"{origin}: no worker count; add a workers column or give --workers N")
@@ -214,8 +231,8 @@ def read_table(path: str | Path, workers: Optional[int] = None, time_unit: str =
     path = Path(path)
     if time_unit not in TIME_UNITS_NS:
         raise PlanError(f"time unit {time_unit!r}: choose one of {', '.join(TIME_UNITS_NS)}")
-    if workers is not None and workers < 1:
-        raise PlanError(f"workers must be >= 1, got {workers}")
+    if workers is not None and not 1 <= workers <= _MAX_WORKERS:
+        raise PlanError(f"workers must be from 1 to {_MAX_WORKERS}, got {workers}")
     if not path.is_file():
         raise PlanError(f"{path}: file not found; give osu_allreduce output or a CSV size,time[,workers]")
     try:
@@ -441,8 +458,10 @@ class CostModel:
             raise PlanError(f"{path}: cost model file not found; write one with `ddlsim fit TABLE --out {path}`")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (UnicodeDecodeError, ValueError) as exc:  # ValueError: bad JSON, an integer of > 4300 digits
             raise PlanError(f"{path}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise PlanError(f"{path}: not valid JSON (nested too deeply to read)") from None
         return cls.from_dict(data, origin=str(path))
 
 

@@ -934,6 +934,10 @@ def load_scenario(path: str | Path) -> Scenario:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: not valid TOML: arrays or tables nested too deeply to read") from None
+    except ValueError as exc:  # not a TOMLDecodeError: e.g. an integer of more than 4300 digits
+        raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
     except UnicodeDecodeError:
         raise ScenarioError(f"{path}: not a text file; a scenario is TOML") from None
     scenario = scenario_from_dict(data, origin=str(path))

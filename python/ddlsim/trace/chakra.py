@@ -366,13 +366,32 @@ def read_chakra(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
         meta = _decode(classes["GlobalMetadata"], records[0][1], path, 0, 0, "GlobalMetadata")
         meta_attrs = {a.name: _attr_value(a) for a in meta.attr}
         if "ddlsim_metadata" in meta_attrs:
-            import json
-
-            metadata = {**json.loads(meta_attrs["ddlsim_metadata"]), **{"files": metadata["files"]}}
+            metadata = {**_ddlsim_metadata(meta_attrs["ddlsim_metadata"], path), **{"files": metadata["files"]}}
         for index, (offset, payload) in enumerate(records[1:], start=1):
             node = _decode(classes["Node"], payload, path, index, offset, "Node")
             rows.append(_node_row(node, rank, path, index))
     return _rows_to_log(rows, metadata, files)
+
+
+def _ddlsim_metadata(text: Any, path: Path) -> dict[str, Any]:
+    """The event log's metadata that write_chakra keeps in the GlobalMetadata record."""
+    from .jsontext import parse_json
+
+    where = f"{path}: record 0 (GlobalMetadata) attribute ddlsim_metadata"
+    if not isinstance(text, str):
+        raise TraceError(f"{where}: is a {type(text).__name__}, expected a JSON string")
+    metadata = parse_json(text, where)
+    if not isinstance(metadata, dict):
+        raise TraceError(f"{where}: is a JSON {type(metadata).__name__}, expected a JSON object")
+    return metadata
+
+
+def _int_list(value: Any, where: str, name: str) -> list[int]:
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        from .jsontext import short_repr
+
+        raise TraceError(f"{where}: attribute {name} is {short_repr(value)}, expected a list of integers")
+    return value
 
 
 def _node_row(node: Any, rank: int, path: Path, index: int) -> dict[str, Any]:
@@ -389,16 +408,20 @@ def _node_row(node: Any, rank: int, path: Path, index: int) -> dict[str, Any]:
     row.update(start_ns=start, end_ns=start + int(node.duration_micros) * 1000, op=node.name or kind)
     row["_local_deps"] = [int(d) for d in list(node.data_deps) + list(node.ctrl_deps)]
     if kind in ("send", "recv"):
-        missing = [name for name in ("comm_src", "comm_dst") if not isinstance(attrs.get(name), int)]
+        missing = [name for name in ("comm_src", "comm_dst") if type(attrs.get(name)) is not int]
         if missing:
             raise TraceError(f"{where}: a {type_name} needs integer attributes comm_src and comm_dst; missing {missing}")
         src, dst = attrs["comm_src"], attrs["comm_dst"]
         if (src if kind == "send" else dst) != rank:
             raise TraceError(f"{where}: {type_name} from {src} to {dst} in the file of rank {rank}")
         row["peer"] = dst if kind == "send" else src
-        row["_tag"] = (src, dst, attrs.get("comm_tag", 0))
+        tag = attrs.get("comm_tag", 0)
+        if type(tag) is not int:
+            raise TraceError(f"{where}: comm_tag {tag!r} is not an integer")
+        row["_tag"] = (src, dst, tag)
     if kind == "collective":
-        comm = {v: k for k, v in COMM_TYPES.items()}.get(attrs.get("comm_type", 0))
+        comm_type = attrs.get("comm_type", 0)
+        comm = {v: k for k, v in COMM_TYPES.items()}.get(comm_type) if type(comm_type) is int else None
         if comm is None:
             raise TraceError(f"{where}: comm_type {attrs.get('comm_type')} is not a CollectiveCommType (0..9)")
         row["coll_type"] = _COMM_TO_COLL_TYPE[comm]
@@ -406,7 +429,7 @@ def _node_row(node: Any, rank: int, path: Path, index: int) -> dict[str, Any]:
             row["kind"] = "barrier"
     size = attrs.get("comm_size")
     if size is not None:
-        if not isinstance(size, int) or size < 0:
+        if type(size) is not int or size < 0:
             raise TraceError(f"{where}: comm_size {size!r} is not a byte count")
         row["bytes"] = size
     for column in _INT_COLUMNS + _STRING_COLUMNS + ("ready_ns",):
@@ -414,7 +437,7 @@ def _node_row(node: Any, rank: int, path: Path, index: int) -> dict[str, Any]:
             row[column] = attrs[f"ddlsim_{column}"]
     if "ddlsim_id" in attrs:  # our own file: its attributes are the row (an absent string is ''), exact times, remote deps
         row.update({column: attrs.get(f"ddlsim_{column}", "") for column in _STRING_COLUMNS})
-        row["_remote_deps"] = [int(d) for d in attrs.get("ddlsim_remote_deps", [])]
+        row["_remote_deps"] = _int_list(attrs.get("ddlsim_remote_deps", []), where, "ddlsim_remote_deps")
         row["_deps_unknown"] = bool(attrs.get("ddlsim_deps_unknown", False))
     return row
 

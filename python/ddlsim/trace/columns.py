@@ -79,12 +79,12 @@ def host_offsets(metadata: Mapping[str, Any], hosts: np.ndarray) -> np.ndarray |
     offsets = {host: offset for host, offset in offsets.items() if offset}
     if not offsets or not len(hosts):
         return None
-    top = max(int(hosts.max()), max(offsets)) + 1
-    lut = np.zeros(top, dtype=np.int64)
-    for host, offset in offsets.items():
-        if host >= 0:
-            lut[host] = offset
-    return lut[hosts]
+    # a lookup by search, not a table indexed by host number: a host number is any integer
+    keys = np.array(sorted(offsets), dtype=np.int64)
+    values = np.array([offsets[int(key)] for key in keys], dtype=np.int64)
+    hosts = np.asarray(hosts, dtype=np.int64)
+    position = np.minimum(np.searchsorted(keys, hosts), len(keys) - 1)
+    return np.where(keys[position] == hosts, values[position], 0)
 
 
 def aligned_times(log: Any) -> tuple[np.ndarray, np.ndarray]:

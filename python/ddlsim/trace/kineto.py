@@ -45,10 +45,12 @@ import gzip
 import json
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import TraceError
+from .jsontext import parse_json, short_repr
 from .parquet import atomic_output
 from .subset import collective_steps, redirect_deps
 from .schema import COLUMN_NAMES, EventLog, empty_event_log, event_log_from_arrays, iter_rows, rows_to_columns, validate_event_log
@@ -74,7 +76,7 @@ _COLL_FROM_NAME = (("allreduce", "allreduce"), ("all_reduce", "allreduce"), ("re
                    ("barrier", "barrier"), ("reduce", "reduce"))
 _COMM_CPU_OP = re.compile(r"^(gloo:|nccl:|c10d::|record_param_comms)")
 _GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
+_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d{1,9})$")
 _ROW_FIELDS = ("id", "iteration", "rank", "role", "host", "device", "stream", "kind", "op", "name", "layer", "tensor",
                "group", "slice", "peer", "message", "bytes", "priority", "tenant", "collective", "coll_type",
                "algorithm", "step", "rpc", "ready_ns", "start_ns", "end_ns", "deps")
@@ -251,12 +253,9 @@ def _load_json(path: Path) -> Any:
                 text = stream.read()
         else:
             text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, EOFError) as err:
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error) as err:  # zlib.error: a damaged .gz
         raise TraceError(f"{path}: cannot read as UTF-8 text ({err})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise TraceError(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg})") from None
+    return parse_json(text, str(path))
 
 
 def read_kineto(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> EventLog:
@@ -296,16 +295,20 @@ def _check_messages(rows: list[dict[str, Any]], files: dict[int, Path]) -> None:
 def _rank_of(trace: Any, path: Path, single: bool) -> int:
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise TraceError(f"{path}: a Kineto trace is a JSON object with a 'traceEvents' list")
-    if (trace.get("otherData") or {}).get("generator") == "ddlsim" and "distributedInfo" not in trace:
+    other = trace.get("otherData")
+    if isinstance(other, dict) and other.get("generator") == "ddlsim" and "distributedInfo" not in trace:
         raise TraceError(f"{path}: is ddlsim's Chrome / Perfetto export, which is write-only; convert the event "
                          "log it came from instead")
     info = trace.get("distributedInfo")
     if isinstance(info, dict) and "rank" in info:
-        if not isinstance(info["rank"], int) or isinstance(info["rank"], bool) or info["rank"] < 0:
-            raise TraceError(f"{path}: distributedInfo.rank is {info['rank']!r}, expected a rank >= 0")
+        if not isinstance(info["rank"], int) or isinstance(info["rank"], bool) or not 0 <= info["rank"] <= _MAX_RANK:
+            raise TraceError(f"{path}: distributedInfo.rank is {short_repr(info['rank'])}, expected a rank >= 0")
         return info["rank"]
     digits = re.findall(r"\d+", path.name.split(".")[0])
     if digits:
+        if len(digits[-1]) > 9:
+            raise TraceError(f"{path}: rank {digits[-1]} from the file name is too large; add "
+                             '"distributedInfo": {"rank": N}')
         return int(digits[-1])
     if single:
         return 0
@@ -313,13 +316,25 @@ def _rank_of(trace: Any, path: Path, single: bool) -> int:
                      '"distributedInfo": {"rank": N} or name the files rank<N>.json')
 
 
+_MAX_RANK = (1 << 31) - 1
+_MAX_US = 4.6e15  # |ts| and |dur| in microseconds: ts + dur in nanoseconds fits an int64
+
+
 def _number(event: dict[str, Any], name: str, where: str) -> float:
     value = event.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TraceError(f"{where}: '{name}' is {value!r}, expected a number (microseconds)")
+        raise TraceError(f"{where}: '{name}' is {short_repr(value)}, expected a number (microseconds)")
+    if not -_MAX_US <= value <= _MAX_US:  # NaN fails this too
+        raise TraceError(f"{where}: '{name}' is {value}, expected a finite number of microseconds "
+                         f"within +-{_MAX_US:g}")
     if name == "dur" and value < 0:
         raise TraceError(f"{where}: 'dur' is {value}, a duration cannot be negative")
     return value
+
+
+def _key(value: Any) -> Any:
+    """An id from a trace (correlation, External id) usable as a key: an int or string, else None."""
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
 
 
 def _trace_rows(trace: dict[str, Any], rank: int, path: Path) -> list[dict[str, Any]]:
@@ -332,6 +347,9 @@ def _trace_rows(trace: dict[str, Any], rank: int, path: Path) -> list[dict[str, 
             continue
         if not isinstance(event.get("name"), str):
             raise TraceError(f"{where}: complete event without a 'name' string")
+        for name in ("pid", "tid"):
+            if name in event and not isinstance(event[name], (int, str, type(None))):
+                raise TraceError(f"{where}: '{name}' is {short_repr(event[name])}, expected an integer or string")
         ts, dur = _number(event, "ts", where), _number(event, "dur", where)
         args = event.get("args") if isinstance(event.get("args"), dict) else {}
         complete.append((index, where, event, round(ts * 1000), round((ts + dur) * 1000), args))
@@ -339,9 +357,9 @@ def _trace_rows(trace: dict[str, Any], rank: int, path: Path) -> list[dict[str, 
                    if _STEP.match(e["name"]))
     launches = {}
     for _, _, event, start, _, args in complete:
-        if event.get("cat") == "cuda_runtime" and "correlation" in args:
+        if event.get("cat") == "cuda_runtime" and _key(args.get("correlation")) is not None:
             launches[args["correlation"]] = start
-    launched = {args.get("External id") for _, _, e, _, _, args in complete if e.get("cat") in _GPU_CATEGORIES}
+    launched = {_key(args.get("External id")) for _, _, e, _, _, args in complete if e.get("cat") in _GPU_CATEGORIES}
     rows: list[dict[str, Any]] = []
     cpu_ops = [(i, w, e, s, t, a) for i, w, e, s, t, a in complete
                if e.get("cat") in ("cpu_op", "user_annotation") and not _STEP.match(e["name"])]
@@ -351,11 +369,11 @@ def _trace_rows(trace: dict[str, Any], rank: int, path: Path) -> list[dict[str, 
     for index, where, event, start, end, args in complete:
         category = event.get("cat")
         if category in _GPU_CATEGORIES:
-            rows.append(_gpu_row(event, args, rank, start, end, where, _iteration(steps, launches.get(args.get("correlation"), start))))
+            rows.append(_gpu_row(event, args, rank, start, end, where, _iteration(steps, launches.get(_key(args.get("correlation")), start))))
     for index, where, event, start, end, args in _outermost(cpu_ops):
         name = event["name"]
         if _COMM_CPU_OP.match(name):
-            if args.get("External id") in launched or end <= start:
+            if _key(args.get("External id")) in launched or end <= start:
                 continue  # an NCCL launch: its kernel is the communication
             if gloo_work and not name.startswith("gloo:"):
                 continue  # enqueues gloo work: the gloo: op is the communication
@@ -413,8 +431,16 @@ def _gpu_row(event: dict[str, Any], args: dict[str, Any], rank: int, start: int,
         missing = [name for name in _ROW_FIELDS if name not in ours]
         if missing:
             raise TraceError(f"{where}: args.ddlsim lacks {missing}; it was not written by ddlsim's Kineto export")
+        for name in ("id", "rank", "message", "peer"):
+            if type(ours[name]) is not int:
+                raise TraceError(f"{where}: args.ddlsim.{name} is {short_repr(ours[name])}, expected an integer")
+        if ours["rank"] != rank:
+            raise TraceError(f"{where}: args.ddlsim.rank is {ours['rank']}, but this is the trace of rank {rank}")
         return {"_ours": True, **ours}
     device, stream = args.get("device", event.get("pid")), args.get("stream", event.get("tid"))
+    for name, value in (("device", device), ("stream", stream)):
+        if not isinstance(value, (int, str, type(None))):
+            raise TraceError(f"{where}: args.{name} is {short_repr(value)}, expected an integer or string")
     name = event["name"]
     is_comm = name.startswith("nccl")
     return {"_ours": False, "rank": rank, "role": "worker", "kind": "collective" if is_comm else "compute", "op": name,

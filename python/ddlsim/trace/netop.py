@@ -42,11 +42,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import TraceError
-from .schema import EventLog, empty_event_log, event_log_from_arrays, rows_to_columns
+from .schema import EventLog, event_log_from_arrays, rows_to_columns
 
-_SHORT_DEVICE = re.compile(r"^(?P<job>worker|ps|server)[_:-]?(?P<task>\d+)$", re.IGNORECASE)
-_TF_DEVICE = re.compile(r"^/job:(?P<job>worker|ps)(?:/replica:\d+)?/task:(?P<task>\d+)(?:/device:[A-Za-z]+:\d+)?$")
+_SHORT_DEVICE = re.compile(r"^(?P<job>worker|ps|server)[_:-]?(?P<task>\d{1,9})$", re.IGNORECASE)
+_TF_DEVICE = re.compile(r"^/job:(?P<job>worker|ps)(?:/replica:\d+)?/task:(?P<task>\d{1,9})(?:/device:[A-Za-z]+:\d+)?$")
 _HEADER = ("time", "name", "size", "src", "dst")
+_MAX_SECONDS = 9_000_000_000  # nanoseconds fit an int64
 
 
 def _device(text: str, where: str, field: str) -> tuple[str, int]:
@@ -80,9 +81,11 @@ def _records(path: Path) -> list[dict[str, Any]]:
         except InvalidOperation:
             raise TraceError(f"{where}: time {time_text!r} is not a number of seconds") from None
         if not seconds.is_finite() or seconds < 0:
-            raise TraceError(f"{where}: time {time_text!r} must be a number of seconds >= 0")
-        if not re.fullmatch(r"\d+", size_text):
-            raise TraceError(f"{where}: size {size_text!r} is not a whole number of bytes")
+            raise TraceError(f"{where}: time {time_text[:40]!r} must be a number of seconds >= 0")
+        if seconds > _MAX_SECONDS:
+            raise TraceError(f"{where}: time {time_text[:40]!r} is too large (at most {_MAX_SECONDS} seconds)")
+        if not re.fullmatch(r"\d{1,18}", size_text):
+            raise TraceError(f"{where}: size {size_text[:40]!r} is not a whole number of bytes (at most 18 digits)")
         src, dst = _device(src_text, where, "source"), _device(dst_text, where, "destination")
         if src == dst:
             raise TraceError(f"{where}: source and destination are both {src_text}")
@@ -99,7 +102,9 @@ def read_netop_trace(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[
     records = [record for path in files for record in _records(path)]
     metadata = {"source": "netop", "files": [str(p) for p in files]}
     if not records:
-        return empty_event_log(metadata)
+        names = ", ".join(str(p) for p in files)
+        raise TraceError(f"{names}: no send records (only empty, comment or header lines); "
+                         "nothing to convert - each line is: time_s, parameter, bytes, source, destination")
     devices = {record[end] for record in records for end in ("src", "dst")}
     workers = sorted(task for role, task in devices if role == "worker")
     servers = sorted(task for role, task in devices if role == "server")

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from ..errors import TraceError
 from ..safe_io import atomic_file
+from .jsontext import parse_json
 from .schema import (
     DEPS_TYPE,
     METADATA_KEY,
@@ -190,21 +191,33 @@ def _read_side(path: Path, name: str, file: str) -> pa.Table:
         raise TraceError(f"{path}: names its {name} table {file}, but {side_path} does not exist; "
                          "copy the side tables along with the events file")
     try:
-        return pq.read_table(side_path).replace_schema_metadata(None)
+        return _names_checked(pq.read_table(side_path).replace_schema_metadata(None), side_path)
     except (pa.ArrowException, OSError) as err:
         raise TraceError(f"{side_path}: not a readable Parquet file ({err})") from None
+
+
+def _names_checked(table: pa.Table, path: Path) -> pa.Table:
+    """``table`` if its column names and strings are UTF-8 and its arrays consistent (pyarrow does not check
+    on reading: a damaged file would raise UnicodeDecodeError or worse on first use)."""
+    try:
+        table.column_names
+    except UnicodeDecodeError as err:
+        raise TraceError(f"{path}: a column name is not UTF-8 ({err.reason} at byte {err.start}); "
+                         "the file is damaged") from None
+    try:
+        table.validate(full=True)
+    except pa.ArrowException as err:
+        raise TraceError(f"{path}: damaged Parquet data ({str(err).splitlines()[0][:200]})") from None
+    return table
 
 
 def _parse_side_tables(raw: Mapping[bytes, bytes], path: Path) -> dict[str, str]:
     text = raw.get(SIDE_TABLES_KEY.encode())
     if text is None:
         return {}
-    try:
-        value = json.loads(text.decode())
-    except (UnicodeDecodeError, ValueError) as err:
-        raise TraceError(f"{path}: {SIDE_TABLES_KEY} is not valid JSON ({err})") from None
-    if not isinstance(value, dict) or any(k not in SIDE_TABLES or not isinstance(v, str) or "/" in v
-                                          for k, v in value.items()):
+    value = parse_json(text, f"{path}: {SIDE_TABLES_KEY}")
+    if not isinstance(value, dict) or any(k not in SIDE_TABLES or not isinstance(v, str) or "/" in v or "\0" in v
+                                          or v in ("", ".", "..") for k, v in value.items()):
         raise TraceError(f"{path}: {SIDE_TABLES_KEY} is {value!r}; expected {{table: file name}} "
                          f"with tables from {list(SIDE_TABLES)}")
     return value
@@ -216,7 +229,7 @@ def _read_table(path: Path) -> pa.Table:
     if path.is_dir():
         raise TraceError(f"{path}: is a directory, expected an event-log Parquet file")
     try:
-        return pq.read_table(path)
+        return _names_checked(pq.read_table(path), path)
     except (pa.ArrowException, OSError) as err:
         raise TraceError(
             f"{path}: not a readable Parquet file ({err}); event logs are written by "
@@ -256,10 +269,7 @@ def _parse_metadata(raw: Mapping[bytes, bytes], path: Path) -> dict[str, Any]:
     text = raw.get(METADATA_KEY.encode())
     if text is None:
         return {}
-    try:
-        metadata = json.loads(text.decode())
-    except (UnicodeDecodeError, ValueError) as err:
-        raise TraceError(f"{path}: {METADATA_KEY} is not valid JSON ({err})") from None
+    metadata = parse_json(text, f"{path}: {METADATA_KEY}")
     if not isinstance(metadata, dict):
         raise TraceError(f"{path}: {METADATA_KEY} must be a JSON object, got {type(metadata).__name__}")
     return metadata

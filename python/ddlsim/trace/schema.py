@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from ..errors import TraceError
 from .columns import BREAKDOWN_COLUMNS, COLL_TYPES, EXTENSION_PREFIX, KINDS, PS_OPS, ROLES, ArrayLog, aligned_times, host_offsets
+from .jsontext import short_repr
 
 SCHEMA_VERSION = 2
 """Version of the event-log layout; bump it when columns change meaning."""
@@ -446,6 +447,9 @@ def _all_lists(values: list[Any]) -> bool:
     return all(v is None or (isinstance(v, (list, tuple)) and all(_is_int(x) for x in v)) for v in values)
 
 
+_MAX_CLOCK_OFFSET_NS = 1 << 62
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -842,7 +846,7 @@ def _deps_input(columns: Mapping[str, Any], offsets: Any, values: Any, n: int, p
         items = [list(v) if isinstance(v, np.ndarray) else v for v in raw]
         try:
             array = pa.array(items, type=DEPS_TYPE, from_pandas=True)
-        except (pa.ArrowException, TypeError, ValueError):
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
             for position, v in enumerate(items):
                 if not (v is None or (isinstance(v, (list, tuple)) and all(_is_int(x) for x in v))):
                     raise problem.at("deps", position, f"has {v!r}", fix) from None
@@ -887,11 +891,16 @@ def _metadata(metadata: Mapping[str, Any] | None, problem: _Problem) -> dict[str
             try:
                 host_number = int(host)
             except (TypeError, ValueError):
-                raise problem.general(f"metadata 'clocks' has host {host!r}", fix + " with integer hosts") from None
-            if not isinstance(clock, Mapping) or not _is_int(clock.get("offset_ns", 0)) or not isinstance(
+                host_number = -1
+            if not 0 <= host_number < 1 << 31:
+                raise problem.general(f"metadata 'clocks' has host {short_repr(host)}",
+                                      fix + " with integer hosts >= 0") from None
+            offset = clock.get("offset_ns", 0) if isinstance(clock, Mapping) else None
+            if not _is_int(offset) or not abs(offset) <= _MAX_CLOCK_OFFSET_NS or not isinstance(
                 clock.get("domain", ""), str
             ):
-                raise problem.general(f"metadata 'clocks' entry for host {host!r} is {clock!r}", fix)
+                raise problem.general(f"metadata 'clocks' entry for host {short_repr(host)} is {short_repr(clock)}",
+                                      fix + " (|offset_ns| <= 2**62)")
             normal[str(host_number)] = {"offset_ns": int(clock.get("offset_ns", 0)), "domain": clock.get("domain", "")}
         out["clocks"] = normal
     return out

@@ -459,6 +459,10 @@ def read_sketchdlc(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[st
     files = [_parse_file(path) for path in _expand_paths(paths)]
     _check_one_file_per_node(files)
     records = [record for node_file in files for record in node_file.records]
+    if not records:
+        names = ", ".join(str(f.path) for f in files)
+        raise TraceError(f"{names}: no SketchDLC push/pull records (only comments, headers or setup records); "
+                         "nothing to convert - pass the files of a traced run")
     _check_node_names(records)
     messages = _pair_messages(records, files)
     source = "SketchDLC files " + ", ".join(str(f.path) for f in files)
@@ -563,7 +567,16 @@ def _parse_record(fields: list[str], path: Path, line_number: int) -> _Parsed | 
     if match is None:
         raise TraceError(f"{where}: op_id {values['op_id']!r} is not key-operation_num-node (e.g. 3-4-s0)")
     key, operation_num, peer_letter, peer_index = match.groups()
+    if any(len(part.lstrip("-")) > 18 for part in (key, operation_num, peer_index)):
+        raise TraceError(f"{where}: op_id {values['op_id'][:60]!r} holds a number of more than 18 digits")
+    dep = _OP_ID.match(values["id_dep"])
+    if dep is not None and any(len(part.lstrip("-")) > 18 for part in dep.groups()):
+        raise TraceError(f"{where}: id_dep {values['id_dep'][:60]!r} holds a number of more than 18 digits")
     _check_record(numbers, operation, message, is_send, peer_letter, int(operation_num), where)
+    time_ns = (numbers["time_sec"] * 1_000_000 + numbers["time_usec"]) * 1000
+    if abs(time_ns) > _INT64_MAX:
+        raise TraceError(f"{where}: time_sec {numbers['time_sec']} is out of range (at most "
+                         f"{_INT64_MAX // 10 ** 9 - 1} seconds either side of 0)")
     src, dst = numbers["src"], numbers["dst"]
     return _Parsed(
         path=path,
@@ -578,16 +591,20 @@ def _parse_record(fields: list[str], path: Path, line_number: int) -> _Parsed | 
         num_pp=numbers["num_pp"],
         key=int(key),
         operation_num=int(operation_num),
-        time_ns=(numbers["time_sec"] * 1_000_000 + numbers["time_usec"]) * 1000,
+        time_ns=time_ns,
         id_dep=values["id_dep"],
     )
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
 def _integer(values: dict[str, str], name: str, where: str) -> int:
-    try:
-        return int(values[name])
-    except ValueError:
-        raise TraceError(f"{where}: field {name!r} is {values[name]!r}, expected an integer") from None
+    text = values[name]
+    if not re.fullmatch(r"[-+]?[0-9]{1,19}", text) or abs(int(text)) > _INT64_MAX:
+        raise TraceError(f"{where}: field {name!r} is {text[:40]!r}, expected an integer "
+                         f"(at most {len(str(_INT64_MAX))} digits)")
+    return int(text)
 
 
 def _check_record(

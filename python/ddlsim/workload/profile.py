@@ -24,7 +24,11 @@ def apply_profile(model: Model, path: str | Path, optional: set[str] | frozenset
     are milliseconds per iteration at the profiled batch size.
     """
     path = Path(path)
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise ModelError(f"{str(path)[:200]}: cannot use as a profile file ({exc.strerror or exc})") from None
+    if not found:
         raise ModelError(f"{path}: profile file not found; give a CSV with columns {', '.join(REQUIRED)} or an event log (.parquet)")
     times = layer_times_from_log(path) if path.suffix == ".parquet" else _read_csv(path)
     return _with_times(model, times, path, optional)
@@ -67,6 +71,16 @@ def layer_times_from_log(log_or_path) -> dict[str, tuple[float, float]]:
 
 
 def _read_csv(path: Path) -> dict[str, tuple[float, float]]:
+    try:
+        return _read_csv_rows(path)
+    except UnicodeDecodeError as exc:
+        raise ModelError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); a profile is a CSV "
+                         f"with columns {', '.join(REQUIRED)}") from None
+    except csv.Error as exc:
+        raise ModelError(f"{path}: not a readable CSV ({exc}); a profile has columns {', '.join(REQUIRED)}") from None
+
+
+def _read_csv_rows(path: Path) -> dict[str, tuple[float, float]]:
     times: dict[str, tuple[float, float]] = {}
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)

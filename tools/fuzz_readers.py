@@ -1,0 +1,1086 @@
+#!/usr/bin/env python3
+"""Fuzz every ddlsim reader and the scenario parser in long-lived worker processes.
+
+    PYTHONPATH=python python tools/fuzz_readers.py --inputs 100000 --seed 1 --workers 2 --out fuzz-out
+
+Samples: small valid files of every format that ddlsim reads, made by ddlsim
+itself at the start (a tiny parameter-server and ring run, exported to every
+readable format; a capture directory written with the capture recorder; a
+network-operator trace; the scenario and cost-model examples of
+``examples/``), kept in ``OUT/samples``.
+
+Input ``i`` of seed ``S`` is a pure function of ``(S, i)``: a target (the
+reader), one of its samples and 1-4 mutations, some structure-aware (a number
+becomes 1e30 / NaN / inf / -1 / a huge integer, a value changes type, a value
+is nested 5,000 deep, a key or line is removed or duplicated) and some blind
+(bit flips, truncation, byte insertion). Workers write the input to a scratch
+directory and run the reader on it. An input passes when the reader returns or
+raises one of ddlsim's own errors (:mod:`ddlsim.errors`) other than
+``InternalError``; anything else - another exception, a MemoryError under the
+worker's address-space limit (``RLIMIT_AS``), a time-out (an alarm in the
+worker, a watchdog in the parent for hangs the alarm cannot break), a crash or
+abort of the worker - is a failure: the worker is restarted when it died, and
+the input is saved to ``OUT/findings/<kind>-<signature>/`` (the first few of
+each signature) with ``info.json`` (seed, index, target, traceback).
+``--replay DIR`` runs the reader on a saved input in this process and prints
+the traceback.
+
+Progress lines go to stderr (inputs/s and failures by kind); the last line on
+stdout is the summary, ``fuzz_readers: N inputs, F failures (...)``; the exit
+status is 1 when there were failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = ("events", "sketchdlc", "sketchdlc_records", "chakra", "kineto", "netop", "capture", "scenario", "fit",
+           "costmodel")
+INTERESTING_NUMBERS = ("1e30", "-1e30", "1e309", "nan", "NaN", "inf", "-inf", "Infinity", "-1", "0", "-0", "1.5",
+                       "9" * 40, "-" + "9" * 40, "9223372036854775807", "9223372036854775808", "-9223372036854775809",
+                       "18446744073709551616", "4294967296", "2147483648", "1e-30", "0x10", "1_000", "")
+JSON_VALUES: tuple[Any, ...] = (float("nan"), float("inf"), float("-inf"), 1e30, -1e30, -1, 0, 10 ** 30, -(10 ** 30),
+                                2 ** 63, 2 ** 64, -(2 ** 63) - 1, 2 ** 31, 1.5, True, False, None, "", "x", "nan",
+                                [], {}, [1, 2], {"a": 1}, "0", "-1", "\u0000", "\u00e9")
+DEEP = 5000
+MAX_SAVED_PER_SIGNATURE = 3
+_NUMBER_TOKEN = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+# ============================================================================ samples (made by ddlsim itself)
+
+
+def make_samples(directory: Path) -> None:
+    """Small valid inputs of every target, one sub-directory per sample: ``<target>/<name>/files...``."""
+    from ddlsim.api import simulate
+    from ddlsim.capture.recorder import RankRecorder
+    from ddlsim.trace.formats import write_trace
+    from ddlsim.trace.schema import COLUMN_NAMES, iter_rows
+
+    tiny = {"name": "tiny", "layers": [{"name": "a", "params": 1000, "fwd_ms": 0.1, "bwd_ms": 0.2}]}
+    runs = {
+        "ps": simulate({"workers": 2, "iterations": 1, "strategy": {"kind": "ps", "servers": 1}, "model": tiny}).events,
+        "ring": simulate({"workers": 2, "iterations": 1, "strategy": {"kind": "ring"}, "model": tiny}).events,
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def sample(target: str, name: str) -> Path:
+        path = directory / target / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    for name, log in runs.items():
+        write_trace(log, sample("events", name) / "run.events.parquet", "events")
+        write_trace(log, sample("chakra", name) / "trace", "chakra")
+        write_trace(log, sample("kineto", name), "kineto")
+        if name == "ring":  # the profiler's compressed form too
+            import gzip
+
+            for path in sorted((directory / "kineto" / name).glob("*.json")):
+                (sample("kineto", "ring_gz") / (path.name + ".gz")).write_bytes(gzip.compress(path.read_bytes(), mtime=0))
+        capture = sample("capture", name)
+        rows = list(iter_rows(log, COLUMN_NAMES))
+        for rank in sorted({row.rank for row in rows}):
+            role = next(row.role for row in rows if row.rank == rank)
+            recorder = RankRecorder(capture, rank, role, host=f"host{rank}")
+            for row in rows:
+                if row.rank != rank:
+                    continue
+                fields = {k: getattr(row, k) for k in ("iteration", "layer", "tensor", "peer", "message", "bytes",
+                                                        "stream", "name", "coll_type", "collective", "step")}
+                recorder.row(row.kind, row.op, row.start_ns, row.end_ns, deps=row.deps, row_id=row.id, **fields)
+            recorder.close()
+    sketch = sample("sketchdlc", "ps")
+    write_trace(runs["ps"], sketch, "sketchdlc")
+    records = sample("sketchdlc_records", "ps")
+    shutil.copy(sketch / "w0.txt", records / "w0.txt")
+    (sample("netop", "two") / "trace.txt").write_text(
+        "# time_s, parameter, bytes, source, destination\n"
+        "0.000000, conv1/weights/read, 37632, worker0, ps0\n"
+        "0.000125, conv1/biases/read, 256, worker1, ps0\n"
+        "0.001000 fc/weights/read 4096 /job:ps/task:0/device:CPU:0 /job:worker/replica:0/task:1/device:GPU:0\n",
+        encoding="utf-8")
+    for toml in sorted((ROOT / "examples").glob("*.toml")):
+        shutil.copy(toml, sample("scenario", toml.stem) / "scenario.toml")
+    from ddlsim.workload.zoo import load_model
+
+    profiled = sample("scenario", "lenet5_profile")  # the scenario names a CSV of measured layer times
+    (profiled / "scenario.toml").write_text('workers = 2\n\n[model]\nname = "lenet5"\nprofile = "profile.csv"\n',
+                                            encoding="utf-8")
+    (profiled / "profile.csv").write_text("layer,fwd_ms,bwd_ms\n" + "".join(
+        f"{layer.name},{0.01 * (i + 1):.2f},{0.02 * (i + 1):.2f}\n" for i, layer in enumerate(load_model("lenet5").layers)),
+        encoding="utf-8")
+    shutil.copy(ROOT / "examples" / "osu_allreduce_8nodes.txt", sample("fit", "osu") / "table.txt")
+    shutil.copy(ROOT / "examples" / "allreduce_times.csv", sample("fit", "csv") / "table.txt")
+    from ddlsim.plan.cost import fit_tables
+
+    fit_tables([ROOT / "examples" / "allreduce_times.csv"]).save(sample("costmodel", "fitted") / "cost.json")
+
+
+def load_samples(directory: Path) -> dict[str, list[dict[str, bytes]]]:
+    out: dict[str, list[dict[str, bytes]]] = {}
+    for target in TARGETS:
+        samples = []
+        for sample_dir in sorted((directory / target).iterdir()):
+            samples.append({str(p.relative_to(sample_dir)): p.read_bytes()
+                            for p in sorted(sample_dir.rglob("*")) if p.is_file()})
+        out[target] = samples
+    return out
+
+
+# ============================================================================ mutations
+
+
+_DEEP_MARK = re.compile(r'"\\u0000deep(\d+)([ao])\\u0000"')
+
+
+def _deep(rng: random.Random, value: Any) -> Any:
+    """A mark that the dumpers below replace with arrays (or objects) nested that deep."""
+    depth = DEEP if rng.random() < 0.4 else rng.randint(20, 1500)
+    return f"\0deep{depth}{'a' if rng.random() < 0.7 else 'o'}\0"
+
+
+def _expand_deep(text: str) -> str:
+    def nested(match: re.Match) -> str:
+        depth = int(match.group(1))
+        if match.group(2) == "a":
+            return "[" * depth + "1" + "]" * depth
+        return '{"a": ' * depth + "1" + "}" * depth
+
+    return _DEEP_MARK.sub(nested, text)
+
+
+def _json_paths(value: Any, path: tuple = (), out: list | None = None, limit: int = 4000) -> list[tuple]:
+    out = [] if out is None else out
+    if len(out) >= limit:
+        return out
+    out.append(path)
+    if isinstance(value, dict):
+        for key in value:
+            _json_paths(value[key], path + (key,), out, limit)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _json_paths(item, path + (index,), out, limit)
+    return out
+
+
+def _get(value: Any, path: tuple) -> Any:
+    for key in path:
+        value = value[key]
+    return value
+
+
+def mutate_json_value(rng: random.Random, doc: Any) -> Any:
+    """One structure-aware change of a parsed JSON document (returns the new document)."""
+    paths = _json_paths(doc)
+    # prefer leaves and the fields the readers look at
+    path = rng.choice(paths)
+    if not path:
+        return _deep(rng, doc) if rng.random() < 0.2 else rng.choice(JSON_VALUES)
+    parent, key = _get(doc, path[:-1]), path[-1]
+    old = parent[key]
+    action = rng.random()
+    if action < 0.55:
+        if isinstance(old, (int, float)) and not isinstance(old, bool) and rng.random() < 0.3:
+            new = rng.choice((old * 10 ** rng.randint(3, 40), -old, old + 0.5, old * 2 ** 62, -1 - old))
+        else:
+            new = rng.choice(JSON_VALUES)
+        parent[key] = new
+    elif action < 0.65:
+        parent[key] = _deep(rng, old)
+    elif action < 0.8:
+        if isinstance(parent, dict):
+            del parent[key]
+        else:
+            parent.pop(key)
+    elif action < 0.9:
+        if isinstance(parent, list):
+            parent.insert(key, json.loads(json.dumps(old)) if _depth(old) < 50 else old)
+        else:
+            parent[str(key) + "_"] = old
+    else:
+        parent[key] = str(old) if not isinstance(old, str) else ([old] if rng.random() < 0.5 else _number_text(rng))
+    return doc
+
+
+def _depth(value: Any) -> int:
+    depth = 0
+    while isinstance(value, (list, dict)) and value:
+        value = value[0] if isinstance(value, list) else next(iter(value.values()))
+        depth += 1
+    return depth
+
+
+def _number_text(rng: random.Random) -> str:
+    return rng.choice(INTERESTING_NUMBERS)
+
+
+def mutate_numbers(rng: random.Random, data: bytes) -> bytes:
+    matches = list(_NUMBER_TOKEN.finditer(data[:200_000]))
+    if not matches:
+        return data
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        match = rng.choice(matches)
+        replacement = _number_text(rng).encode()
+        data = data[:match.start()] + replacement + data[match.end():]
+        matches = list(_NUMBER_TOKEN.finditer(data[:200_000]))
+        if not matches:
+            break
+    return data
+
+
+def mutate_lines(rng: random.Random, data: bytes) -> bytes:
+    lines = data.split(b"\n")
+    if not lines:
+        return data
+    index = rng.randrange(len(lines))
+    action = rng.random()
+    if action < 0.3:
+        del lines[index]
+    elif action < 0.55:
+        lines.insert(index, lines[rng.randrange(len(lines))])
+    elif action < 0.7:
+        other = rng.randrange(len(lines))
+        lines[index], lines[other] = lines[other], lines[index]
+    elif action < 0.8:
+        lines = lines[:index]
+    elif action < 0.9:
+        separator = b"\t" if b"\t" in lines[index] else b","
+        fields = lines[index].split(separator)
+        position = rng.randrange(len(fields))
+        if rng.random() < 0.5 and len(fields) > 1:
+            del fields[position]
+        else:
+            fields.insert(position, fields[rng.randrange(len(fields))])
+        lines[index] = separator.join(fields)
+    else:
+        lines = [b""] if rng.random() < 0.5 else [line for line in lines if line.startswith(b"#")]
+    return b"\n".join(lines)
+
+
+def mutate_bytes(rng: random.Random, data: bytes) -> bytes:
+    if not data:
+        return bytes([rng.randrange(256)])
+    buffer = bytearray(data)
+    action = rng.random()
+    if action < 0.4:
+        for _ in range(rng.randint(1, 8)):
+            position = rng.randrange(len(buffer))
+            buffer[position] ^= 1 << rng.randrange(8)
+    elif action < 0.6:
+        del buffer[rng.randrange(len(buffer)):]
+    elif action < 0.75:
+        position = rng.randrange(len(buffer))
+        buffer[position:position] = rng.choice((b"\x00", b"\xff", b"\xff\xff\xff\xff\x0f", b"\x80" * 10, b"\n",
+                                                b"\t", b",", b"\"", b"{", b"[", b"]", b"\xc3", b"\xe9"))
+    elif action < 0.9:
+        position = rng.randrange(len(buffer))
+        width = rng.choice((1, 2, 4, 8))
+        buffer[position:position + width] = rng.choice((b"\xff" * width, b"\x00" * width, b"\x7f" + b"\xff" * (width - 1)))
+    elif action < 0.99:
+        start = rng.randrange(len(buffer))
+        end = min(len(buffer), start + rng.randint(1, 64))
+        buffer[start:start] = buffer[start:end]
+    else:  # one very long field or line (csv's field limit is 131072 characters)
+        position = rng.randrange(len(buffer))
+        buffer[position:position] = rng.choice((b"7", b"x", b" ", b"[")) * rng.choice((140_000, 1_000_000))
+    return bytes(buffer)
+
+
+def mutate_jsonl(rng: random.Random, data: bytes) -> bytes:
+    lines = data.split(b"\n")
+    candidates = [i for i, line in enumerate(lines) if line.strip()]
+    if not candidates:
+        return data
+    index = rng.choice(candidates)
+    try:
+        doc = json.loads(lines[index])
+    except (ValueError, RecursionError):
+        return mutate_bytes(rng, data)
+    lines[index] = _dump_json(mutate_json_value(rng, doc)).encode()
+    return b"\n".join(lines)
+
+
+def _dump_json(doc: Any) -> str:
+    return _expand_deep(json.dumps(doc))
+
+
+def mutate_json(rng: random.Random, data: bytes) -> bytes:
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return mutate_bytes(rng, data)
+    # aim at the events most of the time (the readers' fields)
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    if isinstance(events, list) and events and rng.random() < 0.8:
+        position = rng.randrange(len(events))
+        if rng.random() < 0.1:
+            holder = mutate_json_value(rng, {"e": events[position]})
+            events[position] = holder.get("e") if isinstance(holder, dict) else holder
+        else:
+            events[position] = _mutate_inside(rng, events[position])
+    else:
+        doc = mutate_json_value(rng, doc)
+    return _dump_json(doc).encode()
+
+
+def _mutate_inside(rng: random.Random, value: Any) -> Any:
+    if isinstance(value, (dict, list)) and value:
+        return mutate_json_value(rng, value)
+    return rng.choice(JSON_VALUES)
+
+
+def _toml_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        match = _DEEP_MARK.fullmatch(json.dumps(value))
+        if match:
+            return "[" * int(match.group(1)) + "1" + "]" * int(match.group(1))
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_text(v)}" for k, v in value.items()) + "}"
+    return '""'
+
+
+def dump_toml(doc: dict) -> str:
+    """Everything as inline values under the top-level keys (valid TOML for any nesting but None)."""
+    return "".join(f"{json.dumps(str(key))} = {_toml_text(value)}\n" for key, value in doc.items())
+
+
+def mutate_toml(rng: random.Random, data: bytes) -> bytes:
+    import tomllib
+
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return mutate_lines(rng, data)
+    if not doc:
+        return mutate_lines(rng, data)
+    doc = mutate_json_value(rng, doc)
+    if not isinstance(doc, dict):
+        doc = {"workers": doc}
+    try:
+        return dump_toml(_no_none(doc)).encode()
+    except RecursionError:  # an earlier mutation nested it deeply: change its lines instead
+        return mutate_lines(rng, data)
+
+
+def _no_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _no_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_no_none(v) for v in value if v is not None]
+    return value
+
+
+def mutate_parquet(rng: random.Random, data: bytes, name: str) -> bytes:
+    """A structure-aware change of a parquet table: a value, a column's type, a column or the metadata."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except Exception:
+        return mutate_bytes(rng, data)
+    action = rng.random()
+    metadata = dict(table.schema.metadata or {})
+    if action < 0.3 and metadata:
+        key = rng.choice(list(metadata))
+        text = metadata[key]
+        try:
+            doc = json.loads(text)
+            metadata[key] = _dump_json(mutate_json_value(rng, doc)).encode()
+        except (ValueError, RecursionError):
+            metadata[key] = mutate_bytes(rng, text)
+        table = table.replace_schema_metadata(metadata)
+    elif table.num_columns:
+        column = rng.randrange(table.num_columns)
+        field = table.schema.field(column)
+        values = table.column(column).to_pylist()
+        if action < 0.75 and values:
+            row = rng.randrange(len(values))
+            if pa.types.is_integer(field.type):
+                values[row] = rng.choice((None, -1, 0, 2 ** 62, -(2 ** 62), 2 ** 63 - 1, -(2 ** 63), 2 ** 31,
+                                          values[rng.randrange(len(values))]))
+            elif pa.types.is_floating(field.type):
+                values[row] = rng.choice((None, float("nan"), float("inf"), -1.0, 1e30))
+            elif pa.types.is_list(field.type):
+                values[row] = rng.choice((None, [], [-1], [2 ** 62], [row], [row + 1, row + 1], list(range(50))))
+            else:
+                values[row] = rng.choice((None, "", "x", "send", "recv", "worker", "server", "\u00e9", "a" * 1000))
+            try:
+                array = pa.array(values, type=field.type)
+            except (pa.ArrowInvalid, OverflowError, TypeError):
+                return data
+            table = table.set_column(column, field.with_nullable(True), array)
+        elif action < 0.85:
+            table = table.remove_column(column)
+        elif action < 0.95:
+            new_type = rng.choice((pa.string(), pa.int32(), pa.float64(), pa.int64()))
+            try:
+                array = table.column(column).cast(new_type, safe=False)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                array = pa.array([str(v) for v in values], type=pa.string())
+            table = table.set_column(column, pa.field(field.name, array.type), array)
+        else:
+            table = table.slice(0, rng.randrange(table.num_rows + 1))
+    sink = io.BytesIO()
+    try:
+        pq.write_table(table, sink)
+    except (pa.ArrowException, ValueError, TypeError):
+        return data
+    return sink.getvalue()
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _split_records(data: bytes) -> list[bytes] | None:
+    records, position = [], 0
+    while position < len(data):
+        length, shift = 0, 0
+        while True:
+            if position >= len(data) or shift > 63:
+                return None
+            byte = data[position]
+            position += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        if position + length > len(data):
+            return None
+        records.append(data[position:position + length])
+        position += length
+    return records
+
+
+def mutate_chakra(rng: random.Random, data: bytes) -> bytes:
+    """A structure-aware change of a Chakra file: one record's protobuf fields, or whole records."""
+    records = _split_records(data)
+    if not records:
+        return mutate_bytes(rng, data)
+    from ddlsim.trace.chakra import _message_classes
+
+    classes = _message_classes()
+    index = rng.randrange(len(records))
+    action = rng.random()
+    if action < 0.15:
+        records.insert(index, records[rng.randrange(len(records))])
+    elif action < 0.25:
+        del records[index]
+    else:
+        message = (classes["GlobalMetadata"] if index == 0 else classes["Node"])()
+        try:
+            message.ParseFromString(records[index])
+        except Exception:
+            return mutate_bytes(rng, data)
+        _mutate_message(rng, message)
+        records[index] = message.SerializeToString()
+    return b"".join(_varint(len(r)) + r for r in records)
+
+
+def _mutate_message(rng: random.Random, message: Any) -> None:
+    attributes = list(getattr(message, "attr", []))
+    if attributes and rng.random() < 0.7:
+        attribute = rng.choice(attributes)
+        which = attribute.WhichOneof("value")
+        if which == "string_val" and attribute.name == "ddlsim_metadata":
+            try:
+                doc = json.loads(attribute.string_val)
+                attribute.string_val = _dump_json(mutate_json_value(rng, doc))
+            except (ValueError, RecursionError):
+                attribute.string_val = "{"
+            if rng.random() < 0.3:
+                attribute.string_val = rng.choice(("{", "[]", "null", "1", "NaN", '{"a": [', "\"x\"", ""))
+            return
+        choice = rng.random()
+        if choice < 0.3:
+            attribute.int64_val = rng.choice((-1, 0, 2 ** 62, -(2 ** 63), 2 ** 63 - 1, 2 ** 31))
+        elif choice < 0.45:
+            attribute.string_val = rng.choice(("", "x", "send", "-1", "9" * 30))
+        elif choice < 0.6:
+            attribute.bool_val = rng.random() < 0.5
+        elif choice < 0.7:
+            attribute.double_val = rng.choice((float("nan"), float("inf"), 1e30, -1.0))
+        elif choice < 0.8:
+            attribute.int64_list.values.extend([rng.choice((-1, 0, 1, 2 ** 62))])
+        elif choice < 0.9:
+            attribute.uint64_val = rng.choice((2 ** 64 - 1, 2 ** 63, 0))
+        else:
+            message.attr.remove(attribute)
+        return
+    fields = [f for f in message.DESCRIPTOR.fields if f.type in (f.TYPE_UINT64, f.TYPE_INT64, f.TYPE_INT32, f.TYPE_UINT32)]
+    if not fields:
+        return
+    field = rng.choice(fields)
+    if field.is_repeated:
+        container = getattr(message, field.name)
+        container.append(rng.choice((0, 1, 2 ** 31 - 1, message.id if hasattr(message, "id") else 0)))
+        return
+    signed = field.type in (field.TYPE_INT64, field.TYPE_INT32)
+    bits = 64 if field.type in (field.TYPE_UINT64, field.TYPE_INT64) else 32
+    values = [0, 1, 2 ** (bits - 1) - 1] + ([-1, -(2 ** (bits - 1))] if signed else [2 ** bits - 1, 2 ** (bits - 1)])
+    setattr(message, field.name, rng.choice(values))
+
+
+TEXT_MUTATORS = {
+    "sketchdlc": (mutate_numbers, mutate_lines, mutate_bytes),
+    "sketchdlc_records": (mutate_numbers, mutate_lines, mutate_bytes),
+    "netop": (mutate_numbers, mutate_lines, mutate_bytes),
+    "fit": (mutate_numbers, mutate_lines, mutate_bytes),
+    "costmodel": (mutate_json, mutate_json, mutate_numbers, mutate_bytes),
+    "capture": (mutate_jsonl, mutate_jsonl, mutate_numbers, mutate_lines, mutate_bytes),
+    "kineto": (mutate_json, mutate_json, mutate_json, mutate_numbers, mutate_bytes),
+    "scenario": (mutate_toml, mutate_toml, mutate_numbers, mutate_lines, mutate_bytes),
+}
+
+
+_PARQUET_VARIANTS: dict[tuple, bytes] = {}
+
+
+def _parquet_variant(seed: int, sample_number: int, name: str, variant: int, data: bytes) -> bytes:
+    key = (seed, sample_number, name, variant)
+    if key not in _PARQUET_VARIANTS:
+        _PARQUET_VARIANTS[key] = mutate_parquet(random.Random(f"{seed}:{sample_number}:{name}:{variant}"), data, name)
+    return _PARQUET_VARIANTS[key]
+
+
+def make_input(samples: dict[str, list[dict[str, bytes]]], seed: int, index: int) -> tuple[str, dict[str, bytes], list[str]]:
+    """(target, files, mutations applied) of input ``index``: a pure function of (seed, index)."""
+    rng = random.Random(f"{seed}:{index}")
+    target = TARGETS[index % len(TARGETS)]
+    sample_number = rng.randrange(len(samples[target]))
+    sample = samples[target][sample_number]
+    files = dict(sample)
+    applied = []
+    for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4))):
+        name = rng.choice(sorted(files))
+        data = files[name]
+        if name.endswith(".parquet"):
+            if rng.random() < 0.7 and data is sample[name]:
+                # structure-aware changes of a sample's table, from a pool of 4096 per seed (made once each:
+                # reading and writing Parquet costs more than reading the input)
+                mutator = mutate_parquet
+                files[name] = _parquet_variant(seed, sample_number, name, rng.randrange(4096), data)
+            else:
+                mutator = mutate_bytes
+                files[name] = mutator(rng, data)
+        elif name.endswith(".et"):
+            mutator = mutate_chakra if rng.random() < 0.7 else mutate_bytes
+            files[name] = mutator(rng, data)
+        else:
+            if rng.random() < 0.05 and len(files) > 1:
+                del files[name]
+                applied.append(f"remove {name}")
+                continue
+            mutator = rng.choice(TEXT_MUTATORS[target])
+            packed = name.endswith(".gz") and rng.random() < 0.7  # change the text inside, compress again
+            if packed:
+                import gzip
+                import zlib
+
+                try:
+                    data = gzip.decompress(data)
+                except (OSError, EOFError, zlib.error):
+                    packed = False
+            try:
+                data = mutator(rng, data)
+            except RecursionError:  # a document an earlier mutation nested too deeply to walk
+                mutator = mutate_bytes
+                data = mutator(rng, data)
+            files[name] = gzip.compress(data, mtime=0) if packed else data
+        applied.append(f"{mutator.__name__} {name}")
+    return target, files, applied
+
+
+# ============================================================================ readers
+
+
+def run_target(target: str, directory: Path) -> Any:
+    """Run the reader of ``target`` on the input written in ``directory``."""
+    if target == "events":
+        from ddlsim.trace.formats import read_trace
+
+        return read_trace(directory / "run.events.parquet", "events")
+    if target == "sketchdlc":
+        from ddlsim.trace.formats import read_trace
+
+        return read_trace(directory, "sketchdlc")
+    if target == "sketchdlc_records":
+        from ddlsim.trace.sketchdlc import read_sketchdlc_records
+
+        return read_sketchdlc_records(directory / "w0.txt")
+    if target == "chakra":
+        from ddlsim.trace.formats import read_trace
+
+        return read_trace(directory / "trace", "chakra")
+    if target == "kineto":
+        from ddlsim.trace.formats import read_trace
+
+        return read_trace(directory, "kineto")
+    if target == "netop":
+        from ddlsim.trace.formats import read_trace
+
+        return read_trace(directory / "trace.txt", "netop")
+    if target == "capture":
+        from ddlsim.capture.merge import merge_capture
+
+        return merge_capture(directory)
+    if target == "scenario":
+        from ddlsim.simulation.model_build import build_model
+        from ddlsim.simulation.scenario import load_scenario
+
+        scenario = load_scenario(directory / "scenario.toml")
+        return build_model(scenario.model, scenario.base_dir)
+    if target == "fit":  # what `ddlsim fit TABLE --workers 8` does with it: read, then fit
+        from ddlsim.plan.cost import fit_tables
+
+        return fit_tables([directory / "table.txt"], workers=[8])
+    if target == "costmodel":
+        from ddlsim.plan.cost import CostModel
+
+        return CostModel.load(directory / "cost.json")
+    raise ValueError(target)
+
+
+class _TimeOut(BaseException):
+    """Raised by the alarm in a worker: the input ran over its time limit."""
+
+
+def _signature(exc: BaseException) -> str:
+    """Exception type and the innermost ddlsim frame: inputs with one cause share it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "/ddlsim/" in f.filename.replace(os.sep, "/")] or frames
+    where = f"{Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else "?"
+    return f"{type(exc).__name__}@{where}"
+
+
+def _injected(kind: str) -> None:
+    """Misbehaviour on purpose (--inject, to test this harness): what a broken reader could do."""
+    if kind == "crash":
+        os.abort()
+    if kind == "hang":  # a loop the alarm cannot break (as in C code that never returns to Python)
+        signal.signal(signal.SIGPROF, signal.SIG_IGN)
+        while True:
+            pass
+    if kind == "slow":  # a Python loop: the alarm breaks it
+        while True:
+            pass
+    if kind == "memory":
+        blocks = []
+        while True:
+            blocks.append(bytearray(64 << 20))
+    if kind == "exception":
+        raise KeyError("injected")
+
+
+def classify(target: str, directory: Path, time_limit: float, inject: str = "") -> tuple[str, str, str]:
+    """(outcome, signature, detail): outcome ok / error (one of ddlsim's) / a failure kind."""
+    from ddlsim.errors import DdlsimError, InternalError
+
+    signal.setitimer(signal.ITIMER_PROF, time_limit)  # CPU time: a busy shared machine does not count
+    try:
+        if inject:
+            _injected(inject)
+        run_target(target, directory)
+        return "ok", "", ""
+    except _TimeOut:
+        return "timeout", f"timeout@{target}", f"over {time_limit} s"
+    except InternalError as exc:
+        return "internal", _signature(exc), traceback.format_exc(limit=30)
+    except DdlsimError:
+        return "error", "", ""
+    except MemoryError as exc:
+        traceback.clear_frames(exc.__traceback__)  # free what the failed reader held before formatting
+        return "memory", _signature(exc), traceback.format_exc(limit=30)
+    except RecursionError as exc:
+        return "exception", _signature(exc), traceback.format_exc(limit=8)
+    except Exception as exc:  # noqa: BLE001 - every other exception is what the fuzzer looks for
+        return "exception", _signature(exc), traceback.format_exc(limit=30)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+
+
+def _write_files(directory: Path, files: dict[str, bytes]) -> None:
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    for name, data in files.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def _vm_bytes() -> int:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    """Read 'first count' lines from stdin; answer one line per input: index, outcome, signature, detail (JSON)."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    sys.setrecursionlimit(3000)
+    samples = load_samples(Path(args.samples))
+    scratch = Path(args.scratch)
+    # import everything the readers use before the memory limit, and once
+    for target in TARGETS:
+        _write_files(scratch, samples[target][0])
+        try:
+            run_target(target, scratch)
+        except Exception:  # noqa: BLE001 - a failing sample shows up again as a finding
+            pass
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise _TimeOut()
+
+    signal.signal(signal.SIGPROF, alarm)
+    if args.memory_mb > 0:
+        limit = _vm_bytes() + args.memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    injections = {int(index): kind for kind, index in (item.split(":") for item in args.inject)}
+    out = sys.stdout
+    for line in sys.stdin:
+        first, count = (int(x) for x in line.split())
+        for index in range(first, first + count):
+            try:
+                target, files, applied = make_input(samples, args.seed, index)
+            except Exception as exc:  # noqa: BLE001 - a bug of this harness, reported as such
+                target, applied = TARGETS[index % len(TARGETS)], []
+                outcome, signature, detail = "harness", _signature(exc), traceback.format_exc(limit=30)
+            else:
+                _write_files(scratch, files)
+                outcome, signature, detail = classify(target, scratch, args.time_limit, injections.get(index, ""))
+            if outcome in ("ok", "error"):
+                out.write(f"{index} {outcome}\n")
+            else:
+                out.write(json.dumps([index, outcome, signature, detail, target, applied]) + "\n")
+        out.write("done\n")
+        out.flush()
+    # leave the scratch directory for the parent
+
+
+# ============================================================================ parent
+
+
+class Worker:
+    def __init__(self, number: int, args: argparse.Namespace, samples_dir: Path, scratch_root: Path):
+        self.number = number
+        self.scratch = scratch_root / f"worker{number}"
+        command = [sys.executable, "-u", str(Path(__file__).resolve()), "--worker", "--seed", str(args.seed),
+                   "--samples", str(samples_dir), "--scratch", str(self.scratch), "--time-limit", str(args.time_limit),
+                   "--memory-mb", str(args.memory_mb)] + [f"--inject={item}" for item in args.inject]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(ROOT / "python")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+        self.stderr_path = Path(args.out) / f"worker{number}.stderr"
+        with open(self.stderr_path, "wb") as stderr:  # a file: a chatty worker never blocks on a full pipe
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                            env=env, start_new_session=True)
+        os.set_blocking(self.process.stdout.fileno(), False)
+        self.buffer = b""
+        self.pending: list[int] = []  # indices sent, not answered, in order
+        self.busy = False  # a request was sent and its "done" not yet read
+        self.last_progress = time.monotonic()
+        self.cpu_at_progress = 0.0
+        self.started = True
+
+    def send(self, first: int, count: int) -> None:
+        self.pending = list(range(first, first + count))
+        self.busy = True
+        self.process.stdin.write(f"{first} {count}\n".encode())
+        self.process.stdin.flush()
+        self.last_progress, self.cpu_at_progress = time.monotonic(), self.cpu_seconds()
+
+    def read_lines(self) -> tuple[list[bytes], bool]:
+        """Complete lines available now, and whether the worker's output ended."""
+        try:
+            chunk = os.read(self.process.stdout.fileno(), 1 << 16)
+        except BlockingIOError:
+            return [], False
+        if not chunk:
+            return [], True
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        if lines:
+            self.last_progress, self.cpu_at_progress = time.monotonic(), self.cpu_seconds()
+        return lines, False
+
+    def cpu_seconds(self) -> float:
+        """CPU time the worker has used (user + system), from /proc; 0 where there is none."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def stalled(self, now: float, limit: float) -> str:
+        """Why the worker counts as hung: over ``limit`` s of CPU on one input (a loop the alarm cannot
+        break), or 10 times that of wall time (blocked: a deadlock, a wait); '' when it is not."""
+        if self.cpu_seconds() - self.cpu_at_progress > limit:
+            return f"over {limit:.0f} s of CPU time without an answer"
+        if now - self.last_progress > 10 * limit:
+            return f"no answer within {10 * limit:.0f} s"
+        return ""
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+
+    def stderr_tail(self) -> str:
+        try:
+            return self.stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
+class Campaign:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.out = Path(args.out)
+        self.findings = self.out / "findings"
+        self.counts: dict[str, int] = {"ok": 0, "error": 0}
+        self.failures: dict[str, int] = {}
+        self.signatures: dict[str, int] = {}
+        self.done = 0
+        self.samples: dict[str, list[dict[str, bytes]]] | None = None
+        self.by_target: dict[str, dict[str, int]] = {}
+
+    def record(self, index: int, outcome: str, signature: str = "", detail: str = "", target: str = "",
+               applied: Any = None) -> None:
+        self.done += 1
+        per_target = self.by_target.setdefault(TARGETS[index % len(TARGETS)], {"ok": 0, "error": 0, "failed": 0})
+        if outcome in ("ok", "error"):
+            self.counts[outcome] += 1
+            per_target[outcome] += 1
+            return
+        per_target["failed"] += 1
+        self.failures[outcome] = self.failures.get(outcome, 0) + 1
+        key = f"{outcome}-{signature}"
+        seen = self.signatures.get(key, 0)
+        self.signatures[key] = seen + 1
+        if seen < MAX_SAVED_PER_SIGNATURE:
+            name = re.sub(r"[^A-Za-z0-9_.@-]+", "_", key)[:120]
+            folder = self.findings / name / str(index)
+            folder.mkdir(parents=True, exist_ok=True)
+            if self.samples is None:
+                self.samples = load_samples(self.out / "samples")
+            try:
+                _, files, applied = make_input(self.samples, self.args.seed, index)  # the same input again
+                _write_files(folder / "input", files)
+            except Exception:  # noqa: BLE001 - a harness bug, already counted
+                pass
+            (folder / "info.json").write_text(json.dumps(
+                {"seed": self.args.seed, "index": index, "target": target, "outcome": outcome, "signature": signature,
+                 "mutations": applied, "detail": detail}, indent=1) + "\n", encoding="utf-8")
+            if seen == 0:
+                print(f"fuzz_readers: new failure {key} (input {index}, {target}): {folder}", file=sys.stderr, flush=True)
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--inputs", type=int, default=10000, help="number of inputs (default 10000)")
+    parser.add_argument("--seed", type=int, default=1, help="campaign seed (default 1)")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--out", default="fuzz-out", help="samples, findings and scratch files (default fuzz-out)")
+    parser.add_argument("--start", type=int, default=0, help="first input index (default 0)")
+    parser.add_argument("--batch", type=int, default=200, help="inputs per request to a worker (default 200)")
+    parser.add_argument("--time-limit", type=float, default=10.0, help="CPU seconds per input (default 10)")
+    parser.add_argument("--hang-limit", type=float, default=0.0,
+                        help="CPU seconds on one input (or 10 times that of wall time) before the parent kills a "
+                             "worker (default: twice the time limit, at least the time limit + 20)")
+    parser.add_argument("--memory-mb", type=int, default=1024,
+                        help="address space a worker may add per input, MiB (default 1024; 0: no limit)")
+    parser.add_argument("--progress", type=float, default=30.0, help="seconds between progress lines (default 30)")
+    parser.add_argument("--replay", metavar="DIR", help="run the reader on a saved finding (DIR holds info.json)")
+    parser.add_argument("--inject", action="append", default=[], metavar="KIND:INDEX",
+                        help="test the harness: input INDEX crashes / hangs / slow / memory / exception")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--samples", help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def _summary(campaign: Campaign, elapsed: float) -> str:
+    failed = sum(campaign.failures.values())
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(campaign.failures.items())) or "none"
+    rate = campaign.done / elapsed if elapsed > 0 else 0.0
+    return (f"fuzz_readers: {campaign.done} inputs (seed {campaign.args.seed}), {failed} failures ({kinds}); "
+            f"{campaign.counts['ok']} read, {campaign.counts['error']} refused with ddlsim's own errors; "
+            f"{len(campaign.signatures)} distinct failure signatures; {elapsed:.0f} s, {rate:.0f} inputs/s")
+
+
+def run_campaign(args: argparse.Namespace) -> Campaign:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    samples_dir = out / "samples"
+    if not samples_dir.is_dir():
+        staging = out / "samples.partial"
+        if staging.exists():
+            shutil.rmtree(staging)
+        sys.path.insert(0, str(ROOT / "python"))
+        make_samples(staging)
+        staging.rename(samples_dir)
+    scratch_root = Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else out
+    scratch_root = Path(scratch_root) / f"ddlsim-fuzz-{os.getpid()}"
+    campaign = Campaign(args)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # end the workers too (finally)
+    next_index, end = args.start, args.start + args.inputs
+    workers: list[Worker] = []
+    started = time.monotonic()
+    last_report = started
+    hang_limit = args.hang_limit or max(2 * args.time_limit, args.time_limit + 20)
+
+    def hand_out(worker: Worker) -> None:
+        nonlocal next_index
+        if next_index < end:
+            count = min(args.batch, end - next_index)
+            worker.send(next_index, count)
+            next_index += count
+
+    def failed_worker(worker: Worker, kind: str, detail: str) -> Worker | None:
+        """The worker died or hung on its first pending input: count it, restart, resend the rest."""
+        worker.kill()
+        if worker.pending:
+            index = worker.pending[0]
+            target = TARGETS[index % len(TARGETS)]
+            campaign.record(index, kind, f"{kind}@{target}", detail + "\n" + worker.stderr_tail(), target)
+        rest = worker.pending[1:]
+        replacement = Worker(worker.number, args, samples_dir, scratch_root)
+        if not worker.pending:  # it died after its last answer: nothing to blame
+            hand_out(replacement)
+            return replacement
+        if rest:
+            replacement.send(rest[0], len(rest))
+        else:
+            hand_out(replacement)
+        return replacement
+
+    try:
+        for number in range(max(1, args.workers)):
+            worker = Worker(number, args, samples_dir, scratch_root)
+            hand_out(worker)
+            workers.append(worker)
+        while any(w.busy for w in workers):
+            readable = [w.process.stdout for w in workers if w.busy]
+            select.select(readable, [], [], 1.0)
+            now = time.monotonic()
+            for position, worker in enumerate(workers):
+                if not worker.busy:
+                    continue
+                lines, ended = worker.read_lines()
+                for line in lines:
+                    if line == b"done":
+                        worker.pending, worker.busy = [], False
+                        hand_out(worker)
+                        continue
+                    if line.startswith(b"["):
+                        index, outcome, signature, detail, target, applied = json.loads(line)
+                        campaign.record(index, outcome, signature, detail, target, applied)
+                    else:
+                        index_text, outcome = line.split()
+                        index = int(index_text)
+                        campaign.record(index, outcome.decode())
+                    if worker.pending and worker.pending[0] == index:
+                        worker.pending.pop(0)
+                if ended and worker.busy:
+                    code = worker.process.wait()
+                    how = f"signal {-code}" if code < 0 else f"exit status {code}"
+                    workers[position] = failed_worker(worker, "crash", f"worker ended with {how}")
+                elif worker.busy and now - worker.last_progress > hang_limit and worker.stalled(now, hang_limit):
+                    workers[position] = failed_worker(worker, "hang", worker.stalled(now, hang_limit))
+            if now - last_report >= args.progress:
+                last_report = now
+                print(f"progress: {_summary(campaign, now - started)}", file=sys.stderr, flush=True)
+    finally:
+        for worker in workers:
+            try:
+                worker.process.stdin.close()
+            except OSError:
+                pass
+            worker.kill()
+        shutil.rmtree(scratch_root, ignore_errors=True)
+    campaign.elapsed = time.monotonic() - started
+    return campaign
+
+
+def replay(directory: Path) -> int:
+    info = json.loads((directory / "info.json").read_text(encoding="utf-8"))
+    sys.path.insert(0, str(ROOT / "python"))
+    from ddlsim.errors import DdlsimError, InternalError
+
+    try:
+        result = run_target(info["target"], directory / "input")
+    except InternalError:
+        traceback.print_exc()
+        return 1
+    except DdlsimError as exc:
+        print(f"{info['target']}: refused with {type(exc).__name__}: {exc}")
+        return 0
+    except Exception:  # noqa: BLE001 - shown to the user
+        traceback.print_exc()
+        return 1
+    print(f"{info['target']}: read without error ({type(result).__name__})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    if args.worker:
+        worker_main(args)
+        return 0
+    if args.replay:
+        return replay(Path(args.replay))
+    campaign = run_campaign(args)
+    print("per reader (read/refused/failed): " + ", ".join(
+        f"{target} {c['ok']}/{c['error']}/{c['failed']}" for target, c in sorted(campaign.by_target.items())),
+        file=sys.stderr)
+    print(_summary(campaign, campaign.elapsed), flush=True)
+    return 1 if campaign.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
