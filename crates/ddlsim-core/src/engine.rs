@@ -2,6 +2,8 @@
 //! (time, insertion sequence), so that simultaneous events run in the order
 //! they were scheduled and every run is reproducible bit for bit.
 
+use std::collections::BinaryHeap;
+
 use crate::error::Error;
 
 /// Simulated time in nanoseconds.
@@ -16,33 +18,51 @@ pub fn later(now: Time, by: u64) -> Result<Time, Error> {
     now.checked_add(by).filter(|&t| t <= MAX_TIME).ok_or_else(|| Error::out_of_range(format!("simulated time would overflow: {now} ns + {by} ns is beyond {MAX_TIME} ns")))
 }
 
-/// Children per node of the queue's heap: a 4-ary heap is half as deep as a
-/// binary one, and a node's children sit next to each other in memory.
-const ARITY: usize = 4;
+/// A queued event; `key` is `time << 64 | seq`, so one integer comparison
+/// orders entries by time, then by insertion.
+#[derive(Debug)]
+struct Entry<E> {
+    key: u128,
+    event: E,
+}
 
-/// Min-queue of events keyed by (time, seq): an implicit 4-ary min-heap over
-/// `key = time << 64 | seq` (one integer comparison orders entries by time,
-/// then by insertion; keys are unique, so the pop order is fully determined).
-/// Keys and events live in parallel vectors, so that the sifts compare keys
-/// packed four to a cache line and move an event only when it moves.
+impl<E> PartialEq for Entry<E> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl<E> Eq for Entry<E> {}
+impl<E> PartialOrd for Entry<E> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<E> Ord for Entry<E> {
+    #[inline]
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Reversed: BinaryHeap is a max-heap, the queue pops the smallest key.
+        other.key.cmp(&self.key)
+    }
+}
+
+/// Min-queue of events keyed by (time, seq).
 #[derive(Debug)]
 pub struct EventQueue<E> {
-    keys: Vec<u128>,
-    events: Vec<E>,
+    heap: BinaryHeap<Entry<E>>,
     next_seq: u64,
     now: Time,
     popped: u64,
 }
 
-impl<E: Copy> Default for EventQueue<E> {
+impl<E> Default for EventQueue<E> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<E: Copy> EventQueue<E> {
+impl<E> EventQueue<E> {
     pub fn new() -> Self {
-        EventQueue { keys: Vec::new(), events: Vec::new(), next_seq: 0, now: 0, popped: 0 }
+        EventQueue { heap: BinaryHeap::new(), next_seq: 0, now: 0, popped: 0 }
     }
 
     /// Current simulated time (time of the last popped event).
@@ -56,94 +76,33 @@ impl<E: Copy> EventQueue<E> {
     }
 
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.heap.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.heap.is_empty()
     }
 
     /// Schedules `event` at absolute `time`; scheduling in the past is a bug.
-    #[inline]
     pub fn push(&mut self, time: Time, event: E) {
         debug_assert!(time >= self.now, "event scheduled in the past");
         let seq = self.next_seq;
         self.next_seq += 1;
-        let key = (time as u128) << 64 | seq as u128;
-        let mut i = self.keys.len();
-        self.keys.push(key);
-        self.events.push(event);
-        // Sift up: parents with a larger key move down into the hole.
-        while i > 0 {
-            let parent = (i - 1) / ARITY;
-            let pk = self.keys[parent];
-            if pk <= key {
-                break;
-            }
-            self.keys[i] = pk;
-            self.events[i] = self.events[parent];
-            i = parent;
-        }
-        self.keys[i] = key;
-        self.events[i] = event;
+        self.heap.push(Entry { key: (time as u128) << 64 | seq as u128, event });
     }
 
     /// Time of the earliest event, without popping it.
-    #[inline]
     pub fn peek_time(&self) -> Option<Time> {
-        self.keys.first().map(|&k| (k >> 64) as Time)
+        self.heap.peek().map(|e| (e.key >> 64) as Time)
     }
 
     /// Pops the earliest event and advances the clock to it.
-    #[inline]
     pub fn pop(&mut self) -> Option<(Time, E)> {
-        let top_key = *self.keys.first()?;
-        let top = self.events[0];
-        let last_key = self.keys.pop().expect("non-empty");
-        let last = self.events.pop().expect("non-empty");
-        let n = self.keys.len();
-        if n > 0 {
-            // Sift the last entry down from the root: the smallest child moves up into the hole.
-            let keys = &mut self.keys[..n];
-            let events = &mut self.events[..n];
-            let mut i = 0;
-            loop {
-                let first = ARITY * i + 1;
-                if first >= n {
-                    break;
-                }
-                let mut m = first;
-                let mut mk = keys[first];
-                if first + ARITY <= n {
-                    for j in first + 1..first + ARITY {
-                        let k = keys[j];
-                        if k < mk {
-                            mk = k;
-                            m = j;
-                        }
-                    }
-                } else {
-                    for (j, &k) in keys.iter().enumerate().take(n).skip(first + 1) {
-                        if k < mk {
-                            mk = k;
-                            m = j;
-                        }
-                    }
-                }
-                if mk >= last_key {
-                    break;
-                }
-                keys[i] = mk;
-                events[i] = events[m];
-                i = m;
-            }
-            keys[i] = last_key;
-            events[i] = last;
-        }
-        let time = (top_key >> 64) as Time;
+        let entry = self.heap.pop()?;
+        let time = (entry.key >> 64) as Time;
         self.now = time;
         self.popped += 1;
-        Some((time, top))
+        Some((time, entry.event))
     }
 }
 
