@@ -424,3 +424,16 @@ def test_the_escape_helper():
     assert plain_text("no dollars") == "no dollars"
     assert plain_text(plain_text("$a$")) == "\\$a\\$"  # idempotent: an escaped dollar stays one escape
     assert plain_text(3) == "3"
+
+
+@pytest.mark.parametrize("verb", ["simulate", "analyze", "export"])
+def test_a_path_too_long_for_the_file_system_is_one_line_and_status_2(verb, tmp_path):
+    # ENAMETOOLONG from a stat of the named input escaped as a traceback (found after the fuzz campaign)
+    name = str(tmp_path / ("x" * 5000))
+    argv = {"simulate": [name], "analyze": [name], "export": [name, "--format", "csv", "--out", str(tmp_path / "o.csv")]}[verb]
+    proc = subprocess.run([sys.executable, "-m", "ddlsim", verb, *argv], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    assert len(lines[0]) < 400

@@ -589,7 +589,13 @@ def main() -> None:
         sys.exit(2)
     except OSError as exc:
         _stdout_failed(exc, guard)
-        raise
+        # Any other failed system call on a path the user gave (a name too long for the file system,
+        # a permission): one line naming the path and the reason, status 2.
+        where = exc.filename if exc.filename is not None else "a file ddlsim needs"
+        where = str(where) if len(str(where)) <= 80 else str(where)[:77] + "..."
+        err.print(f"[bold red]error:[/] {where}: {exc.strerror or exc}; check the path", highlight=False,
+                  soft_wrap=True, markup=True)
+        sys.exit(2)
     finally:
         sys.stdout = real_stdout
 
