@@ -457,34 +457,15 @@ def mutate_parquet(rng: random.Random, data: bytes, name: str) -> bytes:
     return sink.getvalue()
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def _split_records(data: bytes) -> list[bytes] | None:
-    records, position = [], 0
-    while position < len(data):
-        length, shift = 0, 0
-        while True:
-            if position >= len(data) or shift > 63:
-                return None
-            byte = data[position]
-            position += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        if position + length > len(data):
-            return None
-        records.append(data[position:position + length])
-        position += length
-    return records
+    """The payloads of a Chakra file's length-delimited records (the reader's own split); None if damaged."""
+    from ddlsim.errors import TraceError
+    from ddlsim.trace.chakra import _split_delimited
+
+    try:
+        return [payload for _, payload in _split_delimited(data, Path("sample.et"))]
+    except TraceError:
+        return None
 
 
 def mutate_chakra(rng: random.Random, data: bytes) -> bytes:
@@ -509,6 +490,8 @@ def mutate_chakra(rng: random.Random, data: bytes) -> bytes:
             return mutate_bytes(rng, data)
         _mutate_message(rng, message)
         records[index] = message.SerializeToString()
+    from ddlsim.trace.chakra import _varint
+
     return b"".join(_varint(len(r)) + r for r in records)
 
 
