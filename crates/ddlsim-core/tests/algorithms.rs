@@ -23,8 +23,8 @@ fn star(fidelity: Fidelity, lat: u64) -> NetworkSpec {
     n
 }
 
-/// One all-reduce started together by every member; returns (makespan, log).
-fn run_one(algorithm: Algorithm, n: u32, bytes: u64, chunk_bytes: u64, hosts: &[u32], network: &NetworkSpec) -> (u64, EventLog) {
+/// A graph of one all-reduce that every member starts at time 0.
+fn one_allreduce(algorithm: Algorithm, n: u32, bytes: u64, chunk_bytes: u64, hosts: &[u32]) -> Graph {
     let mut g = Graph::new();
     g.host_of_rank = hosts.to_vec();
     let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: (0..n).collect(), bytes, chunk_bytes, gamma_ns_per_byte: 0.0 });
@@ -36,6 +36,12 @@ fn run_one(algorithm: Algorithm, n: u32, bytes: u64, chunk_bytes: u64, hosts: &[
         op.bytes = bytes;
         g.add(op, &[]);
     }
+    g
+}
+
+/// One all-reduce started together by every member; returns (makespan, log).
+fn run_one(algorithm: Algorithm, n: u32, bytes: u64, chunk_bytes: u64, hosts: &[u32], network: &NetworkSpec) -> (u64, EventLog) {
+    let g = one_allreduce(algorithm, n, bytes, chunk_bytes, hosts);
     let out = run_graph(&g, network, TraceDetail::Step).unwrap_or_else(|e| panic!("{algorithm:?} n={n}: {e}"));
     assert_deps_explain_every_start(&out.log);
     (out.makespan, out.log)
@@ -497,19 +503,9 @@ fn a_binary_tree_parent_reduces_each_child_before_taking_the_next() {
 
 /// Per-rank (bytes sent, bytes received) of one collective, step by step or in closed form.
 fn collective_bytes(algorithm: Algorithm, n: u32, bytes: u64, chunk: u64, hosts: &[u32], network: &NetworkSpec, closed: bool) -> (Vec<u64>, Vec<u64>) {
-    let mut g = Graph::new();
-    g.host_of_rank = hosts.to_vec();
+    let mut g = one_allreduce(algorithm, n, bytes, chunk, hosts);
     if closed {
         g.closed_form = Some(LinkCost::of_network(network).unwrap());
-    }
-    let c = g.add_collective(CollectiveSpec { algorithm, coll_type: CollectiveType::AllReduce, members: (0..n).collect(), bytes, chunk_bytes: chunk, gamma_ns_per_byte: 0.0 });
-    let name = g.op_name("allreduce");
-    for m in 0..n {
-        let mut op = Op::new(Kind::Collective, name, m);
-        op.collective = c;
-        op.member = m;
-        op.bytes = bytes;
-        g.add(op, &[]);
     }
     let out = run_graph(&g, network, TraceDetail::Collective).unwrap();
     (out.bytes_sent, out.bytes_received)
