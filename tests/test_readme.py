@@ -66,6 +66,23 @@ def test_the_python_api_example_runs(tmp_path):
     assert (cwd / "run1" / "events.parquet").exists()
 
 
+def _anchor(heading: str) -> str:
+    """GitHub's heading slug: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
 def test_every_docs_link_in_the_readme_exists():
     links = re.findall(r"\]\((docs/[^)]+)\)", README)
-    assert links and all((ROOT / link).is_file() for link in links), [l for l in links if not (ROOT / l).is_file()]
+    assert links
+    broken = []
+    for link in links:
+        path, _, anchor = link.partition("#")
+        if not (ROOT / path).is_file():
+            broken.append(link)
+            continue
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / path).read_text(), flags=re.M)
+            if anchor not in {_anchor(h) for h in headings}:
+                broken.append(link)
+    assert not broken, broken
