@@ -177,7 +177,41 @@ fn output<'py>(py: Python<'py>, out: RunOutput, graph: &Graph) -> PyResult<Bound
     column(py, &flows, "start_ns", "<u8", &f.iter().map(|r| r.start).collect::<Vec<_>>())?;
     column(py, &flows, "tx_end_ns", "<u8", &f.iter().map(|r| r.tx_end).collect::<Vec<_>>())?;
     column(py, &flows, "delivered_ns", "<u8", &f.iter().map(|r| r.delivered).collect::<Vec<_>>())?;
+    column(py, &flows, "retransmits", "<u8", &f.iter().map(|r| r.retransmits as u64).collect::<Vec<_>>())?;
+    column(py, &flows, "timeouts", "<u8", &f.iter().map(|r| r.timeouts as u64).collect::<Vec<_>>())?;
+    column(py, &flows, "drops", "<u8", &f.iter().map(|r| r.drops as u64).collect::<Vec<_>>())?;
+    column(py, &flows, "ecn_marks", "<u8", &f.iter().map(|r| r.ecn_marks as u64).collect::<Vec<_>>())?;
     result.set_item("flows", flows)?;
+    let queues = PyDict::new(py);
+    let q = &out.queues;
+    column(py, &queues, "time_ns", "<i8", &q.iter().map(|s| s.time as i64).collect::<Vec<_>>())?;
+    column(py, &queues, "node", "<i4", &q.iter().map(|s| s.node as i32).collect::<Vec<_>>())?;
+    column(py, &queues, "port", "<i4", &q.iter().map(|s| s.port as i32).collect::<Vec<_>>())?;
+    column(py, &queues, "band", "<i4", &q.iter().map(|s| s.band as i32).collect::<Vec<_>>())?;
+    column(py, &queues, "bytes", "<i8", &q.iter().map(|s| s.bytes as i64).collect::<Vec<_>>())?;
+    column(py, &queues, "packets", "<i8", &q.iter().map(|s| s.packets as i64).collect::<Vec<_>>())?;
+    result.set_item("queues", queues)?;
+    let ports = PyDict::new(py);
+    let p = &out.ports;
+    column(py, &ports, "port", "<i4", &p.iter().map(|r| r.port as i32).collect::<Vec<_>>())?;
+    column(py, &ports, "node", "<i4", &p.iter().map(|r| r.node as i32).collect::<Vec<_>>())?;
+    ports.set_item("name", p.iter().map(|r| r.name.as_str()).collect::<Vec<_>>())?;
+    column(py, &ports, "packets", "<u8", &p.iter().map(|r| r.packets).collect::<Vec<_>>())?;
+    column(py, &ports, "bytes", "<u8", &p.iter().map(|r| r.bytes).collect::<Vec<_>>())?;
+    column(py, &ports, "drops", "<u8", &p.iter().map(|r| r.drops).collect::<Vec<_>>())?;
+    column(py, &ports, "ecn_marks", "<u8", &p.iter().map(|r| r.ecn_marks).collect::<Vec<_>>())?;
+    column(py, &ports, "max_packets", "<u8", &p.iter().map(|r| r.max_packets).collect::<Vec<_>>())?;
+    column(py, &ports, "max_bytes", "<u8", &p.iter().map(|r| r.max_bytes).collect::<Vec<_>>())?;
+    result.set_item("ports", ports)?;
+    let network = PyDict::new(py);
+    let (totals, truncated) = out.packet.unwrap_or_default();
+    network.set_item("packets_forwarded", totals.packets_forwarded)?;
+    network.set_item("drops", totals.drops)?;
+    network.set_item("ecn_marks", totals.ecn_marks)?;
+    network.set_item("retransmits", totals.retransmits)?;
+    network.set_item("timeouts", totals.timeouts)?;
+    network.set_item("queues_truncated", truncated)?;
+    result.set_item("network", network)?;
     Ok(result)
 }
 

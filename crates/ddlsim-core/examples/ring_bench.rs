@@ -44,6 +44,7 @@ fn main() {
         intra_host_bandwidth_bps: None,
         intra_host_latency_ns: 0,
         record_flows: false,
+        packet: None,
     };
     let mut best = f64::INFINITY;
     for _ in 0..reps {

@@ -48,6 +48,11 @@ pub struct RunOutput {
     pub bytes_received: Vec<u64>,
     pub makespan: Time,
     pub flows: Vec<FlowRecord>,
+    /// Packet level only: queue samples, per-port counters, totals and
+    /// whether queue sampling stopped at its cap.
+    pub queues: Vec<crate::network::QueueSample>,
+    pub ports: Vec<crate::network::PortRecord>,
+    pub packet: Option<(crate::network::packet::Totals, bool)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -181,6 +186,9 @@ struct NetQueue<'a>(&'a mut EventQueue<Event>);
 impl Scheduler for NetQueue<'_> {
     fn schedule(&mut self, at: Time, token: u64) {
         self.0.push(at, Event::Net(token));
+    }
+    fn horizon(&self) -> Time {
+        self.0.peek_time().unwrap_or(crate::engine::MAX_TIME)
     }
 }
 
@@ -1426,6 +1434,9 @@ impl<'g> Executor<'g> {
             bytes_received: self.bytes_received,
             makespan,
             flows: network.take_flows(),
+            queues: network.take_queues(),
+            ports: network.ports(),
+            packet: network.packet_totals(),
         })
     }
 }

@@ -7,6 +7,8 @@ use serde::Deserialize;
 pub enum Fidelity {
     Analytic,
     Flow,
+    /// Packets through output-queued ports, carried by TCP (see [`super::packet`]).
+    Packet,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
@@ -43,4 +45,98 @@ pub struct NetworkSpec {
     pub intra_host_latency_ns: u64,
     #[serde(default)]
     pub record_flows: bool,
+    /// Packet-level parameters; only read at [`Fidelity::Packet`].
+    #[serde(default)]
+    pub packet: Option<PacketSpec>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Framing {
+    /// Ethernet II: 14-byte header, 4-byte FCS, 8-byte preamble and a
+    /// 12-byte inter-frame gap; frames padded to 64 bytes.
+    #[default]
+    Ethernet,
+    /// PPP's 2-byte header (ns-3's point-to-point links).
+    Ppp,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    #[default]
+    Newreno,
+    Dctcp,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitUnit {
+    #[default]
+    Packets,
+    Bytes,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueScope {
+    /// Each band holds up to the limit (Linux pfifo_fast: txqueuelen per band).
+    #[default]
+    Band,
+    /// The bands of a port share the limit (ns-3's PfifoFastQueueDisc).
+    Port,
+}
+
+/// The packet model's parameters (defaults: Linux-like TCP on Ethernet).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PacketSpec {
+    pub mtu: u32,
+    pub framing: Framing,
+    pub tcp_timestamps: bool,
+    pub transport: Transport,
+    pub bands: u8,
+    pub queue_limit: u64,
+    pub queue_limit_unit: LimitUnit,
+    pub queue_scope: QueueScope,
+    /// ECN marking threshold K in packets (None: no marking).
+    pub ecn_threshold: Option<u32>,
+    pub initial_window: u32,
+    pub rto_min_ns: u64,
+    pub rto_initial_ns: u64,
+    pub delayed_ack: bool,
+    pub delayed_ack_timeout_ns: u64,
+    pub receive_window: u64,
+    pub restart_after_idle: bool,
+    pub connection_per_message: bool,
+    pub dctcp_g: f64,
+    pub queue_sample_ns: Option<u64>,
+    pub queue_sample_cap: u64,
+}
+
+impl Default for PacketSpec {
+    fn default() -> Self {
+        PacketSpec {
+            mtu: 1500,
+            framing: Framing::Ethernet,
+            tcp_timestamps: false,
+            transport: Transport::Newreno,
+            bands: 3,
+            queue_limit: 1000,
+            queue_limit_unit: LimitUnit::Packets,
+            queue_scope: QueueScope::Band,
+            ecn_threshold: None,
+            initial_window: 10,
+            rto_min_ns: 200_000_000,
+            rto_initial_ns: 1_000_000_000,
+            delayed_ack: false,
+            delayed_ack_timeout_ns: 40_000_000,
+            receive_window: 6_291_456,
+            restart_after_idle: true,
+            connection_per_message: false,
+            dctcp_g: 1.0 / 16.0,
+            queue_sample_ns: None,
+            queue_sample_cap: 1_000_000,
+        }
+    }
 }

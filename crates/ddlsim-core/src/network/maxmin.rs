@@ -741,6 +741,7 @@ mod tests {
             intra_host_bandwidth_bps: None,
             intra_host_latency_ns: 0,
             record_flows: false,
+            packet: None,
         };
         FlowNetwork::new(Topology::with_hosts(&spec, hosts).unwrap())
     }

@@ -19,9 +19,11 @@
 pub mod config;
 pub mod innet;
 pub mod maxmin;
+pub mod packet;
+pub mod tcp;
 pub mod topology;
 
-pub use config::{Fidelity, NetworkSpec, Routing, TopologySpec};
+pub use config::{Fidelity, Framing, LimitUnit, NetworkSpec, PacketSpec, QueueScope, Routing, TopologySpec, Transport};
 pub use maxmin::{max_min_fair, max_min_fair_banded, FlowNetwork, FlowStart, Reschedule};
 pub use topology::{transmit_ns, transmit_ns_exact, NOISE, Path, Ratio, Switch, SwitchKind, Topology};
 
@@ -36,6 +38,11 @@ use crate::graph::FanKind;
 
 pub trait Scheduler {
     fn schedule(&mut self, at: Time, token: u64);
+    /// Time of the engine's next event (0 when unknown): a model may run
+    /// its own events ahead up to it, since nothing else can happen before.
+    fn horizon(&self) -> Time {
+        0
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -61,7 +68,7 @@ pub struct NetworkStats {
     pub flows: u64,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct FlowRecord {
     pub message: u64,
     pub src: u32,
@@ -72,6 +79,38 @@ pub struct FlowRecord {
     pub start: Time,
     pub tx_end: Time,
     pub delivered: Time,
+    /// Packet level only (zero otherwise): segments of this message
+    /// retransmitted, timeouts while it was first unacknowledged, its
+    /// packets dropped and ECN-marked.
+    pub retransmits: u32,
+    pub timeouts: u32,
+    pub drops: u32,
+    pub ecn_marks: u32,
+}
+
+/// A queue's occupancy at a sampling time (packet level).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSample {
+    pub time: Time,
+    pub node: u32,
+    pub port: u32,
+    pub band: u8,
+    pub bytes: u64,
+    pub packets: u64,
+}
+
+/// An egress port's counters over a run (packet level).
+#[derive(Debug, Clone)]
+pub struct PortRecord {
+    pub port: u32,
+    pub node: u32,
+    pub name: String,
+    pub packets: u64,
+    pub bytes: u64,
+    pub drops: u64,
+    pub ecn_marks: u64,
+    pub max_packets: u64,
+    pub max_bytes: u64,
 }
 
 pub trait NetworkModel {
@@ -104,6 +143,18 @@ pub trait NetworkModel {
     }
     fn stats(&self) -> NetworkStats;
     fn take_flows(&mut self) -> Vec<FlowRecord>;
+    /// Queue occupancy samples (packet level; empty otherwise).
+    fn take_queues(&mut self) -> Vec<QueueSample> {
+        Vec::new()
+    }
+    /// Per egress port counters (packet level; empty otherwise).
+    fn ports(&self) -> Vec<PortRecord> {
+        Vec::new()
+    }
+    /// Packet-level totals and whether queue sampling hit its cap (None below packet level).
+    fn packet_totals(&self) -> Option<(packet::Totals, bool)> {
+        None
+    }
 }
 
 pub fn build_network(spec: &NetworkSpec, host_of_rank: &[u32]) -> Result<Box<dyn NetworkModel>, Error> {
@@ -112,6 +163,7 @@ pub fn build_network(spec: &NetworkSpec, host_of_rank: &[u32]) -> Result<Box<dyn
     Ok(match spec.fidelity {
         Fidelity::Analytic => Box::new(Analytic::new(topo, common)),
         Fidelity::Flow => Box::new(Flow { net: FlowNetwork::new(topo), common, out: Vec::new(), cancelled: Vec::new(), done: Vec::new() }),
+        Fidelity::Packet => Box::new(packet::PacketNet::new(topo, spec)?),
     })
 }
 
@@ -188,6 +240,7 @@ impl Common {
             start,
             tx_end,
             delivered: now,
+            ..FlowRecord::default()
         });
     }
 }

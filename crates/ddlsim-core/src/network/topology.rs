@@ -449,6 +449,66 @@ impl Topology {
         self.set_bottleneck(p);
     }
 
+    /// Whether ranks `src` and `dst` talk over the intra-host fabric.
+    pub fn intra_host(&self, src: u32, dst: u32) -> bool {
+        self.intra_base.is_some() && self.host_of(src) == self.host_of(dst)
+    }
+
+    /// Whether cross-leaf routes spray over every spine.
+    pub fn sprays(&self) -> bool {
+        matches!(self.leaf_spine, Some((_, _, Routing::Spray)))
+    }
+
+    fn switch_name(&self, id: u32) -> String {
+        match self.switches[id as usize].kind {
+            SwitchKind::Star => "star".to_string(),
+            SwitchKind::Leaf => format!("leaf {}", self.switches[id as usize].index),
+            SwitchKind::Spine => format!("spine {}", self.switches[id as usize].index),
+        }
+    }
+
+    /// The switch a host's NIC is cabled to (the star, or its leaf).
+    fn edge_switch(&self, host: u32) -> u32 {
+        self.leaf_spine.map_or(0, |(per_leaf, _, _)| host / per_leaf)
+    }
+
+    fn first_rank_of(&self, host: u32) -> u32 {
+        self.host_of_rank.iter().position(|&h| h == host).map_or(u32::MAX, |r| r as u32)
+    }
+
+    /// Link `l`'s sending end, which owns its egress queue: a host's NIC
+    /// (numbered by the host's first rank; `u32::MAX` for a host without
+    /// ranks), a rank's intra-host port (the rank), or a switch (the number
+    /// of ranks plus the switch id). Returns (node, readable name).
+    pub fn link_owner(&self, l: u32) -> (u32, String) {
+        let ranks = self.ranks();
+        let hosts = self.hosts;
+        if l < 2 * hosts {
+            let h = l / 2;
+            let sw = self.edge_switch(h);
+            return if l % 2 == 0 {
+                (self.first_rank_of(h), format!("host {h} -> {}", self.switch_name(sw)))
+            } else {
+                (ranks + sw, format!("{} -> host {h}", self.switch_name(sw)))
+            };
+        }
+        if let Some(base) = self.intra_base {
+            if l >= base {
+                let r = (l - base) / 2;
+                return if (l - base) % 2 == 0 { (r, format!("rank {r} -> host fabric")) } else { (r, format!("host fabric -> rank {r}")) };
+            }
+        }
+        let (_, spines, _) = self.leaf_spine.unwrap_or((1, 1, Routing::Ecmp));
+        let leaves = self.switches.len() as u32 - spines;
+        let k = (l - 2 * hosts) / 2;
+        let (a, s) = (k / spines, k % spines);
+        if (l - 2 * hosts) % 2 == 0 {
+            (ranks + a, format!("leaf {a} -> spine {s}"))
+        } else {
+            (ranks + leaves + s, format!("spine {s} -> leaf {a}"))
+        }
+    }
+
     /// A path over explicit links (a multicast or aggregation tree, see
     /// [`super::innet`]): `units` per link as in [`Path::units`]; its rate
     /// alone is the least `capacity * scale / units` over its links.
@@ -507,7 +567,7 @@ mod tests {
     use super::*;
 
     fn spec(topology: TopologySpec) -> NetworkSpec {
-        NetworkSpec { fidelity: Fidelity::Flow, bandwidth_bps: 10e9, latency_ns: 1001, topology, intra_host_bandwidth_bps: None, intra_host_latency_ns: 0, record_flows: false }
+        NetworkSpec { fidelity: Fidelity::Flow, bandwidth_bps: 10e9, latency_ns: 1001, topology, intra_host_bandwidth_bps: None, intra_host_latency_ns: 0, record_flows: false, packet: None }
     }
 
     fn leaf_spine(routing: Routing) -> NetworkSpec {

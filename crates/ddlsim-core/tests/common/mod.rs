@@ -15,6 +15,7 @@ pub fn net(fidelity: Fidelity, bandwidth_bps: f64, latency_ns: u64) -> NetworkSp
         intra_host_bandwidth_bps: None,
         intra_host_latency_ns: 0,
         record_flows: false,
+        packet: None,
     }
 }
 

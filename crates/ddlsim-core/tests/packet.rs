@@ -1,0 +1,145 @@
+//! The packet-level model against times derived on paper.
+
+mod common;
+
+use common::*;
+use ddlsim_core::graph::Graph;
+use ddlsim_core::log::KIND_RECV;
+use ddlsim_core::network::{Fidelity, Framing, NetworkSpec, PacketSpec, Transport};
+use ddlsim_core::{run_graph, RunOutput, TraceDetail};
+
+fn packet_net(bps: f64, latency_ns: u64, p: PacketSpec) -> NetworkSpec {
+    let mut n = net(Fidelity::Packet, bps, latency_ns);
+    n.packet = Some(p);
+    n.record_flows = true;
+    n
+}
+
+/// Recv-row end of each transfer op, in op order.
+fn recv_ends(out: &RunOutput) -> Vec<u64> {
+    let mut ends: Vec<(i64, u64)> = (0..out.log.len()).filter(|&i| out.log.kind[i] == KIND_RECV).map(|i| (out.log.deps_of(i)[0], out.log.end_ns[i] as u64)).collect();
+    ends.sort();
+    ends.into_iter().map(|(_, e)| e).collect()
+}
+
+fn flows(specs: &[(u32, u32, u64, u8)]) -> Graph {
+    let mut g = Graph::new();
+    for &(src, dst, bytes, priority) in specs {
+        let mut op = transfer(&mut g, src, dst, bytes);
+        op.band = priority as u8;
+        g.add(op, &[]);
+    }
+    g
+}
+
+/// Picoseconds to serialise `wire` bytes at 10 Gbit/s.
+const PS_PER_BYTE_10G: u64 = 800;
+
+#[test]
+fn one_flow_in_slow_start_matches_the_round_by_round_closed_form() {
+    // 10 Gbit/s, 1 ms between hosts (500 us per link), Ethernet, MSS 1460,
+    // IW 10, an ACK per segment, no loss. Derivation: a data frame takes
+    // T = 1538 B x 800 ps, an ACK A = 84 B x 800 ps (a 58-byte frame padded
+    // to 64, plus preamble and gap). Round k's first segment leaves at s_k;
+    // its ACK is back at s_k + RTT0 with RTT0 = 2T + 2A + 2L (store and
+    // forward at the switch, L = 1 ms), and each ACK releases two segments,
+    // so round k + 1 (twice as large) goes out back to back from
+    // s_{k+1} = s_k + RTT0 while the window stays below the path's
+    // bandwidth-delay product (1280 x T < RTT0 here). With N = 2000
+    // segments, rounds 0..6 carry 10 + ... + 640 = 1270 and the last round
+    // the remaining 730: the last one reaches the receiver at
+    // 7 RTT0 + (730 + 1) T + L.
+    let p = PacketSpec::default();
+    let n_segments = 2000u64;
+    let bytes = n_segments * 1460;
+    let out = run_graph(&flows(&[(0, 1, bytes, 0)]), &packet_net(10e9, 1_000_000, p), TraceDetail::Step).unwrap();
+    let (t, a, l) = (1538 * PS_PER_BYTE_10G, 84 * PS_PER_BYTE_10G, 1_000_000_000u64);
+    let rtt0 = 2 * t + 2 * a + 2 * l;
+    let expected_ps = 7 * rtt0 + 731 * t + l;
+    assert_eq!(recv_ends(&out), vec![expected_ps.div_ceil(1000)]);
+    let totals = out.packet.unwrap().0;
+    assert_eq!(totals.drops, 0);
+    assert_eq!(totals.retransmits, 0);
+    // Every data segment and every ACK crosses two links.
+    assert_eq!(totals.packets_forwarded, 2 * n_segments + 2 * n_segments);
+}
+
+#[test]
+fn a_partial_last_segment_and_ppp_framing() {
+    // 25 segments' worth minus 100 bytes on PPP links (2-byte header), 10 us
+    // (5 us per link): rounds 10 and 15 (the second round is cut short by
+    // the data). Round 1 starts at RTT0 = 2T + 2A + 2L and its last frame
+    // is the short one: it leaves the NIC at RTT0 + 14 T + T', and is then
+    // forwarded by the switch in T'.
+    let p = PacketSpec { framing: Framing::Ppp, ..PacketSpec::default() };
+    let bytes = 25 * 1460 - 100;
+    let out = run_graph(&flows(&[(0, 1, bytes, 0)]), &packet_net(10e9, 10_000, p), TraceDetail::Step).unwrap();
+    let (t, a, tl, l) = (1502 * PS_PER_BYTE_10G, 42 * PS_PER_BYTE_10G, 1402 * PS_PER_BYTE_10G, 10_000_000u64);
+    let rtt0 = 2 * t + 2 * a + 2 * l;
+    // Round 1 is 15 segments back to back only if the NIC keeps up: 15 T < RTT0.
+    assert!(15 * t < rtt0);
+    let expected_ps = rtt0 + 15 * t + tl + l;
+    assert_eq!(recv_ends(&out), vec![expected_ps.div_ceil(1000)]);
+}
+
+#[test]
+fn strict_priority_high_band_is_unaffected_by_a_low_band_flow() {
+    // Two senders into one receiver: the high band flow's completion time is
+    // the same alone and with a low band flow beside it, apart from at most
+    // one low-band frame in service when each high frame arrives.
+    let p = PacketSpec::default();
+    let spec = packet_net(10e9, 10_000, p);
+    let bytes = 2_000_000;
+    let alone = recv_ends(&run_graph(&flows(&[(0, 2, bytes, 0)]), &spec, TraceDetail::Step).unwrap())[0];
+    let out = run_graph(&flows(&[(0, 2, bytes, 0), (1, 2, bytes, 5)]), &spec, TraceDetail::Step).unwrap();
+    let both = recv_ends(&out);
+    let frame_ns = (1538 * PS_PER_BYTE_10G).div_ceil(1000);
+    eprintln!("high band {} vs alone {alone}, frame {frame_ns}", both[0]);
+    assert!(both[0] >= alone && both[0] <= alone + frame_ns, "high band {} vs alone {alone}", both[0]);
+    assert!(both[1] > both[0]);
+}
+
+#[test]
+fn overflowing_band_drops_and_the_sender_recovers_every_byte() {
+    // 8 senders into one port holding 20 packets: drops, retransmissions,
+    // and every message still delivered whole.
+    let p = PacketSpec { queue_limit: 20, rto_min_ns: 1_000_000, ..PacketSpec::default() };
+    let specs: Vec<_> = (1..9).map(|s| (s, 0, 500_000u64, 0)).collect();
+    let out = run_graph(&flows(&specs), &packet_net(10e9, 10_000, p), TraceDetail::Step).unwrap();
+    let totals = out.packet.unwrap().0;
+    assert!(totals.drops > 0 && totals.retransmits > 0, "{totals:?}");
+    assert_eq!(out.flows.len(), 8);
+    assert!(out.flows.iter().all(|f| f.bytes == 500_000));
+    assert_eq!(out.bytes_received[0], 8 * 500_000);
+    let dropped: u64 = out.flows.iter().map(|f| f.drops as u64).sum();
+    assert!(dropped <= totals.drops);
+}
+
+#[test]
+fn dctcp_holds_the_queue_near_k_where_newreno_fills_the_buffer() {
+    let base = PacketSpec { queue_limit: 300, rto_min_ns: 1_000_000, queue_sample_ns: Some(10_000), ..PacketSpec::default() };
+    let dctcp = PacketSpec { transport: Transport::Dctcp, ecn_threshold: Some(65), ..base };
+    let specs: Vec<_> = (1..5).map(|s| (s, 0, 20_000_000u64, 0)).collect();
+    let mean_queue = |p: PacketSpec| {
+        let out = run_graph(&flows(&specs), &packet_net(10e9, 10_000, p), TraceDetail::Step).unwrap();
+        let port = 1u32; // the switch's port towards host 0
+        let q: Vec<u64> = out.queues.iter().filter(|s| s.port == port).map(|s| s.packets).collect();
+        let peak = out.ports[port as usize].max_packets;
+        (q.iter().sum::<u64>() as f64 / q.len().max(1) as f64, peak, out.packet.unwrap().0)
+    };
+    let (reno_mean, reno_peak, reno) = mean_queue(base);
+    let (dctcp_mean, _, d) = mean_queue(dctcp);
+    assert!(reno.drops > 0 && reno_peak >= 299, "newreno fills the buffer: {reno:?} peak {reno_peak}");
+    assert!(d.ecn_marks > 0 && d.drops == 0, "{d:?}");
+    assert!(dctcp_mean < 2.0 * 65.0 && reno_mean > dctcp_mean, "dctcp mean {dctcp_mean}, newreno mean {reno_mean}");
+}
+
+#[test]
+fn same_seed_same_log() {
+    let p = PacketSpec { queue_limit: 30, rto_min_ns: 1_000_000, ..PacketSpec::default() };
+    let specs: Vec<_> = (1..6).map(|s| (s, 0, 300_000u64, (s % 3) as u8)).collect();
+    let a = run_graph(&flows(&specs), &packet_net(10e9, 10_000, p), TraceDetail::Step).unwrap();
+    let b = run_graph(&flows(&specs), &packet_net(10e9, 10_000, p), TraceDetail::Step).unwrap();
+    assert_eq!(a.log.end_ns, b.log.end_ns);
+    assert_eq!(format!("{:?}", a.flows), format!("{:?}", b.flows));
+}
