@@ -143,3 +143,56 @@ fn same_seed_same_log() {
     assert_eq!(a.log.end_ns, b.log.end_ns);
     assert_eq!(format!("{:?}", a.flows), format!("{:?}", b.flows));
 }
+
+/// (share, utilisation) of two equal long flows into one port: the share is
+/// the bytes the later flow had delivered when the first finished, over its
+/// size (the rest it sent alone at line rate); utilisation is the wire bytes
+/// of both over the port's capacity up to the last delivery.
+fn two_long_flows(p: PacketSpec) -> (f64, f64) {
+    let b = 200_000_000u64;
+    let out = run_graph(&flows(&[(1, 0, b, 0), (2, 0, b, 0)]), &packet_net(10e9, 10_000, p), TraceDetail::Step).unwrap();
+    let e = recv_ends(&out);
+    let (t1, t2) = (e[0].min(e[1]) as f64, e[0].max(e[1]) as f64);
+    let wire = b as f64 * 1538.0 / 1460.0;
+    let rate = 1.25; // bytes per ns at 10 Gbit/s
+    ((wire - (t2 - t1) * rate) / wire, 2.0 * wire / rate / t2)
+}
+
+#[test]
+fn two_long_flows_share_a_bottleneck_equally_and_keep_it_busy() {
+    // NewReno through a 100-packet port (data-centre RTO of 1 ms) and DCTCP
+    // with K = 20: within 3% of equal shares, the port busy 98% of the time.
+    let reno = PacketSpec { queue_limit: 100, rto_min_ns: 1_000_000, ..PacketSpec::default() };
+    let dctcp = PacketSpec { transport: Transport::Dctcp, ecn_threshold: Some(20), ..reno };
+    for (name, p) in [("newreno", reno), ("dctcp", dctcp)] {
+        let (share, util) = two_long_flows(p);
+        assert!(share > 0.97 && util > 0.98, "{name}: share {share:.4}, utilisation {util:.4}");
+    }
+}
+
+#[test]
+fn incast_collapses_as_senders_grow_and_a_fine_rto_recovers_it() {
+    // A 1 MB block split over N senders into one 64-packet port
+    // (Phanishayee et al.'s fixed-block incast): no timeouts for 8 and 16
+    // senders, then timeouts that grow with N; with Linux's 200 ms minimum
+    // RTO goodput collapses below 5% of the 8-sender goodput, and a 1 ms
+    // minimum RTO (Vasudevan et al.) gives back more than ten times that.
+    let run = |n: u32, rto: u64| {
+        let p = PacketSpec { queue_limit: 64, rto_min_ns: rto, ..PacketSpec::default() };
+        let specs: Vec<_> = (1..=n).map(|s| (s, 0, 1_000_000 / n as u64, 0)).collect();
+        let out = run_graph(&flows(&specs), &packet_net(10e9, 10_000, p), TraceDetail::Step).unwrap();
+        let end = *recv_ends(&out).iter().max().unwrap();
+        (8e6 / end as f64, out.packet.unwrap().0.timeouts)
+    };
+    let (good8, t8) = run(8, 200_000_000);
+    let (_, t16) = run(16, 200_000_000);
+    assert_eq!((t8, t16), (0, 0));
+    let mut last = 0;
+    for n in [32, 48, 64] {
+        let (good, timeouts) = run(n, 200_000_000);
+        let (fine, _) = run(n, 1_000_000);
+        assert!(timeouts > last, "{n} senders: {timeouts} timeouts after {last}");
+        assert!(good < 0.05 * good8 && fine > 10.0 * good, "{n} senders: goodput {good:.3} (8 senders {good8:.3}), fine RTO {fine:.3}");
+        last = timeouts;
+    }
+}

@@ -83,6 +83,10 @@ struct Port {
     current: u32,
     /// Packets on the link: (arrival at the far end, packet).
     pipe: VecDeque<(Ps, u32)>,
+    /// A host's NIC: it never drops; a sender waits for room instead
+    /// (connections waiting, in order).
+    host: bool,
+    blocked: VecDeque<u32>,
     node: u32,
     name: String,
     packets: u64,
@@ -132,6 +136,8 @@ struct Conn {
     msgs: VecDeque<Msg>,
     rto_at: Ps,
     delack_at: Ps,
+    /// Waiting for room in its NIC's queue.
+    blocked: bool,
 }
 
 pub(super) struct PacketNet {
@@ -252,6 +258,8 @@ impl PacketNet {
                 busy: false,
                 current: 0,
                 pipe: VecDeque::new(),
+                host: topo.link_is_nic(l as u32),
+                blocked: VecDeque::new(),
                 node,
                 name,
                 packets: 0,
@@ -330,6 +338,7 @@ impl PacketNet {
             msgs: VecDeque::new(),
             rto_at: NEVER,
             delack_at: NEVER,
+            blocked: false,
         };
         let c = match self.free_conns.pop() {
             Some(c) => {
@@ -364,6 +373,38 @@ impl PacketNet {
     /// The message of connection `c` holding stream byte `seq`.
     fn msg_at(&mut self, c: u32, seq: u64) -> Option<&mut Msg> {
         self.conns[c as usize].msgs.iter_mut().find(|m| seq < m.end && seq >= m.start)
+    }
+
+    /// Room for new packets of `band` in NIC port `port`'s queue (unbounded for a switch port).
+    fn room(&self, port: u32, band: u8) -> u64 {
+        let pt = &self.ports[port as usize];
+        if !pt.host {
+            return u64::MAX;
+        }
+        let (packets, bytes) = match self.spec.queue_scope {
+            QueueScope::Band => (pt.q_packets[band as usize], pt.q_bytes[band as usize]),
+            QueueScope::Port => (pt.q_packets.iter().sum(), pt.q_bytes.iter().sum()),
+        };
+        let free = match self.spec.queue_limit_unit {
+            LimitUnit::Packets => self.spec.queue_limit.saturating_sub(packets),
+            LimitUnit::Bytes => self.spec.queue_limit.saturating_sub(bytes) / self.wire(self.spec.mtu) as u64,
+        };
+        free + u64::from(!pt.busy)
+    }
+
+    /// Lets connection `c` send what its window and its NIC's room allow,
+    /// after any retransmission already in `self.segs`.
+    fn pump(&mut self, c: u32, now: Ps) {
+        let conn = &self.conns[c as usize];
+        let first = self.paths[conn.fwd as usize].links()[0];
+        let budget = self.room(first, conn.band);
+        let conn = &mut self.conns[c as usize];
+        let stopped = conn.sender.send(&self.tcp, now, &mut self.segs, budget);
+        if stopped && !conn.blocked {
+            conn.blocked = true;
+            self.ports[first as usize].blocked.push_back(c);
+        }
+        self.transmit(c, now);
     }
 
     /// Sends the sender's new segments (in `self.segs`) of connection `c`.
@@ -418,12 +459,13 @@ impl PacketNet {
             self.queue.push(done, event(EV_TX, 0, port));
             return;
         }
-        let held = match (spec.queue_scope, spec.queue_limit_unit) {
+        let host = pt.host;
+        let held = if host { 0 } else { match (spec.queue_scope, spec.queue_limit_unit) {
             (QueueScope::Band, LimitUnit::Packets) => pt.q_packets[band] + 1,
             (QueueScope::Band, LimitUnit::Bytes) => pt.q_bytes[band] + pk.wire as u64,
             (QueueScope::Port, LimitUnit::Packets) => pt.q_packets.iter().sum::<u64>() + 1,
             (QueueScope::Port, LimitUnit::Bytes) => pt.q_bytes.iter().sum::<u64>() + pk.wire as u64,
-        };
+        } };
         if held > spec.queue_limit {
             pt.drops += 1;
             self.totals.drops += 1;
@@ -435,7 +477,7 @@ impl PacketNet {
             }
             return;
         }
-        if pk.ect {
+        if pk.ect && !host {
             if let Some(k) = spec.ecn_threshold {
                 if pt.q_packets[band] >= k as u64 {
                     self.pkts[p as usize].ce = true;
@@ -485,6 +527,12 @@ impl PacketNet {
             }
             None => pt.busy = false,
         }
+        if pt.host {
+            if let Some(c) = pt.blocked.pop_front() {
+                self.conns[c as usize].blocked = false;
+                self.pump(c, now);
+            }
+        }
         if !pk.is_ack && pk.hop == 0 {
             // The last byte of a message left its sender (again).
             let c = &mut self.conns[pk.conn as usize];
@@ -527,7 +575,7 @@ impl PacketNet {
             let c = pk.conn;
             let conn = &mut self.conns[c as usize];
             conn.sender.on_ack(&self.tcp, now, pk.ack, pk.ece, &mut self.segs);
-            self.transmit(c, now);
+            self.pump(c, now);
             self.maybe_recycle(c);
             false
         } else {
@@ -613,7 +661,7 @@ impl PacketNet {
         if let Some(m) = self.msg_at(c, una) {
             m.timeouts += 1;
         }
-        self.transmit(c, now);
+        self.pump(c, now);
     }
 
     fn on_delack(&mut self, c: u32, generation: u32, now: Ps) {
@@ -772,8 +820,7 @@ impl NetworkModel for PacketNet {
                 }
             }
         } else {
-            conn.sender.send(&self.tcp, now_ps, &mut self.segs);
-            self.transmit(c, now_ps);
+            self.pump(c, now_ps);
         }
         self.wake(now, sched);
         Ok(())

@@ -87,6 +87,9 @@ pub struct Sender {
     cut_end: u64,
     pub timeouts: u64,
     pub retransmits: u64,
+    /// Whether the last attempt to send stopped at the window (RFC 7661's
+    /// test for growing it: an application- or NIC-limited flow does not).
+    cwnd_limited: bool,
 }
 
 impl Sender {
@@ -114,6 +117,7 @@ impl Sender {
             cut_end: 0,
             timeouts: 0,
             retransmits: 0,
+            cwnd_limited: false,
         }
     }
 
@@ -129,25 +133,35 @@ impl Sender {
         self.app_end += bytes;
     }
 
-    /// Segments the window allows now.
-    pub fn send(&mut self, cfg: &TcpConfig, now: Ps, out: &mut Vec<Segment>) {
+    /// Segments the window allows now, at most `budget` of them (the room
+    /// in the host's NIC queue). Returns whether the budget stopped it.
+    pub fn send(&mut self, cfg: &TcpConfig, now: Ps, out: &mut Vec<Segment>, mut budget: u64) -> bool {
         let wnd = self.cwnd.min(cfg.rwnd);
         while self.snd_nxt < self.app_end {
             let len = cfg.mss.min(self.app_end - self.snd_nxt);
             let in_flight = self.snd_nxt - self.snd_una;
             if in_flight > 0 && in_flight + len > wnd {
-                break;
+                self.cwnd_limited = true;
+                return false;
             }
+            if budget == 0 {
+                return true;
+            }
+            budget -= 1;
             self.emit(cfg, now, self.snd_nxt, len, out);
             self.snd_nxt += len;
             self.snd_max = self.snd_max.max(self.snd_nxt);
         }
+        self.cwnd_limited = false;
+        false
     }
 
     fn emit(&mut self, cfg: &TcpConfig, now: Ps, seq: u64, len: u64, out: &mut Vec<Segment>) {
         let retransmission = seq < self.snd_max;
         if retransmission {
+            // Karn: an ACK covering retransmitted data times nothing.
             self.retransmits += 1;
+            self.timing = None;
         } else if self.timing.is_none() {
             self.timing = Some((seq + len, now));
         }
@@ -198,6 +212,10 @@ impl Sender {
                     self.timing = None;
                 }
             }
+            // New data acknowledged: the timer's backoff ends (as Linux).
+            if let Some((srtt, rttvar)) = self.srtt {
+                self.rto = (srtt + 4 * rttvar).max(cfg.rto_min).min(MAX_RTO);
+            }
             self.snd_una = ack;
             if self.snd_nxt < ack {
                 self.snd_nxt = ack;
@@ -215,9 +233,13 @@ impl Sender {
                 }
             } else {
                 self.dupacks = 0;
+                let flight = self.snd_max - (ack - acked);
                 if self.cwnd < self.ssthresh {
-                    self.cwnd += acked;
-                } else {
+                    // Slow start grows while the window is used (Linux: cwnd < 2 x packets out).
+                    if self.cwnd < 2 * flight || self.cwnd_limited {
+                        self.cwnd += acked;
+                    }
+                } else if self.cwnd_limited {
                     self.ca_acked += acked;
                     while self.ca_acked >= self.cwnd {
                         self.ca_acked -= self.cwnd;
@@ -239,7 +261,6 @@ impl Sender {
                 self.cwnd += cfg.mss;
             }
         }
-        self.send(cfg, now, out);
     }
 
     fn dctcp_ack(&mut self, cfg: &TcpConfig, g: f64, ack: u64, ece: bool) {
@@ -284,7 +305,7 @@ impl Sender {
         self.snd_nxt = self.snd_una;
         self.rto = (self.rto * 2).min(MAX_RTO);
         self.rto_deadline = NEVER;
-        self.send(cfg, now, out);
+        self.retransmit_first(cfg, now, out);
         self.rto_deadline = now + self.rto;
     }
 
@@ -433,11 +454,12 @@ mod tests {
         let mut s = Sender::new(&c);
         let mut out = Vec::new();
         s.push(&c, 0, 100_000);
-        s.send(&c, 0, &mut out);
+        s.send(&c, 0, &mut out, u64::MAX);
         assert_eq!(out.len(), 10);
         out.clear();
         for k in 1..=10 {
             s.on_ack(&c, 10, k * 1000, false, &mut out);
+            s.send(&c, 10, &mut out, u64::MAX);
         }
         assert_eq!(s.cwnd, 20_000);
         assert_eq!(out.len(), 20);

@@ -454,6 +454,11 @@ impl Topology {
         self.intra_base.is_some() && self.host_of(src) == self.host_of(dst)
     }
 
+    /// Whether link `l` is a host NIC's uplink (the host's egress port).
+    pub fn link_is_nic(&self, l: u32) -> bool {
+        l < 2 * self.hosts && l % 2 == 0
+    }
+
     /// Whether cross-leaf routes spray over every spine.
     pub fn sprays(&self) -> bool {
         matches!(self.leaf_spine, Some((_, _, Routing::Spray)))
