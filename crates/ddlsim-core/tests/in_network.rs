@@ -264,6 +264,7 @@ fn ring_with_a_multicast_all_gather_saves_n_minus_2_latencies() {
                 Fidelity::Flow => (n as u64 - 1) * 1000,
                 Fidelity::Analytic if n == 2 => 1000,
                 Fidelity::Analytic => n as u64 * 1000,
+                Fidelity::Packet => unreachable!("multicast is refused at packet level"),
             };
             assert_eq!(out.makespan, (n as u64 - 1) * (1000 + lat) + gather + lat, "{fidelity:?} N={n}");
             assert!(out.makespan <= plain.makespan);

@@ -196,3 +196,32 @@ fn incast_collapses_as_senders_grow_and_a_fine_rto_recovers_it() {
         last = timeouts;
     }
 }
+
+#[test]
+fn multicast_and_spray_are_refused_with_a_reason() {
+    use ddlsim_core::network::{Routing, TopologySpec};
+    let mut spec = packet_net(10e9, 1000, PacketSpec::default());
+    spec.topology = TopologySpec::LeafSpine { hosts_per_leaf: 2, spines: 2, oversubscription: 1.0, routing: Routing::Spray };
+    let err = run_graph(&flows(&[(0, 3, 1000, 0)]), &spec, TraceDetail::Step).err().unwrap();
+    assert!(err.to_string().contains("spray"), "{err}");
+    let dctcp_without_k = packet_net(10e9, 1000, PacketSpec { transport: Transport::Dctcp, ..PacketSpec::default() });
+    let err = run_graph(&flows(&[(0, 1, 1000, 0)]), &dctcp_without_k, TraceDetail::Step).err().unwrap();
+    assert!(err.to_string().contains("ecn_threshold"), "{err}");
+}
+
+#[test]
+fn leaf_spine_crossing_flows_complete_with_every_byte() {
+    use ddlsim_core::network::{Routing, TopologySpec};
+    // Four hosts per leaf, two spines, 2:1 oversubscribed: eight cross-leaf
+    // flows squeeze through the spine links and every byte still arrives.
+    let mut spec = packet_net(10e9, 2000, PacketSpec { queue_limit: 50, rto_min_ns: 1_000_000, ..PacketSpec::default() });
+    spec.topology = TopologySpec::LeafSpine { hosts_per_leaf: 4, spines: 2, oversubscription: 2.0, routing: Routing::Ecmp };
+    let specs: Vec<_> = (0..4).flat_map(|h| [(h, 4 + h, 3_000_000u64, 0), (4 + h, (h + 1) % 4, 3_000_000, 1)]).collect();
+    let out = run_graph(&flows(&specs), &spec, TraceDetail::Step).unwrap();
+    assert_eq!(out.flows.len(), 8);
+    assert_eq!(out.bytes_received.iter().sum::<u64>(), 8 * 3_000_000);
+    // A leaf's uplinks (20 Gbit/s in all) carry 4 x 3 MB of frames: no faster than that.
+    let min_ns = (4.0 * 3_000_000.0 * 1538.0 / 1460.0 / 2.5) as u64;
+    assert!(*recv_ends(&out).iter().max().unwrap() >= min_ns);
+    assert!(out.ports.iter().any(|p| p.name.starts_with("leaf 0 -> spine")));
+}
