@@ -184,15 +184,6 @@ class PacketConfig(_Strict):
             raise ValueError(f"{info.field_name} must be longer than 0, got {v!r}; write e.g. \"200ms\"")
         return v
 
-    @model_validator(mode="after")
-    def _dctcp_needs_marking(self) -> "PacketConfig":
-        if self.transport == "dctcp" and self.ecn_threshold is None:
-            raise ValueError(
-                'network.packet.transport = "dctcp" reacts to ECN marks, but network.packet.ecn_threshold is not set; '
-                "set ecn_threshold (K in packets, e.g. 65 at 10 Gbit/s) or transport = \"newreno\""
-            )
-        return self
-
     @property
     def rto_min_ns(self) -> int:
         return parse_duration_ns(self.rto_min)
@@ -251,10 +242,15 @@ class NetworkConfig(_Strict):
         if self.packet is not None and self.fidelity != "packet":
             raise ValueError(
                 f"network.packet configures the packet-level model, but network.fidelity is {self.fidelity!r}; "
-                "set fidelity = \"packet\" or remove the [network.packet] section"
+                "set fidelity = \"packet\" or remove the network.packet options"
             )
         if self.fidelity != "packet":
             return self
+        if self.packet is not None and self.packet.transport == "dctcp" and self.packet.ecn_threshold is None:
+            raise ValueError(
+                'network.packet.transport = "dctcp" reacts to ECN marks, but network.packet.ecn_threshold is not set; '
+                "set ecn_threshold (K in packets, e.g. 65 at 10 Gbit/s) or transport = \"newreno\""
+            )
         if self.routing == "spray":
             raise ValueError(
                 "network.routing = \"spray\" is not modelled at packet level (per-packet spraying reorders TCP segments); "
