@@ -94,7 +94,7 @@ def event_log_from_engine(
     host_ids = sorted({int(h) for h in hosts}) if len(hosts) else sorted({int(r) for r in np.unique(rank)})
     meta = dict(metadata)
     meta.setdefault("clocks", {str(h): {"offset_ns": 0, "domain": "simulation"} for h in host_ids})
-    stats = network_stats(out)
+    stats = network_stats(out, ranks=len(host_of_rank) if len(host_of_rank) else None)
     if stats is not None:
         meta["network_stats"] = stats
     return ArrayLog(columns, deps_offsets=c["dep_offsets"], deps_values=c["deps"], metadata=meta,
@@ -170,10 +170,11 @@ def queues_table(queues: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return {name: q[name].astype(types[name]) for name in QUEUE_COLUMNS if name in q}
 
 
-def network_stats(out: Mapping[str, Any]) -> dict[str, Any] | None:
+def network_stats(out: Mapping[str, Any], ranks: int | None = None) -> dict[str, Any] | None:
     """The packet-level counters of a run, JSON-able, for the log's metadata
     (``network_stats``): ``counters`` (network-wide) and ``ports`` (columns, one
-    entry per directed link). None when the engine reported no ports (analytic
+    entry per directed link) and ``ranks`` (nodes from this number on are
+    switches: node = ranks + switch id). None when the engine reported no ports (analytic
     and flow fidelity, older engine builds)."""
     ports = out.get("ports")
     if not ports or "port" not in ports:
@@ -191,4 +192,4 @@ def network_stats(out: Mapping[str, Any]) -> dict[str, Any] | None:
     network = out.get("network") or {}
     counters = {name: (bool(network[name]) if name == "queues_truncated" else int(network[name]))
                 for name in NETWORK_COUNTERS if name in network}
-    return {"counters": counters, "ports": columns}
+    return {"counters": counters, "ports": columns, **({"ranks": int(ranks)} if ranks is not None else {})}
