@@ -111,7 +111,7 @@ def simulate(
     transport: Optional[str] = typer.Option(
         None, "--transport", help="Packet level: newreno | dctcp (needs --ecn-threshold)"),
     queue_limit: Optional[str] = typer.Option(
-        None, "--queue-limit", help="Packet level: drop-tail limit of each band, in packets (1000) or bytes with a unit (256KB)."),
+        None, "--queue-limit", help="Packet level: drop-tail limit per band (per port with queue_scope = port), in packets (1000) or bytes with a unit (256KB)."),
     ecn_threshold: Optional[int] = typer.Option(
         None, "--ecn-threshold", help="Packet level: ECN marking threshold K in packets (DCTCP; 65 is usual at 10 Gbit/s)."),
     rto_min: Optional[str] = typer.Option(None, "--rto-min", help="Packet level: minimum TCP retransmission timeout, e.g. 200ms."),
@@ -288,7 +288,7 @@ def replay(
     transport: Optional[str] = typer.Option(
         None, "--transport", help="Packet level: newreno | dctcp (needs --ecn-threshold)"),
     queue_limit: Optional[str] = typer.Option(
-        None, "--queue-limit", help="Packet level: drop-tail limit of each band, in packets (1000) or bytes with a unit (256KB)."),
+        None, "--queue-limit", help="Packet level: drop-tail limit per band (per port with queue_scope = port), in packets (1000) or bytes with a unit (256KB)."),
     ecn_threshold: Optional[int] = typer.Option(
         None, "--ecn-threshold", help="Packet level: ECN marking threshold K in packets (DCTCP; 65 is usual at 10 Gbit/s)."),
     rto_min: Optional[str] = typer.Option(None, "--rto-min", help="Packet level: minimum TCP retransmission timeout, e.g. 200ms."),
@@ -501,7 +501,7 @@ def plan(
     transport: Optional[str] = typer.Option(
         None, "--transport", help="Packet level: newreno | dctcp (needs --ecn-threshold)"),
     queue_limit: Optional[str] = typer.Option(
-        None, "--queue-limit", help="Packet level: drop-tail limit of each band, in packets (1000) or bytes with a unit (256KB)."),
+        None, "--queue-limit", help="Packet level: drop-tail limit per band (per port with queue_scope = port), in packets (1000) or bytes with a unit (256KB)."),
     ecn_threshold: Optional[int] = typer.Option(
         None, "--ecn-threshold", help="Packet level: ECN marking threshold K in packets (DCTCP; 65 is usual at 10 Gbit/s)."),
     rto_min: Optional[str] = typer.Option(None, "--rto-min", help="Packet level: minimum TCP retransmission timeout, e.g. 200ms."),
