@@ -46,8 +46,29 @@ class SimulationResult(SimulationRun):
     def iteration_time_s(self) -> float:
         return float(self._iteration_arrays["time_s"].mean())
 
+    def packet_stats(self) -> dict[str, Any] | None:
+        """Packet fidelity: the network-wide counters (packets forwarded, drops,
+        ECN marks, retransmits, timeouts) and one row per directed link (port)
+        with its packets, bytes, drops, ECN marks and peak occupancy; None at
+        analytic and flow fidelity. Stored in the log's metadata as
+        ``network_stats`` (docs/event-log.md)."""
+        if self.scenario.network.fidelity != "packet":
+            return None
+        stats = self.columns.metadata.get("network_stats") or {}
+        ports = stats.get("ports") or {}
+        names = [k for k in ports if isinstance(ports[k], list)]
+        rows = [dict(zip(names, values)) for values in zip(*(ports[k] for k in names))] if names else []
+        return {"counters": dict(stats.get("counters") or {}), "ports": rows}
+
     def summary(self) -> dict[str, Any]:
         """Machine-readable summary (the CLI's --json); needs no pandas."""
+        extra = {}
+        packet = self.packet_stats()
+        if packet is not None:
+            extra["packet"] = packet
+        return {**self._summary(), **extra}
+
+    def _summary(self) -> dict[str, Any]:
         it = self._iteration_arrays
         sc = self.scenario
         workers = sc.workers

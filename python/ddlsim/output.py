@@ -35,6 +35,8 @@ def save_result(result: Any, out_dir: Path, timeline: bool = True, prefix: str =
 # is too slow to write and to open). The Parquet log keeps every row.
 CHROME_STEP_LIMIT = 100_000
 CHROME_ROW_LIMIT = 300_000
+# Queue-occupancy samples (packet level) shown as Perfetto counters: the earliest this many.
+CHROME_COUNTER_LIMIT = 200_000
 
 
 def chrome_view(log):
@@ -68,6 +70,21 @@ def chrome_view(log):
             f"the Perfetto trace shows {shown} of {len(numbers)} ({len(view):,} of {total:,} rows, limit "
             f"{CHROME_ROW_LIMIT:,}); every row is in the Parquet event log"
         )
+    queues = getattr(view, "queues", None)
+    if queues is not None and queues.num_rows > CHROME_COUNTER_LIMIT:
+        import pyarrow.compute as pc
+
+        order = pc.sort_indices(queues, sort_keys=[("time_ns", "ascending")])
+        kept = queues.take(order[:CHROME_COUNTER_LIMIT])
+        last = kept.column("time_ns")[-1].as_py()
+        notes.append(
+            f"the Perfetto trace shows queue occupancy up to {last / 1e6:.3f} ms ({CHROME_COUNTER_LIMIT:,} of "
+            f"{queues.num_rows:,} samples); every sample is in queues.parquet"
+        )
+        validated = view.is_validated
+        view = view.replace(queues=kept)
+        if validated:  # the same rows, fewer samples of a checked table: no second validation
+            view._validated = view.table
     return view, notes
 
 

@@ -887,6 +887,40 @@ class Analysis:
         out.attrs["names"] = (self.name, other.name)
         return out
 
+    # ---------------------------------------------------- network queues (packet level)
+    def queue_samples(self) -> pd.DataFrame:
+        """The queues side table (occupancy of each port and band over time,
+        packet level) with the port's name from the metadata; empty when the
+        log has none (``network.packet.queue_sample`` unset, other fidelities)."""
+        queues = getattr(self.log, "queues", None)
+        columns = ["time_ns", "node", "port", "band", "bytes", "packets", "port_name"]
+        if queues is None or queues.num_rows == 0:
+            return pd.DataFrame({c: pd.Series([], dtype=object if c == "port_name" else np.int64) for c in columns})
+        frame = pd.DataFrame({c: queues.column(c).to_numpy() for c in columns[:-1]})
+        names = port_names(self.log.metadata)
+        frame["port_name"] = [names.get(int(p), f"port {int(p)}") for p in frame["port"]]
+        return frame.sort_values(["time_ns", "node", "port", "band"], kind="stable").reset_index(drop=True)
+
+    def queue_occupancy(self) -> pd.DataFrame:
+        """Per port and band: samples, peak and time-weighted mean occupancy
+        (packets and bytes) between its first and last sample (a sample holds
+        until the next one)."""
+        q = self.queue_samples()
+        rows = []
+        for (node, port, band), g in q.groupby(["node", "port", "band"], sort=True):
+            t = g["time_ns"].to_numpy(dtype=np.int64)
+            span = int(t[-1] - t[0])
+            weights = np.diff(t).astype(float)
+            mean = (lambda v: float((v[:-1] * weights).sum() / span) if span > 0 else float(v[-1]))
+            rows.append({"node": int(node), "port": int(port), "band": int(band), "port_name": g["port_name"].iloc[0],
+                         "samples": int(len(g)), "max_packets": int(g["packets"].max()), "max_bytes": int(g["bytes"].max()),
+                         "mean_packets": mean(g["packets"].to_numpy(dtype=float)),
+                         "mean_bytes": mean(g["bytes"].to_numpy(dtype=float)),
+                         "first_ns": int(t[0]), "last_ns": int(t[-1])})
+        columns = ["node", "port", "band", "port_name", "samples", "max_packets", "max_bytes", "mean_packets", "mean_bytes",
+                   "first_ns", "last_ns"]
+        return pd.DataFrame(rows, columns=columns)
+
     # ---------------------------------------------------- headline
     def headline(self, t_window_ns: int = 1_000_000, switch_memory_bytes: int | None = None) -> dict[str, Any]:
         """The numbers worth printing, JSON-able (NaN as None)."""
@@ -935,9 +969,21 @@ class Analysis:
             out["collectives"] = {"instances": int(len(coll)), "mean_time_s": float(coll["time_ns"].mean()) / 1e9,
                                   "mean_busbw_Gbps": float(coll["busbw_Gbps"].mean()),
                                   "busbw_over_link": float(coll["busbw_over_link"].mean())}
+        stats = self.log.metadata.get("network_stats")
+        if isinstance(stats, dict) and stats.get("counters"):
+            out["packet_network"] = dict(stats["counters"])
         if self.notes:
             out["notes"] = list(self.notes)
         return _jsonable(out)
+
+
+def port_names(metadata: Any) -> dict[int, str]:
+    """Port (link index) -> name ("host 3 -> star") from the metadata's ``network_stats``; {} when absent."""
+    stats = (metadata or {}).get("network_stats") or {}
+    ports = stats.get("ports") or {}
+    if not isinstance(ports, dict):
+        return {}
+    return {int(p): str(n) for p, n in zip(ports.get("port", []), ports.get("name", []))}
 
 
 def _tensor_label(tensors: tuple[int, ...], names: dict[int, str]) -> str:

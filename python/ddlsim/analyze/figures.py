@@ -312,3 +312,35 @@ FIGURES = {
     "hot_keys": hot_keys_figure,
     "collectives": collectives_figure,
 }
+
+
+# Ports and bands drawn in the queue figure: those with the highest peak occupancy.
+QUEUE_FIGURE_TRACKS = 8
+
+
+def queues_figure(analysis: Any, tracks: int = QUEUE_FIGURE_TRACKS):
+    """Queue occupancy over time (packet level): one step line per port and
+    band, the `tracks` with the highest peaks; packets, or bytes where
+    packets were not counted."""
+    q = analysis.queue_samples()
+    if q.empty:
+        return None
+    plt = _plt()
+    counted = bool((q["packets"] >= 0).all())
+    value = "packets" if counted else "bytes"
+    peaks = q.groupby(["node", "port", "band"], sort=True)[value].max().sort_values(ascending=False, kind="stable")
+    shown = list(peaks.index[:tracks])
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    end = float(q["time_ns"].max()) / 1e6
+    for node, port, band in shown:
+        g = q[(q["node"] == node) & (q["port"] == port) & (q["band"] == band)]
+        x = np.append(g["time_ns"].to_numpy(dtype=float) / 1e6, end)
+        y = np.append(g[value].to_numpy(dtype=float), float(g[value].iloc[-1]))
+        ax.step(x, y, where="post", label=plain_text(f"{g['port_name'].iloc[0]}, band {band}"))
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel(f"queued {value}")
+    ax.legend(fontsize=7, loc="upper right")
+    more = f" ({len(shown)} of {len(peaks)} port-bands, highest peaks)" if len(peaks) > len(shown) else ""
+    _titled(ax, f"queue occupancy per port and band{more}")
+    fig.tight_layout()
+    return fig

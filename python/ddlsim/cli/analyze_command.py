@@ -42,6 +42,7 @@ def tables(analysis: Analysis, t_window_ns: int, switch_memory_bytes: int) -> di
         "offload_estimate": lambda: analysis.offload_estimate(switch_memory_bytes),
         "collectives": analysis.collectives,
         "collectives_by_group": analysis.collectives_by_group,
+        "queue_occupancy": analysis.queue_occupancy,
     }
     return {name: make() for name, make in makers.items()}
 
@@ -60,6 +61,7 @@ def figures(analysis: Analysis, t_window_ns: int, compare_table: pd.DataFrame | 
         "connections": lambda: f.connections_figure(analysis, t_window_ns),
         "hot_keys": lambda: f.hot_keys_figure(analysis),
         "collectives": lambda: f.collectives_figure(analysis),
+        "queues": lambda: f.queues_figure(analysis),
     }
     if compare_table is not None:
         makers["compare"] = lambda: f.compare_figure(compare_table)
@@ -220,6 +222,13 @@ def html_report(analysis: Analysis, data: dict[str, pd.DataFrame], pictures: dic
             + "<h3>Per group</h3>" + table_html(data["collectives_by_group"], 30)
             + "<h3>Per instance</h3>" + table_html(data["collectives"], 20))
     sections.append(("collectives", "Collectives", body))
+
+    queues = data.get("queue_occupancy")
+    if pictures.get("queues") or (queues is not None and not queues.empty):
+        counters = headline.get("packet_network") or {}
+        body = ((_kv_html(counters) if counters else "") + _figure_html(pictures.get("queues"), "queue occupancy")
+                + "<h3>Per port and band</h3>" + table_html(queues, 40))
+        sections.append(("queues", "Network queues (packet level)", body))
 
     if compare_table is not None:
         a, b = compare_table.attrs.get("names", ("a", "b"))

@@ -70,7 +70,7 @@ def simulate(
     bandwidth: Optional[str] = typer.Option(
         None, "--bandwidth", "-b", help="Host link bandwidth with a unit: 10Gbps (bits/s) or 10GB/s (bytes/s)."),
     latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency with a unit (ns, us, ms, s), e.g. 10us."),
-    network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow"),
+    network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow | packet"),
     topology: Optional[str] = typer.Option(None, "--topology", help="star | leaf-spine"),
     oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help="Leaf-spine oversubscription ratio."),
     hosts_per_leaf: Optional[int] = typer.Option(None, "--hosts-per-leaf", help="Leaf-spine: hosts under each leaf."),
@@ -108,6 +108,16 @@ def simulate(
         None, "--priority-bands/--no-priority-bands", help="Gradient transfers use the network's strict-priority bands."),
     record_flows: Optional[bool] = typer.Option(
         None, "--record-flows/--no-record-flows", help="Write flows.parquet: one row per network flow (FCT, bytes, band)."),
+    transport: Optional[str] = typer.Option(
+        None, "--transport", help="Packet level: newreno | dctcp (needs --ecn-threshold)"),
+    queue_limit: Optional[str] = typer.Option(
+        None, "--queue-limit", help="Packet level: drop-tail limit per band (per port with queue_scope = port), in packets (1000) or bytes with a unit (256KB)."),
+    ecn_threshold: Optional[int] = typer.Option(
+        None, "--ecn-threshold", help="Packet level: ECN marking threshold K in packets (DCTCP; 65 is usual at 10 Gbit/s)."),
+    rto_min: Optional[str] = typer.Option(None, "--rto-min", help="Packet level: minimum TCP retransmission timeout, e.g. 200ms."),
+    bands: Optional[int] = typer.Option(None, "--bands", help="Packet level: strict-priority bands per port, 1-8."),
+    queue_sample: Optional[str] = typer.Option(
+        None, "--queue-sample", help="Packet level: sample queue occupancy at this period (e.g. 100us) into queues.parquet."),
     iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed."),
     jitter: Optional[float] = typer.Option(None, "--jitter", help="Coefficient of variation of compute times."),
@@ -143,10 +153,32 @@ def simulate(
         "gamma_ns_per_byte": gamma_ns_per_byte, "stagger": stagger, "stagger_mode": stagger_mode,
         "compute_speedup": compute_speedup, "speedup_kinds": speedup_kinds or None, "grow_module": grow_module,
         "grow_count": grow_count,
+        **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     _simulate_and_report(lambda: run_simulation(scenario, **overrides), iterations=iterations, out_dir=out_dir, as_json=as_json,
                          max_memory=max_memory, force=force, quiet=quiet)
+
+
+def _packet_overrides(transport: Optional[str], queue_limit: Optional[str], ecn_threshold: Optional[int],
+                      rto_min: Optional[str], bands: Optional[int], queue_sample: Optional[str]) -> dict:
+    """The packet-level flags as scenario overrides ([network.packet]); --queue-limit
+    is a number of packets (1000, 1000p) or a size with a unit (256KB: bytes)."""
+    values = {"transport": transport, "ecn_threshold": ecn_threshold, "rto_min": rto_min, "bands": bands,
+              "queue_sample": queue_sample}
+    if queue_limit is not None:
+        from ..units import parse_size_bytes
+
+        text = queue_limit.strip().lower()
+        number = text.removesuffix("packets").removesuffix("p").strip()
+        if number.isdigit():
+            values["queue_limit"], values["queue_limit_unit"] = int(number), "packets"
+        else:
+            try:
+                values["queue_limit"], values["queue_limit_unit"] = int(parse_size_bytes(queue_limit)), "bytes"
+            except ValueError:
+                raise DdlsimError(f"--queue-limit {queue_limit!r}: give packets (1000) or bytes with a unit (256KB)") from None
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Path], as_json: bool, max_memory: Optional[str],
@@ -193,6 +225,13 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
         f"{result.model.display_name} · {sc.workers} workers · {sc.network.bandwidth} · {sc.network.fidelity}",
         out,
     )
+    if "packet" in summary:
+        from .report import port_table
+
+        ports, line = port_table(summary["packet"])
+        if summary["packet"].get("ports"):
+            out.print(ports)
+        out.print(line)
     if not quiet:
         out.print(f"{summary['events']:,} events, {summary['log_rows']:,} log rows, engine {summary['wall_s']:.3f} s")
     if recorded is not None and recorded[1] > 0:
@@ -243,9 +282,19 @@ def replay(
     stream_policy: Optional[str] = typer.Option(None, "--stream-policy", help="fifo | priority"),
     bandwidth: Optional[str] = typer.Option(None, "--bandwidth", "-b", help="Host link bandwidth with a unit, e.g. 25Gbps."),
     latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency with a unit, e.g. 10us."),
-    network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow"),
+    network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow | packet"),
     topology: Optional[str] = typer.Option(None, "--topology", help="star | leaf-spine"),
     in_network: Optional[str] = typer.Option(None, "--in-network", help="In-network mechanisms (see simulate --help)."),
+    transport: Optional[str] = typer.Option(
+        None, "--transport", help="Packet level: newreno | dctcp (needs --ecn-threshold)"),
+    queue_limit: Optional[str] = typer.Option(
+        None, "--queue-limit", help="Packet level: drop-tail limit per band (per port with queue_scope = port), in packets (1000) or bytes with a unit (256KB)."),
+    ecn_threshold: Optional[int] = typer.Option(
+        None, "--ecn-threshold", help="Packet level: ECN marking threshold K in packets (DCTCP; 65 is usual at 10 Gbit/s)."),
+    rto_min: Optional[str] = typer.Option(None, "--rto-min", help="Packet level: minimum TCP retransmission timeout, e.g. 200ms."),
+    bands: Optional[int] = typer.Option(None, "--bands", help="Packet level: strict-priority bands per port, 1-8."),
+    queue_sample: Optional[str] = typer.Option(
+        None, "--queue-sample", help="Packet level: sample queue occupancy at this period (e.g. 100us) into queues.parquet."),
     barrier: Optional[bool] = typer.Option(None, "--barrier/--no-barrier", help="Global barrier between iterations."),
     iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
     trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
@@ -265,6 +314,7 @@ def replay(
         "workers": workers, "strategy": strategy, "servers": servers, "algorithm": algorithm, "grouping": grouping,
         "stream_policy": stream_policy, "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
         "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
+        **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     scenario, notes = replay_plan(events, model=model, **overrides)  # checks the log and the overrides first
@@ -447,7 +497,17 @@ def plan(
     cost_model: Optional[Path] = typer.Option(
         None, "--cost-model", help="Cost model JSON (`ddlsim fit --out`): sets alpha, beta and the algorithm instead of "
         "--bandwidth/--latency/--algorithm."),
-    network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow"),
+    network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow | packet"),
+    transport: Optional[str] = typer.Option(
+        None, "--transport", help="Packet level: newreno | dctcp (needs --ecn-threshold)"),
+    queue_limit: Optional[str] = typer.Option(
+        None, "--queue-limit", help="Packet level: drop-tail limit per band (per port with queue_scope = port), in packets (1000) or bytes with a unit (256KB)."),
+    ecn_threshold: Optional[int] = typer.Option(
+        None, "--ecn-threshold", help="Packet level: ECN marking threshold K in packets (DCTCP; 65 is usual at 10 Gbit/s)."),
+    rto_min: Optional[str] = typer.Option(None, "--rto-min", help="Packet level: minimum TCP retransmission timeout, e.g. 200ms."),
+    bands: Optional[int] = typer.Option(None, "--bands", help="Packet level: strict-priority bands per port, 1-8."),
+    queue_sample: Optional[str] = typer.Option(
+        None, "--queue-sample", help="Packet level: sample queue occupancy at this period (e.g. 100us) into queues.parquet."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size."),
     device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
     iterations: Optional[int] = typer.Option(
@@ -498,6 +558,7 @@ def plan(
         "model": model, "profile": str(profile.resolve()) if profile else None, "workers": workers,
         "bandwidth": bandwidth, "latency": latency, "algorithm": algorithm, "network": network,
         "batch_size": batch_size, "device": device, "iterations": iterations, "barrier": barrier,
+        **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=real_console(err), transient=True, disable=not err.is_terminal or as_json)

@@ -55,3 +55,31 @@ def summary_table(summaries: dict[str, dict], title: str = "ddlsim") -> Table:
 
 def print_summaries(summaries: dict[str, dict], title: str, console: Console | None = None) -> None:
     (console or Console()).print(summary_table(summaries, title))
+
+
+# Ports shown in the terminal at packet fidelity (those with the most drops and marks first); all are in summary.json.
+PORT_ROWS = 16
+
+
+def port_table(packet: dict, limit: int = PORT_ROWS) -> tuple[Table, str]:
+    """Packet fidelity: drops and ECN marks per port (egress of a directed
+    link), the busiest in drops and marks first, and a line of network-wide
+    counters."""
+    rows = sorted(packet.get("ports") or [], key=lambda r: (-int(r.get("drops", 0)), -int(r.get("ecn_marks", 0)),
+                                                             -int(r.get("packets", 0)), int(r.get("port", 0))))
+    table = Table(title="ports (packet level)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
+    table.add_column("port")
+    for header in ("packets", "drops", "ECN marks", "peak queue\npackets"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for r in rows[:limit]:
+        table.add_row(str(r.get("name", r.get("port", ""))), f"{int(r.get('packets', 0)):,}", f"{int(r.get('drops', 0)):,}",
+                      f"{int(r.get('ecn_marks', 0)):,}", f"{int(r.get('max_packets', 0)):,}")
+    c = packet.get("counters") or {}
+    line = (f"{int(c.get('packets_forwarded', 0)):,} packets forwarded, {int(c.get('drops', 0)):,} dropped, "
+            f"{int(c.get('ecn_marks', 0)):,} ECN-marked, {int(c.get('retransmits', 0)):,} retransmitted, "
+            f"{int(c.get('timeouts', 0)):,} timeouts")
+    if len(rows) > limit:
+        line += f"; {len(rows) - limit:,} more ports in summary.json (--out) or --json"
+    if c.get("queues_truncated"):
+        line += "; the queues table stopped at network.packet.queue_sample_cap rows"
+    return table, line

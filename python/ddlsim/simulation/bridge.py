@@ -18,8 +18,13 @@ from ..workload.model import Model
 
 
 def raw_column(columns: Mapping[str, Any], name: str) -> np.ndarray:
-    dtype, raw = columns[name]
-    return np.frombuffer(raw, dtype=np.dtype(dtype))
+    """Column `name` of an engine output dict: a (dtype, bytes) pair as the
+    engine returns them, or (synthetic outputs, tests) an array or list."""
+    value = columns[name]
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], (bytes, bytearray, memoryview)):
+        dtype, raw = value
+        return np.frombuffer(raw, dtype=np.dtype(dtype))
+    return np.asarray(value)
 
 
 def _dictionary(names: Sequence[str], codes: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -89,8 +94,12 @@ def event_log_from_engine(
     host_ids = sorted({int(h) for h in hosts}) if len(hosts) else sorted({int(r) for r in np.unique(rank)})
     meta = dict(metadata)
     meta.setdefault("clocks", {str(h): {"offset_ns": 0, "domain": "simulation"} for h in host_ids})
+    stats = network_stats(out, ranks=len(host_of_rank) if len(host_of_rank) else None)
+    if stats is not None:
+        meta["network_stats"] = stats
     return ArrayLog(columns, deps_offsets=c["dep_offsets"], deps_values=c["deps"], metadata=meta,
-                    groups=_groups_table(groups, model), flows=_flows_table(out.get("flows")), source="simulation")
+                    groups=_groups_table(groups, model), flows=_flows_table(out.get("flows")),
+                    queues=queues_table(out.get("queues")), source="simulation")
 
 
 def _groups_table(groups: Sequence[Mapping[str, Any]], model: Model) -> dict[str, Any]:
@@ -135,4 +144,52 @@ def _flows_table(flows: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "tenant": f["tenant"].astype(np.int32),
         "start_ns": f["start_ns"].astype(np.int64),
         "end_ns": f["delivered_ns"].astype(np.int64),
+        # packet level (zeros at analytic and flow fidelity; absent from older engine builds: 0)
+        **{name: f[name].astype(np.int64) for name in PACKET_FLOW_COLUMNS if name in f},
     }
+
+
+#: Per-flow packet-level counters the engine adds to its flows table.
+PACKET_FLOW_COLUMNS = ("retransmits", "timeouts", "drops", "ecn_marks")
+#: The queues table's columns (see ddlsim.trace.schema.SIDE_TABLES["queues"]).
+QUEUE_COLUMNS = ("time_ns", "node", "port", "band", "bytes", "packets")
+#: Per-port counters (one row per directed link) and network-wide counters at packet fidelity.
+PORT_COLUMNS = ("port", "node", "name", "packets", "bytes", "drops", "ecn_marks", "max_packets", "max_bytes")
+NETWORK_COUNTERS = ("packets_forwarded", "drops", "ecn_marks", "retransmits", "timeouts", "queues_truncated")
+
+
+def queues_table(queues: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The queues side table (occupancy per port and band over time) from the
+    engine's `out["queues"]`; None when it holds no rows or is absent."""
+    if not queues or "time_ns" not in queues:
+        return None
+    q = {name: raw_column(queues, name) for name in QUEUE_COLUMNS if name in queues}
+    if not len(q["time_ns"]):
+        return None
+    types = {"time_ns": np.int64, "node": np.int32, "port": np.int32, "band": np.int32, "bytes": np.int64, "packets": np.int64}
+    return {name: q[name].astype(types[name]) for name in QUEUE_COLUMNS if name in q}
+
+
+def network_stats(out: Mapping[str, Any], ranks: int | None = None) -> dict[str, Any] | None:
+    """The packet-level counters of a run, JSON-able, for the log's metadata
+    (``network_stats``): ``counters`` (network-wide) and ``ports`` (columns, one
+    entry per directed link) and ``ranks`` (nodes from this number on are
+    switches: node = ranks + switch id). None when the engine reported no ports (analytic
+    and flow fidelity, older engine builds)."""
+    ports = out.get("ports")
+    if not ports or "port" not in ports:
+        return None
+    columns: dict[str, list] = {}
+    for name in PORT_COLUMNS:
+        if name not in ports:
+            continue
+        if name == "name":
+            columns[name] = [str(x) for x in ports[name]]
+        else:
+            columns[name] = [int(x) for x in raw_column(ports, name)]
+    if not columns.get("port"):
+        return None
+    network = out.get("network") or {}
+    counters = {name: (bool(network[name]) if name == "queues_truncated" else int(network[name]))
+                for name in NETWORK_COUNTERS if name in network}
+    return {"counters": counters, "ports": columns, **({"ranks": int(ranks)} if ranks is not None else {})}

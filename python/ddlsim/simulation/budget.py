@@ -16,6 +16,14 @@ Python, the DataFrame and the analysis); events are one per transfer and
 compute op with an analytic network or a ring on a flow network, and grow
 with the number of flows sharing a link on a flow network (PS incast: about
 1.4 x workers per transfer, measured with 8-32 workers and 1-4 servers).
+
+Packet level (`packet_estimate`): packet hops (one packet crossing one link)
+= 2 (data and its ACK) x hops on the longest path x (bytes on the network /
+MSS + one partial segment per message), bounded from the lowering's byte
+counts (`network_bytes_per_iteration`); retransmissions come on top. Memory
+adds the state of every connection and port, the packets that can exist at
+once (no more than the queues and the links can hold, nor than the receive
+windows allow) and the queues table up to its cap.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from typing import Callable, Iterator, Optional
 
 from ..errors import ScenarioError
 from ..units import format_bytes
+from . import algorithms
 from .lowering import steps_per_iteration
 from .scenario import Scenario
 
@@ -39,6 +48,19 @@ BASE_BYTES = 150 * 2**20
 EVENTS_PER_S = 1_000_000
 # Without --force, runs above this many engine events (about half an hour) are refused.
 MAX_EVENTS = 2_000_000_000
+# Packet level: packet hops per second for the time estimate (conservative; issue 17 targets 5 M/s),
+# and without --force, runs above this many packet hops (about half an hour at that rate) are refused.
+PACKET_HOPS_PER_S = 2_000_000
+MAX_PACKET_HOPS = 4_000_000_000
+# Packet level memory: per connection (TCP state, reorder and retransmission bookkeeping), per port and band
+# (queue head, counters), per packet that exists at once (free-list entry), per queues-table row (engine
+# column, its Python copy, Arrow and pandas).
+CONNECTION_BYTES = 1024
+PORT_BAND_BYTES = 256
+PACKET_BYTES = 128
+QUEUE_ROW_BYTES = 160
+# Smallest packet a byte-limited queue can hold (a 40-byte TCP/IP header, an ACK).
+MIN_PACKET_BYTES = 40
 # Default memory budget when the machine's memory cannot be read.
 FALLBACK_MEMORY = 8 * 2**30
 
@@ -94,13 +116,16 @@ class Estimate:
     events: int
     log_rows: int
     memory_bytes: int
+    # packet level: packets crossing links (data and ACKs); 0 at analytic and flow fidelity
+    packet_hops: int = 0
 
     @property
     def engine_s(self) -> float:
-        return self.events / EVENTS_PER_S
+        return self.events / EVENTS_PER_S + self.packet_hops / PACKET_HOPS_PER_S
 
     def describe(self) -> str:
-        return (f"about {self.transfers:,} transfers, {self.events:,} engine events, {self.log_rows:,} log rows, "
+        packets = f"{self.packet_hops:,} packet hops, " if self.packet_hops else ""
+        return (f"about {self.transfers:,} transfers, {self.events:,} engine events, {packets}{self.log_rows:,} log rows, "
                 f"{format_bytes(self.memory_bytes)} of memory and {_duration(self.engine_s)} in the engine")
 
 
@@ -147,7 +172,76 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         per_transfer = max(1.0, 1.4 * n)
     events = int(iters * compute + transfers * per_transfer)
     memory = BASE_BYTES + rows * BYTES_PER_ROW
+    if scenario.network.fidelity == "packet":
+        hops, packet_memory = packet_estimate(scenario, group_bytes, transfers // max(iters, 1))
+        return Estimate(ops=ops, transfers=transfers, events=events, log_rows=rows, memory_bytes=memory + packet_memory,
+                        packet_hops=hops)
     return Estimate(ops=ops, transfers=transfers, events=events, log_rows=rows, memory_bytes=memory)
+
+
+def allreduce_bytes(algorithm: str, n: int, nbytes: int) -> int:
+    """Bytes all ranks together send in one all-reduce of `nbytes` over `n`
+    ranks (one rank per host): 2 (n - 1) x bytes for the ring family, the
+    trees and direct (reduce-scatter plus all-gather, or reduce plus
+    broadcast); p log2 p + 2 (n - p) times bytes for recursive doubling and
+    the butterfly (p: the largest power of two <= n; the ranks beyond it
+    fold in and out)."""
+    if n <= 1:
+        return 0
+    if algorithms.canonical(algorithm) in ("recursive-doubling", "butterfly"):
+        p = 1 << (n.bit_length() - 1)
+        return (p * (p.bit_length() - 1) + 2 * (n - p)) * nbytes
+    return 2 * (n - 1) * nbytes
+
+
+def network_bytes_per_iteration(scenario: Scenario, group_bytes: list[int], transfers_per_iteration: int) -> int:
+    """Payload bytes all ranks send per iteration: the all-reduces of every
+    group, or PS pushes and pulls (2 x workers x model bytes) plus a header
+    on every message."""
+    strategy = scenario.strategy
+    if strategy.kind == "ps":
+        return 2 * scenario.workers * sum(group_bytes) + transfers_per_iteration * strategy.header_bytes
+    return sum(allreduce_bytes(strategy.algorithm, scenario.workers, b) for b in group_bytes)
+
+
+def directed_links(scenario: Scenario) -> int:
+    """Egress ports of the fabric: host NICs and switch ports, one per directed link."""
+    from .lowering import host_of_rank
+
+    net = scenario.network
+    hosts = max(host_of_rank(scenario), default=0) + 1
+    if net.topology == "star":
+        return 2 * hosts
+    leaves = -(-hosts // net.hosts_per_leaf)
+    return 2 * hosts + 2 * leaves * net.spines
+
+
+def packet_estimate(scenario: Scenario, group_bytes: list[int], transfers_per_iteration: int) -> tuple[int, int]:
+    """(packet hops, extra memory in bytes) of a packet-level run (see the module doc)."""
+    net = scenario.network
+    p = net.packet_options
+    iters = scenario.iterations
+    payload = network_bytes_per_iteration(scenario, group_bytes, transfers_per_iteration) * iters
+    segments = -(-payload // p.mss) + transfers_per_iteration * iters  # one partial segment per message at most
+    hops = 2 if net.topology == "star" else 4
+    packet_hops = 2 * segments * hops  # every segment and its ACK, over the longest path
+    ranks = scenario.ranks
+    bands = p.bands if scenario.network.priority_bands else 1
+    if p.connection_per_message:
+        connections = transfers_per_iteration * (1 if scenario.barrier else 2)
+    else:
+        connections = min(transfers_per_iteration, ranks * (ranks - 1) * bands)
+    ports = directed_links(scenario)
+    limit = p.queue_limit if p.queue_limit_unit == "packets" else -(-p.queue_limit // MIN_PACKET_BYTES)
+    per_port = limit * (p.bands if p.queue_scope == "band" else 1)
+    on_wire = int(net.bandwidth_bps * net.latency_ns / 8e9 / MIN_PACKET_BYTES) + 1
+    by_buffers = ports * (per_port + on_wire + 1)
+    by_windows = connections * 2 * (-(-p.receive_window // p.mss) + 1)
+    packets = min(by_buffers, by_windows)
+    rows = p.queue_sample_cap if p.queue_sample_ns is not None else 0
+    memory = (connections * CONNECTION_BYTES + ports * p.bands * PORT_BAND_BYTES + packets * PACKET_BYTES
+              + rows * QUEUE_ROW_BYTES)
+    return packet_hops, memory
 
 
 def ps_piece_count(group_bytes: int, servers: int, split: bool, chunk_bytes: int) -> int:
@@ -185,6 +279,8 @@ def _refuse_over_budget(est: Estimate, scenario: Scenario, detail: str, control:
         over.append(f"the memory budget of {format_bytes(limit)}")
     if est.events > MAX_EVENTS:
         over.append(f"the limit of {MAX_EVENTS:,} engine events")
+    if est.packet_hops > MAX_PACKET_HOPS:
+        over.append(f"the limit of {MAX_PACKET_HOPS:,} packet hops")
     if not over:
         return
     ways = []
@@ -193,6 +289,8 @@ def _refuse_over_budget(est: Estimate, scenario: Scenario, detail: str, control:
     if scenario.iterations > 1:
         ways.append(f"simulate fewer iterations (--iterations, now {scenario.iterations})")
     ways.append("fewer workers (--workers)")
+    if est.packet_hops > MAX_PACKET_HOPS:
+        ways.append("a flow-level network (--network flow)")
     if est.memory_bytes > limit:
         ways.append(f"raise the budget (--max-memory, e.g. {format_bytes(_round_up(est.memory_bytes))})")
     ways.append("run anyway (--force)")

@@ -146,7 +146,7 @@ def network_document(scenario: Scenario) -> dict:
             "oversubscription": net.oversubscription,
             "routing": net.routing,
         }
-    return {
+    document = {
         "fidelity": net.fidelity,
         "bandwidth_bps": net.bandwidth_bps,
         "latency_ns": net.latency_ns,
@@ -154,6 +154,36 @@ def network_document(scenario: Scenario) -> dict:
         "intra_host_bandwidth_bps": net.intra_host_bandwidth_bps,
         "intra_host_latency_ns": net.intra_host_latency_ns,
         "record_flows": net.record_flows,
+    }
+    if net.fidelity == "packet":
+        document["packet"] = packet_document(net.packet_options)
+    return document
+
+
+def packet_document(p) -> dict:
+    """The engine's "packet" object (every field given, times in ns) of a
+    :class:`~ddlsim.simulation.scenario.PacketConfig`."""
+    return {
+        "mtu": p.mtu,
+        "framing": p.framing,
+        "tcp_timestamps": p.tcp_timestamps,
+        "transport": p.transport,
+        "bands": p.bands,
+        "queue_limit": p.queue_limit,
+        "queue_limit_unit": p.queue_limit_unit,
+        "queue_scope": p.queue_scope,
+        "ecn_threshold": p.ecn_threshold,
+        "initial_window": p.initial_window,
+        "rto_min_ns": p.rto_min_ns,
+        "rto_initial_ns": p.rto_initial_ns,
+        "delayed_ack": p.delayed_ack,
+        "delayed_ack_timeout_ns": p.delayed_ack_timeout_ns,
+        "receive_window": p.receive_window,
+        "restart_after_idle": p.restart_after_idle,
+        "connection_per_message": p.connection_per_message,
+        "dctcp_g": p.dctcp_g,
+        "queue_sample_ns": p.queue_sample_ns,
+        "queue_sample_cap": p.queue_sample_cap,
     }
 
 

@@ -142,8 +142,73 @@ class _Strict(BaseModel):
 LEAF_SPINE_ONLY = {"hosts_per_leaf": 8, "spines": 2, "oversubscription": 1.0, "routing": "ecmp", "rack_placement": "packed"}
 
 
+class PacketConfig(_Strict):
+    """Packet-level network model (fidelity = "packet"): links, queues and
+    TCP. Defaults follow Linux (docs/packet-model.md); the engine reads them
+    as the "packet" object of its network description."""
+
+    mtu: int = Field(1500, ge=576, le=9000)
+    # "ethernet": preamble, header, FCS and inter-frame gap (+38 byte times, 64-byte minimum frame);
+    # "ppp": +2 bytes (ns-3 point-to-point links)
+    framing: Literal["ethernet", "ppp"] = "ethernet"
+    # MSS = mtu - 40 (1460), or mtu - 52 (1448) with the TCP timestamp option
+    tcp_timestamps: bool = False
+    transport: Literal["newreno", "dctcp"] = "newreno"
+    # strict-priority bands per port (Linux pfifo_fast: 3)
+    bands: int = Field(3, ge=1, le=8)
+    # drop-tail limit, in queue_limit_unit, per band or for the whole port (queue_scope)
+    queue_limit: int = Field(1000, ge=1, le=2**40)
+    queue_limit_unit: Literal["packets", "bytes"] = "packets"
+    queue_scope: Literal["band", "port"] = "band"
+    # ECN marking threshold K in packets (DCTCP needs it; 65 is the usual choice at 10 Gbit/s); None: no marking
+    ecn_threshold: Optional[int] = Field(None, ge=0, le=2**31)
+    initial_window: int = Field(10, ge=1, le=100_000)
+    rto_min: Duration = "200ms"
+    rto_initial: Duration = "1s"
+    delayed_ack: bool = False
+    delayed_ack_timeout: Duration = "40ms"
+    receive_window: ByteCount = Field(6291456, ge=1, le=2**40)
+    # Linux: cwnd = min(cwnd, initial window) after an idle period longer than the RTO; ns-3: false
+    restart_after_idle: bool = True
+    # false: one connection per (source, destination, band), reused; true: one per message
+    connection_per_message: bool = False
+    dctcp_g: float = Field(0.0625, gt=0, le=1, allow_inf_nan=False)
+    # None: no queues table; else sample every port and band at this period (a row only when it changed)
+    queue_sample: Optional[Duration] = None
+    queue_sample_cap: int = Field(1_000_000, ge=1, le=10**10)
+
+    @field_validator("rto_min", "rto_initial", "delayed_ack_timeout", "queue_sample")
+    @classmethod
+    def _positive_duration(cls, v, info):
+        if v is not None and parse_duration_ns(v) <= 0:
+            raise ValueError(f"{info.field_name} must be longer than 0, got {v!r}; write e.g. \"200ms\"")
+        return v
+
+    @property
+    def rto_min_ns(self) -> int:
+        return parse_duration_ns(self.rto_min)
+
+    @property
+    def rto_initial_ns(self) -> int:
+        return parse_duration_ns(self.rto_initial)
+
+    @property
+    def delayed_ack_timeout_ns(self) -> int:
+        return parse_duration_ns(self.delayed_ack_timeout)
+
+    @property
+    def queue_sample_ns(self) -> Optional[int]:
+        return None if self.queue_sample is None else parse_duration_ns(self.queue_sample)
+
+    @property
+    def mss(self) -> int:
+        """TCP payload bytes per segment."""
+        return self.mtu - (52 if self.tcp_timestamps else 40)
+
+
 class NetworkConfig(_Strict):
-    fidelity: Literal["analytic", "flow"] = "flow"
+    # "analytic": alpha-beta; "flow": max-min fair flows; "packet": queues, packets and TCP ([network.packet])
+    fidelity: Literal["analytic", "flow", "packet"] = "flow"
     bandwidth: Bandwidth = "10Gbps"
     latency: Duration = "10us"
     topology: Literal["star", "leaf-spine"] = "star"
@@ -169,13 +234,51 @@ class NetworkConfig(_Strict):
     # alpha-beta cost (analytic fidelity only; exact when transfers never
     # contend and chunks divide evenly, see collective/closed_form.rs).
     collective_model: Literal["steps", "closed-form"] = "steps"
+    # Packet-level options ([network.packet]); only with fidelity = "packet".
+    packet: Optional[PacketConfig] = None
+
+    @model_validator(mode="after")
+    def _packet_options(self) -> "NetworkConfig":
+        if self.packet is not None and self.fidelity != "packet":
+            raise ValueError(
+                f"network.packet configures the packet-level model, but network.fidelity is {self.fidelity!r}; "
+                "set fidelity = \"packet\" or remove the network.packet options"
+            )
+        if self.fidelity != "packet":
+            return self
+        if self.packet is not None and self.packet.transport == "dctcp" and self.packet.ecn_threshold is None:
+            raise ValueError(
+                'network.packet.transport = "dctcp" reacts to ECN marks, but network.packet.ecn_threshold is not set; '
+                "set ecn_threshold (K in packets, e.g. 65 at 10 Gbit/s) or transport = \"newreno\""
+            )
+        if self.routing == "spray":
+            raise ValueError(
+                "network.routing = \"spray\" is not modelled at packet level (per-packet spraying reorders TCP segments); "
+                "set routing = \"ecmp\" or fidelity = \"flow\""
+            )
+        if self.ranks_per_host > 1:
+            raise ValueError(
+                f"network.ranks_per_host = {self.ranks_per_host}: transfers between ranks of one host are not modelled at "
+                "packet level yet; set ranks_per_host = 1 or fidelity = \"flow\""
+            )
+        if self.server_hosts == "colocated":
+            raise ValueError(
+                "network.server_hosts = \"colocated\" puts servers on the workers' hosts, and transfers within a host are "
+                "not modelled at packet level yet; set server_hosts = \"separate\" or fidelity = \"flow\""
+            )
+        return self
+
+    @property
+    def packet_options(self) -> PacketConfig:
+        """The packet-level options, the defaults when [network.packet] is not given."""
+        return self.packet if self.packet is not None else PacketConfig()
 
     @model_validator(mode="after")
     def _closed_form_needs_analytic(self) -> "NetworkConfig":
         if self.collective_model == "closed-form" and self.fidelity != "analytic":
             raise ValueError(
                 f"network.collective_model = \"closed-form\" needs fidelity = \"analytic\" (got {self.fidelity!r}): "
-                "flow-level contention has no closed form; set fidelity = \"analytic\" or collective_model = \"steps\""
+                f"{self.fidelity}-level contention has no closed form; set fidelity = \"analytic\" or collective_model = \"steps\""
             )
         return self
 
@@ -760,6 +863,12 @@ class Scenario(_Strict):
             raise ValueError(
                 'strategy.in_network = "multicast" with the ring is simulated step by step; set network.collective_model = "steps"'
             )
+        in_network = getattr(self.strategy, "in_network", "none")
+        if self.network.fidelity == "packet" and in_network != "none":
+            raise ValueError(
+                f"strategy.in_network = {in_network!r} needs switch replication or aggregation, which the packet-level "
+                "model (TCP) does not have; set in_network = \"none\" or network.fidelity = \"flow\""
+            )
         if self.network.server_hosts != "separate" and self.strategy.kind != "ps":
             raise ValueError(
                 f"network.server_hosts = {self.network.server_hosts!r} places parameter servers, but strategy.kind is "
@@ -834,6 +943,18 @@ FLAT_KEYS = {
     "server_hosts": ("network", "server_hosts"),
     "priority_bands": ("network", "priority_bands"),
     "record_flows": ("network", "record_flows"),
+}
+
+# Flat names of the packet-level options ([network.packet]), for simulate(**overrides) and the CLI flags.
+PACKET_KEYS = {
+    "transport": "transport",
+    "queue_limit": "queue_limit",
+    "queue_limit_unit": "queue_limit_unit",
+    "queue_scope": "queue_scope",
+    "ecn_threshold": "ecn_threshold",
+    "rto_min": "rto_min",
+    "bands": "bands",
+    "queue_sample": "queue_sample",
 }
 
 
@@ -970,6 +1091,13 @@ def with_overrides(scenario: Scenario, overrides: dict[str, Any], origin: str = 
     data = scenario.model_dump(exclude={"base_dir"}, exclude_unset=True)
     data.setdefault("strategy", {"kind": scenario.strategy.kind})
     items = {k: v for k, v in overrides.items() if v is not None}
+    fidelity = items.get("network", items.get("fidelity"))
+    if isinstance(items.get("network"), dict):
+        fidelity = items["network"].get("fidelity")
+    if isinstance(fidelity, str) and fidelity.strip().lower() != "packet" and not any(k in PACKET_KEYS for k in items) \
+            and isinstance(data.get("network"), dict) and not (isinstance(items.get("network"), dict) and "packet" in items["network"]):
+        # the same scenario at another fidelity: its packet-level options do not apply there
+        data["network"] = {k: v for k, v in data["network"].items() if k != "packet"}
     # the kind first, so that `servers=4, strategy="ps"` works in any order
     for key in sorted(items, key=lambda k: k != "strategy"):
         value = items[key]
@@ -980,6 +1108,9 @@ def with_overrides(scenario: Scenario, overrides: dict[str, Any], origin: str = 
         elif key in FLAT_KEYS:
             section, field = FLAT_KEYS[key]
             data[section] = {**data.get(section, {}), field: value}
+        elif key in PACKET_KEYS:
+            network = data.get("network", {})
+            data["network"] = {**network, "packet": {**(network.get("packet") or {}), PACKET_KEYS[key]: value}}
         else:
             data[key] = value
     result = scenario_from_dict(data, origin=origin)

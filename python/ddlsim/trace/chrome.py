@@ -22,6 +22,14 @@ Layout:
   every recv of its message: one arrow for a unicast message, one per copy
   of a multicast, one per contribution to an aggregation.
 
+* queue occupancy (the queues side table, packet level) as counter tracks
+  (``"ph": "C"``): one per port and band, named "queue <port> band <b>"
+  (the port's name from the metadata's ``network_stats``, e.g. "host 3 ->
+  star"), with ``packets`` and ``bytes`` args, on the process of the rank
+  that owns the NIC or on a process of its own per switch ("switch 0",
+  pid = node + 1, sorted after the ranks). A sample is a change, so the
+  value holds until the next one.
+
 Times are the rows' own (each host's clock); clock offsets are not applied.
 
 Why pid and tid start at 1: Perfetto's JSON importer treats pid 0 as the
@@ -84,6 +92,7 @@ def to_chrome_trace(log: EventLog | object) -> dict[str, Any]:
     slices.sort(key=lambda s: (s.start_ns, s.pid, s.tid, s.row_id))
     events += [s.event for s in slices]
     events += _flow_events(slices)
+    events += queue_counter_events(log.queues, log.metadata, roles=rank_roles(log))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",
@@ -219,3 +228,49 @@ def _flow_events(slices: list[_Slice]) -> list[dict[str, Any]]:
                 flows.append({"ph": "f", "bp": "e", **common, "pid": recv.pid, "tid": recv.tid,
                               "ts": _microseconds(recv.start_ns)})
     return flows
+
+
+def queue_counter_events(queues: Any, metadata: Any = None, roles: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """Counter events (``"ph": "C"``) of a queues side table (a pyarrow Table
+    or a dict of columns): one track per (node, port, band), plus the
+    process names of switch nodes (see the module doc). [] for no table."""
+    if queues is None:
+        return []
+    import numpy as np
+
+    def column(name: str):
+        if hasattr(queues, "column_names"):
+            return queues.column(name).to_numpy() if name in queues.column_names else None
+        return np.asarray(queues[name]) if name in queues else None
+
+    time_ns = column("time_ns")
+    if time_ns is None or not len(time_ns):
+        return []
+    node, port, band = column("node"), column("port"), column("band")
+    nbytes, packets = column("bytes"), column("packets")
+    zeros = np.zeros(len(time_ns), dtype=np.int64)
+    port = zeros - 1 if port is None else port
+    band = zeros if band is None else band
+    stats = (metadata or {}).get("network_stats") or {}
+    ports = stats.get("ports") or {}
+    names = dict(zip(ports.get("port", []), ports.get("name", []))) if isinstance(ports, dict) else {}
+    roles = roles or {}
+    ranks = int(stats.get("ranks", max(roles, default=-1) + 1))
+    events: list[dict[str, Any]] = []
+    for n in sorted({int(x) for x in node}):
+        if n >= ranks and n not in roles:
+            pid = n + PID_OFFSET
+            events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"switch {n - ranks}"}})
+            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": n}})
+    order = np.lexsort((band, port, node, time_ns))
+    for i in order:
+        p = int(port[i])
+        label = names.get(p, f"port {p}")
+        args: dict[str, Any] = {}
+        if packets is not None and int(packets[i]) >= 0:
+            args["packets"] = int(packets[i])
+        if nbytes is not None:
+            args["bytes"] = int(nbytes[i])
+        events.append({"ph": "C", "name": f"queue {label} band {int(band[i])}", "cat": "queue",
+                       "pid": int(node[i]) + PID_OFFSET, "ts": _microseconds(int(time_ns[i])), "args": args})
+    return events

@@ -34,13 +34,14 @@ class ArrayLog:
     """
 
     def __init__(self, columns: Mapping[str, Any], *, deps_offsets: Any, deps_values: Any, metadata: Mapping[str, Any],
-                 groups: Any = None, flows: Any = None, source: str = "arrays"):
+                 groups: Any = None, flows: Any = None, queues: Any = None, source: str = "arrays"):
         self.columns = dict(columns)
         self.deps_offsets = deps_offsets
         self.deps_values = deps_values
         self.metadata = dict(metadata)
         self.groups = groups
         self.flows = flows
+        self.queues = queues
         self.source = source
         self._rows = len(np.asarray(self.columns["id"]))
 

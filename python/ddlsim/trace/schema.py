@@ -162,6 +162,12 @@ SIDE_TABLES: Mapping[str, SideTable] = {
             _int("tenant", _I32, "tenant / job id", minimum=0, default=0),
             Column("start_ns", _I64, "first byte enters the network", "ns"),
             Column("end_ns", _I64, "last byte delivered; FCT = end_ns - start_ns", "ns"),
+            # packet level; 0 at analytic and flow fidelity and in files written before these columns
+            _int("retransmits", _I64, "segments of this message retransmitted (packet level)", minimum=0, default=0),
+            _int("timeouts", _I64, "retransmission timeouts while it was in flight on its connection (packet level)",
+                 minimum=0, default=0),
+            _int("drops", _I64, "packets of this message dropped (packet level)", minimum=0, default=0),
+            _int("ecn_marks", _I64, "packets of this message CE-marked (packet level)", minimum=0, default=0),
         ),
         "one row per network flow (flow-level and packet-level models)",
     ),
@@ -490,7 +496,8 @@ def validate_event_log(
 def event_log_from_array_log(log: ArrayLog, check_causality: bool = True) -> EventLog:
     """The validated EventLog of an :class:`ArrayLog`'s columns."""
     return event_log_from_arrays(log.columns, deps_offsets=log.deps_offsets, deps_values=log.deps_values, metadata=log.metadata,
-                                 groups=log.groups, flows=log.flows, source=log.source, check_causality=check_causality)
+                                 groups=log.groups, flows=log.flows, queues=getattr(log, "queues", None), source=log.source,
+                                 check_causality=check_causality)
 
 
 def as_event_log(log: Any, source: str = "event log") -> EventLog:
