@@ -1,7 +1,6 @@
 """Packet fidelity end to end, on the engine's packet model (issue 17):
 `--network packet` on simulate, replay and plan, the outputs a user gets,
-the docs' example. Skipped only while the engine build rejects fidelity
-"packet" (a probe run below); remove the skip once the Rust side is merged."""
+the docs' example."""
 
 import json
 import re
@@ -22,22 +21,6 @@ from ddlsim.simulation.scenario import scenario_from_dict
 from ddlsim.trace import read_event_log
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _engine_rejects_packet() -> bool:
-    """True only if the engine refuses the network description because it does not know fidelity "packet"."""
-    sc = scenario_from_dict({"model": {"name": "lenet5"}, "workers": 2, "iterations": 1, "network": {"fidelity": "packet"}})
-    model = build_model(sc.model, None)
-    training = training_document(sc, model, layer_times_ns(model, sc.model))
-    try:
-        _core.simulate_training_json(engine_json(training), engine_json(network_document(sc)), "step", None)
-    except Exception as exc:  # noqa: BLE001 - only the "unknown packet" answer skips; anything else runs the tests
-        text = str(exc)
-        return "unknown variant `packet`" in text or "unknown field `packet`" in text
-    return False
-
-
-pytestmark = pytest.mark.skipif(_engine_rejects_packet(), reason="this engine build has no packet fidelity yet (issue 17, Rust side)")
 
 
 def ddlsim_cli(*args, cwd=None):

@@ -880,6 +880,7 @@ impl NetworkModel for PacketNet {
         self.ports
             .iter()
             .enumerate()
+            .take(self.topo.network_links() as usize)
             .map(|(l, p)| PortRecord {
                 port: l as u32,
                 node: p.node,

@@ -454,6 +454,11 @@ impl Topology {
         self.intra_base.is_some() && self.host_of(src) == self.host_of(dst)
     }
 
+    /// Links of the network proper (hosts, switches), before any intra-host port.
+    pub fn network_links(&self) -> u32 {
+        self.intra_base.unwrap_or(self.links.len() as u32)
+    }
+
     /// Whether link `l` is a host NIC's uplink (the host's egress port).
     pub fn link_is_nic(&self, l: u32) -> bool {
         l < 2 * self.hosts && l % 2 == 0
