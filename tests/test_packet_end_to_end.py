@@ -127,3 +127,22 @@ def test_the_docs_example_runs(tmp_path):
         assert argv[0] == "ddlsim"
         p = ddlsim_cli(*argv[1:], cwd=tmp_path)
         assert p.returncode == 0, (command, p.stderr[-2000:])
+
+
+def test_transfers_within_a_host_are_timed_as_at_analytic_fidelity():
+    # Both workers on one host: every transfer uses the intra-host ports only,
+    # which the packet model times as FIFO servers, exactly as the analytic model.
+    kw = {"model": "lenet5", "workers": 2, "iterations": 2, "ranks_per_host": 2}
+    packet = ddlsim.simulate(**kw, network="packet")
+    analytic = ddlsim.simulate(**kw, network="analytic")
+    assert packet.events.table.column("end_ns").to_pylist() == analytic.events.table.column("end_ns").to_pylist()
+    assert packet.summary()["packet"]["counters"]["packets_forwarded"] == 0
+
+
+@pytest.mark.parametrize("kw", [{"ranks_per_host": 2, "algorithm": "hierarchical-ring"},
+                                {"strategy": "ps", "servers": 2, "server_hosts": "colocated"}])
+def test_strategies_with_ranks_sharing_a_host_run_at_packet_level(kw):
+    packet, _ = _simulate(**kw)
+    flow = ddlsim.simulate(**{"model": "lenet5", "workers": 4, "iterations": 2, "network": "flow", **kw})
+    assert packet.summary()["packet"]["counters"]["packets_forwarded"] > 0
+    assert packet.iteration_time_s >= flow.iteration_time_s * 0.99

@@ -256,16 +256,6 @@ class NetworkConfig(_Strict):
                 "network.routing = \"spray\" is not modelled at packet level (per-packet spraying reorders TCP segments); "
                 "set routing = \"ecmp\" or fidelity = \"flow\""
             )
-        if self.ranks_per_host > 1:
-            raise ValueError(
-                f"network.ranks_per_host = {self.ranks_per_host}: transfers between ranks of one host are not modelled at "
-                "packet level yet; set ranks_per_host = 1 or fidelity = \"flow\""
-            )
-        if self.server_hosts == "colocated":
-            raise ValueError(
-                "network.server_hosts = \"colocated\" puts servers on the workers' hosts, and transfers within a host are "
-                "not modelled at packet level yet; set server_hosts = \"separate\" or fidelity = \"flow\""
-            )
         return self
 
     @property

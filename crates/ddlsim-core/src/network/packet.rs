@@ -25,9 +25,13 @@
 //!   computed once per pair. The model keeps its own event queue and asks
 //!   the engine for a wakeup at its next event, running ahead up to the
 //!   engine's next event or its own next delivery.
+//! - **Within a host** (ranks sharing a host with an intra-host fabric):
+//!   no packets; each rank's intra-host egress and ingress ports are FIFO
+//!   servers as at analytic fidelity (a transfer waits for both, holds both
+//!   for its size at the fabric's rate, arrives the fabric's latency later).
 //! - **Not modelled:** multicast and in-network aggregation (no switch
-//!   replication or aggregation over TCP), spray routing (per-packet
-//!   reordering), the intra-host fabric; each is refused.
+//!   replication or aggregation over TCP) and spray routing (per-packet
+//!   reordering); both are refused.
 
 use std::collections::VecDeque;
 
@@ -49,6 +53,7 @@ const EV_ARRIVE: u64 = 1;
 const EV_RTO: u64 = 2;
 const EV_DELACK: u64 = 3;
 const EV_SAMPLE: u64 = 4;
+const EV_LOCAL: u64 = 5;
 
 fn event(kind: u64, generation: u32, index: u32) -> u64 {
     (kind << 56) | ((generation as u64 & 0xff_ffff) << 32) | index as u64
@@ -164,6 +169,11 @@ pub(super) struct PacketNet {
     /// Whether a queue-sampling event is pending.
     sampling: bool,
     segs: Vec<Segment>,
+    /// Intra-host transfers in flight (slot per event index) and free slots;
+    /// per link, when its FIFO server is free (intra-host ports only).
+    local: Vec<(Delivery, FlowRecord)>,
+    free_local: Vec<u32>,
+    free_at: Vec<Ps>,
     header: u32,
     totals: Totals,
 }
@@ -292,6 +302,9 @@ impl PacketNet {
             truncated: false,
             sampling: false,
             segs: Vec::new(),
+            local: Vec::new(),
+            free_local: Vec::new(),
+            free_at: Vec::new(),
             header,
             totals: Totals::default(),
         };
@@ -691,6 +704,39 @@ impl PacketNet {
         }
     }
 
+    /// A transfer between ranks of one host: FIFO intra-host ports, no packets.
+    fn start_local(&mut self, now: Time, now_ps: Ps, req: TransferRequest) -> Result<(), Error> {
+        if self.free_at.is_empty() {
+            self.free_at = vec![0; self.ports.len()];
+        }
+        let path = self.topo.route(req.src, req.dst);
+        let begin = path.links().iter().fold(now_ps, |t, &l| t.max(self.free_at[l as usize]));
+        let first = &self.ports[path.links()[0] as usize];
+        let tx = match first.ps_per_byte {
+            Some(p) => p.checked_mul(req.bytes),
+            None => u64::try_from((req.bytes as u128 * first.ratio.0).div_ceil(first.ratio.1)).ok(),
+        };
+        let tx_end = tx.and_then(|tx| begin.checked_add(tx)).ok_or_else(past_clock)?;
+        for &l in path.links() {
+            self.free_at[l as usize] = tx_end;
+        }
+        let arrive = tx_end.checked_add(path.latency * PS_PER_NS).filter(|&t| t / PS_PER_NS <= MAX_TIME).ok_or_else(past_clock)?;
+        let record = FlowRecord { message: req.message, src: req.src, dst: req.dst, bytes: req.bytes, band: req.band, tenant: req.tenant, start: now, tx_end: tx_end.div_ceil(PS_PER_NS), delivered: arrive.div_ceil(PS_PER_NS), ..FlowRecord::default() };
+        let entry = (Delivery { id: req.id, tx_end: record.tx_end }, record);
+        let slot = match self.free_local.pop() {
+            Some(i) => {
+                self.local[i as usize] = entry;
+                i
+            }
+            None => {
+                self.local.push(entry);
+                self.local.len() as u32 - 1
+            }
+        };
+        self.queue.push(arrive, event(EV_LOCAL, 0, slot));
+        Ok(())
+    }
+
     fn sample(&mut self, now: Ps) {
         self.sampling = false;
         let Some(period) = self.spec.queue_sample_ns else { return };
@@ -744,6 +790,15 @@ impl PacketNet {
                     self.on_delack(index, generation, t);
                     false
                 }
+                EV_LOCAL => {
+                    let (delivery, record) = self.local[index as usize];
+                    self.free_local.push(index);
+                    out.push(delivery);
+                    if self.record {
+                        self.records.push(record);
+                    }
+                    true
+                }
                 _ => {
                     self.sample(t);
                     false
@@ -782,16 +837,15 @@ impl NetworkModel for PacketNet {
         if req.src >= self.topo.ranks() || req.dst >= self.topo.ranks() || req.src == req.dst {
             return Err(Error::internal(format!("internal error, please report: transfer {} -> {} outside the {} placed ranks", req.src, req.dst, self.topo.ranks())));
         }
-        if self.topo.intra_host(req.src, req.dst) {
-            return Err(bad(format!(
-                "ranks {} and {} share a host: the intra-host fabric is not modelled at packet level; place one rank per host (ranks_per_host = 1) or use fidelity flow",
-                req.src, req.dst
-            )));
-        }
         let now_ps = now.checked_mul(PS_PER_NS).ok_or_else(past_clock)?;
         let mut early = Vec::new();
         self.run_until(now_ps, false, false, &mut early)?;
         self.pending.extend(early.into_iter().map(|d| (now, d)));
+        if self.topo.intra_host(req.src, req.dst) {
+            self.start_local(now, now_ps, req)?;
+            self.wake(now, sched);
+            return Ok(());
+        }
         self.arm_sampling(now_ps);
         let c = self.connection(&req);
         let conn = &mut self.conns[c as usize];
