@@ -225,3 +225,34 @@ fn leaf_spine_crossing_flows_complete_with_every_byte() {
     assert!(*recv_ends(&out).iter().max().unwrap() >= min_ns);
     assert!(out.ports.iter().any(|p| p.name.starts_with("leaf 0 -> spine")));
 }
+
+#[test]
+fn ring_allreduce_on_an_idle_star_costs_headers_acks_and_slow_start_over_flow_level() {
+    // 4 ranks, 10 Gbit/s, L = 10 us, 4 x 400 MSS bytes: each of the 2(N-1) = 6
+    // steps moves a chunk of n = 400 full segments from every rank to its
+    // successor. Flow level: 6 (L + c / B). Packet level, derived per step:
+    // - at least n T + T + L (n frames through the sender's NIC, the last
+    //   one store-and-forwarded by the switch, then propagation);
+    // - at most that plus 2 n A (the NIC also carries the ACKs of the
+    //   chunk it receives: n of this step's and at most n left from the
+    //   step before, ahead of this step's data in the FIFO band), plus, on
+    //   the first step only, slow start: the window doubles from 10 segments
+    //   each RTT0 = 2T + 2A + 2L until it covers the path (2 rounds here,
+    //   10 + 20 < BDP = RTT0 / T, then 40 > BDP), at most 3 RTT0.
+    use ddlsim_core::collective::Algorithm;
+    let (n_ranks, segs) = (4u32, 400u64);
+    let chunk = segs * 1460;
+    let mut g = Graph::new();
+    allreduce(&mut g, Algorithm::Ring, &(0..n_ranks).collect::<Vec<_>>(), chunk * n_ranks as u64, &[], &[]);
+    let l_ps = 10_000_000u64;
+    let packet = run_graph(&g, &packet_net(10e9, 10_000, PacketSpec::default()), TraceDetail::Step).unwrap().makespan;
+    let flow = run_graph(&g, &net(Fidelity::Flow, 10e9, 10_000), TraceDetail::Step).unwrap().makespan;
+    let steps = 2 * (n_ranks as u64 - 1);
+    assert_eq!(flow, steps * (10_000 + (chunk * 8).div_ceil(10)));
+    let (t, a) = (1538 * PS_PER_BYTE_10G, 84 * PS_PER_BYTE_10G);
+    let rtt0 = 2 * t + 2 * a + 2 * l_ps;
+    let low = steps * (segs * t + t + l_ps);
+    let high = low + steps * 2 * segs * a + 3 * rtt0;
+    let packet_ps = packet * 1000;
+    assert!(packet_ps >= low && packet_ps <= high + 1000, "packet {packet} ns outside [{}, {}] ns (flow {flow} ns)", low / 1000, high / 1000);
+}
