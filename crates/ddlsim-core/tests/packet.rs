@@ -256,3 +256,41 @@ fn ring_allreduce_on_an_idle_star_costs_headers_acks_and_slow_start_over_flow_le
     let packet_ps = packet * 1000;
     assert!(packet_ps >= low && packet_ps <= high + 1000, "packet {packet} ns outside [{}, {}] ns (flow {flow} ns)", low / 1000, high / 1000);
 }
+
+#[test]
+fn connections_reused_restart_after_idle_or_open_per_message() {
+    // Two 1 MB messages 0 -> 1, the second 10 ms after the first arrived
+    // (idle far longer than the 1 ms RTO). A new connection per message, or
+    // a reused one restarting slow start after idle, times the second
+    // exactly as the first; a reused one without the restart keeps its
+    // grown window and is faster.
+    let fcts = |p: PacketSpec| {
+        let mut g = Graph::new();
+        let first = transfer(&mut g, 0, 1, 1_000_000);
+        let a = g.add(first, &[]);
+        let wait = compute(&mut g, 0, 10_000_000, ddlsim_core::graph::NO_STREAM);
+        let w = g.add(wait, &[a]);
+        let second = transfer(&mut g, 0, 1, 1_000_000);
+        g.add(second, &[w]);
+        let out = run_graph(&g, &packet_net(10e9, 10_000, p), TraceDetail::Step).unwrap();
+        let f = &out.flows;
+        (f[0].delivered - f[0].start, f[1].delivered - f[1].start)
+    };
+    let base = PacketSpec { rto_min_ns: 1_000_000, ..PacketSpec::default() };
+    let (one, two) = fcts(PacketSpec { connection_per_message: true, ..base });
+    assert_eq!(one, two);
+    let (one, two) = fcts(base);
+    assert_eq!(one, two);
+    let (one, two) = fcts(PacketSpec { restart_after_idle: false, ..base });
+    assert!(two < one, "{two} !< {one}");
+}
+
+#[test]
+fn delayed_acks_halve_the_acks_of_even_rounds() {
+    // 2000 segments in slow-start rounds of 10, 20, ..., 640 and a last one
+    // of 730: every round is even, so with an ACK every second segment
+    // there are exactly 1000 ACKs, each crossing two links.
+    let p = PacketSpec { delayed_ack: true, ..PacketSpec::default() };
+    let out = run_graph(&flows(&[(0, 1, 2000 * 1460, 0)]), &packet_net(10e9, 1_000_000, p), TraceDetail::Step).unwrap();
+    assert_eq!(out.packet.unwrap().0.packets_forwarded, 2 * 2000 + 2 * 1000);
+}
