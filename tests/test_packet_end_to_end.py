@@ -82,7 +82,10 @@ def test_dctcp_marks_and_newreno_does_not():
 
 
 @pytest.mark.parametrize("strategy", [{"strategy": "ps", "servers": 2, "placement": "split"},
-                                      {"algorithm": "halving-doubling"}, {"algorithm": "double-binary-tree"}])
+                                      {"algorithm": "halving-doubling"}, {"algorithm": "double-binary-tree"},
+                                      {"stream_policy": "priority", "preemption": "chunk", "priority_bands": True},
+                                      {"strategy": "ps", "servers": 2, "stream_policy": "priority", "priority_bands": True},
+                                      {"topology": "leaf-spine", "hosts_per_leaf": 2, "spines": 2}])
 def test_other_strategies_run_at_packet_level(strategy):
     r, _ = _simulate(**strategy)
     assert r.iteration_time_s > 0 and r.summary()["packet"]["counters"]["packets_forwarded"] > 0
