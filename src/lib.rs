@@ -177,6 +177,10 @@ fn output<'py>(py: Python<'py>, out: RunOutput, graph: &Graph) -> PyResult<Bound
     column(py, &flows, "start_ns", "<u8", &f.iter().map(|r| r.start).collect::<Vec<_>>())?;
     column(py, &flows, "tx_end_ns", "<u8", &f.iter().map(|r| r.tx_end).collect::<Vec<_>>())?;
     column(py, &flows, "delivered_ns", "<u8", &f.iter().map(|r| r.delivered).collect::<Vec<_>>())?;
+    let host_of = graph.hosts();
+    let host = |rank: u32, own: u32| if (rank as usize) < host_of.len() { host_of[rank as usize] } else { own };
+    column(py, &flows, "src_host", "<u4", &f.iter().map(|r| host(r.src, r.src_host)).collect::<Vec<_>>())?;
+    column(py, &flows, "dst_host", "<u4", &f.iter().map(|r| host(r.dst, r.dst_host)).collect::<Vec<_>>())?;
     column(py, &flows, "retransmits", "<u8", &f.iter().map(|r| r.retransmits as u64).collect::<Vec<_>>())?;
     column(py, &flows, "timeouts", "<u8", &f.iter().map(|r| r.timeouts as u64).collect::<Vec<_>>())?;
     column(py, &flows, "drops", "<u8", &f.iter().map(|r| r.drops as u64).collect::<Vec<_>>())?;

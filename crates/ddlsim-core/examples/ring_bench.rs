@@ -45,6 +45,8 @@ fn main() {
         intra_host_latency_ns: 0,
         record_flows: false,
         packet: None,
+        hosts: None,
+        tenants: Vec::new(),
     };
     let mut best = f64::INFINITY;
     for _ in 0..reps {

@@ -422,6 +422,10 @@ impl<'g> Executor<'g> {
             row_base,
             clock: 0,
         };
+        ex.network.attach(0, &mut NetQueue(&mut ex.queue));
+        if n == 0 {
+            ex.network.job_ended(0);
+        }
         for id in 0..n as u32 {
             if ex.waiting_deps[id as usize] == 0 {
                 ex.make_ready(id, 0)?;
@@ -476,6 +480,9 @@ impl<'g> Executor<'g> {
                         self.delivered(d, now)?;
                     }
                     self.deliveries = delivered;
+                    if self.finished_ops == self.graph.len() && self.network.background_only(now) {
+                        break;
+                    }
                 }
             }
         }
@@ -996,6 +1003,9 @@ impl<'g> Executor<'g> {
     fn finish_op(&mut self, id: u32, now: Time) -> Result<(), Error> {
         self.end[id as usize] = now;
         self.finished_ops += 1;
+        if self.finished_ops == self.graph.len() {
+            self.network.job_ended(now);
+        }
         let op = &self.graph.ops[id as usize];
         let stream = op.stream;
         if stream != NO_STREAM && self.streams[stream as usize].release(id) {

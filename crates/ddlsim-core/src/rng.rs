@@ -15,6 +15,8 @@ pub enum Purpose {
     BackwardJitter = 2,
     /// Backpropagation staggering (per-worker start skew).
     Stagger = 3,
+    /// A background tenant's flows from one sending host (arrivals, peers, sizes).
+    TenantFlows = 4,
 }
 
 /// The stream for one purpose and one (rank, iteration, index).

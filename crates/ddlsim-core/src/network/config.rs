@@ -48,6 +48,43 @@ pub struct NetworkSpec {
     /// Packet-level parameters; only read at [`Fidelity::Packet`].
     #[serde(default)]
     pub packet: Option<PacketSpec>,
+    /// Hosts in the fabric, at least those the ranks use (the others run no
+    /// rank and only carry background tenants' flows).
+    #[serde(default)]
+    pub hosts: Option<u32>,
+    /// Background tenants (see [`super::tenants`]).
+    #[serde(default)]
+    pub tenants: Vec<TenantSpec>,
+}
+
+/// A background tenant: open-loop Poisson flows between hosts with sizes
+/// from an empirical CDF.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSpec {
+    /// Written in the flows' tenant column (the job is tenant 0).
+    pub id: u32,
+    #[serde(default)]
+    pub band: u8,
+    #[serde(default)]
+    pub seed: u64,
+    /// (bytes, cumulative fraction) points: bytes strictly increasing,
+    /// fractions non-decreasing in (0, 1], the last 1.
+    pub cdf: Vec<(f64, f64)>,
+    /// Flow arrivals per second per sending host.
+    pub rate_per_host: f64,
+    /// (source host, destination host) pairs; None: each sending host picks
+    /// a uniformly random other host among `hosts`.
+    #[serde(default)]
+    pub pairs: Option<Vec<(u32, u32)>>,
+    /// With no pairs, the hosts that send and receive (None: all).
+    #[serde(default)]
+    pub hosts: Option<Vec<u32>>,
+    #[serde(default)]
+    pub start_ns: u64,
+    /// Arrivals stop here; None: when the job's last operation ends.
+    #[serde(default)]
+    pub stop_ns: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]

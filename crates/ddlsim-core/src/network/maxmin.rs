@@ -742,6 +742,8 @@ mod tests {
             intra_host_latency_ns: 0,
             record_flows: false,
             packet: None,
+            hosts: None,
+            tenants: Vec::new(),
         };
         FlowNetwork::new(Topology::with_hosts(&spec, hosts).unwrap())
     }

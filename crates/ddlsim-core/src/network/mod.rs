@@ -21,9 +21,10 @@ pub mod innet;
 pub mod maxmin;
 pub mod packet;
 pub mod tcp;
+pub mod tenants;
 pub mod topology;
 
-pub use config::{Fidelity, Framing, LimitUnit, NetworkSpec, PacketSpec, QueueScope, Routing, TopologySpec, Transport};
+pub use config::{Fidelity, Framing, LimitUnit, NetworkSpec, PacketSpec, QueueScope, Routing, TenantSpec, TopologySpec, Transport};
 pub use maxmin::{max_min_fair, max_min_fair_banded, FlowNetwork, FlowStart, Reschedule};
 pub use topology::{transmit_ns, transmit_ns_exact, NOISE, Path, Ratio, Switch, SwitchKind, Topology};
 
@@ -86,6 +87,10 @@ pub struct FlowRecord {
     pub timeouts: u32,
     pub drops: u32,
     pub ecn_marks: u32,
+    /// Hosts of a background tenant's flow (its `src` and `dst` are
+    /// `u32::MAX`); zero for the job's flows, whose ranks say where they are.
+    pub src_host: u32,
+    pub dst_host: u32,
 }
 
 /// A queue's occupancy at a sampling time (packet level).
@@ -155,9 +160,34 @@ pub trait NetworkModel {
     fn packet_totals(&self) -> Option<(packet::Totals, bool)> {
         None
     }
+    /// Called once before the run, for a model that starts traffic of its own.
+    fn attach(&mut self, _now: Time, _sched: &mut dyn Scheduler) {}
+    /// The job's last operation ended at `now`.
+    fn job_ended(&mut self, _now: Time) {}
+    /// Whether what is left is only background traffic that ends the run
+    /// (asked once the job has ended).
+    fn background_only(&self, _now: Time) -> bool {
+        false
+    }
 }
 
 pub fn build_network(spec: &NetworkSpec, host_of_rank: &[u32]) -> Result<Box<dyn NetworkModel>, Error> {
+    if spec.tenants.is_empty() && spec.hosts.is_none() {
+        return build_model(spec, host_of_rank);
+    }
+    // One endpoint per host (rank `ranks + h`) for traffic of hosts, not ranks.
+    let used = host_of_rank.iter().copied().max().map_or(0, |h| h + 1);
+    let hosts = spec.hosts.unwrap_or(used);
+    if hosts < used {
+        return Err(Error::new(crate::error::ErrorKind::BadInput, format!("network hosts = {hosts}, but the ranks are placed on {used} hosts")));
+    }
+    let ranks = host_of_rank.len() as u32;
+    let extended: Vec<u32> = host_of_rank.iter().copied().chain(0..hosts).collect();
+    let inner = build_model(spec, &extended)?;
+    Ok(Box::new(tenants::WithTenants::new(inner, &spec.tenants, ranks, hosts)?))
+}
+
+fn build_model(spec: &NetworkSpec, host_of_rank: &[u32]) -> Result<Box<dyn NetworkModel>, Error> {
     let topo = Topology::new(spec, host_of_rank)?;
     let common = Common::new(spec.record_flows);
     Ok(match spec.fidelity {

@@ -623,6 +623,7 @@ impl PacketNet {
                     timeouts: m.timeouts,
                     drops: m.drops,
                     ecn_marks: m.marks,
+                    ..FlowRecord::default()
                 });
             }
         }

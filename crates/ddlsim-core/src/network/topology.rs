@@ -577,7 +577,7 @@ mod tests {
     use super::*;
 
     fn spec(topology: TopologySpec) -> NetworkSpec {
-        NetworkSpec { fidelity: Fidelity::Flow, bandwidth_bps: 10e9, latency_ns: 1001, topology, intra_host_bandwidth_bps: None, intra_host_latency_ns: 0, record_flows: false, packet: None }
+        NetworkSpec { fidelity: Fidelity::Flow, bandwidth_bps: 10e9, latency_ns: 1001, topology, intra_host_bandwidth_bps: None, intra_host_latency_ns: 0, record_flows: false, packet: None, hosts: None, tenants: Vec::new() }
     }
 
     fn leaf_spine(routing: Routing) -> NetworkSpec {

@@ -16,6 +16,8 @@ pub fn net(fidelity: Fidelity, bandwidth_bps: f64, latency_ns: u64) -> NetworkSp
         intra_host_latency_ns: 0,
         record_flows: false,
         packet: None,
+        hosts: None,
+        tenants: Vec::new(),
     }
 }
 
