@@ -35,6 +35,9 @@ MTU = 1500
 # (ns3_scenarios.cc sets its size to 1): a port holds the queue disc's limit
 # plus that one waiting packet, and RED counts only the queue disc's packets.
 NS3_DEVICE_QUEUE = 1
+# A receive window below the 1000-packet queues (718 segments): a lone sender never overflows its own NIC
+# queue in slow start, so the case has no loss (ns-3 drops at the sender's queue disc; Linux would not).
+RWND_1M = 1_048_576
 
 # The packet-model parameters every case shares: each one that differs from
 # ddlsim's defaults is what ns-3 does (PPP framing, one limit for the whole
@@ -140,9 +143,19 @@ def cases() -> list[Case]:
              [Flow(1, 0, 20_000_000, band=0), Flow(2, 0, 20_000_000, band=2)],
              packet(transport="newreno", queue_limit=1000 + NS3_DEVICE_QUEUE),
              [("high", _fct(0)), ("low", _fct(1))]),
+        Case("two_bands_rwnd1m", "two_bands with a 1 MiB receive window: no loss, the high band as if alone",
+             ["--scenario=two_bands", "--bytes=20000000", "--queue-limit=1000", f"--rwnd={RWND_1M}"], 3,
+             [Flow(1, 0, 20_000_000, band=0), Flow(2, 0, 20_000_000, band=2)],
+             packet(transport="newreno", queue_limit=1000 + NS3_DEVICE_QUEUE, receive_window=RWND_1M),
+             [("high", _fct(0)), ("low", _fct(1))]),
         Case("ring8", "ring all-reduce of 100 MB over 8 hosts (14 steps of 12.5 MB)",
              ["--scenario=ring", "--hosts=8", "--bytes=100000000", "--queue-limit=1000"], 8,
              ring_flows(8, 100_000_000), packet(transport="newreno", queue_limit=1000 + NS3_DEVICE_QUEUE),
+             [("all-reduce", _last)]),
+        Case("ring8_rwnd1m", "ring8 with a 1 MiB receive window: no loss (headers + one slow start)",
+             ["--scenario=ring", "--hosts=8", "--bytes=100000000", "--queue-limit=1000", f"--rwnd={RWND_1M}"], 8,
+             ring_flows(8, 100_000_000),
+             packet(transport="newreno", queue_limit=1000 + NS3_DEVICE_QUEUE, receive_window=RWND_1M),
              [("all-reduce", _last)]),
     ]
 
