@@ -24,6 +24,7 @@
 #include "ns3/traffic-control-module.h"
 
 #include <chrono>
+#include <ctime>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -550,8 +551,10 @@ main(int argc, char* argv[])
     Simulator::Schedule(NanoSeconds(warmupNs), [] { g_packetsForwarded = 0; });
     Simulator::Stop(Seconds(stopS));
     auto wall0 = std::chrono::steady_clock::now();
+    std::clock_t cpu0 = std::clock();
     Simulator::Run();
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    double cpu = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC; // less sensitive to a shared machine
     int64_t simEnd = DataNow();
     // Drops by reason, over every queue disc (RED names forced and unforced drops and marks apart).
     std::map<std::string, uint64_t> dropReasons;
@@ -584,9 +587,9 @@ main(int argc, char* argv[])
                     static_cast<long long>(g_start[f]), static_cast<long long>(g_end[f]));
     }
     std::printf("{\"summary\": {\"scenario\": \"%s\", \"transport\": \"%s\", \"flows\": %zu, \"completed\": %zu, "
-                "\"sim_end_ns\": %lld, \"wall_s\": %.6f, \"packets_forwarded\": %llu, \"drops\": %llu, "
+                "\"sim_end_ns\": %lld, \"wall_s\": %.6f, \"cpu_s\": %.6f, \"packets_forwarded\": %llu, \"drops\": %llu, "
                 "\"ecn_marks\": %llu, \"drop_reasons\": %s}}\n",
-                scenario.c_str(), transport.c_str(), g_flows.size(), g_done, static_cast<long long>(simEnd), wall,
+                scenario.c_str(), transport.c_str(), g_flows.size(), g_done, static_cast<long long>(simEnd), wall, cpu,
                 static_cast<unsigned long long>(g_packetsForwarded), static_cast<unsigned long long>(g_drops),
                 static_cast<unsigned long long>(g_marks), reasons.c_str());
     return g_done == g_flows.size() ? 0 : 1;

@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             r_ns = metric(reference) if reference else None
             diff = None if p_ns is None or r_ns is None else 100.0 * (p_ns - r_ns) / r_ns
             rows.append({"case": case.name, "metric": label, "ddlsim_flow_ns": f_ns, "ddlsim_packet_ns": p_ns,
-                         "ns3_ns": r_ns, "diff_percent": diff, "ns3_wall_s": summary.get("wall_s"),
+                         "ns3_ns": r_ns, "diff_percent": diff, "ns3_wall_s": summary.get("wall_s"), "ns3_cpu_s": summary.get("cpu_s"),
                          "ns3_packets_forwarded": summary.get("packets_forwarded"), "ns3_drops": summary.get("drops"),
                          "ns3_ecn_marks": summary.get("ecn_marks")})
             wall = f"{summary['wall_s']:.2f}" if summary else "-"
