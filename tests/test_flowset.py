@@ -136,3 +136,54 @@ def test_too_few_ranks_and_packet_parameters_off_packet_fidelity_are_refused():
 def test_an_engine_refusal_is_a_scenario_error():
     with pytest.raises(ScenarioError, match="rejected"):
         run_flows([Flow(0, 1, 10)], {**NET, "fidelity": "no-such-fidelity"})
+
+
+# The validation cases against ns-3 (tools/packet_validation/validate.py), without ns-3: their flows run at
+# flow fidelity, the ring is the ring of the closed form, and their packet parameters are the contract's.
+PACKET_KEYS = {"mtu", "framing", "tcp_timestamps", "transport", "bands", "queue_limit", "queue_limit_unit", "queue_scope",
+               "ecn_threshold", "initial_window", "rto_min_ns", "rto_initial_ns", "delayed_ack", "delayed_ack_timeout_ns",
+               "receive_window", "restart_after_idle", "connection_per_message", "dctcp_g", "queue_sample_ns",
+               "queue_sample_cap"}
+
+
+def _validation_module():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "packet_validation" / "validate.py"
+    spec = importlib.util.spec_from_file_location("packet_validate", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+def test_the_validation_cases_run_at_flow_fidelity_and_use_only_contract_parameters():
+    validate = _validation_module()
+    cases = {c.name: c for c in validate.cases()}
+    assert {"one_flow", "incast8_newreno", "incast8_dctcp", "two_bands", "ring8"} <= set(cases)
+    for case in cases.values():
+        assert set(case.packet) <= PACKET_KEYS, case.name
+        assert case.packet["framing"] == "ppp" and case.packet["queue_scope"] == "port"
+        done, note = validate.run_ddlsim(case, "flow")
+        assert note == "" and len(done) == len(case.flows), case.name
+    ring, _ = validate.run_ddlsim(cases["ring8"], "flow")
+    assert validate._last(ring) == 14 * (L + serial_ns(12_500_000))
+    two, _ = validate.run_ddlsim(cases["two_bands"], "flow")
+    assert [validate._fct(0)(two), validate._fct(1)(two)] == [L + serial_ns(20_000_000), L + serial_ns(40_000_000)]
+
+
+def test_ring_flows_repeat_with_a_gap_after_the_last_step():
+    validate = _validation_module()
+    flows = validate.ring_flows(4, 4_000_000, iterations=2, gap_ns=1_000_000)
+    assert len(flows) == 2 * 6 * 4
+    first_of_second = flows[6 * 4 + 1]  # host 1, step 0 of iteration 1: after host 0's last step of iteration 0
+    assert (first_of_second.after, first_of_second.gap_ns) == (5 * 4 + 0, 1_000_000)
+    done = run_flows(flows, NET)
+    one = 6 * (L + serial_ns(1_000_000))
+    assert max(r.end_ns for r in done) == 2 * one + 1_000_000
