@@ -90,10 +90,10 @@ def _find_ns3(env: Path) -> Path | None:
 
 def ensure_binary(cache: Path) -> Path:
     """The compiled scenario program, built when the source (or the wheel) changed."""
-    root = ensure_ns3(cache)
     gxx = shutil.which(os.environ.get("CXX", "g++"))
-    if gxx is None:
+    if gxx is None:  # before the 100 MB download
         raise SetupError("g++ not found: install a C++20 compiler (apt-get install g++) or name one in CXX")
+    root = ensure_ns3(cache)
     digest = hashlib.sha256(SOURCE.read_bytes() + str(root).encode()).hexdigest()[:16]
     binary = cache / "build" / f"ns3_scenarios-{digest}"
     if binary.is_file():
@@ -114,7 +114,11 @@ def ensure_binary(cache: Path) -> Path:
 
 def run(args: list[str], cache: Path | None = None, timeout: float | None = None) -> tuple[list[dict], dict]:
     """Runs the scenario program with `args` (its --name=value options); returns (flows, summary)."""
-    binary = ensure_binary(cache or default_cache())
+    cache = cache or default_cache()
+    try:
+        binary = ensure_binary(cache)
+    except OSError as exc:
+        raise SetupError(f"{exc.filename or cache}: {exc.strerror or exc}; choose another --cache") from None
     done = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=timeout)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     flows = [line for line in lines if "flow" in line]
@@ -142,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         return done.returncode
     except SetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the cache is not writable, a path component is a file ...
+        print(f"error: {exc.filename or cache}: {exc.strerror or exc}; choose another --cache", file=sys.stderr)
         return 2
 
 
