@@ -279,6 +279,7 @@ main(int argc, char* argv[])
     uint64_t bytes = 0;
     uint32_t senders = 8;
     uint32_t queueLimit = 1000;
+    uint32_t hostQueueLimit = 0;
     uint32_t ecnK = 0;
     uint32_t mtu = 1500;
     uint32_t iterations = 1;
@@ -305,6 +306,7 @@ main(int argc, char* argv[])
     cmd.AddValue("bytes", "bytes per flow (one_flow, incast, two_bands) or of the model (ring)", bytes);
     cmd.AddValue("senders", "incast senders", senders);
     cmd.AddValue("queue-limit", "queue disc limit of every port, packets", queueLimit);
+    cmd.AddValue("host-queue-limit", "queue disc limit of the hosts' NICs, if not --queue-limit", hostQueueLimit);
     cmd.AddValue("ecn-k", "DCTCP marking threshold K in packets (0: no marking)", ecnK);
     cmd.AddValue("mtu", "IP MTU, bytes", mtu);
     cmd.AddValue("iterations", "ring: all-reduces one after the other", iterations);
@@ -443,28 +445,34 @@ main(int argc, char* argv[])
     // One packet under the queue disc (ns-3's default device queue of 100 would sit in front of the bands).
     p2p.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue("1p"));
 
-    TrafficControlHelper tch;
-    std::string limit = std::to_string(queueLimit) + "p";
-    if (ecnK > 0)
-    {
-        // DCTCP marking: instantaneous queue (QW = 1), MinTh = MaxTh = K, not gentle, mark instead of drop.
-        tch.SetRootQueueDisc("ns3::RedQueueDisc",
-                             "MaxSize", StringValue(limit),
-                             "MinTh", DoubleValue(ecnK),
-                             "MaxTh", DoubleValue(ecnK),
-                             "QW", DoubleValue(1.0),
-                             "Gentle", BooleanValue(false),
-                             "UseEcn", BooleanValue(true),
-                             "UseHardDrop", BooleanValue(false),
-                             "MeanPktSize", UintegerValue(mtu),
-                             "LinkBandwidth", StringValue(rate),
-                             "LinkDelay", StringValue(linkDelay));
-    }
-    else
-    {
-        // Three strict-priority bands, one limit for the whole port (ns-3's pfifo_fast).
-        tch.SetRootQueueDisc("ns3::PfifoFastQueueDisc", "MaxSize", StringValue(limit));
-    }
+    // One queue disc configuration for the switch's ports and one for the hosts' NICs (their limits may differ).
+    auto queueDisc = [&](uint32_t packets) {
+        TrafficControlHelper tch;
+        std::string limit = std::to_string(packets) + "p";
+        if (ecnK > 0)
+        {
+            // DCTCP marking: instantaneous queue (QW = 1), MinTh = MaxTh = K, not gentle, mark instead of drop.
+            tch.SetRootQueueDisc("ns3::RedQueueDisc",
+                                 "MaxSize", StringValue(limit),
+                                 "MinTh", DoubleValue(ecnK),
+                                 "MaxTh", DoubleValue(ecnK),
+                                 "QW", DoubleValue(1.0),
+                                 "Gentle", BooleanValue(false),
+                                 "UseEcn", BooleanValue(true),
+                                 "UseHardDrop", BooleanValue(false),
+                                 "MeanPktSize", UintegerValue(mtu),
+                                 "LinkBandwidth", StringValue(rate),
+                                 "LinkDelay", StringValue(linkDelay));
+        }
+        else
+        {
+            // Three strict-priority bands, one limit for the whole port (ns-3's pfifo_fast).
+            tch.SetRootQueueDisc("ns3::PfifoFastQueueDisc", "MaxSize", StringValue(limit));
+        }
+        return tch;
+    };
+    TrafficControlHelper switchPorts = queueDisc(queueLimit);
+    TrafficControlHelper hostPorts = queueDisc(hostQueueLimit ? hostQueueLimit : queueLimit);
 
     Ipv4AddressHelper address;
     std::vector<Ipv4Address> hostAddress(hosts);
@@ -472,7 +480,9 @@ main(int argc, char* argv[])
     for (uint32_t h = 0; h < hosts; ++h)
     {
         NetDeviceContainer link = p2p.Install(hostNodes.Get(h), sw);
-        qdiscs.Add(tch.Install(link)); // before Assign, which would install ns-3's default FqCoDel
+        // Before Assign, which would install ns-3's default FqCoDel.
+        qdiscs.Add(hostPorts.Install(link.Get(0)));
+        qdiscs.Add(switchPorts.Install(link.Get(1)));
         std::ostringstream subnet;
         subnet << "10." << (h / 250) << "." << (h % 250) << ".0";
         address.SetBase(subnet.str().c_str(), "255.255.255.0");

@@ -38,6 +38,9 @@ NS3_DEVICE_QUEUE = 1
 # A receive window below the 1000-packet queues (718 segments): a lone sender never overflows its own NIC
 # queue in slow start, so the case has no loss (ns-3 drops at the sender's queue disc; Linux would not).
 RWND_1M = 1_048_576
+# ddlsim's hosts never drop at their own NIC (the sender waits for room, as Linux's TCP small queues); in ns-3 the
+# closest is a NIC queue disc too deep to fill: the `_deepnic` cases.
+DEEP_NIC = 100_000
 
 # The packet-model parameters every case shares: each one that differs from
 # ddlsim's defaults is what ns-3 does (PPP framing, one limit for the whole
@@ -77,6 +80,10 @@ def _fct(i):
 
 def _last(done):
     return max(e for _, e in done) - min(s for s, _ in done)
+
+
+def _first(done):
+    return min(e - s for s, e in done)
 
 
 def _mean(done):
@@ -124,20 +131,24 @@ def cases() -> list[Case]:
              ["--scenario=one_flow", "--bytes=10000000", "--queue-limit=1000"], 2,
              [Flow(0, 1, 10_000_000, band=1)], packet(transport="newreno", queue_limit=1000 + NS3_DEVICE_QUEUE),
              [("fct", _fct(0))]),
+        Case("one_flow_deepnic", "one_flow with 100000-packet queues at the hosts' NICs: no drop at the sender",
+             ["--scenario=one_flow", "--bytes=10000000", "--queue-limit=1000", f"--host-queue-limit={DEEP_NIC}"], 2,
+             [Flow(0, 1, 10_000_000, band=1)], packet(transport="newreno", queue_limit=1000 + NS3_DEVICE_QUEUE),
+             [("fct", _fct(0))]),
         Case("incast8_newreno", "8 NewReno senders x 2 MB into one port, 100-packet queues",
              ["--scenario=incast", "--senders=8", "--bytes=2000000", "--transport=newreno", "--queue-limit=100"], 9,
              incast, packet(transport="newreno", queue_limit=100 + NS3_DEVICE_QUEUE),
-             [("last", _last), ("mean", _mean)]),
+             [("last", _last), ("mean", _mean), ("first", _first)]),
         Case("incast8_dctcp", "8 DCTCP senders x 2 MB into one port, 100-packet queues, K = 65",
              ["--scenario=incast", "--senders=8", "--bytes=2000000", "--transport=dctcp", "--queue-limit=100",
               "--ecn-k=65"], 9,
              incast, packet(transport="dctcp", queue_limit=100 + NS3_DEVICE_QUEUE, ecn_threshold=65 + NS3_DEVICE_QUEUE),
-             [("last", _last), ("mean", _mean)]),
+             [("last", _last), ("mean", _mean), ("first", _first)]),
         Case("incast8_dctcp_deep", "8 DCTCP senders x 2 MB into one port, 1000-packet queues (no drop), K = 65",
              ["--scenario=incast", "--senders=8", "--bytes=2000000", "--transport=dctcp", "--queue-limit=1000",
               "--ecn-k=65"], 9,
              incast, packet(transport="dctcp", queue_limit=1000 + NS3_DEVICE_QUEUE, ecn_threshold=65 + NS3_DEVICE_QUEUE),
-             [("last", _last), ("mean", _mean)]),
+             [("last", _last), ("mean", _mean), ("first", _first)]),
         Case("two_bands", "a band-0 and a band-2 NewReno flow of 20 MB into one port (pfifo_fast, 1000 packets)",
              ["--scenario=two_bands", "--bytes=20000000", "--queue-limit=1000"], 3,
              [Flow(1, 0, 20_000_000, band=0), Flow(2, 0, 20_000_000, band=2)],
@@ -148,8 +159,17 @@ def cases() -> list[Case]:
              [Flow(1, 0, 20_000_000, band=0), Flow(2, 0, 20_000_000, band=2)],
              packet(transport="newreno", queue_limit=1000 + NS3_DEVICE_QUEUE, receive_window=RWND_1M),
              [("high", _fct(0)), ("low", _fct(1))]),
+        Case("two_bands_deepnic", "two_bands with 100000-packet queues at the hosts' NICs (drops at the switch only)",
+             ["--scenario=two_bands", "--bytes=20000000", "--queue-limit=1000", f"--host-queue-limit={DEEP_NIC}"], 3,
+             [Flow(1, 0, 20_000_000, band=0), Flow(2, 0, 20_000_000, band=2)],
+             packet(transport="newreno", queue_limit=1000 + NS3_DEVICE_QUEUE),
+             [("high", _fct(0)), ("low", _fct(1))]),
         Case("ring8", "ring all-reduce of 100 MB over 8 hosts (14 steps of 12.5 MB)",
              ["--scenario=ring", "--hosts=8", "--bytes=100000000", "--queue-limit=1000"], 8,
+             ring_flows(8, 100_000_000), packet(transport="newreno", queue_limit=1000 + NS3_DEVICE_QUEUE),
+             [("all-reduce", _last)]),
+        Case("ring8_deepnic", "ring8 with 100000-packet queues at the hosts' NICs: no drop",
+             ["--scenario=ring", "--hosts=8", "--bytes=100000000", "--queue-limit=1000", f"--host-queue-limit={DEEP_NIC}"], 8,
              ring_flows(8, 100_000_000), packet(transport="newreno", queue_limit=1000 + NS3_DEVICE_QUEUE),
              [("all-reduce", _last)]),
         Case("ring8_rwnd1m", "ring8 with a 1 MiB receive window: no loss (headers + one slow start)",
@@ -194,7 +214,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=None, help="ns-3 venv and build directory (see ns3.py)")
     parser.add_argument("--skip-ns3", action="store_true", help="ddlsim only")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
+    parser.add_argument("--ns3-from", type=Path, action="append", default=[], metavar="FILE",
+                        help="take ns-3's numbers from the --json of an earlier run instead of running ns-3 (repeatable)")
     ns = parser.parse_args(argv)
+    earlier: dict = {}
+    for path in ns.ns3_from:
+        try:
+            for row in json.loads(path.read_text()):
+                if row.get("ns3_ns") is not None:
+                    earlier[(row["case"], row["metric"])] = row
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            print(f"error: {path}: not the --json of an earlier validate.py run ({exc})", file=sys.stderr)
+            return 2
     selected = cases()
     names = [c.name for c in selected]
     if ns.cases:
@@ -213,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         if packet_level is None:
             notes.append(f"{case.name}: ddlsim refused fidelity 'packet': {why}")
         reference, summary = (None, {})
-        if not ns.skip_ns3:
+        if all((case.name, label) in earlier for label, _ in case.metrics):
+            summary = {"from": True}
+        elif not ns.skip_ns3:
             try:
                 reference, summary = run_ns3(case, ns.cache)
             except ns3.SetupError as exc:
@@ -223,12 +256,18 @@ def main(argv: list[str] | None = None) -> int:
             f_ns = metric(flow_level) if flow_level else None
             p_ns = metric(packet_level) if packet_level else None
             r_ns = metric(reference) if reference else None
+            if summary.get("from"):
+                old = earlier[(case.name, label)]
+                r_ns = old["ns3_ns"]
+                summary = {"from": True, "wall_s": old.get("ns3_wall_s"), "cpu_s": old.get("ns3_cpu_s"),
+                           "packets_forwarded": old.get("ns3_packets_forwarded"), "drops": old.get("ns3_drops"),
+                           "ecn_marks": old.get("ns3_ecn_marks")}
             diff = None if p_ns is None or r_ns is None else 100.0 * (p_ns - r_ns) / r_ns
             rows.append({"case": case.name, "metric": label, "ddlsim_flow_ns": f_ns, "ddlsim_packet_ns": p_ns,
                          "ns3_ns": r_ns, "diff_percent": diff, "ns3_wall_s": summary.get("wall_s"), "ns3_cpu_s": summary.get("cpu_s"),
                          "ns3_packets_forwarded": summary.get("packets_forwarded"), "ns3_drops": summary.get("drops"),
                          "ns3_ecn_marks": summary.get("ecn_marks")})
-            wall = f"{summary['wall_s']:.2f}" if summary else "-"
+            wall = f"{summary['wall_s']:.2f}" if summary.get("wall_s") is not None else "-"
             print(f"{case.name:<20} {label:<11} {_ms(f_ns):>14} {_ms(p_ns):>13} {_ms(r_ns):>10} "
                   f"{'-' if diff is None else f'{diff:+.1f}':>7}  {wall}", flush=True)
     for note in notes:

@@ -1,8 +1,8 @@
-"""Packet-model speed: packets forwarded per second, and a chapter-5-like run against ns-3.
+"""ddlsim's packet model against ns-3 on the same flows: wall times, packets forwarded per second.
 
-    PYTHONPATH=python python benchmarks/bench_packet.py                 # ddlsim only
-    PYTHONPATH=python python benchmarks/bench_packet.py --ns3           # and the same runs in ns-3 3.44
-    PYTHONPATH=python python benchmarks/bench_packet.py --ns3 --iterations 2   # a shorter ring run
+    PYTHONPATH=python python benchmarks/bench_packet_ns3.py                 # ddlsim only
+    PYTHONPATH=python python benchmarks/bench_packet_ns3.py --ns3           # and the same runs in ns-3 3.44
+    PYTHONPATH=python python benchmarks/bench_packet_ns3.py --ns3 --iterations 2   # a shorter ring run
 
 Cases (a star of 10 Gbit/s links, 5 us each, 10 us host to host, PPP framing
 as ns-3's point-to-point links):
