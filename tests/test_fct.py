@@ -275,6 +275,9 @@ def test_compare_fct_and_iteration_time(job_log):
     assert row["flows_a"] == row["flows_b"] == 60
     for stat in ("fct_mean_us", "fct_median_us", "fct_p95_us", "fct_p99_us", "slowdown_mean", "slowdown_p99"):
         assert row[f"{stat}_change"] == pytest.approx(1.0)
+    q = compare_fct(alone, shared, buckets=3)
+    assert list(q.size_class) == ["q1", "q2", "q3", "all"] and q["flows_a"].tolist() == q["flows_b"].tolist()
+    assert q["flows_a"].iloc[:3].sum() == 60 and q["fct_p95_us_change"].to_numpy() == pytest.approx([1.0] * 4)
     slow_net = ddlsim.simulate(model="lenet5", workers=2, iterations=2, record_flows=True, network="flow",
                                bandwidth="1Gbps").events
     t = compare_iteration_time(slow_net, job_log).iloc[0]

@@ -402,7 +402,7 @@ def in_window(flows: pd.DataFrame, warmup_ns: int = 0, cooldown_ns: int = 0, run
     return out
 
 
-def _classes(flows: pd.DataFrame, buckets: int | None) -> tuple[np.ndarray, list[str]]:
+def _classes(flows: pd.DataFrame, buckets: int | None, edges: Sequence[float] | None = None) -> tuple[np.ndarray, list[str]]:
     if buckets is None:
         return flows["size_class"].to_numpy(dtype=object), list(SIZE_CLASSES)
     if int(buckets) < 1:
@@ -410,11 +410,17 @@ def _classes(flows: pd.DataFrame, buckets: int | None) -> tuple[np.ndarray, list
     k = int(buckets)
     labels = [f"q{i + 1}" for i in range(k)]
     sizes = flows["bytes"].to_numpy(dtype=np.int64)
-    if not len(sizes):
-        return np.empty(0, dtype=object), labels
-    edges = np.quantile(sizes.astype(float), np.arange(1, k) / k)
-    index = np.searchsorted(edges, sizes.astype(float), side="left")
+    if edges is None:
+        if not len(sizes):
+            return np.empty(0, dtype=object), labels
+        edges = bucket_edges(sizes, k)
+    index = np.searchsorted(np.asarray(edges, dtype=float), sizes.astype(float), side="left")
     return np.asarray(labels, dtype=object)[index], labels
+
+
+def bucket_edges(sizes: Any, buckets: int) -> np.ndarray:
+    """The ``buckets - 1`` inner edges of ``buckets`` quantile buckets of ``sizes``."""
+    return np.quantile(np.asarray(sizes, dtype=float), np.arange(1, int(buckets)) / int(buckets))
 
 
 def _stats(values: np.ndarray) -> dict[str, float]:
@@ -428,20 +434,21 @@ def _stats(values: np.ndarray) -> dict[str, float]:
 
 def fct_summary(source: Any, *, warmup_ns: int = 0, cooldown_ns: int = 0, run_end_ns: int | None = None,
                 run_start_ns: int | None = None, buckets: int | None = None, tenants: Sequence[int] | None = None,
-                network: Any = None, ideal: str = "path") -> pd.DataFrame:
+                network: Any = None, ideal: str = "path", edges: Sequence[float] | None = None) -> pd.DataFrame:
     """Per tenant and size class (``all`` too): over the flows that start in
     the measurement window, ``flows`` (started), ``finished``, ``unfinished``,
     ``completion_ratio``, the size range, and mean / median / p95 / p99 of
     the FCT (microseconds: ``fct_mean_us``...) and of the slowdown
     (``slowdown_mean``...) over the finished ones. ``source``: a
     :func:`flow_table` frame, an EventLog, an Analysis or an events file.
-    ``buckets``: ``k`` quantile buckets instead of the size classes.
+    ``buckets``: ``k`` quantile buckets instead of the size classes (their
+    ``k - 1`` inner ``edges`` computed from the summarised flows, or given).
     ``tenants``: only these (default: every tenant with flows). Every
     (tenant, class) pair is a row, with 0 flows and NaN statistics when
     empty. ``attrs["window_ns"]``: the window's (first, last) start time."""
     flows = _flows_of(source, network, ideal)
     window = in_window(flows, warmup_ns, cooldown_ns, run_end_ns, run_start_ns)
-    classes, labels = _classes(window, buckets)
+    classes, labels = _classes(window, buckets, edges)
     tenant_ids = sorted({int(t) for t in flows["tenant"]}) if tenants is None else [int(t) for t in tenants]
     tenant = window["tenant"].to_numpy()
     finished = window["finished"].to_numpy(dtype=bool)
@@ -506,14 +513,14 @@ def compare_fct(a: Any, b: Any, *, names: tuple[str, str] = ("a", "b"), warmup_n
     if tenants is None:
         present = sorted({int(t) for t in fa["tenant"]} | {int(t) for t in fb["tenant"]})
         tenants = [t for t in present if t >= 1] or [t for t in present if t == 0]
-    edges_source = None
+    edges = None
     if buckets is not None:  # the same buckets for both runs: from the pooled sizes of both windows
-        pooled = pd.concat([in_window(fa, warmup_ns, cooldown_ns), in_window(fb, warmup_ns, cooldown_ns)])
-        edges_source = np.quantile(pooled["bytes"].to_numpy(dtype=float), np.arange(1, buckets) / buckets) if len(pooled) else None
-    sa = _summary_with_edges(fa, edges_source, buckets, warmup_ns, cooldown_ns, tenants)
-    sb = _summary_with_edges(fb, edges_source, buckets, warmup_ns, cooldown_ns, tenants)
+        pooled = pd.concat([in_window(fa, warmup_ns, cooldown_ns)["bytes"], in_window(fb, warmup_ns, cooldown_ns)["bytes"]])
+        edges = bucket_edges(pooled, buckets) if len(pooled) else np.zeros(int(buckets) - 1)
+    options = {"warmup_ns": warmup_ns, "cooldown_ns": cooldown_ns, "buckets": buckets, "tenants": tenants, "edges": edges}
+    sa, sb = fct_summary(fa, **options), fct_summary(fb, **options)
     key = ["tenant", "size_class"]
-    merged = sa.merge(sb, on=key, suffixes=("_a", "_b"), how="outer", sort=False)
+    merged = sa.merge(sb, on=key, suffixes=("_a", "_b"), how="left", sort=False)  # the same rows in both
     columns = key + ["flows_a", "flows_b", "unfinished_a", "unfinished_b"]
     for stat in [f"fct_{k}_us" for k in STATISTICS] + [f"slowdown_{k}" for k in STATISTICS]:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -522,26 +529,6 @@ def compare_fct(a: Any, b: Any, *, names: tuple[str, str] = ("a", "b"), warmup_n
     out = merged[columns].reset_index(drop=True)
     out.attrs["names"] = tuple(names)
     return out
-
-
-def _summary_with_edges(flows: pd.DataFrame, edges: np.ndarray | None, buckets: int | None, warmup_ns: int,
-                        cooldown_ns: int, tenants: Sequence[int]) -> pd.DataFrame:
-    if buckets is None or edges is None:
-        return fct_summary(flows, warmup_ns=warmup_ns, cooldown_ns=cooldown_ns, buckets=buckets, tenants=tenants)
-    labels = np.asarray([f"q{i + 1}" for i in range(int(buckets))], dtype=object)
-    relabelled = flows.copy()
-    relabelled["size_class"] = labels[np.searchsorted(edges, flows["bytes"].to_numpy(dtype=float), side="left")]
-    relabelled.attrs = dict(flows.attrs)
-    summary = fct_summary(relabelled, warmup_ns=warmup_ns, cooldown_ns=cooldown_ns, tenants=tenants)
-    keep = summary["size_class"].isin(list(labels) + ["all"])
-    rows = summary[keep].reset_index(drop=True)
-    missing = [(t, lab) for t in tenants for lab in labels if not ((rows["tenant"] == t) & (rows["size_class"] == lab)).any()]
-    if missing:  # a bucket no flow of this run fell in
-        empty = fct_summary(relabelled.iloc[0:0], tenants=[])
-        for t, lab in missing:
-            empty.loc[len(empty)] = {"tenant": t, "size_class": lab, "flows": 0, "finished": 0, "unfinished": 0}
-        rows = pd.concat([rows, empty], ignore_index=True)
-    return rows
 
 
 def _iteration_time_s(source: Any) -> float:
