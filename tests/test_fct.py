@@ -366,3 +366,20 @@ def test_analyze_window_options_and_their_errors(job_log, tmp_path):
 def test_a_log_without_flows_has_no_fct_section(tmp_path):
     log = ddlsim.simulate(model="lenet5", workers=2, iterations=1).events
     assert flow_table(log).empty and "fct" not in Analysis(log).headline()
+
+
+def test_analyze_compare_puts_both_runs_fct_side_by_side(job_log, tmp_path):
+    slow = ddlsim.simulate(model="lenet5", workers=2, iterations=2, record_flows=True, network="flow", bandwidth="1Gbps").events
+    for name, log in (("fast", job_log), ("slow", slow)):
+        (tmp_path / name).mkdir()
+        write_event_log(log, tmp_path / name / "events.parquet")
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path / "fast" / "events.parquet"), "--compare",
+                                      str(tmp_path / "slow" / "events.parquet"), "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "a" / "fct_compare.csv")
+    row = table[(table.tenant == 0) & (table.size_class == "all")].iloc[0]
+    assert row["flows_a"] == row["flows_b"] == job_log.flows.num_rows
+    fast, slow_flows = flow_table(job_log), flow_table(slow)
+    assert row["fct_mean_us_a"] == pytest.approx(fast["fct_ns"].astype(float).mean() / 1e3)
+    assert row["fct_mean_us_change"] == pytest.approx(slow_flows["fct_ns"].astype(float).mean() / fast["fct_ns"].astype(float).mean() - 1)
+    assert "FCT, a = " in (tmp_path / "a" / "report.html").read_text()
