@@ -197,6 +197,20 @@ def test_packet_ideal_matches_a_frame_by_frame_recursion_on_random_paths():
         assert model.ideal_ns(size, src, dst) == -((-last_ps) // 1000) + latency, (model, size, dst)
 
 
+def test_the_vectorised_ideal_times_equal_the_scalar_ones():
+    rng = np.random.default_rng(8)
+    sizes = np.concatenate([[0, 1, 1459, 1460, 1461, 2920, 3 * 10**9], rng.integers(1, 5 * 10**7, 200)])
+    for fidelity in ("flow", "packet"):
+        for framing, timestamps in (("ethernet", False), ("ppp", True)):
+            model = PathModel(fidelity=fidelity, bandwidth_bps=Fraction(25 * 10**9), latency_ns=3_000, topology="leaf-spine",
+                              hosts_per_leaf=4, spines=3, oversubscription=Fraction(3), framing=framing,
+                              tcp_timestamps=timestamps, intra_host_bandwidth_bps=Fraction(10**12), intra_host_latency_ns=500)
+            for src, dst in ((0, 1), (0, 4), (2, 2)):
+                for ideal in ("path", "rtt"):
+                    many = model.ideal_ns_many(sizes, src, dst, ideal)
+                    assert many.tolist() == [model.ideal_ns(int(b), src, dst, ideal) for b in sizes], (fidelity, framing, src, dst, ideal)
+
+
 # ------------------------------------------------------------------ summaries
 
 

@@ -174,6 +174,38 @@ class PathModel:
         return _ceil(Fraction(best, 1000)) + latency
 
 
+    def ideal_ns_many(self, sizes: Any, src_host: int, dst_host: int, ideal: str = "path") -> np.ndarray:
+        """:meth:`ideal_ns` of many sizes on the path between two hosts, vectorised
+        (exact: Python integers in numpy object arrays where int64 could overflow)."""
+        kind, rates, latency = self.path(src_host, dst_host)
+        sizes = np.asarray(sizes, dtype=np.int64)
+        rate = min(rates)
+        if self.fidelity != "packet" or kind == "intra":
+            return (_ceil_div(sizes.astype(object) * (8 * 10**9 * rate.denominator), rate.numerator) + latency).astype(np.int64)
+        mss, header = self.mss, self.mtu - self.mss
+        full, last = sizes // mss, sizes % mss
+        n = np.maximum(1, full + (last > 0))
+        payload = np.where(last > 0, last, np.where(full > 0, mss, 0)) + header
+        final = np.maximum(payload, 46) + 38 if self.framing == "ethernet" else payload + 2
+        s = self.frame(mss + header)
+        if ideal == "rtt":
+            wire = (full * s + np.where((last > 0) | (full == 0), final, 0)).astype(object)
+            rtt0 = 2 * latency + sum(Fraction((s + self.frame(header)) * 8 * 10**9) / r for r in rates)
+            numerator = wire * (8 * 10**9 * rate.denominator * rtt0.denominator) + rtt0.numerator * rate.numerator
+            return _ceil_div(numerator, rate.numerator * rtt0.denominator).astype(np.int64)
+        final_ps = [_ceil_div(final.astype(object) * (8 * 10**12 * r.denominator), r.numerator) for r in rates]
+        best = sum(final_ps)  # one frame: over every link
+        for m in range(1, len(rates) + 1):
+            head = [_ceil(Fraction(s * 8 * 10**12) / r) for r in rates[:m]]
+            candidate = sum(head) + (n.astype(object) - 2) * max(head) + sum(final_ps[m - 1:])
+            best = np.where(n > 1, np.maximum(best, candidate) if m > 1 else candidate, best)
+        return (_ceil_div(best, 1000) + latency).astype(np.int64)
+
+
+def _ceil_div(numerator: Any, denominator: int) -> Any:
+    return -((-numerator) // denominator)
+
+
 def _ceil(x: Fraction) -> int:
     return -((-x.numerator) // x.denominator)
 
@@ -302,13 +334,18 @@ def flow_table(source: Any, network: Any = None, ideal: str = "path") -> pd.Data
     if model is None:
         note = "ideal times and slowdowns need the run's network (bandwidth, latency): pass network= or a simulated log"
     else:
-        cache: dict[tuple, int] = {}
-        keys = zip(col["bytes"].tolist(), src_host.tolist(), dst_host.tolist())
-        for i, (size, a, b) in enumerate(keys):
-            key = (size, ideal, model.path(a, b)[0] if a >= 0 and b >= 0 else "?", a // model.hosts_per_leaf, b // model.hosts_per_leaf)
-            if key not in cache:
-                cache[key] = model.ideal_ns(size, a, b, ideal) if a >= 0 and b >= 0 else -1
-            ideal_ns[i] = cache[key]
+        # the ideal time depends on the size and the kind of path only: computed per kind, once per distinct size
+        known = (src_host >= 0) & (dst_host >= 0)
+        per_leaf = max(model.hosts_per_leaf, 1)
+        cross = (model.topology == "leaf-spine") & (src_host // per_leaf != dst_host // per_leaf)
+        kind = np.where(~known, 3, np.where(src_host == dst_host, 2, np.where(cross, 1, 0)))
+        example = {0: (0, 1), 1: (0, per_leaf), 2: (0, 0)}  # a host pair of each kind (0: only if 2+ hosts a leaf)
+        sizes = col["bytes"].astype(np.int64)
+        for k, (a, b) in example.items():
+            mask = kind == k
+            if mask.any():
+                unique, inverse = np.unique(sizes[mask], return_inverse=True)
+                ideal_ns[mask] = model.ideal_ns_many(unique, a, b, ideal)[np.asarray(inverse).reshape(-1)]
     with np.errstate(divide="ignore", invalid="ignore"):
         slowdown = np.where(finished & (ideal_ns > 0), fct / np.where(ideal_ns > 0, ideal_ns, 1), np.nan)
     frame = pd.DataFrame({
