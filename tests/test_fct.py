@@ -397,3 +397,14 @@ def test_analyze_compare_puts_both_runs_fct_side_by_side(job_log, tmp_path):
     assert row["fct_mean_us_a"] == pytest.approx(fast["fct_ns"].astype(float).mean() / 1e3)
     assert row["fct_mean_us_change"] == pytest.approx(slow_flows["fct_ns"].astype(float).mean() / fast["fct_ns"].astype(float).mean() - 1)
     assert "FCT, a = " in (tmp_path / "a" / "report.html").read_text()
+
+
+def test_without_a_readable_network_fcts_stay_and_slowdowns_are_nan_with_a_note(job_log):
+    log = job_log.replace(metadata={**job_log.metadata, "scenario": {"network": {"bandwidth": "fast"}}})
+    frame = flow_table(log)
+    assert frame["fct_ns"].notna().all() and frame["slowdown"].isna().all() and frame["ideal_ns"].isna().all()
+    assert "pass network=" in frame.attrs["note"]
+    given = flow_table(log, network=STAR_10G)
+    assert (given["slowdown"] == 1.0).all()
+    with pytest.raises(ValueError):
+        flow_table(log, network={"bandwidth": "fast"})

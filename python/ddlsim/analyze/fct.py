@@ -311,7 +311,13 @@ def flow_table(source: Any, network: Any = None, ideal: str = "path") -> pd.Data
         raise ValueError(f"ideal={ideal!r}: choose 'path' or 'rtt'")
     log, flows, span = _event_log(source)
     metadata = dict(getattr(log, "metadata", {}) or {})
-    model = path_model(network if network is not None else metadata)
+    if network is not None:
+        model = path_model(network)
+    else:
+        try:
+            model = path_model(metadata)
+        except (ValueError, TypeError, AttributeError):  # a captured log's free-form metadata
+            model = None
     if flows is None or flows.num_rows == 0:
         frame = _empty_flows()
         frame.attrs.update({"run_start_ns": None, "run_end_ns": None, "network": model,
