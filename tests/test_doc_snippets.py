@@ -23,6 +23,7 @@ SETUP = {
     ("README.md", 1): [],
     ("docs/allreduce-algorithms.md", 0): [],
     ("docs/analysis.md", 0): [[*PS, "--out", "run-ps"], [*SIM, "--out", "run-ring"]],
+    ("docs/analysis.md", 1): [[*SIM, "--record-flows", "--out", "run-flows"]],
     ("docs/capture-shaping.md", 0): [],
     ("docs/capture.md", 0): [],
     ("docs/event-log.md", 0): [],

@@ -921,9 +921,36 @@ class Analysis:
                    "first_ns", "last_ns"]
         return pd.DataFrame(rows, columns=columns)
 
+    # ---------------------------------------------------- flow completion times
+    def flow_completion(self) -> pd.DataFrame:
+        """Per flow of the flows table (``--record-flows``; background tenants'
+        flows too): FCT, ideal time, slowdown, size class
+        (:func:`ddlsim.analyze.fct.flow_table`); empty when the log has none."""
+        if "fct_flows" not in self._cache:
+            from .fct import flow_table
+
+            self._cache["fct_flows"] = flow_table(self)
+        return self._cache["fct_flows"]
+
+    def fct_summary(self, warmup_ns: int = 0, cooldown_ns: int = 0, buckets: int | None = None) -> pd.DataFrame:
+        """FCT and slowdown per tenant and size class over the flows that start
+        in ``[start + warmup, end - cooldown]`` (:func:`ddlsim.analyze.fct.fct_summary`)."""
+        from .fct import fct_summary
+
+        flows = self.flow_completion()
+        return fct_summary(flows, warmup_ns=warmup_ns, cooldown_ns=cooldown_ns, buckets=buckets)
+
+    def fct_cdf(self, warmup_ns: int = 0, cooldown_ns: int = 0) -> pd.DataFrame:
+        """The empirical CDF of the finished flows' FCT per tenant and size class, in the window."""
+        from .fct import fct_cdf
+
+        return fct_cdf(self.flow_completion(), warmup_ns=warmup_ns, cooldown_ns=cooldown_ns)
+
     # ---------------------------------------------------- headline
-    def headline(self, t_window_ns: int = 1_000_000, switch_memory_bytes: int | None = None) -> dict[str, Any]:
-        """The numbers worth printing, JSON-able (NaN as None)."""
+    def headline(self, t_window_ns: int = 1_000_000, switch_memory_bytes: int | None = None,
+                 fct_window: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+        """The numbers worth printing, JSON-able (NaN as None). ``fct_window``:
+        (warm-up, cool-down) ns of the FCT measurement window."""
         roles = pd.Series(self._col("role")).groupby(self._col("rank")).first() if len(self.log) else pd.Series([], dtype=object)
         out: dict[str, Any] = {
             "log": self.name, "source": self.log.metadata.get("source"), "rows": len(self.log),
@@ -969,12 +996,30 @@ class Analysis:
             out["collectives"] = {"instances": int(len(coll)), "mean_time_s": float(coll["time_ns"].mean()) / 1e9,
                                   "mean_busbw_Gbps": float(coll["busbw_Gbps"].mean()),
                                   "busbw_over_link": float(coll["busbw_over_link"].mean())}
+        if getattr(self.log, "flows", None) is not None or hasattr(self, "file"):
+            flows = self.flow_completion()
+            if len(flows):
+                out["fct"] = fct_headline(self.fct_summary(*fct_window))
         stats = self.log.metadata.get("network_stats")
         if isinstance(stats, dict) and stats.get("counters"):
             out["packet_network"] = dict(stats["counters"])
         if self.notes:
             out["notes"] = list(self.notes)
         return _jsonable(out)
+
+
+def fct_headline(summary: pd.DataFrame) -> dict[str, Any]:
+    """The FCT numbers of the headline: the window and, per tenant, its flows,
+    unfinished flows, mean / p99 FCT (us) and mean slowdown, all sizes and per class."""
+    out: dict[str, Any] = {"window_ns": [int(x) for x in summary.attrs.get("window_ns", (0, 0))], "tenants": {}}
+    for row in summary.itertuples(index=False):
+        if not row.flows:
+            continue
+        tenant = out["tenants"].setdefault(str(int(row.tenant)), {})
+        tenant[str(row.size_class)] = {"flows": int(row.flows), "unfinished": int(row.unfinished),
+                                       "fct_mean_us": float(row.fct_mean_us), "fct_p99_us": float(row.fct_p99_us),
+                                       "slowdown_mean": float(row.slowdown_mean)}
+    return out
 
 
 def port_names(metadata: Any) -> dict[int, str]:

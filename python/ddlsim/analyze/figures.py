@@ -344,3 +344,62 @@ def queues_figure(analysis: Any, tracks: int = QUEUE_FIGURE_TRACKS):
     _titled(ax, f"queue occupancy per port and band{more}")
     fig.tight_layout()
     return fig
+
+
+def _tenant_label(tenant: int) -> str:
+    return "job" if int(tenant) == 0 else f"tenant {int(tenant)}"
+
+
+def fct_figure(analysis: Any, warmup_ns: int = 0, cooldown_ns: int = 0):
+    """FCT CDF per tenant and size class: the finished flows that start in
+    the measurement window (log x axis)."""
+    from .fct import SIZE_CLASSES
+
+    cdf = analysis.fct_cdf(warmup_ns, cooldown_ns)
+    if cdf.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    order = {label: i for i, label in enumerate(SIZE_CLASSES)}
+    keys = sorted({(int(t), str(c)) for t, c in zip(cdf["tenant"], cdf["size_class"])}, key=lambda k: (k[0], order.get(k[1], 9), k[1]))
+    for tenant, label in keys:
+        g = cdf[(cdf["tenant"] == tenant) & (cdf["size_class"] == label)]
+        ax.step(g["fct_us"].to_numpy(dtype=float), g["fraction"].to_numpy(dtype=float), where="post",
+                label=plain_text(f"{_tenant_label(tenant)}, {label} ({len(g):,})"))
+    ax.set_xscale("log")
+    ax.set_xlabel("flow completion time (us)")
+    ax.set_ylabel("CDF")
+    ax.legend(fontsize=7, loc="lower right")
+    _titled(ax, "flow completion times (flows starting in the window)")
+    fig.tight_layout()
+    return fig
+
+
+def slowdown_figure(analysis: Any, warmup_ns: int = 0, cooldown_ns: int = 0):
+    """Slowdown (FCT / ideal time alone on the path) against flow size, one
+    colour per tenant: the finished flows that start in the window."""
+    from .fct import LARGE_ABOVE, SMALL_BELOW, in_window
+
+    flows = analysis.flow_completion()
+    if flows.empty:
+        return None
+    window = in_window(flows, warmup_ns, cooldown_ns)
+    window = window[window["finished"] & np.isfinite(window["slowdown"].to_numpy(dtype=float))]
+    if window.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for tenant, g in window.groupby("tenant", sort=True):
+        ax.scatter(np.maximum(g["bytes"].to_numpy(dtype=float), 1), g["slowdown"].to_numpy(dtype=float), s=6,
+                   alpha=0.6, label=plain_text(f"{_tenant_label(tenant)} ({len(g):,})"))
+    for edge in (SMALL_BELOW, LARGE_ABOVE):
+        ax.axvline(edge, color="0.7", lw=0.8, ls=":")
+    ax.axhline(1.0, color="0.5", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("flow size (bytes; dotted: 100 KB and 10 MB)")
+    ax.set_ylabel("slowdown (FCT / ideal)")
+    ax.legend(fontsize=7, loc="upper right")
+    _titled(ax, "slowdown against flow size")
+    fig.tight_layout()
+    return fig

@@ -357,8 +357,9 @@ class StreamedAnalysis(Analysis):
                     "the path shown is the part the log records")
         return self._note(frame, note)
 
-    def headline(self, t_window_ns: int = 1_000_000, switch_memory_bytes: int | None = None) -> dict[str, Any]:
-        out = super().headline(t_window_ns, switch_memory_bytes)
+    def headline(self, t_window_ns: int = 1_000_000, switch_memory_bytes: int | None = None,
+                 fct_window: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+        out = super().headline(t_window_ns, switch_memory_bytes, fct_window)
         roles = list(self.pass1.roles.values())
         out.update(rows=self.pass1.rows, workers=roles.count("worker"), servers=roles.count("server"))
         out["streamed"] = {"row_level_iteration": self.iteration, "row_level_rows": len(self.log)}

@@ -23,8 +23,10 @@ TABLE_FORMATS = {"csv": ("csv",), "parquet": ("parquet",), "both": ("csv", "parq
 FIGURE_FORMATS = ("png", "svg")
 
 
-def tables(analysis: Analysis, t_window_ns: int, switch_memory_bytes: int) -> dict[str, pd.DataFrame]:
-    """Every table of the analysis, by file stem."""
+def tables(analysis: Analysis, t_window_ns: int, switch_memory_bytes: int,
+           fct_window: tuple[int, int] = (0, 0)) -> dict[str, pd.DataFrame]:
+    """Every table of the analysis, by file stem. ``fct_window``: (warm-up,
+    cool-down) ns of the flow-completion-time window."""
     makers: dict[str, Callable[[], pd.DataFrame]] = {
         "iterations": analysis.iterations,
         "critical_path": analysis.critical_path,
@@ -43,12 +45,14 @@ def tables(analysis: Analysis, t_window_ns: int, switch_memory_bytes: int) -> di
         "collectives": analysis.collectives,
         "collectives_by_group": analysis.collectives_by_group,
         "queue_occupancy": analysis.queue_occupancy,
+        "fct_flows": analysis.flow_completion,
+        "fct_summary": lambda: analysis.fct_summary(*fct_window),
     }
     return {name: make() for name, make in makers.items()}
 
 
 def figures(analysis: Analysis, t_window_ns: int, compare_table: pd.DataFrame | None,
-            formats: tuple[str, ...] = ("png",)) -> dict[str, dict[str, bytes]]:
+            formats: tuple[str, ...] = ("png",), fct_window: tuple[int, int] = (0, 0)) -> dict[str, dict[str, bytes]]:
     """Per figure the log has something for: its bytes in each format
     (``{"iterations": {"png": b"...", "svg": b"..."}}``)."""
     from ..analyze import figures as f
@@ -62,6 +66,8 @@ def figures(analysis: Analysis, t_window_ns: int, compare_table: pd.DataFrame | 
         "hot_keys": lambda: f.hot_keys_figure(analysis),
         "collectives": lambda: f.collectives_figure(analysis),
         "queues": lambda: f.queues_figure(analysis),
+        "fct_cdf": lambda: f.fct_figure(analysis, *fct_window),
+        "fct_slowdown": lambda: f.slowdown_figure(analysis, *fct_window),
     }
     if compare_table is not None:
         makers["compare"] = lambda: f.compare_figure(compare_table)
@@ -230,6 +236,26 @@ def html_report(analysis: Analysis, data: dict[str, pd.DataFrame], pictures: dic
                 + "<h3>Per port and band</h3>" + table_html(queues, 40))
         sections.append(("queues", "Network queues (packet level)", body))
 
+    flows = data.get("fct_flows")
+    if flows is not None and not flows.empty:
+        summary = data["fct_summary"]
+        first, last = summary.attrs.get("window_ns", (0, 0))
+        tenants = sorted({int(t) for t in flows["tenant"]})
+        who = ", ".join("the job (tenant 0)" if t == 0 else f"tenant {t}" for t in tenants)
+        body = (_notes_html(flows)
+                + f"<p>{len(flows):,} flows of {e(who)}; summarised: those starting in [{first / 1e9:.6g} s, {last / 1e9:.6g} s] "
+                  f"(--warmup / --cooldown); FCT in microseconds; slowdown = FCT / the flow's ideal time alone on its path "
+                  f"(docs/analysis.md).</p>"
+                + _figure_html(pictures.get("fct_cdf"), "FCT CDF")
+                + _figure_html(pictures.get("fct_slowdown"), "slowdown against size")
+                + "<h3>Per tenant and size class (small &lt; 100 KB, large &gt; 10 MB)</h3>" + table_html(summary, 40))
+        fct_compare = data.get("fct_compare")
+        if fct_compare is not None and not fct_compare.empty:
+            a, b = fct_compare.attrs.get("names", ("a", "b"))
+            body += (f"<h3>FCT, a = {e(str(a))} vs b = {e(str(b))} (change = b / a - 1)</h3>"
+                     + table_html(fct_compare, 40))
+        sections.append(("fct", "Flow completion times", body))
+
     if compare_table is not None:
         a, b = compare_table.attrs.get("names", ("a", "b"))
         largest = compare_table.attrs.get("largest", [])
@@ -257,7 +283,7 @@ def html_report(analysis: Analysis, data: dict[str, pd.DataFrame], pictures: dic
 def analyze_to_directory(analysis: Analysis, directory: Path, *, compare: Analysis | None = None,
                          t_window_ns: int = 1_000_000, switch_memory_bytes: int = DEFAULT_SWITCH_MEMORY,
                          report_name: str | None = "report.html", write_tables: bool = True,
-                         table_format: str = "both") -> dict[str, Any]:
+                         table_format: str = "both", fct_window: tuple[int, int] = (0, 0)) -> dict[str, Any]:
     """Writes the tables (``table_format``: csv, parquet or both), the
     figures (PNG and SVG) and the report into `directory` (a staging
     directory: the caller moves it into place). Returns the headline numbers
@@ -266,16 +292,19 @@ def analyze_to_directory(analysis: Analysis, directory: Path, *, compare: Analys
         from ..errors import DdlsimError
 
         raise DdlsimError(f"--format {table_format}: choose one of {', '.join(TABLE_FORMATS)}")
-    data = tables(analysis, t_window_ns, switch_memory_bytes)
+    data = tables(analysis, t_window_ns, switch_memory_bytes, fct_window)
     compare_table = analysis.compare(compare) if compare is not None else None
     if compare_table is not None:
         data["compare"] = compare_table
-    headline = analysis.headline(t_window_ns, switch_memory_bytes)
+        fct_compare = _fct_compare(analysis, compare, fct_window)
+        if fct_compare is not None:
+            data["fct_compare"] = fct_compare
+    headline = analysis.headline(t_window_ns, switch_memory_bytes, fct_window)
     if compare_table is not None:
         headline["compare"] = {"with": compare.name, "iteration_time_diff_s": float(
             compare_table.loc[compare_table["item"] == "time", "diff_s"].iloc[0]),
             "largest": compare_table.attrs.get("largest", [])}
-    drawn = figures(analysis, t_window_ns, compare_table, FIGURE_FORMATS if write_tables else ("png",))
+    drawn = figures(analysis, t_window_ns, compare_table, FIGURE_FORMATS if write_tables else ("png",), fct_window)
     pictures = {name: kinds["png"] for name, kinds in drawn.items()}
     written = []
     if write_tables:
@@ -296,12 +325,24 @@ def analyze_to_directory(analysis: Analysis, directory: Path, *, compare: Analys
     return {"headline": headline, "files": written}
 
 
+def _fct_compare(analysis: Analysis, other: Analysis, fct_window: tuple[int, int]) -> pd.DataFrame | None:
+    """The FCT summaries of the compared logs side by side (a = `analysis`, b = `other`), when both have flows."""
+    from ..analyze.fct import compare_fct
+
+    mine, theirs = analysis.flow_completion(), other.flow_completion()
+    if mine.empty or theirs.empty:
+        return None
+    return compare_fct(mine, theirs, names=(analysis.name, other.name), warmup_ns=fct_window[0], cooldown_ns=fct_window[1])
+
+
 def run_analyze(log_path: Path, *, compare_path: Path | None, report: Path | None, out_dir: Path | None, as_json: bool,
                 t_window_ns: int, switch_memory_bytes: int, console: Any, table_format: str = "both",
-                stream: bool | None = None, iteration: int | None = None) -> dict[str, Any]:
+                stream: bool | None = None, iteration: int | None = None,
+                fct_window: tuple[int, int] = (0, 0)) -> dict[str, Any]:
     """The `ddlsim analyze` command: read, analyse, write (atomically, by the rules of
     :mod:`ddlsim.safe_io`: never over a directory, a device or the logs read), print.
-    ``stream``: None streams Parquet logs above ``STREAM_ABOVE_ROWS`` rows."""
+    ``stream``: None streams Parquet logs above ``STREAM_ABOVE_ROWS`` rows.
+    ``fct_window``: (warm-up, cool-down) ns of the flow-completion-time window."""
     from ..analyze.streaming import open_analysis
     from ..safe_io import atomic_file, check_directory_target, check_file_target, staged_directory
     from ..trace.parquet import with_side_tables
@@ -325,7 +366,7 @@ def run_analyze(log_path: Path, *, compare_path: Path | None, report: Path | Non
             result = analyze_to_directory(analysis, stage, compare=other, t_window_ns=t_window_ns,
                                           switch_memory_bytes=switch_memory_bytes,
                                           report_name=report.name if report_inside else "report.html",
-                                          table_format=table_format)
+                                          table_format=table_format, fct_window=fct_window)
         result["out"] = str(out_dir)
         if report is not None and not report_inside:
             with atomic_file(report, inputs=inputs, option="--report", make_parent=True) as temporary:
@@ -335,9 +376,9 @@ def run_analyze(log_path: Path, *, compare_path: Path | None, report: Path | Non
             with atomic_file(report, inputs=inputs, option="--report", make_parent=True) as temporary:
                 result = analyze_to_directory(analysis, temporary.parent, compare=other, t_window_ns=t_window_ns,
                                               switch_memory_bytes=switch_memory_bytes, report_name=temporary.name,
-                                              write_tables=False)
+                                              write_tables=False, fct_window=fct_window)
         else:
-            headline = analysis.headline(t_window_ns, switch_memory_bytes)
+            headline = analysis.headline(t_window_ns, switch_memory_bytes, fct_window)
             if other is not None:
                 table = analysis.compare(other)
                 headline["compare"] = {"with": other.name, "iteration_time_diff_s": float(
@@ -406,6 +447,18 @@ def print_headline(headline: dict[str, Any], console: Any) -> None:
         ratio = "" if c.get("busbw_over_link") is None else f" ({c['busbw_over_link']:.1%} of the link)"
         console.print(f"  {c['instances']:,} collectives, mean {ms(c['mean_time_s'])}, bus bandwidth "
                       f"{c['mean_busbw_Gbps']:.2f} Gbit/s{ratio}", highlight=False)
+    if "fct" in h:
+        window = h["fct"].get("window_ns", [0, 0])
+        for tenant, classes in h["fct"].get("tenants", {}).items():
+            who = "job" if tenant == "0" else f"tenant {tenant}"
+            a = classes.get("all", {})
+            parts = ", ".join(f"{k} {v['flows']:,}" for k, v in classes.items() if k != "all")
+            mean = "-" if a.get("fct_mean_us") is None else f"{a['fct_mean_us']:,.1f} us"
+            p99 = "-" if a.get("fct_p99_us") is None else f"{a['fct_p99_us']:,.1f} us"
+            slow = "-" if a.get("slowdown_mean") is None else f"{a['slowdown_mean']:.2f}"
+            console.print(f"  FCT {who}: {a.get('flows', 0):,} flows starting in [{window[0] / 1e9:.6g} s, {window[1] / 1e9:.6g} s] "
+                          f"({parts}), {a.get('unfinished', 0):,} unfinished; mean {mean}, p99 {p99}, mean slowdown {slow}",
+                          highlight=False, markup=False)
     if "compare" in h:
         c = h["compare"]
         console.print(f"  vs {c['with']}: iteration time {c['iteration_time_diff_s'] * 1e3:+.3f} ms", highlight=False,

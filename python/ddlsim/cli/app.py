@@ -411,8 +411,10 @@ def analyze(
         None, "--stream/--in-memory", help="Read the Parquet log by row groups in bounded memory (default: above 2 M rows)."),
     iteration: Optional[int] = typer.Option(
         None, "--iteration", help="Streamed: the iteration the row-level analyses (critical path, RPCs...) read; default the last."),
+    warmup: str = typer.Option("0s", "--warmup", help="Flow completion times: leave out flows starting in this first part of the run."),
+    cooldown: str = typer.Option("0s", "--cooldown", help="Flow completion times: leave out flows starting in this last part of the run."),
 ) -> None:
-    """Analyze an event log: iterations, critical path, SketchDLC overheads, RPC latency, collectives."""
+    """Analyze an event log: iterations, critical path, SketchDLC overheads, RPC latency, collectives, flow completion times."""
     from ..units import parse_duration_ns, parse_size_bytes
     from .analyze_command import run_analyze
 
@@ -422,9 +424,15 @@ def analyze(
         raise DdlsimError(f"--t-window / --switch-memory: {exc}") from None
     if window_ns <= 0:
         raise DdlsimError("--t-window must be longer than 0")
+    try:
+        fct_window = (parse_duration_ns(warmup), parse_duration_ns(cooldown))
+    except ValueError as exc:
+        raise DdlsimError(f"--warmup / --cooldown: {exc}") from None
+    if min(fct_window) < 0:
+        raise DdlsimError(f"--warmup / --cooldown must be 0 or longer, got {warmup} and {cooldown}")
     run_analyze(events, compare_path=compare, report=report, out_dir=out_dir, as_json=as_json,
                 t_window_ns=window_ns, switch_memory_bytes=memory, console=real_console(out), table_format=table_format,
-                stream=stream, iteration=iteration)
+                stream=stream, iteration=iteration, fct_window=fct_window)
 
 
 @app.command()

@@ -98,7 +98,7 @@ def event_log_from_engine(
     if stats is not None:
         meta["network_stats"] = stats
     return ArrayLog(columns, deps_offsets=c["dep_offsets"], deps_values=c["deps"], metadata=meta,
-                    groups=_groups_table(groups, model), flows=_flows_table(out.get("flows")),
+                    groups=_groups_table(groups, model), flows=_flows_table(out.get("flows"), host_of_rank),
                     queues=queues_table(out.get("queues")), source="simulation")
 
 
@@ -128,24 +128,56 @@ def _groups_table(groups: Sequence[Mapping[str, Any]], model: Model) -> dict[str
     }
 
 
-def _flows_table(flows: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _none_as(values: np.ndarray, dtype: Any) -> np.ndarray:
+    """An engine column whose all-ones value means "none" (u32::MAX, u64::MAX) as
+    signed `dtype` with -1 there; signed input (synthetic outputs) as it is."""
+    values = np.asarray(values)
+    if values.dtype.kind == "u":
+        return np.where(values == np.iinfo(values.dtype).max, -1, values.astype(np.int64)).astype(dtype)
+    return values.astype(dtype)
+
+
+def _flows_table(flows: Mapping[str, Any] | None, host_of_rank: Sequence[int] = ()) -> dict[str, Any] | None:
+    """The flows side table of the engine's ``out["flows"]`` (see
+    ddlsim.trace.schema.SIDE_TABLES["flows"]): a background tenant's flow has
+    src = dst = -1 (u32::MAX from the engine) and message = -1 (u64::MAX); a
+    flow still in flight when the run ended (delivered_ns = u64::MAX) has a
+    null end_ns. src_host / dst_host come from the engine, or (engine builds
+    without them) from the ranks' hosts."""
     if not flows:
         return None
     f = {name: raw_column(flows, name) for name in flows}
     if not len(f["message"]):
         return None
+    src, dst = _none_as(f["src"], np.int32), _none_as(f["dst"], np.int32)
+    hosts = np.asarray(host_of_rank, dtype=np.int32)
+
+    def host(name: str, rank: np.ndarray) -> np.ndarray:
+        if name in f:
+            return _none_as(f[name], np.int32)
+        if not len(hosts):
+            return rank.copy()
+        return np.where(rank >= 0, hosts[np.clip(rank, 0, len(hosts) - 1)], -1).astype(np.int32)
+
+    delivered = np.asarray(f["delivered_ns"])
+    unfinished = delivered == np.iinfo(delivered.dtype).max if delivered.dtype.kind == "u" else delivered < 0
+    end = delivered.astype(np.int64)
+    if unfinished.any():
+        end = np.ma.masked_array(np.where(unfinished, 0, end), mask=unfinished)  # null end_ns: not finished
     return {
         "flow": np.arange(len(f["message"]), dtype=np.int64),
-        "message": f["message"].astype(np.int64),
-        "src": f["src"].astype(np.int32),
-        "dst": f["dst"].astype(np.int32),
+        "message": _none_as(f["message"], np.int64),
+        "src": src,
+        "dst": dst,
         "bytes": f["bytes"].astype(np.int64),
         "band": f["band"].astype(np.int32),
         "tenant": f["tenant"].astype(np.int32),
         "start_ns": f["start_ns"].astype(np.int64),
-        "end_ns": f["delivered_ns"].astype(np.int64),
+        "end_ns": end,
         # packet level (zeros at analytic and flow fidelity; absent from older engine builds: 0)
         **{name: f[name].astype(np.int64) for name in PACKET_FLOW_COLUMNS if name in f},
+        "src_host": host("src_host", src),
+        "dst_host": host("dst_host", dst),
     }
 
 

@@ -185,6 +185,20 @@ def read_event_log(path: str | os.PathLike[str], *, check_causality: bool = True
     )
 
 
+def read_side_table(path: str | os.PathLike[str], name: str) -> pa.Table | None:
+    """The side table ``name`` (groups, flows, queues) of the events file
+    ``path``, validated, without reading the events; None when the file
+    names none."""
+    from .schema import _side_table
+
+    path = Path(path)
+    raw = pq.read_schema(path).metadata or {}
+    file = _parse_side_tables(raw, path).get(name)
+    if file is None:
+        return None
+    return _side_table(_read_side(path, name, file), SIDE_TABLES[name], str(path.with_name(file)))
+
+
 def _read_side(path: Path, name: str, file: str) -> pa.Table:
     side_path = path.with_name(file)
     if not side_path.exists():

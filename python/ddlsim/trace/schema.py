@@ -55,6 +55,7 @@ class Column:
     default: Any = None  # filled in by event_log_from_arrays when omitted; None: required
     choices: tuple[str, ...] | None = None  # closed vocabulary of a string column
     non_empty: bool = False
+    always: bool = False  # required even though nullable (a side table's end_ns: present, null where unknown)
 
     @property
     def is_integer(self) -> bool:
@@ -70,7 +71,7 @@ class Column:
 
     @property
     def required(self) -> bool:
-        return self.default is None and not self.nullable
+        return self.always or (self.default is None and not self.nullable)
 
 
 def _int(name, type_, meaning, minimum=-1, default=-1, **kw) -> Column:
@@ -155,19 +156,23 @@ SIDE_TABLES: Mapping[str, SideTable] = {
         (
             _int("flow", _I64, "flow id", minimum=0, default=None),
             _int("message", _I64, "event-log message it carries, -1 if none"),
-            _int("src", _I32, "sending rank", minimum=0, default=None),
-            _int("dst", _I32, "receiving rank", minimum=0, default=None),
+            _int("src", _I32, "sending rank, -1 for a host-only endpoint (a background tenant's flow)", default=None),
+            _int("dst", _I32, "receiving rank, -1 for a host-only endpoint (a background tenant's flow)", default=None),
             _int("bytes", _I64, "bytes", minimum=0, default=0),
             _int("band", _I32, "priority band (0 = highest)", minimum=0, default=0),
             _int("tenant", _I32, "tenant / job id", minimum=0, default=0),
             Column("start_ns", _I64, "first byte enters the network", "ns"),
-            Column("end_ns", _I64, "last byte delivered; FCT = end_ns - start_ns", "ns"),
+            Column("end_ns", _I64, "last byte delivered; FCT = end_ns - start_ns; null: not finished when the run ended",
+                   "ns", nullable=True, always=True),
             # packet level; 0 at analytic and flow fidelity and in files written before these columns
             _int("retransmits", _I64, "segments of this message retransmitted (packet level)", minimum=0, default=0),
             _int("timeouts", _I64, "retransmission timeouts while it was in flight on its connection (packet level)",
                  minimum=0, default=0),
             _int("drops", _I64, "packets of this message dropped (packet level)", minimum=0, default=0),
             _int("ecn_marks", _I64, "packets of this message CE-marked (packet level)", minimum=0, default=0),
+            # hosts of both ends; -1 (unknown) in files written before these columns: the ranks' hosts then
+            _int("src_host", _I32, "sending host, -1 if unknown (files written before this column)"),
+            _int("dst_host", _I32, "receiving host, -1 if unknown (files written before this column)"),
         ),
         "one row per network flow (flow-level and packet-level models)",
     ),
@@ -949,10 +954,20 @@ def _side_table(value: Any, spec: SideTable, source: str) -> pa.Table | None:
     fields += [pa.field(name, arrays[name].type) for name in arrays if name not in by_name]
     table = pa.Table.from_arrays(list(arrays.values()), schema=pa.schema(fields))
     if "start_ns" in by_name:
-        start, end = table.column("start_ns").to_numpy(), table.column("end_ns").to_numpy()
-        if (end < start).any():
-            position = _first(end < start)
+        start = _combined(table.column("start_ns")).to_numpy(zero_copy_only=False)
+        end_array = _combined(table.column("end_ns"))
+        finished = ~end_array.is_null().to_numpy(zero_copy_only=False)
+        end = end_array.fill_null(0).to_numpy(zero_copy_only=False) if end_array.null_count else end_array.to_numpy(zero_copy_only=False)
+        backwards = finished & (end < start)
+        if backwards.any():
+            position = _first(backwards)
             raise problem.at("end_ns", position, f"end_ns={end[position]} is before start_ns={start[position]}", "end_ns >= start_ns")
+    if "src_host" in by_name:
+        for rank, host in (("src", "src_host"), ("dst", "dst_host")):
+            neither = (table.column(rank).to_numpy() < 0) & (table.column(host).to_numpy() < 0)
+            if neither.any():
+                raise problem.at(host, _first(neither), f"{rank} and {host} are both -1",
+                                 f"a flow's ends need a rank ({rank}) or a host ({host})")
     return table
 
 
