@@ -157,7 +157,8 @@ def sample(points: Sequence[tuple[float, float]], rng, n: int):
     first = i == 0
     j = np.where(first, 1, i)
     lo_b, hi_b, lo_c, hi_c = b[j - 1], b[j], c[j - 1], c[j]
-    out = lo_b + (u - lo_c) / (hi_c - lo_c) * (hi_b - lo_b)
+    with np.errstate(divide="ignore", invalid="ignore"):  # flat segments are never chosen (the first-point branch aside)
+        out = lo_b + (u - lo_c) / (hi_c - lo_c) * (hi_b - lo_b)
     return np.where(first, b[0], out)
 
 
@@ -201,7 +202,7 @@ def read_cdf_csv(path: str | Path) -> Points:
         if b != int(b) or b < 0 or b > MAX_BYTES:
             raise ScenarioError(f"{where}: size {b:g} is not a whole number of bytes from 0 to 1e15; "
                                 "write flow sizes in bytes (e.g. 10000)")
-        if c < 0 or c > 1:
+        if c < 0 or c > 1 + 1e-9:
             percent = " (percent? divide by 100)" if 1 < c <= 100 else ""
             raise ScenarioError(f"{where}: cumulative fraction {c:g} is outside (0, 1]{percent}; write fractions such as 0.15")
         if c == 0 and index > 0:
