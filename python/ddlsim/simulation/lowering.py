@@ -157,12 +157,12 @@ def network_document(scenario: Scenario) -> dict:
     }
     if net.fidelity == "packet":
         document["packet"] = packet_document(net.packet_options)
-    if net.hosts is not None:
-        document["hosts"] = fabric_hosts(scenario)
     tenants = tenant_documents(scenario)
     if tenants:
         document["tenants"] = tenants
         document["record_flows"] = True  # tenant flows are only seen in the flows table
+    if net.hosts is not None:
+        document["hosts"] = fabric_hosts(scenario)
     return document
 
 
