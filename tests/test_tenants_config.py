@@ -50,6 +50,8 @@ def test_tenant_field_checks():
     assert "used twice" in _err({"tenant": [{"load": 0.1, "name": "a"}, {"load": 0.2, "name": "a"}]})
     assert "unknown key 'tenant.0.rate'" in _err({"tenant": [{"load": 0.1, "rate": 3}]})
     assert "network.hosts" in _err({"network": {"hosts": 0}})
+    assert "would never meet the job's" in _err({"network": {"fidelity": "analytic", "collective_model": "closed-form"},
+                                                 "tenant": [{"load": 0.1}]})
 
 
 def test_hosts_must_hold_the_ranks():

@@ -1026,7 +1026,12 @@ class Scenario(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _tenant_names(self) -> "Scenario":
+    def _tenant_checks(self) -> "Scenario":
+        if self.tenant and self.network.collective_model == "closed-form":
+            raise ValueError(
+                "network.collective_model = \"closed-form\" times collectives without the network, so [[tenant]] flows "
+                "would never meet the job's; set collective_model = \"steps\" or remove the tenants"
+            )
         names = [t.name for t in self.tenant if t.name is not None]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
