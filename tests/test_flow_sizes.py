@@ -152,3 +152,14 @@ def test_bad_csv_through_the_cli_exits_2_without_traceback(kind, tmp_path):
     assert "Traceback" not in run.stderr and expected in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_file_digest_follows_the_csv_bytes(tmp_path):
+    p = tmp_path / "s.csv"
+    p.write_text("1000,0.5\n3000,1\n", encoding="utf-8")
+    first = fs.file_digest("s.csv", str(tmp_path))
+    p.write_text("1000,0.4\n3000,1\n", encoding="utf-8")
+    assert fs.file_digest(str(p)) != first and len(first) == 64
+    assert fs.file_digest("websearch") is None
+    with pytest.raises(ScenarioError, match="cannot read"):
+        fs.file_digest(str(tmp_path / "gone.csv"))

@@ -124,6 +124,22 @@ def resolve(sizes: str, base_dir: Optional[str] = None) -> FlowSizeCDF:
     return FlowSizeCDF(str(path), read_cdf_csv(path))
 
 
+def file_digest(sizes: str, base_dir: Optional[str] = None) -> Optional[str]:
+    """SHA-256 of the CSV file `sizes` names (None for a built-in name): for
+    result caches, as the scenario names the file, not its points."""
+    import hashlib
+
+    if builtin_name(sizes) is not None:
+        return None
+    path = Path(sizes).expanduser()
+    if base_dir is not None and not path.is_absolute():
+        path = Path(base_dir) / path
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read the flow-size CDF ({exc.strerror or exc})") from None
+
+
 def mean_bytes(points: Sequence[tuple[float, float]]) -> float:
     """Mean flow size of the piecewise-linear CDF (see the module docstring)."""
     b0, c0 = points[0]
