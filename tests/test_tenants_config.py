@@ -238,3 +238,14 @@ def test_the_docs_examples_run(tmp_path):
     for r in runs:
         assert r.returncode == 0, (r.args, r.stderr[-2000:])
     assert (tmp_path / "run-ws" / "flows.parquet").is_file()
+
+
+def test_replay_takes_background_and_hosts(tmp_path):
+    from ddlsim.simulation.replay import replay_plan
+
+    ddlsim.simulate(model="lenet5", workers=2, iterations=1, network="analytic").save(tmp_path / "run")
+    events = tmp_path / "run" / "events.parquet"
+    scenario, _ = replay_plan(events, background=["websearch:load=0.2"], hosts=3)
+    assert [(t.sizes, t.load) for t in scenario.tenants] == [("websearch", 0.2)] and scenario.network.hosts == 3
+    run = _cli(["replay", str(events), "--background", "websearch:load=0"], tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "0 < load <= 1" in run.stderr, run.stderr
