@@ -214,6 +214,9 @@ def test_a_tenant_runs_beside_the_job(fidelity, tmp_path):
     assert sizes.min() >= 1000 and sizes.max() <= 3000
     assert sizes.mean() == pytest.approx(1500, rel=0.15)
     assert starts.min() >= start_ns
+    if "src_host" in flows:  # the flows table names hosts (fct branch)
+        src, dst = np.asarray(flows["src_host"])[mine], np.asarray(flows["dst_host"])[mine]
+        assert set(src) | set(dst) <= {0, 1} and (src != dst).all()
     # Poisson arrivals until the job ends: 2 sending hosts x rate x window, within 5 standard deviations
     window_s = (r.stats["makespan_ns"] - start_ns) / 1e9
     expected = 2 * rate * window_s
