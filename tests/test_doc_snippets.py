@@ -36,6 +36,7 @@ SETUP = {
     ("docs/reproduction/mg-wfbp.md", 0): [],
     ("docs/reproduction/network-operator.md", 0): [],
     ("docs/reproduction/thesis.md", 0): [],
+    ("docs/tenants.md", 0): [],
 }
 
 

@@ -108,6 +108,13 @@ def simulate(
         None, "--priority-bands/--no-priority-bands", help="Gradient transfers use the network's strict-priority bands."),
     record_flows: Optional[bool] = typer.Option(
         None, "--record-flows/--no-record-flows", help="Write flows.parquet: one row per network flow (FCT, bytes, band)."),
+    background: Optional[list[str]] = typer.Option(
+        None, "--background", help="A background tenant (repeatable; replaces the scenario's [[tenant]] tables): SIZES:key=value,... "
+        "with SIZES websearch | datamining | cdf=PATH (CSV bytes,cumulative fraction) and keys load (fraction of the SENDING "
+        "host's link rate) or flows_per_host (flows per second PER SENDING HOST), band, seed, start, stop, name; "
+        "e.g. websearch:load=0.3 (docs/tenants.md)."),
+    hosts: Optional[int] = typer.Option(
+        None, "--hosts", help="Hosts in the fabric, at least those the ranks use; the others only run background tenants."),
     transport: Optional[str] = typer.Option(
         None, "--transport", help="Packet level: newreno | dctcp (needs --ecn-threshold)"),
     queue_limit: Optional[str] = typer.Option(
@@ -152,12 +159,41 @@ def simulate(
         "distribution": distribution, "asynchronous": asynchronous, "staleness": staleness,
         "gamma_ns_per_byte": gamma_ns_per_byte, "stagger": stagger, "stagger_mode": stagger_mode,
         "compute_speedup": compute_speedup, "speedup_kinds": speedup_kinds or None, "grow_module": grow_module,
-        "grow_count": grow_count,
+        "grow_count": grow_count, "hosts": hosts, "background": _background_overrides(background),
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     _simulate_and_report(lambda: run_simulation(scenario, **overrides), iterations=iterations, out_dir=out_dir, as_json=as_json,
                          max_memory=max_memory, force=force, quiet=quiet)
+
+
+def _background_overrides(specs: Optional[list[str]]) -> Optional[list[dict]]:
+    """The --background values as [[tenant]] tables, each checked on its own so that an error is
+    one line naming the value; a CSV path becomes absolute (flags are relative to the working directory)."""
+    if not specs:
+        return None
+    from pydantic import ValidationError
+
+    from ..simulation.scenario import TenantConfig, parse_background
+    from ..workload.flow_sizes import builtin_name
+
+    tables = []
+    for spec in specs:
+        try:
+            table = parse_background(spec)
+            TenantConfig.model_validate(table)
+        except ValueError as exc:  # a ValidationError too
+            if isinstance(exc, ValidationError):
+                messages = [(e["loc"][0] if e["loc"] else "", e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
+                why = "; ".join(dict.fromkeys(m if not f or m.startswith(f"{f} ") else f"{f}: {m}" for f, m in messages))
+            else:
+                why = str(exc).removeprefix(f"{spec!r}: ")
+            example = "" if "e.g." in why else "; write e.g. websearch:load=0.3 or cdf=sizes.csv:flows_per_host=23,band=0"
+            raise DdlsimError(f"--background {spec!r}: {why}{example}") from None
+        if builtin_name(table["sizes"]) is None:
+            table["sizes"] = str(Path(table["sizes"]).expanduser().resolve())
+        tables.append(table)
+    return tables
 
 
 def _packet_overrides(transport: Optional[str], queue_limit: Optional[str], ecn_threshold: Optional[int],
@@ -295,6 +331,10 @@ def replay(
     bands: Optional[int] = typer.Option(None, "--bands", help="Packet level: strict-priority bands per port, 1-8."),
     queue_sample: Optional[str] = typer.Option(
         None, "--queue-sample", help="Packet level: sample queue occupancy at this period (e.g. 100us) into queues.parquet."),
+    background: Optional[list[str]] = typer.Option(
+        None, "--background", help="A background tenant (repeatable), e.g. websearch:load=0.3 (see simulate --help, docs/tenants.md)."),
+    hosts: Optional[int] = typer.Option(
+        None, "--hosts", help="Hosts in the fabric, at least those the ranks use; the others only run background tenants."),
     barrier: Optional[bool] = typer.Option(None, "--barrier/--no-barrier", help="Global barrier between iterations."),
     iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
     trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
@@ -314,6 +354,7 @@ def replay(
         "workers": workers, "strategy": strategy, "servers": servers, "algorithm": algorithm, "grouping": grouping,
         "stream_policy": stream_policy, "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
         "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
+        "hosts": hosts, "background": _background_overrides(background),
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}

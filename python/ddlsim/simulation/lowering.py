@@ -157,7 +157,70 @@ def network_document(scenario: Scenario) -> dict:
     }
     if net.fidelity == "packet":
         document["packet"] = packet_document(net.packet_options)
+    tenants = tenant_documents(scenario)
+    if tenants:
+        document["tenants"] = tenants
+        document["record_flows"] = True  # tenant flows are only seen in the flows table
+    if net.hosts is not None:
+        document["hosts"] = fabric_hosts(scenario)
     return document
+
+
+def fabric_hosts(scenario: Scenario) -> int:
+    """Hosts in the fabric: network.hosts, checked to hold the ranks' hosts, else the ranks' hosts."""
+    used = max(host_of_rank(scenario)) + 1
+    hosts = scenario.network.hosts
+    if hosts is None:
+        return used
+    if hosts < used:
+        servers = f" and {scenario.servers} server(s)" if scenario.servers else ""
+        raise ScenarioError(
+            f"network.hosts = {hosts} is fewer than the {used} hosts the ranks use ({scenario.workers} workers{servers}, "
+            f"{scenario.network.ranks_per_host} per host); set network.hosts (--hosts) to at least {used}, or remove it"
+        )
+    return hosts
+
+
+def tenant_rate_per_host(tenant, bandwidth_bps: float, mean_size_bytes: float) -> float:
+    """Poisson arrivals per second per sending host: the given flows per second, or
+    rate = load x link rate / (8 x mean flow size), so that a host sends `load` of its link rate."""
+    if tenant.flows_per_second_per_host is not None:
+        return float(tenant.flows_per_second_per_host)
+    return tenant.load * bandwidth_bps / (8 * mean_size_bytes)
+
+
+def tenant_documents(scenario: Scenario) -> list[dict]:
+    """The engine's "tenants" list (docs/tenants.md): ids 1, 2, ... in [[tenant]] order."""
+    from ..workload import flow_sizes
+
+    if not scenario.tenant:
+        return []
+    hosts = fabric_hosts(scenario)
+    out = []
+    for index, t in enumerate(scenario.tenant):
+        label = f"tenant {index + 1}" + (f" ({t.name})" if t.name else "")
+        named = [h for pair in (t.pairs or []) for h in pair] + list(t.hosts or [])
+        if hosts < 2 and not named:
+            raise ScenarioError(f"{label}: the fabric has one host, and tenant flows go between two; "
+                                "add hosts with network.hosts (--hosts)")
+        outside = sorted({h for h in named if h >= hosts})
+        if outside:
+            raise ScenarioError(f"{label}: host {outside[0]} is not in the fabric (hosts 0 to {hosts - 1}); "
+                                f"set network.hosts (--hosts) to at least {outside[-1] + 1} or use hosts below {hosts}")
+        cdf = flow_sizes.resolve(t.sizes, scenario.base_dir)
+        points = cdf.engine_points()
+        out.append({
+            "id": index + 1,
+            "band": t.band,
+            "seed": scenario.tenant_seed(index),
+            "cdf": points,
+            "rate_per_host": tenant_rate_per_host(t, scenario.network.bandwidth_bps, flow_sizes.mean_bytes(points)),
+            "pairs": [list(p) for p in t.pairs] if t.pairs is not None else None,
+            "hosts": list(t.hosts) if t.hosts is not None else None,
+            "start_ns": t.start_ns,
+            "stop_ns": t.stop_ns,
+        })
+    return out
 
 
 def packet_document(p) -> dict:

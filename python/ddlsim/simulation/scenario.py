@@ -236,6 +236,9 @@ class NetworkConfig(_Strict):
     collective_model: Literal["steps", "closed-form"] = "steps"
     # Packet-level options ([network.packet]); only with fidelity = "packet".
     packet: Optional[PacketConfig] = None
+    # Hosts in the fabric, at least those the ranks use; the others run no rank and
+    # only send and receive background-tenant flows ([[tenant]]). None: the ranks' hosts.
+    hosts: Optional[int] = Field(None, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _packet_options(self) -> "NetworkConfig":
@@ -300,6 +303,151 @@ class NetworkConfig(_Strict):
     @property
     def intra_host_latency_ns(self) -> int:
         return parse_duration_ns(self.intra_host_latency)
+
+
+# ----------------------------------------------------------------- tenants
+
+
+class TenantConfig(_Strict):
+    """A background tenant ([[tenant]]): open-loop Poisson flow arrivals
+    between hosts, each flow's size drawn from an empirical CDF (see
+    docs/tenants.md and :mod:`ddlsim.workload.flow_sizes`). The load is
+    given per SENDING HOST, as a fraction of its link rate (`load`) or in
+    flows per second (`flows_per_second_per_host`)."""
+
+    name: Optional[str] = None
+    # "websearch" (DCTCP) | "datamining" (VL2) | the path of a CSV file: bytes,cumulative fraction
+    sizes: str = "websearch"
+    # per sending host: a fraction of its link rate (mean inter-arrival = mean size x 8 / (load x rate)) ...
+    load: Optional[float] = None
+    # ... or flows per second (the thesis' unit); give one of the two
+    flows_per_second_per_host: Optional[float] = Field(None, gt=0, le=1e9, allow_inf_nan=False)
+    band: int = Field(0, ge=0, le=7)
+    # None: the scenario's seed for the first tenant, seed + k - 1 for the k-th
+    seed: Optional[int] = Field(None, ge=0, lt=2**63)
+    # [[src_host, dst_host], ...]: flows only between these; None: random pairs among `hosts`
+    pairs: Optional[list[tuple[int, int]]] = None
+    # hosts that send and receive (None: every host of the fabric)
+    hosts: Optional[list[int]] = None
+    start: Duration = "0s"
+    # arrivals stop here; None: when the job's last operation ends
+    stop: Optional[Duration] = None
+
+    @field_validator("sizes")
+    @classmethod
+    def _sizes(cls, v: str) -> str:
+        from ..workload.flow_sizes import builtin_name, check_sizes_name
+
+        check_sizes_name(v)
+        return builtin_name(v) or v
+
+    @field_validator("load")
+    @classmethod
+    def _load(cls, v):
+        if v is not None and not (0 < v <= 1):
+            raise ValueError(f"load = {v!r} is a fraction of the sending host's link rate: give 0 < load <= 1 (e.g. 0.3), "
+                             "or flows_per_second_per_host for a rate")
+        return v
+
+    @field_validator("pairs")
+    @classmethod
+    def _pairs(cls, v):
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("pairs is empty; list [src_host, dst_host] pairs, or remove pairs for random pairs")
+        for src, dst in v:
+            if src < 0 or dst < 0:
+                raise ValueError(f"pair [{src}, {dst}]: host ids start at 0")
+            if src == dst:
+                raise ValueError(f"pair [{src}, {dst}] sends from a host to itself; give two different hosts")
+        return v
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v):
+        if v is None:
+            return v
+        if len(set(v)) < 2:
+            raise ValueError(f"hosts = {v!r}: flows need at least two different hosts")
+        if min(v) < 0:
+            raise ValueError(f"hosts = {v!r}: host ids start at 0")
+        if len(set(v)) != len(v):
+            raise ValueError(f"hosts = {v!r} lists a host twice; list each once")
+        return v
+
+    @model_validator(mode="after")
+    def _one_load(self) -> "TenantConfig":
+        given = [f for f in ("load", "flows_per_second_per_host") if getattr(self, f) is not None]
+        if len(given) != 1:
+            what = "both" if given else "neither"
+            raise ValueError(
+                f"tenant load: give exactly one of load (a fraction of the sending host's link rate, e.g. 0.3) and "
+                f"flows_per_second_per_host (e.g. 23), got {what}"
+            )
+        if self.pairs is not None and self.hosts is not None:
+            raise ValueError("tenant pairs and hosts both choose who talks to whom; keep one")
+        if self.stop is not None and parse_duration_ns(self.stop) <= self.start_ns:
+            raise ValueError(f"tenant stop = {self.stop!r} is not after start = {self.start!r}; arrivals stop after they start")
+        return self
+
+    @property
+    def start_ns(self) -> int:
+        return parse_duration_ns(self.start)
+
+    @property
+    def stop_ns(self) -> Optional[int]:
+        return None if self.stop is None else parse_duration_ns(self.stop)
+
+
+# Keys of the --background form (`websearch:load=0.3,band=0`) and the fields they set.
+BACKGROUND_KEYS = {"load": "load", "flows_per_host": "flows_per_second_per_host",
+                   "flows_per_second_per_host": "flows_per_second_per_host", "band": "band", "seed": "seed",
+                   "start": "start", "stop": "stop", "name": "name"}
+
+
+def parse_background(spec: Any) -> Any:
+    """A tenant given in the command-line form, as a [[tenant]] table:
+    ``SIZES:key=value,...`` with SIZES = ``websearch`` | ``datamining`` |
+    ``cdf=PATH`` (a CSV file; the path may not hold ':') and keys ``load``,
+    ``flows_per_host`` (flows per second per sending host), ``band``,
+    ``seed``, ``start``, ``stop``, ``name``. Tables pass unchanged; raises
+    ValueError naming the part at fault."""
+    if not isinstance(spec, str):
+        return spec
+    text = spec.strip()
+    sizes, _, rest = text.partition(":")
+    sizes = sizes.strip()
+    if sizes.lower().startswith("cdf="):
+        sizes = sizes[4:].strip()
+        if not sizes:
+            raise ValueError(f"{spec!r}: cdf= needs the path of a CSV file, e.g. cdf=sizes.csv:load=0.2")
+    elif not sizes:
+        raise ValueError(f"{spec!r}: start with the flow sizes: websearch, datamining or cdf=PATH, e.g. websearch:load=0.3")
+    table: dict[str, Any] = {"sizes": sizes}
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip().lower().replace("-", "_")
+        if not eq or not value.strip():
+            raise ValueError(f"{spec!r}: cannot read {item!r}; write key=value, e.g. websearch:load=0.3,band=0")
+        if key not in BACKGROUND_KEYS:
+            close = difflib.get_close_matches(key, list(BACKGROUND_KEYS), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"{spec!r}: unknown key {key!r}; {hint}keys: {', '.join(BACKGROUND_KEYS)}")
+        field = BACKGROUND_KEYS[key]
+        if field in table:
+            raise ValueError(f"{spec!r}: {key} is given twice; give it once")
+        value = value.strip()
+        if field in ("load", "flows_per_second_per_host", "band", "seed"):
+            try:
+                number = float(value) if field in ("load", "flows_per_second_per_host") else int(value)
+            except ValueError:
+                kind = "a number" if field in ("load", "flows_per_second_per_host") else "a whole number"
+                raise ValueError(f"{spec!r}: {key} = {value!r} is not {kind}") from None
+            table[field] = number
+        else:
+            table[field] = value
+    return table
 
 
 # ----------------------------------------------------------------- workload
@@ -809,6 +957,8 @@ class Scenario(_Strict):
     stagger: Duration = "0s"
     stagger_mode: Literal["fixed", "random"] = "fixed"
     trace_detail: Literal["auto", "step", "collective"] = "auto"
+    # Background tenants ([[tenant]] tables): flows of other applications on the same fabric.
+    tenant: list[TenantConfig] = Field(default_factory=list)
     # Where relative paths (model.profile) are resolved from.
     base_dir: Optional[str] = Field(None, exclude=True)
 
@@ -865,6 +1015,38 @@ class Scenario(_Strict):
                 f"{self.strategy.kind!r}; remove server_hosts or set strategy kind = \"ps\""
             )
         return self
+
+    @field_validator("tenant", mode="before")
+    @classmethod
+    def _tenant_forms(cls, v: Any) -> Any:
+        if isinstance(v, (str, dict)):
+            v = [v]  # one tenant given alone
+        if isinstance(v, (list, tuple)):
+            return [parse_background(t) for t in v]
+        return v
+
+    @model_validator(mode="after")
+    def _tenant_checks(self) -> "Scenario":
+        if self.tenant and self.network.collective_model == "closed-form":
+            raise ValueError(
+                "network.collective_model = \"closed-form\" times collectives without the network, so [[tenant]] flows "
+                "would never meet the job's; set collective_model = \"steps\" or remove the tenants"
+            )
+        names = [t.name for t in self.tenant if t.name is not None]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"tenant name {twice[0]!r} is used twice; give each [[tenant]] its own name")
+        return self
+
+    @property
+    def tenants(self) -> list[TenantConfig]:
+        """The background tenants; tenant ids are 1, 2, ... in this order (the job is tenant 0)."""
+        return list(self.tenant)
+
+    def tenant_seed(self, index: int) -> int:
+        """The seed of the tenant at `index` (0-based): its own, else the scenario's seed + index."""
+        t = self.tenant[index]
+        return t.seed if t.seed is not None else (self.seed + index) % 2**63
 
     @property
     def stagger_ns(self) -> int:
@@ -933,6 +1115,7 @@ FLAT_KEYS = {
     "server_hosts": ("network", "server_hosts"),
     "priority_bands": ("network", "priority_bands"),
     "record_flows": ("network", "record_flows"),
+    "hosts": ("network", "hosts"),
 }
 
 # Flat names of the packet-level options ([network.packet]), for simulate(**overrides) and the CLI flags.
@@ -1093,6 +1276,8 @@ def with_overrides(scenario: Scenario, overrides: dict[str, Any], origin: str = 
         value = items[key]
         if key == "strategy":
             data["strategy"] = _apply_strategy(data["strategy"], value)
+        elif key in ("background", "tenant"):  # replaces the scenario's [[tenant]] tables
+            data["tenant"] = value
         elif isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}
         elif key in FLAT_KEYS:
