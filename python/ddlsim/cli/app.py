@@ -621,6 +621,10 @@ from .capture_command import capture_app  # noqa: E402
 
 app.add_typer(capture_app, name="capture")
 
+from .sweep_command import register as _register_sweep  # noqa: E402
+
+_register_sweep(app)
+
 
 def main() -> None:
     from .progress import CAPTURE_GRACE_MS, GRACE_MS, Interrupted, install_signal_handlers

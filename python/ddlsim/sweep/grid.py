@@ -283,8 +283,7 @@ def expand(base: Scenario, axes: Sequence[Axis], source: Optional[str] = None) -
     one-line error naming the point (its axis values) and the field."""
     merged: dict[tuple[str, ...], Axis] = {}
     for axis in axes:
-        merged.pop(axis.path, None)  # a later axis of the same key replaces it, at the end
-        merged[axis.path] = axis
+        merged[axis.path] = axis  # a later axis of the same key replaces it, in its place
     ordered = list(merged.values())
     paths = [a.path for a in ordered]
     for i, p in enumerate(paths):
