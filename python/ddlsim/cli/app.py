@@ -650,7 +650,10 @@ def main() -> None:
         sys.stderr.flush()
         os._exit(exc.code)
     except DdlsimError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        # escaped: a message's own brackets ([sweep], pip install 'ddlsim[sweep]') are text, not markup
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except OSError as exc:
         _stdout_failed(exc, guard)

@@ -243,9 +243,9 @@ def _axes_of_table(table: dict[str, Any], origin: str, prefix: str = "") -> list
         elif not value:
             raise ScenarioError(f"{origin}: {key} = [] is an empty axis; give at least one value")
         else:
-            if not _KEY.match(key):
+            if not _KEY.match(key.removeprefix("sweep.")):
                 raise ScenarioError(f"{origin}: {key!r} is not a scenario key; write a dotted key such as network.bandwidth")
-            axes.append(Axis(key, list(value), origin))
+            axes.append(Axis(key.removeprefix("sweep."), list(value), origin))
     return axes
 
 
@@ -263,10 +263,10 @@ def read_sweep_file(path: "str | Path") -> tuple[Scenario, list[Axis]]:
     except UnicodeDecodeError:
         raise ScenarioError(f"{path}: not a text file; a scenario is TOML") from None
     table = data.pop("sweep", {})
-    origin = f"{path} [sweep]"
+    origin = str(path)
     if not isinstance(table, dict):
         raise ScenarioError(f"{path}: sweep must be a table ([sweep]) of axes, e.g. workers = [2, 4]")
-    axes = _axes_of_table(table, origin)
+    axes = _axes_of_table(table, origin, prefix="sweep.")
     try:
         base = scenario_from_dict(data, origin=str(path))
     except ScenarioError as exc:

@@ -231,6 +231,10 @@ def run_grid(grid: "Grid", out_dir: "str | Path", jobs: int = 1, ray: Optional[s
     from .store import RunDataset, engine_build_id
 
     t0 = time.perf_counter()
+    if ray is not None:
+        from .ray_backend import import_ray
+
+        import_ray()  # without Ray: its one-line error before anything is written
     stats = GridStats(runs=len(grid.points))
     dataset = RunDataset(out_dir)
     with dataset.writing():
