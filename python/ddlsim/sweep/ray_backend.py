@@ -12,6 +12,8 @@ from ..errors import DdlsimError
 # The object store of a local instance started for a sweep: results pass through it once, on their way to
 # the driver, which writes them and lets them go; a small store is enough (Ray spills to disk past it).
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2
+# Tries to start a local instance (its processes get a fixed 30 s to come up, which a busy machine can miss).
+LOCAL_START_ATTEMPTS = 2
 # A task whose worker is lost (a node down, a killed process) is run again this many times.
 MAX_RETRIES = 3
 INSTALL_HINT = "pip install 'ddlsim[sweep]'"
@@ -32,15 +34,24 @@ def _start(ray, address: str, cpus: int) -> bool:
     if ray.is_initialized():
         return False
     quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING, configure_logging=True)
-    try:
-        if address == "local":
-            ray.init(num_cpus=max(1, cpus), object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
-        else:
-            ray.init(address=address, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
-    except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
-        what = "start a local Ray instance" if address == "local" else f"connect to the Ray cluster at {address}"
-        raise DdlsimError(f"--ray: cannot {what} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
-                          "check the address (ray status on the head node) or leave --ray out") from None
+    what = "start a local Ray instance" if address == "local" else f"connect to the Ray cluster at {address}"
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        try:
+            if address == "local":
+                ray.init(num_cpus=max(1, cpus), object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+            else:
+                ray.init(address=address, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
+            break
+        except Exception as exc:  # Ray raises plain Exception, ConnectionError, ValueError, RuntimeError...
+            try:
+                ray.shutdown()  # what a failed start left running
+            except Exception:
+                pass
+            if address == "local" and attempt < LOCAL_START_ATTEMPTS:
+                continue  # Ray gives its processes a fixed 30 s to start: a busy machine may need a second try
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise DdlsimError(f"--ray: cannot {what} ({first}); check the address (ray status on the head node), "
+                              "or leave --ray out to run on local processes") from None
     return True
 
 
