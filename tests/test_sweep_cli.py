@@ -244,3 +244,20 @@ def test_without_ray_installed_ray_is_a_one_line_error_naming_the_extra(tmp_path
     assert p.returncode == 2 and "pip install 'ddlsim[sweep]'" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_the_docs_shell_example_runs_and_resumes(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "docs" / "sweep.md").read_text(encoding="utf-8")
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line.split() for line in block.splitlines() if line.strip()]
+    assert [c[:2] for c in commands] == [["ddlsim", "sweep"]] * 3
+    (tmp_path / "examples").symlink_to(root / "examples")
+    outputs = []
+    for argv in commands:
+        p = _ddlsim(*argv[1:], cwd=tmp_path)
+        assert p.returncode == 0, (argv, p.stderr)
+        outputs.append(p.stdout)
+    assert "4 scenarios: 4 simulated" in outputs[0]
+    assert "8 scenarios: 4 simulated" in outputs[1] and "4 already done" in outputs[1]  # as the doc says
+    assert "8 of 8 runs done, 0 missing" in outputs[2]

@@ -29,7 +29,7 @@ def import_ray():
     return ray
 
 
-def _start(ray, address: str, cpus: int) -> bool:
+def start_ray(ray, address: str, cpus: int) -> bool:
     """Connects to (or starts) Ray unless this process already did; True if it did now."""
     if ray.is_initialized():
         return False
@@ -62,7 +62,7 @@ def ray_map(fn: Callable[[Any], tuple[int, Any]], tasks: Sequence[Any], address:
     shuts down a Ray instance this call started. A task that fails is a
     DdlsimError naming it (its own message when it raised one)."""
     ray = import_ray()
-    started = _start(ray, address, cpus)
+    started = start_ray(ray, address, cpus)
     pending: list = []
     try:
         remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(fn)
