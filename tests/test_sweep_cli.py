@@ -153,14 +153,15 @@ def test_status_shows_done_and_missing_runs(tmp_path):
     assert "2 scenarios: 1 simulated" in _invoke("sweep", path, "--out", out, "--jobs", "1").output
 
 
-def test_a_sweep_killed_with_sigkill_resumes_losing_and_doubling_nothing(tmp_path):
-    # runs slow enough (resnet50, flow level) that the kill lands while the sweep is running
-    base = 'iterations = 1\n[model]\nname = "resnet50"\n[network]\nfidelity = "flow"\nrecord_flows = true\n'
-    path = _scenario(tmp_path, f"workers = {list(range(4, 24))}\n", base=base)
-    out = tmp_path / "out"
-    grid = load_grid(path)
-    argv = [sys.executable, "-m", "ddlsim", "sweep", str(path), "--out", str(out), "--jobs", "1", "--quiet"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+# runs slow enough (resnet50, flow level) that a kill lands while the sweep is running
+SLOW = 'iterations = 1\n[model]\nname = "resnet50"\n[network]\nfidelity = "flow"\nrecord_flows = true\n'
+
+
+def _start_and_kill(path, out, sig, jobs):
+    """Starts `ddlsim sweep`, sends `sig` once the first run's summary file exists; the run files then."""
+    argv = [sys.executable, "-m", "ddlsim", "sweep", str(path), "--out", str(out), "--jobs", str(jobs), "--quiet"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
     def first_run_done():
         folder = out / "summary"
         return folder.is_dir() and any(p.suffix == ".parquet" and not p.name.startswith(".") for p in folder.iterdir())
@@ -168,11 +169,34 @@ def test_a_sweep_killed_with_sigkill_resumes_losing_and_doubling_nothing(tmp_pat
     try:
         while proc.poll() is None and not first_run_done():
             time.sleep(0.005)
-        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(proc.pid, sig)
     finally:
-        proc.wait(timeout=60)
+        proc.wait(timeout=120)
+    return proc, {p.name for p in (out / "summary").iterdir() if p.suffix == ".parquet"}
+
+
+def test_a_sweep_stopped_with_ctrl_c_keeps_its_runs_and_leaves_no_scratch(tmp_path):
+    path = _scenario(tmp_path, f"workers = {list(range(4, 24))}\n", base=SLOW)
+    out = tmp_path / "out"
+    grid = load_grid(path)
+    proc, done = _start_and_kill(path, out, signal.SIGINT, jobs=2)  # the local pool: its workers end too
+    assert proc.returncode == 130 and "interrupted" in proc.stderr.read()
+    assert 1 <= len(done) < len(grid.points)
+    for table in ("summary", "iterations", "flows"):
+        assert not [p.name for p in (out / table).iterdir() if p.name.startswith(".")], table  # no scratch
+    assert {p.name for p in (out / "summary").iterdir()} == done
+    rerun = _ddlsim("sweep", str(path), "--out", str(out), "--jobs", "2")
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{len(grid.points)} scenarios: {len(grid.points) - len(done)} simulated" in rerun.stdout
+    assert list(read_sweep(out)["key"]) == [p.key for p in grid.points]
+
+
+def test_a_sweep_killed_with_sigkill_resumes_losing_and_doubling_nothing(tmp_path):
+    path = _scenario(tmp_path, f"workers = {list(range(4, 24))}\n", base=SLOW)
+    out = tmp_path / "out"
+    grid = load_grid(path)
+    proc, done_after_kill = _start_and_kill(path, out, signal.SIGKILL, jobs=1)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
-    done_after_kill = {p.name for p in (out / "summary").iterdir() if p.suffix == ".parquet"}
     assert 1 <= len(done_after_kill) < len(grid.points)
     # what a kill in the middle of a write leaves (safe_io's scratch directory beside the file): not a run
     key = grid.points[-1].key
