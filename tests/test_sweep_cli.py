@@ -285,3 +285,11 @@ def test_the_docs_shell_example_runs_and_resumes(tmp_path):
     assert "4 scenarios: 4 simulated" in outputs[0]
     assert "8 scenarios: 4 simulated" in outputs[1] and "4 already done" in outputs[1]  # as the doc says
     assert "8 of 8 runs done, 0 missing" in outputs[2]
+
+
+def test_the_manifest_never_overwrites_the_sweeps_own_scenario_file(tmp_path):
+    scenario = _scenario(tmp_path, "workers = [2]\n", name="sweep.json")  # TOML, under the manifest's name
+    before = scenario.read_bytes()
+    p = _ddlsim("sweep", "sweep.json", "--out", ".", "--jobs", "1", cwd=tmp_path)
+    assert p.returncode == 2 and "own input" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert scenario.read_bytes() == before

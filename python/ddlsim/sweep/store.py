@@ -202,9 +202,12 @@ class RunDataset:
                     shutil.rmtree(item, ignore_errors=True)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """sweep.json: never over the sweep's own scenario file (refused, one line)."""
         from ..safe_io import write_text_file
 
-        write_text_file(self.directory / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n", option="--out")
+        inputs = [manifest["scenario_file"]] if manifest.get("scenario_file") else []
+        write_text_file(self.directory / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n", option="--out",
+                        inputs=inputs)
 
     def put(self, key: str, summary: "pa.Table", tables: dict[str, "Optional[pa.Table]"]) -> None:
         """One run's tables: the side tables first, the summary (the run's "done" mark) last."""
