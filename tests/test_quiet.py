@@ -16,7 +16,7 @@ from ddlsim.cli.consoles import QUIET_HELP
 
 # Lines about the run, not its results.
 CHATTER = re.compile(r"^wrote |engine [0-9.]+ s|from the cache|^\s+\w+\s+\S+/\S+$|scenarios: \d+ simulated")
-VERBS = {"simulate", "replay", "reproduce thesis", "reproduce mg-wfbp", "reproduce network-operator"}
+VERBS = {"simulate", "replay", "reproduce thesis", "reproduce mg-wfbp", "reproduce network-operator", "sweep"}
 
 
 def _verbs_with_quiet() -> dict[str, object]:
@@ -65,6 +65,11 @@ def _argv(verb: str, events: str, tmp_path, monkeypatch) -> list[str]:
         old_form.write_text('strategy = "ps"\nworkers = 2\niterations = 1\n[model]\nname = "lenet5"\n[ps]\nservers = 1\n'
                             '[network]\nfidelity = "analytic"\n')
         return ["simulate", str(old_form), "--out", str(tmp_path / "out")]
+    if verb == "sweep":
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        grid = tmp_path / "grid.toml"
+        grid.write_text('iterations = 1\n[model]\nname = "lenet5"\n[network]\nfidelity = "analytic"\n[sweep]\nworkers = [2, 3]\n')
+        return ["sweep", str(grid), "--out", str(tmp_path / "out"), "--jobs", "1"]
     if verb == "replay":
         return ["replay", events, "--iterations", "1", "--network", "analytic", "--out", str(tmp_path / "out")]
     if verb in ("reproduce thesis", "reproduce mg-wfbp"):

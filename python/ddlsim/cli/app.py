@@ -670,6 +670,10 @@ from .capture_command import capture_app  # noqa: E402
 
 app.add_typer(capture_app, name="capture")
 
+from .sweep_command import register as _register_sweep  # noqa: E402
+
+_register_sweep(app)
+
 
 def main() -> None:
     from .progress import CAPTURE_GRACE_MS, GRACE_MS, Interrupted, install_signal_handlers
@@ -695,7 +699,10 @@ def main() -> None:
         sys.stderr.flush()
         os._exit(exc.code)
     except DdlsimError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        # escaped: a message's own brackets ([sweep], pip install 'ddlsim[sweep]') are text, not markup
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except OSError as exc:
         _stdout_failed(exc, guard)

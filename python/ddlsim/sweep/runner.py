@@ -7,10 +7,17 @@ import json
 import multiprocessing
 import signal
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
+from ..errors import DdlsimError
 from ..simulation.scenario import Scenario
 from .store import ResultStore, scenario_key
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .grid import Grid, GridPoint
 
 # on_progress(done, total, label): called after every scenario, cached or simulated.
 Progress = Callable[[int, int, str], None]
@@ -104,9 +111,168 @@ def run_sweep(scenarios: Sequence[Scenario], store: Optional[ResultStore] = None
         for indices in todo.values():
             finish(indices, simulate_summary(scenarios[indices[0]]))
     else:
-        # Leaving the block terminates the workers, also on an error or Ctrl-C: none outlives the sweep.
-        with multiprocessing.get_context().Pool(min(jobs, len(todo)), initializer=_ignore_interrupts) as pool:
-            tasks = [(indices, scenarios[indices[0]]) for indices in todo.values()]
-            for indices, summary in pool.imap_unordered(_simulate_indexed, tasks):
-                finish(indices, summary)
+        tasks = [(indices, scenarios[indices[0]]) for indices in todo.values()]
+        for indices, summary in local_pool(_simulate_indexed, tasks, jobs):
+            finish(indices, summary)
     return [r for r in results if r is not None], stats
+
+
+def local_pool(fn: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> Iterator[Any]:
+    """fn(task) for every task on `jobs` local processes, as they finish.
+    Leaving the loop terminates the workers, also on an error or Ctrl-C: none
+    outlives the sweep."""
+    with multiprocessing.get_context().Pool(min(jobs, len(tasks)), initializer=_ignore_interrupts) as pool:
+        yield from pool.imap_unordered(fn, tasks)
+
+
+# ----------------------------------------------------------------- `ddlsim sweep`: a grid into a Parquet dataset
+
+# Summary columns that hold timings (they differ from one run of the same scenario to the next).
+TIMING_COLUMNS = ("engine_wall_s", "wall_s")
+
+
+def simulate_run(scenario: Scenario) -> dict[str, Any]:
+    """One simulation of a sweep: its summary (scalars) and its tables
+    (per iteration; flows and queue samples where the scenario records
+    them), with the engine build that ran it. Runs in a pool or Ray worker."""
+    import time
+
+    import numpy as np
+    import pyarrow as pa
+
+    from ..analyze.breakdown import iteration_arrays
+    from ..simulation.run import run_scenario
+    from .store import engine_build_id
+
+    t0 = time.perf_counter()
+    run = run_scenario(scenario)
+    log = run.events
+    it = iteration_arrays(log)
+    sent = np.asarray(run.stats["bytes_sent"], dtype=np.int64)
+    times = np.asarray(it["time_s"], dtype=float)
+    summary = {
+        "model": run.model.name,
+        "workers": scenario.workers,
+        "iterations": len(times),
+        "iteration_time_s": float(times.mean()) if len(times) else float("nan"),
+        "iteration_time_min_s": float(times.min()) if len(times) else float("nan"),
+        "iteration_time_max_s": float(times.max()) if len(times) else float("nan"),
+        "compute_s": float(np.mean(it["compute_s"])) if len(times) else float("nan"),
+        "exposed_communication_s": float(np.mean(it["exposed_communication_s"])) if len(times) else float("nan"),
+        "idle_s": float(np.mean(it["idle_s"])) if len(times) else float("nan"),
+        "model_bytes": int(run.model.size_bytes),
+        "bytes_sent_total": int(sent.sum()),
+        "bytes_sent_per_worker_per_iteration": float(sent[: scenario.workers].mean() / max(1, scenario.iterations)),
+        "events": int(run.stats["events"]),
+        "transfers": int(run.stats["transfers"]),
+        "flows": int(log.flows.num_rows) if log.flows is not None else -1,
+        "notes": "; ".join(run.notes),
+        "engine_wall_s": float(run.wall_s),
+    }
+    tables = {"iterations": pa.table({k: np.asarray(v) for k, v in it.items()}), "flows": log.flows, "queues": log.queues}
+    summary["wall_s"] = time.perf_counter() - t0
+    return {"summary": summary, "tables": tables, "engine_build": engine_build_id()}
+
+
+def _with_key(table: "Optional[pa.Table]", key: str) -> "Optional[pa.Table]":
+    import pyarrow as pa
+
+    if table is None:
+        return None
+    return table.add_column(0, "key", pa.array([key] * table.num_rows, pa.string()))
+
+
+def summary_table(point: "GridPoint", grid: "Grid", result: dict[str, Any]) -> "pa.Table":
+    """The one-row summary table of a run: key, build, the axis values (one
+    column per axis, named by its key), the results, the canonical scenario."""
+    import pyarrow as pa
+
+    from .. import __version__
+    from .store import canonical_json
+
+    columns: dict[str, "pa.Array"] = {
+        "key": pa.array([point.key], pa.string()),
+        "engine_build": pa.array([result["engine_build"]], pa.string()),
+        "ddlsim_version": pa.array([__version__], pa.string()),
+    }
+    for axis in grid.axes:
+        columns[axis.key] = pa.array([axis.column(point.values[axis.key])], axis.arrow_type())
+    for name, value in result["summary"].items():
+        if name not in columns:
+            columns[name] = pa.array([value])
+    columns["scenario"] = pa.array([canonical_json(point.scenario)], pa.string())
+    return pa.table(columns)
+
+
+@dataclass
+class GridStats:
+    runs: int = 0
+    simulated: int = 0
+    already_done: int = 0
+    simulation_wall_s: float = 0.0  # sum over runs, as measured where they ran
+    wall_s: float = 0.0  # of the whole sweep, here
+
+
+def _simulate_point(task: tuple[int, Scenario]) -> tuple[int, dict[str, Any]]:
+    index, scenario = task
+    return index, simulate_run(scenario)
+
+
+def run_grid(grid: "Grid", out_dir: "str | Path", jobs: int = 1, ray: Optional[str] = None,
+             on_progress: Optional[Progress] = None) -> GridStats:
+    """Runs the points of `grid` not yet done in `out_dir` (a RunDataset) and
+    writes each one's tables as it finishes. `jobs`: local processes (or the
+    CPUs of a local Ray instance); `ray`: None for the local pool, "local" for
+    a Ray instance started for this sweep, else the address of a Ray cluster
+    to connect to (or "auto"). Returns the counts; a run that fails stops the
+    sweep with its error (the runs done so far are kept)."""
+    import time
+
+    from .store import RunDataset, engine_build_id
+
+    t0 = time.perf_counter()
+    if ray is not None:
+        from .ray_backend import import_ray
+
+        import_ray()  # without Ray: its one-line error before anything is written
+    stats = GridStats(runs=len(grid.points))
+    dataset = RunDataset(out_dir)
+    with dataset.writing():
+        dataset.write_manifest(grid.manifest())
+        done_keys = dataset.done()
+        todo = [i for i, p in enumerate(grid.points) if p.key not in done_keys]
+        stats.already_done = len(grid.points) - len(todo)
+        done = stats.already_done
+        if on_progress:
+            on_progress(done, len(grid.points), "already done" if done else "")
+        tasks = [(i, grid.points[i].scenario) for i in todo]
+        if not tasks:
+            results: Iterator[tuple[int, dict[str, Any]]] = iter(())
+        elif ray is not None:
+            from .ray_backend import ray_map
+
+            results = ray_map(_simulate_point, tasks, address=ray, cpus=jobs, labels=[grid.points[i].label for i in todo])
+        elif jobs <= 1 or len(tasks) <= 1:
+            results = (_simulate_point(t) for t in tasks)
+        else:
+            results = local_pool(_simulate_point, tasks, jobs)
+        build = engine_build_id()
+        try:
+            for index, result in results:
+                point = grid.points[index]
+                if result["engine_build"] != build:
+                    raise DdlsimError(f"run {point.label}: a worker ran another ddlsim engine build ({result['engine_build'][:12]}, "
+                                      f"here {build[:12]}); install the same ddlsim on every node of the Ray cluster")
+                tables = {name: _with_key(t, point.key) for name, t in result["tables"].items()}
+                dataset.put(point.key, summary_table(point, grid, result), tables)
+                stats.simulated += 1
+                stats.simulation_wall_s += result["summary"]["wall_s"]
+                done += 1
+                if on_progress:
+                    on_progress(done, len(grid.points), point.label)
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()  # ends the pool's workers / the Ray tasks and the Ray instance this sweep started
+    stats.wall_s = time.perf_counter() - t0
+    return stats

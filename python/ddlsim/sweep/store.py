@@ -9,13 +9,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
 import uuid
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from ..errors import DdlsimError
 from ..simulation.scenario import Scenario
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 # Bumped when the stored summary changes shape, so old entries are not read as new ones.
 SUMMARY_FORMAT = 1
@@ -107,3 +114,147 @@ class ResultStore:
 
     def __len__(self) -> int:
         return sum(1 for _ in (self.directory / "runs").glob("*/*.json")) if (self.directory / "runs").is_dir() else 0
+
+
+# ----------------------------------------------------------------- a sweep's Parquet dataset
+
+# The tables of one run, each a Parquet dataset of its own directory: summary/ (one row per run; a run is done
+# when its summary file exists), and the side tables, written before it.
+SUMMARY_TABLE = "summary"
+SIDE_TABLES = ("iterations", "flows", "queues")
+MANIFEST = "sweep.json"
+LOCK_FILE = ".ddlsim-sweep.lock"
+# what safe_io.atomic_file leaves beside a file when the process is killed (SIGKILL) while writing it
+_SCRATCH = re.compile(r"^\.([0-9a-f]{64}\.parquet|sweep\.json)\..+\.tmp$")
+_RUN_FILE = re.compile(r"^[0-9a-f]{64}\.parquet$")
+
+
+class RunDataset:
+    """A sweep's results in the directory the user named (docs/sweep.md)::
+
+        sweep.json                  the grid (base scenario, axes, runs) of the latest sweep
+        summary/<key>.parquet       one row per run: its axis values, iteration time, bytes, ...
+        iterations/<key>.parquet    per iteration: time and breakdown
+        flows/<key>.parquet         per network flow (when the scenario records flows)
+        queues/<key>.parquet        queue samples (packet level, when sampled)
+
+    `<key>` is :func:`scenario_key` (the canonical scenario, its files and the
+    engine build). Each file is written atomically, the side files first and
+    the summary last: a run is done when its summary file exists, so a sweep
+    killed at any point keeps every run it finished and no half of one.
+    Each directory reads as one Parquet dataset (``pyarrow.dataset``,
+    ``pandas.read_parquet``; every table has a ``key`` column to join on)."""
+
+    def __init__(self, directory: "str | Path"):
+        self.directory = Path(directory)
+        self._lock_fd: Optional[int] = None
+
+    def path(self, table: str, key: str) -> Path:
+        return self.directory / table / f"{key}.parquet"
+
+    def done(self) -> set[str]:
+        """Keys of the complete runs."""
+        folder = self.directory / SUMMARY_TABLE
+        if not folder.is_dir():
+            return set()
+        return {p.name[:-len(".parquet")] for p in folder.iterdir() if _RUN_FILE.match(p.name) and p.is_file()}
+
+    # -- writing (inside `with dataset.writing():`)
+
+    @contextmanager
+    def writing(self, option: str = "--out") -> Iterator["RunDataset"]:
+        """Creates the directory if needed, takes the sweep lock (one sweep
+        writes a directory at a time; the lock goes with the process, also on
+        SIGKILL) and removes the scratch files a killed sweep left."""
+        from ..safe_io import ensure_directory
+
+        ensure_directory(self.directory, option=option)
+        lock = self.directory / LOCK_FILE
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as exc:
+            raise DdlsimError(f"{lock}: cannot create the sweep's lock file ({exc.strerror or exc}); choose another {option}") from None
+        try:
+            import fcntl
+
+            # a POSIX record lock: not inherited by the process pool's forked workers, released when this process ends
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # no fcntl (Windows): no lock
+            pass
+        except OSError:
+            os.close(fd)
+            raise DdlsimError(f"{option} {self.directory}: another ddlsim sweep is writing there; wait for it to finish "
+                              f"or choose another {option}") from None
+        self._lock_fd = fd
+        try:
+            self._remove_scratch()
+            yield self
+        finally:
+            self._lock_fd = None
+            os.close(fd)  # releases the lock
+
+    def _remove_scratch(self) -> None:
+        for folder in (self.directory, *(self.directory / t for t in (SUMMARY_TABLE, *SIDE_TABLES))):
+            if not folder.is_dir():
+                continue
+            for item in folder.iterdir():
+                if _SCRATCH.match(item.name) and item.is_dir() and not item.is_symlink():
+                    shutil.rmtree(item, ignore_errors=True)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """sweep.json: never over the sweep's own scenario file (refused, one line)."""
+        from ..safe_io import write_text_file
+
+        inputs = [manifest["scenario_file"]] if manifest.get("scenario_file") else []
+        write_text_file(self.directory / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n", option="--out",
+                        inputs=inputs)
+
+    def put(self, key: str, summary: "pa.Table", tables: dict[str, "Optional[pa.Table]"]) -> None:
+        """One run's tables: the side tables first, the summary (the run's "done" mark) last."""
+        import pyarrow.parquet as pq
+
+        from ..safe_io import atomic_file
+
+        assert self._lock_fd is not None, "RunDataset.put outside writing()"
+        for name, table in [*((n, tables.get(n)) for n in SIDE_TABLES), (SUMMARY_TABLE, summary)]:
+            if table is None:
+                continue
+            with atomic_file(self.path(name, key), option="--out", make_parent=True) as temporary:
+                pq.write_table(table, temporary)
+
+    # -- reading
+
+    def read_manifest(self) -> dict[str, Any]:
+        path = self.directory / MANIFEST
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DdlsimError(f"{path}: not found; is {self.directory} the --out of a ddlsim sweep?") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DdlsimError(f"{path}: cannot read the sweep's manifest ({exc}); run the sweep again to rewrite it") from None
+
+    def read(self, table: str = SUMMARY_TABLE, keys: Optional[Sequence[str]] = None) -> "pa.Table":
+        """The complete runs' `table` (summary, iterations, flows, queues) as
+        one Arrow table, in the order of `keys` (default: every complete run,
+        by key); runs without that side table are left out."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        order = sorted(self.done()) if keys is None else [k for k in keys if k in self.done()]
+        parts = [pq.read_table(self.path(table, k)) for k in order if self.path(table, k).is_file()]
+        if not parts:
+            return pa.table({"key": pa.array([], pa.string())})
+        return pa.concat_tables(parts, promote_options="default")
+
+
+def read_sweep(directory: "str | Path", table: str = SUMMARY_TABLE) -> "pd.DataFrame":
+    """A sweep's results as a DataFrame: `table` of every complete run, in the
+    grid order of the directory's latest sweep (runs of earlier sweeps into the
+    same directory after them)."""
+    dataset = RunDataset(directory)
+    try:
+        order = [r["key"] for r in dataset.read_manifest().get("runs", [])]
+    except DdlsimError:
+        order = []
+    keys = order + sorted(dataset.done() - set(order))
+    return dataset.read(table, keys).to_pandas()
