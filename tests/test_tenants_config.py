@@ -191,20 +191,11 @@ def test_hosts_flag_error_exit_2(tmp_path):
 # ----------------------------------------------------------------- end to end
 
 
-def _simulate_or_skip(**kwargs):
-    try:
-        return ddlsim.simulate(**kwargs)
-    except ScenarioError as exc:
-        if "unknown field `tenants`" in str(exc):
-            pytest.skip("the engine does not read tenants yet (the lead's engine branch removes this skip)")
-        raise
-
-
 @pytest.mark.parametrize("fidelity", ["flow", "packet", "analytic"])
 def test_a_tenant_runs_beside_the_job(fidelity, tmp_path):
     (tmp_path / "small.csv").write_text("1000,0.5\n3000,1\n", encoding="utf-8")  # mean 1500 bytes
     rate, start_ns = 50_000.0, 100_000  # 50,000 x 1500 x 8 = 0.6 Gbit/s per sending host: 6 % of the link
-    r = _simulate_or_skip(model="lenet5", workers=2, iterations=2, network=fidelity,
+    r = ddlsim.simulate(model="lenet5", workers=2, iterations=2, network=fidelity,
                           background=[f"cdf={tmp_path / 'small.csv'}:flows_per_host={rate:g},seed=3,start=100us"])
     flows = r.columns.flows
     tenant = np.asarray(flows["tenant"])
@@ -214,9 +205,8 @@ def test_a_tenant_runs_beside_the_job(fidelity, tmp_path):
     assert sizes.min() >= 1000 and sizes.max() <= 3000
     assert sizes.mean() == pytest.approx(1500, rel=0.15)
     assert starts.min() >= start_ns
-    if "src_host" in flows:  # the flows table names hosts (fct branch)
-        src, dst = np.asarray(flows["src_host"])[mine], np.asarray(flows["dst_host"])[mine]
-        assert set(src) | set(dst) <= {0, 1} and (src != dst).all()
+    src, dst = np.asarray(flows["src_host"])[mine], np.asarray(flows["dst_host"])[mine]
+    assert set(src) | set(dst) <= {0, 1} and (src != dst).all()
     # Poisson arrivals until the job ends: 2 sending hosts x rate x window, within 5 standard deviations
     window_s = (r.stats["makespan_ns"] - start_ns) / 1e9
     expected = 2 * rate * window_s
@@ -236,8 +226,6 @@ def test_the_docs_examples_run(tmp_path):
     pending = re.search(r"~~~python\n(.*?)~~~", text, flags=re.S).group(1)
     runs.append(subprocess.run([sys.executable, "-c", pending], cwd=tmp_path, capture_output=True, text=True, env=env,
                                timeout=300))
-    if all(r.returncode != 0 and "unknown field `tenants`" in r.stderr for r in runs):
-        pytest.skip("the engine does not read tenants yet (the lead's engine branch removes this skip)")
     for r in runs:
         assert r.returncode == 0, (r.args, r.stderr[-2000:])
     assert (tmp_path / "run-ws" / "flows.parquet").is_file()
