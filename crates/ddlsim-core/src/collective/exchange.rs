@@ -145,12 +145,6 @@ impl<P: Plan> Exchange<P> {
         self
     }
 
-    /// A transfer's tag: its sender in the high half, its stage in the low half.
-    #[inline]
-    fn tag(&self, from: u32, stage: u32) -> u64 {
-        (from as u64) << 32 | stage as u64
-    }
-
     /// The member that sent transfer `tag`.
     #[inline]
     pub fn sender_of(&self, tag: u64) -> u32 {
@@ -183,26 +177,28 @@ impl<P: Plan> Exchange<P> {
         self.normalize(m);
     }
 
-    fn try_send(&mut self, m: u32, out: &mut Vec<Action>) {
-        let mu = m as usize;
-        let me = &self.members[mu];
-        let s = me.stage;
-        if self.joined < self.plan.members() || s >= self.stages || me.sent {
-            return;
-        }
-        let Some((to, bytes)) = me.current.send else { return };
+    /// Sends member `m`'s stage-`s` transfer (`to`, `bytes`) if its receiver
+    /// has reached stage `s`; else waits for it. Called only once every
+    /// member has joined, for a current stage not sent yet. True if sent.
+    #[inline]
+    fn try_send(&mut self, m: u32, s: u32, to: u32, bytes: u64, out: &mut Vec<Action>) -> bool {
         let tu = to as usize;
         let peer = &self.members[tu];
         if peer.stage < s {
             self.blocked_on[tu].push(m);
-            return;
+            return false;
         }
+        let peer_ready = peer.ready_at;
+        let peer_causes = peer.prev_causes;
+        let me = &mut self.members[m as usize];
         let ready = me.ready_at;
         let [a, b] = me.prev_causes;
         // Waited for the receiver to post this stage: what made it get there.
-        let [c, d] = if peer.ready_at > ready { peer.prev_causes } else { [NO_CAUSE; 2] };
-        self.members[mu].sent = true;
-        out.push(Action::Send { from: m, to, bytes, tag: self.tag(m, s), step: s, ready, causes: [a, b, c, d] });
+        let [c, d] = if peer_ready > ready { peer_causes } else { [NO_CAUSE; 2] };
+        me.sent = true;
+        // The tag: the sender in the high half, the stage in the low half.
+        out.push(Action::Send { from: m, to, bytes, tag: (m as u64) << 32 | s as u64, step: s, ready, causes: [a, b, c, d] });
+        true
     }
 
     /// Completes as many stages of `m` as are done, issuing sends on the way.
@@ -234,12 +230,9 @@ impl<P: Plan> Exchange<P> {
                 return;
             }
             let st = me.current;
-            if st.send.is_some() {
-                if !me.sent {
-                    self.try_send(m, out);
-                    if !self.members[mu].sent {
-                        return;
-                    }
+            if let Some((to, bytes)) = st.send {
+                if !me.sent && !self.try_send(m, s, to, bytes, out) {
+                    return;
                 }
                 if !self.members[mu].send_done {
                     return;
@@ -249,28 +242,23 @@ impl<P: Plan> Exchange<P> {
             if st.recv.is_some() && s >= self.members[mu].recv_upto {
                 return;
             }
-            if st.reduce && !self.members[mu].reduced {
-                let from = st.recv.expect("a reduce stage receives");
-                let bytes = self.plan.stage(from, s).send.map_or(0, |(_, b)| b);
-                let cost = reduce_ns(bytes, self.gamma_ns_per_byte);
-                if cost > 0 {
-                    if !self.members[mu].reducing {
-                        self.members[mu].reducing = true;
-                        let causes = self.stage_causes(m, s, st);
-                        out.push(Action::Wake { member: m, at: now.saturating_add(cost), tag: 0, bytes, causes });
-                    }
-                    return;
-                }
+            // A reduction costs time only at a positive gamma (see `reduce_ns`).
+            if st.reduce && !self.members[mu].reduced && self.gamma_ns_per_byte > 0.0 && self.reducing(now, m, s, st, out) {
+                return;
             }
-            let me = &self.members[mu];
-            let prev = if me.reduced && me.reduce_cause != NO_CAUSE {
-                [me.reduce_cause, NO_CAUSE] // the reduction waited for the stage's receipt and send
+            if self.recv_cause.is_empty() {
+                // Causes are not tracked (steps are not logged): no one reads them.
             } else {
-                self.stage_causes(m, s, st)
-            };
+                let me = &self.members[mu];
+                let prev = if me.reduced && me.reduce_cause != NO_CAUSE {
+                    [me.reduce_cause, NO_CAUSE] // the reduction waited for the stage's receipt and send
+                } else {
+                    self.stage_causes(m, s, st)
+                };
+                self.members[mu].prev_causes = prev;
+            }
             let next = if s + 1 < self.stages { self.plan.stage(m, s + 1) } else { Stage::default() };
             let me = &mut self.members[mu];
-            me.prev_causes = prev;
             me.stage = s + 1;
             me.current = next;
             me.sent = false;
@@ -282,11 +270,33 @@ impl<P: Plan> Exchange<P> {
                 self.finished += 1;
                 out.push(Action::Done { member: m });
             }
-            self.wake_blocked_on(now, m, out);
+            if !self.blocked_on[mu].is_empty() {
+                self.wake_blocked_on(now, m, out);
+            }
             if s + 1 == self.stages {
                 return;
             }
         }
+    }
+
+    /// Member `m` must reduce its stage-`s` receipt before the stage ends:
+    /// true (and the wake-up asked for, once) while it costs time.
+    #[cold]
+    #[inline(never)]
+    fn reducing(&mut self, now: Time, m: u32, s: u32, st: Stage, out: &mut Vec<Action>) -> bool {
+        let mu = m as usize;
+        let from = st.recv.expect("a reduce stage receives");
+        let bytes = self.plan.stage(from, s).send.map_or(0, |(_, b)| b);
+        let cost = reduce_ns(bytes, self.gamma_ns_per_byte);
+        if cost == 0 {
+            return false;
+        }
+        if !self.members[mu].reducing {
+            self.members[mu].reducing = true;
+            let causes = self.stage_causes(m, s, st);
+            out.push(Action::Wake { member: m, at: now.saturating_add(cost), tag: 0, bytes, causes });
+        }
+        true
     }
 
     /// What member `m`'s stage `s` waited for: its receipt and its send (else what came before).
