@@ -471,10 +471,10 @@ impl<'g> Executor<'g> {
                 Event::Net(token) => {
                     let mut delivered = std::mem::take(&mut self.deliveries);
                     self.network.on_event(now, token, &mut NetQueue(&mut self.queue), &mut delivered)?;
-                    for d in delivered.drain(..) {
-                        self.delivered(d, now)?;
-                    }
+                    let result = delivered.iter().try_for_each(|&d| self.delivered(d, now));
+                    delivered.clear();
                     self.deliveries = delivered;
+                    result?;
                 }
             }
         }
@@ -796,7 +796,7 @@ impl<'g> Executor<'g> {
             self.parked_in[self.graph.ops[op as usize].collective as usize] -= 1;
             match held {
                 // Resumed: the held send also waited for what freed the stream.
-                Some(Held { collective, action }) => self.issue(collective as usize, action, now, release)?,
+                Some(Held { collective, action }) => self.issue(collective as usize, &action, now, release)?,
                 None => self.maybe_yield(s, op, now, release)?,
             }
             return Ok(());
@@ -980,9 +980,8 @@ impl<'g> Executor<'g> {
             Owner::Fan(f) => self.fan_transmitted(f, d.tx_end, now),
             Owner::Step => {
                 let f = self.flights[d.id as usize];
-                let record = if self.detail == TraceDetail::Step { self.step_records[d.id as usize] } else { StepRecord::default() };
                 self.bytes_received[f.to_rank as usize] += f.bytes;
-                self.step_delivered(f, record, d.tx_end, now)
+                self.step_delivered(f, d.id, d.tx_end, now)
             }
         }
     }
@@ -1072,7 +1071,8 @@ impl<'g> Executor<'g> {
         Ok(())
     }
 
-    fn step_delivered(&mut self, f: StepInFlight, r: StepRecord, tx_end: Time, now: Time) -> Result<(), Error> {
+    /// Collective step `f` (carried by transfer `id`, not reused yet) was delivered.
+    fn step_delivered(&mut self, f: StepInFlight, id: u32, tx_end: Time, now: Time) -> Result<(), Error> {
         let c = f.collective as usize;
         let from_op = &self.graph.ops[f.op as usize];
         let stream = from_op.stream;
@@ -1083,6 +1083,7 @@ impl<'g> Executor<'g> {
         }
         let mut recv_row = NO_CAUSE;
         if self.detail == TraceDetail::Step {
+            let r = self.step_records[id as usize];
             self.step_log.try_make_room(2, 64)?;
             recv_row = self.new_row();
             let send = Row {
@@ -1190,8 +1191,8 @@ impl<'g> Executor<'g> {
     fn apply_batch(&mut self, c: usize, batch: &[Action], now: Time, trigger: Cause) -> Result<(), Error> {
         // A collective completes only in a call that says a member is done.
         let mut done = false;
-        for &action in batch {
-            let member = match action {
+        for action in batch {
+            let member = match *action {
                 Action::Send { from, .. } => from,
                 Action::Done { member } | Action::DoneAt { member, .. } | Action::Wake { member, .. } => member,
             };
@@ -1200,7 +1201,7 @@ impl<'g> Executor<'g> {
                 match action {
                     Action::Send { .. } => {
                         debug_assert!(held.is_none(), "a parked member holds one send at most");
-                        *held = Some(Held { collective: c as u32, action });
+                        *held = Some(Held { collective: c as u32, action: *action });
                         continue;
                     }
                     Action::Wake { .. } => {}
@@ -1212,24 +1213,23 @@ impl<'g> Executor<'g> {
                     }
                 }
             }
-            match action {
-                Action::Send { .. } => {
+            match *action {
+                Action::Send { step, .. } => {
                     let o = &self.graph.ops[op as usize];
                     let s = o.stream;
                     if s != NO_STREAM {
                         let st = &self.streams[s as usize];
-                        let Action::Send { step, .. } = action else { unreachable!() };
                         // A FIFO stream never preempts: no boundary to look for.
                         let at_boundary = preempts(self.graph.streams[s as usize].policy)
                             && (!self.graph.preempt_at_messages
                                 || self.collectives[c].as_ref().is_some_and(|live| live.machine.starts_message(step)));
                         if at_boundary && st.policy.peek_priority().is_some_and(|p| p < o.priority) {
-                            self.park(s as usize, op, Some(Held { collective: c as u32, action }));
+                            self.park(s as usize, op, Some(Held { collective: c as u32, action: *action }));
                             self.run_next(s as usize, now, trigger)?;
                             continue;
                         }
                     }
-                    self.issue(c, action, now, NO_CAUSE)?;
+                    self.send_step(c, op, action, now, NO_CAUSE)?;
                 }
                 Action::Done { .. } => {
                     done = true;
@@ -1311,12 +1311,20 @@ impl<'g> Executor<'g> {
         }
     }
 
-    fn issue(&mut self, c: usize, action: Action, now: Time, resumed_after: Cause) -> Result<(), Error> {
-        let Action::Send { from, to, bytes, tag, step, ready, causes } = action else {
+    fn issue(&mut self, c: usize, action: &Action, now: Time, resumed_after: Cause) -> Result<(), Error> {
+        let Action::Send { from, .. } = *action else {
             return Ok(());
         };
-        let live = self.collectives[c].as_ref().expect("collective live");
-        let op = live.ops[from as usize];
+        let op = self.collectives[c].as_ref().expect("collective live").ops[from as usize];
+        self.send_step(c, op, action, now, resumed_after)
+    }
+
+    /// Starts the transfer of collective `c`'s send `action` by its member op `op`.
+    #[inline]
+    fn send_step(&mut self, c: usize, op: u32, action: &Action, now: Time, resumed_after: Cause) -> Result<(), Error> {
+        let Action::Send { from, to, bytes, tag, step, ready, causes } = *action else {
+            return Ok(());
+        };
         let spec = &self.graph.collectives[c];
         let (src, dst) = (spec.members[from as usize], spec.members[to as usize]);
         let o = &self.graph.ops[op as usize];

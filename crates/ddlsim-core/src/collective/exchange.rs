@@ -63,6 +63,8 @@ pub trait Plan {
 }
 
 const NOT_JOINED: Time = Time::MAX;
+/// No member.
+const NONE: u32 = u32::MAX;
 
 /// One member's state, kept together (one cache line pair per member on the hot path).
 #[derive(Debug, Clone, Copy)]
@@ -96,6 +98,8 @@ pub struct Exchange<P: Plan> {
     /// Recv row of (member, stage), kept only when causes are tracked.
     recv_cause: Vec<Cause>,
     /// Members whose current send waits for this member to join.
+    /// The first of them (NONE: none; a ring member has one sender), the others in `blocked_on`.
+    blocked_first: Vec<u32>,
     blocked_on: Vec<Vec<u32>>,
     /// Spare list swapped with a `blocked_on` entry while it is woken (no allocation per wake-up).
     spare_blocked: Vec<u32>,
@@ -131,6 +135,7 @@ impl<P: Plan> Exchange<P> {
             stages,
             members,
             recv_cause: Vec::new(),
+            blocked_first: vec![NONE; n as usize],
             blocked_on: vec![Vec::new(); n as usize],
             spare_blocked: Vec::new(),
             joined: 0,
@@ -185,7 +190,11 @@ impl<P: Plan> Exchange<P> {
         let tu = to as usize;
         let peer = &self.members[tu];
         if peer.stage < s {
-            self.blocked_on[tu].push(m);
+            if self.blocked_first[tu] == NONE {
+                self.blocked_first[tu] = m;
+            } else {
+                self.blocked_on[tu].push(m);
+            }
             return false;
         }
         let peer_ready = peer.ready_at;
@@ -270,7 +279,7 @@ impl<P: Plan> Exchange<P> {
                 self.finished += 1;
                 out.push(Action::Done { member: m });
             }
-            if !self.blocked_on[mu].is_empty() {
+            if self.blocked_first[mu] != NONE {
                 self.wake_blocked_on(now, m, out);
             }
             if s + 1 == self.stages {
@@ -317,15 +326,24 @@ impl<P: Plan> Exchange<P> {
     /// `m` reached a new stage or joined: senders waiting for it may go.
     #[inline]
     fn wake_blocked_on(&mut self, now: Time, m: u32, out: &mut Vec<Action>) {
-        if self.blocked_on[m as usize].is_empty() {
+        let first = std::mem::replace(&mut self.blocked_first[m as usize], NONE);
+        if first == NONE {
             return;
         }
-        let mut waiting = std::mem::replace(&mut self.blocked_on[m as usize], std::mem::take(&mut self.spare_blocked));
+        // Those blocked from now on wait for the next wake-up (in the order they blocked).
+        let mut waiting = if self.blocked_on[m as usize].is_empty() {
+            Vec::new()
+        } else {
+            std::mem::replace(&mut self.blocked_on[m as usize], std::mem::take(&mut self.spare_blocked))
+        };
+        self.advance(now, first, out);
         for &w in &waiting {
             self.advance(now, w, out);
         }
-        waiting.clear();
-        self.spare_blocked = waiting;
+        if waiting.capacity() > 0 {
+            waiting.clear();
+            self.spare_blocked = waiting;
+        }
     }
 }
 
