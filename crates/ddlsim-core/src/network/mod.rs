@@ -366,7 +366,11 @@ struct Flow {
 }
 
 impl Flow {
+    #[inline]
     fn flush(&mut self, sched: &mut dyn Scheduler) {
+        if self.out.is_empty() {
+            return;
+        }
         for r in self.out.drain(..) {
             sched.schedule(r.done_at, ((r.version as u64) << 32) | r.class as u64);
         }
@@ -405,12 +409,15 @@ impl NetworkModel for Flow {
 }
 
 impl Flow {
+    #[inline]
     fn started(&mut self, req: TransferRequest, started: FlowStart, sched: &mut dyn Scheduler) -> Result<(), Error> {
-        for &c in &self.cancelled {
-            let slot = &mut self.common.slots[c as usize];
-            slot.generation = slot.generation.wrapping_add(1);
+        if !self.cancelled.is_empty() {
+            for &c in &self.cancelled {
+                let slot = &mut self.common.slots[c as usize];
+                slot.generation = slot.generation.wrapping_add(1);
+            }
+            self.cancelled.clear();
         }
-        self.cancelled.clear();
         if let FlowStart::Lone { tx_end, latency } = started {
             let delivered = at(tx_end, latency)?;
             let slot = &mut self.common.slots[req.id as usize];
