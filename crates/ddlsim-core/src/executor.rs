@@ -1181,6 +1181,7 @@ impl<'g> Executor<'g> {
     }
 
     /// Carries out a collective's actions; `trigger` is the event that produced them.
+    #[inline(always)]
     fn apply(&mut self, c: usize, mut actions: Vec<Action>, now: Time, trigger: Cause) -> Result<(), Error> {
         let result = self.apply_batch(c, &actions, now, trigger);
         actions.clear();
@@ -1320,7 +1321,7 @@ impl<'g> Executor<'g> {
     }
 
     /// Starts the transfer of collective `c`'s send `action` by its member op `op`.
-    #[inline]
+    #[inline(always)]
     fn send_step(&mut self, c: usize, op: u32, action: &Action, now: Time, resumed_after: Cause) -> Result<(), Error> {
         let Action::Send { from, to, bytes, tag, step, ready, causes } = *action else {
             return Ok(());
