@@ -279,6 +279,7 @@ impl Class {
 /// an ordinary class with a completion event at its (exact) end, and its
 /// direct end is cancelled.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn resolve_lone(
     classes: &mut [Class],
     link_classes: &mut [Vec<u32>],
@@ -419,6 +420,7 @@ impl FlowNetwork {
     /// to `cancelled` and it gets a normal completion event like any shared
     /// flow. Classes whose next completion changed are appended to `out`.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn start(
         &mut self,
         now: Time,
@@ -478,6 +480,7 @@ impl FlowNetwork {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn start_in(
         &mut self,
         now: Time,

@@ -409,7 +409,7 @@ impl NetworkModel for Flow {
 }
 
 impl Flow {
-    #[inline]
+    #[inline(always)]
     fn started(&mut self, req: TransferRequest, started: FlowStart, sched: &mut dyn Scheduler) -> Result<(), Error> {
         if !self.cancelled.is_empty() {
             for &c in &self.cancelled {
