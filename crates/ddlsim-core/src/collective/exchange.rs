@@ -185,7 +185,7 @@ impl<P: Plan> Exchange<P> {
     /// Sends member `m`'s stage-`s` transfer (`to`, `bytes`) if its receiver
     /// has reached stage `s`; else waits for it. Called only once every
     /// member has joined, for a current stage not sent yet. True if sent.
-    #[inline]
+    #[inline(always)]
     fn try_send(&mut self, m: u32, s: u32, to: u32, bytes: u64, out: &mut Vec<Action>) -> bool {
         let tu = to as usize;
         let peer = &self.members[tu];
@@ -323,6 +323,23 @@ impl<P: Plan> Exchange<P> {
         [a, b]
     }
 
+    /// [`Exchange::advance`] of a member that was waiting for its receiver
+    /// (called while every member has joined). A member whose current stage
+    /// has a send not made yet can only make it (or wait again): after a send
+    /// its stage waits for the delivery, so the stage loop would stop there.
+    #[inline(always)]
+    fn wake(&mut self, now: Time, w: u32, out: &mut Vec<Action>) {
+        let me = &self.members[w as usize];
+        let s = me.stage;
+        if s < self.stages && !me.sent {
+            if let Some((to, bytes)) = me.current.send {
+                self.try_send(w, s, to, bytes, out);
+                return;
+            }
+        }
+        self.advance(now, w, out);
+    }
+
     /// `m` reached a new stage or joined: senders waiting for it may go.
     #[inline]
     fn wake_blocked_on(&mut self, now: Time, m: u32, out: &mut Vec<Action>) {
@@ -336,9 +353,9 @@ impl<P: Plan> Exchange<P> {
         } else {
             std::mem::replace(&mut self.blocked_on[m as usize], std::mem::take(&mut self.spare_blocked))
         };
-        self.advance(now, first, out);
+        self.wake(now, first, out);
         for &w in &waiting {
-            self.advance(now, w, out);
+            self.wake(now, w, out);
         }
         if waiting.capacity() > 0 {
             waiting.clear();
