@@ -471,10 +471,10 @@ impl<'g> Executor<'g> {
                 Event::Net(token) => {
                     let mut delivered = std::mem::take(&mut self.deliveries);
                     self.network.on_event(now, token, &mut NetQueue(&mut self.queue), &mut delivered)?;
-                    let result = delivered.iter().try_for_each(|&d| self.delivered(d, now));
-                    delivered.clear();
+                    for d in delivered.drain(..) {
+                        self.delivered(d, now)?;
+                    }
                     self.deliveries = delivered;
-                    result?;
                 }
             }
         }
