@@ -78,18 +78,23 @@ struct PendingWake {
     causes: [Cause; 2],
 }
 
-/// A collective step in flight, carried by its transfer slot.
-#[derive(Debug, Clone, Copy)]
+/// A collective step in flight: what its delivery needs, stored at its transfer's id.
+#[derive(Debug, Clone, Copy, Default)]
 struct StepInFlight {
     collective: u32,
-    tag: u64,
     /// Graph op of the sending member.
     op: u32,
     to_rank: u32,
+    tag: u64,
+    bytes: u64,
+}
+
+/// What the rows of a logged step need beyond [`StepInFlight`] (kept at step detail only).
+#[derive(Debug, Clone, Copy, Default)]
+struct StepRecord {
     step: u32,
     row: i64,
     message: i64,
-    bytes: u64,
     ready: Time,
     start: Time,
     /// What it waited for: the collective's causes, and what freed a parked member's stream.
@@ -99,7 +104,8 @@ struct StepInFlight {
 #[derive(Debug, Clone, Copy)]
 enum Owner {
     Op(u32),
-    Step(u32),
+    /// A collective step (see `Executor::flights`).
+    Step,
     /// The tree flow of a fan (multicast or aggregation).
     Fan(u32),
 }
@@ -223,8 +229,9 @@ struct Executor<'g> {
     step_op_names: Vec<u32>,
     /// The `op` of a reduction row (registered only when a collective reduces at a cost).
     reduce_op_name: u32,
+    /// Per transfer id: the collective step it carries (if it does), and at step detail what its rows need.
     flights: Vec<StepInFlight>,
-    free_flights: Vec<u32>,
+    step_records: Vec<StepRecord>,
     /// Pending collective wake-ups, reused through `free_wakes`.
     wakes: Vec<PendingWake>,
     free_wakes: Vec<u32>,
@@ -390,7 +397,7 @@ impl<'g> Executor<'g> {
             step_op_names,
             reduce_op_name,
             flights: Vec::new(),
-            free_flights: Vec::new(),
+            step_records: Vec::new(),
             wakes: Vec::new(),
             free_wakes: Vec::new(),
             action_pool: Vec::new(),
@@ -804,7 +811,7 @@ impl<'g> Executor<'g> {
             self.parked_in[self.graph.ops[op as usize].collective as usize] -= 1;
             match held {
                 // Resumed: the held send also waited for what freed the stream.
-                Some(Held { collective, action }) => self.issue(collective as usize, action, now, release)?,
+                Some(Held { collective, action }) => self.issue(collective as usize, &action, now, release)?,
                 None => self.maybe_yield(s, op, now, release)?,
             }
             return Ok(());
@@ -986,11 +993,10 @@ impl<'g> Executor<'g> {
                 self.finish_op(op, now)
             }
             Owner::Fan(f) => self.fan_transmitted(f, d.tx_end, now),
-            Owner::Step(flight) => {
-                let f = self.flights[flight as usize];
-                self.free_flights.push(flight);
+            Owner::Step => {
+                let f = self.flights[d.id as usize];
                 self.bytes_received[f.to_rank as usize] += f.bytes;
-                self.step_delivered(f, d.tx_end, now)
+                self.step_delivered(f, d.id, d.tx_end, now)
             }
         }
     }
@@ -1083,19 +1089,23 @@ impl<'g> Executor<'g> {
         Ok(())
     }
 
-    fn step_delivered(&mut self, f: StepInFlight, tx_end: Time, now: Time) -> Result<(), Error> {
+    /// Collective step `f` (carried by transfer `id`, not reused yet) was delivered.
+    fn step_delivered(&mut self, f: StepInFlight, id: u32, tx_end: Time, now: Time) -> Result<(), Error> {
         let c = f.collective as usize;
         let from_op = &self.graph.ops[f.op as usize];
         let stream = from_op.stream;
-        if stream != NO_STREAM {
+        // Sends in flight are counted for the policies that look at them (a FIFO stream neither preempts nor yields).
+        let counted = stream != NO_STREAM && self.graph.streams[stream as usize].policy != PolicyKind::Fifo;
+        if counted {
             self.streams[stream as usize].sends_changed(f.op, -1);
         }
         let mut recv_row = NO_CAUSE;
         if self.detail == TraceDetail::Step {
+            let r = self.step_records[id as usize];
             self.step_log.try_make_room(2, 64)?;
             recv_row = self.new_row();
             let send = Row {
-                id: f.row,
+                id: r.row,
                 iteration: from_op.iteration,
                 rank: from_op.rank as i32,
                 kind: KIND_SEND,
@@ -1104,16 +1114,16 @@ impl<'g> Executor<'g> {
                 tensor: from_op.tensor,
                 group: from_op.group,
                 peer: f.to_rank as i32,
-                message: f.message,
+                message: r.message,
                 bytes: f.bytes as i64,
                 priority: from_op.priority,
                 tenant: from_op.tenant as i32,
                 collective: c as i64,
-                step: f.step as i32,
+                step: r.step as i32,
                 rpc: -1,
                 stream: stream_index(stream),
-                ready: f.ready,
-                start: f.start,
+                ready: r.ready,
+                start: r.start,
                 end: tx_end,
             };
             let recv = Row {
@@ -1127,15 +1137,15 @@ impl<'g> Executor<'g> {
                 end: now,
                 ..send
             };
-            self.push_step_row(send, &f.causes)?;
-            self.step_log.push(recv, [f.row]);
+            self.push_step_row(send, &r.causes)?;
+            self.step_log.push(recv, [r.row]);
         }
         let live = self.collectives[c].as_mut().expect("collective live while steps fly");
         let mut actions = self.action_pool.pop().unwrap_or_default();
         live.machine.delivered(now, f.tag, recv_row, &mut actions);
         self.apply(c, actions, now, recv_row)?;
         // The sender may now be idle between sends: a chunk boundary (a FIFO stream neither preempts nor yields).
-        if stream != NO_STREAM && self.graph.streams[stream as usize].policy != PolicyKind::Fifo {
+        if counted {
             if self.streams[stream as usize].idle_between_sends(f.op) {
                 self.maybe_preempt_idle(stream as usize, f.op, now, recv_row)?;
             }
@@ -1189,6 +1199,7 @@ impl<'g> Executor<'g> {
     }
 
     /// Carries out a collective's actions; `trigger` is the event that produced them.
+    #[inline(always)]
     fn apply(&mut self, c: usize, mut actions: Vec<Action>, now: Time, trigger: Cause) -> Result<(), Error> {
         let result = self.apply_batch(c, &actions, now, trigger);
         actions.clear();
@@ -1197,8 +1208,10 @@ impl<'g> Executor<'g> {
     }
 
     fn apply_batch(&mut self, c: usize, batch: &[Action], now: Time, trigger: Cause) -> Result<(), Error> {
-        for &action in batch {
-            let member = match action {
+        // A collective completes only in a call that says a member is done.
+        let mut done = false;
+        for action in batch {
+            let member = match *action {
                 Action::Send { from, .. } => from,
                 Action::Done { member } | Action::DoneAt { member, .. } | Action::Wake { member, .. } => member,
             };
@@ -1207,7 +1220,7 @@ impl<'g> Executor<'g> {
                 match action {
                     Action::Send { .. } => {
                         debug_assert!(held.is_none(), "a parked member holds one send at most");
-                        *held = Some(Held { collective: c as u32, action });
+                        *held = Some(Held { collective: c as u32, action: *action });
                         continue;
                     }
                     Action::Wake { .. } => {}
@@ -1219,27 +1232,30 @@ impl<'g> Executor<'g> {
                     }
                 }
             }
-            match action {
-                Action::Send { .. } => {
+            match *action {
+                Action::Send { step, .. } => {
                     let o = &self.graph.ops[op as usize];
                     let s = o.stream;
                     if s != NO_STREAM {
                         let st = &self.streams[s as usize];
-                        let Action::Send { step, .. } = action else { unreachable!() };
                         // A FIFO stream never preempts: no boundary to look for.
                         let at_boundary = preempts(self.graph.streams[s as usize].policy)
                             && (!self.graph.preempt_at_messages
                                 || self.collectives[c].as_ref().is_some_and(|live| live.machine.starts_message(step)));
                         if at_boundary && st.policy.peek_priority().is_some_and(|p| p < o.priority) {
-                            self.park(s as usize, op, Some(Held { collective: c as u32, action }));
+                            self.park(s as usize, op, Some(Held { collective: c as u32, action: *action }));
                             self.run_next(s as usize, now, trigger)?;
                             continue;
                         }
                     }
-                    self.issue(c, action, now, NO_CAUSE)?;
+                    self.send_step(c, op, action, now, NO_CAUSE)?;
                 }
-                Action::Done { .. } => self.finish_op(op, now)?,
+                Action::Done { .. } => {
+                    done = true;
+                    self.finish_op(op, now)?
+                }
                 Action::DoneAt { at, sent, received, .. } => {
+                    done = true;
                     // Closed-form mode: the member's schedule's bytes, counted as the steps would be.
                     let rank = self.graph.ops[op as usize].rank as usize;
                     self.bytes_sent[rank] += sent;
@@ -1253,7 +1269,7 @@ impl<'g> Executor<'g> {
                 }
             }
         }
-        if self.collectives[c].as_ref().is_some_and(|live| live.machine.complete()) {
+        if done && self.collectives[c].as_ref().is_some_and(|live| live.machine.complete()) {
             self.collectives[c] = None;
         }
         Ok(())
@@ -1314,26 +1330,47 @@ impl<'g> Executor<'g> {
         }
     }
 
-    fn issue(&mut self, c: usize, action: Action, now: Time, resumed_after: Cause) -> Result<(), Error> {
-        let Action::Send { from, to, bytes, tag, step, ready, causes } = action else {
+    fn issue(&mut self, c: usize, action: &Action, now: Time, resumed_after: Cause) -> Result<(), Error> {
+        let Action::Send { from, .. } = *action else {
             return Ok(());
         };
-        let live = self.collectives[c].as_ref().expect("collective live");
-        let op = live.ops[from as usize];
+        let op = self.collectives[c].as_ref().expect("collective live").ops[from as usize];
+        self.send_step(c, op, action, now, resumed_after)
+    }
+
+    /// Starts the transfer of collective `c`'s send `action` by its member op `op`.
+    #[inline(always)]
+    fn send_step(&mut self, c: usize, op: u32, action: &Action, now: Time, resumed_after: Cause) -> Result<(), Error> {
+        let Action::Send { from, to, bytes, tag, step, ready, causes } = *action else {
+            return Ok(());
+        };
         let spec = &self.graph.collectives[c];
         let (src, dst) = (spec.members[from as usize], spec.members[to as usize]);
         let o = &self.graph.ops[op as usize];
         let (band, tenant, stream) = (o.band, o.tenant, o.stream);
-        if stream != NO_STREAM {
+        if stream != NO_STREAM && self.graph.streams[stream as usize].policy != PolicyKind::Fifo {
             self.streams[stream as usize].sends_changed(op, 1);
         }
-        let row = if self.detail == TraceDetail::Step { self.new_row() } else { -1 };
         let message = self.new_message();
-        let [a, b, rendezvous_a, rendezvous_b] = causes;
-        let causes = [a, b, rendezvous_a, rendezvous_b, resumed_after];
-        let flight = StepInFlight { collective: c as u32, tag, op, to_rank: dst, step, row, message, bytes, ready, start: now, causes };
-        let slot = store_in_slot(&mut self.flights, &mut self.free_flights, flight);
-        self.start_transfer(now, src, dst, bytes, band, tenant, message, Owner::Step(slot))
+        let flight = StepInFlight { collective: c as u32, op, to_rank: dst, tag, bytes };
+        self.transfers += 1;
+        self.bytes_sent[src as usize] += bytes;
+        let id = self.new_transfer(Owner::Step);
+        if self.flights.len() <= id as usize {
+            self.flights.resize(id as usize + 1, StepInFlight::default());
+        }
+        self.flights[id as usize] = flight;
+        if self.detail == TraceDetail::Step {
+            let row = self.new_row();
+            let [a, b, rendezvous_a, rendezvous_b] = causes;
+            let causes = [a, b, rendezvous_a, rendezvous_b, resumed_after];
+            if self.step_records.len() <= id as usize {
+                self.step_records.resize(id as usize + 1, StepRecord::default());
+            }
+            self.step_records[id as usize] = StepRecord { step, row, message, ready, start: now, causes };
+        }
+        let req = TransferRequest { id, message: message as u64, src, dst, bytes, band, tenant };
+        self.network.start(now, req, &mut NetQueue(&mut self.queue))
     }
 
     fn into_output(mut self, op_names: Vec<String>) -> Result<RunOutput, Error> {
@@ -1704,7 +1741,7 @@ impl<'g> Executor<'g> {
             step_op_names,
             reduce_op_name,
             flights,
-            free_flights,
+            step_records,
             wakes,
             free_wakes,
             action_pool,
@@ -1753,7 +1790,7 @@ impl<'g> Executor<'g> {
             step_op_names,
             reduce_op_name,
             flights,
-            free_flights,
+            step_records,
             wakes,
             free_wakes,
             action_pool,

@@ -597,3 +597,36 @@ fn analytic_links_serve_transfers_one_after_another() {
     }
     assert_eq!(recv_ends(&g, &net(Fidelity::Analytic, 8e9, lat)), vec![m + lat, m + lat]);
 }
+
+#[test]
+fn back_to_back_transfers_of_repeated_and_changing_sizes_on_one_route_take_their_own_times() {
+    // The models reuse the transmission time last computed for a route (a
+    // class at flow level) and a size: a chain 0 -> 1, each transfer waiting
+    // for the previous one, with sizes that repeat, alternate, go to 0 and
+    // back, must still end at prev + ceil(bytes * 8e9 / bps) + latency each.
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let pool = [0u64, 1, 999, 1000, 1001, 4_000_000, 4_000_001, 123_456_789];
+    let sizes: Vec<u64> = (0..200).map(|i| if i % 5 == 0 { pool[i % pool.len()] } else { pool[(next() % pool.len() as u64) as usize] }).collect();
+    let (bps, latency) = (7_000_000_000u64, 11);
+    for fidelity in [Fidelity::Analytic, Fidelity::Flow] {
+        let mut g = Graph::new();
+        let mut prev = None;
+        for &bytes in &sizes {
+            let op = transfer(&mut g, 0, 1, bytes);
+            prev = Some(g.add(op, prev.as_slice()));
+        }
+        let mut expected = Vec::new();
+        let mut t = 0;
+        for &bytes in &sizes {
+            t += ceil_tx(bytes, bps) + latency;
+            expected.push(t);
+        }
+        assert_eq!(recv_ends(&g, &net(fidelity, bps as f64, latency)), expected, "{fidelity:?}");
+    }
+}

@@ -63,6 +63,8 @@ pub trait Plan {
 }
 
 const NOT_JOINED: Time = Time::MAX;
+/// No member.
+const NONE: u32 = u32::MAX;
 
 /// One member's state, kept together (one cache line pair per member on the hot path).
 #[derive(Debug, Clone, Copy)]
@@ -96,6 +98,8 @@ pub struct Exchange<P: Plan> {
     /// Recv row of (member, stage), kept only when causes are tracked.
     recv_cause: Vec<Cause>,
     /// Members whose current send waits for this member to join.
+    /// The first of them (NONE: none; a ring member has one sender), the others in `blocked_on`.
+    blocked_first: Vec<u32>,
     blocked_on: Vec<Vec<u32>>,
     /// Spare list swapped with a `blocked_on` entry while it is woken (no allocation per wake-up).
     spare_blocked: Vec<u32>,
@@ -131,6 +135,7 @@ impl<P: Plan> Exchange<P> {
             stages,
             members,
             recv_cause: Vec::new(),
+            blocked_first: vec![NONE; n as usize],
             blocked_on: vec![Vec::new(); n as usize],
             spare_blocked: Vec::new(),
             joined: 0,
@@ -143,12 +148,6 @@ impl<P: Plan> Exchange<P> {
     pub fn with_gamma(mut self, gamma_ns_per_byte: f64) -> Self {
         self.gamma_ns_per_byte = gamma_ns_per_byte;
         self
-    }
-
-    /// A transfer's tag: its sender in the high half, its stage in the low half.
-    #[inline]
-    fn tag(&self, from: u32, stage: u32) -> u64 {
-        (from as u64) << 32 | stage as u64
     }
 
     /// The member that sent transfer `tag`.
@@ -183,26 +182,32 @@ impl<P: Plan> Exchange<P> {
         self.normalize(m);
     }
 
-    fn try_send(&mut self, m: u32, out: &mut Vec<Action>) {
-        let mu = m as usize;
-        let me = &self.members[mu];
-        let s = me.stage;
-        if self.joined < self.plan.members() || s >= self.stages || me.sent {
-            return;
-        }
-        let Some((to, bytes)) = me.current.send else { return };
+    /// Sends member `m`'s stage-`s` transfer (`to`, `bytes`) if its receiver
+    /// has reached stage `s`; else waits for it. Called only once every
+    /// member has joined, for a current stage not sent yet. True if sent.
+    #[inline(always)]
+    fn try_send(&mut self, m: u32, s: u32, to: u32, bytes: u64, out: &mut Vec<Action>) -> bool {
         let tu = to as usize;
         let peer = &self.members[tu];
         if peer.stage < s {
-            self.blocked_on[tu].push(m);
-            return;
+            if self.blocked_first[tu] == NONE {
+                self.blocked_first[tu] = m;
+            } else {
+                self.blocked_on[tu].push(m);
+            }
+            return false;
         }
+        let peer_ready = peer.ready_at;
+        let peer_causes = peer.prev_causes;
+        let me = &mut self.members[m as usize];
         let ready = me.ready_at;
         let [a, b] = me.prev_causes;
         // Waited for the receiver to post this stage: what made it get there.
-        let [c, d] = if peer.ready_at > ready { peer.prev_causes } else { [NO_CAUSE; 2] };
-        self.members[mu].sent = true;
-        out.push(Action::Send { from: m, to, bytes, tag: self.tag(m, s), step: s, ready, causes: [a, b, c, d] });
+        let [c, d] = if peer_ready > ready { peer_causes } else { [NO_CAUSE; 2] };
+        me.sent = true;
+        // The tag: the sender in the high half, the stage in the low half.
+        out.push(Action::Send { from: m, to, bytes, tag: (m as u64) << 32 | s as u64, step: s, ready, causes: [a, b, c, d] });
+        true
     }
 
     /// Completes as many stages of `m` as are done, issuing sends on the way.
@@ -234,12 +239,9 @@ impl<P: Plan> Exchange<P> {
                 return;
             }
             let st = me.current;
-            if st.send.is_some() {
-                if !me.sent {
-                    self.try_send(m, out);
-                    if !self.members[mu].sent {
-                        return;
-                    }
+            if let Some((to, bytes)) = st.send {
+                if !me.sent && !self.try_send(m, s, to, bytes, out) {
+                    return;
                 }
                 if !self.members[mu].send_done {
                     return;
@@ -249,28 +251,23 @@ impl<P: Plan> Exchange<P> {
             if st.recv.is_some() && s >= self.members[mu].recv_upto {
                 return;
             }
-            if st.reduce && !self.members[mu].reduced {
-                let from = st.recv.expect("a reduce stage receives");
-                let bytes = self.plan.stage(from, s).send.map_or(0, |(_, b)| b);
-                let cost = reduce_ns(bytes, self.gamma_ns_per_byte);
-                if cost > 0 {
-                    if !self.members[mu].reducing {
-                        self.members[mu].reducing = true;
-                        let causes = self.stage_causes(m, s, st);
-                        out.push(Action::Wake { member: m, at: now.saturating_add(cost), tag: 0, bytes, causes });
-                    }
-                    return;
-                }
+            // A reduction costs time only at a positive gamma (see `reduce_ns`).
+            if st.reduce && !self.members[mu].reduced && self.gamma_ns_per_byte > 0.0 && self.reducing(now, m, s, st, out) {
+                return;
             }
-            let me = &self.members[mu];
-            let prev = if me.reduced && me.reduce_cause != NO_CAUSE {
-                [me.reduce_cause, NO_CAUSE] // the reduction waited for the stage's receipt and send
+            if self.recv_cause.is_empty() {
+                // Causes are not tracked (steps are not logged): no one reads them.
             } else {
-                self.stage_causes(m, s, st)
-            };
+                let me = &self.members[mu];
+                let prev = if me.reduced && me.reduce_cause != NO_CAUSE {
+                    [me.reduce_cause, NO_CAUSE] // the reduction waited for the stage's receipt and send
+                } else {
+                    self.stage_causes(m, s, st)
+                };
+                self.members[mu].prev_causes = prev;
+            }
             let next = if s + 1 < self.stages { self.plan.stage(m, s + 1) } else { Stage::default() };
             let me = &mut self.members[mu];
-            me.prev_causes = prev;
             me.stage = s + 1;
             me.current = next;
             me.sent = false;
@@ -282,11 +279,33 @@ impl<P: Plan> Exchange<P> {
                 self.finished += 1;
                 out.push(Action::Done { member: m });
             }
-            self.wake_blocked_on(now, m, out);
+            if self.blocked_first[mu] != NONE {
+                self.wake_blocked_on(now, m, out);
+            }
             if s + 1 == self.stages {
                 return;
             }
         }
+    }
+
+    /// Member `m` must reduce its stage-`s` receipt before the stage ends:
+    /// true (and the wake-up asked for, once) while it costs time.
+    #[cold]
+    #[inline(never)]
+    fn reducing(&mut self, now: Time, m: u32, s: u32, st: Stage, out: &mut Vec<Action>) -> bool {
+        let mu = m as usize;
+        let from = st.recv.expect("a reduce stage receives");
+        let bytes = self.plan.stage(from, s).send.map_or(0, |(_, b)| b);
+        let cost = reduce_ns(bytes, self.gamma_ns_per_byte);
+        if cost == 0 {
+            return false;
+        }
+        if !self.members[mu].reducing {
+            self.members[mu].reducing = true;
+            let causes = self.stage_causes(m, s, st);
+            out.push(Action::Wake { member: m, at: now.saturating_add(cost), tag: 0, bytes, causes });
+        }
+        true
     }
 
     /// What member `m`'s stage `s` waited for: its receipt and its send (else what came before).
@@ -304,18 +323,44 @@ impl<P: Plan> Exchange<P> {
         [a, b]
     }
 
+    /// [`Exchange::advance`] of a member that was waiting for its receiver
+    /// (called while every member has joined). A member whose current stage
+    /// has a send not made yet can only make it (or wait again): after a send
+    /// its stage waits for the delivery, so the stage loop would stop there.
+    #[inline(always)]
+    fn wake(&mut self, now: Time, w: u32, out: &mut Vec<Action>) {
+        let me = &self.members[w as usize];
+        let s = me.stage;
+        if s < self.stages && !me.sent {
+            if let Some((to, bytes)) = me.current.send {
+                self.try_send(w, s, to, bytes, out);
+                return;
+            }
+        }
+        self.advance(now, w, out);
+    }
+
     /// `m` reached a new stage or joined: senders waiting for it may go.
     #[inline]
     fn wake_blocked_on(&mut self, now: Time, m: u32, out: &mut Vec<Action>) {
-        if self.blocked_on[m as usize].is_empty() {
+        let first = std::mem::replace(&mut self.blocked_first[m as usize], NONE);
+        if first == NONE {
             return;
         }
-        let mut waiting = std::mem::replace(&mut self.blocked_on[m as usize], std::mem::take(&mut self.spare_blocked));
+        // Those blocked from now on wait for the next wake-up (in the order they blocked).
+        let mut waiting = if self.blocked_on[m as usize].is_empty() {
+            Vec::new()
+        } else {
+            std::mem::replace(&mut self.blocked_on[m as usize], std::mem::take(&mut self.spare_blocked))
+        };
+        self.wake(now, first, out);
         for &w in &waiting {
-            self.advance(now, w, out);
+            self.wake(now, w, out);
         }
-        waiting.clear();
-        self.spare_blocked = waiting;
+        if waiting.capacity() > 0 {
+            waiting.clear();
+            self.spare_blocked = waiting;
+        }
     }
 }
 

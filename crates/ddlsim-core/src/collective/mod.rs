@@ -76,7 +76,8 @@ pub trait Collective {
     fn woke(&mut self, _now: Time, _member: u32, _tag: u64, _cause: Cause, _out: &mut Vec<Action>) {
         unreachable!("this collective asks for no wake-up")
     }
-    /// True once every member is done.
+    /// True once every member is done. It turns true only in a call that
+    /// outputs a [`Action::Done`] or [`Action::DoneAt`] (the executor asks only then).
     fn complete(&self) -> bool;
     /// True if the member has joined but the collective cannot start until others join.
     fn waits_for_a_join(&self, member: u32) -> bool;

@@ -211,6 +211,11 @@ struct Class {
     /// directly (no completion event): its transmission ends then, unless
     /// another flow joins one of its links first.
     lone_until: Option<Time>,
+    /// The transmission time of the last size sent alone on the class's
+    /// path (a pure function of path and size: a ring sends the same chunk
+    /// size again and again; 0 bytes take 0 ns, a true first entry).
+    last_bytes: u64,
+    last_tx: Time,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -274,6 +279,7 @@ impl Class {
 /// an ordinary class with a completion event at its (exact) end, and its
 /// direct end is cancelled.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn resolve_lone(
     classes: &mut [Class],
     link_classes: &mut [Vec<u32>],
@@ -414,6 +420,7 @@ impl FlowNetwork {
     /// to `cancelled` and it gets a normal completion event like any shared
     /// flow. Classes whose next completion changed are appended to `out`.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn start(
         &mut self,
         now: Time,
@@ -461,7 +468,7 @@ impl FlowNetwork {
         let class = match self.tree_class_of.get(&key) {
             Some(&c) => c,
             None => {
-                self.classes.push(Class { band, members: BinaryHeap::new(), base: 0.0, since: now, rate: 0.0, version: 0, lone_until: None });
+                self.classes.push(Class { band, members: BinaryHeap::new(), base: 0.0, since: now, rate: 0.0, version: 0, lone_until: None, last_bytes: 0, last_tx: 0 });
                 self.paths.push(path.clone());
                 self.class_mark.push(0);
                 let id = (self.classes.len() - 1) as u32;
@@ -473,6 +480,7 @@ impl FlowNetwork {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn start_in(
         &mut self,
         now: Time,
@@ -507,12 +515,12 @@ impl FlowNetwork {
         if alone {
             self.recomputations += 1;
             let path = &self.paths[class as usize];
-            let tx_end = path
-                .transmit_ns(bytes)
-                .and_then(|t| now.checked_add(t))
-                .filter(|&t| t <= MAX_TIME)
-                .ok_or_else(|| super::too_long(bytes))?;
             let c = &mut self.classes[class as usize];
+            if c.last_bytes != bytes {
+                c.last_tx = path.transmit_ns(bytes).ok_or_else(|| super::too_long(bytes))?;
+                c.last_bytes = bytes;
+            }
+            let tx_end = now.checked_add(c.last_tx).filter(|&t| t <= MAX_TIME).ok_or_else(|| super::too_long(bytes))?;
             c.rate = path.bottleneck;
             c.version = c.version.wrapping_add(1);
             c.lone_until = Some(tx_end);
@@ -525,7 +533,7 @@ impl FlowNetwork {
     /// Classes live as long as the network: an idle one keeps its heap's
     /// capacity and is simply off its links' lists.
     fn new_class(&mut self, now: Time, src: u32, dst: u32, band: u8, key: u64) -> u32 {
-        self.classes.push(Class { band, members: BinaryHeap::new(), base: 0.0, since: now, rate: 0.0, version: 0, lone_until: None });
+        self.classes.push(Class { band, members: BinaryHeap::new(), base: 0.0, since: now, rate: 0.0, version: 0, lone_until: None, last_bytes: 0, last_tx: 0 });
         self.paths.push(self.topo.route(src, dst));
         self.class_mark.push(0);
         let id = (self.classes.len() - 1) as u32;

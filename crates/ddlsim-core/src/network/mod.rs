@@ -291,44 +291,82 @@ fn at(now: Time, dt: Time) -> Result<Time, Error> {
 /// the route's latency after that.
 struct Analytic {
     topo: Topology,
+    ranks: u32,
     /// Per link: when the last transfer reserved on it ends its transmission.
     free_at: Vec<Time>,
-    routes: HashMap<u64, u32>,
-    paths: Vec<Path>,
+    /// Route key -> index into `routes`.
+    route_index: HashMap<u64, u32>,
+    /// Each route met so far, its links at `links[first..first + len]`.
+    routes: Vec<Route>,
+    links: Vec<u32>,
     scratch: Path,
     common: Common,
-    /// Per sender rank: the receiver and path index of its last transfer
+    /// Per sender rank: the receiver and route index of its last transfer
     /// (a collective's member sends to the same peer step after step), so
     /// most transfers skip the route map.
     last_route: Vec<(u32, u32)>,
 }
 
+/// A route as the analytic model uses it: its links (in `Analytic::links`),
+/// latency, and its transmission time of the last size it carried (a
+/// collective sends the same chunk size again and again; the time is a pure
+/// function of the route and the size, so the memo changes nothing).
+struct Route {
+    path: Path,
+    first: u32,
+    len: u32,
+    last_bytes: u64,
+    last_tx: Time,
+}
+
 impl Analytic {
     fn new(topo: Topology, common: Common) -> Self {
-        let last_route = vec![(u32::MAX, 0); topo.ranks() as usize];
+        let ranks = topo.ranks();
+        let last_route = vec![(u32::MAX, 0); ranks as usize];
         let free_at = vec![0; topo.links.len()];
-        Analytic { topo, free_at, routes: HashMap::default(), paths: Vec::new(), scratch: Path::default(), common, last_route }
+        Analytic {
+            topo,
+            ranks,
+            free_at,
+            route_index: HashMap::default(),
+            routes: Vec::new(),
+            links: Vec::new(),
+            scratch: Path::default(),
+            common,
+            last_route,
+        }
     }
 
-    /// Index into `paths` of the route from `src` to `dst` (both checked ranks).
+    /// Index into `routes` of the route from `src` to `dst` (both checked ranks).
     #[inline]
-    fn path_index(&mut self, src: u32, dst: u32) -> u32 {
-        let (last_dst, last_path) = self.last_route[src as usize];
+    fn route(&mut self, src: u32, dst: u32) -> usize {
+        let (last_dst, last) = self.last_route[src as usize];
         if last_dst == dst {
-            return last_path;
+            return last as usize;
         }
+        self.route_slow(src, dst)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn route_slow(&mut self, src: u32, dst: u32) -> usize {
         let key = self.topo.route_key(src, dst);
-        let index = match self.routes.get(&key) {
+        let index = match self.route_index.get(&key) {
             Some(&i) => i,
             None => {
                 self.topo.route_into(src, dst, &mut self.scratch);
-                self.paths.push(self.scratch.clone());
-                self.routes.insert(key, self.paths.len() as u32 - 1);
-                self.paths.len() as u32 - 1
+                let first = self.links.len() as u32;
+                self.links.extend_from_slice(self.scratch.links());
+                let len = self.scratch.links().len() as u32;
+                // 0 bytes take 0 ns: a true first entry of the memo.
+                self.routes.push(Route { path: self.scratch.clone(), first, len, last_bytes: 0, last_tx: 0 });
+                let i = self.routes.len() as u32 - 1;
+                self.route_index.insert(key, i);
+                i
             }
         };
         self.last_route[src as usize] = (dst, index);
-        index
+        index as usize
     }
 }
 
@@ -336,12 +374,20 @@ impl NetworkModel for Analytic {
     fn topology(&self) -> &Topology {
         &self.topo
     }
+    #[inline]
     fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), Error> {
-        self.common.check(&req, self.topo.ranks())?;
-        let index = self.path_index(req.src, req.dst);
-        let path = &self.paths[index as usize];
-        let (begin, tx_end) = reserve(&mut self.free_at, path, now, req.bytes)?;
-        let delivered = at(tx_end, path.latency)?;
+        if req.src >= self.ranks || req.dst >= self.ranks {
+            return self.common.check(&req, self.ranks);
+        }
+        let r = self.route(req.src, req.dst);
+        let route = &mut self.routes[r];
+        if route.last_bytes != req.bytes {
+            route.last_tx = route.path.transmit_ns(req.bytes).ok_or_else(|| too_long(req.bytes))?;
+            route.last_bytes = req.bytes;
+        }
+        let links = &self.links[route.first as usize..(route.first + route.len) as usize];
+        let (begin, tx_end) = reserve_links(&mut self.free_at, links, now, route.last_tx, req.bytes)?;
+        let delivered = at(tx_end, route.path.latency)?;
         self.common.begin(begin, req).tx_end = tx_end;
         sched.schedule(delivered, req.id as u64);
         Ok(())
@@ -371,9 +417,19 @@ impl NetworkModel for Analytic {
 /// Returns (start, end of transmission).
 #[inline]
 fn reserve(free_at: &mut [Time], path: &Path, now: Time, bytes: u64) -> Result<(Time, Time), Error> {
-    let begin = path.links().iter().fold(now, |t, &l| t.max(free_at[l as usize]));
-    let tx_end = path.transmit_ns(bytes).and_then(|tx| at(begin, tx).ok()).ok_or_else(|| too_long(bytes))?;
-    for &l in path.links() {
+    let tx = path.transmit_ns(bytes).ok_or_else(|| too_long(bytes))?;
+    reserve_links(free_at, path.links(), now, tx, bytes)
+}
+
+/// [`reserve`] of a transmission of `tx` ns (`bytes` long) over `links`.
+#[inline(always)]
+fn reserve_links(free_at: &mut [Time], links: &[u32], now: Time, tx: Time, bytes: u64) -> Result<(Time, Time), Error> {
+    let begin = links.iter().fold(now, |t, &l| t.max(free_at[l as usize]));
+    let tx_end = match begin.checked_add(tx) {
+        Some(t) if t <= MAX_TIME => t,
+        _ => return Err(too_long(bytes)),
+    };
+    for &l in links {
         free_at[l as usize] = tx_end;
     }
     Ok((begin, tx_end))
@@ -393,7 +449,11 @@ struct Flow {
 }
 
 impl Flow {
+    #[inline]
     fn flush(&mut self, sched: &mut dyn Scheduler) {
+        if self.out.is_empty() {
+            return;
+        }
         for r in self.out.drain(..) {
             sched.schedule(r.done_at, ((r.version as u64) << 32) | r.class as u64);
         }
@@ -432,12 +492,15 @@ impl NetworkModel for Flow {
 }
 
 impl Flow {
+    #[inline(always)]
     fn started(&mut self, req: TransferRequest, started: FlowStart, sched: &mut dyn Scheduler) -> Result<(), Error> {
-        for &c in &self.cancelled {
-            let slot = &mut self.common.slots[c as usize];
-            slot.generation = slot.generation.wrapping_add(1);
+        if !self.cancelled.is_empty() {
+            for &c in &self.cancelled {
+                let slot = &mut self.common.slots[c as usize];
+                slot.generation = slot.generation.wrapping_add(1);
+            }
+            self.cancelled.clear();
         }
-        self.cancelled.clear();
         if let FlowStart::Lone { tx_end, latency } = started {
             let delivered = at(tx_end, latency)?;
             let slot = &mut self.common.slots[req.id as usize];
