@@ -108,7 +108,18 @@ def test_hta_loads_our_export_of_the_imported_trace(real_trace, tmp_path, monkey
         # compute rows of one thread do not overlap, so HTA's compute time is their plain sum
         expected_us = (compute["end_ns"] - compute["start_ns"]).sum() / 1000
         assert breakdown.loc[rank, "compute_time(us)"] == pytest.approx(expected_us, rel=1e-6, abs=0.01)
-        assert breakdown.loc[rank, "non_compute_time(us)"] > 0  # gloo all-reduces not hidden behind compute
+        # HTA's non-compute time: communication not hidden behind compute. Whether a real gloo all-reduce
+        # sticks out of the main thread's compute depends on the machine's load, so the oracle is the log's
+        # own exposure (collective time outside every compute interval), computed here independently.
+        coll = frame[(frame["rank"] == rank) & (frame["kind"] == "collective")]
+        spans = sorted(zip(compute["start_ns"], compute["end_ns"]))
+        exposed_ns = 0
+        for a, b in zip(coll["start_ns"], coll["end_ns"]):
+            covered = sum(max(0, min(b, e) - max(a, s)) for s, e in spans)
+            exposed_ns += (b - a) - covered
+        if exposed_ns > 1_000_000:  # over a millisecond of all-reduce outside compute
+            assert breakdown.loc[rank, "non_compute_time(us)"] > 0
+        assert breakdown.loc[rank, "non_compute_time(us)"] >= 0
 
 
 def test_gloo_enqueue_ops_are_not_collectives_of_their_own(tmp_path):

@@ -59,6 +59,9 @@ CONNECTION_BYTES = 1024
 PORT_BAND_BYTES = 256
 PACKET_BYTES = 128
 QUEUE_ROW_BYTES = 160
+# A background tenant's flow: its engine record, its Python flows-table row and (in flight) its
+# connection state, bytes.
+TENANT_FLOW_BYTES = 400
 # Smallest packet a byte-limited queue can hold (a 40-byte TCP/IP header, an ACK).
 MIN_PACKET_BYTES = 40
 # Default memory budget when the machine's memory cannot be read.
@@ -139,10 +142,18 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 86400:,.0f} days"
 
 
-def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: str) -> Estimate:
+def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: str,
+             tenants: Optional[list[dict]] = None, compute_ns_per_iteration: int = 0) -> Estimate:
     """The cost of simulating `scenario` whose model has `layers` layers and
     gradient groups of `group_bytes`, logging at `detail` ("step" or
-    "collective"). Event log v2: a message is a send row and a recv row."""
+    "collective"). Event log v2: a message is a send row and a recv row.
+    `tenants` are the engine's tenant documents (lowering.tenant_documents);
+    their flows are counted over their stop time, or over an upper estimate
+    of the job's duration: per iteration `compute_ns_per_iteration` plus
+    twice the job's network bytes per rank at the rate the tenants' offered
+    load leaves (at least a tenth of the link), plus at packet level two
+    minimum retransmission timeouts; four standard deviations of the
+    Poisson count on top."""
     n = scenario.workers
     iters = scenario.iterations
     strategy = scenario.strategy
@@ -172,11 +183,63 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         per_transfer = max(1.0, 1.4 * n)
     events = int(iters * compute + transfers * per_transfer)
     memory = BASE_BYTES + rows * BYTES_PER_ROW
+    flows, tenant_bytes = 0, 0
+    if tenants:
+        # The job's network time per iteration at the rate the tenants leave it (at least a tenth).
+        left = max(1.0 - offered_load(tenants, scenario.network.bandwidth_bps), 0.1)
+        job_s = iters * (compute_ns_per_iteration / 1e9
+                         + 2 * 8 * network_bytes_per_iteration(scenario, group_bytes, transfers // max(iters, 1))
+                         / max(scenario.workers, 1) / (scenario.network.bandwidth_bps * left))
+        if scenario.network.fidelity == "packet":
+            # Losses behind the tenants' queues: up to two retransmission timeouts per iteration.
+            job_s += iters * 2 * scenario.network.packet_options.rto_min_ns / 1e9
+        flows, tenant_bytes = tenant_flows(tenants, job_s, fabric_size(scenario))
+        events += int(2 * flows * per_transfer)
+        memory += flows * TENANT_FLOW_BYTES
     if scenario.network.fidelity == "packet":
         hops, packet_memory = packet_estimate(scenario, group_bytes, transfers // max(iters, 1))
-        return Estimate(ops=ops, transfers=transfers, events=events, log_rows=rows, memory_bytes=memory + packet_memory,
-                        packet_hops=hops)
-    return Estimate(ops=ops, transfers=transfers, events=events, log_rows=rows, memory_bytes=memory)
+        p = scenario.network.packet_options
+        hops += 2 * (-(-tenant_bytes // p.mss) + flows) * (2 if scenario.network.topology == "star" else 4)
+        return Estimate(ops=ops, transfers=transfers + flows, events=events, log_rows=rows,
+                        memory_bytes=memory + packet_memory, packet_hops=hops)
+    return Estimate(ops=ops, transfers=transfers + flows, events=events, log_rows=rows, memory_bytes=memory)
+
+
+def fabric_size(scenario: Scenario) -> int:
+    """Hosts in the fabric (network.hosts, else the ranks' hosts)."""
+    from .lowering import host_of_rank
+
+    return scenario.network.hosts or (max(host_of_rank(scenario), default=0) + 1)
+
+
+def offered_load(tenants: list[dict], bandwidth_bps: float) -> float:
+    """The tenants' offered load per sending host, as a fraction of its link rate
+    (flows per second x mean size x 8 / rate, summed over tenants)."""
+    from ..workload import flow_sizes
+
+    return sum(t["rate_per_host"] * flow_sizes.mean_bytes(t["cdf"]) * 8 / bandwidth_bps for t in tenants)
+
+
+def tenant_flows(tenants: list[dict], job_s: float, hosts: int) -> tuple[int, int]:
+    """(expected flows, expected bytes) of background tenants (the engine's
+    tenant documents): per tenant, rate_per_host x sending hosts x its
+    arrival window (stop - start, or `job_s` without a stop), times the
+    CDF's mean size, with a margin of four standard deviations of the
+    Poisson count."""
+    from ..workload import flow_sizes
+
+    total_flows, total_bytes = 0, 0
+    for t in tenants:
+        if t.get("pairs"):
+            senders = len({p[0] for p in t["pairs"]})
+        else:
+            senders = len(t["hosts"]) if t.get("hosts") else hosts
+        window_s = ((t["stop_ns"] - t["start_ns"]) / 1e9) if t.get("stop_ns") is not None else max(job_s - t["start_ns"] / 1e9, 0.0)
+        mean = t["rate_per_host"] * senders * window_s
+        n = int(mean + 4 * mean ** 0.5 + 1)
+        total_flows += n
+        total_bytes += int(n * flow_sizes.mean_bytes(t["cdf"]))
+    return total_flows, total_bytes
 
 
 def allreduce_bytes(algorithm: str, n: int, nbytes: int) -> int:

@@ -69,7 +69,9 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
     network = network_document(sc)
     detail = resolve_trace_detail(sc, [g["bytes"] for g in training["groups"]])
     control = budget.current_control()
-    budget.check(budget.estimate(sc, len(training["layers"]), [g["bytes"] for g in training["groups"]], detail), sc, detail, control)
+    compute_ns = sum(f + b for f, b in times)
+    budget.check(budget.estimate(sc, len(training["layers"]), [g["bytes"] for g in training["groups"]], detail,
+                                 network.get("tenants"), compute_ns), sc, detail, control)
     t0 = time.perf_counter()
     try:
         out = _core.simulate_training_json(engine_json(training), engine_json(network), detail, control.progress)
