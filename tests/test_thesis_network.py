@@ -68,3 +68,100 @@ def test_a_lower_band_job_is_invisible_to_band_0_tenants_at_flow_level():
     fct_lower = (a["end_ns"] - a["start_ns"]).to_numpy(dtype=float)
     fct_same = (same["end_ns"] - same["start_ns"]).to_numpy(dtype=float)
     assert fct_same.sum() > fct_lower.sum()
+
+
+# ----------------------------------------------------------------- ddlsim reproduce thesis-network
+
+from ddlsim.reproduce import thesis_network as tn  # noqa: E402
+
+
+def test_the_chapter_setting_as_scenarios():
+    from ddlsim.simulation.lowering import network_document
+    from ddlsim.simulation.scenario import scenario_from_dict
+
+    # iterations cover the 12-second run: ceil(12000 / iteration ms)
+    assert [tn.iterations_for(r, 12.0) for r in tn.RATIOS] == [6, 11, 22, 43]
+    for ratio in tn.RATIOS:
+        sc = scenario_from_dict(tn.scenario(ratio, 46, "lower", 2))
+        assert sc.workers == 8 and sc.network.bandwidth_bps == 10e9 and sc.network.latency_ns == 10_000
+        assert sc.network.job_band == 2 and sc.seed == 2 and sc.network.fidelity == "packet"
+        assert sc.strategy.grouping.fusion_buffer_bytes == 5_333_329
+        doc = network_document(sc)["tenants"][0]
+        assert doc["rate_per_host"] == 46  # per host, as the thesis gives it: not divided by the 8 hosts
+        assert doc["band"] == 0
+    # "same" puts the job in the tenants' band; the job alone has no tenants
+    assert scenario_from_dict(tn.scenario(4, 23, "same", 1)).network.job_band == 0
+    assert scenario_from_dict(tn.scenario(4, 0, "same", 1)).tenant == []
+
+
+def test_table5_4_utilisations_follow_eqs_5_2_and_5_3_and_show_the_72_5_misprint():
+    t = tn.table5_3_4(__import__("pandas").DataFrame(), tn.FULL)
+    for r in t.itertuples():
+        assert r.u_horovod_pct == pytest.approx(100 / r.ratio)  # 100 MB x 2 x 7/8 x 8 / (iteration x 10 Gbit/s)
+        assert r.u_pfabric_pct == pytest.approx(r.rate * 1.7e6 * 8 / 1e10 * 100)
+        assert r.u_total_pct == pytest.approx(r.u_horovod_pct + r.u_pfabric_pct)
+        if (r.ratio, r.rate) != (2, 92):
+            assert r.u_total_pct == pytest.approx(r.paper_u_total_pct, abs=0.05)
+    bad = t[(t["ratio"] == 2) & (t["rate"] == 92)].iloc[0]
+    assert bad.paper_u_total_pct == 72.5 and bad.u_total_pct == pytest.approx(62.51, abs=0.01)
+
+
+def test_cells_average_each_seeds_change_lower_against_same():
+    import pandas as pd
+
+    rows = []
+    for seed, (same, lower, s_small, l_small) in {1: (100.0, 110.0, 2.0, 1.0), 2: (100.0, 130.0, 4.0, 3.0)}.items():
+        for band, it, small in (("same", same, s_small), ("lower", lower, l_small)):
+            rows.append({"ratio": 4, "rate": 92, "band": band, "seed": seed, "iteration_ms": it, "iterations_in_duration": 3,
+                         "small_fct_mean_ms": small, "large_fct_mean_ms": 10.0})
+    rows.append({"ratio": 4, "rate": 0, "band": "alone", "seed": 1, "iteration_ms": 50.0, "iterations_in_duration": 3,
+                 "small_fct_mean_ms": float("nan"), "large_fct_mean_ms": float("nan")})
+    c = tn.cells(pd.DataFrame(rows)).iloc[0]
+    assert c.iteration_change_pct == pytest.approx((10 + 30) / 2)
+    assert c.small_fct_change_pct == pytest.approx((-50 + -25) / 2)
+    assert c.large_fct_change_pct == pytest.approx(0)
+    assert c.same_vs_alone_pct == pytest.approx(100) and c.lower_vs_alone_pct == pytest.approx(140)
+    claims = tn.claims_table(tn.cells(pd.DataFrame(rows)))
+    row = claims[claims["claim"] == "fig5_19.iteration_change_pct.R4.92"].iloc[0]
+    assert row.ddlsim == pytest.approx(20) and row.paper == 15.61
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "ddlsim", "reproduce", "thesis-network", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_quick_reproduction_end_to_end_resumes_and_is_deterministic(tmp_path):
+    r = _cli("--quick", "--out", "a", "--runs", "runs", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "fig5_19" in r.stdout and "per SENDING host" in r.stdout and "72.5" in r.stdout
+    runs = __import__("pandas").read_csv(tmp_path / "a" / "runs.csv")
+    assert sorted(set(runs["band"])) == ["alone", "lower", "same"] and set(runs["rate"]) == {0, 23, 92}
+    assert (runs["fidelity"] == "flow").all() and (runs.loc[runs["band"] != "alone", "all_flows"] > 0).all()
+    # every background flow started in the window finished (the thesis' 100 % completion ratio)
+    assert (runs["all_flows"] == runs["all_finished"]).all()
+    # strict priority at flow level: the same arrivals, and no background flow slower with the job below it
+    pair = runs[runs["rate"] == 92].set_index("band")
+    assert pair.loc["same", "all_flows"] == pair.loc["lower", "all_flows"]
+    assert pair.loc["lower", "all_fct_mean_ms"] <= pair.loc["same", "all_fct_mean_ms"]
+    done = sorted(p.name for p in (tmp_path / "runs" / "R4" / "summary").iterdir())
+    assert len(done) == 4 and len(list((tmp_path / "runs" / "R4-alone" / "summary").iterdir())) == 1
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").rglob("*.parquet")}
+    r2 = _cli("--quick", "--out", "b", "--runs", "runs", cwd=tmp_path)
+    assert r2.returncode == 0, r2.stderr
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").rglob("*.parquet")} == stamps  # nothing re-simulated
+    for name in ("fig5_19.svg", "fig5_5_12.svg", "cells.csv", "claims.csv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--ratios", "3"], "--ratios 3"),
+    (["--rates", "x"], "--rates"),
+    (["--fidelity", "fluid"], "--fidelity"),
+    (["--jobs", "0"], "--jobs"),
+])
+def test_bad_options_are_one_line_errors(tmp_path, args, words):
+    r = _cli("--quick", "--out", "o", "--runs", "runs", *args, cwd=tmp_path)
+    assert r.returncode == 2
+    assert words in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists() and not (tmp_path / "runs").exists()
