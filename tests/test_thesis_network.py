@@ -134,7 +134,7 @@ def _cli(*args, cwd):
 def test_quick_reproduction_end_to_end_resumes_and_is_deterministic(tmp_path):
     r = _cli("--quick", "--out", "a", "--runs", "runs", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "fig5_19" in r.stdout and "per SENDING host" in r.stdout and "72.5" in r.stdout
+    assert "fig5_19" in r.stdout and "per SENDING host" in r.stdout and "72.5" in r.stdout and "wrote " in r.stdout
     runs = __import__("pandas").read_csv(tmp_path / "a" / "runs.csv")
     assert sorted(set(runs["band"])) == ["alone", "lower", "same"] and set(runs["rate"]) == {0, 23, 92}
     assert (runs["fidelity"] == "flow").all() and (runs.loc[runs["band"] != "alone", "all_flows"] > 0).all()

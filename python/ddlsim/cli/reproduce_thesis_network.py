@@ -87,7 +87,7 @@ def thesis_network(
     for note in rep.notes:
         out.print(f"note: {note}", highlight=False)
     if not quiet:
-        out.print(f"{len(runs)} runs in {runs_dir}/; wrote {len(paths)} files (CSV tables, PNG and SVG figures) to {out_dir}/",
+        out.print(f"wrote {len(paths)} files (CSV tables, PNG and SVG figures) to {out_dir}/",
                   highlight=False)
 
 
