@@ -129,11 +129,30 @@ def cluster_estimate(simulation_wall_s: float, longest_run_s: float, nodes: int,
 
 def thesis_main(args) -> None:
     ints = (lambda text: [int(v) for v in text.split(",")] if text else None)
-    r = time_thesis_grid(args.jobs, args.fidelity, "local" if args.ray else None, ints(args.ratios), ints(args.rates),
-                         ints(args.seeds))
-    print(f"thesis chapter 5 grid at {r['fidelity']} fidelity: {r['runs']} runs on {r['jobs']} "
-          f"{'Ray CPUs' if args.ray else 'local processes'}: {r['wall_s']:.1f} s wall "
-          f"({r['simulation_wall_s']:.1f} s in the runs, mean {r['mean_run_s']:.2f} s, longest {r['longest_run_s']:.2f} s)")
+    subset = (ints(args.ratios), ints(args.rates), ints(args.seeds))
+    backends = [None]
+    if args.ray:  # the pool, then the same grid on a local Ray instance started once, its start-up timed apart
+        from ddlsim.sweep import ray_backend
+
+        ray = ray_backend.import_ray()
+        ray_backend.LOCAL_OBJECT_STORE_BYTES = 100 * 1024**2
+        t0 = time.perf_counter()
+        ray_backend.start_ray(ray, "local", args.jobs)
+        print(f"local Ray instance of {args.jobs} CPUs started in {time.perf_counter() - t0:.1f} s")
+        backends.append("local")
+    results = {}
+    try:
+        for backend in backends:
+            r = results[backend] = time_thesis_grid(args.jobs, args.fidelity, backend, *subset)
+            print(f"thesis chapter 5 grid at {r['fidelity']} fidelity: {r['runs']} runs on {r['jobs']} "
+                  f"{'Ray CPUs' if backend else 'local processes'}: {r['wall_s']:.1f} s wall "
+                  f"({r['simulation_wall_s']:.1f} s in the runs, mean {r['mean_run_s']:.2f} s, longest {r['longest_run_s']:.2f} s)")
+    finally:
+        if args.ray:
+            ray.shutdown()
+    r = results[None]
+    if args.ray:
+        print(f"Ray overhead: {results['local']['wall_s'] / r['wall_s']:.2f}x the local pool's time on the same grid")
     for nodes in (1, 4, 16):
         print(f"  estimate on a Ray cluster of {nodes} node(s) x 16 CPUs: "
               f">= {cluster_estimate(r['simulation_wall_s'], r['longest_run_s'], nodes, 16):.1f} s")
