@@ -144,13 +144,18 @@ def test_quick_reproduction_end_to_end_resumes_and_is_deterministic(tmp_path):
     pair = runs[runs["rate"] == 92].set_index("band")
     assert pair.loc["same", "all_flows"] == pair.loc["lower", "all_flows"]
     assert pair.loc["lower", "all_fct_mean_ms"] <= pair.loc["same", "all_fct_mean_ms"]
+    cdf = __import__("pandas").read_csv(tmp_path / "a" / "fig5_6_cdf.csv")
+    assert set(cdf["band"]) == {"same", "lower"} and set(cdf["rate"]) == {23}
+    for _, g in cdf.groupby(["seed", "band"]):  # one CDF per seed and band, over the window's small flows
+        assert g["fraction"].iloc[-1] == 1 and g["fct_ms"].is_monotonic_increasing
+        assert len(g) == int(runs[(runs["rate"] == 23) & (runs["band"] == g["band"].iloc[0])]["small_finished"].iloc[0])
     done = sorted(p.name for p in (tmp_path / "runs" / "R4" / "summary").iterdir())
     assert len(done) == 4 and len(list((tmp_path / "runs" / "R4-alone" / "summary").iterdir())) == 1
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").rglob("*.parquet")}
     r2 = _cli("--quick", "--out", "b", "--runs", "runs", cwd=tmp_path)
     assert r2.returncode == 0, r2.stderr
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").rglob("*.parquet")} == stamps  # nothing re-simulated
-    for name in ("fig5_19.svg", "fig5_5_12.svg", "cells.csv", "claims.csv"):
+    for name in ("fig5_19.svg", "fig5_5_12.svg", "fig5_6.svg", "fig5_6_cdf.csv", "cells.csv", "claims.csv"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 

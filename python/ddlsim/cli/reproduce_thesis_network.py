@@ -52,7 +52,7 @@ def thesis_network(
     """Friendlier-DDNN thesis chapter 5 (Tables 5.1-5.5, Figs 5.5-5.19): Horovod beside web-search flows, same vs lower band."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..reproduce.thesis_network import build, parse_plan, run_all
+    from ..reproduce.thesis_network import build, parse_plan, run_all, small_flow_cdf
     from ..reproduce.training_common import write_reproduction
     from ..safe_io import check_directory_target
     from .reproduce_training import print_table
@@ -77,7 +77,7 @@ def thesis_network(
 
         runs = run_all(plan, runs_dir, jobs=jobs, ray=ray_target, progress=progress)
         bar.update(task, description="writing tables and figures")
-        rep = build(plan, runs)
+        rep = build(plan, runs, small_flow_cdf(plan, runs_dir))
         paths = write_reproduction(rep, out_dir)
     out.print(f"[bold]{rep.title}[/] with ddlsim{' (--quick subset)' if quick else ''}; paper values in the paper* columns "
               "('-': the thesis gives no number)", highlight=False)

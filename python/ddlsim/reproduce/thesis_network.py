@@ -323,6 +323,67 @@ def collect(plan: Plan, runs_dir: "str | Path", todo: Optional[list] = None) -> 
     return pd.DataFrame(rows)
 
 
+def small_flow_cdf(plan: Plan, runs_dir: "str | Path", ratio: Optional[int] = None, rate: Optional[int] = None) -> "pd.DataFrame":
+    """Fig. 5.6 (Fig. 5.9, 5.11 for other ratios): the CDF of the small background flows' FCT in the window, per
+    seed, same band and lower band, at (`ratio`, `rate`) (default: the plan's first ratio and rate: R 16 at 23
+    flows/s for the full plan). One row per flow: seed, band, fct_ms, fraction."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from ..analyze.fct import size_classes
+    from ..sweep.store import RunDataset
+
+    ratio = plan.ratios[0] if ratio is None else ratio
+    rate = plan.rates[0] if rate is None else rate
+    parts = []
+    for sub, r, grid in grids(replace(plan, ratios=(ratio,))):
+        if sub.endswith("-alone"):
+            continue
+        dataset = RunDataset(Path(runs_dir) / sub)
+        done = dataset.done()
+        for point in grid.points:
+            labels = _point_labels(r, point)
+            if labels["rate"] != rate or point.key not in done:
+                continue
+            f = pq.read_table(dataset.path("flows", point.key), columns=["tenant", "bytes", "start_ns", "end_ns"]).to_pandas()
+            first, last = plan.warmup_s * 1e9, (plan.duration_s - plan.cooldown_s) * 1e9
+            f = f[(f["tenant"] == 1) & (f["start_ns"] >= first) & (f["start_ns"] <= last) & f["end_ns"].notna()]
+            f = f[size_classes(f["bytes"].to_numpy()) == "small"]
+            fct = np.sort((f["end_ns"].to_numpy(dtype=float) - f["start_ns"].to_numpy(dtype=float)) / 1e6)
+            parts.append(pd.DataFrame({"ratio": r, "rate": rate, "seed": labels["seed"], "band": labels["band"], "fct_ms": fct,
+                                       "fraction": np.arange(1, len(fct) + 1) / max(1, len(fct))}))
+    columns = ["ratio", "rate", "seed", "band", "fct_ms", "fraction"]
+    return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
+
+
+def cdf_figure(cdf: "pd.DataFrame", quick: bool = False):
+    """Fig. 5.6 with ddlsim: one panel per seed, the small flows' FCT CDF with the job in the same and the lower band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seeds = sorted(cdf["seed"].unique())
+    fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.4), squeeze=False)
+    for ax, seed in zip(axes[0], seeds):
+        for band, color in (("same", "#4C72B0"), ("lower", "#DD8452")):
+            line = cdf[(cdf["seed"] == seed) & (cdf["band"] == band)]
+            ax.step(line["fct_ms"], line["fraction"], where="post", color=color, label=f"job in {band} band")
+        ax.set_xscale("log")
+        ax.set_xlabel("small flow FCT (ms)")
+        ax.set_ylabel("fraction of small flows")
+        ax.set_title(f"seed {seed}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    r = cdf.iloc[0] if len(cdf) else None
+    where = f"R {int(r['ratio'])}, {int(r['rate'])} flows/s per host" if r is not None else ""
+    fig.suptitle(f"Thesis Fig. 5.6 with ddlsim: small flows' FCT CDF, {where}" + (" (quick subset)" if quick else ""),
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 # ----------------------------------------------------------------- the chapter's tables and figures
 
 
@@ -578,10 +639,10 @@ def reproduce(plan: Plan = FULL, runs_dir: "str | Path" = "thesis-network-runs",
               progress: Optional[Progress] = None) -> Reproduction:
     """Runs the plan's grids (resuming what `runs_dir` holds) and builds the chapter's tables and figures."""
     runs = run_all(plan, runs_dir, jobs=jobs, ray=ray, progress=progress)
-    return build(plan, runs)
+    return build(plan, runs, small_flow_cdf(plan, runs_dir))
 
 
-def build(plan: Plan, runs: "pd.DataFrame") -> Reproduction:
+def build(plan: Plan, runs: "pd.DataFrame", cdf: "Optional[pd.DataFrame]" = None) -> Reproduction:
     cell_frame = cells(runs)
     rep = Reproduction(f"thesis chapter 5 (§5.4, Figs 5.5-5.19) at {plan.fidelity} fidelity")
     rep.tables["setting"] = setting_table(plan)
@@ -595,6 +656,9 @@ def build(plan: Plan, runs: "pd.DataFrame") -> Reproduction:
     if not cell_frame.empty:
         rep.figures["fig5_19"] = lambda: fig5_19_figure(cell_frame, plan.quick)
         rep.figures["fig5_5_12"] = lambda: performance_figure(runs, plan.quick)
+    if cdf is not None and len(cdf):
+        rep.tables["fig5_6_cdf"] = cdf
+        rep.figures["fig5_6"] = lambda: cdf_figure(cdf, plan.quick)
     rep.notes.append(f"background rates are per SENDING host ({WORKERS} hosts send): {', '.join(map(str, plan.rates))} flows/s "
                      "per host, not in total")
     rep.notes.append("'lower' band: the job in pfifo_fast band 2 (ToS 0x08), background in band 0 (ToS 0x10); 'same': both band 0")
