@@ -16,7 +16,8 @@ from ddlsim.cli.consoles import QUIET_HELP
 
 # Lines about the run, not its results.
 CHATTER = re.compile(r"^wrote |engine [0-9.]+ s|from the cache|^\s+\w+\s+\S+/\S+$|scenarios: \d+ simulated")
-VERBS = {"simulate", "replay", "reproduce thesis", "reproduce mg-wfbp", "reproduce network-operator", "sweep"}
+VERBS = {"simulate", "replay", "reproduce thesis", "reproduce mg-wfbp", "reproduce network-operator", "reproduce thesis-network",
+         "sweep"}
 
 
 def _verbs_with_quiet() -> dict[str, object]:
@@ -77,6 +78,8 @@ def _argv(verb: str, events: str, tmp_path, monkeypatch) -> list[str]:
         module = importlib.import_module({"thesis": "ddlsim.reproduce.thesis", "mg-wfbp": "ddlsim.reproduce.mg_wfbp"}[paper])
         monkeypatch.setattr(module, "reproduce", lambda quick, progress: _fake_reproduction(paper))
         return ["reproduce", paper, "--quick", "--out", str(tmp_path / "out")]
+    if verb == "reproduce thesis-network":
+        return ["reproduce", "thesis-network", "--quick", "--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")]
     return ["reproduce", "network-operator", "--quick", "--only", "table1", "--out", str(tmp_path / "out"),
             "--cache", str(tmp_path.parent / "no-cache")]
 
@@ -94,5 +97,5 @@ def test_quiet_drops_the_chatter_and_keeps_results_and_notes(verb, events, tmp_p
     # the results: everything else, in the same order
     assert quiet_lines == [line for line in loud_lines if not CHATTER.search(line)]
     assert len(quiet_lines) >= 5  # tables
-    if verb in ("simulate", "reproduce thesis", "reproduce mg-wfbp"):  # these runs have notes
+    if verb in ("simulate", "reproduce thesis", "reproduce mg-wfbp", "reproduce thesis-network"):  # these runs have notes
         assert any("note:" in line for line in quiet_lines), quiet.output

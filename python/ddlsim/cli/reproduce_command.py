@@ -14,7 +14,8 @@ reproduce_app = typer.Typer(
 )
 
 # Each paper's commands live in their own module and register themselves here.
-from . import reproduce_network_operator, reproduce_training  # noqa: E402
+from . import reproduce_network_operator, reproduce_thesis_network, reproduce_training  # noqa: E402
 
 reproduce_training.register(reproduce_app)
 reproduce_network_operator.register(reproduce_app)
+reproduce_thesis_network.register(reproduce_app)

@@ -306,6 +306,7 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
         "preemption": strategy.preemption in ("chunk", "message"),
         "preempt_at_messages": strategy.preemption == "message",
         "priority_bands": scenario.network.priority_bands,
+        "job_band": scenario.network.job_band,
         "layers": [{"fwd_ns": f, "bwd_ns": b} for f, b in times_ns],
         "groups": groups,
         "host_of_rank": host_of_rank(scenario),

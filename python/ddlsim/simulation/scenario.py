@@ -227,6 +227,9 @@ class NetworkConfig(_Strict):
     server_hosts: Literal["separate", "colocated"] = "separate"
     # Gradient transfers carry their priority into strict-priority network bands.
     priority_bands: bool = False
+    # Band of all the job's transfers (0 = highest; Linux pfifo_fast has 0-2): puts the whole job beside or below
+    # background tenants ([[tenant]] band). With priority_bands, added to each layer's band (capped at 7).
+    job_band: int = Field(0, ge=0, le=7)
     # One row per network flow (FCT, bytes, band, tenant) in flows.parquet.
     record_flows: bool = False
     # "steps": every all-reduce step goes through the network model;
@@ -1114,6 +1117,7 @@ FLAT_KEYS = {
     "rack_placement": ("network", "rack_placement"),
     "server_hosts": ("network", "server_hosts"),
     "priority_bands": ("network", "priority_bands"),
+    "job_band": ("network", "job_band"),
     "record_flows": ("network", "record_flows"),
     "hosts": ("network", "hosts"),
 }

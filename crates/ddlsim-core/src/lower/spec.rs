@@ -155,6 +155,10 @@ pub struct TrainingSpec {
     /// Gradient transfers carry their layer's priority into network bands.
     #[serde(default)]
     pub priority_bands: bool,
+    /// Band of all the job's transfers (0 = highest); with `priority_bands`, added to each layer's band (capped at
+    /// `BANDS - 1`). Puts a whole job below (or beside) background tenants, as the thesis' chapter 5 does.
+    #[serde(default)]
+    pub job_band: u8,
     #[serde(default)]
     pub tenant: u32,
     pub layers: Vec<LayerSpec>,
@@ -206,6 +210,15 @@ pub struct TrainingSpec {
 pub const BANDS: u32 = 8;
 
 impl TrainingSpec {
+    /// The network band of a transfer of layer `layer` (of `num_layers`): `job_band`, plus the layer's share of
+    /// the bands with `priority_bands`, capped at `BANDS - 1`.
+    pub fn band_of(&self, layer: usize, num_layers: usize) -> u8 {
+        let own = if self.priority_bands { (layer as u32 * BANDS / num_layers.max(1) as u32).min(BANDS - 1) } else { 0 };
+        (own + self.job_band as u32).min(BANDS - 1) as u8
+    }
+}
+
+impl TrainingSpec {
     /// One iteration with every optional field at the default the JSON reader
     /// fills in (barrier on, FIFO, per-host nothing special); set fields on the result.
     pub fn new(workers: u32, sync: SyncSpec, layers: Vec<LayerSpec>, groups: Vec<GroupSpec>) -> Self {
@@ -221,6 +234,7 @@ impl TrainingSpec {
             preemption: false,
             preempt_at_messages: false,
             priority_bands: false,
+            job_band: 0,
             tenant: 0,
             layers,
             groups,
@@ -370,5 +384,26 @@ pub fn validate_in_network(spec: &TrainingSpec) -> Result<(), String> {
             Err("a multicast all-gather is available for the ring all-reduce only (algorithm ring)".into())
         }
         _ => Err("in-network aggregation applies to the parameter-server strategy only (all-reduce takes in_network multicast with the ring)".into()),
+    }
+}
+
+#[cfg(test)]
+mod job_band_tests {
+    use super::*;
+
+    fn spec(priority_bands: bool, job_band: u8) -> TrainingSpec {
+        let layers = (0..4).map(|_| LayerSpec { fwd_ns: 1, bwd_ns: 2 }).collect();
+        TrainingSpec { priority_bands, job_band, ..TrainingSpec::new(2, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }, layers, vec![]) }
+    }
+
+    #[test]
+    fn job_band_puts_every_layer_in_it_and_offsets_priority_bands() {
+        for l in 0..4 {
+            assert_eq!(spec(false, 0).band_of(l, 4), 0);
+            assert_eq!(spec(false, 2).band_of(l, 4), 2);
+            // priority bands: layer l of 4 gets band 2l; offset by job_band, capped at BANDS - 1
+            assert_eq!(spec(true, 0).band_of(l, 4), (2 * l) as u8);
+            assert_eq!(spec(true, 3).band_of(l, 4), ((2 * l) as u8 + 3).min(BANDS as u8 - 1));
+        }
     }
 }
