@@ -155,7 +155,7 @@ def test_the_bytes_are_chakras_wire_format(tmp_path):
     by_id = {n["id"]: n for n in nodes}
     assert [n["id"] for n in nodes] == [0, 1, 3, 4]  # rank 0's rows: compute, send, collective, barrier
     compute, send, coll, barrier = by_id[0], by_id[1], by_id[3], by_id[4]
-    assert (compute["type"], compute["duration_micros"]) == (4, 1)  # COMP_NODE, 1500 ns -> 1 us
+    assert (compute["type"], compute["duration_micros"]) == (4, 2)  # COMP_NODE, 0..1500 ns -> 0..2 us (half up)
     assert (send["type"], send["deps"]) == (5, [0])  # COMM_SEND_NODE after the compute node
     assert {k: send["attrs"][k] for k in ("comm_src", "comm_dst", "comm_size", "comm_tag")} == \
         {"comm_src": 0, "comm_dst": 1, "comm_size": 4096, "comm_tag": 7}
@@ -233,3 +233,32 @@ def test_message_ids_beyond_int32_are_refused(tmp_path):
         write_chakra(event_log_from_rows(rows), tmp_path / "t")
     assert not list(tmp_path.iterdir())
 
+
+
+def test_compute_durations_add_up_per_rank_without_drift(tmp_path):
+    """Back-to-back compute rows with sub-microsecond boundaries: each node's duration is its rounded end
+    minus its rounded start, so a rank's durations sum to round(last end) - round(first start) exactly
+    (flooring each duration loses up to 1 us per node)."""
+    import random
+    from decimal import ROUND_HALF_UP, Decimal
+    from ddlsim.trace import event_log_from_rows
+
+    def micros(ns):
+        return int((Decimal(ns) / 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+    rng = random.Random(20)
+    rows, bounds = [], {}
+    for rank in range(3):
+        t = rng.randrange(0, 10_000)
+        first = t
+        for _ in range(40):
+            end = t + rng.randrange(1, 5_000)
+            rows.append(dict(id=len(rows), iteration=0, rank=rank, role="worker", kind="compute", op="forward",
+                             name=f"l{len(rows)}", start_ns=t, end_ns=end, deps=[len(rows) - 1] if t != first else []))
+            t = end
+        bounds[rank] = (first, t)
+    write_chakra(event_log_from_rows(rows), tmp_path / "c")
+    for rank, (first, last) in bounds.items():
+        nodes = [node_summary(r) for r in records((tmp_path / f"c.{rank}.et").read_bytes())[1:]]
+        assert len(nodes) == 40
+        assert sum(n["duration_micros"] for n in nodes) == micros(last) - micros(first)

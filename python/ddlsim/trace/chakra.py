@@ -22,7 +22,8 @@ marker         METADATA_NODE
 =============  =================  ==============================================
 
 ``start_time_micros`` / ``duration_micros`` hold the row's times in whole
-microseconds; ``data_deps`` the row's dependencies on the same rank (a
+microseconds (start and end each rounded half up; duration = rounded end
+minus rounded start, so the durations of back-to-back rows add up exactly); ``data_deps`` the row's dependencies on the same rank (a
 Chakra graph is per rank: a dependency on another rank is what a
 send/recv pair expresses). The send and recv rows of a step inside a
 collective that has its own COMM_COLL_NODE on that rank are left out (the
@@ -271,9 +272,15 @@ def _node(classes: dict[str, Any], row: Any, deps: list[int] | None, rank_of: di
         attrs.append(_attr(classes, "ddlsim_remote_deps", int64_list={"values": remote}))
     return classes["Node"](
         id=row.id, name=f"{row.op} {row.name}" if row.name else row.op, type=NODE_TYPES[node_type],
-        data_deps=local, start_time_micros=max(row.start_ns, 0) // 1000,
-        duration_micros=(row.end_ns - row.start_ns) // 1000, attr=attrs,
+        data_deps=local, start_time_micros=_micros(row.start_ns),
+        duration_micros=max(_micros(row.end_ns) - _micros(row.start_ns), 0), attr=attrs,
     )
+
+
+def _micros(ns: int) -> int:
+    """Nanoseconds to whole microseconds, rounded half up (negative times as 0). A node's duration is its
+    rounded end minus its rounded start, so back-to-back nodes' durations add up without drift."""
+    return (max(ns, 0) + 500) // 1000
 
 
 # --------------------------------------------------------------------------
