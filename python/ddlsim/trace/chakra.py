@@ -14,7 +14,9 @@ kind           node type          attributes
 =============  =================  ==============================================
 compute        COMP_NODE          ``is_cpu_op`` false
 send           COMM_SEND_NODE     ``comm_src`` = rank, ``comm_dst`` = peer,
-                                  ``comm_size`` = bytes, ``comm_tag`` = message
+                                  ``comm_size`` = bytes (at least 1: ASTRA-sim
+                                  aborts on 0; ``ddlsim_bytes`` keeps the true
+                                  size), ``comm_tag`` = message
 recv           COMM_RECV_NODE     ``comm_src`` = peer, ``comm_dst`` = rank, ...
 collective     COMM_COLL_NODE     ``comm_type`` (ALL_REDUCE...), ``comm_size``
 barrier        COMM_COLL_NODE     ``comm_type`` BARRIER
@@ -255,7 +257,8 @@ def _node(classes: dict[str, Any], row: Any, deps: list[int] | None, rank_of: di
             raise TraceError(f"{path}: row {row.id}: message id {row.message} does not fit Chakra's int32 comm_tag")
         src, dst = (row.rank, row.peer) if row.kind == "send" else (row.peer, row.rank)
         attrs += [_attr(classes, "comm_src", int32_val=src), _attr(classes, "comm_dst", int32_val=dst),
-                  _attr(classes, "comm_size", int64_val=row.bytes), _attr(classes, "comm_tag", int32_val=row.message)]
+                  _attr(classes, "comm_size", int64_val=max(row.bytes, 1)),  # ASTRA-sim aborts on 0; ddlsim_bytes is exact
+                  _attr(classes, "comm_tag", int32_val=row.message)]
     elif node_type == "COMM_COLL_NODE":
         comm = _COLL_TYPE_TO_COMM.get(row.coll_type or ("barrier" if row.kind == "barrier" else "allreduce"))
         attrs += [_attr(classes, "comm_type", int64_val=COMM_TYPES[comm]), _attr(classes, "comm_size", int64_val=row.bytes)]
