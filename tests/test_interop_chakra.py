@@ -283,3 +283,68 @@ def test_empty_messages_are_written_with_one_byte_and_read_back_exactly(tmp_path
     assert empty > 0  # the log does have empty messages
     back = read_chakra(tmp_path / "ps").to_pandas(["id", "bytes"])
     assert dict(zip(back["id"], back["bytes"])) == true_bytes
+
+
+def generated_files(tmp_path, explicit_ends=False):
+    """Files the way trace generators write them, built with the protobuf machinery ddlsim's writer uses:
+    dependencies but no start times, a send without comm_src and a receive without comm_dst (unless
+    explicit_ends)."""
+    from ddlsim.trace.chakra import _delimited, _message_classes
+
+    classes = _message_classes()
+    Node, Attr = classes["Node"], classes["AttributeProto"]
+    meta = _delimited(classes["GlobalMetadata"](version="0.0.4"))
+
+    def node(node_id, name, node_type, dur_us, deps=(), **attrs):
+        return _delimited(Node(id=node_id, name=name, type=node_type, data_deps=list(deps), duration_micros=dur_us,
+                               attr=[Attr(name=k, int32_val=v) if k != "comm_size" else Attr(name=k, int64_val=v)
+                                     for k, v in attrs.items()]))
+
+    # rank 0, in file order: a collective waiting for the send and a long compute, listed before them
+    own = (lambda **end: end) if explicit_ends else (lambda **end: {})
+    rank0 = [node(0, "fwd", 4, 10), node(4, "allreduce", 7, 7, deps=[2, 3], comm_type=0, comm_size=64),
+             node(1, "bwd", 4, 5, deps=[0]), node(3, "opt", 4, 20, deps=[0]),
+             node(2, "send grad", 5, 3, deps=[1], **own(comm_src=0), comm_dst=1, comm_size=100, comm_tag=9)]
+    rank1 = [node(0, "recv grad", 6, 4, comm_src=0, **own(comm_dst=1), comm_size=100, comm_tag=9), node(1, "apply", 4, 2, deps=[0])]
+    (tmp_path / "gen.0.et").write_bytes(meta + b"".join(rank0))
+    (tmp_path / "gen.1.et").write_bytes(meta + b"".join(rank1))
+    return tmp_path / "gen"
+
+
+@pytest.mark.parametrize("explicit_ends", [False, True])
+def test_generated_files_are_scheduled_by_their_dependencies(tmp_path, explicit_ends):
+    from ddlsim.trace import validate_event_log
+
+    log = read_chakra(generated_files(tmp_path, explicit_ends))
+    got = log.to_pandas(["rank", "op", "kind", "peer", "bytes", "start_ns", "end_ns"])
+    us = 1000
+    # by hand: fwd 0-10; bwd after fwd 10-15; opt after fwd 10-30; send after bwd 15-18;
+    # allreduce after send and opt 30-37. Rank 1: recv from its send's start, 4 us: 15-19; apply 19-21.
+    assert sorted(map(tuple, got.itertuples(index=False))) == sorted([
+        (0, "fwd", "compute", -1, 0, 0, 10 * us), (0, "allreduce", "collective", -1, 64, 30 * us, 37 * us),
+        (0, "bwd", "compute", -1, 0, 10 * us, 15 * us), (0, "opt", "compute", -1, 0, 10 * us, 30 * us),
+        (0, "send grad", "send", 1, 100, 15 * us, 18 * us),
+        (1, "recv grad", "recv", 0, 100, 15 * us, 19 * us), (1, "apply", "compute", -1, 0, 19 * us, 21 * us)])
+    validate_event_log(log, check_causality=True)  # every row starts after its dependencies end
+    frame_ = log.to_pandas(["kind", "message"])
+    assert frame_.loc[frame_["kind"] == "send", "message"].tolist() == frame_.loc[frame_["kind"] == "recv", "message"].tolist()
+
+
+def test_cli_converts_generated_files(tmp_path):
+    import subprocess
+    import sys
+
+    prefix = generated_files(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "ddlsim", "convert", str(prefix), str(tmp_path / "gen.parquet")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    from ddlsim.trace import read_trace
+
+    assert len(read_trace(tmp_path / "gen.parquet").to_pandas(["id"])) == 7
+
+
+def test_a_dependency_cycle_without_start_times_is_refused(tmp_path):
+    path = tmp_path / "cyc.0.et"
+    path.write_bytes(delimited(METADATA, enc_node(1, "x", 4, 0, 1, deps=[2]), enc_node(2, "y", 4, 0, 1, deps=[1])))
+    with pytest.raises(TraceError, match=r"cyc.0.et: record \d \(node \d\): waits for node \d of rank 0, which waits for it \(a cycle\)"):
+        read_chakra(path)

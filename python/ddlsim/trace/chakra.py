@@ -358,8 +358,10 @@ def read_chakra(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     node type, ``op`` the node's name, ``bytes`` = comm_size, times from
     ``start_time_micros`` / ``duration_micros``, ``deps`` = data + control
     deps; every send is paired with the receive of the same (src, dst, tag)
-    in order and the pair shares a message id; role ``worker``; no
-    iteration. Raises :class:`TraceError` naming the file and record.
+    in order and the pair shares a message id (a send's missing ``comm_src``,
+    a receive's missing ``comm_dst``, is the file's rank); role ``worker``;
+    no iteration. Files without start times are scheduled by their
+    dependencies (see :func:`_schedule_by_deps`). Raises :class:`TraceError` naming the file and record.
     """
     classes = _message_classes()
     files = find_chakra_files(source)
@@ -377,10 +379,73 @@ def read_chakra(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
         meta_attrs = {a.name: _attr_value(a) for a in meta.attr}
         if "ddlsim_metadata" in meta_attrs:
             metadata = {**_ddlsim_metadata(meta_attrs["ddlsim_metadata"], path), **{"files": metadata["files"]}}
+        file_rows = []
         for index, (offset, payload) in enumerate(records[1:], start=1):
             node = _decode(classes["Node"], payload, path, index, offset, "Node")
-            rows.append(_node_row(node, rank, path, index))
+            file_rows.append(_node_row(node, rank, path, index))
+        if all(row["start_ns"] == 0 and "ddlsim_id" not in row["_attrs"] for row in file_rows):
+            for row in file_rows:
+                row["_unscheduled"] = True
+        rows += file_rows
+    for row in rows:
+        del row["_attrs"]
+    _schedule_by_deps(rows)
     return _rows_to_log(rows, metadata, files)
+
+
+def _schedule_by_deps(rows: list[dict[str, Any]]) -> None:
+    """Files without start times (every ``start_time_micros`` 0, as trace generators write them): each node
+    starts as soon as its dependencies on its rank have ended (at 0 without any) and lasts its duration; a
+    receive also starts no earlier than its send (the send of the same (src, dst, tag), in order) and ends
+    no earlier than the send ends."""
+    if not any(row.get("_unscheduled") for row in rows):
+        return
+    by_key = {(row["rank"], row["_node"]): row for row in rows}
+    sends: dict[tuple, list[tuple[int, int]]] = {}
+    recvs: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        if "_tag" in row:
+            key = (row["rank"], row["_node"])
+            if row["kind"] == "send":
+                sends.setdefault(row["_tag"], []).append(key)
+            else:
+                recvs.setdefault(row["_tag"], []).append(row)
+    send_of: dict[tuple[int, int], tuple[int, int]] = {}
+    for tag, recv_rows in recvs.items():
+        for recv, send in zip(recv_rows, sends.get(tag, [])):
+            send_of[(recv["rank"], recv["_node"])] = send
+
+    def waits_for(key: tuple[int, int]) -> list[tuple[int, int]]:
+        deps = [(key[0], dep) for dep in by_key[key]["_local_deps"] if (key[0], dep) in by_key]
+        return deps + ([send_of[key]] if key in send_of else [])
+
+    state = {key: 2 for key, row in by_key.items() if not row.get("_unscheduled")}  # 1 = on the stack, 2 = done
+    for root in by_key:
+        stack = [root]
+        while stack:
+            key = stack[-1]
+            if state.get(key) == 2:
+                stack.pop()
+                continue
+            state[key] = 1
+            waiting = [dep for dep in waits_for(key) if state.get(dep) != 2]
+            for dep in waiting:
+                if state.get(dep) == 1:
+                    raise TraceError(f"{by_key[key]['_where']}: waits for node {dep[1]} of rank {dep[0]}, which "
+                                     "waits for it (a cycle); a Chakra graph must be acyclic")
+            if waiting:
+                stack += waiting
+                continue
+            row = by_key[key]
+            duration = row["end_ns"] - row["start_ns"]
+            local = [by_key[(key[0], dep)]["end_ns"] for dep in row["_local_deps"] if (key[0], dep) in by_key]
+            send = by_key[send_of[key]] if key in send_of else None
+            row["start_ns"] = max(local + ([send["start_ns"]] if send else []), default=0)
+            row["end_ns"] = max([row["start_ns"] + duration] + ([send["end_ns"]] if send else []))
+            state[key] = 2
+            stack.pop()
+    for row in rows:
+        row.pop("_unscheduled", None)
 
 
 def _ddlsim_metadata(text: Any, path: Path) -> dict[str, Any]:
@@ -413,11 +478,13 @@ def _node_row(node: Any, rank: int, path: Path, index: int) -> dict[str, Any]:
     if kind is None:
         raise TraceError(f"{where}: node type {node.type} is not one ddlsim reads "
                          "(COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE, METADATA_NODE, MEM_*)")
-    row: dict[str, Any] = {"_where": where, "_node": node.id, "rank": rank, "kind": kind}
+    row: dict[str, Any] = {"_where": where, "_node": node.id, "rank": rank, "kind": kind, "_attrs": attrs}
     start = int(node.start_time_micros) * 1000
     row.update(start_ns=start, end_ns=start + int(node.duration_micros) * 1000, op=node.name or kind)
     row["_local_deps"] = [int(d) for d in list(node.data_deps) + list(node.ctrl_deps)]
     if kind in ("send", "recv"):
+        # the end on this rank may be left out (ASTRA-sim takes the file's rank): a send's src, a recv's dst
+        attrs.setdefault("comm_src" if kind == "send" else "comm_dst", rank)
         missing = [name for name in ("comm_src", "comm_dst") if type(attrs.get(name)) is not int]
         if missing:
             raise TraceError(f"{where}: a {type_name} needs integer attributes comm_src and comm_dst; missing {missing}")
