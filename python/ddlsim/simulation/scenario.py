@@ -1223,8 +1223,8 @@ def scenario_from_dict(data: dict[str, Any], origin: str = "scenario") -> Scenar
         raise ScenarioError(_format_errors(exc, origin)) from None
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Reads and validates a TOML scenario file."""
+def read_scenario_toml(path: str | Path) -> dict[str, Any]:
+    """A scenario file's TOML as a dict; ScenarioError (one line naming the file) when it cannot be read."""
     path = Path(path)
     if not path.is_file():
         raise ScenarioError(f"{path}: scenario file not found")
@@ -1238,6 +1238,13 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
     except UnicodeDecodeError:
         raise ScenarioError(f"{path}: not a text file; a scenario is TOML") from None
+    return data
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Reads and validates a TOML scenario file."""
+    path = Path(path)
+    data = read_scenario_toml(path)
     scenario = scenario_from_dict(data, origin=str(path))
     if not data:
         scenario._migration_notes = scenario._migration_notes + [f"{path} is empty: the defaults are used"]

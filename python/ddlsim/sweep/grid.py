@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import ScenarioError
-from ..simulation.scenario import FLAT_KEYS, PACKET_KEYS, SHARED_STRATEGY_FIELDS, Scenario, scenario_from_dict
+from ..simulation.scenario import FLAT_KEYS, PACKET_KEYS, SHARED_STRATEGY_FIELDS, Scenario, read_scenario_toml, scenario_from_dict
 
 try:
     import tomllib
@@ -252,16 +252,7 @@ def _axes_of_table(table: dict[str, Any], origin: str, prefix: str = "") -> list
 def read_sweep_file(path: "str | Path") -> tuple[Scenario, list[Axis]]:
     """A scenario file with an optional [sweep] table: the base scenario and the file's axes."""
     path = Path(path)
-    if not path.is_file():
-        raise ScenarioError(f"{path}: scenario file not found")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{path}: not a text file; a scenario is TOML") from None
+    data = read_scenario_toml(path)
     table = data.pop("sweep", {})
     origin = str(path)
     if not isinstance(table, dict):
