@@ -17,6 +17,10 @@ pub enum Purpose {
     Stagger = 3,
     /// A background tenant's flows from one sending host (arrivals, peers, sizes).
     TenantFlows = 4,
+    /// Replay at scale: which per-layer compute vector a rank draws in an iteration.
+    ComputeSample = 5,
+    /// Whether a rank is a transient straggler in an iteration.
+    TransientStraggler = 6,
 }
 
 /// The stream for one purpose and one (rank, iteration, index).

@@ -5,3 +5,4 @@ pub mod in_network;
 pub mod ps;
 pub mod spec;
 pub mod training;
+pub mod variation;

@@ -7,6 +7,8 @@ use serde::Deserialize;
 
 use crate::graph::{Algorithm, PolicyKind};
 
+pub use super::variation::{ComputeVector, Straggler, TransientStraggler};
+
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum AlgorithmName {
@@ -204,6 +206,18 @@ pub struct TrainingSpec {
     /// PS: multicast / in-network aggregation; ring: multicast all-gather (see `lower::in_network`).
     #[serde(default)]
     pub in_network: InNetworkSpec,
+    /// Per-rank compute: per-layer time vectors ranks draw from (see `lower::variation`); empty: the layer table.
+    #[serde(default)]
+    pub compute_pool: Vec<ComputeVector>,
+    /// Per worker, the pool vectors of its iterations (cycled); empty: seeded uniform draws.
+    #[serde(default)]
+    pub compute_assign: Vec<Vec<u32>>,
+    /// Ranks slower every iteration.
+    #[serde(default)]
+    pub stragglers: Vec<Straggler>,
+    /// Any rank slower with a probability per iteration.
+    #[serde(default)]
+    pub transient_stragglers: Vec<TransientStraggler>,
 }
 
 /// Network priority bands used for gradient priorities.
@@ -251,6 +265,10 @@ impl TrainingSpec {
             stagger_ns: 0,
             stagger: Default::default(),
             in_network: Default::default(),
+            compute_pool: Vec::new(),
+            compute_assign: Vec::new(),
+            stragglers: Vec::new(),
+            transient_stragglers: Vec::new(),
         }
     }
 
@@ -308,6 +326,7 @@ impl TrainingSpec {
             return Err("asynchronous PS answers every push at once; the distribution order needs synchronous PS".into());
         }
         validate_in_network(self)?;
+        super::variation::validate(self)?;
         if ps && (self.partition_bytes > 0 || self.credit_bytes > 0) {
             return Err("partition_bytes and credit_bytes schedule all-reduces; the parameter-server strategy has none".into());
         }

@@ -210,9 +210,13 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
         for w in 0..n {
             let wu = w as usize;
             let mut prev: Option<u32> = None;
+            // per-rank variation (lower::variation): this rank-iteration's own layer times and slowdown
+            let (vector, slow) = (super::variation::vector_of(spec, w, it), super::variation::slowdown(spec, w, it));
+            let fwd_ns = |l: usize| vector.map_or(spec.layers[l].fwd_ns, |v| v.fwd_ns[l]);
+            let bwd_ns = |l: usize| vector.map_or(spec.layers[l].bwd_ns, |v| v.bwd_ns[l]);
             for l in 0..num_layers {
                 let mut op = Op::new(Kind::Compute, names.forward, w);
-                op.duration = jittered(spec, spec.layers[l].fwd_ns, Purpose::ForwardJitter, w, it, l);
+                op.duration = super::variation::scaled(jittered(spec, fwd_ns(l), Purpose::ForwardJitter, w, it, l), slow);
                 op.stream = compute_stream[wu];
                 op.iteration = it;
                 op.layer = l as i32;
@@ -239,7 +243,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
             }
             for l in (0..num_layers).rev() {
                 let mut op = Op::new(Kind::Compute, names.backward, w);
-                op.duration = jittered(spec, spec.layers[l].bwd_ns, Purpose::BackwardJitter, w, it, l);
+                op.duration = super::variation::scaled(jittered(spec, bwd_ns(l), Purpose::BackwardJitter, w, it, l), slow);
                 op.stream = compute_stream[wu];
                 op.iteration = it;
                 op.layer = l as i32;
