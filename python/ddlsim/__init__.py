@@ -15,6 +15,8 @@ _LAZY = {
     "SimulationResult": "api",
     "simulate": "api",
     "replay": "api",
+    "replay_scaling": "api",
+    "straggler_effect": "api",
     "Scenario": "simulation.scenario",
     "load_scenario": "simulation.scenario",
     "list_models": "workload",

@@ -144,3 +144,22 @@ def replay(events: str | Path, model: str | None = None, **overrides: Any) -> Si
     result = simulate(scenario)
     result.notes[:0] = notes
     return result
+
+
+def straggler_effect(result: SimulationResult) -> dict[str, Any]:
+    """What a run's stragglers ([[straggler]]) cost: the same scenario simulated
+    without them, and the mean iteration time with and without
+    (``{"with_s", "without_s", "difference_s", "ratio"}``)."""
+    base = simulate(result.scenario.model_copy(update={"straggler": []}))
+    with_s, without_s = result.iteration_time_s, base.iteration_time_s
+    return {"with_s": with_s, "without_s": without_s, "difference_s": with_s - without_s,
+            "ratio": with_s / without_s if without_s > 0 else float("nan")}
+
+
+def replay_scaling(events: str | Path, workers: list[int], model: str | None = None, **overrides: Any) -> list[dict[str, Any]]:
+    """The replay of `events` at each worker count: iteration time mean, spread
+    and compute part per count (see :func:`ddlsim.simulation.replay.replay_scaling`);
+    ``replay_scaling("capture/events.parquet", [8, 128, 1024], rank_times="sampled")``."""
+    from .simulation.replay import replay_scaling as scaling
+
+    return scaling(events, workers, model=model, **overrides)

@@ -128,6 +128,15 @@ def simulate(
     iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed."),
     jitter: Optional[float] = typer.Option(None, "--jitter", help="Coefficient of variation of compute times."),
+    straggler: Optional[list[str]] = typer.Option(
+        None, "--straggler", help="A persistent straggler (repeatable; replaces the scenario's [[straggler]] tables): RANK:FACTOR, "
+        "e.g. 3:1.5 (worker 3 computes 1.5x as long every iteration); the run is also simulated without, to report the cost."),
+    transient_straggler: Optional[list[str]] = typer.Option(
+        None, "--transient-straggler", help="A transient straggler (repeatable): P:FACTOR, e.g. 0.01:2 (each worker, each "
+        "iteration, computes 2x as long with probability 0.01; seeded)."),
+    rank_times: Optional[str] = typer.Option(
+        None, "--rank-times", help="With an event-log profile: median (every rank the median layer times) | sampled "
+        "(each rank and iteration draws a captured step's layer times; docs/replay-at-scale.md)"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size."),
     device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | fp16"),
@@ -160,6 +169,7 @@ def simulate(
         "gamma_ns_per_byte": gamma_ns_per_byte, "stagger": stagger, "stagger_mode": stagger_mode,
         "compute_speedup": compute_speedup, "speedup_kinds": speedup_kinds or None, "grow_module": grow_module,
         "grow_count": grow_count, "hosts": hosts, "background": _background_overrides(background),
+        "straggler": _straggler_overrides(straggler, transient_straggler), "rank_times": rank_times,
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
@@ -193,6 +203,22 @@ def _background_overrides(specs: Optional[list[str]]) -> Optional[list[dict]]:
         if builtin_name(table["sizes"]) is None:
             table["sizes"] = str(Path(table["sizes"]).expanduser().resolve())
         tables.append(table)
+    return tables
+
+
+def _straggler_overrides(persistent: Optional[list[str]], transient: Optional[list[str]]) -> Optional[list[dict]]:
+    """--straggler RANK:FACTOR and --transient-straggler P:FACTOR as [[straggler]] tables (None: neither given)."""
+    if not persistent and not transient:
+        return None
+    tables = []
+    for flag, values, key, example in (("--straggler", persistent, "rank", "3:1.5"), ("--transient-straggler", transient, "probability", "0.01:2")):
+        for value in values or []:
+            head, _, factor = value.partition(":")
+            try:
+                number = int(head) if key == "rank" else float(head)
+                tables.append({key: number, "factor": float(factor)})
+            except ValueError:
+                raise DdlsimError(f"{flag} {value!r}: write {key.upper() if key == 'rank' else 'P'}:FACTOR, e.g. {example}") from None
     return tables
 
 
@@ -239,8 +265,15 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
     with EngineProgress(err, iterations or 0, enabled=sys.stderr.isatty() and not quiet) as progress:
         with run_control(max_memory=budget_bytes, force=force, progress=progress, on_start=progress.start):
             result = run()
+            effect = None
+            if result.scenario.straggler:  # what the stragglers cost: the same run without them
+                from ..api import straggler_effect
+
+                effect = straggler_effect(result)
         progress.phase("analysing")
         summary = result.summary()
+        if effect is not None:
+            summary["stragglers"] = effect
         if recorded is not None:
             summary["recorded"] = {"log": recorded[0], "iteration_time_s": recorded[1], "iteration_mean": recorded[2],
                                    "difference": summary["iteration_time_s"] / recorded[1] - 1 if recorded[1] > 0 else None}
@@ -273,6 +306,9 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
     if recorded is not None and recorded[1] > 0:
         out.print(f"recorded run: {recorded[1] * 1e3:.2f} ms per iteration ({recorded[2]}); replayed: {summary['iteration_time_s'] * 1e3:.2f} ms "
                   f"({summary['recorded']['difference']:+.2%} against the recorded run)")
+    if effect is not None:
+        out.print(f"stragglers: {effect['with_s'] * 1e3:.3f} ms per iteration against {effect['without_s'] * 1e3:.3f} ms "
+                  f"without them ({effect['ratio'] - 1:+.2%})")
     if out_dir is not None and not quiet:
         for key, path in summary["outputs"].items():
             out.print(f"  {key:13s} {path}")
@@ -337,6 +373,21 @@ def replay(
         None, "--hosts", help="Hosts in the fabric, at least those the ranks use; the others only run background tenants."),
     barrier: Optional[bool] = typer.Option(None, "--barrier/--no-barrier", help="Global barrier between iterations."),
     iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (sampled rank times, transient stragglers)."),
+    collective_model: Optional[str] = typer.Option(
+        None, "--collective-model", help="steps | closed-form (one event per collective; needs --network analytic)"),
+    straggler: Optional[list[str]] = typer.Option(
+        None, "--straggler", help="A persistent straggler (repeatable; replaces the scenario's [[straggler]] tables): RANK:FACTOR, "
+        "e.g. 3:1.5 (worker 3 computes 1.5x as long every iteration); the run is also simulated without, to report the cost."),
+    transient_straggler: Optional[list[str]] = typer.Option(
+        None, "--transient-straggler", help="A transient straggler (repeatable): P:FACTOR, e.g. 0.01:2 (each worker, each "
+        "iteration, computes 2x as long with probability 0.01; seeded)."),
+    rank_times: Optional[str] = typer.Option(
+        None, "--rank-times", help="With an event-log profile: median (every rank the median layer times) | sampled "
+        "(each rank and iteration draws a captured step's layer times; docs/replay-at-scale.md)"),
+    scaling: Optional[str] = typer.Option(
+        None, "--scaling", help="Replay at each of these worker counts, e.g. 4,64,1024, and print how the iteration time and "
+        "its spread grow (with --rank-times sampled: the slowest rank's draw)."),
     trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the replay's event log, trace, tables and timeline here."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary only."),
@@ -355,9 +406,13 @@ def replay(
         "stream_policy": stream_policy, "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
         "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
         "hosts": hosts, "background": _background_overrides(background),
+        "seed": seed, "collective_model": collective_model, "rank_times": rank_times,
+        "straggler": _straggler_overrides(straggler, transient_straggler),
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if scaling is not None:
+        return _replay_scaling(events, scaling, model, overrides, as_json, out_dir)
     scenario, notes = replay_plan(events, model=model, **overrides)  # checks the log and the overrides first
 
     def run():
@@ -369,6 +424,35 @@ def replay(
     recorded = iteration_mean(iteration_arrays(log), log.metadata)  # capture and analyze's definition
     _simulate_and_report(run, iterations=iterations, out_dir=out_dir, as_json=as_json, max_memory=max_memory, force=force,
                          quiet=quiet, recorded=(str(events), recorded["mean_s"], recorded["definition"]))
+
+
+def _replay_scaling(events: Path, scaling: str, model: Optional[str], overrides: dict, as_json: bool, out_dir: Optional[Path]) -> None:
+    """ddlsim replay --scaling: one replay per worker count, a table (or --json) of the iteration time and its spread."""
+    try:
+        counts = [int(x) for x in scaling.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise DdlsimError(f"--scaling {scaling!r}: give worker counts separated by commas, e.g. 4,64,1024")
+    if "workers" in overrides or out_dir is not None:
+        raise DdlsimError("--scaling sets the worker counts and writes no log: drop --workers/--out, or drop --scaling")
+    from ..simulation.replay import replay_plan, replay_scaling
+
+    replay_plan(events, model=model, **overrides)  # checks the log and the overrides first
+    rows = replay_scaling(events, counts, model=model, **overrides)
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(title=f"replay of {events} at scale (rank times: {rows[0]['rank_times']})")
+    for name in ("workers", "iteration mean ms", "sd ms", "min ms", "max ms", "compute part ms", "expected max ms"):
+        table.add_column(name, justify="right")
+    for r in rows:
+        expected = "-" if r["expected_compute_max_s"] is None else f"{r['expected_compute_max_s'] * 1e3:.3f}"
+        table.add_row(str(r["workers"]), f"{r['iteration_mean_s'] * 1e3:.3f}", f"{r['iteration_std_s'] * 1e3:.3f}",
+                      f"{r['iteration_min_s'] * 1e3:.3f}", f"{r['iteration_max_s'] * 1e3:.3f}", f"{r['compute_mean_s'] * 1e3:.3f}", expected)
+    out.print(table)
 
 
 @app.command()

@@ -294,6 +294,10 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
         extra["in_network"] = {"mode": strategy.in_network, "switch_memory": strategy.switch_memory_bytes}
     if strategy.kind == "ring" and strategy.in_network == "multicast":
         extra["in_network"] = {"mode": "multicast"}
+    if scenario.straggler or scenario.model.rank_times != "median":
+        from .variation import variation_document  # per-rank compute: replay at scale, stragglers
+
+        extra.update(variation_document(scenario, model, times_ns))
     return {
         "workers": scenario.workers,
         "iterations": scenario.iterations,

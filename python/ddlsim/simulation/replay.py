@@ -149,3 +149,45 @@ def _workers_and_iterations(path: Path) -> tuple[int, int]:
         raise DdlsimError(f"{path}: no worker rows, so no workers to replay")
     return int(len(np.unique(ranks[workers]))), max(1, int(len(np.unique(iterations[workers & (iterations >= 0)]))))
 
+
+
+def replay_scaling(log_path: str | Path, workers: list[int], model: Optional[str] = None, **overrides: Any) -> list[dict[str, Any]]:
+    """The replay of `log_path` at each worker count in `workers` (with
+    `overrides`, e.g. ``rank_times="sampled"``): one row per count with the
+    predicted iteration time's mean, standard deviation, minimum and maximum
+    over the simulated iterations, the compute part (first forward to last
+    backward over the ranks: the slowest rank's compute under a barrier) and,
+    where the ranks draw independently (sampled rank times away from the
+    captured count, or median times), the expected compute part: E[max] of
+    that many draws from the pooled steps (:func:`ddlsim.simulation.variation.expected_max`)."""
+    import numpy as np
+
+    from ..analyze.breakdown import iteration_arrays
+    from .run import run_scenario
+    from .variation import compute_part_ns, expected_max
+
+    rows = []
+    for n in workers:
+        if n < 1:
+            raise DdlsimError(f"worker count {n} in the scaling list: give counts of at least 1")
+        scenario, _notes = replay_plan(log_path, model=model, **{**overrides, "workers": n})
+        run = run_scenario(scenario)
+        times = np.asarray(iteration_arrays(run.columns)["time_s"], dtype=float)
+        parts = compute_part_ns(run.columns) / 1e9
+        training = run.engine_document["training"]
+        pool = training.get("compute_pool")
+        totals = ([sum(v["fwd_ns"]) + sum(v["bwd_ns"]) for v in pool] if pool
+                  else [sum(x["fwd_ns"] + x["bwd_ns"] for x in training["layers"])])
+        independent = not training.get("compute_assign") and not scenario.straggler and scenario.jitter == 0
+        rows.append({
+            "workers": n,
+            "iterations": int(len(times)),
+            "iteration_mean_s": float(times.mean()),
+            "iteration_std_s": float(times.std()),
+            "iteration_min_s": float(times.min()),
+            "iteration_max_s": float(times.max()),
+            "compute_mean_s": float(parts.mean()),
+            "expected_compute_max_s": expected_max(totals, n)[0] / 1e9 if independent else None,
+            "rank_times": scenario.model.rank_times,
+        })
+    return rows

@@ -308,6 +308,27 @@ class NetworkConfig(_Strict):
         return parse_duration_ns(self.intra_host_latency)
 
 
+# ----------------------------------------------------------------- stragglers
+
+
+class StragglerConfig(_Strict):
+    """A straggler ([[straggler]], docs/stragglers.md): worker `rank` computes
+    `factor` times as long every iteration (persistent), or every worker, in
+    every iteration, computes `factor` times as long with probability
+    `probability` (transient, seeded). Give `rank` or `probability`, not both."""
+
+    rank: Optional[int] = Field(None, ge=0)
+    probability: Optional[float] = Field(None, ge=0, le=1, allow_inf_nan=False)
+    factor: float = Field(gt=0, le=1e6, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "StragglerConfig":
+        if (self.rank is None) == (self.probability is None):
+            raise ValueError("a [[straggler]] names either rank (slower every iteration) or probability (any rank, "
+                             "per iteration), not both and not neither; e.g. rank = 3, factor = 1.5")
+        return self
+
+
 # ----------------------------------------------------------------- tenants
 
 
@@ -500,6 +521,9 @@ class ModelConfig(_Strict):
     precision: Literal["fp32", "fp16"] = "fp32"
     efficiency: float = Field(0.5, gt=0, le=1)
     profile: Optional[str] = None
+    # with an event-log profile: "median" (every rank the median layer times) or "sampled" (each rank and
+    # iteration draws a whole captured (rank, iteration) vector of layer times; docs/replay-at-scale.md)
+    rank_times: Literal["median", "sampled"] = "median"
     synthetic: Optional[SyntheticConfig] = None
     layers: Optional[list[CustomLayer]] = None
     dtype_bytes: int = Field(4, ge=1)
@@ -962,6 +986,8 @@ class Scenario(_Strict):
     trace_detail: Literal["auto", "step", "collective"] = "auto"
     # Background tenants ([[tenant]] tables): flows of other applications on the same fabric.
     tenant: list[TenantConfig] = Field(default_factory=list)
+    # Stragglers ([[straggler]] tables): a rank slower every iteration, or any rank slower with a probability.
+    straggler: list[StragglerConfig] = Field(default_factory=list)
     # Where relative paths (model.profile) are resolved from.
     base_dir: Optional[str] = Field(None, exclude=True)
 
@@ -1041,6 +1067,22 @@ class Scenario(_Strict):
             raise ValueError(f"tenant name {twice[0]!r} is used twice; give each [[tenant]] its own name")
         return self
 
+    @field_validator("straggler", mode="before")
+    @classmethod
+    def _straggler_forms(cls, v: Any) -> Any:
+        return [v] if isinstance(v, dict) else v  # one straggler given alone
+
+    @model_validator(mode="after")
+    def _straggler_checks(self) -> "Scenario":
+        for s in self.straggler:
+            if s.rank is not None and s.rank >= self.workers:
+                raise ValueError(f"straggler rank {s.rank} is not a worker (workers 0 to {self.workers - 1}); "
+                                 f"give a rank below {self.workers}")
+        if self.model.rank_times == "sampled" and not str(self.model.profile or "").endswith(".parquet"):
+            raise ValueError('model.rank_times = "sampled" draws each rank\'s layer times from an event log; set '
+                             'model.profile to an events.parquet (ddlsim replay does) or rank_times = "median"')
+        return self
+
     @property
     def tenants(self) -> list[TenantConfig]:
         """The background tenants; tenant ids are 1, 2, ... in this order (the job is tenant 0)."""
@@ -1079,6 +1121,7 @@ FLAT_KEYS = {
     "precision": ("model", "precision"),
     "efficiency": ("model", "efficiency"),
     "profile": ("model", "profile"),
+    "rank_times": ("model", "rank_times"),
     "strategy": ("strategy", "kind"),
     "servers": ("strategy", "servers"),
     "placement": ("strategy", "placement"),
