@@ -110,3 +110,26 @@ def test_bad_stragglers_are_one_line_errors(args, message):
 def test_a_straggler_names_a_rank_or_a_probability():
     with pytest.raises(DdlsimError, match="either rank"):
         ddlsim.simulate(scenario(straggler=[{"rank": 1, "probability": 0.1, "factor": 2}]))
+
+
+def test_the_docs_examples_run(tmp_path):
+    """docs/stragglers.md and docs/replay-at-scale.md: their scenario, every shell line, and the Python examples
+    (~~~python blocks, which tests/test_doc_snippets.py leaves to this test)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**__import__("os").environ, "PYTHONPATH": str(root / "python")}
+    for doc in ("stragglers.md", "replay-at-scale.md"):
+        text = (root / "docs" / doc).read_text(encoding="utf-8")
+        for toml in re.findall(r"```toml\n(.*?)```", text, flags=re.S):
+            (tmp_path / "stragglers.toml").write_text(toml, encoding="utf-8")
+        for line in re.search(r"```sh\n(.*?)```", text, flags=re.S).group(1).splitlines():
+            if line.strip():
+                p = subprocess.run([sys.executable, "-m", "ddlsim", *shlex.split(line)[1:]], cwd=tmp_path, capture_output=True,
+                                   text=True, env=env, timeout=600)
+                assert p.returncode == 0, (line, p.stderr[-2000:])
+        for block in re.findall(r"~~~python\n(.*?)~~~", text, flags=re.S):
+            p = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+            assert p.returncode == 0, (doc, p.stderr[-2000:])

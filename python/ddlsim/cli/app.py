@@ -446,12 +446,13 @@ def _replay_scaling(events: Path, scaling: str, model: Optional[str], overrides:
     from rich.table import Table
 
     table = Table(title=f"replay of {events} at scale (rank times: {rows[0]['rank_times']})")
-    for name in ("workers", "iteration mean ms", "sd ms", "min ms", "max ms", "compute part ms", "expected max ms"):
+    for name in ("workers", "iteration mean ms", "sd ms", "min ms", "max ms", "compute part ms", "expected max ms", "median step ms"):
         table.add_column(name, justify="right")
     for r in rows:
         expected = "-" if r["expected_compute_max_s"] is None else f"{r['expected_compute_max_s'] * 1e3:.3f}"
         table.add_row(str(r["workers"]), f"{r['iteration_mean_s'] * 1e3:.3f}", f"{r['iteration_std_s'] * 1e3:.3f}",
-                      f"{r['iteration_min_s'] * 1e3:.3f}", f"{r['iteration_max_s'] * 1e3:.3f}", f"{r['compute_mean_s'] * 1e3:.3f}", expected)
+                      f"{r['iteration_min_s'] * 1e3:.3f}", f"{r['iteration_max_s'] * 1e3:.3f}", f"{r['compute_mean_s'] * 1e3:.3f}", expected,
+                      f"{r['median_step_s'] * 1e3:.3f}")
     out.print(table)
 
 

@@ -297,7 +297,7 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
     if scenario.straggler or scenario.model.rank_times != "median":
         from .variation import variation_document  # per-rank compute: replay at scale, stragglers
 
-        extra.update(variation_document(scenario, model, times_ns))
+        extra.update(variation_document(scenario, model, times_ns, MAX_TIME_NS))
     return {
         "workers": scenario.workers,
         "iterations": scenario.iterations,

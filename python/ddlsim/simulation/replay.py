@@ -72,6 +72,12 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
     data["model"]["profile"] = str(path.resolve())
     scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
     notes.append(_bandwidth_note(scenario, overrides, origin))
+    if scenario.model.rank_times == "sampled":
+        # the sampled steps already hold the recorded run's jitter and stragglers: not applied a second time
+        again = {k: v for k, v in (("jitter", 0.0), ("straggler", [])) if k not in overrides and getattr(scenario, k)}
+        if again:
+            scenario = scenario.model_copy(update=again)
+            notes.append(f"replay: the recorded {' and '.join(again)} not applied again: the sampled steps already hold them")
     return scenario, notes
 
 
@@ -156,7 +162,9 @@ def replay_scaling(log_path: str | Path, workers: list[int], model: Optional[str
     `overrides`, e.g. ``rank_times="sampled"``): one row per count with the
     predicted iteration time's mean, standard deviation, minimum and maximum
     over the simulated iterations, the compute part (first forward to last
-    backward over the ranks: the slowest rank's compute under a barrier) and,
+    backward over the ranks: the slowest rank's compute under a barrier), one
+    step at the median layer times (what every rank computes with
+    ``rank_times="median"``) and,
     where the ranks draw independently (sampled rank times away from the
     captured count, or median times), the expected compute part: E[max] of
     that many draws from the pooled steps (:func:`ddlsim.simulation.variation.expected_max`)."""
@@ -187,6 +195,7 @@ def replay_scaling(log_path: str | Path, workers: list[int], model: Optional[str
             "iteration_min_s": float(times.min()),
             "iteration_max_s": float(times.max()),
             "compute_mean_s": float(parts.mean()),
+            "median_step_s": sum(x["fwd_ns"] + x["bwd_ns"] for x in training["layers"]) / 1e9,
             "expected_compute_max_s": expected_max(totals, n)[0] / 1e9 if independent else None,
             "rank_times": scenario.model.rank_times,
         })

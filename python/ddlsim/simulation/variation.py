@@ -94,9 +94,10 @@ def compute_pool(path: str | Path, model: "Model", times_ns: list[tuple[int, int
     return ComputePool(vectors=vectors, ranks=steps[0], iterations=steps[1])
 
 
-def variation_document(scenario: "Scenario", model: "Model", times_ns: list[tuple[int, int]], base_dir: str | None = None) -> dict[str, Any]:
+def variation_document(scenario: "Scenario", model: "Model", times_ns: list[tuple[int, int]], limit_ns: int) -> dict[str, Any]:
     """The training document's per-rank fields (`compute_pool`, `compute_assign`,
-    `stragglers`, `transient_stragglers`); {} when the scenario asks for none."""
+    `stragglers`, `transient_stragglers`); {} when the scenario asks for none.
+    ScenarioError when the slowest compute could pass the engine's clock limit `limit_ns`."""
     out: dict[str, Any] = {}
     persistent = [{"rank": s.rank, "factor": s.factor} for s in scenario.straggler if s.rank is not None]
     transient = [{"probability": s.probability, "factor": s.factor} for s in scenario.straggler if s.rank is None]
@@ -106,19 +107,17 @@ def variation_document(scenario: "Scenario", model: "Model", times_ns: list[tupl
         out["transient_stragglers"] = transient
     longest = sum(f + b for f, b in times_ns)
     if scenario.model.rank_times == "sampled":
-        pool = scenario_pool(scenario, model, times_ns, base_dir)
+        pool = scenario_pool(scenario, model, times_ns)
         out["compute_pool"] = [{"fwd_ns": v[:, 0].tolist(), "bwd_ns": v[:, 1].tolist()} for v in pool.vectors]
         assign = pool.assignment(scenario.workers)
         if assign:
             out["compute_assign"] = assign
         longest = max(longest, int(pool.totals_ns.max()))
     slowest = float(np.prod([s.factor for s in scenario.straggler if s.factor > 1])) if scenario.straggler else 1.0
-    from .lowering import MAX_TIME_NS
-
-    if out and longest * scenario.iterations * slowest * (1 + 6 * scenario.jitter) >= MAX_TIME_NS:
+    if out and longest * scenario.iterations * slowest * (1 + 6 * scenario.jitter) >= limit_ns:
         raise ScenarioError(
             f"the compute of {scenario.iterations} iterations with stragglers x{slowest:g} would overflow the engine's "
-            f"64-bit nanosecond clock (limit {MAX_TIME_NS} ns); use fewer iterations or smaller straggler factors")
+            f"64-bit nanosecond clock (limit {limit_ns} ns); use fewer iterations or smaller straggler factors")
     return out
 
 
