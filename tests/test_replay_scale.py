@@ -167,3 +167,26 @@ def test_sampled_rank_times_need_an_event_log(tmp_path):
         p = subprocess.run([sys.executable, "-m", "ddlsim", "replay", str(tmp_path / "events.parquet"), *args],
                            capture_output=True, text=True)
         assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_sampled_steps_of_a_simulated_run_do_not_get_its_jitter_and_stragglers_twice(tmp_path):
+    """A simulated log's recorded scenario carries its jitter and stragglers; its steps already contain them, so a
+    sampled replay drops them (and says so), a median replay keeps them (the median took them out)."""
+    from ddlsim.simulation.replay import replay_plan
+
+    run = ddlsim.simulate(model="lenet5", workers=2, iterations=2, network="analytic", jitter=0.1,
+                          straggler=[{"rank": 1, "factor": 2.0}])
+    run.save(tmp_path / "run", timeline=False)
+    events = tmp_path / "run" / "events.parquet"
+    sampled, notes = replay_plan(events, rank_times="sampled")
+    assert sampled.jitter == 0 and sampled.straggler == []
+    assert any("jitter and straggler not applied again" in n for n in notes)
+    median, _ = replay_plan(events)
+    assert median.jitter == 0.1 and [(s.rank, s.factor) for s in median.straggler] == [(1, 2.0)]
+    # at the recorded count the sampled replay computes what the run computed, rank by rank
+    again = ddlsim.replay(events, rank_times="sampled")
+    def per_rank(result):
+        ev = result.events.to_pandas()
+        ev = ev[ev["kind"] == "compute"]
+        return (ev["end_ns"] - ev["start_ns"]).groupby([ev["iteration"], ev["rank"]]).sum().tolist()
+    assert per_rank(again) == per_rank(run)

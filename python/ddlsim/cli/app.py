@@ -326,7 +326,7 @@ SIMULATE_DEFAULTS = {
     "hosts_per_leaf": "8", "spines": "2", "placement": "round-robin", "routing": "ecmp", "ranks_per_host": "1",
     "rack_placement": "packed", "server_hosts": "separate", "priority_bands": "off", "iterations": "3", "seed": "0",
     "jitter": "0.0", "batch_size": "32", "device": "V100", "precision": "fp32", "efficiency": "0.5",
-    "barrier": "on", "trace_detail": "auto", "record_flows": "off",
+    "barrier": "on", "trace_detail": "auto", "record_flows": "off", "rank_times": "median",
 }
 
 

@@ -223,9 +223,11 @@ def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_mod
     """The scenario a plan simulates: `scenario` with `overrides`, ring
     all-reduce, and the cost model's network (latency = alpha, bandwidth =
     1 / beta, its algorithm) when one is given. Unless iterations are given,
-    one iteration when every iteration is the same (barrier on, no jitter)."""
+    one iteration when every iteration is the same (barrier on, no jitter, no
+    sampled rank times or transient stragglers)."""
     sc = _resolve(scenario, {k: v for k, v in overrides.items() if v is not None})
-    if "iterations" not in sc.model_fields_set and sc.barrier and sc.jitter == 0:
+    same = sc.jitter == 0 and sc.model.rank_times == "median" and all(s.rank is not None for s in sc.straggler)
+    if "iterations" not in sc.model_fields_set and sc.barrier and same:
         # with a barrier and no jitter every iteration is the same: one is enough
         sc = with_overrides(sc, {"iterations": 1})
     if "trace_detail" not in sc.model_fields_set:
