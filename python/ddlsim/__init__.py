@@ -26,6 +26,7 @@ _LAZY = {
     "CostModel": "plan.cost",
     "fit_cost_model": "plan.cost",
     "make_plan": "plan.planner",
+    "apply_plan": "plan.apply",
     "convert": "interop",
 }
 

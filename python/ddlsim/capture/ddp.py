@@ -6,7 +6,8 @@ CPU (gloo), recorded by :class:`~ddlsim.capture.ddp_hooks.DdpHooks`.
 :func:`~ddlsim.capture.launch.launch_local`, or under torchrun). Config keys
 (:data:`DEFAULTS`): model (lenet5 | resnet18 | resnet50), iterations,
 batch_size, image_size, bucket_cap_mb, seed, lr, merge (rank 0 merges into
-``OUT/events.parquet`` once all ranks finished), timeout_s; test-only fault
+``OUT/events.parquet`` once all ranks finished), timeout_s, merge_groups and plan (a ``ddlsim plan`` applied:
+:mod:`~ddlsim.capture.ddp_plan`); test-only fault
 injection: crash_rank, crash_after_iteration (that rank exits with status 3
 right after recording that iteration).
 """
@@ -22,7 +23,8 @@ from .ddp_models import build_model, check_model_config, synthetic_batches
 from .recorder import RankRecorder, now_ns
 
 DEFAULTS = {"model": "lenet5", "iterations": 5, "batch_size": 8, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0,
-            "lr": 0.01, "merge": True, "timeout_s": 300, "crash_rank": -1, "crash_after_iteration": -1}
+            "lr": 0.01, "merge": True, "timeout_s": 300, "crash_rank": -1, "crash_after_iteration": -1,
+            "merge_groups": None, "plan": None}
 CRASH_STATUS = 3
 
 
@@ -34,6 +36,11 @@ def job_config(config: dict) -> dict:
             raise ValueError(f"{key} must be a positive integer, got {cfg[key]!r}")
     if not isinstance(cfg["bucket_cap_mb"], (int, float)) or cfg["bucket_cap_mb"] <= 0:
         raise ValueError(f"bucket_cap_mb must be a positive number of MiB, got {cfg['bucket_cap_mb']!r}")
+    groups = cfg["merge_groups"]
+    if groups is not None and not (isinstance(groups, list) and groups and all(
+            isinstance(g, list) and g and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in g)
+            for g in groups)):
+        raise ValueError("merge_groups must be a non-empty list of non-empty lists of parameter indices")
     check_model_config(cfg["model"], cfg["image_size"])
     return cfg
 
@@ -61,7 +68,14 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
            "seed": cfg["seed"], "lr": cfg["lr"], "backend": "gloo", "torch_version": torch.__version__,
            "device": "cpu", "threads": torch.get_num_threads()}
     recorder = RankRecorder(out, rank, "worker", clock_offset_ns=offset, meta={"clock_offset_measured_ns": measured})
-    hooks = DdpHooks(ddp_model, recorder)
+    if cfg["plan"] is not None:
+        job["plan"] = cfg["plan"]
+    merger = None
+    if cfg["merge_groups"] is not None:
+        from .ddp_plan import PlanMerger
+
+        merger = PlanMerger(cfg["merge_groups"])
+    hooks = DdpHooks(ddp_model, recorder, merger=merger)
     for iteration, (images, labels) in enumerate(batches):
         hooks.begin_iteration(iteration)
         optimizer.zero_grad(set_to_none=True)
@@ -74,6 +88,9 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
             write_sidecar(out, rank, {"job": job, **hooks.facts()})
         if rank == cfg["crash_rank"] and iteration == cfg["crash_after_iteration"]:
             os._exit(CRASH_STATUS)
+    from .ddp_plan import parameter_checksum
+
+    job["parameter_sha256"] = parameter_checksum(model)  # the trained weights: equal runs, equal digests
     write_sidecar(out, rank, {"job": job, **hooks.facts(), "reducer": reducer_facts(ddp_model)})
     recorder.close(iterations=cfg["iterations"])
     hooks.remove()

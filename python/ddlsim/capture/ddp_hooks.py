@@ -34,7 +34,9 @@ def reducer_facts(ddp_model) -> dict:
 class DdpHooks(LayerHooks):
     """Installs the recording hooks on `ddp_model` (see the module docstring); :meth:`remove` takes them off."""
 
-    def __init__(self, ddp_model, recorder: RankRecorder, *, process_group=None):
+    def __init__(self, ddp_model, recorder: RankRecorder, *, process_group=None, merger=None):
+        """`merger`: a :class:`~ddlsim.capture.ddp_plan.PlanMerger` to all-reduce plan groups instead of DDP's buckets
+        (one ``collective`` row per group; ``group`` is the plan group's index)."""
         import torch.distributed as dist
 
         super().__init__(ddp_model.module, recorder)
@@ -48,7 +50,9 @@ class DdpHooks(LayerHooks):
         self._groups: dict[tuple[int, ...], int] = {}
         self._provisional = not (ddp_model.find_unused_parameters and not ddp_model.static_graph) \
             and getattr(ddp_model, "num_iterations", 0) == 0
-        ddp_model.register_comm_hook(process_group, self._comm_hook)
+        self.merger = merger
+        self.process_group = process_group
+        ddp_model.register_comm_hook(process_group, self._comm_hook if merger is None else self._merge_hook)
 
     # -- iterations ------------------------------------------------------------------------------------------------
     def begin_iteration(self, iteration: int) -> None:
@@ -124,3 +128,39 @@ class DdpHooks(LayerHooks):
             return fut.value()
 
         return allreduce_hook(state, bucket).then(done)
+
+    def _merge_hook(self, state, bucket):
+        """Plan groups: holds buckets until their group is complete, then records and launches the group's all-reduce."""
+        from .ddp_plan import PlanMerger
+
+        tensors = tuple(self.param_index[p.data_ptr()] for p in bucket.parameters())
+        future, ready = self.merger.bucket(tensors, bucket.buffer())
+        if future is None:
+            return self._comm_hook(state, bucket)
+        if ready is None:
+            return future
+        group, parts = ready
+        start = now_ns()
+        iteration = self.iteration
+        members = [t for _, _, ts in parts for t in ts]
+        sizes = [self.params[t][1].numel() * self.params[t][1].element_size() for t in members]
+        nbytes = sum(buffer.numel() * buffer.element_size() for buffer, _, _ in parts)
+        with self._lock:
+            self._collective_seq += 1
+            collective = self._collective_seq
+            rid = self.rec.new_id()
+            self._collective_ids.append(rid)
+            deps = sorted({self._backward_ids[self.layer_of_param[t]] for t in members
+                           if self.layer_of_param.get(t) in self._backward_ids})
+            position = len(self._layout)
+            self._layout.append({"bucket": position, "group": group, "tensors": members,
+                                 "offsets": [sum(sizes[:k]) for k in range(len(sizes))], "tensor_bytes": sizes,
+                                 "bytes": nbytes})
+
+        def record() -> None:
+            self.rec.row("collective", "allreduce", start, now_ns(), deps=deps, row_id=rid, iteration=iteration,
+                         stream="comm", group=group, bytes=nbytes, collective=collective, coll_type="allreduce",
+                         algorithm="", name=f"plan group {group}")
+
+        PlanMerger.launch(parts, self.world_size, self.process_group, before_results=record)
+        return future

@@ -656,8 +656,21 @@ def plan(
     partition: str = typer.Option("4MB", "--partition", help="ByteScheduler partition size for the credit sweep."),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON only."),
+    apply_dir: Optional[Path] = typer.Option(
+        None, "--apply", help="Capture the DDP job (default buckets), plan from it, capture again with the plan, and "
+        "report measured against predicted gain; writes before/, after/, plan.json and apply.json in this new directory."),
+    capture_iterations: int = typer.Option(6, "--capture-iterations", help="With --apply: iterations of each capture."),
+    plan_entry: str = typer.Option("best", "--plan-entry", help="With --apply: best | ddp | mg_wfbp (see capture ddp --plan)."),
 ) -> None:
     """Plan gradient synchronisation: MG-WFBP merge plan and best DDP bucket size, verified by simulation."""
+    if apply_dir is not None:
+        if scenario is not None or profile is not None or cost_model is not None or out_path is not None:
+            raise DdlsimError("--apply measures its own profile and writes its own plan: leave out the scenario, "
+                              "--profile, --cost-model and --out")
+        _plan_apply(apply_dir, model=model or "resnet18", workers=workers or 2, bandwidth=bandwidth,
+                    batch_size=batch_size or 8, iterations=capture_iterations, entry=plan_entry, as_json=as_json,
+                    plan_options={"latency": latency, "network": network, "algorithm": algorithm})
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
@@ -745,6 +758,40 @@ def plan(
         out.print(f"wrote {out_path}")
     for note in result.notes:
         out.print(f"[yellow]note:[/] {note}")
+
+
+def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optional[str], batch_size: int, iterations: int,
+                entry: str, as_json: bool, plan_options: dict) -> None:
+    """`ddlsim plan --apply`: see :mod:`ddlsim.plan.apply`."""
+    import importlib.util
+
+    from ..capture.ddp_plan import ENTRIES
+    from ..plan.apply import apply_plan
+
+    if importlib.util.find_spec("torch") is None:
+        raise DdlsimError("ddlsim plan --apply runs the DDP job and needs PyTorch, which is not installed; "
+                          "pip install ddlsim[capture]")
+    if entry not in ENTRIES:
+        raise DdlsimError(f"--plan-entry {entry!r}: choose one of {', '.join(ENTRIES)}")
+    from ..safe_io import check_directory_target
+
+    check_directory_target(apply_dir, option="--apply")
+    report = apply_plan(apply_dir, model=model, workers=workers, iterations=iterations, batch_size=batch_size,
+                        bandwidth=bandwidth, entry=entry, plan_options=plan_options,
+                        on_step=lambda text: err.print(text, highlight=False))
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        return
+    p, m = report["predicted"], report["measured"]
+    out.print(f"{model}, {workers} workers{', ' + bandwidth if bandwidth else ', unshaped'}: plan entry {report['entry']} "
+              f"({report['after']['all_reduces']} all-reduces per iteration, before {report['before']['all_reduces']})",
+              highlight=False)
+    out.print(f"predicted: {p['before_s'] * 1e3:.1f} -> {p['after_s'] * 1e3:.1f} ms per iteration ({-p['gain']:+.1%})",
+              highlight=False)
+    out.print(f"measured:  {m['before_s'] * 1e3:.1f} -> {m['after_s'] * 1e3:.1f} ms per iteration ({-m['gain']:+.1%}; "
+              f"{report['after']['definition']})", highlight=False)
+    out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'plan.json'}, {apply_dir / 'before'}, {apply_dir / 'after'}",
+              highlight=False)
 
 
 from .reproduce_command import reproduce_app  # noqa: E402  (registered after the top-level commands)

@@ -16,7 +16,8 @@ from .consoles import err, out
 
 
 def ddp(
-    model: str = typer.Option("resnet18", "--model", "-m", help="lenet5 | resnet18 | resnet50 (torchvision, weights=None)."),
+    model: Optional[str] = typer.Option(
+        None, "--model", "-m", help="lenet5 | resnet18 | resnet50 (torchvision, weights=None); default: the plan's model, else resnet18."),
     workers: int = typer.Option(2, "--workers", "-n", help="Ranks (processes) on this machine."),
     iterations: int = typer.Option(5, "--iterations", "-i", help="Training iterations."),
     batch_size: int = typer.Option(8, "--batch-size", help="Samples per rank per iteration (synthetic images)."),
@@ -26,6 +27,10 @@ def ddp(
     timeout: float = typer.Option(600.0, "--timeout", help="Stop the job after this many seconds."),
     bandwidth: Optional[str] = typer.Option(None, "--bandwidth", "-b", help="Shape each rank's link to this rate, e.g. 1Gbps."),
     out_dir: Path = typer.Option(Path("run"), "--out", "-o", help="Capture directory: rank files, logs, events.parquet."),
+    plan: Optional[Path] = typer.Option(
+        None, "--plan", help="Run the job with this `ddlsim plan --out` result: its DDP bucket size or its MG-WFBP merges."),
+    plan_entry: str = typer.Option(
+        "best", "--plan-entry", help="With --plan: best (what the plan predicts faster) | ddp (bucket_cap_mb) | mg_wfbp (merges)."),
 ) -> None:
     """Run PyTorch DDP training on CPU (gloo) and record every layer's forward/backward and every bucket's all-reduce."""
     from ..capture.ddp import job_config
@@ -38,6 +43,16 @@ def ddp(
     from ..safe_io import check_directory_target
 
     check_directory_target(out_dir)
+    plan_data = None
+    if plan is not None:
+        from ..capture.ddp_plan import load_plan
+
+        plan_data = load_plan(plan)
+        if model is None:
+            model = plan_data["model"].get("name") or "resnet18"
+    elif plan_entry != "best":
+        raise DdlsimError("--plan-entry needs --plan PLAN.json (a ddlsim plan --out result)")
+    model = model or "resnet18"
     if timeout <= 0:
         raise DdlsimError(f"--timeout must be positive, got {timeout}")
     config = {"model": model, "iterations": iterations, "batch_size": batch_size, "image_size": image_size,
@@ -49,13 +64,19 @@ def ddp(
         raise DdlsimError(f"ddlsim capture ddp: {exc}") from None
     if model != "lenet5" and importlib.util.find_spec("torchvision") is None:
         raise DdlsimError(f"--model {model} needs torchvision; pip install ddlsim[capture] (or use --model lenet5)")
+    if plan_data is not None:
+        config = apply_plan(config, plan_data, plan_entry, plan)
+        bucket_cap_mb = config["bucket_cap_mb"]
     from ..capture.ddp_run import run_ddp_capture
     from ..capture.outdir import check_out_dir
 
     check_out_dir(out_dir)  # before the first line of output: a bad --out is one line
 
+    layout = (f"plan {plan} ({config['plan']['entry']}: {len(config['merge_groups'])} merged all-reduces)"
+              if config.get("merge_groups") else f"buckets {bucket_cap_mb:g} MiB"
+              + (f" (plan {plan}, {config['plan']['entry']})" if config.get("plan") else ""))
     err.print(f"capturing DDP {model}: {workers} ranks x {iterations} iterations, batch {batch_size}, "
-              f"{image_size}x{image_size} images, buckets {bucket_cap_mb:g} MiB ...", highlight=False)
+              f"{image_size}x{image_size} images, {layout} ...", highlight=False)
     log, failure = run_ddp_capture(config, workers, out_dir, timeout_s=timeout, bandwidth_bps=rate,
                                    on_note=lambda note: err.print(f"note: {note}", highlight=False))
     target = out_dir / "events.parquet"
@@ -63,6 +84,19 @@ def ddp(
         raise DdlsimError(f"{failure}\nwrote the partial trace {target} ({log.table.num_rows} rows; partial ranks "
                           f"{log.metadata['partial_ranks']})")
     _summary(log, target)
+
+
+def apply_plan(config: dict, plan_data: dict, entry: str, path) -> dict:
+    """`config` (a checked DDP job config) with `entry` of the plan applied; errors name the plan and the mismatch."""
+    from ..capture.ddp_models import build_model
+    from ..capture.ddp_plan import plan_config
+
+    names = [name for name, _ in build_model(config["model"]).named_parameters()]
+    planned = plan_data["model"].get("name")
+    if planned and planned != config["model"]:
+        raise DdlsimError(f"--plan {path} was made for {planned}, not {config['model']}; leave out --model or plan for "
+                          f"{config['model']} (ddlsim plan --model {config['model']} --out {path})")
+    return {**config, **plan_config(plan_data, entry, names, path)}
 
 
 def _summary(log, target: Path) -> None:
@@ -79,6 +113,10 @@ def _summary(log, target: Path) -> None:
                      if int(i) in mean["warmup"])
     out.print(f"iteration time: {mean['mean_s'] * 1e3:.1f} ms ({mean['definition']}{warmup})", highlight=False)
     out.print(f"buckets: {len(buckets)} all-reduces per iteration ({sizes} MiB)", highlight=False)
+    applied = log.metadata.get("plan")
+    if isinstance(applied, dict) and applied.get("predicted_iteration_s") is not None:
+        out.print(f"plan {applied.get('file')} ({applied.get('entry')}): predicted "
+                  f"{applied['predicted_iteration_s'] * 1e3:.1f} ms per iteration", highlight=False)
     out.print(f"next: ddlsim analyze {target}   |   ddlsim replay {target} --bandwidth 10Gbps", highlight=False)
 
 

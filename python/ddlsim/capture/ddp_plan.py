@@ -1,0 +1,183 @@
+"""A ``ddlsim plan`` result applied to the built-in DDP job (``ddlsim capture ddp --plan plan.json``).
+
+A plan (:meth:`ddlsim.plan.planner.Plan.to_dict`, ``"ddlsim_plan": 1``) has two entries the DDP job can run:
+
+* ``ddp``: DDP's own bucketing with the plan's ``bucket_cap_mb``. DDP builds
+  the buckets itself (from the order gradients become ready), so the
+  captured buckets are DDP's, recorded as usual.
+* ``mg_wfbp``: the MG-WFBP merge plan, a list of groups of tensors (by
+  parameter name). DDP cannot be told an arbitrary assignment, so the job
+  runs DDP with one bucket per parameter (a 1-byte ``bucket_cap_mb``: no
+  tensor fits beside another) and a communication hook
+  (:class:`PlanMerger`) that holds each bucket until every tensor of its
+  plan group is ready, then all-reduces the group as one message and hands
+  every bucket its slice of the result. Any assignment works, adjacent
+  layers or not, because every rank calls the hook in the same bucket order.
+  The averaged gradients are those of plain DDP, element by element.
+
+``best`` takes whichever of the two the plan predicts faster.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Optional
+
+from ..errors import DdlsimError
+
+ENTRIES = ("best", "ddp", "mg_wfbp")
+ONE_BYTE_MB = 1.0 / (1 << 20)  # bucket_cap_mb that leaves every parameter in a bucket of its own
+
+
+def load_plan(path: str | Path) -> dict:
+    """The plan JSON at `path`, checked to be a ``ddlsim plan`` result."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DdlsimError(f"--plan {path}: no such file; write one with ddlsim plan ... --out {path}") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise DdlsimError(f"--plan {path}: not a readable JSON plan ({exc}); write one with ddlsim plan --out") from None
+    if not isinstance(data, dict) or data.get("ddlsim_plan") != 1:
+        raise DdlsimError(f"--plan {path}: not a ddlsim plan (no \"ddlsim_plan\": 1); write one with ddlsim plan --out")
+    for key in ("model", "ddp", "mg_wfbp"):
+        if not isinstance(data.get(key), dict):
+            raise DdlsimError(f"--plan {path}: field {key!r} is missing or not an object; write the plan again with ddlsim plan --out")
+    return data
+
+
+def choose_entry(plan: dict, entry: str) -> str:
+    """`entry`, or for ``best`` the entry the plan predicts faster (``ddp`` on a tie)."""
+    if entry not in ENTRIES:
+        raise DdlsimError(f"--plan-entry {entry!r}: choose one of {', '.join(ENTRIES)}")
+    if entry != "best":
+        return entry
+    return "mg_wfbp" if plan["mg_wfbp"]["iteration_time_s"] < plan["ddp"]["iteration_time_s"] else "ddp"
+
+
+def plan_config(plan: dict, entry: str, parameter_names: list[str], path: str | Path = "plan") -> dict:
+    """The DDP job's config keys that apply `entry` of `plan` to a model with `parameter_names`:
+    ``bucket_cap_mb`` and, for ``mg_wfbp``, ``merge_groups`` (lists of parameter indices, in plan order) and the
+    plan's facts (``plan``) for the capture's metadata. Raises DdlsimError naming the mismatch."""
+    entry = choose_entry(plan, entry)
+    facts = {"entry": entry, "file": str(path), "model": plan["model"].get("name"),
+             "predicted_iteration_s": plan[entry]["iteration_time_s"],
+             "predicted_default_s": plan.get("baselines", {}).get("ddp_default", {}).get("iteration_time_s")}
+    if entry == "ddp":
+        cap = plan["ddp"].get("bucket_cap_mb")
+        if not isinstance(cap, (int, float)) or isinstance(cap, bool) or cap <= 0:
+            raise DdlsimError(f"--plan {path}: ddp.bucket_cap_mb must be a positive number, got {cap!r}")
+        return {"bucket_cap_mb": float(cap), "plan": facts}
+    index = {name: i for i, name in enumerate(parameter_names)}
+    groups: list[list[int]] = []
+    seen: set[int] = set()
+    for k, group in enumerate(plan["mg_wfbp"].get("plan") or []):
+        tensors = group.get("tensors") if isinstance(group, dict) else None
+        if not isinstance(tensors, list) or not tensors:
+            raise DdlsimError(f"--plan {path}: mg_wfbp.plan[{k}] has no tensors; write the plan again with ddlsim plan --out")
+        unknown = [t for t in tensors if t not in index]
+        if unknown:
+            raise DdlsimError(f"--plan {path}: mg_wfbp.plan[{k}] names {unknown[0]!r}, which the model being captured does "
+                              f"not have; plan for the same model (ddlsim plan --model {facts['model'] or 'MODEL'})")
+        ids = [index[t] for t in tensors]
+        twice = seen.intersection(ids)
+        if twice:
+            raise DdlsimError(f"--plan {path}: tensor {parameter_names[min(twice)]!r} is in two groups of mg_wfbp.plan")
+        seen.update(ids)
+        groups.append(ids)
+    missing = [parameter_names[i] for i in range(len(parameter_names)) if i not in seen]
+    if missing:
+        raise DdlsimError(f"--plan {path}: mg_wfbp.plan leaves out {missing[0]!r} ({len(missing)} tensors in all); "
+                          f"plan for the same model (ddlsim plan --model {facts['model'] or 'MODEL'})")
+    facts["groups"] = len(groups)
+    return {"bucket_cap_mb": ONE_BYTE_MB, "merge_groups": groups, "plan": facts}
+
+
+class PlanMerger:
+    """DDP communication hook state that all-reduces each plan group as one message (see the module docstring).
+
+    `groups`: lists of parameter indices (positions in ``named_parameters()``). :meth:`bucket` is called with each
+    DDP bucket; it returns the future DDP waits on and, when the bucket completes its group, the group's index
+    and the bucket list to launch (the caller all-reduces them with :meth:`launch`)."""
+
+    def __init__(self, groups: list[list[int]]):
+        self.groups = [list(g) for g in groups]
+        self.group_of = {t: k for k, g in enumerate(self.groups) for t in g}
+        self._pending: dict[int, list] = {}
+        self._lock = threading.Lock()
+
+    def bucket(self, tensors: tuple[int, ...], buffer):
+        """(future for DDP, ready) where ready is None or (group index, [(buffer, future, tensors), ...]);
+        (None, None) for a bucket that spans plan groups (DDP's provisional first-iteration bucket): the caller
+        all-reduces it as DDP would."""
+        import torch
+
+        owners = {self.group_of.get(t) for t in tensors}
+        if None in owners:
+            raise RuntimeError(f"DDP bucket with tensors {list(tensors)} holds a parameter of no plan group")
+        if len(owners) != 1 or len(tensors) > len(self.groups[next(iter(owners))]):
+            # DDP's provisional first-iteration bucket (all gradients together) spans groups: it travels as it is
+            with self._lock:
+                if any(self._pending.get(g) for g in owners):
+                    raise RuntimeError(f"DDP bucket with tensors {list(tensors)} spans plan groups that are partly "
+                                       "pending; run DDP with one bucket per parameter (bucket_cap_mb = 1 byte)")
+            return None, None
+        group = owners.pop()
+        future = torch.futures.Future(devices=[buffer.device]) if buffer.is_cuda else torch.futures.Future()
+        with self._lock:
+            parts = self._pending.setdefault(group, [])
+            parts.append((buffer, future, tuple(tensors)))
+            if sum(len(p[2]) for p in parts) < len(self.groups[group]):
+                return future, None
+            del self._pending[group]
+        return future, (group, parts)
+
+    @staticmethod
+    def launch(parts, world_size: int, process_group=None, before_results=None):
+        """All-reduces the buffers of `parts` as one flat message (averaged, as DDP's default hook does); returns the
+        all-reduce's future, which hands every part's future its slice when it completes (after calling
+        `before_results()`, so a row recorded there is written before DDP goes on)."""
+        import torch
+        import torch.distributed as dist
+
+        flat = torch.cat([buffer.reshape(-1) for buffer, _, _ in parts])
+        flat.div_(world_size)
+        work = dist.all_reduce(flat, group=process_group, async_op=True).get_future()
+
+        def scatter(fut):
+            result = fut.value()[0] if isinstance(fut.value(), list) else fut.value()
+            if before_results is not None:
+                before_results()
+            offset = 0
+            for buffer, future, _ in parts:
+                n = buffer.numel()
+                # into DDP's own bucket buffer: DDP views a hook's result with absolute storage offsets
+                # (as_strided), so a slice of the flat result would hand every bucket the first bucket's bytes
+                buffer.copy_(result[offset:offset + n].view_as(buffer))
+                future.set_result(buffer)
+                offset += n
+            return result
+
+        return work.then(scatter)
+
+
+def parameter_checksum(module) -> str:
+    """SHA-256 of every parameter's bytes in ``named_parameters()`` order (equal runs give equal weights)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, p in module.named_parameters():
+        digest.update(name.encode())
+        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def captured_groups(log) -> Optional[list[list[str]]]:
+    """The tensors (names) of each all-reduce of a capture's last bucket layout, in launch order."""
+    names = [p["name"] for p in log.metadata.get("parameters", [])]
+    buckets = log.metadata.get("buckets") or []
+    if not names or not buckets:
+        return None
+    return [[names[t] for t in b["tensors"]] for b in buckets]
