@@ -19,7 +19,9 @@ send           COMM_SEND_NODE     ``comm_src`` = rank, ``comm_dst`` = peer,
                                   size), ``comm_tag`` = message
 recv           COMM_RECV_NODE     ``comm_src`` = peer, ``comm_dst`` = rank, ...
 collective     COMM_COLL_NODE     ``comm_type`` (ALL_REDUCE...), ``comm_size``
-barrier        COMM_COLL_NODE     ``comm_type`` BARRIER
+barrier        (left out)         a row that waited for it waits for its rank's rows
+                                  among the barrier's deps; the barrier row is kept
+                                  in GlobalMetadata ``ddlsim_barriers``
 marker         METADATA_NODE
 =============  =================  ==============================================
 
@@ -219,14 +221,26 @@ def write_chakra(log: Any, prefix: str | os.PathLike[str]) -> list[Path]:
         by_rank.setdefault(row.rank, []).append(row)
     left_out = collective_steps(by_rank)
     redirected = redirect_deps(rows, left_out)
+    # The barrier is left out too (ASTRA-sim runs no BARRIER collective, and a barrier node on one rank that the
+    # others reach only through ddlsim_remote_deps stalls them): a row that waited for it waits for its own
+    # rank's rows among the barrier's dependencies. The barrier rows and the exact deps go in ddlsim_* attributes.
+    barriers = {row.id for row in rows if row.kind == "barrier"}
+    around_barrier = redirect_deps(rows, left_out | barriers) if barriers else {}
     rank_of = {row.id: row.rank for row in rows}
     world = len(by_rank)
     paths = chakra_paths(prefix, sorted(by_rank))
     for rank, rank_rows in sorted(by_rank.items()):
-        chunks = [_delimited(_metadata(classes, rank, world, log))]
+        kept_barriers = [row for row in rank_rows if row.id in barriers]
+        chunks = [_delimited(_metadata(classes, rank, world, log, kept_barriers, redirected))]
         for row in rank_rows:
-            if row.id not in left_out:
-                chunks.append(_delimited(_node(classes, row, redirected.get(row.id, row.deps), rank_of, paths[rank])))
+            if row.id in left_out or row.id in barriers:
+                continue
+            exact = redirected.get(row.id, row.deps)
+            if row.id in around_barrier and exact is not None and any(dep in barriers for dep in exact):
+                local = [dep for dep in around_barrier[row.id] if rank_of.get(dep) == rank]
+                chunks.append(_delimited(_node(classes, row, local, rank_of, paths[rank], exact_deps=exact)))
+            else:
+                chunks.append(_delimited(_node(classes, row, exact, rank_of, paths[rank])))
         with atomic_output(paths[rank]) as temporary:
             temporary.write_bytes(b"".join(chunks))
     return [paths[rank] for rank in sorted(by_rank)]
@@ -236,18 +250,27 @@ def _attr(classes: dict[str, Any], name: str, **value: Any) -> Any:
     return classes["AttributeProto"](name=name, **value)
 
 
-def _metadata(classes: dict[str, Any], rank: int, world: int, log: EventLog) -> Any:
+def _metadata(classes: dict[str, Any], rank: int, world: int, log: EventLog, barriers: list[Any] = (),
+              redirected: dict[int, list[int] | None] | None = None) -> Any:
     import json
 
-    return classes["GlobalMetadata"](version=CHAKRA_VERSION, attr=[
+    attrs = [
         _attr(classes, "ddlsim_rank", int64_val=rank),
         _attr(classes, "ddlsim_world_size", int64_val=world),
         _attr(classes, "ddlsim_source", string_val=str(log.metadata.get("source", ""))),
         _attr(classes, "ddlsim_metadata", string_val=json.dumps(log.metadata, sort_keys=True, default=str)),
-    ])
+    ]
+    if barriers:  # the rank's barrier rows, left out of the nodes (see write_chakra)
+        kept = [{**{column: getattr(row, column) for column in _INT_COLUMNS + _STRING_COLUMNS},
+                 "ready_ns": row.ready_ns, "deps": (redirected or {}).get(row.id, row.deps)} for row in barriers]
+        attrs.append(_attr(classes, "ddlsim_barriers", string_val=json.dumps(kept, sort_keys=True)))
+    return classes["GlobalMetadata"](version=CHAKRA_VERSION, attr=attrs)
 
 
-def _node(classes: dict[str, Any], row: Any, deps: list[int] | None, rank_of: dict[int, int], path: Path) -> Any:
+def _node(classes: dict[str, Any], row: Any, deps: list[int] | None, rank_of: dict[int, int], path: Path,
+          exact_deps: list[int] | None = None) -> Any:
+    """``deps``: what the node waits for; ``exact_deps`` (a row that waited for a left-out barrier): the row's
+    own deps, kept in ``ddlsim_deps`` for :func:`read_chakra`."""
     node_type = _KIND_TO_NODE[row.kind]
     local = [dep for dep in deps or [] if rank_of.get(dep) == row.rank]
     remote = [dep for dep in deps or [] if rank_of.get(dep) != row.rank]
@@ -269,7 +292,9 @@ def _node(classes: dict[str, Any], row: Any, deps: list[int] | None, rank_of: di
             attrs.append(_attr(classes, f"ddlsim_{column}", string_val=getattr(row, column)))
     if row.ready_ns is not None:
         attrs.append(_attr(classes, "ddlsim_ready_ns", int64_val=row.ready_ns))
-    if deps is None:
+    if exact_deps is not None:
+        attrs.append(_attr(classes, "ddlsim_deps", int64_list={"values": exact_deps}))
+    elif deps is None:
         attrs.append(_attr(classes, "ddlsim_deps_unknown", bool_val=True))
     elif remote:
         attrs.append(_attr(classes, "ddlsim_remote_deps", int64_list={"values": remote}))
@@ -379,11 +404,11 @@ def read_chakra(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
         meta_attrs = {a.name: _attr_value(a) for a in meta.attr}
         if "ddlsim_metadata" in meta_attrs:
             metadata = {**_ddlsim_metadata(meta_attrs["ddlsim_metadata"], path), **{"files": metadata["files"]}}
-        file_rows = []
+        file_rows = _barrier_rows(meta_attrs.get("ddlsim_barriers"), rank, path) if "ddlsim_barriers" in meta_attrs else []
         for index, (offset, payload) in enumerate(records[1:], start=1):
             node = _decode(classes["Node"], payload, path, index, offset, "Node")
             file_rows.append(_node_row(node, rank, path, index))
-        if all(row["start_ns"] == 0 and "ddlsim_id" not in row["_attrs"] for row in file_rows):
+        if file_rows and all(row["start_ns"] == 0 and "ddlsim_id" not in row["_attrs"] for row in file_rows):
             for row in file_rows:
                 row["_unscheduled"] = True
         rows += file_rows
@@ -461,6 +486,27 @@ def _ddlsim_metadata(text: Any, path: Path) -> dict[str, Any]:
     return metadata
 
 
+def _barrier_rows(text: Any, rank: int, path: Path) -> list[dict[str, Any]]:
+    """The barrier rows that write_chakra keeps in the GlobalMetadata record (they are no nodes)."""
+    from .jsontext import parse_json
+
+    where = f"{path}: record 0 (GlobalMetadata) attribute ddlsim_barriers"
+    rows = parse_json(text, where) if isinstance(text, str) else None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise TraceError(f"{where}: expected a JSON list of rows")
+    out = []
+    for index, row in enumerate(rows):
+        deps = row.get("deps")
+        if type(row.get("id")) is not int or (deps is not None and not (isinstance(deps, list)
+                                                                         and all(type(d) is int for d in deps))):
+            raise TraceError(f"{where}: row {index} needs an integer id and a list of integer deps")
+        out.append({**{k: v for k, v in row.items() if k != "deps" and (k in _INT_COLUMNS + _STRING_COLUMNS
+                                                                        or k == "ready_ns")},
+                    "rank": rank, "_where": f"{where} row {index}", "_node": ("barrier", row["id"]), "_attrs": {"ddlsim_id": row["id"]},
+                    "_local_deps": [], "_remote_deps": deps or [], "_deps_unknown": deps is None})
+    return out
+
+
 def _int_list(value: Any, where: str, name: str) -> list[int]:
     if not isinstance(value, list) or not all(type(v) is int for v in value):
         from .jsontext import short_repr
@@ -516,6 +562,8 @@ def _node_row(node: Any, rank: int, path: Path, index: int) -> dict[str, Any]:
         row.update({column: attrs.get(f"ddlsim_{column}", "") for column in _STRING_COLUMNS})
         row["_remote_deps"] = _int_list(attrs.get("ddlsim_remote_deps", []), where, "ddlsim_remote_deps")
         row["_deps_unknown"] = bool(attrs.get("ddlsim_deps_unknown", False))
+        if "ddlsim_deps" in attrs:  # it waited for a barrier: its exact deps, the data_deps are what Chakra sees
+            row["_exact_deps"] = _int_list(attrs["ddlsim_deps"], where, "ddlsim_deps")
     return row
 
 
@@ -536,6 +584,8 @@ def _rows_to_log(rows: list[dict[str, Any]], metadata: dict[str, Any], files: di
                 raise TraceError(f"{row['_where']}: depends on node {dep}, which is not in {files[row['rank']]}")
             local.append(node_ids[(row["rank"], dep)])
         row["deps"] = None if row.pop("_deps_unknown", False) else local + row.pop("_remote_deps", [])
+        if "_exact_deps" in row:
+            row["deps"] = row.pop("_exact_deps")
         row.setdefault("host", row["rank"])
     if not ours:
         _pair_messages(rows)
