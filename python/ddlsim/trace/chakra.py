@@ -413,9 +413,72 @@ def read_chakra(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
                 row["_unscheduled"] = True
         rows += file_rows
     for row in rows:
-        del row["_attrs"]
+        if "ddlsim_id" not in row.pop("_attrs"):
+            row["_foreign"] = True
+        else:
+            row.pop("_name", None)
     _schedule_by_deps(rows)
+    _number_foreign_rows(rows)
     return _rows_to_log(rows, metadata, files)
+
+
+# A compute node's name as trace generators write it: Chakra's text-to-ET converter "COMP_NODE_<layer>_FWD",
+# "..._BWD_WG" / "..._BWD_IG" (weight and input gradient: both backward), or "<layer>.fwd", "forward <layer>"
+# (ddlsim's own node names), "fwd_<layer>"...
+_PHASE_LAST = re.compile(r"^(?:COMP_NODE_)?(?P<layer>.+?)[\s_.:/-]+(?P<phase>fwd|forward|bwd(?:_wg|_ig)?|backward(?:_wg|_ig)?)$",
+                         re.IGNORECASE)
+_PHASE_FIRST = re.compile(r"^(?:COMP_NODE_)?(?P<phase>fwd|forward|bwd|backward)[\s_.:/-]+(?P<layer>.+)$", re.IGNORECASE)
+
+
+def layer_of_node_name(name: str) -> tuple[str, str] | None:
+    """(``forward`` or ``backward``, layer name) that a compute node's name spells, or None."""
+    match = _PHASE_LAST.match(name) or _PHASE_FIRST.match(name)
+    if match is None:
+        return None
+    phase = "forward" if match.group("phase").lower() in ("fwd", "forward") else "backward"
+    return phase, match.group("layer")
+
+
+def _number_foreign_rows(rows: list[dict[str, Any]]) -> None:
+    """Rows of files that other tools wrote (no ddlsim attributes):
+
+    - a compute node named after a layer and a phase (:func:`layer_of_node_name`) becomes a layer row: ``op``
+      forward / backward, ``name`` the layer (what ``replay`` reads layer times from);
+    - iterations: where every node name of every rank occurs the same number of times P (a generator's P
+      passes over the same graph), the k-th node of a name on a rank is in iteration k; else none (-1);
+    - collectives: the k-th collective node of each rank (by start, then file order) is collective k on
+      every rank, so ``analyze`` sees one instance over the ranks.
+    """
+    foreign = [row for row in rows if row.get("_foreign")]
+    if not foreign:
+        return
+    for row in foreign:
+        if row["kind"] == "compute":
+            parsed = layer_of_node_name(row["op"])
+            if parsed is not None:
+                row["op"], row["name"] = parsed
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for position, row in enumerate(foreign):
+        row["_position"] = position
+        by_rank.setdefault(row["rank"], []).append(row)
+    counts: dict[tuple[int, str], int] = {}
+    for row in foreign:
+        key = (row["rank"], row["_name"])
+        counts[key] = counts.get(key, 0) + 1
+    passes = set(counts.values())
+    if len(passes) == 1:
+        seen: dict[tuple[int, str], int] = {}
+        for rank_rows in by_rank.values():
+            for row in sorted(rank_rows, key=lambda r: (r["start_ns"], r["_position"])):
+                key = (row["rank"], row["_name"])
+                row["iteration"] = seen.get(key, 0)
+                seen[key] = row["iteration"] + 1
+    for rank_rows in by_rank.values():
+        collectives = sorted((r for r in rank_rows if r["kind"] == "collective"), key=lambda r: (r["start_ns"], r["_position"]))
+        for k, row in enumerate(collectives):
+            row["collective"] = k
+    for row in foreign:
+        del row["_foreign"], row["_position"], row["_name"]
 
 
 def _schedule_by_deps(rows: list[dict[str, Any]]) -> None:
@@ -526,7 +589,7 @@ def _node_row(node: Any, rank: int, path: Path, index: int) -> dict[str, Any]:
                          "(COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE, METADATA_NODE, MEM_*)")
     row: dict[str, Any] = {"_where": where, "_node": node.id, "rank": rank, "kind": kind, "_attrs": attrs}
     start = int(node.start_time_micros) * 1000
-    row.update(start_ns=start, end_ns=start + int(node.duration_micros) * 1000, op=node.name or kind)
+    row.update(start_ns=start, end_ns=start + int(node.duration_micros) * 1000, op=node.name or kind, _name=node.name)
     row["_local_deps"] = [int(d) for d in list(node.data_deps) + list(node.ctrl_deps)]
     if kind in ("send", "recv"):
         # the end on this rank may be left out (ASTRA-sim takes the file's rank): a send's src, a recv's dst
