@@ -316,8 +316,8 @@ def _micros(ns: int) -> int:
 
 
 def find_chakra_files(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> dict[int, Path]:
-    """Rank -> file for a prefix (``out/trace`` -> ``out/trace.<rank>.et``), a directory
-    holding one prefix's files, or a list of files."""
+    """Rank -> file for a prefix (``out/trace`` or ``out/trace.et`` -> ``out/trace.<rank>.et``, as
+    ``write_trace(log, "out/trace.et")`` names them), a directory holding one prefix's files, or a list of files."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_dir():
@@ -328,8 +328,10 @@ def find_chakra_files(source: str | os.PathLike[str] | Iterable[str | os.PathLik
                                  f"name one prefix (e.g. {path}/{sorted(prefixes)[0]})")
         elif path.is_file():
             files = [path]
-        else:
-            files = sorted(path.parent.glob(f"{glob_escape(path.name)}.*.et"))
+        else:  # a prefix: out/trace, or out/trace.et as the export names its output (out/trace.<rank>.et)
+            prefix = path.name[:-3] if path.name.endswith(".et") else path.name
+            files = sorted(path.parent.glob(f"{glob_escape(prefix)}.*.et"))
+            files = [f for f in files if (m := _FILE_NAME.match(f.name)) and m.group("prefix") == prefix]
         if not files:
             raise TraceError(f"{path}: no Chakra files (<prefix>.<rank>.et) found")
     else:
