@@ -485,7 +485,7 @@ def setting_table(plan: Plan) -> "pd.DataFrame":
     buffer = sc.strategy.grouping.fusion_buffer_bytes
     ours = [
         ("table5_1.workers", sc.workers, ""), ("table5_1.layers", len(model.layers), ""),
-        ("table5_1.model_size_mb", model.size_bytes / 1e6, "thesis-simulator profile of 100 MB (its rounding)"),
+        ("table5_1.model_size_mb", model.size_bytes / 1e6, "thesis-simulator profile: 100 MB exactly"),
         ("table5_1.fusion_buffer_bytes", buffer, f"largest layer {largest:,} bytes + 1; {len(thesis_fusion(model, buffer))} fused all-reduces"),
         ("table5_1.compute_file_ms", sum(l.fwd_s + l.bwd_s for l in model.layers) * 1e3,
          f"compute scaled to Table 5.3's iteration time (here R {plan.ratios[0]})"),
