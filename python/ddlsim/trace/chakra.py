@@ -565,6 +565,14 @@ def _barrier_rows(text: Any, rank: int, path: Path) -> list[dict[str, Any]]:
         if type(row.get("id")) is not int or (deps is not None and not (isinstance(deps, list)
                                                                          and all(type(d) is int for d in deps))):
             raise TraceError(f"{where}: row {index} needs an integer id and a list of integer deps")
+        absent = [k for k in ("kind", "start_ns", "end_ns") if k not in row]
+        if absent:
+            raise TraceError(f"{where}: row {index} has no {', '.join(absent)}")
+        wrong = [k for k in _INT_COLUMNS if k in row and type(row[k]) is not int]
+        wrong += [k for k in _STRING_COLUMNS if k in row and not isinstance(row[k], str)]
+        wrong += ["ready_ns"] if row.get("ready_ns") is not None and type(row["ready_ns"]) is not int else []
+        if wrong:
+            raise TraceError(f"{where}: row {index}: {', '.join(wrong)} of the wrong type (integers; op, kind... strings)")
         out.append({**{k: v for k, v in row.items() if k != "deps" and (k in _INT_COLUMNS + _STRING_COLUMNS
                                                                         or k == "ready_ns")},
                     "rank": rank, "_where": f"{where} row {index}", "_node": ("barrier", row["id"]), "_attrs": {"ddlsim_id": row["id"]},
