@@ -387,8 +387,10 @@ def read_chakra(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     deps; every send is paired with the receive of the same (src, dst, tag)
     in order and the pair shares a message id (a send's missing ``comm_src``,
     a receive's missing ``comm_dst``, is the file's rank); role ``worker``;
-    no iteration. Files without start times are scheduled by their
-    dependencies (see :func:`_schedule_by_deps`). Raises :class:`TraceError` naming the file and record.
+    compute nodes named after a layer and a phase become layer rows, iterations
+    and collective ids are numbered per rank (:func:`_number_foreign_rows`).
+    Files without start times are scheduled by their dependencies (see
+    :func:`_schedule_by_deps`). Raises :class:`TraceError` naming the file and record.
     """
     classes = _message_classes()
     files = find_chakra_files(source)
