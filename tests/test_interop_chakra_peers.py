@@ -30,7 +30,7 @@ PASSES = 2
 ENV = {**os.environ, "PYTHONPATH": str(Path(ddlsim.__file__).resolve().parents[1])}
 
 
-def generated(tmp_path, names=("COMP_NODE_{}_FWD", "COMP_NODE_{}_BWD_WG", "COMP_NODE_{}_BWD_IG")):
+def generated(tmp_path, names=("COMP_NODE_{}_FWD", "COMP_NODE_{}_BWD_WG", "COMP_NODE_{}_BWD_IG"), one_off=False):
     from ddlsim.trace.chakra import _delimited, _message_classes
 
     classes = _message_classes()
@@ -59,6 +59,8 @@ def generated(tmp_path, names=("COMP_NODE_{}_FWD", "COMP_NODE_{}_BWD_WG", "COMP_
                 comm_of[name] = add(f"COMM_COLL_NODE_{name}_ALLREDUCE", 7, [wg], comm_type={"int64_val": 0},
                                     comm_size={"uint64_val": size})
                 prev = add(ig_name.format(name), 4, [wg], bwd - bwd // 2)
+        if one_off and rank == 0:  # e.g. a final checkpoint, once
+            add("COMP_NODE_checkpoint", 4, [prev], 50)
         meta = _delimited(classes["GlobalMetadata"](version="0.0.4"))
         (tmp_path / f"gen.{rank}.et").write_bytes(meta + b"".join(_delimited(n) for n in nodes))
     return tmp_path / "gen"
@@ -197,3 +199,17 @@ def test_the_docs_example_for_other_tools_files_runs(tmp_path):
         if command:
             run = cli(*command[1:], cwd=tmp_path)
             assert run.returncode == 0, (line, run.stderr[-2000:])
+
+
+def test_a_one_off_node_does_not_merge_the_passes(tmp_path):
+    """A node that occurs once beside the passes: the layer rows keep their iterations (else replay would add
+    up the passes' times), the one-off node has none."""
+    log = read_chakra(generated(tmp_path, one_off=True))
+    df = log.to_pandas(["kind", "op", "name", "iteration"])
+    layers = df[(df["kind"] == "compute") & (df["name"] != "")]
+    assert sorted(set(layers["iteration"])) == list(range(PASSES))
+    assert df.loc[df["op"] == "COMP_NODE_checkpoint", "iteration"].tolist() == [-1]
+    from ddlsim.workload.profile import layer_times_from_log
+
+    times = layer_times_from_log(log)
+    assert {k: (round(f * 1e6), round(b * 1e6)) for k, (f, b) in times.items()} == {n: (f, b) for n, f, b, _ in LAYERS}

@@ -449,7 +449,9 @@ def _number_foreign_rows(rows: list[dict[str, Any]]) -> None:
     - a compute node named after a layer and a phase (:func:`layer_of_node_name`) becomes a layer row: ``op``
       forward / backward, ``name`` the layer (what ``replay`` reads layer times from);
     - iterations: where every node name of every rank occurs the same number of times P (a generator's P
-      passes over the same graph), the k-th node of a name on a rank is in iteration k; else none (-1);
+      passes over the same graph), the k-th node of a name on a rank is in iteration k; where some names
+      occur another number of times (a one-off node), the same for the names that occur as often as the
+      layer rows' names do (all alike), the others without an iteration (-1); else none (-1);
     - collectives: the k-th collective node of each rank (by start, then file order) is collective k on
       every rank, so ``analyze`` sees one instance over the ranks.
     """
@@ -470,13 +472,18 @@ def _number_foreign_rows(rows: list[dict[str, Any]]) -> None:
         key = (row["rank"], row["_name"])
         counts[key] = counts.get(key, 0) + 1
     passes = set(counts.values())
+    if len(passes) > 1:  # a one-off node beside the passes: number the names that repeat like the layer rows do
+        layer_passes = {counts[(r["rank"], r["_name"])] for r in foreign if r["kind"] == "compute" and r.get("name")}
+        passes = layer_passes if len(layer_passes) == 1 else set()
     if len(passes) == 1:
+        (p,) = passes
         seen: dict[tuple[int, str], int] = {}
         for rank_rows in by_rank.values():
             for row in sorted(rank_rows, key=lambda r: (r["start_ns"], r["_position"])):
                 key = (row["rank"], row["_name"])
-                row["iteration"] = seen.get(key, 0)
-                seen[key] = row["iteration"] + 1
+                if counts[key] == p:
+                    row["iteration"] = seen.get(key, 0)
+                    seen[key] = row["iteration"] + 1
     for rank_rows in by_rank.values():
         collectives = sorted((r for r in rank_rows if r["kind"] == "collective"), key=lambda r: (r["start_ns"], r["_position"]))
         for k, row in enumerate(collectives):
