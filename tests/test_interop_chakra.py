@@ -153,15 +153,14 @@ def test_the_bytes_are_chakras_wire_format(tmp_path):
     assert dict((n, v) for n, _, v in fields(rank0[0]))[1] == b"0.0.4"  # GlobalMetadata.version
     nodes = [node_summary(r) for r in rank0[1:]]
     by_id = {n["id"]: n for n in nodes}
-    assert [n["id"] for n in nodes] == [0, 1, 3, 4]  # rank 0's rows: compute, send, collective, barrier
-    compute, send, coll, barrier = by_id[0], by_id[1], by_id[3], by_id[4]
+    assert [n["id"] for n in nodes] == [0, 1, 3]  # rank 0's rows: compute, send, collective (the barrier is left out)
+    compute, send, coll = by_id[0], by_id[1], by_id[3]
     assert (compute["type"], compute["duration_micros"]) == (4, 2)  # COMP_NODE, 0..1500 ns -> 0..2 us (half up)
     assert (send["type"], send["deps"]) == (5, [0])  # COMM_SEND_NODE after the compute node
     assert {k: send["attrs"][k] for k in ("comm_src", "comm_dst", "comm_size", "comm_tag")} == \
         {"comm_src": 0, "comm_dst": 1, "comm_size": 4096, "comm_tag": 7}
     assert (coll["type"], coll["attrs"]["comm_size"], coll["duration_micros"]) == (7, 4096, 2)
     assert "comm_type" not in coll["attrs"] or coll["attrs"]["comm_type"] == 0  # ALL_REDUCE is 0 (proto3 default)
-    assert (barrier["type"], barrier["attrs"]["comm_type"]) == (7, 9)  # BARRIER
     recv = node_summary(records((tmp_path / "t.1.et").read_bytes())[1])
     assert recv["type"] == 6 and (recv["attrs"]["comm_src"], recv["attrs"]["comm_dst"]) == (0, 1)
     assert recv["deps"] == []  # its dependency (the send) is on rank 0: the send/recv pair says it
@@ -348,3 +347,37 @@ def test_a_dependency_cycle_without_start_times_is_refused(tmp_path):
     path.write_bytes(delimited(METADATA, enc_node(1, "x", 4, 0, 1, deps=[2]), enc_node(2, "y", 4, 0, 1, deps=[1])))
     with pytest.raises(TraceError, match=r"cyc.0.et: record \d \(node \d\): waits for node \d of rank 0, which waits for it \(a cycle\)"):
         read_chakra(path)
+
+
+def test_the_barrier_is_left_out_and_each_rank_waits_for_its_own_rows(tmp_path):
+    """ASTRA-sim runs no BARRIER collective (and a barrier on rank 0 that the other ranks reach only through
+    ddlsim_remote_deps stalls them): the export has no barrier node and no metadata node; a next-iteration row
+    depends on its own rank's rows among the barrier's dependencies. Reading the files back restores the barrier."""
+    log = ddlsim.simulate(model="lenet5", workers=3, strategy="ring", iterations=2).events
+    frame_in = log.to_pandas(["id", "rank", "kind", "deps"])
+    barrier = frame_in[frame_in["kind"] == "barrier"]
+    assert len(barrier) == 2
+    barrier_deps = {int(r.id): set(r.deps) for r in barrier.itertuples()}
+    rank_of = dict(zip(frame_in["id"], frame_in["rank"]))
+    waiting = {int(r.id): (int(r.rank), next(d for d in r.deps if d in barrier_deps))
+               for r in frame_in.itertuples() if r.deps is not None and any(d in barrier_deps for d in r.deps)}
+    assert {rank for rank, _ in waiting.values()} == {0, 1, 2}
+    write_chakra(log, tmp_path / "ring")
+    seen = set()
+    for rank in range(3):
+        for payload in records((tmp_path / f"ring.{rank}.et").read_bytes())[1:]:
+            node = node_summary(payload)
+            assert node["type"] != 1, "no METADATA_NODE"
+            assert not (node["type"] == 7 and node["attrs"].get("comm_type") == 9), "no BARRIER node"
+            assert node["id"] not in barrier_deps
+            if node["id"] in waiting:
+                own_rank, b = waiting[node["id"]]
+                assert own_rank == rank
+                own = {d for d in barrier_deps[b] if rank_of[d] == rank}
+                assert own and set(node["deps"]) == own
+                seen.add(node["id"])
+    assert seen == set(waiting)
+    back = read_chakra(tmp_path / "ring").to_pandas(["id", "kind", "deps"])
+    assert {int(r.id): set(r.deps) for r in back[back["kind"] == "barrier"].itertuples()} == barrier_deps
+    restored = dict(zip(back["id"], back["deps"]))
+    assert all(set(restored[i]) == set(frame_in.set_index("id").loc[i, "deps"]) for i in waiting)

@@ -103,3 +103,21 @@ def test_the_examples_of_docs_interop_run(tmp_path):
     run = subprocess.run([sys.executable, "-c", python], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     assert (tmp_path / "out.json").exists() and (tmp_path / "ck" / "trace.2.et").exists()
+
+
+def test_chakra_files_are_named_the_same_way_in_and_out(tmp_path, ps_events):
+    """`convert X ck/trace.et` writes ck/trace.<rank>.et; `convert ck/trace.et Y` reads them back (and so do the
+    prefix ck/trace and the directory ck/)."""
+    out = cli("convert", str(ps_events), "ck/trace.et", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["trace.0.et", "trace.1.et", "trace.2.et"]
+    expected = message_tuples(read_event_log(ps_events))
+    for source in ("ck/trace.et", "ck/trace", "ck"):
+        back = cli("convert", source, "back.parquet", cwd=tmp_path)
+        assert back.returncode == 0, (source, back.stderr)
+        assert message_tuples(read_event_log(tmp_path / "back.parquet")) == expected
+        (tmp_path / "back.parquet").unlink()
+    from ddlsim.trace import read_trace
+
+    assert message_tuples(read_trace(tmp_path / "ck" / "trace.et")) == expected
+    assert "no Chakra files" in cli("convert", "ck/other.et", "x.parquet", cwd=tmp_path).stderr

@@ -60,3 +60,28 @@ def test_two_traces_are_one_log(tmp_path):
     frame = read_netop_trace([aggregation, distribution]).to_pandas()
     assert frame["x_trace_file"].tolist() == ["agg.txt", "agg.txt", "dist.txt"]
     assert frame["op"].tolist() == ["push_request", "push_request", "pull_response"]
+
+
+def test_replay_of_a_converted_trace_says_why_not_in_one_line(tmp_path):
+    """A network-operator trace holds only send events (when each parameter was queued), no compute rows: replay
+    cannot take layer times from it, and says so with the command that simulates the trace's job (2 workers and
+    2 servers in the fragment: ps1 only receives, so it has no rows of its own)."""
+    import os
+    import subprocess
+    import sys
+
+    import ddlsim
+
+    env = {**os.environ, "PYTHONPATH": str(Path(ddlsim.__file__).resolve().parents[1])}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "ddlsim", *map(str, args)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True)
+
+    assert cli("convert", FRAGMENT, "netop.parquet", "--from", "netop").returncode == 0
+    replay = cli("replay", "netop.parquet", "--model", "vgg16")
+    assert replay.returncode == 2 and "Traceback" not in replay.stderr
+    lines = replay.stderr.strip().splitlines()
+    assert len(lines) == 1, replay.stderr
+    assert "network-operator trace records only when each parameter was queued to send" in lines[0]
+    assert lines[0].endswith("ddlsim simulate --model MODEL --strategy ps --workers 2 --servers 2")

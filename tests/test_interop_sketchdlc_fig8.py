@@ -93,9 +93,53 @@ def test_fig8_one_to_many_d_time_counts_from_the_keys_previous_pull_request(reco
     assert matches == {0: "pull", 1: "pull", 3: "pull", 5: "pull", 7: "pull", 2: "next", 4: "next", 6: "next"}
 
 
-def test_fig8_alone_cannot_pair_messages():
-    with pytest.raises(TraceError, match="no file of node 2 .s0. was given"):
-        read_sketchdlc([FIG8])
+def test_fig8_alone_converts_with_the_servers_sends_inferred():
+    """One node's file (the paper prints worker 0's only): each record is a row on worker 0; each receive from
+    the server gets the server's send inferred at the receive's time; the pushes and pull requests have no receive."""
+    log = read_sketchdlc([FIG8])
+    df = log.to_pandas(["id", "iteration", "rank", "role", "kind", "op", "tensor", "peer", "message", "bytes", "start_ns", "end_ns"])
+    records = read_sketchdlc_records(FIG8)
+    worker = df[df["rank"] == 0]
+    assert len(worker) == 64 == len(records)
+    assert sorted(worker["bytes"]) == sorted(records["length"])
+    assert sorted(worker["start_ns"]) == sorted(records["time_ns"])
+    server = df[df["rank"] == 2]
+    assert (server["kind"] == "send").all() and set(server["role"]) == {"server"}
+    recvs = worker[worker["kind"] == "recv"].set_index("message")
+    assert len(server) == len(recvs) == 32  # Push_Recv_Worker and Pull_Recv_Worker: 8 keys x 2 x 2 iterations
+    for s in server.itertuples():
+        assert (s.start_ns, s.end_ns, s.bytes, s.tensor) == (recvs.loc[s.message, "start_ns"], recvs.loc[s.message, "start_ns"],
+                                                            recvs.loc[s.message, "bytes"], recvs.loc[s.message, "tensor"])
+    assert sorted(set(df["iteration"])) == [0, 1]
+    assert "single_node" in log.metadata
+
+
+def test_fig8_alone_converts_and_analyses_on_the_cli(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import ddlsim
+
+    (tmp_path / "fig8").mkdir()
+    shutil.copy(FIG8, tmp_path / "fig8" / "w0.txt")
+    env = {**os.environ, "PYTHONPATH": str(Path(ddlsim.__file__).resolve().parents[1])}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "ddlsim", *args], cwd=tmp_path,
+                              env=env, capture_output=True, text=True)
+
+    convert = cli("convert", "fig8", "fig8.parquet")
+    assert convert.returncode == 0, convert.stderr
+    analyze = cli("analyze", "fig8.parquet", "--json")
+    assert analyze.returncode == 0, analyze.stderr
+    import json
+
+    headline = json.loads(analyze.stdout)["headline"]
+    assert (headline["workers"], headline["servers"], headline["iterations"]) == (1, 1, 2)
+    assert 0 < headline["sketchdlc_overlap_ratio"] < 1  # SketchDLC's own phase analysis of the sample
+
 
 
 def test_fig8_times_are_the_printed_seconds_and_microseconds(records):

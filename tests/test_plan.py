@@ -263,15 +263,15 @@ def test_thesis_simulator_profile_exact_values():
     model = build_model(sc.model)
     times = layer_times_ns(model, sc.model)
     assert len(times) == 100
-    assert times[0] == (6_000_000, 0) and times[99] == (60_000, 99 * 121_000)
-    assert times == [((100 - l) * 60_000, l * 121_000) for l in range(100)]
-    assert times[1] == (5_940_000, 121_000) and times[50] == (3_000_000, 6_050_000)
+    # forward (L - l) x 2F / (L (L + 1)) = (100 - l) x 59,405.94 ns; backward l x 2B / (L (L - 1)) = l x 121,212.12 ns,
+    # each the difference of the running sum rounded to the ns
+    assert times[0] == (5_940_594, 0) and times[99] == (59_406, 12_000_000)
+    assert times[1] == (5_881_188, 121_212) and times[50] == (2_970_297, 6_060_607)
     elements = [layer.tensors[0].elements for layer in model.layers]
-    s = 2 * 100_000_000 // (9 * 100 * 4)
-    assert s == 55_555
-    assert elements == [s] * 50 + [4 * s] * 25 + [12 * s] * 25
-    assert model.size_bytes == 99_999_000  # a little under M = 100 MB
-    assert sum(f for f, _ in times) == 303_000_000 and sum(b for _, b in times) == 598_950_000
+    assert set(elements[:50]) == {55_555, 55_556} and set(elements[50:75]) == {222_222}
+    assert set(elements[75:]) == {666_667} and elements[:50].count(55_556) == 25
+    assert model.size_bytes == 100_000_000
+    assert sum(f for f, _ in times) == 300_000_000 and sum(b for _, b in times) == 600_000_000
     # the same through the Python API
     direct = ddlsim.thesis_simulator_model()
     assert [(x.fwd_s, x.bwd_s) for x in direct.layers] == [(x.fwd_s, x.bwd_s) for x in model.layers]
@@ -279,9 +279,12 @@ def test_thesis_simulator_profile_exact_values():
 
 def test_thesis_simulator_profile_scales_and_refuses_foreign_options():
     m = ddlsim.thesis_simulator_model(layers=8, model_size_bytes=9 * 8 * 4 * 10, compute_s=0.0112)
-    # F = 3733.3 us: step round(2F / 64) = 117 us; B = 7466.7 us: step round(2B / 56) = 267 us
-    assert [round(x.fwd_s * 1e6) for x in m.layers] == [(8 - l) * 117 for l in range(8)]
-    assert [round(x.bwd_s * 1e6) for x in m.layers] == [l * 267 for l in range(8)]
+    # F = 3,733,333.3 ns over 36 steps of 103,703.7 ns; B = 7,466,666.7 ns over 28 steps of 266,666.7 ns
+    fwd = [round(x.fwd_s * 1e9) for x in m.layers]
+    bwd = [round(x.bwd_s * 1e9) for x in m.layers]
+    assert sum(fwd) == 3_733_333 and sum(bwd) == 7_466_667
+    assert all(abs(f - (8 - l) * 3_733_333.3333 / 36) < 1 for l, f in enumerate(fwd))
+    assert all(abs(b - l * 7_466_666.6667 / 28) < 1 for l, b in enumerate(bwd))
     assert [x.tensors[0].elements for x in m.layers] == [20] * 4 + [80] * 2 + [240] * 2
     with pytest.raises(ddlsim.ScenarioError, match="size_distribution"):
         scenario_from_dict({"model": {"synthetic": {"profile": "thesis-simulator", "size_distribution": "uniform"}}})

@@ -445,8 +445,9 @@ def print_headline(headline: dict[str, Any], console: Any) -> None:
     if "collectives" in h:
         c = h["collectives"]
         ratio = "" if c.get("busbw_over_link") is None else f" ({c['busbw_over_link']:.1%} of the link)"
-        console.print(f"  {c['instances']:,} collectives, mean {ms(c['mean_time_s'])}, bus bandwidth "
-                      f"{c['mean_busbw_Gbps']:.2f} Gbit/s{ratio}", highlight=False)
+        busbw = ("unknown (the collectives take no time, e.g. a generated Chakra file)" if c.get("mean_busbw_Gbps") is None
+                 else f"{c['mean_busbw_Gbps']:.2f} Gbit/s{ratio}")
+        console.print(f"  {c['instances']:,} collectives, mean {ms(c['mean_time_s'] or 0)}, bus bandwidth {busbw}", highlight=False)
     if "fct" in h:
         window = h["fct"].get("window_ns", [0, 0])
         for tenant, classes in h["fct"].get("tenants", {}).items():

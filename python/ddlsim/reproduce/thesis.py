@@ -286,7 +286,7 @@ def table4_1() -> "pd.DataFrame":
     """Table 4.1's defaults beside the model and scenario ddlsim runs."""
     import pandas as pd
 
-    from ..simulation.model_build import build_model
+    from ..simulation.model_build import build_model, layer_times_ns
     from ..simulation.scenario import scenario_from_dict
 
     sc = scenario_from_dict(scenario(2, 10, "fifo", True))
@@ -297,7 +297,7 @@ def table4_1() -> "pd.DataFrame":
     ours = {
         "bandwidth_gbps": sc.network.bandwidth_bps / 1e9, "propagation_delay_ms": sc.network.latency_ns / 1e6,
         "layers": len(model.layers), "iterations": ITERATIONS, "model_size_mb": model.size_bytes / 1e6,
-        "fusion_buffer_mb": buffer / 1e6, "compute_ms": sum(l.fwd_s + l.bwd_s for l in model.layers) * 1e3,
+        "fusion_buffer_mb": buffer / 1e6, "compute_ms": sum(f + b for f, b in layer_times_ns(model, sc.model)) / 1e6,
         "workers": sc.workers,
     }
     groups = len(thesis_fusion(model, buffer))

@@ -49,6 +49,8 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
         raise DdlsimError(f"{path}: replay reads an event log in Parquet; convert other formats first: "
                           f"ddlsim convert {path} {path.with_suffix('.parquet').name}")
     meta = recorded_metadata(path)
+    if meta.get("source") == "netop":
+        raise DdlsimError(_netop_refusal(path))
     recorded = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else None
     notes: list[str] = []
     if recorded is not None and (model is None or model == recorded.get("model", {}).get("name")):
@@ -79,6 +81,22 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
             scenario = scenario.model_copy(update=again)
             notes.append(f"replay: the recorded {' and '.join(again)} not applied again: the sampled steps already hold them")
     return scenario, notes
+
+
+def _netop_refusal(path: Path) -> str:
+    """Why a network-operator trace cannot be replayed, and the command that simulates its job instead."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=["rank", "role", "peer"])
+    ranks, peers = table.column("rank").to_numpy(), table.column("peer").to_numpy()
+    worker = np.asarray(table.column("role").to_pylist(), dtype=object) == "worker"
+    # a server that only receives has no rows of its own: it is a worker's peer
+    workers = len(set(ranks[worker].tolist()) | set(peers[~worker & (peers >= 0)].tolist()))
+    servers = len(set(ranks[~worker].tolist()) | set(peers[worker & (peers >= 0)].tolist()))
+    return (f"{path}: a network-operator trace records only when each parameter was queued to send (no compute rows, "
+            "no forward pass: the paper profiles that apart), so it has no layer times to replay; simulate its job "
+            f"instead: ddlsim simulate --model MODEL --strategy ps --workers {max(workers, 1)} --servers {max(servers, 1)}")
 
 
 def _bandwidth_note(scenario: Scenario, overrides: dict[str, Any], origin: Optional[str]) -> str:

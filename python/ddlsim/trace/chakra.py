@@ -19,7 +19,9 @@ send           COMM_SEND_NODE     ``comm_src`` = rank, ``comm_dst`` = peer,
                                   size), ``comm_tag`` = message
 recv           COMM_RECV_NODE     ``comm_src`` = peer, ``comm_dst`` = rank, ...
 collective     COMM_COLL_NODE     ``comm_type`` (ALL_REDUCE...), ``comm_size``
-barrier        COMM_COLL_NODE     ``comm_type`` BARRIER
+barrier        (left out)         a row that waited for it waits for its rank's rows
+                                  among the barrier's deps; the barrier row is kept
+                                  in GlobalMetadata ``ddlsim_barriers``
 marker         METADATA_NODE
 =============  =================  ==============================================
 
@@ -219,14 +221,26 @@ def write_chakra(log: Any, prefix: str | os.PathLike[str]) -> list[Path]:
         by_rank.setdefault(row.rank, []).append(row)
     left_out = collective_steps(by_rank)
     redirected = redirect_deps(rows, left_out)
+    # The barrier is left out too (ASTRA-sim runs no BARRIER collective, and a barrier node on one rank that the
+    # others reach only through ddlsim_remote_deps stalls them): a row that waited for it waits for its own
+    # rank's rows among the barrier's dependencies. The barrier rows and the exact deps go in ddlsim_* attributes.
+    barriers = {row.id for row in rows if row.kind == "barrier"}
+    around_barrier = redirect_deps(rows, left_out | barriers) if barriers else {}
     rank_of = {row.id: row.rank for row in rows}
     world = len(by_rank)
     paths = chakra_paths(prefix, sorted(by_rank))
     for rank, rank_rows in sorted(by_rank.items()):
-        chunks = [_delimited(_metadata(classes, rank, world, log))]
+        kept_barriers = [row for row in rank_rows if row.id in barriers]
+        chunks = [_delimited(_metadata(classes, rank, world, log, kept_barriers, redirected))]
         for row in rank_rows:
-            if row.id not in left_out:
-                chunks.append(_delimited(_node(classes, row, redirected.get(row.id, row.deps), rank_of, paths[rank])))
+            if row.id in left_out or row.id in barriers:
+                continue
+            exact = redirected.get(row.id, row.deps)
+            if row.id in around_barrier and exact is not None and any(dep in barriers for dep in exact):
+                local = [dep for dep in around_barrier[row.id] if rank_of.get(dep) == rank]
+                chunks.append(_delimited(_node(classes, row, local, rank_of, paths[rank], exact_deps=exact)))
+            else:
+                chunks.append(_delimited(_node(classes, row, exact, rank_of, paths[rank])))
         with atomic_output(paths[rank]) as temporary:
             temporary.write_bytes(b"".join(chunks))
     return [paths[rank] for rank in sorted(by_rank)]
@@ -236,18 +250,27 @@ def _attr(classes: dict[str, Any], name: str, **value: Any) -> Any:
     return classes["AttributeProto"](name=name, **value)
 
 
-def _metadata(classes: dict[str, Any], rank: int, world: int, log: EventLog) -> Any:
+def _metadata(classes: dict[str, Any], rank: int, world: int, log: EventLog, barriers: list[Any] = (),
+              redirected: dict[int, list[int] | None] | None = None) -> Any:
     import json
 
-    return classes["GlobalMetadata"](version=CHAKRA_VERSION, attr=[
+    attrs = [
         _attr(classes, "ddlsim_rank", int64_val=rank),
         _attr(classes, "ddlsim_world_size", int64_val=world),
         _attr(classes, "ddlsim_source", string_val=str(log.metadata.get("source", ""))),
         _attr(classes, "ddlsim_metadata", string_val=json.dumps(log.metadata, sort_keys=True, default=str)),
-    ])
+    ]
+    if barriers:  # the rank's barrier rows, left out of the nodes (see write_chakra)
+        kept = [{**{column: getattr(row, column) for column in _INT_COLUMNS + _STRING_COLUMNS},
+                 "ready_ns": row.ready_ns, "deps": (redirected or {}).get(row.id, row.deps)} for row in barriers]
+        attrs.append(_attr(classes, "ddlsim_barriers", string_val=json.dumps(kept, sort_keys=True)))
+    return classes["GlobalMetadata"](version=CHAKRA_VERSION, attr=attrs)
 
 
-def _node(classes: dict[str, Any], row: Any, deps: list[int] | None, rank_of: dict[int, int], path: Path) -> Any:
+def _node(classes: dict[str, Any], row: Any, deps: list[int] | None, rank_of: dict[int, int], path: Path,
+          exact_deps: list[int] | None = None) -> Any:
+    """``deps``: what the node waits for; ``exact_deps`` (a row that waited for a left-out barrier): the row's
+    own deps, kept in ``ddlsim_deps`` for :func:`read_chakra`."""
     node_type = _KIND_TO_NODE[row.kind]
     local = [dep for dep in deps or [] if rank_of.get(dep) == row.rank]
     remote = [dep for dep in deps or [] if rank_of.get(dep) != row.rank]
@@ -269,7 +292,9 @@ def _node(classes: dict[str, Any], row: Any, deps: list[int] | None, rank_of: di
             attrs.append(_attr(classes, f"ddlsim_{column}", string_val=getattr(row, column)))
     if row.ready_ns is not None:
         attrs.append(_attr(classes, "ddlsim_ready_ns", int64_val=row.ready_ns))
-    if deps is None:
+    if exact_deps is not None:
+        attrs.append(_attr(classes, "ddlsim_deps", int64_list={"values": exact_deps}))
+    elif deps is None:
         attrs.append(_attr(classes, "ddlsim_deps_unknown", bool_val=True))
     elif remote:
         attrs.append(_attr(classes, "ddlsim_remote_deps", int64_list={"values": remote}))
@@ -291,8 +316,8 @@ def _micros(ns: int) -> int:
 
 
 def find_chakra_files(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> dict[int, Path]:
-    """Rank -> file for a prefix (``out/trace`` -> ``out/trace.<rank>.et``), a directory
-    holding one prefix's files, or a list of files."""
+    """Rank -> file for a prefix (``out/trace`` or ``out/trace.et`` -> ``out/trace.<rank>.et``, as
+    ``write_trace(log, "out/trace.et")`` names them), a directory holding one prefix's files, or a list of files."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_dir():
@@ -303,8 +328,10 @@ def find_chakra_files(source: str | os.PathLike[str] | Iterable[str | os.PathLik
                                  f"name one prefix (e.g. {path}/{sorted(prefixes)[0]})")
         elif path.is_file():
             files = [path]
-        else:
-            files = sorted(path.parent.glob(f"{glob_escape(path.name)}.*.et"))
+        else:  # a prefix: out/trace, or out/trace.et as the export names its output (out/trace.<rank>.et)
+            prefix = path.name[:-3] if path.name.endswith(".et") else path.name
+            files = sorted(path.parent.glob(f"{glob_escape(prefix)}.*.et"))
+            files = [f for f in files if (m := _FILE_NAME.match(f.name)) and m.group("prefix") == prefix]
         if not files:
             raise TraceError(f"{path}: no Chakra files (<prefix>.<rank>.et) found")
     else:
@@ -360,8 +387,10 @@ def read_chakra(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     deps; every send is paired with the receive of the same (src, dst, tag)
     in order and the pair shares a message id (a send's missing ``comm_src``,
     a receive's missing ``comm_dst``, is the file's rank); role ``worker``;
-    no iteration. Files without start times are scheduled by their
-    dependencies (see :func:`_schedule_by_deps`). Raises :class:`TraceError` naming the file and record.
+    compute nodes named after a layer and a phase become layer rows, iterations
+    and collective ids are numbered per rank (:func:`_number_foreign_rows`).
+    Files without start times are scheduled by their dependencies (see
+    :func:`_schedule_by_deps`). Raises :class:`TraceError` naming the file and record.
     """
     classes = _message_classes()
     files = find_chakra_files(source)
@@ -379,18 +408,88 @@ def read_chakra(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
         meta_attrs = {a.name: _attr_value(a) for a in meta.attr}
         if "ddlsim_metadata" in meta_attrs:
             metadata = {**_ddlsim_metadata(meta_attrs["ddlsim_metadata"], path), **{"files": metadata["files"]}}
-        file_rows = []
+        file_rows = _barrier_rows(meta_attrs.get("ddlsim_barriers"), rank, path) if "ddlsim_barriers" in meta_attrs else []
         for index, (offset, payload) in enumerate(records[1:], start=1):
             node = _decode(classes["Node"], payload, path, index, offset, "Node")
             file_rows.append(_node_row(node, rank, path, index))
-        if all(row["start_ns"] == 0 and "ddlsim_id" not in row["_attrs"] for row in file_rows):
+        if file_rows and all(row["start_ns"] == 0 and "ddlsim_id" not in row["_attrs"] for row in file_rows):
             for row in file_rows:
                 row["_unscheduled"] = True
         rows += file_rows
     for row in rows:
-        del row["_attrs"]
+        if "ddlsim_id" not in row.pop("_attrs"):
+            row["_foreign"] = True
+        else:
+            row.pop("_name", None)
     _schedule_by_deps(rows)
+    _number_foreign_rows(rows)
     return _rows_to_log(rows, metadata, files)
+
+
+# A compute node's name as trace generators write it: Chakra's text-to-ET converter "COMP_NODE_<layer>_FWD",
+# "..._BWD_WG" / "..._BWD_IG" (weight and input gradient: both backward), or "<layer>.fwd", "forward <layer>"
+# (ddlsim's own node names), "fwd_<layer>"...
+_PHASE_LAST = re.compile(r"^(?:COMP_NODE_)?(?P<layer>.+?)[\s_.:/-]+(?P<phase>fwd|forward|bwd(?:_wg|_ig)?|backward(?:_wg|_ig)?)$",
+                         re.IGNORECASE)
+_PHASE_FIRST = re.compile(r"^(?:COMP_NODE_)?(?P<phase>fwd|forward|bwd|backward)[\s_.:/-]+(?P<layer>.+)$", re.IGNORECASE)
+
+
+def layer_of_node_name(name: str) -> tuple[str, str] | None:
+    """(``forward`` or ``backward``, layer name) that a compute node's name spells, or None."""
+    match = _PHASE_LAST.match(name) or _PHASE_FIRST.match(name)
+    if match is None:
+        return None
+    phase = "forward" if match.group("phase").lower() in ("fwd", "forward") else "backward"
+    return phase, match.group("layer")
+
+
+def _number_foreign_rows(rows: list[dict[str, Any]]) -> None:
+    """Rows of files that other tools wrote (no ddlsim attributes):
+
+    - a compute node named after a layer and a phase (:func:`layer_of_node_name`) becomes a layer row: ``op``
+      forward / backward, ``name`` the layer (what ``replay`` reads layer times from);
+    - iterations: where every node name of every rank occurs the same number of times P (a generator's P
+      passes over the same graph), the k-th node of a name on a rank is in iteration k; where some names
+      occur another number of times (a one-off node), the same for the names that occur as often as the
+      layer rows' names do (all alike), the others without an iteration (-1); else none (-1);
+    - collectives: the k-th collective node of each rank (by start, then file order) is collective k on
+      every rank, so ``analyze`` sees one instance over the ranks.
+    """
+    foreign = [row for row in rows if row.get("_foreign")]
+    if not foreign:
+        return
+    for row in foreign:
+        if row["kind"] == "compute":
+            parsed = layer_of_node_name(row["op"])
+            if parsed is not None:
+                row["op"], row["name"] = parsed
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for position, row in enumerate(foreign):
+        row["_position"] = position
+        by_rank.setdefault(row["rank"], []).append(row)
+    counts: dict[tuple[int, str], int] = {}
+    for row in foreign:
+        key = (row["rank"], row["_name"])
+        counts[key] = counts.get(key, 0) + 1
+    passes = set(counts.values())
+    if len(passes) > 1:  # a one-off node beside the passes: number the names that repeat like the layer rows do
+        layer_passes = {counts[(r["rank"], r["_name"])] for r in foreign if r["kind"] == "compute" and r.get("name")}
+        passes = layer_passes if len(layer_passes) == 1 else set()
+    if len(passes) == 1:
+        (p,) = passes
+        seen: dict[tuple[int, str], int] = {}
+        for rank_rows in by_rank.values():
+            for row in sorted(rank_rows, key=lambda r: (r["start_ns"], r["_position"])):
+                key = (row["rank"], row["_name"])
+                if counts[key] == p:
+                    row["iteration"] = seen.get(key, 0)
+                    seen[key] = row["iteration"] + 1
+    for rank_rows in by_rank.values():
+        collectives = sorted((r for r in rank_rows if r["kind"] == "collective"), key=lambda r: (r["start_ns"], r["_position"]))
+        for k, row in enumerate(collectives):
+            row["collective"] = k
+    for row in foreign:
+        del row["_foreign"], row["_position"], row["_name"]
 
 
 def _schedule_by_deps(rows: list[dict[str, Any]]) -> None:
@@ -461,6 +560,35 @@ def _ddlsim_metadata(text: Any, path: Path) -> dict[str, Any]:
     return metadata
 
 
+def _barrier_rows(text: Any, rank: int, path: Path) -> list[dict[str, Any]]:
+    """The barrier rows that write_chakra keeps in the GlobalMetadata record (they are no nodes)."""
+    from .jsontext import parse_json
+
+    where = f"{path}: record 0 (GlobalMetadata) attribute ddlsim_barriers"
+    rows = parse_json(text, where) if isinstance(text, str) else None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise TraceError(f"{where}: expected a JSON list of rows")
+    out = []
+    for index, row in enumerate(rows):
+        deps = row.get("deps")
+        if type(row.get("id")) is not int or (deps is not None and not (isinstance(deps, list)
+                                                                         and all(type(d) is int for d in deps))):
+            raise TraceError(f"{where}: row {index} needs an integer id and a list of integer deps")
+        absent = [k for k in ("kind", "start_ns", "end_ns") if k not in row]
+        if absent:
+            raise TraceError(f"{where}: row {index} has no {', '.join(absent)}")
+        wrong = [k for k in _INT_COLUMNS if k in row and type(row[k]) is not int]
+        wrong += [k for k in _STRING_COLUMNS if k in row and not isinstance(row[k], str)]
+        wrong += ["ready_ns"] if row.get("ready_ns") is not None and type(row["ready_ns"]) is not int else []
+        if wrong:
+            raise TraceError(f"{where}: row {index}: {', '.join(wrong)} of the wrong type (integers; op, kind... strings)")
+        out.append({**{k: v for k, v in row.items() if k != "deps" and (k in _INT_COLUMNS + _STRING_COLUMNS
+                                                                        or k == "ready_ns")},
+                    "rank": rank, "_where": f"{where} row {index}", "_node": ("barrier", row["id"]), "_attrs": {"ddlsim_id": row["id"]},
+                    "_local_deps": [], "_remote_deps": deps or [], "_deps_unknown": deps is None})
+    return out
+
+
 def _int_list(value: Any, where: str, name: str) -> list[int]:
     if not isinstance(value, list) or not all(type(v) is int for v in value):
         from .jsontext import short_repr
@@ -480,7 +608,7 @@ def _node_row(node: Any, rank: int, path: Path, index: int) -> dict[str, Any]:
                          "(COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE, METADATA_NODE, MEM_*)")
     row: dict[str, Any] = {"_where": where, "_node": node.id, "rank": rank, "kind": kind, "_attrs": attrs}
     start = int(node.start_time_micros) * 1000
-    row.update(start_ns=start, end_ns=start + int(node.duration_micros) * 1000, op=node.name or kind)
+    row.update(start_ns=start, end_ns=start + int(node.duration_micros) * 1000, op=node.name or kind, _name=node.name)
     row["_local_deps"] = [int(d) for d in list(node.data_deps) + list(node.ctrl_deps)]
     if kind in ("send", "recv"):
         # the end on this rank may be left out (ASTRA-sim takes the file's rank): a send's src, a recv's dst
@@ -516,6 +644,8 @@ def _node_row(node: Any, rank: int, path: Path, index: int) -> dict[str, Any]:
         row.update({column: attrs.get(f"ddlsim_{column}", "") for column in _STRING_COLUMNS})
         row["_remote_deps"] = _int_list(attrs.get("ddlsim_remote_deps", []), where, "ddlsim_remote_deps")
         row["_deps_unknown"] = bool(attrs.get("ddlsim_deps_unknown", False))
+        if "ddlsim_deps" in attrs:  # it waited for a barrier: its exact deps, the data_deps are what Chakra sees
+            row["_exact_deps"] = _int_list(attrs["ddlsim_deps"], where, "ddlsim_deps")
     return row
 
 
@@ -536,6 +666,8 @@ def _rows_to_log(rows: list[dict[str, Any]], metadata: dict[str, Any], files: di
                 raise TraceError(f"{row['_where']}: depends on node {dep}, which is not in {files[row['rank']]}")
             local.append(node_ids[(row["rank"], dep)])
         row["deps"] = None if row.pop("_deps_unknown", False) else local + row.pop("_remote_deps", [])
+        if "_exact_deps" in row:
+            row["deps"] = row.pop("_exact_deps")
         row.setdefault("host", row["rank"])
     if not ours:
         _pair_messages(rows)

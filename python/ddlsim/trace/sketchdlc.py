@@ -454,7 +454,10 @@ def read_sketchdlc(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[st
 
     ``paths`` is a list of files, one file, or a directory (all its ``*.txt``).
     Every Send record must have its Recv record in the peer's file and vice
-    versa. Raises :class:`TraceError` naming the file and line at fault.
+    versa, except in one node's file read alone (the paper's Fig. 8 prints
+    worker 0's): a receive then gets its send inferred on the peer at the
+    receive's time, a send has no receive, and the metadata's
+    ``single_node`` says so. Raises :class:`TraceError` naming the file and line at fault.
     """
     files = [_parse_file(path) for path in _expand_paths(paths)]
     _check_one_file_per_node(files)
@@ -696,9 +699,14 @@ def _pair_messages(records: list[_Parsed], files: list[_NodeFile]) -> list[tuple
         while send_queue and recv_queue:
             pairs.append((send_queue.popleft(), recv_queue.popleft()))
         unmatched += [*send_queue, *recv_queue]
-    if unmatched:
-        first = min(unmatched, key=lambda r: (r.time_ns, str(r.path), r.line))
+    # One node's file alone (as the paper's Fig. 8 prints worker 0's): its records stand alone, without the other
+    # end. With several files, every record must match in its peer's file (a missing file is a mistake).
+    single = len(file_of_node) == 1
+    missing = [r for r in unmatched if r.peer in file_of_node or not single]
+    if missing:
+        first = min(missing, key=lambda r: (r.time_ns, str(r.path), r.line))
         raise TraceError(_unmatched_message(first, file_of_node))
+    pairs += [(r, None) if r.is_send else (None, r) for r in unmatched]
     return pairs
 
 
@@ -723,27 +731,52 @@ def _message_rows(pairs: list[tuple[_Parsed, _Parsed]], files: list[_NodeFile], 
     if not pairs:
         return empty_event_log(metadata)
     for send, recv in pairs:
-        if recv.time_ns < send.time_ns:
+        if send is not None and recv is not None and recv.time_ns < send.time_ns:
             raise TraceError(
                 f"{recv.where}: {recv.operation} at {recv.time_ns // 1000} us is before its "
                 f"{send.operation} at {send.where} ({send.time_ns // 1000} us); the nodes' clocks "
                 "disagree - correct the clock offset before reading these files"
             )
-    pairs = sorted(pairs, key=lambda p: (p[0].time_ns, p[0].node, p[0].peer, p[0].operation_num, p[0].key))
-    for index, (send, recv) in enumerate(pairs):
-        send.row_id, recv.row_id = 2 * index, 2 * index + 1
+    def first(pair: tuple) -> _Parsed:
+        return pair[0] if pair[0] is not None else pair[1]
+
+    pairs = sorted(pairs, key=lambda p: (first(p).time_ns, p[0] is None, first(p).node if p[0] is not None else first(p).peer,
+                                         first(p).peer if p[0] is not None else first(p).node, first(p).operation_num,
+                                         first(p).key))
+    row_id = 0
     time_of_row = {}
-    for send, recv in pairs:
-        time_of_row[send.row_id], time_of_row[recv.row_id] = send.time_ns, recv.time_ns
+    inferred: dict[int, int] = {}  # message index -> row id of the send inferred for a lone receive
+    for index, pair in enumerate(pairs):
+        if pair[0] is None:
+            inferred[index] = row_id
+            row_id += 1
+        for record in pair:
+            if record is not None:
+                record.row_id, time_of_row[row_id] = row_id, record.time_ns
+                row_id += 1
     dependency = _DepResolver(files)
     rpc_ids: dict[tuple, int] = {}
     rows: dict[str, list[Any]] = defaultdict(list)
     for index, (send, recv) in enumerate(pairs):
-        message = send.message
-        worker, server = (send.node, send.peer) if message.sender_role == "worker" else (send.peer, send.node)
-        iteration = send.operation_num // 4
-        rpc = rpc_ids.setdefault((worker, server, send.key, iteration, message.family, send.num_pp), len(rpc_ids))
+        one = send if send is not None else recv
+        message = one.message
+        sender = one.node if one is send else one.peer
+        worker, server = (sender, one.node + one.peer - sender)
+        if message.sender_role != "worker":
+            worker, server = server, worker
+        iteration = one.operation_num // 4
+        rpc = rpc_ids.setdefault((worker, server, one.key, iteration, message.family, one.num_pp), len(rpc_ids))
+        if send is None:
+            # a receive whose sender's file was not given: the send is inferred, at the receive's time (the
+            # latest it can have been; the sender's own time is not in the file), so that the message is whole
+            for name, value in (("id", inferred[index]), ("iteration", iteration), ("rank", recv.peer),
+                                ("role", message.sender_role), ("kind", "send"), ("op", message.op), ("tensor", recv.key),
+                                ("peer", recv.node), ("message", index), ("bytes", recv.length), ("rpc", rpc),
+                                ("start_ns", recv.time_ns), ("end_ns", recv.time_ns), ("deps", [])):
+                rows[name].append(value)
         for record, kind, role in ((send, "send", message.sender_role), (recv, "recv", message.receiver_role)):
+            if record is None:
+                continue
             dep = dependency.resolve(record)
             rows["id"].append(record.row_id)
             rows["iteration"].append(iteration)
@@ -759,6 +792,13 @@ def _message_rows(pairs: list[tuple[_Parsed, _Parsed]], files: list[_NodeFile], 
             rows["start_ns"].append(record.time_ns)
             rows["end_ns"].append(record.time_ns)
             rows["deps"].append([dep] if dep is not None and time_of_row[dep] <= record.time_ns else [])
+    if inferred:
+        lone = sorted({pair[1].peer for pair in pairs if pair[0] is None})
+        metadata["single_node"] = (f"the files of node(s) {', '.join(map(str, lone))} were not given: each receive from "
+                                   "them has its send inferred at the receive's time, each send to them has no receive")
+        for node in lone:  # the inferred sends are on the receiver's clock
+            receiver = next(pair[1] for pair in pairs if pair[0] is None and pair[1].peer == node)
+            clocks.setdefault(str(node), dict(clocks[str(receiver.node)]))
     columns: dict[str, Any] = {name: np.asarray(values, dtype=object if name in ("role", "kind", "op") else np.int64)
                                for name, values in rows.items() if name != "deps"}
     columns["host"] = columns["rank"]

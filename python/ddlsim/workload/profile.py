@@ -58,7 +58,8 @@ def layer_times_from_log(log_or_path) -> dict[str, tuple[float, float]]:
         rows &= role == "worker"
     if not rows.any():
         raise ModelError(f"{source}: no forward/backward compute rows with a layer name, so no layer times; "
-                         "give a log that records per-layer compute (ddlsim simulate, or a capture)")
+                         "give a log that records per-layer compute (ddlsim simulate, a capture, or a Chakra file whose "
+                         "compute nodes name a layer and a phase, e.g. COMP_NODE_conv1_FWD or 'backward conv1')")
     duration = (log.column("end_ns") - log.column("start_ns"))[rows].astype(np.int64)
     keys = np.rec.fromarrays([name[rows].astype(str), op[rows].astype(str), log.column("rank")[rows], log.column("iteration")[rows]])
     unique, inverse = np.unique(keys, return_inverse=True)

@@ -127,53 +127,62 @@ def thesis_simulator_model(
     forward_share: float = 1 / 3,
     dtype_bytes: int = 4,
 ) -> Model:
-    """The thesis' default model as its author's event-driven simulator
-    defines it (Table 4.1: 100 layers, 100 MB, 900 ms, fwd:bwd = 1:2).
+    """The thesis' default model as its event-driven simulator defines it
+    (§4.4, Table 4.1: 100 layers, 100 MB, 900 ms, fwd:bwd = 1:2), constant
+    by constant.
 
-    With F = compute x forward_share and B = compute - F, in whole
-    microseconds (the simulator's resolution):
+    With F = compute x forward_share and B = compute - F:
 
-    - forward of layer l: (L - l) x round(2F / L^2) us, falling linearly from
-      6.0 ms (layer 0) to 0.06 ms (layer 99) with the defaults;
-    - backward of layer l: l x round(2B / (L (L - 1))) us, rising with the
-      layer index: l x 0.121 ms with the defaults (layer 0's backward is 0;
-      a one-layer model gets F and B);
-    - sizes: S for the first L//2 layers, 4S for the next L//4 and 12S for
-      the rest, S = 2M / (9L) rounded down to whole parameters (55,555
-      parameters = 222,220 bytes with the defaults), so the total is a
-      little under M (99,999,000 bytes).
-
-    The totals are therefore close to, not exactly, the requested compute
-    (303 ms + 598.95 ms with the defaults).
+    - forward of layer l: (L - l) x 2F / (L (L + 1)), an arithmetic
+      progression with a negative difference (§4.4) that sums to F exactly
+      (5.94 ms at layer 0 falling to 0.0594 ms at layer 99 with the defaults);
+    - backward of layer l: l x 2B / (L (L - 1)), a positive delta with the
+      layer index (layer 0's backward is 0; a one-layer model gets F and B),
+      summing to B exactly (l x 0.1212 ms with the defaults);
+    - the slopes are not rounded: each layer's time is the difference of the
+      progression's running sum rounded to the nanosecond, so the totals are
+      F and B to the nanosecond (300 ms + 600 ms with the defaults);
+    - sizes: the model size M divided over the layers in the proportions
+      1 : 4 : 12 (the first L//2 layers, the next L//4, the rest: the author's
+      layer file, whose largest layer Table 5.1's fusion buffer is "slightly
+      more than"), in whole parameters, the rounding remainder to the layers
+      with the largest fractions, so the layers add up to M exactly
+      (55,555 or 55,556 / 222,222 / 666,667 parameters with the defaults).
     """
+    from fractions import Fraction
+
     if layers < 1:
         raise ModelError("synthetic model: layers must be >= 1")
     if compute_s < 0 or not 0 < forward_share < 1:
         raise ModelError("synthetic model: need compute_s >= 0 and 0 < forward_share < 1")
-    forward_us = compute_s * 1e6 * forward_share
-    backward_us = compute_s * 1e6 - forward_us
+    compute_ns = Fraction(round(compute_s * 1e9))
+    forward_ns = compute_ns * Fraction(forward_share).limit_denominator(10**6)
+    backward_ns = compute_ns - forward_ns
     if layers == 1:
-        fwd_us, bwd_us = [round(forward_us)], [round(backward_us)]
+        fwd_ns, bwd_ns = [round(forward_ns)], [round(backward_ns)]
     else:
-        step_f = round(2 * forward_us / layers**2)
-        step_b = round(2 * backward_us / (layers * (layers - 1)))
-        fwd_us = [(layers - i) * step_f for i in range(layers)]
-        bwd_us = [i * step_b for i in range(layers)]
-    s = (2 * model_size_bytes) // (9 * layers * dtype_bytes)
-    if s < 1:
+        fwd_ns = _running_sum_ns([(layers - i) * 2 * forward_ns / (layers * (layers + 1)) for i in range(layers)])
+        bwd_ns = _running_sum_ns([i * 2 * backward_ns / (layers * (layers - 1)) for i in range(layers)])
+    half, quarter = layers // 2, layers // 4
+    weights = [1 if i < half else 4 if i < half + quarter else 12 for i in range(layers)]
+    total = model_size_bytes // dtype_bytes
+    if total * min(weights) < sum(weights):
         raise ModelError(
             f"synthetic model: {model_size_bytes} bytes over {layers} layers leaves the smallest layers "
-            "(2M / 9L bytes) without a parameter; use a larger model_size or fewer layers"
+            "(M / (L/2 + 4 L/4 + 12 L/4) bytes) without a parameter; use a larger model_size or fewer layers"
         )
-    half, quarter = layers // 2, layers // 4
-    elements = [s if i < half else 4 * s if i < half + quarter else 12 * s for i in range(layers)]
+    shares = [Fraction(total * w, sum(weights)) for w in weights]
+    elements = [int(share) for share in shares]  # floor: shares are positive
+    by_fraction = sorted(range(layers), key=lambda i: (-(shares[i] - elements[i]), i))
+    for i in by_fraction[: total - sum(elements)]:
+        elements[i] += 1
     model_layers = tuple(
         Layer(
             name=f"layer{i}",
             type="Synthetic",
             tensors=(Tensor(f"layer{i}.weight", elements[i], dtype_bytes),),
-            fwd_s=fwd_us[i] / 1e6,
-            bwd_s=bwd_us[i] / 1e6,
+            fwd_s=fwd_ns[i] / 1e9,
+            bwd_s=bwd_ns[i] / 1e9,
         )
         for i in range(layers)
     )
@@ -183,3 +192,13 @@ def thesis_simulator_model(
         layers=model_layers,
         source="ddlsim.workload.synthetic.thesis_simulator_model",
     )
+
+
+def _running_sum_ns(times: list) -> list[int]:
+    """Whole nanoseconds per term whose running sums are the exact running sums rounded: no drift."""
+    out, running, previous = [], 0, 0
+    for t in times:
+        running += t
+        out.append(round(running) - previous)
+        previous = round(running)
+    return out
