@@ -500,6 +500,9 @@ def run_jobs(scenario: Scenario | dict | str | Path, alone: bool = True, **overr
             single = _run_engine(plan, only=j)
             alone_log = jobs_event_log(single, plan, only=j)
             alone_runs.append({"iteration_times_s": _iteration_times(alone_log, j), "makespan_ns": int(single["makespan_ns"])})
+    if alone_runs is not None:  # kept in the log, so that `ddlsim analyze` can report slowdowns
+        for entry, single in zip(log.metadata["jobs"], alone_runs):
+            entry["alone_iteration_times_s"] = single["iteration_times_s"]
     run = JobsRun(plan=plan, columns=log, stats=stats, alone=alone_runs, wall_s=wall)
     run.notes.extend(sc.migration_notes)
     return run
@@ -539,6 +542,6 @@ def jobs_timeline_figure(log: Any, title: str = ""):
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.set_title(title or "jobs on one fabric: compute (tall) and communication (short) per rank")
-    ax.legend(loc="upper right", fontsize=7, ncol=2)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=7, ncol=4, frameon=False)
     fig.tight_layout()
     return fig
