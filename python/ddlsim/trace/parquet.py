@@ -183,6 +183,7 @@ def read_event_log(path: str | os.PathLike[str], *, check_causality: bool = True
     if version == 2:
         table, sides = _from_v2(table, sides)
         metadata["converted_from_schema_version"] = 2
+        metadata["schema_version"] = SCHEMA_VERSION
     return validate_event_log(
         EventLog(table, metadata, **sides), source=str(path), check_causality=check_causality
     )
