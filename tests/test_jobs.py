@@ -248,3 +248,19 @@ def test_same_scenario_twice_gives_byte_identical_files(tmp_path):
     for s in summaries:
         s.pop("wall_s")
     assert summaries[0] == summaries[1]
+
+
+def test_the_shell_lines_of_docs_jobs_run(tmp_path):
+    """docs/jobs.md's ```sh block, line by line, as written (from a directory with the examples)."""
+    import re
+    import shlex
+
+    text = (ROOT / "docs" / "jobs.md").read_text(encoding="utf-8")
+    block = re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M)[0]
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    for line in block.strip().splitlines():
+        argv = shlex.split(line.split("#")[0])
+        assert argv[0] == "ddlsim"
+        run = _cli([*argv[1:], "--quiet"] if argv[1] == "simulate" else argv[1:], tmp_path)
+        assert run.returncode == 0, (line, run.stderr)
+    assert (tmp_path / "two-jobs" / "jobs.csv").exists() and "Jobs" in (tmp_path / "two-jobs.html").read_text()

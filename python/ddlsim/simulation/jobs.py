@@ -44,6 +44,7 @@ import numpy as np
 
 from .. import _core
 from ..errors import ScenarioError, from_engine_error
+from ..units import parse_duration_ns
 from ..analyze.jobs import contention_frame, job_iterations, jobs_timeline_figure
 from ..trace.columns import ArrayLog
 from ..workload.model import Model
@@ -226,7 +227,18 @@ def plan_jobs(sc: Scenario) -> JobsPlan:
     else:
         details = [resolve_trace_detail(s, [g["bytes"] for g in t["groups"]]) for s, t in zip(subs, trainings)]
         detail = "collective" if "collective" in details else "step"
-    return JobsPlan(sc, subs, models, trainings, [j.start_ns for j in sc.job], placements, fabric, network, detail)
+    stagger = parse_duration_ns(sc.job_stagger)
+    starts = [j.start_ns + k * stagger for k, j in enumerate(sc.job)]
+    return JobsPlan(sc, subs, models, trainings, starts, placements, fabric, network, detail)
+
+
+def with_starts(sc: Scenario, starts_ns: list[int]) -> Scenario:
+    """`sc` with job k starting at ``starts_ns[k]`` ns (and no job_stagger): how a search over start offsets
+    (CASSINI-style) re-runs a jobs scenario."""
+    if len(starts_ns) != len(sc.job):
+        raise ScenarioError(f"{len(starts_ns)} start offsets for {len(sc.job)} jobs; give one per [[job]]")
+    jobs = [j.model_copy(update={"start": f"{int(t)}ns"}) for j, t in zip(sc.job, starts_ns)]
+    return sc.model_copy(update={"job": jobs, "job_stagger": "0s"})
 
 
 def _run_engine(plan: JobsPlan, only: int | None = None) -> dict:
