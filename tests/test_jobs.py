@@ -264,3 +264,19 @@ def test_the_shell_lines_of_docs_jobs_run(tmp_path):
         run = _cli([*argv[1:], "--quiet"] if argv[1] == "simulate" else argv[1:], tmp_path)
         assert run.returncode == 0, (line, run.stderr)
     assert (tmp_path / "two-jobs" / "jobs.csv").exists() and "Jobs" in (tmp_path / "two-jobs.html").read_text()
+
+
+def test_a_jobs_run_over_the_memory_budget_is_refused(tmp_path):
+    """The budget is the sum of the jobs' estimates: two jobs that each fit a budget alone can be refused together."""
+    scenario = tmp_path / "jobs.toml"
+    scenario.write_text('workers = 4\niterations = 1\nmodel = { name = "resnet50" }\n[[job]]\n[[job]]\n')
+    from ddlsim.simulation import budget
+
+    sc = scenario_from_dict({"workers": 4, "iterations": 1, "model": {"name": "resnet50"}, "job": [{}, {}]})
+    plan = plan_jobs(sc)
+    one = budget.estimate(plan.subs[0], len(plan.trainings[0]["layers"]), [g["bytes"] for g in plan.trainings[0]["groups"]],
+                          plan.detail)
+    limit = one.memory_bytes + (one.memory_bytes - budget.BASE_BYTES) // 2  # one job fits, two do not
+    run = _cli(["simulate", str(scenario), "--max-memory", str(limit)], tmp_path)
+    assert run.returncode == 2 and "over the memory budget" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert _cli(["simulate", str(scenario), "--max-memory", str(limit), "--force", "--quiet"], tmp_path).returncode == 0

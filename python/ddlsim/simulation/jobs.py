@@ -241,6 +241,22 @@ def with_starts(sc: Scenario, starts_ns: list[int]) -> Scenario:
     return sc.model_copy(update={"job": jobs, "job_stagger": "0s"})
 
 
+def check_budget(plan: JobsPlan) -> None:
+    """Refuses (ScenarioError) a jobs run over the memory or event budget (see ddlsim.simulation.budget): the
+    sum of every job's own estimate (the process's base memory once), background tenants left out."""
+    from . import budget
+
+    ests = [budget.estimate(sub, len(t["layers"]), [g["bytes"] for g in t["groups"]], plan.detail, None,
+                            sum(layer["fwd_ns"] + layer["bwd_ns"] for layer in t["layers"]))
+            for sub, t in zip(plan.subs, plan.trainings)]
+    total = budget.Estimate(ops=sum(e.ops for e in ests), transfers=sum(e.transfers for e in ests),
+                            events=sum(e.events for e in ests), log_rows=sum(e.log_rows for e in ests),
+                            memory_bytes=budget.BASE_BYTES + sum(e.memory_bytes - budget.BASE_BYTES for e in ests),
+                            packet_hops=sum(e.packet_hops for e in ests))
+    biggest = max(range(len(ests)), key=lambda k: ests[k].log_rows)
+    budget.check(total, plan.subs[biggest], plan.detail, budget.current_control())
+
+
 def _run_engine(plan: JobsPlan, only: int | None = None) -> dict:
     from . import budget
 
@@ -465,6 +481,7 @@ def run_jobs(scenario: Scenario | dict | str | Path, alone: bool = True, **overr
 
     sc = _resolve(scenario, overrides)
     plan = plan_jobs(sc)
+    check_budget(plan)
     t0 = time.perf_counter()
     out = _run_engine(plan)
     wall = time.perf_counter() - t0
