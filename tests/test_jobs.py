@@ -280,3 +280,18 @@ def test_a_jobs_run_over_the_memory_budget_is_refused(tmp_path):
     run = _cli(["simulate", str(scenario), "--max-memory", str(limit)], tmp_path)
     assert run.returncode == 2 and "over the memory budget" in run.stderr and "Traceback" not in run.stderr, run.stderr
     assert _cli(["simulate", str(scenario), "--max-memory", str(limit), "--force", "--quiet"], tmp_path).returncode == 0
+
+
+def test_a_job_in_a_lower_band_yields_the_shared_link():
+    """The bottleneck setting above, job b in band 1 (strict priority, flow fidelity: band 1 gets what band 0
+    leaves). Job a never sees b: 10 ms iterations, as alone. Job b: compute 0-2 ms; its steps cannot move while
+    a's run (2-10 ms), so b's step 1 runs 10-12 ms at full rate (half its 5 MB); a's second iteration computes
+    10-12 and communicates 12-20, pausing b; b's step 1 finishes 20-22, step 2 22-26: b's iteration 0 is 26 ms.
+    b's iteration 1 (26-36 ms) has the link alone: 10 ms."""
+    data = {"workers": 2, "iterations": 2, "model": ONE_LAYER,
+            "network": {"bandwidth": "10Gbps", "latency": "0s", "topology": "leaf-spine", "hosts_per_leaf": 2,
+                        "spines": 1, "oversubscription": 2.0},
+            "job": [{"name": "a", "placement": [0, 2]}, {"name": "b", "placement": [1, 3], "band": 1}]}
+    a, b = run_jobs(data).jobs()
+    assert a["iteration_times_s"] == [0.010, 0.010] and a["slowdown"] == 1.0
+    assert b["iteration_times_s"] == [0.026, 0.010] and b["band"] == 1
