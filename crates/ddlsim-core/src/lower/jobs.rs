@@ -181,7 +181,7 @@ pub fn build_jobs_graph(spec: &JobsSpec, network: Option<&NetworkSpec>) -> Resul
         let offset = job_of_rank.len() as u32;
         first_rank.push(offset);
         let ranks = t.total_ranks().max(own.ranks());
-        job_of_rank.extend(std::iter::repeat(j as u32).take(ranks as usize));
+        job_of_rank.extend(std::iter::repeat_n(j as u32, ranks as usize));
         host_of_rank.extend(own.hosts());
         if t.preemption {
             g.preempt_at_messages = own.preempt_at_messages;
