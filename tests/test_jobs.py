@@ -116,11 +116,13 @@ def test_two_ring_jobs_sharing_a_bottleneck_double_their_communication():
         assert link["shared_ns"] == 32_000_000
         assert [(u["owner"], u["id"], u["bytes"], u["busy_ns"]) for u in link["uses"]] == \
             [("job", 0, 20e6, 32_000_000), ("job", 1, 20e6, 32_000_000)]
-    # a start offset of one whole iteration-with-sharing keeps them apart in the first iteration: b's first
-    # iteration then overlaps a's second, so b's first is slowed and a's second too (not both of a's)
-    data["job"][1]["start"] = "10ms"
-    shifted = run_jobs(data).jobs()
-    assert shifted[0]["iteration_times_s"][0] < 0.018 and shifted[1]["iteration_times_s"][-1] == 0.010
+    # Staggered by one alone-iteration (job_stagger = 10 ms: b starts at 10 ms): a's iteration 0 (0-10 ms) is
+    # alone; a's iteration 1 and b's iteration 0 both compute 10-12 and share the link 12-28 (18 ms each); b's
+    # iteration 1 (28-38) is alone again.
+    shifted = run_jobs({**data, "job_stagger": "10ms"}).jobs()
+    assert [j["start_ns"] for j in shifted] == [0, 10_000_000]
+    assert shifted[0]["iteration_times_s"] == [0.010, 0.018] and shifted[1]["iteration_times_s"] == [0.018, 0.010]
+    assert shifted[0]["slowdown"] == shifted[1]["slowdown"] == pytest.approx(1.4, rel=1e-12)
 
 
 def test_placement_modes():
