@@ -297,3 +297,19 @@ def test_a_job_in_a_lower_band_yields_the_shared_link():
     a, b = run_jobs(data).jobs()
     assert a["iteration_times_s"] == [0.010, 0.010] and a["slowdown"] == 1.0
     assert b["iteration_times_s"] == [0.026, 0.010] and b["band"] == 1
+
+
+def test_the_shared_bottleneck_at_analytic_fidelity_is_first_come_first_served():
+    """The bottleneck setting at analytic fidelity: a link is a FIFO server (a transfer waits until every link
+    of its route is free, then holds them for 4 ms per 5 MB step). Simultaneous requests go in graph order, job
+    a's first. Iteration 0: a's step 1 2-6 ms, b's 6-10; a's step 2 waits for b: 10-14; b's step 2 14-18. So a's
+    iteration 0 is 14 ms, b's 18 ms. Iteration 1: a computes 14-16, its step 1 waits for b's step 2: 18-22; b
+    computes 18-20, its step 1 waits: 22-26; a's step 2 26-30 (a's iteration 1: 14 -> 30, 16 ms); b's step 2
+    30-34 (b's iteration 1: 18 -> 34, 16 ms)."""
+    data = {"workers": 2, "iterations": 2, "model": ONE_LAYER,
+            "network": {"fidelity": "analytic", "bandwidth": "10Gbps", "latency": "0s", "topology": "leaf-spine",
+                        "hosts_per_leaf": 2, "spines": 1, "oversubscription": 2.0},
+            "job": [{"name": "a", "placement": [0, 2]}, {"name": "b", "placement": [1, 3]}]}
+    a, b = run_jobs(data).jobs()
+    assert a["alone_iteration_times_s"] == b["alone_iteration_times_s"] == [0.010, 0.010]
+    assert a["iteration_times_s"] == [0.014, 0.016] and b["iteration_times_s"] == [0.018, 0.016]
