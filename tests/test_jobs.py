@@ -183,13 +183,18 @@ def _toml(v):
 
 
 def test_one_job_path_refuses_a_jobs_scenario_and_simulate_dispatches():
-    data = {"workers": 2, "iterations": 1, "model": TWO_LAYERS, "job": [{}, {"start": "1ms"}]}
+    data = {"workers": 2, "iterations": 1, "model": TWO_LAYERS, "job": [{}, {"start": "1ms"}], "job_stagger": "1ms"}
     from ddlsim.simulation.run import run_scenario
 
     with pytest.raises(ScenarioError, match=r"\[\[job\]\] tables"):
         run_scenario(data)
     result = ddlsim.simulate(data)
     assert [j["name"] for j in result.jobs()] == ["job0", "job1"]
+    assert [j["start_ns"] for j in result.jobs()] == [0, 2_000_000]
+    # each job's own scenario is a plain one-job scenario (no job_stagger left over): the one-job path runs it
+    assert all(ddlsim.simulate(sub).iteration_time_s > 0 for sub in job_scenarios(scenario_from_dict(data)))
+    with pytest.raises(ScenarioError, match=r"job_stagger = '1ms' staggers the starts of \[\[job\]\] tables, but the scenario has none"):
+        run_scenario({"job_stagger": "1ms"})
 
 
 def test_log_has_a_job_column_and_v2_logs_read_as_one_job(tmp_path):

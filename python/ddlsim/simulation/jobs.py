@@ -81,7 +81,7 @@ def job_scenarios(sc: Scenario) -> list[Scenario]:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ScenarioError(f"job name {twice[0]!r} is used twice; give each [[job]] its own name")
-    base = sc.model_dump(exclude={"base_dir", "job", "tenant"}, exclude_unset=True)
+    base = sc.model_dump(exclude={"base_dir", "job", "tenant", "job_stagger"}, exclude_unset=True)
     out = []
     for index, job in enumerate(sc.job):
         given = job.model_dump(exclude_unset=True)
