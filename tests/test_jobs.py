@@ -318,3 +318,27 @@ def test_the_shared_bottleneck_at_analytic_fidelity_is_first_come_first_served()
     a, b = run_jobs(data).jobs()
     assert a["alone_iteration_times_s"] == b["alone_iteration_times_s"] == [0.010, 0.010]
     assert a["iteration_times_s"] == [0.014, 0.016] and b["iteration_times_s"] == [0.018, 0.016]
+
+
+def test_analyze_reads_the_per_job_results_back_from_the_log(tmp_path):
+    """`ddlsim analyze` of a saved jobs log gives each job's iteration time, its time alone (kept in the
+    metadata) and slowdown as the run did, and the shared links; streamed, it says its table covers one iteration."""
+    from ddlsim.analyze import Analysis
+    from ddlsim.analyze.streaming import open_analysis
+
+    data = {"workers": 2, "iterations": 2, "model": ONE_LAYER,
+            "network": {"bandwidth": "10Gbps", "latency": "0s", "topology": "leaf-spine", "hosts_per_leaf": 2,
+                        "spines": 1, "oversubscription": 2.0},
+            "job": [{"name": "a", "placement": [0, 2]}, {"name": "b", "placement": [1, 3]}]}
+    run = run_jobs(data)
+    run.save(tmp_path / "out", timeline=False)
+    analysis = Analysis(tmp_path / "out" / "events.parquet")
+    table = analysis.jobs()
+    assert list(table["name"]) == ["a", "b"] and list(table["iteration_time_s"]) == [0.018, 0.018]
+    assert list(table["alone_iteration_time_s"]) == [0.010, 0.010] and list(table["shared_links"]) == [4, 4]
+    assert table["slowdown"].tolist() == pytest.approx([1.8, 1.8], rel=1e-12)
+    shared = analysis.job_contention()
+    assert len(shared) == 8 and set(shared["owner"]) == {"a", "b"} and set(shared["shared_ns"]) == {32_000_000}
+    assert [j["slowdown"] for j in analysis.headline()["jobs"]] == pytest.approx([1.8, 1.8], rel=1e-12)
+    streamed = open_analysis(tmp_path / "out" / "events.parquet", stream=True)
+    assert len(streamed.jobs()) == 2 and any("covers the rows of one iteration" in n for n in streamed.notes)

@@ -180,6 +180,9 @@ class Analysis:
         if len(table):
             self._note(table, f"{self.name}: the log holds {len(table)} jobs (docs/jobs.md); the whole-log iteration "
                               "numbers mix them: read the per-job table (jobs)")
+            if hasattr(self, "file"):  # streamed: self.log is one iteration's rows
+                self._note(table, f"{self.name}: streamed, so the per-job table covers the rows of one iteration "
+                                  "(--iteration); analyse in memory (--in-memory) for every iteration of every job")
         return table
 
     def job_contention(self) -> pd.DataFrame:
