@@ -14,6 +14,7 @@ from .errors import DdlsimError, ModelError, ScenarioError, TraceError
 _LAZY = {
     "SimulationResult": "api",
     "simulate": "api",
+    "simulate_jobs": "api",
     "replay": "api",
     "replay_scaling": "api",
     "straggler_effect": "api",

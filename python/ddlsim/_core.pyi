@@ -52,6 +52,17 @@ def simulate_training_json(
     `events`, `transfers`, `recomputations`, `makespan_ns`, `bytes_sent`,
     `bytes_received` (per rank) and `flows` (name -> Column)."""
 
+def simulate_jobs_json(
+    jobs_json: str,
+    network_json: str,
+    trace_detail: str,
+    progress: Optional[ProgressCallback] = None,
+) -> dict[str, Any]:
+    """Lowers several jobs (`{"jobs": [{"start_ns": ..., "training": {...}}, ...]}`) into one graph and runs it.
+    Returns what `simulate_training_json` returns plus `jobs`: `first_rank` (each job's first global rank),
+    `job_of_rank`, and `contention` (one dict per link flows of two or more jobs crossed: `link`, `name`,
+    `shared_ns`, `uses` = [(kind "job" | "tenant", id, bytes, flows, busy_ns)])."""
+
 def lower_training_json(training_json: str, network_json: Optional[str] = None) -> dict[str, Any]:
     """The workload graph `simulate_training_json` runs, as columns (name ->
     Column, release times as `release_ops`/`release_ns`, plus `op_names`,

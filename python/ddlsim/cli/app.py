@@ -137,6 +137,8 @@ def simulate(
     rank_times: Optional[str] = typer.Option(
         None, "--rank-times", help="With an event-log profile: median (every rank the median layer times) | sampled "
         "(each rank and iteration draws a captured step's layer times; docs/replay-at-scale.md)"),
+    job_stagger: Optional[str] = typer.Option(
+        None, "--job-stagger", help="Scenarios with [[job]] tables: job k starts k x this later, e.g. 10ms (docs/jobs.md)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size."),
     device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | fp16"),
@@ -168,7 +170,7 @@ def simulate(
         "distribution": distribution, "asynchronous": asynchronous, "staleness": staleness,
         "gamma_ns_per_byte": gamma_ns_per_byte, "stagger": stagger, "stagger_mode": stagger_mode,
         "compute_speedup": compute_speedup, "speedup_kinds": speedup_kinds or None, "grow_module": grow_module,
-        "grow_count": grow_count, "hosts": hosts, "background": _background_overrides(background),
+        "grow_count": grow_count, "hosts": hosts, "background": _background_overrides(background), "job_stagger": job_stagger,
         "straggler": _straggler_overrides(straggler, transient_straggler), "rank_times": rank_times,
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
@@ -284,6 +286,13 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
             summary["notes"] = list(result.notes)
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        return
+    if "jobs" in summary:  # several jobs on one fabric (docs/jobs.md)
+        from .report import print_jobs
+
+        print_jobs(summary, out, quiet)
+        for note in result.notes:
+            out.print(f"[yellow]note:[/] {note}")
         return
     from .report import print_summaries
 
