@@ -1,0 +1,228 @@
+"""CASSINI-style start offsets (ddlsim.plan.offsets): the pure search on
+hand-made communication profiles, against a brute-force oracle."""
+
+import json
+import math
+import random
+from fractions import Fraction
+from itertools import product
+
+import pytest
+
+from ddlsim.errors import PlanError
+from ddlsim.plan.offsets import CommProfile, default_grid_ns, overlap_ns, search_offsets
+
+
+# ------------------------------------------------------------------ an independent oracle
+
+
+def busy_cells(profile, link, grid, period_cells):
+    """Cells of one period that `profile` marks busy on `link` (outward rounding), with plain Python sets."""
+    cells = set()
+    for s, e in profile.phases.get(link, ()):
+        if e <= s:
+            continue
+        for c in range(s // grid, -(-e // grid)):
+            cells.add(c % period_cells)
+    return cells
+
+
+def oracle_excess(profiles, offsets_cells, grid):
+    """Sum over links and cells of the unified circle of max(0, jobs busy - 1), loops only."""
+    periods = [p.period_ns // grid for p in profiles]
+    circle = 1
+    for p in periods:
+        circle = circle * p // math.gcd(circle, p)
+    links = sorted({link for p in profiles for link in p.phases})
+    total = 0
+    for link in links:
+        cells = [busy_cells(p, link, grid, q) for p, q in zip(profiles, periods)]
+        for t in range(circle):
+            n = sum(1 for c, q, o in zip(cells, periods, offsets_cells) if (t - o) % q in c)
+            total += max(0, n - 1)
+    return total
+
+
+def brute_force(profiles, grid):
+    """Least excess over every combination of offsets (the first job at 0)."""
+    periods = [p.period_ns // grid for p in profiles]
+    best = None
+    for combo in product(*(range(q) for q in periods[1:])):
+        value = oracle_excess(profiles, (0, *combo), grid)
+        best = value if best is None else min(best, value)
+    return best
+
+
+def random_phases(rng, period, pieces, longest):
+    out = []
+    for _ in range(pieces):
+        s = rng.randrange(period)
+        out.append((s, s + rng.randint(1, longest)))
+    return out
+
+
+# ------------------------------------------------------------------ separable jobs: zero overlap
+
+
+def test_two_jobs_equal_period_one_phase_each_fit_side_by_side():
+    # 100 ms iterations, 35 ms and 50 ms all-reduces: 85 ms < 100 ms, so one can run while the other computes
+    a = CommProfile("a", 100_000_000, {"leaf 0 -> spine 0": [(60_000_000, 95_000_000)]})
+    b = CommProfile("b", 100_000_000, {"leaf 0 -> spine 0": [(40_000_000, 90_000_000)]})
+    plan = search_offsets([a, b])
+    assert plan.before.total_excess_cells > 0
+    assert plan.after.total_excess_cells == 0 and plan.after.score == 1.0
+    # and in continuous time: b's phase [40, 90) + o mod 100 misses a's [60, 95)
+    o = plan.offset_of("b")
+    assert plan.offset_of("a") == 0 and plan.grid_ns * 1 <= 100_000_000
+    start = (40_000_000 + o) % 100_000_000
+    for k in (-1, 0, 1):
+        s, e = start + k * 100_000_000, start + k * 100_000_000 + 50_000_000
+        assert e <= 60_000_000 or s >= 95_000_000
+    # the middle of the feasible range: b's phase starts in [95, 110] mod 100 (15 ms of slack), so 102.5 ms
+    assert start == 2_500_000
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_commensurate_periods_phases_filling_less_than_the_short_period(k):
+    # job a: period k * Q with one phase of c_a; job b: period Q with one phase of c_b; c_a + c_b < Q
+    Q = 60_000_000
+    rng = random.Random(k)
+    for _ in range(5):
+        c_b = rng.randrange(1_000_000, Q // 2)
+        c_a = rng.randrange(1_000_000, Q - c_b)
+        a = CommProfile("a", k * Q, {"L": [(s := rng.randrange(k * Q), s + c_a)]})
+        b = CommProfile("b", Q, {"L": [(t := rng.randrange(Q), t + c_b)]})
+        plan = search_offsets([a, b], grid_ns=250_000)
+        assert plan.exact_circle and plan.method == "exact"
+        assert plan.after.total_excess_cells == 0, (c_a, c_b)
+
+
+def test_separable_by_construction_always_found_and_zero_in_continuous_time():
+    """b's phases are drawn inside a's idle time shifted by a secret offset: a
+    zero-overlap offset exists; the search must find one, and its phases must
+    not meet in continuous time (outward rounding)."""
+    rng = random.Random(19)
+    grid = 1_000
+    for trial in range(25):
+        period = grid * rng.choice([40, 60, 90])
+        a_phases = random_phases(rng, period, rng.randint(1, 3), period // 5)
+        # a's busy set in ns (wrapped), then b's phases inside the idle gaps, rotated by -secret
+        busy = sorted(((s % period), (s % period) + (e - s)) for s, e in a_phases)
+        marks = [False] * period
+        for s, e in busy:
+            for x in range(s, e):
+                marks[x % period] = True
+        idle = [x for x in range(period) if not marks[x]]
+        secret = rng.randrange(period)
+        b_phases = []
+        for _ in range(rng.randint(1, 3)):
+            x = rng.choice(idle)
+            y = x
+            while (y + 1) % period != x and not marks[(y + 1) % period] and y - x < period // 6:
+                y += 1
+            # [x, y] idle in a's time: b's pattern at offset `secret` puts it there
+            b_phases.append(((x - secret) % period, (x - secret) % period + (y - x) + 1))
+        a = CommProfile("a", period, {"L": a_phases, "a only": [(0, 5)]})
+        b = CommProfile("b", period, {"L": b_phases})
+        # a grid that divides the period but is coarser than the phases' ends: search the finest, 1 ns
+        plan = search_offsets([a, b], grid_ns=1)
+        assert plan.after.total_excess_cells == 0, trial
+        o = plan.offset_of("b")
+        for s, e in b_phases:
+            for x in range(s + o, e + o):
+                assert not marks[x % period], (trial, x)
+
+
+def test_affinity_graph_tree_keeps_every_per_link_optimum():
+    """Five jobs in a chain, j-1 and j sharing link Lj; each pair fits side by
+    side, so on a tree CASSINI's traversal reaches zero excess everywhere."""
+    P = 100_000
+    jobs = []
+    for j in range(5):
+        phases = {}
+        if j > 0:
+            phases[f"L{j}"] = [(0, 40_000)]
+        if j < 4:
+            phases[f"L{j + 1}"] = [(10_000, 50_000)]
+        jobs.append(CommProfile(f"j{j}", P, phases))
+    plan = search_offsets(jobs, method="affinity", grid_ns=1_000, restarts=0)
+    assert plan.method == "affinity" and plan.conflicts == 0
+    assert plan.before.total_excess_cells > 0 and plan.after.total_excess_cells == 0
+    assert plan.components == [[f"j{j}" for j in range(5)]]
+
+
+# ------------------------------------------------------------------ the optimum: a brute-force oracle
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_search_optimum_equals_brute_force_over_every_offset(seed):
+    rng = random.Random(1000 + seed)
+    grid = 10
+    jobs = rng.choice([2, 3])
+    base = rng.choice([6, 8, 12])
+    links = ["L0", "L1", "L2"][: rng.randint(1, 3)]
+    profiles = []
+    for j in range(jobs):
+        period = grid * base * rng.choice([1, 2] if jobs == 2 else [1, 1, 2])
+        phases = {}
+        for link in links:
+            if rng.random() < 0.8:
+                phases[link] = [(s * 1, e) for s, e in random_phases(rng, period, rng.randint(1, 2), period // 2)]
+        if not phases:
+            phases[links[0]] = [(0, grid)]
+        profiles.append(CommProfile(f"job{j}", period, phases))
+    best = brute_force(profiles, grid)
+    plan = search_offsets(profiles, grid_ns=grid, method="exact")
+    offsets = [o // grid for o in plan.offsets_ns]
+    assert plan.after.total_excess_cells == best
+    # the plan's own evaluation agrees with the oracle, before and after
+    assert oracle_excess(profiles, offsets, grid) == best
+    assert plan.before.total_excess_cells == oracle_excess(profiles, [0] * jobs, grid)
+    # the affinity method is never better than the optimum, and reports what its offsets give
+    heuristic = search_offsets(profiles, grid_ns=grid, method="affinity", seed=seed)
+    assert heuristic.after.total_excess_cells >= best
+    assert heuristic.after.total_excess_cells == oracle_excess(profiles, [o // grid for o in heuristic.offsets_ns], grid)
+    assert overlap_ns(profiles, plan.offsets_ns, grid) == best * grid
+
+
+def test_deterministic_and_seeded():
+    rng = random.Random(5)
+    profiles = [CommProfile(f"j{j}", 120_000, {f"L{k}": random_phases(rng, 120_000, 2, 30_000) for k in range(2)})
+                for j in range(5)]
+    one = search_offsets(profiles, method="affinity", seed=3, grid_ns=1_000)
+    two = search_offsets(profiles, method="affinity", seed=3, grid_ns=1_000)
+    assert json.dumps(one.to_dict(), sort_keys=True) == json.dumps(two.to_dict(), sort_keys=True)
+
+
+def test_default_grid_divides_commensurate_periods():
+    g = default_grid_ns([100_000_000, 150_000_000])
+    assert 100_000_000 % g == 0 and 150_000_000 % g == 0
+    assert 150_000_000 // 4000 <= g <= 150_000_000 // 1000
+    # incommensurate periods: the target step, periods rounded, with a note
+    a = CommProfile("a", 217_770_001, {"L": [(0, 50_000_000)]})
+    b = CommProfile("b", 180_300_007, {"L": [(0, 50_000_000)]})
+    plan = search_offsets([a, b])
+    assert plan.grid_ns == 217_770_001 // 1000
+    assert any("rounded" in n for n in plan.notes)
+
+
+def test_jobs_without_shared_links_keep_offset_zero():
+    a = CommProfile("a", 100, {"host 0 -> star": [(0, 80)]})
+    b = CommProfile("b", 100, {"host 1 -> star": [(0, 80)]})
+    plan = search_offsets([a, b], grid_ns=1)
+    assert plan.method == "none" and plan.offsets_ns == [0, 0] and plan.shared_links == {}
+    assert plan.after.score == 1.0
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(profiles=[]), "at least one"),
+    (dict(profiles=[CommProfile("a", 10, {}), CommProfile("a", 10, {})]), "two jobs are named 'a'"),
+    (dict(profiles=[CommProfile("a", 0, {})]), "period must be > 0"),
+    (dict(profiles=[CommProfile("a", 10, {})], method="magic"), "choose auto, exact or affinity"),
+    (dict(profiles=[CommProfile("a", 10, {})], grid_ns=0), "grid step must be > 0"),
+])
+def test_bad_requests_name_the_problem(bad, message):
+    args = dict(bad)
+    profiles = args.pop("profiles")
+    with pytest.raises(PlanError, match=message):
+        search_offsets(profiles, **args)
