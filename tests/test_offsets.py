@@ -226,3 +226,28 @@ def test_bad_requests_name_the_problem(bad, message):
     profiles = args.pop("profiles")
     with pytest.raises(PlanError, match=message):
         search_offsets(profiles, **args)
+
+
+# ------------------------------------------------------------------ profiles from a simulated run
+
+
+def test_profile_links_are_the_ports_the_packet_model_loads():
+    """The routes the profile charges (ECMP's hash included) are the ports the
+    packet-level engine counts the job's bytes on: every port carrying at
+    least half the busiest port's bytes is in the profile, and the profile
+    names no idle port (ACK-only ports carry a few percent)."""
+    import ddlsim
+    from ddlsim.plan.offsets import profile_from_log
+
+    r = ddlsim.simulate(model="resnet18", workers=8, strategy="ring", bandwidth="10Gbps", iterations=2, record_flows=True,
+                        trace_detail="collective", grouping={"kind": "synceasgd"}, topology="leaf-spine",
+                        hosts_per_leaf=2, spines=3, network="packet", rack_placement="spread")
+    profile = profile_from_log(r, "job")
+    ports = {p["name"]: p["bytes"] for p in r.packet_stats()["ports"]}
+    heavy = {n for n, b in ports.items() if b >= max(ports.values()) / 2}
+    assert heavy <= set(profile.phases)
+    assert all(ports[link] > 0 for link in profile.phases)
+    assert any("spine 2" in link for link in profile.phases)  # the hash spreads over the spines
+    # the period is the iteration time, and every phase lies within the run
+    assert profile.period_ns == round(r.iterations["time_s"].iloc[1] * 1e9)
+    assert 0 < profile.busy_ns("host 0 -> leaf 0") < profile.period_ns

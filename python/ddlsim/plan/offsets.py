@@ -597,3 +597,93 @@ def overlap_ns(profiles: Sequence[CommProfile], offsets_ns: Sequence[int], grid_
     """Total excess (ns over the unified circle) of `profiles` started at `offsets_ns` on the grid."""
     grid = _Grid(profiles, int(grid_ns), int(max_cells))
     return grid.total([int(round(int(o) / grid.grid)) % p for o, p in zip(offsets_ns, grid.periods)]) * grid.grid
+
+
+# ------------------------------------------------------------------ profiles from a simulation
+
+_MASK = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    """SplitMix64's finaliser, the engine's ECMP hash (network/topology.rs)."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def _net(network: Any, key: str, default: Any) -> Any:
+    if isinstance(network, Mapping):
+        return network.get(key, default)
+    return getattr(network, key, default)
+
+
+def route_links(network: Any, src_host: int, dst_host: int, src_rank: int = -1, dst_rank: int = -1) -> list[str]:
+    """The directed links a transfer between two hosts crosses, named as the
+    engine names its ports (``host 3 -> leaf 0``, ``leaf 0 -> spine 1``,
+    ``spine 1 -> leaf 2``, ``leaf 2 -> host 17``, ``host 0 -> star``,
+    ``rank 4 -> host fabric``...), following its routing: ECMP takes spine
+    ``splitmix64(src_host << 32 | dst_host) % spines``, spray every spine.
+    `network`: a scenario's ``network`` (NetworkConfig or its dict)."""
+    a, b = int(src_host), int(dst_host)
+    topology = str(_net(network, "topology", "star")).replace("_", "-")
+    ranks_per_host = int(_net(network, "ranks_per_host", 1))
+    if a == b and ranks_per_host > 1 and src_rank >= 0 and dst_rank >= 0:
+        return [f"rank {src_rank} -> host fabric", f"host fabric -> rank {dst_rank}"]
+    if topology != "leaf-spine":
+        return [f"host {a} -> star", f"star -> host {b}"]
+    per_leaf, spines = int(_net(network, "hosts_per_leaf", 8)), int(_net(network, "spines", 2))
+    la, lb = a // per_leaf, b // per_leaf
+    links = [f"host {a} -> leaf {la}"]
+    if la != lb:
+        if str(_net(network, "routing", "ecmp")) == "spray":
+            links += [f"leaf {la} -> spine {s}" for s in range(spines)] + [f"spine {s} -> leaf {lb}" for s in range(spines)]
+        else:
+            s = _splitmix64((a << 32) | b) % spines
+            links += [f"leaf {la} -> spine {s}", f"spine {s} -> leaf {lb}"]
+    links.append(f"leaf {lb} -> host {b}")
+    return links
+
+
+def profile_from_log(log: Any, name: str, network: Any = None, iteration: int = -1) -> CommProfile:
+    """A job's :class:`CommProfile` from the event log of a run of it alone
+    (an EventLog with its flows table, as ``simulate(..., record_flows=True)``
+    writes; or a SimulationResult): the flows that start in iteration
+    `iteration`'s window (default the last), each busy on every link of its
+    route (:func:`route_links`) from its start to its end, measured from the
+    window's start; the period is the time from that iteration's start to
+    the next one's (the last iteration: its window's length).
+    `network`: the run's network (default: the log's scenario)."""
+    from ..analyze.breakdown import window_arrays
+
+    events = getattr(log, "events", log)  # a SimulationResult
+    if network is None:
+        scenario = getattr(log, "scenario", None)
+        network = scenario.network if scenario is not None else ((events.metadata or {}).get("scenario") or {}).get("network") or {}
+    flows = getattr(events, "flows", None)
+    if flows is None:
+        raise PlanError(f"job {name!r}: the run has no flows table; simulate it with record_flows = true (--record-flows)")
+    numbers, starts, ends = window_arrays(events)
+    if len(numbers) == 0:
+        raise PlanError(f"job {name!r}: the run has no iteration")
+    k = iteration if iteration >= 0 else len(numbers) + iteration
+    if not 0 <= k < len(numbers):
+        raise PlanError(f"job {name!r}: iteration {iteration} is not in the run ({len(numbers)} iterations)")
+    a, b = int(starts[k]), int(ends[k])
+    period = int(starts[k + 1] - a) if k + 1 < len(numbers) else b - a
+    cols = {c: flows.column(c).to_numpy(zero_copy_only=False) for c in ("src", "dst", "src_host", "dst_host", "start_ns")}
+    end = flows.column("end_ns").to_numpy(zero_copy_only=False)
+    phases: dict[str, list[tuple[int, int]]] = {}
+    routes: dict[tuple, list[str]] = {}
+    take = (cols["start_ns"] >= a) & (cols["start_ns"] < a + period)
+    for i in np.flatnonzero(take):
+        e = end[i]
+        if e is None or (isinstance(e, float) and math.isnan(e)):
+            continue
+        key = (int(cols["src_host"][i]), int(cols["dst_host"][i]), int(cols["src"][i]), int(cols["dst"][i]))
+        if key not in routes:
+            routes[key] = route_links(network, *key)
+        s = int(cols["start_ns"][i]) - a
+        for link in routes[key]:
+            phases.setdefault(link, []).append((s, int(e) - a))
+    return CommProfile(name, period, {link: _merged(v, period) for link, v in sorted(phases.items())})
