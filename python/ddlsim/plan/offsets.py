@@ -88,9 +88,9 @@ import numpy as np
 from ..errors import PlanError
 
 DEFAULT_CELLS_PER_PERIOD = 1000
-DEFAULT_MAX_CELLS = 1 << 20
+DEFAULT_MAX_CELLS = 1 << 18
 DEFAULT_MAX_WORK = 50_000_000
-DEFAULT_RESTARTS = 8
+DEFAULT_RESTARTS = 4
 
 
 @dataclass(frozen=True)
@@ -285,12 +285,33 @@ class _Grid:
             self.patterns.append(pats)
         self.shared = {link: jobs for link, jobs in sorted(links.items()) if len(jobs) >= 2}
         self.n = len(profiles)
-        self.t = np.arange(self.horizon, dtype=np.int64)
+        self._tiles: dict[tuple[int, str], np.ndarray] = {}
 
     def tiled(self, j: int, link: str, offset: int) -> np.ndarray:
-        """Job j's busy cells on `link` over the horizon at `offset` cells."""
+        """Job j's busy cells on `link` over the horizon at `offset` cells (a view)."""
+        key = (j, link)
+        long = self._tiles.get(key)
         pat = self.patterns[j][link]
-        return pat[(self.t - offset) % len(pat)]
+        p = len(pat)
+        if long is None:
+            long = self._tiles[key] = np.tile(pat, -(-self.horizon // p) + 1)
+        start = (-int(offset)) % p
+        return long[start:start + self.horizon]
+
+    def fold(self, values: np.ndarray, p: int) -> np.ndarray:
+        """sum of values[t] over the horizon's t with t mod p = u, for each u < p."""
+        pad = (-len(values)) % p
+        if pad:
+            values = np.concatenate([values, np.zeros(pad, dtype=values.dtype)])
+        return values.reshape(-1, p).sum(axis=0)
+
+    def correlate(self, j: int, link: str, occupied: np.ndarray) -> np.ndarray:
+        """out[o] = cells where job j at offset o is busy on `link` while `occupied` (0/1) is set."""
+        pj = self.periods[j]
+        folded = self.fold(occupied, pj).astype(float)
+        pat = self.patterns[j][link].astype(float)
+        # out[o] = sum_u pat[u] * folded[(u + o) mod pj]: a circular correlation
+        return np.rint(np.fft.irfft(np.conj(np.fft.rfft(pat)) * np.fft.rfft(folded), n=pj)).astype(np.int64)
 
     def counts(self, link: str, offsets: Sequence[int], skip: Optional[int] = None) -> np.ndarray:
         n = np.zeros(self.horizon, dtype=np.int64)
@@ -307,29 +328,22 @@ class _Grid:
         return sum(self.excess(offsets, links).values())
 
     def delays(self, offsets: Sequence[int]) -> list[int]:
+        counts = {link: self.counts(link, offsets) for link in self.shared}
         out = []
         for j in range(self.n):
             worst = np.zeros(self.horizon, dtype=np.int64)
             for link in self.patterns[j]:
                 if link in self.shared:
-                    mine = self.tiled(j, link, offsets[j])
-                    worst = np.maximum(worst, mine * (self.counts(link, offsets) - 1))
+                    worst = np.maximum(worst, self.tiled(j, link, offsets[j]) * (counts[link] - 1))
             out.append(int(worst.sum()))
         return out
 
     def response(self, j: int, offsets: Sequence[int], links: Optional[Iterable[str]] = None) -> np.ndarray:
         """Excess that job j adds, for each of its offsets 0..p_j-1, given the others' offsets."""
-        pj = self.periods[j]
-        out = np.zeros(pj, dtype=np.int64)
+        out = np.zeros(self.periods[j], dtype=np.int64)
         for link in (self.shared if links is None else links):
-            if j not in self.shared[link]:
-                continue
-            occupied = (self.counts(link, offsets, skip=j) >= 1).astype(np.int64)
-            folded = np.bincount(self.t % pj, weights=occupied, minlength=pj)
-            pat = self.patterns[j][link].astype(float)
-            # out[o] = sum_u pat[u] * folded[(u + o) mod pj]: circular correlation
-            corr = np.fft.irfft(np.conj(np.fft.rfft(pat)) * np.fft.rfft(folded), n=pj)
-            out += np.rint(corr).astype(np.int64)
+            if j in self.shared[link]:
+                out += self.correlate(j, link, (self.counts(link, offsets, skip=j) >= 1).astype(np.int8))
         return out
 
     def evaluation(self, offsets: Sequence[int]) -> Evaluation:
@@ -488,14 +502,11 @@ def _affinity(grid: _Grid, comp: list[int], offsets: list[int], restarts: int, r
 
 def _response_among(grid: _Grid, j: int, offsets: list[int], link: str, among: Sequence[int]) -> np.ndarray:
     """Best response of j on one link counting only the jobs `among`."""
-    pj = grid.periods[j]
     n = np.zeros(grid.horizon, dtype=np.int64)
     for k in among:
         if k != j:
             n += grid.tiled(k, link, offsets[k])
-    folded = np.bincount(grid.t % pj, weights=(n >= 1).astype(np.int64), minlength=pj)
-    pat = grid.patterns[j][link].astype(float)
-    return np.rint(np.fft.irfft(np.conj(np.fft.rfft(pat)) * np.fft.rfft(folded), n=pj)).astype(np.int64)
+    return grid.correlate(j, link, (n >= 1).astype(np.int8))
 
 
 def _sweeps_link(grid: _Grid, local: list[int], jobs: Sequence[int], link: str) -> int:
