@@ -80,6 +80,11 @@ def test_two_jobs_equal_period_one_phase_each_fit_side_by_side():
         assert e <= 60_000_000 or s >= 95_000_000
     # the middle of the feasible range: b's phase starts in [95, 110] mod 100 (15 ms of slack), so 102.5 ms
     assert start == 2_500_000
+    # profiled from a later iteration (anchor: 30 ms after b's start), the same rotation needs a start 30 ms earlier
+    late = CommProfile("b", 100_000_000, b.phases, anchor_ns=230_000_000)
+    shifted = search_offsets([a, late], start_ns=[0, 70_000_000])
+    assert shifted.offset_of("b") == (o - 30_000_000) % 100_000_000
+    assert shifted.before.total_excess_cells == plan.before.total_excess_cells  # start 70 + anchor 30 = rotation 0
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])

@@ -24,7 +24,13 @@ The model (everything in whole grid cells of ``grid_ns`` nanoseconds)
   do not share a cell do not overlap in continuous time either). A job's
   busy demand is 1 (a phase uses the whole link, as a flow-level transfer
   alone on its path does).
-- Job ``j`` with offset ``o_j`` (cells) is busy on link ``l`` at cell ``t``
+- A job's *rotation* on its circle is where its profiled iteration sits:
+  ``(start + anchor) mod P`` for a job started at ``start`` whose profiled
+  iteration begins ``anchor`` after its start (the iterations before it,
+  e.g. a slower first one at packet level, shift the phases by that much);
+  the search works on rotations and returns starts, ``(rotation - anchor)
+  mod P``.
+- Job ``j`` with rotation ``o_j`` (cells) is busy on link ``l`` at cell ``t``
   when its pattern is busy at ``(t - o_j) mod p_j``. On the unified circle
   of ``H`` cells (``H = lcm(p_j)``; at most ``max_cells``, beyond which the
   first ``max_cells`` cells are used and a note says so) the link's
@@ -97,18 +103,30 @@ DEFAULT_RESTARTS = 4
 class CommProfile:
     """One job's communication profile: its iteration period and, per link
     name, the ``(start_ns, end_ns)`` intervals of one iteration during which
-    it sends on that link, measured from the iteration's start."""
+    it sends on that link, measured from the iteration's start.
+    ``anchor_ns``: when that iteration starts, counted from the job's start
+    (the job repeats it every period from then on, so a job started at ``s``
+    sends on the link at ``s + anchor + k * period + phase``)."""
 
     name: str
     period_ns: int
     phases: Mapping[str, Sequence[tuple[int, int]]]
+    anchor_ns: int = 0
+
+    def rotation_ns(self, start_ns: int) -> int:
+        """Where a start at `start_ns` puts the profiled iteration on the job's circle."""
+        return (int(start_ns) + int(self.anchor_ns)) % int(self.period_ns)
+
+    def start_for(self, rotation_ns: int) -> int:
+        """The start in [0, period) that puts the profiled iteration at `rotation_ns` on the circle."""
+        return (int(rotation_ns) - int(self.anchor_ns)) % int(self.period_ns)
 
     def busy_ns(self, link: str) -> int:
         """Time the job sends on `link` per iteration (intervals merged, wrapped onto the period)."""
         return int(sum(e - s for s, e in _merged(self.phases.get(link, ()), int(self.period_ns))))
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "period_ns": int(self.period_ns),
+        return {"name": self.name, "period_ns": int(self.period_ns), "anchor_ns": int(self.anchor_ns),
                 "phases": {link: [[int(s), int(e)] for s, e in _merged(v, int(self.period_ns))]
                            for link, v in sorted(self.phases.items())}}
 
@@ -142,7 +160,7 @@ def _merged(intervals: Iterable[tuple[int, int]], period: int) -> list[tuple[int
 class Evaluation:
     """Overlap of the jobs at given offsets (see the module doc)."""
 
-    offsets_ns: list[int]
+    offsets_ns: list[int]  # the jobs' starts
     excess_cells: dict[str, int]  # per shared link
     horizon_cells: int
     grid_ns: int
@@ -346,9 +364,10 @@ class _Grid:
                 out += self.correlate(j, link, (self.counts(link, offsets, skip=j) >= 1).astype(np.int8))
         return out
 
-    def evaluation(self, offsets: Sequence[int]) -> Evaluation:
+    def evaluation(self, offsets: Sequence[int], starts_ns: Sequence[int]) -> Evaluation:
+        """The overlap at rotations `offsets` (cells), which starts `starts_ns` give."""
         offsets = [int(o) % p for o, p in zip(offsets, self.periods)]
-        return Evaluation([o * self.grid for o in offsets], self.excess(offsets), self.horizon, self.grid,
+        return Evaluation([int(x) for x in starts_ns], self.excess(offsets), self.horizon, self.grid,
                           list(self.periods), self.delays(offsets))
 
 
@@ -556,9 +575,10 @@ def search_offsets(profiles: Sequence[CommProfile], *, grid_ns: Optional[int] = 
     if not grid.exact_circle:
         notes.append(f"the unified circle (lcm of the periods) exceeds {max_cells} cells; the overlap is counted over "
                      f"the first {grid.horizon * grid.grid} ns")
-    before_cells = [0] * grid.n if start_ns is None else [int(round(int(s) / grid.grid)) for s in start_ns]
-    if len(before_cells) != grid.n:
-        raise PlanError(f"offset search: {len(before_cells)} start offsets for {grid.n} jobs")
+    starts_before = [0] * grid.n if start_ns is None else [int(x) for x in start_ns]
+    if len(starts_before) != grid.n:
+        raise PlanError(f"offset search: {len(starts_before)} start offsets for {grid.n} jobs")
+    before_cells = [_cell(p.rotation_ns(x), grid.grid) for p, x in zip(profiles, starts_before)]
     offsets = [0] * grid.n
     comps = _components(grid)
     rng = np.random.default_rng(seed)
@@ -586,8 +606,8 @@ def search_offsets(profiles: Sequence[CommProfile], *, grid_ns: Optional[int] = 
         for j in comp:
             offsets[j] = (offsets[j] - shift) % grid.periods[j]
         used.add(use)
-    before = grid.evaluation(before_cells)
-    after = grid.evaluation(offsets)
+    before = grid.evaluation(before_cells, starts_before)
+    after = grid.evaluation(offsets, [p.start_for(o * grid.grid) for p, o in zip(profiles, offsets)])
     if used and after.total_excess_cells >= before.total_excess_cells:
         after = before  # the given starts are already as good: keep them
         notes.append("the start offsets given are as good as any found; kept")
@@ -607,7 +627,12 @@ def overlap_ns(profiles: Sequence[CommProfile], offsets_ns: Sequence[int], grid_
                max_cells: int = DEFAULT_MAX_CELLS) -> int:
     """Total excess (ns over the unified circle) of `profiles` started at `offsets_ns` on the grid."""
     grid = _Grid(profiles, int(grid_ns), int(max_cells))
-    return grid.total([int(round(int(o) / grid.grid)) % p for o, p in zip(offsets_ns, grid.periods)]) * grid.grid
+    return grid.total([_cell(p.rotation_ns(o), grid.grid) for p, o in zip(profiles, offsets_ns)]) * grid.grid
+
+
+def _cell(ns: int, grid: int) -> int:
+    """The grid cell nearest to `ns` (halves up)."""
+    return (2 * int(ns) + grid) // (2 * grid)
 
 
 # ------------------------------------------------------------------ profiles from a simulation
@@ -663,7 +688,8 @@ def profile_from_log(log: Any, name: str, network: Any = None, iteration: int = 
     `iteration`'s window (default the last), each busy on every link of its
     route (:func:`route_links`) from its start to its end, measured from the
     window's start; the period is the time from that iteration's start to
-    the next one's (the last iteration: its window's length).
+    the next one's (the last iteration: its window's length); the anchor is
+    that iteration's start less the first one's.
     `network`: the run's network (default: the log's scenario)."""
     from ..analyze.breakdown import window_arrays
 
@@ -697,4 +723,5 @@ def profile_from_log(log: Any, name: str, network: Any = None, iteration: int = 
         s = int(cols["start_ns"][i]) - a
         for link in routes[key]:
             phases.setdefault(link, []).append((s, int(e) - a))
-    return CommProfile(name, period, {link: _merged(v, period) for link, v in sorted(phases.items())})
+    return CommProfile(name, period, {link: _merged(v, period) for link, v in sorted(phases.items())},
+                       anchor_ns=a - int(starts[0]))
