@@ -502,6 +502,61 @@ fn simulate_training_json<'py>(
     output(py, out, &graph)
 }
 
+/// Lowers several jobs (JSON: `{"jobs": [{"start_ns": ..., "training": {...}}, ...]}`) into one graph and runs it
+/// (see `ddlsim_core::lower::jobs`). The result is `simulate_training_json`'s plus `jobs`: `first_rank` (each
+/// job's first global rank), `job_of_rank`, and `contention`: one dict per link that carried flows of two or more
+/// jobs (`link`, `name`, `shared_ns`, `uses`: [(kind "job" | "tenant", id, bytes, flows, busy_ns)]), empty unless
+/// the network records flows.
+#[pyfunction]
+#[pyo3(signature = (jobs_json, network_json, trace_detail, progress=None))]
+fn simulate_jobs_json<'py>(
+    py: Python<'py>,
+    jobs_json: &str,
+    network_json: &str,
+    trace_detail: &str,
+    progress: Option<PyObject>,
+) -> PyResult<Bound<'py, PyDict>> {
+    use ddlsim_core::lower::jobs::{contention, FlowOwner, JobsSpec};
+    let spec = JobsSpec::from_json(jobs_json).map_err(bad_input)?;
+    let net = network(network_json)?;
+    let detail = detail(trace_detail)?;
+    let (out, merged, links) = run_interruptible(py, progress, |hook| {
+        let merged = ddlsim_core::jobs_graph(&spec, &net).map_err(RunError::Lowering)?;
+        let built = Progress { now: 0, events: 0, ops_done: 0, ops_total: merged.graph.len() as u64 };
+        if !hook(&built) {
+            return Err(RunError::Engine(Error::new(ErrorKind::Interrupted, INTERRUPTED)));
+        }
+        let out = run_graph_with_hook(&merged.graph, &net, detail, Some(hook)).map_err(RunError::Engine)?;
+        let links = contention(&net, &merged.graph.host_of_rank, &merged.job_of_rank, &out.flows, out.makespan).map_err(RunError::Engine)?;
+        Ok::<_, RunError>((out, merged, links))
+    })
+    .map_err(|e| e.into_py_err(training_run_error))?;
+    let result = output(py, out, &merged.graph)?;
+    let jobs = PyDict::new(py);
+    jobs.set_item("first_rank", merged.first_rank.clone())?;
+    jobs.set_item("job_of_rank", merged.job_of_rank.clone())?;
+    let rows = pyo3::types::PyList::empty(py);
+    for l in links {
+        let d = PyDict::new(py);
+        d.set_item("link", l.link)?;
+        d.set_item("name", l.name)?;
+        d.set_item("shared_ns", l.shared_ns)?;
+        let uses: Vec<(&str, u32, f64, u64, u64)> = l
+            .uses
+            .iter()
+            .map(|u| match u.owner {
+                FlowOwner::Job(j) => ("job", j, u.bytes, u.flows, u.busy_ns),
+                FlowOwner::Tenant(t) => ("tenant", t, u.bytes, u.flows, u.busy_ns),
+            })
+            .collect();
+        d.set_item("uses", uses)?;
+        rows.append(d)?;
+    }
+    jobs.set_item("contention", rows)?;
+    result.set_item("jobs", jobs)?;
+    Ok(result)
+}
+
 /// Why an interruptible run failed.
 enum RunError {
     /// A Python exception raised in the hook (a signal handler's or the progress callback's).
@@ -630,6 +685,7 @@ fn unregister_scratch(path: std::path::PathBuf) {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_training_json, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_jobs_json, m)?)?;
     m.add_function(wrap_pyfunction!(lower_training_json, m)?)?;
     m.add_function(wrap_pyfunction!(run_graph_columns, m)?)?;
     m.add_function(wrap_pyfunction!(arm_interrupt_watchdog, m)?)?;

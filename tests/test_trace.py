@@ -66,10 +66,10 @@ def test_errors_share_a_user_facing_base():
 
 
 def test_schema_version_and_column_order():
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     assert COLUMN_NAMES == (
         "id", "iteration", "rank", "role", "host", "device", "stream", "kind", "op", "name", "layer", "tensor",
-        "group", "slice", "peer", "message", "bytes", "priority", "tenant", "collective", "coll_type", "algorithm",
+        "group", "slice", "peer", "message", "bytes", "priority", "tenant", "job", "collective", "coll_type", "algorithm",
         "step", "rpc", "ready_ns", "start_ns", "end_ns", "deps",
     )  # fmt: skip
     assert KINDS == ("compute", "send", "recv", "collective", "barrier", "marker")
@@ -82,7 +82,7 @@ def test_schema_version_and_column_order():
 def test_empty_event_log_has_the_schema():
     log = empty_event_log({"source": "test"})
     assert len(log) == 0 and log.table.schema == EVENT_LOG_SCHEMA
-    assert log.metadata == {"source": "test", "schema_version": 2}
+    assert log.metadata == {"source": "test", "schema_version": 3}
 
 
 def test_from_arrays_fills_defaults_and_encodes_strings():
@@ -234,7 +234,7 @@ def test_validation_of_whole_columns():
     with pytest.raises(TraceError, match=r"unknown column\(s\) \['score'\]; extra columns must be named 'x_<name>'"):
         validate_event_log(table.append_column("score", pa.array([1.0] * 6)))
     with pytest.raises(TraceError, match="column 'start_ns': has type double; start_ns holds integers nanoseconds; convert with"):
-        validate_event_log(table.set_column(25, "start_ns", table.column("start_ns").cast(pa.float64())))
+        validate_event_log(table.set_column(26, "start_ns", table.column("start_ns").cast(pa.float64())))
     with pytest.raises(TraceError, match="column 'layer': has boolean values"):
         validate_event_log(table.set_column(10, "layer", pa.array([True] * 6)))
     with pytest.raises(TraceError, match=r"column 'iteration', row 2 \(id=2\): is null; iteration holds integers and may not be null"):
@@ -284,7 +284,7 @@ def test_groups_side_table_and_its_checks():
     groups = {"group": [0, 0, 1], "tensor": [0, 1, 2], "kind": np.array(["bucket"] * 3, dtype=object),
               "bytes": [10, 20, 30]}
     log = event_log_from_rows(_rows_with(group=1), groups=groups)
-    assert log.groups.column_names == ["group", "tensor", "kind", "offset", "bytes"]
+    assert log.groups.column_names == ["group", "tensor", "kind", "offset", "bytes", "job"]
     assert log.groups.column("offset").to_pylist() == [0, 0, 0]
     with pytest.raises(TraceError, match=r"column 'group', row 1 \(id=1\): group 4 is not in the groups table"):
         event_log_from_rows(_rows_with(group=4), groups=groups)
@@ -335,7 +335,7 @@ def test_parquet_round_trip_is_exact_including_metadata_and_side_tables(tmp_path
     assert back.metadata["clocks"] == {"2": {"offset_ns": 0, "domain": "s"}}
     assert back.is_validated
     raw = pq.read_schema(path).metadata
-    assert raw[b"ddlsim.schema_version"] == b"2"
+    assert raw[b"ddlsim.schema_version"] == b"3"
     assert json.loads(raw[b"ddlsim.side_tables"]) == {"flows": "flows.parquet", "groups": "groups.parquet",
                                                       "queues": "queues.parquet"}
 
@@ -370,12 +370,12 @@ def test_only_the_side_tables_an_events_file_names_are_read(tmp_path):
 
 
 def test_write_validates_what_is_not_known_valid(tmp_path):
-    bad = small_log().table.set_column(25, "start_ns", pa.array([0, 1500, 3000, 4000, 6000, 7000]))
+    bad = small_log().table.set_column(26, "start_ns", pa.array([0, 1500, 3000, 4000, 6000, 7000]))
     with pytest.raises(TraceError, match=r"event log for .*bad.parquet: column 'end_ns', row 5"):
         write_event_log(bad, tmp_path / "bad.parquet")
     assert list(tmp_path.iterdir()) == []
     write_event_log(small_log().to_pandas(), tmp_path / "ok.parquet", {"source": "pandas"})
-    assert read_event_log(tmp_path / "ok.parquet").metadata == {"source": "pandas", "schema_version": 2}
+    assert read_event_log(tmp_path / "ok.parquet").metadata == {"source": "pandas", "schema_version": 3}
     acausal = event_log_from_rows(_rows_with(start_ns=1400, ready_ns=1400), check_causality=False)
     with pytest.raises(TraceError, match="depends on id 0"):
         write_event_log(acausal, tmp_path / "acausal.parquet")
@@ -417,8 +417,8 @@ def test_read_errors_name_the_file(tmp_path):
     pq.write_table(table.set_column(8, "op", pa.array([1] * 6)), tmp_path / "intop.parquet")
     with pytest.raises(TraceError, match="intop.parquet: column 'op': has type int64; op holds text"):
         read_event_log(tmp_path / "intop.parquet")
-    pq.write_table(table.replace_schema_metadata({"ddlsim.schema_version": "3"}), tmp_path / "new.parquet")
-    with pytest.raises(TraceError, match="schema version 3, but this ddlsim reads versions up to 2; upgrade"):
+    pq.write_table(table.replace_schema_metadata({"ddlsim.schema_version": "4"}), tmp_path / "new.parquet")
+    with pytest.raises(TraceError, match="schema version 4, but this ddlsim reads versions up to 3; upgrade"):
         read_event_log(tmp_path / "new.parquet")
 
 
@@ -426,7 +426,7 @@ def test_read_accepts_plain_pandas_parquet(tmp_path):
     log = ps_iteration_log()
     log.to_pandas().to_parquet(tmp_path / "plain.parquet")
     back = read_event_log(tmp_path / "plain.parquet")
-    assert decoded(back) == decoded(log) and back.metadata == {"schema_version": 2}
+    assert decoded(back) == decoded(log) and back.metadata == {"schema_version": 3}
 
 
 # --------------------------------------------------------------------------
@@ -471,7 +471,7 @@ def test_v1_files_are_converted_to_send_and_recv_rows(tmp_path):
              deps=[5, 4]),
     ], metadata={"source": "simulate", "seed": 7})
     log = read_event_log(tmp_path / "v1.parquet")
-    assert log.metadata == {"source": "simulate", "seed": 7, "schema_version": 2, "converted_from_schema_version": 1}
+    assert log.metadata == {"source": "simulate", "seed": 7, "schema_version": 3, "converted_from_schema_version": 1}
     assert not any(name.endswith("_ns") and name.startswith(("w_", "ps_", "n_")) for name in log.table.column_names)
     rows = {row["id"]: row for row in log.to_pandas().to_dict("records")}
     assert sorted(rows) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
@@ -510,7 +510,7 @@ def _events(trace, ph, name=None):
 
 def test_chrome_trace_structure():
     trace = to_chrome_trace(small_log())
-    assert trace["displayTimeUnit"] == "ns" and trace["otherData"]["schema_version"] == 2
+    assert trace["displayTimeUnit"] == "ns" and trace["otherData"]["schema_version"] == 3
     names = {e["pid"]: e["args"]["name"] for e in _events(trace, "M", "process_name")}
     assert names == {1: "worker 0", 2: "server 0"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in _events(trace, "M", "thread_name")}

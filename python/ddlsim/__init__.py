@@ -14,6 +14,7 @@ from .errors import DdlsimError, ModelError, ScenarioError, TraceError
 _LAZY = {
     "SimulationResult": "api",
     "simulate": "api",
+    "simulate_jobs": "api",
     "replay": "api",
     "Scenario": "simulation.scenario",
     "load_scenario": "simulation.scenario",

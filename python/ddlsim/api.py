@@ -130,8 +130,23 @@ def simulate(scenario: Scenario | dict | str | Path | None = None, **overrides: 
     >>> r = simulate(model="resnet50", workers=8, strategy="ring", bandwidth="10Gbps")
     >>> r.iteration_time_s  # doctest: +SKIP
     """
-    run = run_scenario(scenario, **overrides)
+    from .simulation.run import _resolve
+
+    sc = _resolve(scenario, overrides)
+    if sc.job:  # several jobs on one fabric (docs/jobs.md)
+        return simulate_jobs(sc)  # type: ignore[return-value]
+    run = run_scenario(sc)
     return SimulationResult(**{f.name: getattr(run, f.name) for f in dataclasses.fields(SimulationRun) if f.init})
+
+
+def simulate_jobs(scenario: Scenario | dict | str | Path, alone: bool = True, **overrides: Any):
+    """Simulates the [[job]] tables of a scenario in one run on one fabric and returns a
+    :class:`ddlsim.simulation.jobs.JobsRun`: ``jobs()`` (per job: iteration times with the others and alone,
+    slowdown, contended links), ``contention()``, ``events`` (one log, a ``job`` column), ``save(dir)``.
+    ``alone=False`` skips the runs of each job alone (no slowdown then). See docs/jobs.md."""
+    from .simulation.jobs import run_jobs
+
+    return run_jobs(scenario, alone=alone, **overrides)
 
 
 def replay(events: str | Path, model: str | None = None, **overrides: Any) -> SimulationResult:

@@ -54,3 +54,8 @@ pub fn run_graph_with_hook(graph: &graph::Graph, network: &NetworkSpec, detail: 
     let model = network::build_network(network, &graph.hosts())?;
     run_with_hook(graph, model, detail, hook)
 }
+
+/// Several jobs' graphs merged into one, ready to run on `network` (see [`lower::jobs`]).
+pub fn jobs_graph(spec: &lower::jobs::JobsSpec, network: &NetworkSpec) -> Result<lower::jobs::JobsGraph, Error> {
+    lower::jobs::build_jobs_graph(spec, Some(network))
+}

@@ -100,10 +100,10 @@ class EventLogFile:
         self.metadata = _parse_metadata(raw, self.path)
         names = schema.names
         version = _check_version(raw, self.path, schema.empty_table())
-        if version != 2:
-            raise TraceError(f"{self.path}: event-log schema version {version}; streaming reads version 2 only: "
+        if version not in (2, 3):
+            raise TraceError(f"{self.path}: event-log schema version {version}; streaming reads versions 2 and 3 only: "
                              "convert it with read_event_log + write_event_log, or analyse it in memory (--in-memory)")
-        missing = [c.name for c in COLUMNS if c.name not in names]
+        missing = [c.name for c in COLUMNS if c.name not in names and not (version == 2 and c.name == "job")]  # v2: one job
         unknown = [n for n in names if n not in {c.name for c in COLUMNS} and not n.startswith(EXTENSION_PREFIX)]
         if missing or unknown:
             raise TraceError(f"{self.path}: " + (f"missing column(s) {missing}" if missing else f"unknown column(s) {unknown}")

@@ -252,6 +252,13 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
+    if "jobs" in summary:  # several jobs on one fabric (docs/jobs.md)
+        from .report import print_jobs
+
+        print_jobs(summary, out, quiet)
+        for note in result.notes:
+            out.print(f"[yellow]note:[/] {note}")
+        return
     from .report import print_summaries
 
     sc = result.scenario

@@ -83,3 +83,55 @@ def port_table(packet: dict, limit: int = PORT_ROWS) -> tuple[Table, str]:
     if c.get("queues_truncated"):
         line += "; the queues table stopped at network.packet.queue_sample_cap rows"
     return table, line
+
+
+# Contended links shown in the terminal for a run of several jobs (the most shared first); all are in summary.json.
+CONTENTION_ROWS = 12
+
+
+def jobs_table(summary: dict) -> Table:
+    """Several jobs on one fabric: per job its placement, start, mean iteration time with the other jobs and
+    alone (same placement and fabric), the slowdown and how many links it shares with another job."""
+    table = Table(title="jobs on one fabric", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
+    for header in ("job", "model", "workers", "hosts", "start", "iteration\nwith others", "iteration\nalone", "slowdown",
+                   "shared\nlinks"):
+        table.add_column(header, justify="left" if header in ("job", "model", "hosts") else "right", no_wrap=True)
+    for j in summary["jobs"]:
+        hosts = j["hosts"]
+        shown = ",".join(str(h) for h in hosts[:6]) + (f",... ({len(hosts)})" if len(hosts) > 6 else "")
+        alone = j["alone_iteration_time_s"]
+        table.add_row(str(j["name"]), str(j["model"]), str(j["workers"]), shown, f"{j['start_ns'] / 1e6:.3f} ms",
+                      f"{j['iteration_time_s'] * 1e3:.3f} ms", "-" if alone is None else f"{alone * 1e3:.3f} ms",
+                      "-" if j["slowdown"] is None else f"{j['slowdown']:.3f}x", str(len(j["contended_links"])))
+    return table
+
+
+def contention_table(summary: dict, limit: int = CONTENTION_ROWS) -> tuple[Table, str]:
+    """The links flows of two or more jobs crossed, the longest shared first: each owner's bytes and busy time."""
+    names = {j["job"]: j["name"] for j in summary["jobs"]}
+    rows = sorted(summary.get("contention") or [], key=lambda r: (-int(r["shared_ns"]), int(r["link"])))
+    table = Table(title="links shared by jobs", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0, 0, 1))
+    for header in ("link", "shared", "owner", "MB", "busy"):
+        table.add_column(header, justify="left" if header in ("link", "owner") else "right", no_wrap=True)
+    for r in rows[:limit]:
+        for k, u in enumerate(r["uses"]):
+            owner = names.get(u["id"], f"job{u['id']}") if u["owner"] == "job" else f"tenant {u['id']}"
+            table.add_row(r["name"] if k == 0 else "", f"{r['shared_ns'] / 1e6:.3f} ms" if k == 0 else "", owner,
+                          f"{u['bytes'] / 1e6:.3f}", f"{u['busy_ns'] / 1e6:.3f} ms")
+    line = f"{len(rows)} link(s) carried flows of two or more jobs" if rows else "no link carried flows of two jobs"
+    if len(rows) > limit:
+        line += f"; {len(rows) - limit} more in summary.json (--out) or --json"
+    return table, line
+
+
+def print_jobs(summary: dict, console: Console, quiet: bool = False) -> None:
+    """The terminal report of a run of several jobs: the jobs table, the shared links and the outputs."""
+    console.print(jobs_table(summary))
+    table, line = contention_table(summary)
+    if summary.get("contention"):
+        console.print(table)
+    console.print(line)
+    if not quiet:
+        console.print(f"{summary['events']:,} events, {summary['log_rows']:,} log rows, engine {summary['wall_s']:.3f} s")
+        for key, path in (summary.get("outputs") or {}).items():
+            console.print(f"  {key:13s} {path}")

@@ -63,6 +63,9 @@ def _resolve(scenario: Scenario | dict | str | Path | None, overrides: dict[str,
 def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrides: Any) -> SimulationRun:
     """Simulates a training job and returns its event log."""
     sc = _resolve(scenario, overrides)
+    if sc.job:
+        raise ScenarioError("the scenario has [[job]] tables (several jobs on one fabric): run it with "
+                            "ddlsim.simulate_jobs or `ddlsim simulate` (docs/jobs.md)")
     model = build_model(sc.model, sc.base_dir)
     times = layer_times_ns(model, sc.model)
     training = training_document(sc, model, times)

@@ -403,6 +403,56 @@ class TenantConfig(_Strict):
         return None if self.stop is None else parse_duration_ns(self.stop)
 
 
+# ----------------------------------------------------------------- jobs
+
+
+class JobConfig(_Strict):
+    """A training job sharing the fabric with others ([[job]]; docs/jobs.md). Every key left out takes the
+    scenario's own value (sections such as model and strategy are replaced whole, not merged). The jobs are
+    expanded and placed by :mod:`ddlsim.simulation.jobs`."""
+
+    name: Optional[str] = None
+    model: Optional[dict[str, Any]] = None
+    workers: Optional[int] = Field(None, ge=1, le=65536)
+    # a [strategy] table (kind = "ring" | "ps", ...) or just its kind
+    strategy: Optional[Union[str, dict[str, Any]]] = None
+    iterations: Optional[int] = Field(None, ge=1, le=1_000_000)
+    seed: Optional[int] = Field(None, ge=0, lt=2**63)
+    jitter: Optional[float] = Field(None, ge=0, le=1)
+    barrier: Optional[bool] = None
+    stagger: Optional[Duration] = None
+    stagger_mode: Optional[Literal["fixed", "random"]] = None
+    # when the job's first iteration may start (simulated time)
+    start: Duration = "0s"
+    # network priority band of all the job's transfers (0 = highest); None: network.job_band
+    band: Optional[int] = Field(None, ge=0, le=7)
+    # "packed" (lowest free hosts), "spread" (round-robin over leaves), "random" (seeded), or a list of hosts
+    placement: Union[Literal["packed", "spread", "random"], list[int]] = "packed"
+    # seed of "random" placement; None: the scenario's seed + the job's index
+    placement_seed: Optional[int] = Field(None, ge=0, lt=2**63)
+
+    @field_validator("placement", mode="before")
+    @classmethod
+    def _placement_case(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("placement")
+    @classmethod
+    def _hosts(cls, v):
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("placement = [] names no host; list the job's hosts or use \"packed\"")
+            if min(v) < 0:
+                raise ValueError(f"placement = {v!r}: host ids start at 0")
+            if len(set(v)) != len(v):
+                raise ValueError(f"placement = {v!r} lists a host twice; list each once")
+        return v
+
+    @property
+    def start_ns(self) -> int:
+        return parse_duration_ns(self.start)
+
+
 # Keys of the --background form (`websearch:load=0.3,band=0`) and the fields they set.
 BACKGROUND_KEYS = {"load": "load", "flows_per_host": "flows_per_second_per_host",
                    "flows_per_second_per_host": "flows_per_second_per_host", "band": "band", "seed": "seed",
@@ -962,6 +1012,8 @@ class Scenario(_Strict):
     trace_detail: Literal["auto", "step", "collective"] = "auto"
     # Background tenants ([[tenant]] tables): flows of other applications on the same fabric.
     tenant: list[TenantConfig] = Field(default_factory=list)
+    # Training jobs sharing the fabric ([[job]] tables, docs/jobs.md); none: the scenario is one job.
+    job: list[JobConfig] = Field(default_factory=list)
     # Where relative paths (model.profile) are resolved from.
     base_dir: Optional[str] = Field(None, exclude=True)
 

@@ -180,6 +180,10 @@ def read_event_log(path: str | os.PathLike[str], *, check_causality: bool = True
         log.metadata["converted_from_schema_version"] = 1
         return log
     sides = {name: _read_side(path, name, file) for name, file in _parse_side_tables(raw, path).items()}
+    if version == 2:
+        table, sides = _from_v2(table, sides)
+        metadata["converted_from_schema_version"] = 2
+        metadata["schema_version"] = SCHEMA_VERSION
     return validate_event_log(
         EventLog(table, metadata, **sides), source=str(path), check_causality=check_causality
     )
@@ -254,7 +258,7 @@ def _read_table(path: Path) -> pa.Table:
 def _check_version(raw: Mapping[bytes, bytes], path: Path, table: pa.Table) -> int:
     text = raw.get(METADATA_VERSION_KEY.encode())
     if text is None:  # a plain Parquet file: v2 has message ids, v1 had none
-        return SCHEMA_VERSION if "message" in table.column_names else 1
+        return (SCHEMA_VERSION if "job" in table.column_names else 2) if "message" in table.column_names else 1
     try:
         version = int(text.decode())
     except (UnicodeDecodeError, ValueError):
@@ -297,6 +301,15 @@ V1_COLUMNS = (
     "priority", "collective", "step", "rpc", "ready_ns", "start_ns", "end_ns", "deps",
 )  # fmt: skip
 V1_KINDS = ("compute", "transfer", "collective", "barrier")
+def _from_v2(table: pa.Table, sides: dict[str, pa.Table]) -> tuple[pa.Table, dict[str, pa.Table]]:
+    """A schema v2 log in v3 form: v2 logs hold one job, so every row (and group) gets job 0 and
+    every flow job 0 when it is the job's (tenant 0), else -1 (a background tenant's)."""
+    if "job" not in table.column_names:
+        at = table.column_names.index("tenant") + 1 if "tenant" in table.column_names else table.num_columns
+        table = table.add_column(at, "job", pa.array(np.zeros(table.num_rows, dtype=np.int32)))
+    return table, sides  # groups and flows: their validation fills job in (flows: -1 for tenants' flows)
+
+
 _V1_ALGORITHM = {"ring_step": "ring", "hd_step": "halving_doubling"}
 
 

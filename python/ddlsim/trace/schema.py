@@ -1,4 +1,4 @@
-"""The event log, schema version 2: one row per operation that happened.
+"""The event log, schema version 3: one row per operation that happened.
 
 A simulated run and a captured run both produce an event log, and analysis
 reads it without caring which made it. This module is the single definition
@@ -26,7 +26,7 @@ from ..errors import TraceError
 from .columns import BREAKDOWN_COLUMNS, COLL_TYPES, EXTENSION_PREFIX, KINDS, PS_OPS, ROLES, ArrayLog, aligned_times, host_offsets
 from .jsontext import short_repr
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the event-log layout; bump it when columns change meaning."""
 
 METADATA_VERSION_KEY = "ddlsim.schema_version"
@@ -104,7 +104,11 @@ COLUMNS: tuple[Column, ...] = (
     _int("message", _I64, "message id shared by a send and its recv rows, -1 if none"),
     _int("bytes", _I64, "payload bytes (0 for compute)", unit="bytes", minimum=0, default=0),
     _int("priority", _I32, "priority (0 default; lower runs first)", minimum=None, default=0),
-    _int("tenant", _I32, "tenant / job id (0 default)", minimum=0, default=0),
+    _int("tenant", _I32, "background tenant: 0 = the training job(s), >= 1 a [[tenant]] (docs/tenants.md)", minimum=0,
+         default=0),
+    # v3; read as 0 from v2 files (one job)
+    _int("job", _I32, "training job of the row: its [[job]] table's index, 0 in a run of one job (docs/jobs.md)",
+         minimum=0, default=0),
     _int("collective", _I64, "collective instance id, -1 if none"),
     _str("coll_type", "collective type, '' unless collective-related", choices=("",) + COLL_TYPES),
     _str("algorithm", "collective algorithm, e.g. ring, halving_doubling; '' if none"),
@@ -148,6 +152,7 @@ SIDE_TABLES: Mapping[str, SideTable] = {
             _str("kind", "bucket / fusion / merge / ... ('' if unknown)"),
             _int("offset", _I64, "byte offset of the tensor within the group's buffer", minimum=0, default=0),
             _int("bytes", _I64, "bytes of the tensor in the group", minimum=0, default=0),
+            _int("job", _I32, "job the group belongs to (group ids are per job; 0 in a run of one job)", minimum=0, default=0),
         ),
         "one row per (group, tensor): DDP buckets, Horovod fusion buffers, merged gradients",
     ),
@@ -160,7 +165,9 @@ SIDE_TABLES: Mapping[str, SideTable] = {
             _int("dst", _I32, "receiving rank, -1 for a host-only endpoint (a background tenant's flow)", default=None),
             _int("bytes", _I64, "bytes", minimum=0, default=0),
             _int("band", _I32, "priority band (0 = highest)", minimum=0, default=0),
-            _int("tenant", _I32, "tenant / job id", minimum=0, default=0),
+            _int("tenant", _I32, "background tenant: 0 = a training job's flow, >= 1 a [[tenant]]'s", minimum=0, default=0),
+            # v3; from v2 files: 0 for tenant 0, else -1
+            _int("job", _I32, "training job whose flow it is, -1 for a background tenant's flow"),
             Column("start_ns", _I64, "first byte enters the network", "ns"),
             Column("end_ns", _I64, "last byte delivered; FCT = end_ns - start_ns; null: not finished when the run ended",
                    "ns", nullable=True, always=True),
@@ -945,6 +952,9 @@ def _side_table(value: Any, spec: SideTable, source: str) -> pa.Table | None:
     for column in spec.columns:
         if column.name in columns:
             arrays[column.name] = _convert(columns[column.name], column, n, problem)
+        elif spec.name == "flows" and column.name == "job":  # v2 and builders without it: tenant 0's flows are job 0's
+            tenant = _combined(arrays["tenant"]).to_numpy(zero_copy_only=False)
+            arrays[column.name] = pa.array(np.where(tenant == 0, 0, -1).astype(np.int32))
         else:
             arrays[column.name] = _constant(column, n)
     for name in columns:
