@@ -708,20 +708,33 @@ def profile_from_log(log: Any, name: str, network: Any = None, iteration: int = 
         raise PlanError(f"job {name!r}: iteration {iteration} is not in the run ({len(numbers)} iterations)")
     a, b = int(starts[k]), int(ends[k])
     period = int(starts[k + 1] - a) if k + 1 < len(numbers) else b - a
-    cols = {c: flows.column(c).to_numpy(zero_copy_only=False) for c in ("src", "dst", "src_host", "dst_host", "start_ns")}
-    end = flows.column("end_ns").to_numpy(zero_copy_only=False)
+    cols, finished = _flow_columns(flows)
     phases: dict[str, list[tuple[int, int]]] = {}
     routes: dict[tuple, list[str]] = {}
-    take = (cols["start_ns"] >= a) & (cols["start_ns"] < a + period)
+    # the job's own flows (a background tenant's have no rank) that start in the window
+    take = finished & (cols["src"] >= 0) & (cols["start_ns"] >= a) & (cols["start_ns"] < a + period)
     for i in np.flatnonzero(take):
-        e = end[i]
-        if e is None or (isinstance(e, float) and math.isnan(e)):
-            continue
         key = (int(cols["src_host"][i]), int(cols["dst_host"][i]), int(cols["src"][i]), int(cols["dst"][i]))
         if key not in routes:
             routes[key] = route_links(network, *key)
-        s = int(cols["start_ns"][i]) - a
+        s, e = int(cols["start_ns"][i]) - a, int(cols["end_ns"][i]) - a
         for link in routes[key]:
-            phases.setdefault(link, []).append((s, int(e) - a))
+            phases.setdefault(link, []).append((s, e))
     return CommProfile(name, period, {link: _merged(v, period) for link, v in sorted(phases.items())},
                        anchor_ns=a - int(starts[0]))
+
+
+def _flow_columns(flows: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(src, dst, src_host, dst_host, start_ns, end_ns as int64 arrays; finished mask) of a flows table: a
+    pyarrow Table (an EventLog's) or a dict of arrays, end_ns masked where unfinished (a run's ArrayLog)."""
+    names = ("src", "dst", "src_host", "dst_host", "start_ns", "end_ns")
+    if hasattr(flows, "column_names"):
+        end = flows.column("end_ns")
+        finished = ~end.is_null().to_numpy(zero_copy_only=False)
+        cols = {c: (end.fill_null(0) if c == "end_ns" else flows.column(c)).to_numpy(zero_copy_only=False).astype(np.int64)
+                for c in names}
+        return cols, finished
+    end = flows["end_ns"]
+    finished = ~np.ma.getmaskarray(end)
+    cols = {c: np.asarray(np.ma.getdata(flows[c]), dtype=np.int64) for c in names}
+    return cols, finished
