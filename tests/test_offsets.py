@@ -256,3 +256,96 @@ def test_profile_links_are_the_ports_the_packet_model_loads():
     # the period is the iteration time, and every phase lies within the run
     assert profile.period_ns == round(r.iterations["time_s"].iloc[1] * 1e9)
     assert 0 < profile.busy_ns("host 0 -> leaf 0") < profile.period_ns
+
+
+# ------------------------------------------------------------------ several jobs end to end (ddlsim plan)
+
+# 2.5 M fp32 parameters (10 MB) in one layer: a 2-worker ring all-reduce takes 2 steps of 5 MB, 4 ms each at 10 Gbit/s
+def one_layer(fwd_ms, bwd_ms):
+    return {"name": f"one{fwd_ms}", "layers": [{"name": "l0", "params": 2_500_000, "fwd_ms": fwd_ms, "bwd_ms": bwd_ms}]}
+
+
+def shared_spine(jobs, **extra):
+    """Leaf-spine, 2 hosts per leaf, 1 spine, oversubscription 2 (each leaf-spine link 10 Gbit/s), latency 0, flow
+    level: a job on hosts 0 and 2 and one on 1 and 3 share the four leaf-spine links with every ring step."""
+    return {"workers": 2, "network": {"bandwidth": "10Gbps", "latency": "0s", "topology": "leaf-spine",
+                                      "hosts_per_leaf": 2, "spines": 1, "oversubscription": 2.0}, "job": jobs, **extra}
+
+
+def test_offsets_that_separate_the_phases_give_back_the_alone_time_exactly():
+    """Issue 19's third test. Job a: 14 + 14 ms of compute and an 8 ms all-reduce, period 36 ms; job b: 5 + 5 ms
+    and 8 ms, period 18 ms: commensurate (36 = 2 x 18), and the phases fill 8 + 8 = 16 ms < 18 ms, so a's
+    all-reduce fits between two of b's. Started together, a's all-reduce (28-36 ms) meets b's second (28-36 ms):
+    max-min halves both, so a pays 8 ms more and b's iterations slow down too. With the offsets the search
+    finds (zero overlap on a grid that divides both periods, so none in continuous time), the engine gives every
+    iteration of both jobs exactly its time alone."""
+    from ddlsim.plan.jobs_plan import make_jobs_plan
+
+    data = shared_spine([{"name": "a", "placement": [0, 2], "model": one_layer(14.0, 14.0), "iterations": 3},
+                         {"name": "b", "placement": [1, 3], "model": one_layer(5.0, 5.0), "iterations": 6}])
+    plan = make_jobs_plan(data, groupings="keep")
+    assert [p.period_ns for p in plan.profiles] == [36_000_000, 18_000_000]
+    assert plan.offsets.exact_circle and all(p % plan.offsets.grid_ns == 0 for p in plan.offsets.periods_ns)
+    assert plan.offsets.after.total_excess_cells == 0 < plan.offsets.before.total_excess_cells
+    assert plan.alone_s == [[0.036] * 3, [0.018] * 6]
+    assert plan.with_offsets == plan.alone_s  # exactly
+    assert plan.without[0] != plan.alone_s[0] and max(plan.without[0]) >= 0.036 + 0.004
+    rows = {r["name"]: r for r in plan.to_dict()["jobs"]}
+    assert rows["a"]["measured"]["with"]["slowdown"] == 1.0 and rows["b"]["measured"]["with"]["slowdown"] == 1.0
+    assert rows["a"]["measured"]["gain"] > 1.0
+
+
+def test_identical_jobs_fully_overlapping_slowdown_and_prediction_on_paper():
+    """Two identical jobs (6 + 6 ms compute, 8 ms all-reduce, 20 ms alone) started together: every ring step
+    shares the leaf-spine links at B/2, so the all-reduce takes 16 ms: 28 ms, slowdown 1.4. The offset model
+    predicts the same (8 ms of overlap per iteration: delay 8 ms). Half a period apart they run as alone."""
+    from ddlsim.plan.jobs_plan import make_jobs_plan
+
+    data = shared_spine([{"name": "a", "placement": [0, 2]}, {"name": "b", "placement": [1, 3]}],
+                        model=one_layer(6.0, 6.0), iterations=3)
+    plan = make_jobs_plan(data, groupings="keep")
+    d = plan.to_dict()
+    for row in d["jobs"]:
+        assert row["alone_iteration_time_s"] == 0.020
+        assert row["measured"]["without"]["iteration_times_s"] == [0.028] * 3
+        assert row["measured"]["without"]["slowdown"] == pytest.approx(1.4, rel=1e-12)
+        assert row["predicted"]["without"]["delay_ns"] == 8_000_000
+        assert row["predicted"]["without"]["slowdown"] == pytest.approx(1.4, rel=1e-12)
+        assert row["measured"]["with"]["iteration_times_s"] == [0.020] * 3
+    # b's 8 ms phase sits mid-way in a's 12 ms of compute: 2 ms of slack either side, start 10 ms
+    assert [r["start_ns"] for r in d["jobs"]] == [0, 10_000_000]
+    assert d["offsets"]["before"]["score"] == pytest.approx(1 - 8 / 20)
+
+
+def test_cli_plan_several_jobs_json_runs_as_a_scenario(tmp_path):
+    """`ddlsim plan jobs.toml --json`: per-job groupings from the single-job planner and offsets; the JSON's
+    scenario, simulated, gives the planned jobs' iteration times."""
+    import subprocess
+    import sys
+    import tomllib
+
+    import ddlsim
+
+    toml = tmp_path / "jobs.toml"
+    toml.write_text(
+        'workers = 2\niterations = 2\n[model]\nname = "two"\n'
+        'layers = [{name = "a", params = 1_250_000, fwd_ms = 3.0, bwd_ms = 3.0}, '
+        '{name = "b", params = 1_250_000, fwd_ms = 3.0, bwd_ms = 3.0}]\n'
+        '[network]\nbandwidth = "10Gbps"\nlatency = "0s"\ntopology = "leaf-spine"\nhosts_per_leaf = 2\n'
+        'spines = 1\noversubscription = 2.0\n'
+        '[[job]]\nname = "a"\nplacement = [0, 2]\n[[job]]\nname = "b"\nplacement = [1, 3]\n')
+    proc = subprocess.run([sys.executable, "-m", "ddlsim", "plan", str(toml), "--json", "--bucket-caps", "5,25"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [r["name"] for r in data["jobs"]] == ["a", "b"]
+    for row in data["jobs"]:
+        assert row["grouping"]["source"] == "plan" and row["grouping"]["grouping"]["kind"] in ("per-tensor", "synceasgd", "ddp", "groups")
+        assert row["measured"]["with"]["iteration_time_s"] <= row["measured"]["without"]["iteration_time_s"]
+    assert data["offsets"]["after"]["excess_ns"] <= data["offsets"]["before"]["excess_ns"]
+    run = ddlsim.simulate_jobs(data["scenario"], alone=False)
+    assert [j["iteration_times_s"] for j in run.jobs()] == [r["measured"]["with"]["iteration_times_s"] for r in data["jobs"]]
+    # a bad grid is one line, exit 2
+    bad = subprocess.run([sys.executable, "-m", "ddlsim", "plan", str(toml), "--offset-grid", "fast"],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "--offset-grid" in bad.stderr and "Traceback" not in bad.stderr

@@ -578,8 +578,14 @@ def plan(
     partition: str = typer.Option("4MB", "--partition", help="ByteScheduler partition size for the credit sweep."),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan as JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON only."),
+    job_groupings: str = typer.Option(
+        "plan", "--job-groupings", help="Several jobs ([[job]]): plan (each job's fastest plan) or keep (each job's own)."),
+    offset_grid: Optional[str] = typer.Option(None, "--offset-grid", help="Several jobs: grid of the offset search, e.g. 100us."),
+    offset_method: str = typer.Option("auto", "--offset-method", help="Several jobs: auto | exact | affinity."),
+    seed: int = typer.Option(0, "--offset-seed", help="Several jobs: seed of the offset search's random restarts."),
 ) -> None:
-    """Plan gradient synchronisation: MG-WFBP merge plan and best DDP bucket size, verified by simulation."""
+    """Plan gradient synchronisation: MG-WFBP merge plan and best DDP bucket size, verified by simulation.
+    A scenario with [[job]] tables gets per-job groupings and start offsets (docs/planning.md)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
@@ -606,6 +612,19 @@ def plan(
     if len(partition_sizes) != 1:
         raise DdlsimError(f"--partition {partition!r}: give one size, e.g. 4MB")
     cm = CostModel.load(cost_model) if cost_model is not None else None
+    from ..plan.jobs_plan import has_jobs
+
+    if scenario is not None and has_jobs(scenario):  # several jobs on one fabric
+        from .plan_jobs_command import plan_several_jobs
+
+        if cm is not None or profile is not None:
+            raise DdlsimError("--cost-model and --profile plan one job; give each [[job]] its model and the network in the scenario")
+        plan_several_jobs(scenario, overrides={
+            "workers": workers, "bandwidth": bandwidth, "latency": latency, "network": network, "iterations": iterations,
+            "barrier": barrier, **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample)},
+            groupings=job_groupings, grid=offset_grid, method=offset_method, seed=seed,
+            bucket_caps=caps, out_path=out_path, as_json=as_json)
+        return
     if out_path is not None:
         from ..safe_io import check_file_target
 
