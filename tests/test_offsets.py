@@ -349,3 +349,21 @@ def test_cli_plan_several_jobs_json_runs_as_a_scenario(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "ddlsim", "plan", str(toml), "--offset-grid", "fast"],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "--offset-grid" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--offset-method", "fancy"], "method 'fancy'"),
+    (["--job-groupings", "none"], "groupings 'none'"),
+    (["--model", "resnet50"], "--model, --profile and --cost-model plan one job"),
+])
+def test_cli_plan_several_jobs_bad_options_one_line_exit_2(tmp_path, args, message):
+    import subprocess
+    import sys
+
+    toml = tmp_path / "jobs.toml"
+    toml.write_text('workers = 2\n[[job]]\nname = "a"\n[[job]]\nname = "b"\n')
+    out = tmp_path / "plan.json"
+    proc = subprocess.run([sys.executable, "-m", "ddlsim", "plan", str(toml), "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()

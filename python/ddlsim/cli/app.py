@@ -617,8 +617,8 @@ def plan(
     if scenario is not None and has_jobs(scenario):  # several jobs on one fabric
         from .plan_jobs_command import plan_several_jobs
 
-        if cm is not None or profile is not None:
-            raise DdlsimError("--cost-model and --profile plan one job; give each [[job]] its model and the network in the scenario")
+        if cm is not None or profile is not None or model is not None:
+            raise DdlsimError("--model, --profile and --cost-model plan one job; give each [[job]] its model and the network in the scenario")
         plan_several_jobs(scenario, overrides={
             "workers": workers, "bandwidth": bandwidth, "latency": latency, "network": network, "iterations": iterations,
             "barrier": barrier, **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample)},

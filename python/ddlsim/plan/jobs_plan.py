@@ -170,6 +170,10 @@ def make_jobs_plan(scenario: Any, *, groupings: str = "plan", grid_ns: Optional[
     t0 = time.perf_counter()
     if groupings not in ("plan", "keep"):
         raise PlanError(f"groupings {groupings!r}: choose plan (each job's fastest plan) or keep (each job's own)")
+    if method not in ("auto", "exact", "affinity"):  # before any simulation
+        raise PlanError(f"offset search: method {method!r}: choose auto, exact or affinity")
+    if grid_ns is not None and int(grid_ns) <= 0:
+        raise PlanError(f"offset search: grid {grid_ns} ns; the grid step must be > 0")
     sc = _resolve(scenario, {k: v for k, v in overrides.items() if v is not None})
     if len(sc.job) < 2:
         raise PlanError("offsets for several jobs need a scenario with two or more [[job]] tables (docs/jobs.md)")
