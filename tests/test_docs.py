@@ -18,6 +18,7 @@ def test_every_scenario_field_is_in_the_reference():
     sections = {
         "": S.Scenario, "model": S.ModelConfig, "network": S.NetworkConfig, "ring": S.RingStrategy,
         "ps": S.PSStrategy, "synthetic": S.SyntheticConfig, "packet": S.PacketConfig, "tenant": S.TenantConfig,
+        "job": S.JobConfig,
     }
     missing = sorted(f"{where}.{name}" for where, model in sections.items() for name in _fields(model)
                      if f"{name} =" not in DOC and f"`{name}`" not in DOC and f"[{name}]" not in DOC

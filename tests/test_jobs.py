@@ -248,3 +248,50 @@ def test_same_scenario_twice_gives_byte_identical_files(tmp_path):
     for s in summaries:
         s.pop("wall_s")
     assert summaries[0] == summaries[1]
+
+
+def test_the_shell_lines_of_docs_jobs_run(tmp_path):
+    """docs/jobs.md's ```sh block, line by line, as written (from a directory with the examples)."""
+    import re
+    import shlex
+
+    text = (ROOT / "docs" / "jobs.md").read_text(encoding="utf-8")
+    block = re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M)[0]
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    for line in block.strip().splitlines():
+        argv = shlex.split(line.split("#")[0])
+        assert argv[0] == "ddlsim"
+        run = _cli([*argv[1:], "--quiet"] if argv[1] == "simulate" else argv[1:], tmp_path)
+        assert run.returncode == 0, (line, run.stderr)
+    assert (tmp_path / "two-jobs" / "jobs.csv").exists() and "Jobs" in (tmp_path / "two-jobs.html").read_text()
+
+
+def test_a_jobs_run_over_the_memory_budget_is_refused(tmp_path):
+    """The budget is the sum of the jobs' estimates: two jobs that each fit a budget alone can be refused together."""
+    scenario = tmp_path / "jobs.toml"
+    scenario.write_text('workers = 4\niterations = 1\nmodel = { name = "resnet50" }\n[[job]]\n[[job]]\n')
+    from ddlsim.simulation import budget
+
+    sc = scenario_from_dict({"workers": 4, "iterations": 1, "model": {"name": "resnet50"}, "job": [{}, {}]})
+    plan = plan_jobs(sc)
+    one = budget.estimate(plan.subs[0], len(plan.trainings[0]["layers"]), [g["bytes"] for g in plan.trainings[0]["groups"]],
+                          plan.detail)
+    limit = one.memory_bytes + (one.memory_bytes - budget.BASE_BYTES) // 2  # one job fits, two do not
+    run = _cli(["simulate", str(scenario), "--max-memory", str(limit)], tmp_path)
+    assert run.returncode == 2 and "over the memory budget" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert _cli(["simulate", str(scenario), "--max-memory", str(limit), "--force", "--quiet"], tmp_path).returncode == 0
+
+
+def test_a_job_in_a_lower_band_yields_the_shared_link():
+    """The bottleneck setting above, job b in band 1 (strict priority, flow fidelity: band 1 gets what band 0
+    leaves). Job a never sees b: 10 ms iterations, as alone. Job b: compute 0-2 ms; its steps cannot move while
+    a's run (2-10 ms), so b's step 1 runs 10-12 ms at full rate (half its 5 MB); a's second iteration computes
+    10-12 and communicates 12-20, pausing b; b's step 1 finishes 20-22, step 2 22-26: b's iteration 0 is 26 ms.
+    b's iteration 1 (26-36 ms) has the link alone: 10 ms."""
+    data = {"workers": 2, "iterations": 2, "model": ONE_LAYER,
+            "network": {"bandwidth": "10Gbps", "latency": "0s", "topology": "leaf-spine", "hosts_per_leaf": 2,
+                        "spines": 1, "oversubscription": 2.0},
+            "job": [{"name": "a", "placement": [0, 2]}, {"name": "b", "placement": [1, 3], "band": 1}]}
+    a, b = run_jobs(data).jobs()
+    assert a["iteration_times_s"] == [0.010, 0.010] and a["slowdown"] == 1.0
+    assert b["iteration_times_s"] == [0.026, 0.010] and b["band"] == 1

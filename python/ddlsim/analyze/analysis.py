@@ -170,6 +170,25 @@ class Analysis:
         return (f"{self.name}: no parameter-server rows (send/recv rows of push_request, push_response, pull_request, "
                 "pull_response); the SketchDLC and RPC analyses need a PS log")
 
+    # ---------------------------------------------------- several jobs (docs/jobs.md)
+    def jobs(self) -> pd.DataFrame:
+        """Per job of a log of several jobs: iteration time with the others, alone and the slowdown, placement
+        and shared links (:func:`ddlsim.analyze.jobs.job_table`); empty for a log of one job."""
+        from .jobs import job_table
+
+        table = job_table(self.log)
+        if len(table):
+            self._note(table, f"{self.name}: the log holds {len(table)} jobs (docs/jobs.md); the whole-log iteration "
+                              "numbers mix them: read the per-job table (jobs)")
+        return table
+
+    def job_contention(self) -> pd.DataFrame:
+        """Per link that carried flows of two or more jobs and per owner: bytes, flows, busy and shared time."""
+        from .jobs import contention_frame
+
+        return contention_frame(self.log.metadata.get("contention") or [],
+                                {int(m["job"]): m["name"] for m in self.log.metadata.get("jobs") or []})
+
     # ---------------------------------------------------- iterations
     def iterations(self) -> pd.DataFrame:
         """Per iteration and rank, then the mean over workers (rank -1, role
@@ -965,6 +984,9 @@ class Analysis:
             out["iterations_averaged"] = mean["iterations"]
             for part in ("compute_s", "communication_s", "overlap_s", "exposed_communication_s", "idle_s", "overlap_ratio"):
                 out[part] = float(np.mean(np.asarray(it[part])[mean["mask"]]))
+        jobs = self.jobs()
+        if len(jobs):
+            out["jobs"] = [{k: _jsonable(v) for k, v in row.items()} for row in jobs.to_dict(orient="records")]
         ph = self.phases()
         if len(ph):
             out["sketchdlc_overlap_ratio"] = float(ph["sketchdlc_overlap_ratio"].mean())

@@ -47,6 +47,8 @@ def tables(analysis: Analysis, t_window_ns: int, switch_memory_bytes: int,
         "queue_occupancy": analysis.queue_occupancy,
         "fct_flows": analysis.flow_completion,
         "fct_summary": lambda: analysis.fct_summary(*fct_window),
+        "jobs": analysis.jobs,
+        "job_contention": analysis.job_contention,
     }
     return {name: make() for name, make in makers.items()}
 
@@ -68,6 +70,7 @@ def figures(analysis: Analysis, t_window_ns: int, compare_table: pd.DataFrame | 
         "queues": lambda: f.queues_figure(analysis),
         "fct_cdf": lambda: f.fct_figure(analysis, *fct_window),
         "fct_slowdown": lambda: f.slowdown_figure(analysis, *fct_window),
+        "jobs_timeline": lambda: _jobs_timeline(analysis),
     }
     if compare_table is not None:
         makers["compare"] = lambda: f.compare_figure(compare_table)
@@ -88,6 +91,13 @@ def figures(analysis: Analysis, t_window_ns: int, compare_table: pd.DataFrame | 
             out[name][kind] = buffer.getvalue()
         plt.close(fig)
     return out
+
+
+def _jobs_timeline(analysis: Analysis):
+    """The per-job timeline of a log of several jobs (None otherwise, or for a streamed log)."""
+    from ..analyze.jobs import jobs_timeline_figure
+
+    return jobs_timeline_figure(analysis.log) if len(analysis.jobs()) and len(analysis.log) else None
 
 
 def write_table(frame: pd.DataFrame, stem: Path, formats: tuple[str, ...]) -> list[str]:
@@ -188,6 +198,14 @@ def html_report(analysis: Analysis, data: dict[str, pd.DataFrame], pictures: dic
     sections: list[tuple[str, str, str]] = []
     summary = {k: v for k, v in headline.items() if k not in ("notes", "rpc_latency")}
     sections.append(("summary", "Summary", _kv_html(summary)))
+
+    jobs = data.get("jobs")
+    if jobs is not None and not jobs.empty:
+        body = ("<p>Several jobs on one fabric (docs/jobs.md): each job's iteration time with the others, alone "
+                "(same placement and fabric) and the slowdown; the links that carried flows of two or more jobs.</p>"
+                + _figure_html(pictures.get("jobs_timeline"), "per-job timeline") + table_html(jobs, 40)
+                + "<h3>Links shared by jobs</h3>" + table_html(data["job_contention"], 40))
+        sections.append(("jobs", "Jobs", body))
 
     it = data["iterations"]
     body = (_notes_html(it, data["critical_path"]) + _figure_html(pictures.get("iterations"), "iteration breakdown")
@@ -459,6 +477,10 @@ def print_headline(headline: dict[str, Any], console: Any) -> None:
             console.print(f"  FCT {who}: {a.get('flows', 0):,} flows starting in [{window[0] / 1e9:.6g} s, {window[1] / 1e9:.6g} s] "
                           f"({parts}), {a.get('unfinished', 0):,} unfinished; mean {mean}, p99 {p99}, mean slowdown {slow}",
                           highlight=False, markup=False)
+    for j in h.get("jobs", []):
+        slow = "" if j.get("slowdown") is None else f", alone {ms(j['alone_iteration_time_s'])}, slowdown {j['slowdown']:.3f}x"
+        console.print(f"  job {j['job']} ({j['name']}): iteration {ms(j['iteration_time_s'])}{slow}, "
+                      f"{j['shared_links']} shared link(s)", highlight=False, markup=False)
     if "compare" in h:
         c = h["compare"]
         console.print(f"  vs {c['with']}: iteration time {c['iteration_time_diff_s'] * 1e3:+.3f} ms", highlight=False,

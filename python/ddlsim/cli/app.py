@@ -128,6 +128,8 @@ def simulate(
     iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed."),
     jitter: Optional[float] = typer.Option(None, "--jitter", help="Coefficient of variation of compute times."),
+    job_stagger: Optional[str] = typer.Option(
+        None, "--job-stagger", help="Scenarios with [[job]] tables: job k starts k x this later, e.g. 10ms (docs/jobs.md)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size."),
     device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | fp16"),
@@ -159,7 +161,7 @@ def simulate(
         "distribution": distribution, "asynchronous": asynchronous, "staleness": staleness,
         "gamma_ns_per_byte": gamma_ns_per_byte, "stagger": stagger, "stagger_mode": stagger_mode,
         "compute_speedup": compute_speedup, "speedup_kinds": speedup_kinds or None, "grow_module": grow_module,
-        "grow_count": grow_count, "hosts": hosts, "background": _background_overrides(background),
+        "grow_count": grow_count, "hosts": hosts, "background": _background_overrides(background), "job_stagger": job_stagger,
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}

@@ -44,6 +44,8 @@ import numpy as np
 
 from .. import _core
 from ..errors import ScenarioError, from_engine_error
+from ..units import parse_duration_ns
+from ..analyze.jobs import contention_frame, job_iterations, jobs_timeline_figure
 from ..trace.columns import ArrayLog
 from ..workload.model import Model
 from .bridge import _dictionary, event_log_from_engine, raw_column
@@ -225,7 +227,34 @@ def plan_jobs(sc: Scenario) -> JobsPlan:
     else:
         details = [resolve_trace_detail(s, [g["bytes"] for g in t["groups"]]) for s, t in zip(subs, trainings)]
         detail = "collective" if "collective" in details else "step"
-    return JobsPlan(sc, subs, models, trainings, [j.start_ns for j in sc.job], placements, fabric, network, detail)
+    stagger = parse_duration_ns(sc.job_stagger)
+    starts = [j.start_ns + k * stagger for k, j in enumerate(sc.job)]
+    return JobsPlan(sc, subs, models, trainings, starts, placements, fabric, network, detail)
+
+
+def with_starts(sc: Scenario, starts_ns: list[int]) -> Scenario:
+    """`sc` with job k starting at ``starts_ns[k]`` ns (and no job_stagger): how a search over start offsets
+    (CASSINI-style) re-runs a jobs scenario."""
+    if len(starts_ns) != len(sc.job):
+        raise ScenarioError(f"{len(starts_ns)} start offsets for {len(sc.job)} jobs; give one per [[job]]")
+    jobs = [j.model_copy(update={"start": f"{int(t)}ns"}) for j, t in zip(sc.job, starts_ns)]
+    return sc.model_copy(update={"job": jobs, "job_stagger": "0s"})
+
+
+def check_budget(plan: JobsPlan) -> None:
+    """Refuses (ScenarioError) a jobs run over the memory or event budget (see ddlsim.simulation.budget): the
+    sum of every job's own estimate (the process's base memory once), background tenants left out."""
+    from . import budget
+
+    ests = [budget.estimate(sub, len(t["layers"]), [g["bytes"] for g in t["groups"]], plan.detail, None,
+                            sum(layer["fwd_ns"] + layer["bwd_ns"] for layer in t["layers"]))
+            for sub, t in zip(plan.subs, plan.trainings)]
+    total = budget.Estimate(ops=sum(e.ops for e in ests), transfers=sum(e.transfers for e in ests),
+                            events=sum(e.events for e in ests), log_rows=sum(e.log_rows for e in ests),
+                            memory_bytes=budget.BASE_BYTES + sum(e.memory_bytes - budget.BASE_BYTES for e in ests),
+                            packet_hops=sum(e.packet_hops for e in ests))
+    biggest = max(range(len(ests)), key=lambda k: ests[k].log_rows)
+    budget.check(total, plan.subs[biggest], plan.detail, budget.current_control())
 
 
 def _run_engine(plan: JobsPlan, only: int | None = None) -> dict:
@@ -329,27 +358,6 @@ def _groups(plan: JobsPlan, picked: list[int]) -> dict[str, Any]:
     out = {k: np.concatenate([p[k] for p, _ in parts]) if parts else np.zeros(0) for k in ("group", "tensor", "kind", "offset", "bytes")}
     out["job"] = np.concatenate([np.full(len(p["group"]), j, dtype=np.int32) for p, j in parts])
     return out
-
-
-def _subset(log: ArrayLog, mask: np.ndarray) -> ArrayLog:
-    """The rows of `log` where `mask` holds, for the breakdown (deps left out)."""
-    cols = {}
-    for name, value in log.columns.items():
-        if isinstance(value, tuple):
-            cols[name] = (np.asarray(value[0])[mask], value[1])
-        else:
-            cols[name] = np.asarray(value)[mask]
-    n = int(mask.sum())
-    return ArrayLog(cols, deps_offsets=np.zeros(n + 1, dtype=np.int64), deps_values=np.zeros(0, dtype=np.int64),
-                    metadata=log.metadata, source=log.source)
-
-
-def job_iterations(log: Any, job: int) -> dict:
-    """Job `job`'s per-iteration arrays (ddlsim.analyze.breakdown.iteration_arrays) from a jobs log."""
-    from ..analyze.breakdown import iteration_arrays
-
-    jobs = np.asarray(log.column("job"))
-    return iteration_arrays(_subset(log, jobs == job) if isinstance(log, ArrayLog) else log.filter(jobs == job))
 
 
 @dataclass
@@ -463,21 +471,6 @@ class JobsRun:
         return {key: Path(out_dir) / name for key, name in names.items()}
 
 
-def contention_frame(rows: list[dict], names: list[str]) -> "pd.DataFrame":
-    """One row per (link, owner) of the contention list: link, name, owner (a job's name or ``tenant N``),
-    bytes, flows, busy_ns and the link's shared_ns."""
-    import pandas as pd
-
-    out = []
-    for row in rows:
-        for u in row["uses"]:
-            owner = (names[u["id"]] if u["id"] < len(names) else f"job{u['id']}") if u["owner"] == "job" else f"tenant {u['id']}"
-            out.append({"link": row["link"], "link_name": row["name"], "owner": owner, "bytes": u["bytes"],
-                        "flows": u["flows"], "busy_ns": u["busy_ns"], "shared_ns": row["shared_ns"]})
-    columns = ["link", "link_name", "owner", "bytes", "flows", "busy_ns", "shared_ns"]
-    return pd.DataFrame(out, columns=columns)
-
-
 def _iteration_times(log: ArrayLog, job: int) -> list[float]:
     return [float(x) for x in job_iterations(log, job)["time_s"]]
 
@@ -488,6 +481,7 @@ def run_jobs(scenario: Scenario | dict | str | Path, alone: bool = True, **overr
 
     sc = _resolve(scenario, overrides)
     plan = plan_jobs(sc)
+    check_budget(plan)
     t0 = time.perf_counter()
     out = _run_engine(plan)
     wall = time.perf_counter() - t0
@@ -507,41 +501,3 @@ def run_jobs(scenario: Scenario | dict | str | Path, alone: bool = True, **overr
     run.notes.extend(sc.migration_notes)
     return run
 
-
-def jobs_timeline_figure(log: Any, title: str = ""):
-    """One lane per rank, grouped by job (labelled ``job: rank``), compute and communication coloured per job:
-    where each job computes and communicates over the run, start offsets included."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rank = np.asarray(log.column("rank"))
-    job = np.asarray(log.column("job"))
-    kind = np.asarray(log.column("kind"))
-    start, end = np.asarray(log.column("start_ns")), np.asarray(log.column("end_ns"))
-    names = {m["job"]: m["name"] for m in log.metadata.get("jobs", [])}
-    firsts = {m["job"]: m["first_rank"] for m in log.metadata.get("jobs", [])}
-    ranks = sorted(set(int(r) for r in rank))
-    lane = {r: i for i, r in enumerate(ranks)}
-    fig, ax = plt.subplots(figsize=(11, max(2.5, 0.35 * len(ranks) + 1.2)))
-    colours = plt.get_cmap("tab10")
-    for j in sorted(set(int(x) for x in job)):
-        for what, height, alpha in (("compute", 0.7, 0.9), ("communication", 0.35, 0.6)):
-            mask = (job == j) & ((kind == "compute") if what == "compute" else np.isin(kind, ["send", "recv", "collective"]))
-            if not mask.any():
-                continue
-            bars = [(s / 1e6, (e - s) / 1e6) for s, e in zip(start[mask], end[mask])]
-            ys = np.asarray([lane[int(r)] for r in rank[mask]])
-            for y in np.unique(ys):
-                ax.broken_barh([b for b, yy in zip(bars, ys) if yy == y], (y - height / 2, height),
-                               facecolors=colours(j % 10), alpha=alpha,
-                               label=f"{names.get(j, j)} {what}" if y == ys.min() else None)
-    ax.set_yticks(range(len(ranks)))
-    ax.set_yticklabels([f"{names.get(int(job[rank == r][0]), '')}: {r - firsts.get(int(job[rank == r][0]), 0)}" for r in ranks])
-    ax.invert_yaxis()
-    ax.set_xlabel("time (ms)")
-    ax.set_title(title or "jobs on one fabric: compute (tall) and communication (short) per rank")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=7, ncol=4, frameon=False)
-    fig.tight_layout()
-    return fig

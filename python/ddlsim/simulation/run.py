@@ -66,6 +66,9 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
     if sc.job:
         raise ScenarioError("the scenario has [[job]] tables (several jobs on one fabric): run it with "
                             "ddlsim.simulate_jobs or `ddlsim simulate` (docs/jobs.md)")
+    if "job_stagger" in sc.model_fields_set and sc.job_stagger not in (0, "0s"):
+        raise ScenarioError(f"job_stagger = {sc.job_stagger!r} staggers the starts of [[job]] tables, but the scenario has "
+                            "none; remove job_stagger (--job-stagger) or add [[job]] tables (docs/jobs.md)")
     model = build_model(sc.model, sc.base_dir)
     times = layer_times_ns(model, sc.model)
     training = training_document(sc, model, times)

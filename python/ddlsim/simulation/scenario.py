@@ -1014,6 +1014,8 @@ class Scenario(_Strict):
     tenant: list[TenantConfig] = Field(default_factory=list)
     # Training jobs sharing the fabric ([[job]] tables, docs/jobs.md); none: the scenario is one job.
     job: list[JobConfig] = Field(default_factory=list)
+    # Staggered job starts: job k starts job_stagger x k after its own start (docs/jobs.md).
+    job_stagger: Duration = "0s"
     # Where relative paths (model.profile) are resolved from.
     base_dir: Optional[str] = Field(None, exclude=True)
 
