@@ -164,7 +164,9 @@ def make_jobs_plan(scenario: Any, *, groupings: str = "plan", grid_ns: Optional[
                    bucket_caps_mb: Optional[Sequence[float]] = None, progress: Optional[Progress] = None,
                    **overrides: Any) -> JobsOffsetPlan:
     """Plans a scenario of several jobs (see the module doc)."""
-    from ..simulation.jobs import _run_engine, job_iterations, job_names, job_scenarios, jobs_event_log, plan_jobs
+    from ..analyze.jobs import job_iterations
+    from ..simulation.jobs import (_run_engine, check_budget, job_names, job_scenarios, jobs_event_log, plan_jobs,
+                                   with_starts)
     from ..simulation.run import _resolve
 
     t0 = time.perf_counter()
@@ -203,7 +205,8 @@ def make_jobs_plan(scenario: Any, *, groupings: str = "plan", grid_ns: Optional[
             chosen.append({"source": "kept", "grouping": own})
     planned = _with_jobs(sc, tables)
     jp = plan_jobs(planned)
-    starts_before = list(jp.starts_ns)
+    check_budget(jp)  # before any simulation: the runs together are the largest
+    starts_before = list(jp.starts_ns)  # the [[job]] starts, job_stagger included
     profiles, alone = [], []
     for j in range(len(subs)):
         if progress:
@@ -216,8 +219,7 @@ def make_jobs_plan(scenario: Any, *, groupings: str = "plan", grid_ns: Optional[
         progress("searching offsets")
     found = search_offsets(profiles, grid_ns=grid_ns, start_ns=starts_before, method=method, seed=seed,
                            restarts=restarts, max_cells=max_cells)
-    final_tables = [dict(t, start=f"{int(s)}ns") for t, s in zip(tables, found.after.offsets_ns)]
-    final = _with_jobs(planned, final_tables)
+    final = with_starts(planned, [int(s) for s in found.after.offsets_ns])
 
     def together(scenario: Any) -> list[list[float]]:
         plan = plan_jobs(scenario)
