@@ -367,3 +367,23 @@ def test_cli_plan_several_jobs_bad_options_one_line_exit_2(tmp_path, args, messa
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("method", ["exact", "affinity"])
+def test_three_jobs_in_a_triangle_of_shared_links_run_as_alone(method):
+    """Three identical jobs (10 + 10 ms compute, 8 ms all-reduce, 28 ms) on three leaves of one spine: a on
+    leaves 0 and 1, b on 0 and 2, c on 1 and 2, so each pair shares one leaf's spine links (an affinity graph
+    with a loop). 3 x 8 = 24 ms < 28 ms: the three all-reduces fit one after another. Both the exact search and
+    the affinity graph (whose loop the best-response sweeps resolve) find offsets with no overlap, and the
+    engine then gives every job its time alone, exactly."""
+    from ddlsim.plan.jobs_plan import make_jobs_plan
+
+    data = shared_spine([{"name": "a", "placement": [0, 2]}, {"name": "b", "placement": [1, 4]},
+                         {"name": "c", "placement": [3, 5]}], model=one_layer(10.0, 10.0), iterations=3)
+    plan = make_jobs_plan(data, groupings="keep", method=method)
+    assert plan.offsets.method == method
+    assert sorted(plan.offsets.shared_links) == sorted(
+        f"{a} -> {b}" for leaf in range(3) for a, b in ((f"leaf {leaf}", "spine 0"), ("spine 0", f"leaf {leaf}")))
+    assert plan.offsets.after.total_excess_cells == 0 < plan.offsets.before.total_excess_cells
+    assert plan.alone_s == [[0.028] * 3] * 3 and plan.with_offsets == plan.alone_s
+    assert min(max(w) for w in plan.without) > 0.028
