@@ -25,6 +25,7 @@ _LAZY = {
     "CostModel": "plan.cost",
     "fit_cost_model": "plan.cost",
     "make_plan": "plan.planner",
+    "make_jobs_plan": "plan.jobs_plan",
     "convert": "interop",
 }
 
