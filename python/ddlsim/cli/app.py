@@ -670,8 +670,14 @@ def plan(
         "report measured against predicted gain; writes before/, after/, plan.json and apply.json in this new directory."),
     capture_iterations: int = typer.Option(6, "--capture-iterations", help="With --apply: iterations of each capture."),
     plan_entry: str = typer.Option("best", "--plan-entry", help="With --apply: best | ddp | mg_wfbp (see capture ddp --plan)."),
+    job_groupings: str = typer.Option(
+        "plan", "--job-groupings", help="Several jobs ([[job]]): plan (each job's fastest plan) or keep (each job's own)."),
+    offset_grid: Optional[str] = typer.Option(None, "--offset-grid", help="Several jobs: grid of the offset search, e.g. 100us."),
+    offset_method: str = typer.Option("auto", "--offset-method", help="Several jobs: auto | exact | affinity."),
+    seed: int = typer.Option(0, "--offset-seed", help="Several jobs: seed of the offset search's random restarts."),
 ) -> None:
-    """Plan gradient synchronisation: MG-WFBP merge plan and best DDP bucket size, verified by simulation."""
+    """Plan gradient synchronisation: MG-WFBP merge plan and best DDP bucket size, verified by simulation.
+    A scenario with [[job]] tables gets per-job groupings and start offsets (docs/planning.md)."""
     if apply_dir is not None:
         if scenario is not None or profile is not None or cost_model is not None or out_path is not None:
             raise DdlsimError("--apply measures its own profile and writes its own plan: leave out the scenario, "
@@ -706,6 +712,19 @@ def plan(
     if len(partition_sizes) != 1:
         raise DdlsimError(f"--partition {partition!r}: give one size, e.g. 4MB")
     cm = CostModel.load(cost_model) if cost_model is not None else None
+    from ..plan.jobs_plan import has_jobs
+
+    if scenario is not None and has_jobs(scenario):  # several jobs on one fabric
+        from .plan_jobs_command import plan_several_jobs
+
+        if cm is not None or profile is not None or model is not None:
+            raise DdlsimError("--model, --profile and --cost-model plan one job; give each [[job]] its model and the network in the scenario")
+        plan_several_jobs(scenario, overrides={
+            "workers": workers, "bandwidth": bandwidth, "latency": latency, "network": network, "iterations": iterations,
+            "barrier": barrier, **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample)},
+            groupings=job_groupings, grid=offset_grid, method=offset_method, seed=seed,
+            bucket_caps=caps, out_path=out_path, as_json=as_json)
+        return
     if out_path is not None:
         from ..safe_io import check_file_target
 
