@@ -7,7 +7,6 @@ use serde::Deserialize;
 
 use crate::graph::{Algorithm, PolicyKind};
 
-pub use super::variation::{ComputeVector, Straggler, TransientStraggler};
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -326,7 +325,7 @@ impl TrainingSpec {
             return Err("asynchronous PS answers every push at once; the distribution order needs synchronous PS".into());
         }
         validate_in_network(self)?;
-        super::variation::validate(self)?;
+        validate_variation(self)?;
         if ps && (self.partition_bytes > 0 || self.credit_bytes > 0) {
             return Err("partition_bytes and credit_bytes schedule all-reduces; the parameter-server strategy has none".into());
         }
@@ -425,4 +424,77 @@ mod job_band_tests {
             assert_eq!(spec(true, 3).band_of(l, 4), ((2 * l) as u8 + 3).min(BANDS as u8 - 1));
         }
     }
+}
+
+// -- per-rank compute variation (what it does: `lower::variation`) --
+
+/// One rank-iteration's per-layer compute times (ns), layer order as `layers`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeVector {
+    pub fwd_ns: Vec<u64>,
+    pub bwd_ns: Vec<u64>,
+}
+
+/// A persistent straggler: worker `rank` (0-based, within the job) is `factor` times slower every iteration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Straggler {
+    pub rank: u32,
+    pub factor: f64,
+}
+
+/// A transient straggler: every worker, every iteration, is `factor` times slower with probability `probability`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransientStraggler {
+    pub probability: f64,
+    pub factor: f64,
+}
+
+/// Checks the per-rank variation fields against the spec's layers and workers.
+fn validate_variation(spec: &TrainingSpec) -> Result<(), String> {
+    let layers = spec.layers.len();
+    for (i, v) in spec.compute_pool.iter().enumerate() {
+        if v.fwd_ns.len() != layers || v.bwd_ns.len() != layers {
+            return Err(format!(
+                "compute_pool[{i}] has {} forward and {} backward times for {layers} layers",
+                v.fwd_ns.len(),
+                v.bwd_ns.len()
+            ));
+        }
+    }
+    if !spec.compute_assign.is_empty() {
+        if spec.compute_pool.is_empty() {
+            return Err("compute_assign needs a compute_pool to index".into());
+        }
+        if spec.compute_assign.len() != spec.workers as usize {
+            return Err(format!("compute_assign has {} entries for {} workers", spec.compute_assign.len(), spec.workers));
+        }
+        for (w, row) in spec.compute_assign.iter().enumerate() {
+            if row.is_empty() {
+                return Err(format!("compute_assign[{w}] is empty"));
+            }
+            if let Some(&i) = row.iter().find(|&&i| i as usize >= spec.compute_pool.len()) {
+                return Err(format!("compute_assign[{w}] names vector {i} of a pool of {}", spec.compute_pool.len()));
+            }
+        }
+    }
+    for s in &spec.stragglers {
+        if s.rank >= spec.workers {
+            return Err(format!("straggler rank {} is not a worker (workers 0 to {})", s.rank, spec.workers - 1));
+        }
+        if !(s.factor.is_finite() && s.factor > 0.0) {
+            return Err(format!("straggler factor {} must be a finite number > 0", s.factor));
+        }
+    }
+    for t in &spec.transient_stragglers {
+        if !(t.probability.is_finite() && (0.0..=1.0).contains(&t.probability)) {
+            return Err(format!("transient straggler probability {} must be in [0, 1]", t.probability));
+        }
+        if !(t.factor.is_finite() && t.factor > 0.0) {
+            return Err(format!("transient straggler factor {} must be a finite number > 0", t.factor));
+        }
+    }
+    Ok(())
 }

@@ -16,87 +16,17 @@
 //!
 //! The factors multiply the (jittered) duration of every forward and
 //! backward op of that rank in that iteration; the stagger idle time is not scaled.
+//! The fields and their checks live in `lower::spec` (the data); this file holds what they do.
 
 use rand::Rng;
-use serde::Deserialize;
-
-use super::spec::TrainingSpec;
+use super::spec::{ComputeVector, TrainingSpec};
 use crate::rng::{stream, Purpose};
-
-/// One rank-iteration's per-layer compute times (ns), layer order as `layers`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ComputeVector {
-    pub fwd_ns: Vec<u64>,
-    pub bwd_ns: Vec<u64>,
-}
-
-/// A persistent straggler: worker `rank` (0-based, within the job) is `factor` times slower every iteration.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Straggler {
-    pub rank: u32,
-    pub factor: f64,
-}
-
-/// A transient straggler: every worker, every iteration, is `factor` times slower with probability `probability`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TransientStraggler {
-    pub probability: f64,
-    pub factor: f64,
-}
 
 /// Whether the spec asks for any per-rank compute variation.
 pub fn varies(spec: &TrainingSpec) -> bool {
     !spec.compute_pool.is_empty() || !spec.stragglers.is_empty() || !spec.transient_stragglers.is_empty()
 }
 
-pub fn validate(spec: &TrainingSpec) -> Result<(), String> {
-    let layers = spec.layers.len();
-    for (i, v) in spec.compute_pool.iter().enumerate() {
-        if v.fwd_ns.len() != layers || v.bwd_ns.len() != layers {
-            return Err(format!(
-                "compute_pool[{i}] has {} forward and {} backward times for {layers} layers",
-                v.fwd_ns.len(),
-                v.bwd_ns.len()
-            ));
-        }
-    }
-    if !spec.compute_assign.is_empty() {
-        if spec.compute_pool.is_empty() {
-            return Err("compute_assign needs a compute_pool to index".into());
-        }
-        if spec.compute_assign.len() != spec.workers as usize {
-            return Err(format!("compute_assign has {} entries for {} workers", spec.compute_assign.len(), spec.workers));
-        }
-        for (w, row) in spec.compute_assign.iter().enumerate() {
-            if row.is_empty() {
-                return Err(format!("compute_assign[{w}] is empty"));
-            }
-            if let Some(&i) = row.iter().find(|&&i| i as usize >= spec.compute_pool.len()) {
-                return Err(format!("compute_assign[{w}] names vector {i} of a pool of {}", spec.compute_pool.len()));
-            }
-        }
-    }
-    for s in &spec.stragglers {
-        if s.rank >= spec.workers {
-            return Err(format!("straggler rank {} is not a worker (workers 0 to {})", s.rank, spec.workers - 1));
-        }
-        if !(s.factor.is_finite() && s.factor > 0.0) {
-            return Err(format!("straggler factor {} must be a finite number > 0", s.factor));
-        }
-    }
-    for t in &spec.transient_stragglers {
-        if !(t.probability.is_finite() && (0.0..=1.0).contains(&t.probability)) {
-            return Err(format!("transient straggler probability {} must be in [0, 1]", t.probability));
-        }
-        if !(t.factor.is_finite() && t.factor > 0.0) {
-            return Err(format!("transient straggler factor {} must be a finite number > 0", t.factor));
-        }
-    }
-    Ok(())
-}
 
 /// The pool vector worker `w` uses in `iteration`, None without a pool.
 pub fn vector_of(spec: &TrainingSpec, w: u32, iteration: i32) -> Option<&ComputeVector> {
@@ -133,7 +63,7 @@ pub fn scaled(ns: u64, factor: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lower::spec::{AlgorithmName, LayerSpec, SyncSpec};
+    use crate::lower::spec::{AlgorithmName, LayerSpec, Straggler, SyncSpec, TransientStraggler};
 
     fn spec(workers: u32) -> TrainingSpec {
         let layers = (0..2).map(|_| LayerSpec { fwd_ns: 10, bwd_ns: 20 }).collect();
@@ -171,8 +101,8 @@ mod tests {
         s.compute_assign.clear();
         let seen: std::collections::BTreeSet<u64> = (0..100).map(|it| vector_of(&s, 0, it).unwrap().fwd_ns[0]).collect();
         assert_eq!(seen.len(), 3);
-        assert!(validate(&s).is_ok());
+        assert!(s.validate().is_ok());
         s.compute_pool[1].bwd_ns.pop();
-        assert!(validate(&s).unwrap_err().contains("compute_pool[1]"));
+        assert!(s.validate().unwrap_err().contains("compute_pool[1]"));
     }
 }
