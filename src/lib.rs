@@ -216,6 +216,17 @@ fn output<'py>(py: Python<'py>, out: RunOutput, graph: &Graph) -> PyResult<Bound
     network.set_item("timeouts", totals.timeouts)?;
     network.set_item("queues_truncated", truncated)?;
     result.set_item("network", network)?;
+    if let Some(classes) = &graph.rank_classes {
+        // Rank classes: the log holds one worker per class (see ddlsim_core::lower::classes).
+        let c = PyDict::new(py);
+        c.set_item("workers", classes.workers)?;
+        column(py, &c, "class_of", "<u4", &classes.class_of)?;
+        column(py, &c, "representatives", "<u4", &classes.representatives)?;
+        column(py, &c, "sizes", "<u4", &classes.sizes)?;
+        c.set_item("compute_stride", classes.compute_stride)?;
+        c.set_item("collective_stride", classes.collective_stride)?;
+        result.set_item("rank_classes", c)?;
+    }
     Ok(result)
 }
 

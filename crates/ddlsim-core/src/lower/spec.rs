@@ -204,6 +204,10 @@ pub struct TrainingSpec {
     /// PS: multicast / in-network aggregation; ring: multicast all-gather (see `lower::in_network`).
     #[serde(default)]
     pub in_network: InNetworkSpec,
+    /// Closed form: simulate one worker per class of alike workers when the
+    /// run allows it (see `lower::classes`); false (default): every worker.
+    #[serde(default)]
+    pub rank_classes: bool,
 }
 
 /// Network priority bands used for gradient priorities.
@@ -251,6 +255,7 @@ impl TrainingSpec {
             stagger_ns: 0,
             stagger: Default::default(),
             in_network: Default::default(),
+            rank_classes: false,
         }
     }
 

@@ -1,0 +1,158 @@
+//! Rank classes: ranks that behave alike are simulated once.
+//!
+//! In the closed-form collective model (see
+//! [`crate::collective::closed_form`]) a rank's timeline depends only on its
+//! own compute, on when each collective launches (when its last member
+//! joined) and on its own finish offset in each collective. When every
+//! worker has the same compute (no jitter, no stagger, no per-rank
+//! variation) and takes part in every all-reduce, two workers whose finish
+//! offsets are equal in every collective of the run have the same timeline:
+//! they join every collective at the same time, so the launch times (the
+//! latest join) are the same whether every worker or one worker per class
+//! is simulated. [`rank_classes`] partitions the workers by their offsets
+//! (all the run's distinct collective sizes, the real link cost), and the
+//! training lowering then builds one worker per class, its *representative*
+//! (the class's lowest rank).
+//!
+//! What the class run logs is exactly the representatives' rows of the
+//! per-rank run: ops carry the id they would have there
+//! ([`RankClasses::full_id`], applied by [`expand_output`]), and the
+//! per-rank byte counts are those of every rank (each collective's closed
+//! form counts every member's bytes). `class_size` of a row and the strides
+//! turn it back into the per-rank log (`ddlsim.trace.classes.expand`).
+
+use std::collections::HashMap;
+
+use super::spec::{CollectiveModel, InNetworkMode, SyncSpec, TrainingSpec};
+use super::training::partitions;
+use crate::algorithm::LinkCost;
+use crate::collective::{closed_form, Params};
+use crate::executor::RunOutput;
+use crate::graph::{CollectiveSpec, CollectiveType, Graph};
+
+/// The classes of a run's workers.
+#[derive(Debug, Clone, Default)]
+pub struct RankClasses {
+    /// Workers of the full run.
+    pub workers: u32,
+    /// Class of each worker (classes are numbered by their lowest rank).
+    pub class_of: Vec<u32>,
+    /// Each class's representative (its lowest rank) and size.
+    pub representatives: Vec<u32>,
+    pub sizes: Vec<u32>,
+    /// Per op of the class graph: its id in the per-rank graph (filled by the lowering).
+    pub full_id: Vec<u64>,
+    /// Id distance between the same op of ranks r and r + 1 in the per-rank
+    /// graph: compute ops, collective ops (a barrier is one op for all).
+    pub compute_stride: u64,
+    pub collective_stride: u64,
+}
+
+impl RankClasses {
+    /// What a class graph's collective (`spec`, one member per class) needs:
+    /// the whole collective's parameters and its size.
+    pub fn params(&self, spec: &CollectiveSpec, host_of_rank: &[u32]) -> Params {
+        let full = CollectiveSpec { members: (0..self.workers).collect(), ..spec.clone() };
+        Params { full_members: self.workers, ..Params::for_spec(&full, host_of_rank) }
+    }
+}
+
+/// Whether the training can run as rank classes: all-reduce in the
+/// closed-form model, every worker alike (no jitter or stagger), no
+/// servers, nothing in the network.
+pub fn eligible(spec: &TrainingSpec) -> bool {
+    spec.rank_classes
+        && spec.collective_model == CollectiveModel::ClosedForm
+        && matches!(spec.sync, SyncSpec::Allreduce { .. })
+        && spec.in_network.mode == InNetworkMode::None
+        && spec.jitter == 0.0
+        && spec.stagger_ns == 0
+        && !spec.preemption
+        && spec.credit_bytes == 0
+        && spec.workers > 1
+}
+
+/// The workers' classes under `cost`, or None when the training is not
+/// [`eligible`] or no two workers are alike (then the per-rank run is as small).
+pub fn rank_classes(spec: &TrainingSpec, cost: &LinkCost) -> Option<RankClasses> {
+    if !eligible(spec) {
+        return None;
+    }
+    let SyncSpec::Allreduce { algorithm } = spec.sync else { return None };
+    let n = spec.workers;
+    let full = CollectiveSpec {
+        algorithm: algorithm.algorithm(),
+        coll_type: CollectiveType::AllReduce,
+        members: (0..n).collect(),
+        bytes: 0,
+        chunk_bytes: spec.chunk_bytes,
+        gamma_ns_per_byte: spec.gamma_ns_per_byte,
+    };
+    let params = Params::for_spec(&full, &spec.host_of_rank);
+    let mut sizes: Vec<u64> = spec.groups.iter().flat_map(|g| partitions(g.bytes, spec.partition_bytes)).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    // Partition refinement: split classes by each size's finish offsets.
+    let mut class_of = vec![0u32; n as usize];
+    let mut classes = 1usize;
+    for bytes in sizes {
+        let offsets = closed_form::finish_offsets(full.algorithm, n, bytes, &params, cost);
+        if offsets.iter().all(|&o| o == offsets[0]) {
+            continue;
+        }
+        let mut ids: HashMap<(u32, u64), u32> = HashMap::new();
+        for (c, &o) in class_of.iter_mut().zip(&offsets) {
+            let next = ids.len() as u32;
+            *c = *ids.entry((*c, o)).or_insert(next);
+        }
+        classes = ids.len();
+        if classes == n as usize {
+            return None;
+        }
+    }
+    let mut representatives = vec![u32::MAX; classes];
+    let mut counts = vec![0u32; classes];
+    for (w, &c) in class_of.iter().enumerate() {
+        if representatives[c as usize] == u32::MAX {
+            representatives[c as usize] = w as u32;
+        }
+        counts[c as usize] += 1;
+    }
+    Some(RankClasses { workers: n, class_of, representatives, sizes: counts, ..Default::default() })
+}
+
+/// Turns a class run's output into the per-rank run's view: log ids and
+/// dependencies as in the per-rank graph, and every rank's byte counts
+/// (each collective's closed-form bytes of all its members).
+pub fn expand_output(out: &mut RunOutput, graph: &Graph) {
+    let Some(classes) = &graph.rank_classes else { return };
+    let map = |id: i64| -> i64 {
+        if id >= 0 && (id as usize) < classes.full_id.len() {
+            classes.full_id[id as usize] as i64
+        } else {
+            id
+        }
+    };
+    for id in out.log.id.iter_mut() {
+        *id = map(*id);
+    }
+    for d in out.log.deps.iter_mut() {
+        *d = map(*d);
+    }
+    let ranks = out.bytes_sent.len().max(classes.workers as usize);
+    let (mut sent, mut received) = (vec![0u64; ranks], vec![0u64; ranks]);
+    // Each collective of the class graph ran once (a run that ends early is an error).
+    let mut memo: HashMap<u64, (Vec<u64>, Vec<u64>)> = HashMap::new();
+    for spec in &graph.collectives {
+        let mut full = spec.clone();
+        full.members = (0..classes.workers).collect();
+        let params = Params::for_spec(&full, &graph.host_of_rank);
+        let (s, r) = memo.entry(spec.bytes).or_insert_with(|| closed_form::member_bytes(full.algorithm, classes.workers, full.bytes, &params));
+        for w in 0..classes.workers as usize {
+            sent[w] = sent[w].saturating_add(s[w]);
+            received[w] = received[w].saturating_add(r[w]);
+        }
+    }
+    out.bytes_sent = sent;
+    out.bytes_received = received;
+}
