@@ -135,6 +135,8 @@ def simulate(
     profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms, or an event log (.parquet) whose per-layer compute rows give them."),
     barrier: Optional[bool] = typer.Option(None, "--barrier/--no-barrier", help="Global barrier between iterations."),
     trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
+    per_rank: bool = typer.Option(
+        False, "--per-rank", help="Closed form: simulate and log every worker, not one per class of alike workers."),
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write event log, trace, tables and timeline here."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary only."),
     max_memory: Optional[str] = typer.Option(
@@ -156,6 +158,7 @@ def simulate(
         "server_hosts": server_hosts, "priority_bands": priority_bands, "record_flows": record_flows, "precision": precision, "efficiency": efficiency,
         "profile": str(profile.resolve()) if profile else None, "iterations": iterations, "seed": seed, "jitter": jitter,
         "batch_size": batch_size, "device": device, "barrier": barrier, "trace_detail": trace_detail,
+        "rank_classes": "off" if per_rank else None,
         "distribution": distribution, "asynchronous": asynchronous, "staleness": staleness,
         "gamma_ns_per_byte": gamma_ns_per_byte, "stagger": stagger, "stagger_mode": stagger_mode,
         "compute_speedup": compute_speedup, "speedup_kinds": speedup_kinds or None, "grow_module": grow_module,
