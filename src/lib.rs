@@ -638,9 +638,22 @@ fn unregister_scratch(path: std::path::PathBuf) {
     watchdog::unregister(&path);
 }
 
+/// The sizes of the rank classes a closed-form run of this training would
+/// simulate (see `ddlsim_core::lower::classes`); None: every worker on its own
+/// (not eligible, not closed form, or the descriptions do not read: the run says why).
+#[pyfunction]
+fn rank_class_sizes(training_json: &str, network_json: &str) -> Option<Vec<u32>> {
+    let spec = TrainingSpec::from_json(training_json).ok()?;
+    let net: NetworkSpec = serde_json::from_str(network_json).ok()?;
+    spec.validate().ok()?;
+    let cost = ddlsim_core::collective::closed_form::LinkCost::of_network(&net).ok()?;
+    ddlsim_core::lower::classes::rank_classes(&spec, &cost).map(|c| c.sizes)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_training_json, m)?)?;
+    m.add_function(wrap_pyfunction!(rank_class_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(lower_training_json, m)?)?;
     m.add_function(wrap_pyfunction!(run_graph_columns, m)?)?;
     m.add_function(wrap_pyfunction!(arm_interrupt_watchdog, m)?)?;

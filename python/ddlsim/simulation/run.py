@@ -70,8 +70,10 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
     detail = resolve_trace_detail(sc, [g["bytes"] for g in training["groups"]])
     control = budget.current_control()
     compute_ns = sum(f + b for f, b in times)
+    # Closed form: alike workers run once per class; the estimate counts the classes.
+    classes = _core.rank_class_sizes(engine_json(training), engine_json(network)) if training.get("rank_classes") else None
     budget.check(budget.estimate(sc, len(training["layers"]), [g["bytes"] for g in training["groups"]], detail,
-                                 network.get("tenants"), compute_ns), sc, detail, control)
+                                 network.get("tenants"), compute_ns, classes), sc, detail, control)
     t0 = time.perf_counter()
     try:
         out = _core.simulate_training_json(engine_json(training), engine_json(network), detail, control.progress)
