@@ -430,12 +430,13 @@ def convert(
                                               "(default: from the name)"),
     to_format: Optional[str] = typer.Option(None, "--to", help="events | sketchdlc | chakra | kineto | chrome | csv "
                                             "(default: from the name)"),
+    expand: bool = typer.Option(False, "--expand", help="A log of rank classes (closed form): write one row per rank."),
 ) -> None:
     """Convert between trace formats (see docs/interop.md): event log, SketchDLC, Chakra, Kineto, Chrome, CSV, netop."""
     from ..interop import convert as convert_trace
 
     notes: list[str] = []
-    written = convert_trace(source, target, from_format=from_format, to_format=to_format, notes=notes)
+    written = convert_trace(source, target, from_format=from_format, to_format=to_format, notes=notes, expand=expand)
     out.print(f"wrote {target}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
     for note in notes:  # the Perfetto trace's size bound, as simulate applies it
         err.print(f"warning: {note}", highlight=False, markup=False)
