@@ -4,9 +4,10 @@ In the closed-form collective model, workers with the same compute and the
 same place in every all-reduce's schedule have the same timeline; the
 engine then simulates one worker per class (its *representative*, the
 class's lowest rank; crates/ddlsim-core/src/lower/classes.rs). Such a log
-holds exactly the representatives' rows of the per-rank log (same ids,
-same times), each with ``class_size``: how many ranks the row stands for
-(1 for a row that stands for itself, e.g. the barrier). Its metadata
+holds the representatives' rows of the per-rank log (same ids, same
+times; a barrier waits for the representatives only), each with
+``class_size``: how many ranks the row stands for (1 for a row that stands
+for itself, e.g. the barrier). Its metadata
 ``rank_classes`` says which rank is in which class:
 
 - ``ranks``: workers of the full run;

@@ -120,6 +120,8 @@ COLUMNS: tuple[Column, ...] = (
 COLUMN_NAMES: tuple[str, ...] = tuple(column.name for column in COLUMNS)
 COLUMN_BY_NAME: Mapping[str, Column] = {column.name: column for column in COLUMNS}
 REQUIRED_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.required)
+# Columns added to schema v2 later: a log without them reads with their default.
+ADDED_COLUMNS: tuple[str, ...] = ("class_size",)
 
 EVENT_LOG_SCHEMA = pa.schema([pa.field(c.name, c.arrow_type, nullable=c.nullable) for c in COLUMNS])
 
@@ -493,8 +495,10 @@ def validate_event_log(
         )
     problem = _Problem(source)
     names = [str(name) for name in table.column_names]
-    _check_names(names, problem, fill_defaults=False)
-    columns = {name: table.column(name) for name in names}
+    # Logs written before rank classes have no class_size: every row stands for itself.
+    added = [name for name in ADDED_COLUMNS if name not in names]
+    _check_names(names + added, problem, fill_defaults=False)
+    columns = {name: table.column(name) for name in names}  # event_log_from_arrays fills in `added`
     return event_log_from_arrays(
         columns, metadata=meta, source=source, check_causality=check_causality, **sides
     )
