@@ -99,7 +99,7 @@ def rank_weights(log: Any, ranks: np.ndarray) -> np.ndarray:
     """How many ranks of the full run each of ``ranks`` (ranks of ``log``)
     stands for: its class's size in a class log, else 1."""
     ranks = np.asarray(ranks, dtype=np.int64)
-    info = (log.metadata or {}).get(KEY)
+    info = (getattr(log, "metadata", None) or {}).get(KEY)
     if not info:
         return np.ones(len(ranks), dtype=np.int64)
     size = dict(zip((int(r) for r in info["representatives"]), (int(s) for s in info["sizes"])))

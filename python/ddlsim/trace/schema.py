@@ -110,12 +110,12 @@ COLUMNS: tuple[Column, ...] = (
     _str("algorithm", "collective algorithm, e.g. ring, halving_doubling; '' if none"),
     _int("step", _I32, "step within the collective, -1 if none"),
     _int("rpc", _I64, "id shared by the rows of one RPC, -1 if none"),
-    _int("class_size", _I32, "ranks this row stands for: its rank class's size (closed form; 1: itself)", minimum=1,
-         default=1),
     Column("ready_ns", _I64, "when all its dependencies had finished; null if unknown", "ns", nullable=True),
     Column("start_ns", _I64, "when it started (>= ready_ns)", "ns"),
     Column("end_ns", _I64, "when it ended (>= start_ns)", "ns"),
     Column("deps", DEPS_TYPE, "ids of the rows it waited for; null if unknown, [] for none", nullable=True),
+    _int("class_size", _I32, "ranks this row stands for: its rank class's size (closed form; 1: itself)", minimum=1,
+         default=1),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(column.name for column in COLUMNS)
 COLUMN_BY_NAME: Mapping[str, Column] = {column.name: column for column in COLUMNS}
