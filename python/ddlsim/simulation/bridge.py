@@ -103,8 +103,9 @@ def event_log_from_engine(
         sizes = raw_column(rank_classes, "sizes").astype(np.int64)
         per_rank = (rank < len(class_of)) & (c["kind_code"] != list(_core.KIND_NAMES).index("barrier"))
         columns["class_size"] = np.where(per_rank, sizes[class_of[np.clip(rank, 0, len(class_of) - 1)]], 1).astype(np.int32)
-        meta[KEY] = describe(rank_classes, host_of_rank, {"compute": int(rank_classes["compute_stride"]),
-                                                          "collective": int(rank_classes["collective_stride"])})
+        meta[KEY] = describe(int(rank_classes["workers"]), class_of, raw_column(rank_classes, "representatives"), sizes,
+                             host_of_rank, {"compute": int(rank_classes["compute_stride"]),
+                                            "collective": int(rank_classes["collective_stride"])})
     stats = network_stats(out, ranks=len(host_of_rank) if len(host_of_rank) else None)
     if stats is not None:
         meta["network_stats"] = stats

@@ -74,17 +74,15 @@ def values_of(runs: Any, n: int) -> np.ndarray:
     return out
 
 
-def describe(engine_classes: Mapping[str, Any], host_of_rank: Any, kind_strides: Mapping[str, int]) -> dict[str, Any]:
-    """The metadata entry of a class run (the engine's ``rank_classes`` output)."""
-    from ..simulation.bridge import raw_column
-
-    workers = int(engine_classes["workers"])
+def describe(workers: int, class_of: Any, representatives: Any, sizes: Any, host_of_rank: Any,
+             kind_strides: Mapping[str, int]) -> dict[str, Any]:
+    """The metadata entry of a class run (from the engine's ``rank_classes`` output)."""
     hosts = np.asarray(host_of_rank, dtype=np.int64) if len(host_of_rank) else np.arange(workers, dtype=np.int64)
     return {
-        "ranks": workers,
-        "representatives": [int(x) for x in raw_column(engine_classes, "representatives")],
-        "sizes": [int(x) for x in raw_column(engine_classes, "sizes")],
-        "class_of_rank": runs_of(raw_column(engine_classes, "class_of")),
+        "ranks": int(workers),
+        "representatives": [int(x) for x in representatives],
+        "sizes": [int(x) for x in sizes],
+        "class_of_rank": runs_of(class_of),
         "host_of_rank": runs_of(hosts[:workers]),
         "strides": {k: int(v) for k, v in kind_strides.items()},
     }

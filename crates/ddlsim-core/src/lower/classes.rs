@@ -156,3 +156,60 @@ pub fn expand_output(out: &mut RunOutput, graph: &Graph) {
     out.bytes_sent = sent;
     out.bytes_received = received;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lower::spec::{AlgorithmName, GroupSpec, LayerSpec};
+
+    fn spec(workers: u32, algorithm: AlgorithmName) -> TrainingSpec {
+        let layers = (0..3).map(|l| LayerSpec { fwd_ns: 1_000 + l, bwd_ns: 2_000 + l }).collect();
+        let groups = [1000u64, 4097, 10]
+            .iter()
+            .enumerate()
+            .map(|(l, &bytes)| GroupSpec { layers: vec![l as u32], tensor: l as i32, bytes, server: 0, update_ns: 0 })
+            .collect();
+        TrainingSpec {
+            iterations: 2,
+            collective_model: CollectiveModel::ClosedForm,
+            rank_classes: true,
+            ..TrainingSpec::new(workers, SyncSpec::Allreduce { algorithm }, layers, groups)
+        }
+    }
+
+    const COST: LinkCost = LinkCost { latency_ns: 5_000, bandwidth_bps: 1e10, intra: None };
+
+    #[test]
+    fn a_ring_is_one_class_and_variation_or_no_request_is_none() {
+        let c = rank_classes(&spec(100, AlgorithmName::Ring), &COST).expect("ring workers are alike");
+        assert_eq!((c.representatives, c.sizes), (vec![0], vec![100]));
+        assert!(c.class_of.iter().all(|&k| k == 0));
+        assert!(rank_classes(&TrainingSpec { jitter: 0.1, ..spec(8, AlgorithmName::Ring) }, &COST).is_none());
+        assert!(rank_classes(&TrainingSpec { stagger_ns: 10, ..spec(8, AlgorithmName::Ring) }, &COST).is_none());
+        assert!(rank_classes(&TrainingSpec { rank_classes: false, ..spec(8, AlgorithmName::Ring) }, &COST).is_none());
+    }
+
+    #[test]
+    fn classes_partition_the_workers_by_their_offsets() {
+        for algorithm in [AlgorithmName::BinaryTree, AlgorithmName::HalvingDoubling, AlgorithmName::DoubleBinaryTree] {
+            let s = spec(21, algorithm);
+            let c = rank_classes(&s, &COST).expect("some workers are alike");
+            assert_eq!(c.sizes.iter().sum::<u32>(), 21);
+            let SyncSpec::Allreduce { algorithm } = s.sync else { unreachable!() };
+            for bytes in [1000u64, 4097, 10] {
+                let params = Params::default();
+                let offsets = closed_form::finish_offsets(algorithm.algorithm(), 21, bytes, &params, &COST);
+                for (w, &k) in c.class_of.iter().enumerate() {
+                    let rep = c.representatives[k as usize] as usize;
+                    assert!(rep <= w, "a representative is its class's lowest rank");
+                    assert_eq!(offsets[w], offsets[rep], "{algorithm:?}: rank {w} and its representative {rep}");
+                }
+            }
+            // the class graph's ops carry increasing per-rank ids
+            let g = super::super::training::build_graph_classes(&s, Some(c.clone())).unwrap();
+            let ids = &g.rank_classes.as_ref().unwrap().full_id;
+            assert_eq!(ids.len(), g.ops.len());
+            assert!(ids.windows(2).all(|p| p[0] < p[1]));
+        }
+    }
+}
