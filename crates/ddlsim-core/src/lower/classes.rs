@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 
-use super::spec::{CollectiveModel, InNetworkMode, SyncSpec, TrainingSpec};
+use super::spec::{AlgorithmName, CollectiveModel, InNetworkMode, SyncSpec, TrainingSpec};
 use super::training::partitions;
 use crate::algorithm::LinkCost;
 use crate::collective::{closed_form, Params};
@@ -63,7 +63,10 @@ impl RankClasses {
 pub fn eligible(spec: &TrainingSpec) -> bool {
     spec.rank_classes
         && spec.collective_model == CollectiveModel::ClosedForm
-        && matches!(spec.sync, SyncSpec::Allreduce { .. })
+        // Hierarchical ring and direct count a member's bytes by walking its O(n) stages: at scale
+        // that walk, not the run, would cost O(n^2) per all-reduce, so they stay per rank (where the
+        // size estimate sees their cost).
+        && matches!(spec.sync, SyncSpec::Allreduce { algorithm } if !matches!(algorithm, AlgorithmName::HierarchicalRing | AlgorithmName::Direct))
         && spec.in_network.mode == InNetworkMode::None
         && spec.jitter == 0.0
         && spec.stagger_ns == 0
@@ -160,7 +163,7 @@ pub fn expand_output(out: &mut RunOutput, graph: &Graph) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lower::spec::{AlgorithmName, GroupSpec, LayerSpec};
+    use crate::lower::spec::{GroupSpec, LayerSpec};
 
     fn spec(workers: u32, algorithm: AlgorithmName) -> TrainingSpec {
         let layers = (0..3).map(|l| LayerSpec { fwd_ns: 1_000 + l, bwd_ns: 2_000 + l }).collect();
@@ -187,6 +190,8 @@ mod tests {
         assert!(rank_classes(&TrainingSpec { jitter: 0.1, ..spec(8, AlgorithmName::Ring) }, &COST).is_none());
         assert!(rank_classes(&TrainingSpec { stagger_ns: 10, ..spec(8, AlgorithmName::Ring) }, &COST).is_none());
         assert!(rank_classes(&TrainingSpec { rank_classes: false, ..spec(8, AlgorithmName::Ring) }, &COST).is_none());
+        assert!(rank_classes(&spec(8, AlgorithmName::Direct), &COST).is_none());
+        assert!(rank_classes(&spec(8, AlgorithmName::HierarchicalRing), &COST).is_none());
     }
 
     #[test]
