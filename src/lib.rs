@@ -238,7 +238,9 @@ fn output<'py>(py: Python<'py>, out: RunOutput, graph: &Graph) -> PyResult<Bound
 #[pyfunction]
 #[pyo3(signature = (training_json, network_json=None))]
 fn lower_training_json<'py>(py: Python<'py>, training_json: &str, network_json: Option<&str>) -> PyResult<Bound<'py, PyDict>> {
-    let spec = TrainingSpec::from_json(training_json).map_err(bad_input)?;
+    let mut spec = TrainingSpec::from_json(training_json).map_err(bad_input)?;
+    // The graph's columns are every worker's ops: rank classes live in the engine's run only.
+    spec.rank_classes = false;
     let graph = match network_json {
         Some(json) => ddlsim_core::training_graph(&spec, &network(json)?).map_err(engine_err)?,
         None if spec.collective_model == CollectiveModel::ClosedForm => {

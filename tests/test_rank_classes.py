@@ -201,3 +201,20 @@ def test_65536_workers_run_within_the_estimate(algorithm):
     else:
         # power of two: recursive halving and doubling treats every rank alike
         assert out["sizes"] == [n]
+
+
+def test_graph_columns_hold_every_worker():
+    # lower_training_json exports the whole graph (run_graph_columns runs it per rank), classes or not
+    from ddlsim import _core
+    from ddlsim.simulation.lowering import engine_json, network_document, training_document
+    from ddlsim.simulation.model_build import build_model, layer_times_ns
+    from ddlsim.simulation.scenario import Scenario, with_overrides
+
+    sc = with_overrides(Scenario(), dict(model="lenet5", workers=6, iterations=1, network="analytic",
+                                         collective_model="closed-form"))
+    model = build_model(sc.model, sc.base_dir)
+    training = training_document(sc, model, layer_times_ns(model, sc.model))
+    assert training["rank_classes"] is True
+    columns = _core.lower_training_json(engine_json(training), engine_json(network_document(sc)))
+    ranks = np.frombuffer(columns["rank"][1], dtype=columns["rank"][0])
+    assert sorted(set(ranks.tolist())) == list(range(6))
