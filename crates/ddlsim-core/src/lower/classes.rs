@@ -146,11 +146,15 @@ pub fn expand_output(out: &mut RunOutput, graph: &Graph) {
     let (mut sent, mut received) = (vec![0u64; ranks], vec![0u64; ranks]);
     // Each collective of the class graph ran once (a run that ends early is an error).
     let mut memo: HashMap<u64, (Vec<u64>, Vec<u64>)> = HashMap::new();
+    let linear = graph.collectives.first().and_then(|c| closed_form::linear_parts(c.algorithm, classes.workers));
     for spec in &graph.collectives {
         let mut full = spec.clone();
         full.members = (0..classes.workers).collect();
         let params = Params::for_spec(&full, &graph.host_of_rank);
-        let (s, r) = memo.entry(spec.bytes).or_insert_with(|| closed_form::member_bytes(full.algorithm, classes.workers, full.bytes, &params));
+        let (s, r) = memo.entry(spec.bytes).or_insert_with(|| match &linear {
+            Some(parts) => closed_form::member_bytes_of_parts(parts, full.bytes),
+            None => closed_form::member_bytes(full.algorithm, classes.workers, full.bytes, &params),
+        });
         for w in 0..classes.workers as usize {
             sent[w] = sent[w].saturating_add(s[w]);
             received[w] = received[w].saturating_add(r[w]);
