@@ -143,36 +143,57 @@ def expand(log: "EventLog") -> "EventLog":
                       rank[source])
     shift = (member - rank[source]) * np.where(row_class[source] >= 0, row_stride[source], 0)
     new_ids = ids[source] + shift
-    # Dependencies: a class row's deps of its own rank move with it; a row that stands
-    # for itself (the barrier) waits for every member's copy of its class deps, rank by rank.
-    by_id = {int(i): r for r, i in enumerate(ids)}
-    deps_column = table.column("deps").to_pylist()
-    new_deps: list[Any] = []
-    for out_row in range(len(source)):
+    # Dependencies: a class row's deps of its own rank move with it (vectorised); a row that
+    # stands for itself (the barrier) waits for every member's copy of its class deps, rank by rank.
+    deps_array = table.column("deps").combine_chunks() if table.column("deps").num_chunks != 1 \
+        else table.column("deps").chunk(0)
+    offsets = deps_array.offsets.to_numpy().astype(np.int64)
+    values = deps_array.values.to_numpy().astype(np.int64) if len(deps_array.values) else np.zeros(0, np.int64)
+    values = values[offsets[0]:offsets[-1]] if len(offsets) else values
+    offsets = offsets - (offsets[0] if len(offsets) else 0)
+    is_null = np.asarray(deps_array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    id_order = np.argsort(ids, kind="stable")
+    where = np.clip(np.searchsorted(ids, values, sorter=id_order), 0, max(len(ids) - 1, 0))
+    dep_row = id_order[where] if len(ids) else where
+    dep_known = (ids[dep_row] == values) if len(ids) else np.zeros(len(values), dtype=bool)
+    dep_class = dep_known & (row_class[dep_row] >= 0)
+    dep_stride = np.where(dep_class, row_stride[dep_row], 0)
+    lengths = (offsets[1:] - offsets[:-1])[source]
+    starts = offsets[:-1][source]
+    total = int(lengths.sum())
+    index = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths) + np.repeat(starts, lengths)
+    delta = np.where(row_class[source] >= 0, member - rank[source], 0)
+    moved = values[index] + np.repeat(delta, lengths) * dep_stride[index]
+    out_offsets = np.concatenate([[0], np.cumsum(lengths)])
+    pieces: list[np.ndarray] = []
+    piece_lengths = lengths.copy()
+    cut = 0
+    for out_row in np.flatnonzero((row_class[source] < 0) & ~is_null[source]):
         r = int(source[out_row])
-        deps = deps_column[r]
-        if deps is None:
-            new_deps.append(None)
+        ds = values[offsets[r]:offsets[r + 1]]
+        mask = dep_class[offsets[r]:offsets[r + 1]]
+        if not mask.any():
             continue
-        if row_class[r] >= 0:
-            delta = int(member[out_row] - rank[r])
-            new_deps.append([d + delta * int(row_stride[by_id[d]]) if d in by_id and row_class[by_id[d]] >= 0 else d
-                             for d in deps])
-            continue
-        own = [d for d in deps if not (d in by_id and row_class[by_id[d]] >= 0)]
-        grouped: dict[int, list[int]] = {}
-        for d in deps:
-            if d in by_id and row_class[by_id[d]] >= 0:
-                grouped.setdefault(int(rank[by_id[d]]), []).append(d)
-        if grouped:
-            expanded = own[:]
-            for w in range(n):
-                rep = int(representatives[class_of[w]])
-                for d in grouped.get(rep, ()):
-                    expanded.append(d + (w - rep) * int(row_stride[by_id[d]]))
-            new_deps.append(expanded)
-        else:
-            new_deps.append(deps)
+        own = list(ds[~mask])
+        grouped: dict[int, list[tuple[int, int]]] = {}
+        for d, row, stride in zip(ds[mask], dep_row[offsets[r]:offsets[r + 1]][mask],
+                                  dep_stride[offsets[r]:offsets[r + 1]][mask]):
+            grouped.setdefault(int(rank[row]), []).append((int(d), int(stride)))
+        expanded = own[:]
+        for w in range(n):
+            rep = int(representatives[class_of[w]])
+            expanded.extend(d + (w - rep) * stride for d, stride in grouped.get(rep, ()))
+        pieces.append(moved[cut:out_offsets[out_row]])
+        pieces.append(np.asarray(expanded, dtype=np.int64))
+        cut = int(out_offsets[out_row + 1])
+        piece_lengths[out_row] = len(expanded)
+    if pieces:
+        pieces.append(moved[cut:])
+        moved = np.concatenate(pieces)
+        out_offsets = np.concatenate([[0], np.cumsum(piece_lengths)])
+    deps_out = pa.ListArray.from_arrays(pa.array(out_offsets.astype(np.int32)), pa.array(moved, type=pa.int64()),
+                                        type=table.schema.field("deps").type,
+                                        mask=pa.array(is_null[source]) if is_null.any() else None)
     order = np.argsort(new_ids, kind="stable")
     columns = {}
     for name in table.column_names:
@@ -187,7 +208,7 @@ def expand(log: "EventLog") -> "EventLog":
     columns["host"] = pa.array(host[order].astype(np.int32), type=pa.int32())
     if "class_size" in columns:
         columns["class_size"] = pa.array(np.ones(len(source), dtype=np.int32), type=pa.int32())
-    columns["deps"] = pa.array([new_deps[i] for i in order], type=table.schema.field("deps").type)
+    columns["deps"] = deps_out.take(pa.array(order))
     expanded_table = pa.table([columns[name] for name in table.column_names], schema=table.schema)
     metadata = {k: v for k, v in log.metadata.items() if k != KEY}
     return EventLog(expanded_table, metadata, groups=log.groups, flows=log.flows, queues=log.queues)
