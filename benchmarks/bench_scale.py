@@ -22,6 +22,20 @@ on the machine than the engine's wall time).
     python benchmarks/bench_scale.py            # all cases
     python benchmarks/bench_scale.py --quick    # skip 1024 workers
     python benchmarks/bench_scale.py --speed --baseline-commit a0263f6 --repeat 3
+
+`--process` times whole processes instead: `ddlsim simulate ... --json` of
+one ResNet-50 iteration in the closed-form model (analytic star, 10 Gbit/s,
+10 us) at 1,024 workers (`--large`: also 4,096, 16,384 and 65,536), Python
+start-up and imports included, with bytecode cached as on a user's machine
+(the .pyc files go under the temp directory). Each command runs once to
+warm up, then `--repeat` times (default 5); the minimum wall time counts,
+next to its peak RSS (the child's own, from wait4) and its ratio to
+`python -c pass` measured in the same run. Every size runs with rank
+classes (this tree's default) and with `--per-rank` (every worker
+simulated, as before rank classes; skipped where the size estimate refuses
+it); `--baseline-commit REV` adds REV's build of the same command.
+
+    python benchmarks/bench_scale.py --process --repeat 5 --large
 """
 
 from __future__ import annotations
@@ -117,14 +131,80 @@ def best_of(case: tuple, python_path: Path, repeat: int, save: bool) -> dict:
     return min(runs, key=lambda r: r["engine_s"])
 
 
+PROCESS_SIZES = (1024,)
+PROCESS_LARGE = (4096, 16384, 65536)
+
+
+def _process_env(python_path: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # cached bytecode, as users have it
+    env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "ddlsim-bench-pycache")
+    if python_path is not None:
+        env["PYTHONPATH"] = str(python_path)
+    return env
+
+
+def time_process(command: list[str], env: dict[str, str], repeat: int) -> tuple[float, float, int]:
+    """(min wall s, peak RSS MiB of that run, exit status) of `command` run `repeat` times after a warm-up."""
+    best = (float("inf"), 0.0, 0)
+    for attempt in range(repeat + 1):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        if proc.stderr:
+            proc.stderr.close()
+        if proc.returncode != 0:
+            return float("nan"), 0.0, proc.returncode if "estimate" not in err else 2
+        if attempt and wall < best[0]:
+            best = (wall, usage.ru_maxrss / 1024, 0)
+    return best
+
+
+def process_main(args: argparse.Namespace) -> None:
+    here = _process_env(ROOT / "python")
+    baseline = _process_env(build_baseline(args.baseline_commit)) if args.baseline_commit else None
+    if args.baseline_python:
+        baseline = _process_env(Path(args.baseline_python).resolve())
+    repeat = args.repeat if args.repeat > 1 else 5
+    floor, _, _ = time_process([sys.executable, "-c", "pass"], here, repeat)
+    print(f"python -c pass: {floor:.3f} s (min of {repeat}); ratios below are against it")
+    header = f"{'workers':>8} {'build':<22}{'wall s':>9}{'x pass':>8}{'peak MiB':>10}"
+    print(header)
+    print("-" * len(header))
+    sizes = PROCESS_SIZES + (PROCESS_LARGE if args.large else ())
+    for n in sizes:
+        command = [sys.executable, "-m", "ddlsim", "simulate", "--model", "resnet50", "--workers", str(n),
+                   "--iterations", "1", "--network", "analytic", "--collective-model", "closed-form", "--bandwidth",
+                   "10Gbps", "--latency", "10us", "--json"]
+        builds = [("this tree (classes)", command, here), ("this tree --per-rank", command + ["--per-rank"], here)]
+        if baseline is not None:
+            builds.append((f"@{args.baseline_commit or args.baseline_python}"[:21], command, baseline))
+        for label, cmd, env in builds:
+            wall, peak, status = time_process(cmd, env, repeat)
+            if status:
+                print(f"{n:>8,} {label:<22}{'refused (size estimate)' if status == 2 else f'failed ({status})':>27}", flush=True)
+                continue
+            print(f"{n:>8,} {label:<22}{wall:>9.3f}{wall / floor:>8.1f}{peak:>10.0f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip the 1024-worker cases")
     parser.add_argument("--speed", action="store_true", help="engine-speed cases: ring at 256 workers, analytic and flow")
-    parser.add_argument("--large", action="store_true", help="with --speed: add 1024 workers (minutes)")
+    parser.add_argument("--large", action="store_true", help="with --speed: add 1024 workers (minutes); with --process: "
+                        "add 4,096 to 65,536 workers")
     parser.add_argument("--baseline-commit", metavar="REV", help="build REV in a scratch worktree and compare against it")
     parser.add_argument("--repeat", type=int, default=1, help="runs per case and build; the minimum engine time counts")
+    parser.add_argument("--baseline-python", metavar="DIR",
+                        help="with --process: also run the python/ directory of another tree (its extension built)")
+    parser.add_argument("--process", action="store_true",
+                        help="whole-process time of closed-form simulate --json (with --large: up to 65,536 workers)")
     args = parser.parse_args()
+    if args.process:
+        process_main(args)
+        return
     if args.speed:
         cases = [c for c in SPEED_CASES if args.large or c[1] < 1024]
     else:

@@ -216,6 +216,17 @@ fn output<'py>(py: Python<'py>, out: RunOutput, graph: &Graph) -> PyResult<Bound
     network.set_item("timeouts", totals.timeouts)?;
     network.set_item("queues_truncated", truncated)?;
     result.set_item("network", network)?;
+    if let Some(classes) = &graph.rank_classes {
+        // Rank classes: the log holds one worker per class (see ddlsim_core::lower::classes).
+        let c = PyDict::new(py);
+        c.set_item("workers", classes.workers)?;
+        column(py, &c, "class_of", "<u4", &classes.class_of)?;
+        column(py, &c, "representatives", "<u4", &classes.representatives)?;
+        column(py, &c, "sizes", "<u4", &classes.sizes)?;
+        c.set_item("compute_stride", classes.compute_stride)?;
+        c.set_item("collective_stride", classes.collective_stride)?;
+        result.set_item("rank_classes", c)?;
+    }
     Ok(result)
 }
 
@@ -227,7 +238,9 @@ fn output<'py>(py: Python<'py>, out: RunOutput, graph: &Graph) -> PyResult<Bound
 #[pyfunction]
 #[pyo3(signature = (training_json, network_json=None))]
 fn lower_training_json<'py>(py: Python<'py>, training_json: &str, network_json: Option<&str>) -> PyResult<Bound<'py, PyDict>> {
-    let spec = TrainingSpec::from_json(training_json).map_err(bad_input)?;
+    let mut spec = TrainingSpec::from_json(training_json).map_err(bad_input)?;
+    // The graph's columns are every worker's ops: rank classes live in the engine's run only.
+    spec.rank_classes = false;
     let graph = match network_json {
         Some(json) => ddlsim_core::training_graph(&spec, &network(json)?).map_err(engine_err)?,
         None if spec.collective_model == CollectiveModel::ClosedForm => {
@@ -682,10 +695,23 @@ fn unregister_scratch(path: std::path::PathBuf) {
     watchdog::unregister(&path);
 }
 
+/// The sizes of the rank classes a closed-form run of this training would
+/// simulate (see `ddlsim_core::lower::classes`); None: every worker on its own
+/// (not eligible, not closed form, or the descriptions do not read: the run says why).
+#[pyfunction]
+fn rank_class_sizes(training_json: &str, network_json: &str) -> Option<Vec<u32>> {
+    let spec = TrainingSpec::from_json(training_json).ok()?;
+    let net: NetworkSpec = serde_json::from_str(network_json).ok()?;
+    spec.validate().ok()?;
+    let cost = ddlsim_core::collective::closed_form::LinkCost::of_network(&net).ok()?;
+    ddlsim_core::lower::classes::rank_classes(&spec, &cost).map(|c| c.sizes)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_training_json, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_jobs_json, m)?)?;
+    m.add_function(wrap_pyfunction!(rank_class_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(lower_training_json, m)?)?;
     m.add_function(wrap_pyfunction!(run_graph_columns, m)?)?;
     m.add_function(wrap_pyfunction!(arm_interrupt_watchdog, m)?)?;

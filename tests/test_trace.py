@@ -70,7 +70,7 @@ def test_schema_version_and_column_order():
     assert COLUMN_NAMES == (
         "id", "iteration", "rank", "role", "host", "device", "stream", "kind", "op", "name", "layer", "tensor",
         "group", "slice", "peer", "message", "bytes", "priority", "tenant", "job", "collective", "coll_type", "algorithm",
-        "step", "rpc", "ready_ns", "start_ns", "end_ns", "deps",
+        "step", "rpc", "ready_ns", "start_ns", "end_ns", "deps", "class_size",
     )  # fmt: skip
     assert KINDS == ("compute", "send", "recv", "collective", "barrier", "marker")
     assert pa.types.is_dictionary(EVENT_LOG_SCHEMA.field("op").type)

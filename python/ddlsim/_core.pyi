@@ -63,6 +63,14 @@ def simulate_jobs_json(
     `job_of_rank`, and `contention` (one dict per link flows of two or more jobs crossed: `link`, `name`,
     `shared_ns`, `uses` = [(kind "job" | "tenant", id, bytes, flows, busy_ns)])."""
 
+def rank_class_sizes(training_json: str, network_json: str) -> Optional[list[int]]:
+    """The sizes of the rank classes a closed-form run of this training
+    simulates one worker each of (``"rank_classes": true`` in the training
+    description, every worker alike); None: every worker on its own. The
+    run's dict then has ``rank_classes``: ``workers``, ``class_of`` (per
+    rank), ``representatives`` and ``sizes`` (per class), ``compute_stride``
+    and ``collective_stride`` (see ddlsim.trace.classes)."""
+
 def lower_training_json(training_json: str, network_json: Optional[str] = None) -> dict[str, Any]:
     """The workload graph `simulate_training_json` runs, as columns (name ->
     Column, release times as `release_ops`/`release_ns`, plus `op_names`,

@@ -54,7 +54,8 @@ def input_files(source: str | os.PathLike[str]) -> list[Path]:
 
 
 def convert(source: str | os.PathLike[str], out: str | os.PathLike[str], *, from_format: str | None = None,
-            to_format: str | None = None, notes: list[str] | None = None, option: str = "output") -> list[Path]:
+            to_format: str | None = None, notes: list[str] | None = None, option: str = "output",
+            expand: bool = False) -> list[Path]:
     """Read ``source`` and write it to ``out``; formats are inferred from the
     names when not given (``ddlsim.trace.formats``). Returns the files written.
     ``out`` may not be ``source`` or any file it is read from (checked before reading).
@@ -62,6 +63,7 @@ def convert(source: str | os.PathLike[str], out: str | os.PathLike[str], *, from
     A Chrome / Perfetto trace is bounded as ``ddlsim simulate`` bounds its
     trace.json (:func:`ddlsim.output.chrome_view`); what it leaves out is
     appended to `notes`, or warned about (``UserWarning``) without a list.
+    ``expand``: a log of rank classes (closed form) is written per rank.
 
     >>> ddlsim.convert("run1/events.parquet", "run1/chakra/trace.et")   # doctest: +SKIP
     """
@@ -72,6 +74,10 @@ def convert(source: str | os.PathLike[str], out: str | os.PathLike[str], *, from
 
         check_file_target(out, inputs=inputs, option=option, example=EXAMPLE_NAMES.get(fmt, "out"))  # before the read
     log = read_trace(source, from_format)
+    if expand:  # a log of rank classes as the per-rank log it stands for (ddlsim.trace.classes)
+        from .trace.classes import expand as expand_rank_classes
+
+        log = expand_rank_classes(log)
     if fmt == "chrome":
         from .output import chrome_view
 

@@ -1050,7 +1050,10 @@ impl<'g> Executor<'g> {
         let live = self.collectives[c].get_or_insert_with(|| LiveCollective {
             machine: crate::collective::new_collective_for(
                 spec,
-                &crate::collective::Params::for_spec(spec, &self.graph.host_of_rank),
+                &match &self.graph.rank_classes {
+                    Some(classes) => classes.params(spec, &self.graph.host_of_rank),
+                    None => crate::collective::Params::for_spec(spec, &self.graph.host_of_rank),
+                },
                 self.graph.closed_form.as_ref(),
                 track,
             ),

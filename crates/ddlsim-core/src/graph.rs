@@ -179,6 +179,9 @@ pub struct Graph {
     /// Release times: (op, t) makes the op not ready before t (a job or a
     /// background flow that arrives at t), whatever its dependencies.
     pub releases: Vec<(u32, Time)>,
+    /// Rank classes (closed form): each worker of the graph stands for its
+    /// class (see [`crate::lower::classes`]); None: every rank is its own.
+    pub rank_classes: Option<Box<crate::lower::classes::RankClasses>>,
 }
 
 /// A graph with nothing in it (what a paused run points at while its own graph grows).
@@ -195,6 +198,7 @@ pub(crate) static EMPTY: Graph = Graph {
     fans: Vec::new(),
     preempt_at_messages: false,
     releases: Vec::new(),
+    rank_classes: None,
 };
 
 impl Graph {
@@ -214,7 +218,7 @@ impl Graph {
         op_names: Vec<String>,
         stream_names: Vec<String>,
     ) -> Result<Self, String> {
-        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false, releases: Vec::new() };
+        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false, releases: Vec::new(), rank_classes: None };
         g.check()?;
         Ok(g)
     }

@@ -35,24 +35,32 @@ pub fn simulate_training(spec: &TrainingSpec, network: &NetworkSpec, detail: Tra
 /// The training graph ready to run on `network`: with the closed-form
 /// collective model, it carries the network's transfer cost.
 pub fn training_graph(spec: &TrainingSpec, network: &NetworkSpec) -> Result<graph::Graph, Error> {
-    let mut graph = lower::training::build_graph(spec)?;
     if spec.collective_model == lower::training::CollectiveModel::ClosedForm {
-        graph.closed_form = Some(collective::closed_form::LinkCost::of_network(network)?);
+        let cost = collective::closed_form::LinkCost::of_network(network)?;
+        // Alike workers run once per class (lower::classes), when the spec allows it.
+        let classes = if spec.rank_classes { spec.validate()?; lower::classes::rank_classes(spec, &cost) } else { None };
+        let mut graph = lower::training::build_graph_classes(spec, classes)?;
+        graph.closed_form = Some(cost);
+        return Ok(graph);
     }
-    Ok(graph)
+    Ok(lower::training::build_graph(spec)?)
 }
 
 /// Runs any workload graph on the network `network` describes.
 pub fn run_graph(graph: &graph::Graph, network: &NetworkSpec, detail: TraceDetail) -> Result<RunOutput, Error> {
     let model = network::build_network(network, &graph.hosts())?;
-    run(graph, model, detail)
+    let mut out = run(graph, model, detail)?;
+    lower::classes::expand_output(&mut out, graph);
+    Ok(out)
 }
 
 /// [`run_graph`] with a progress hook (see [`executor::run_with_hook`]):
 /// `hook` is called about every 50 ms and stops the run when it returns false.
 pub fn run_graph_with_hook(graph: &graph::Graph, network: &NetworkSpec, detail: TraceDetail, hook: Option<ProgressHook<'_>>) -> Result<RunOutput, Error> {
     let model = network::build_network(network, &graph.hosts())?;
-    run_with_hook(graph, model, detail, hook)
+    let mut out = run_with_hook(graph, model, detail, hook)?;
+    lower::classes::expand_output(&mut out, graph);
+    Ok(out)
 }
 
 /// Several jobs' graphs merged into one, ready to run on `network` (see [`lower::jobs`]).

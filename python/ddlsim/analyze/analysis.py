@@ -69,6 +69,9 @@ def cdf(values: Any, name: str = "value") -> pd.DataFrame:
     return pd.DataFrame({name: v, "fraction": np.arange(1, len(v) + 1) / max(len(v), 1)})
 
 
+EXPAND_CLASSES_ROWS = 2_000_000  # a rank-class log with at most this many per-rank rows is analysed expanded
+
+
 class Analysis:
     """The analyses of one event log (see the module docstring). ``log``: an
     EventLog, anything :func:`ddlsim.trace.as_event_log` takes, the path of
@@ -91,6 +94,31 @@ class Analysis:
         self.name = name or str(self.log.metadata.get("source", "log"))
         self.notes: list[str] = []
         self._cache: dict[str, Any] = {}
+        self._expand_rank_classes()
+
+    def _expand_rank_classes(self) -> None:
+        """A log of rank classes (ddlsim.trace.classes) is analysed as the
+        per-rank log it stands for, so that every per-rank count is the
+        per-rank run's; above EXPAND_CLASSES_ROWS rows it stays one rank per
+        class (the iteration breakdown is weighted by class size)."""
+        from ..trace.classes import KEY, expand
+
+        info = self.log.metadata.get(KEY)
+        if not info:
+            return
+        sizes = np.asarray(info["sizes"], dtype=np.int64)
+        if "class_size" in self.log.column_names:
+            rows = int(self.log.column("class_size").astype(np.int64).sum())
+        else:
+            rows = len(self.log)
+        if rows <= EXPAND_CLASSES_ROWS:
+            self.log = expand(self.log)
+            self.notes.append(f"rank classes: {len(sizes):,} classes of {int(sizes.sum()):,} workers expanded to "
+                              f"{len(self.log):,} per-rank rows for the analysis")
+        else:
+            self.notes.append(f"rank classes: {len(sizes):,} classes of {int(sizes.sum()):,} workers, one rank per "
+                              f"class analysed ({rows:,} per-rank rows would be over {EXPAND_CLASSES_ROWS:,}); "
+                              "per-rank tables list each class's representative")
 
     def __repr__(self) -> str:
         return f"Analysis({self.name!r}, {len(self.log):,} rows)"

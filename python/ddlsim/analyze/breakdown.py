@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..trace.coerce import as_columns
+from ..trace.classes import rank_weights
 from ..trace.columns import KINDS, aligned_times
 
 if TYPE_CHECKING:
@@ -175,9 +176,18 @@ def iteration_arrays(log: EventLog, arrays: dict | None = None) -> dict:
         "end_s": arrays["end_ns"] / 1e9,
         "time_s": time_ns / 1e9,
     }
+    # A rank of a class log stands for its class (ddlsim.trace.classes): weighted, in integers, the
+    # mean is the per-rank log's.
+    weights = rank_weights(log, arrays["ranks"])[workers]
     for part in PARTS:
         values = arrays[part][workers]
-        out[part.replace("_ns", "_s")] = (values.mean(axis=0) if len(values) else np.zeros(len(time_ns))) / 1e9
+        if not len(values):
+            mean = np.zeros(len(time_ns))
+        elif (weights == 1).all():
+            mean = values.mean(axis=0)
+        else:
+            mean = (values * weights[:, None]).sum(axis=0) / int(weights.sum())
+        out[part.replace("_ns", "_s")] = mean / 1e9
     out["overlap_ratio"] = np.where(time_ns > 0, out["overlap_s"] / np.where(time_ns > 0, out["time_s"], 1), 0.0)
     return out
 

@@ -146,6 +146,8 @@ def simulate(
     profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms, or an event log (.parquet) whose per-layer compute rows give them."),
     barrier: Optional[bool] = typer.Option(None, "--barrier/--no-barrier", help="Global barrier between iterations."),
     trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
+    per_rank: bool = typer.Option(
+        False, "--per-rank", help="Closed form: simulate and log every worker, not one per class of alike workers."),
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write event log, trace, tables and timeline here."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary only."),
     max_memory: Optional[str] = typer.Option(
@@ -167,6 +169,7 @@ def simulate(
         "server_hosts": server_hosts, "priority_bands": priority_bands, "record_flows": record_flows, "precision": precision, "efficiency": efficiency,
         "profile": str(profile.resolve()) if profile else None, "iterations": iterations, "seed": seed, "jitter": jitter,
         "batch_size": batch_size, "device": device, "barrier": barrier, "trace_detail": trace_detail,
+        "rank_classes": "off" if per_rank else None,
         "distribution": distribution, "asynchronous": asynchronous, "staleness": staleness,
         "gamma_ns_per_byte": gamma_ns_per_byte, "stagger": stagger, "stagger_mode": stagger_mode,
         "compute_speedup": compute_speedup, "speedup_kinds": speedup_kinds or None, "grow_module": grow_module,
@@ -521,12 +524,13 @@ def convert(
                                               "(default: from the name)"),
     to_format: Optional[str] = typer.Option(None, "--to", help="events | sketchdlc | chakra | kineto | chrome | csv "
                                             "(default: from the name)"),
+    expand: bool = typer.Option(False, "--expand", help="A log of rank classes (closed form): write one row per rank."),
 ) -> None:
     """Convert between trace formats (see docs/interop.md): event log, SketchDLC, Chakra, Kineto, Chrome, CSV, netop."""
     from ..interop import convert as convert_trace
 
     notes: list[str] = []
-    written = convert_trace(source, target, from_format=from_format, to_format=to_format, notes=notes)
+    written = convert_trace(source, target, from_format=from_format, to_format=to_format, notes=notes, expand=expand)
     out.print(f"wrote {target}" + (f" ({len(written)} files)" if len(written) > 1 else ""))
     for note in notes:  # the Perfetto trace's size bound, as simulate applies it
         err.print(f"warning: {note}", highlight=False, markup=False)

@@ -42,6 +42,7 @@ def event_log_from_engine(
     algorithm: str,
     groups: Sequence[Mapping[str, Any]],
     metadata: Mapping[str, Any],
+    rank_classes: Mapping[str, Any] | None = None,
 ) -> ArrayLog:
     """The event log of one engine run (`out` as `_core.simulate_training_json` returns it), as
     columns; `.to_event_log()` builds and validates the Arrow table."""
@@ -94,6 +95,17 @@ def event_log_from_engine(
     host_ids = sorted({int(h) for h in hosts}) if len(hosts) else sorted({int(r) for r in np.unique(rank)})
     meta = dict(metadata)
     meta.setdefault("clocks", {str(h): {"offset_ns": 0, "domain": "simulation"} for h in host_ids})
+    if rank_classes:
+        # One worker per class of alike workers (ddlsim.trace.classes): each row stands for its class.
+        from ..trace.classes import KEY, describe
+
+        class_of = raw_column(rank_classes, "class_of").astype(np.int64)
+        sizes = raw_column(rank_classes, "sizes").astype(np.int64)
+        per_rank = (rank < len(class_of)) & (c["kind_code"] != list(_core.KIND_NAMES).index("barrier"))
+        columns["class_size"] = np.where(per_rank, sizes[class_of[np.clip(rank, 0, len(class_of) - 1)]], 1).astype(np.int32)
+        meta[KEY] = describe(int(rank_classes["workers"]), class_of, raw_column(rank_classes, "representatives"), sizes,
+                             host_of_rank, {"compute": int(rank_classes["compute_stride"]),
+                                            "collective": int(rank_classes["collective_stride"])})
     stats = network_stats(out, ranks=len(host_of_rank) if len(host_of_rank) else None)
     if stats is not None:
         meta["network_stats"] = stats

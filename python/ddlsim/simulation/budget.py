@@ -64,6 +64,9 @@ QUEUE_ROW_BYTES = 160
 TENANT_FLOW_BYTES = 400
 # Smallest packet a byte-limited queue can hold (a 40-byte TCP/IP header, an ACK).
 MIN_PACKET_BYTES = 40
+# Rank classes (closed form): memory per worker of the full run that a class run still holds per rank
+# (host map, clocks metadata, byte counts, class map; measured about 800 bytes at 65,536 workers).
+CLASS_RANK_BYTES = 4096
 # Default memory budget when the machine's memory cannot be read.
 FALLBACK_MEMORY = 8 * 2**30
 
@@ -143,7 +146,8 @@ def _duration(seconds: float) -> str:
 
 
 def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: str,
-             tenants: Optional[list[dict]] = None, compute_ns_per_iteration: int = 0) -> Estimate:
+             tenants: Optional[list[dict]] = None, compute_ns_per_iteration: int = 0,
+             rank_classes: Optional[list[int]] = None) -> Estimate:
     """The cost of simulating `scenario` whose model has `layers` layers and
     gradient groups of `group_bytes`, logging at `detail` ("step" or
     "collective"). Event log v2: a message is a send row and a recv row.
@@ -153,8 +157,10 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
     twice the job's network bytes per rank at the rate the tenants' offered
     load leaves (at least a tenth of the link), plus at packet level two
     minimum retransmission timeouts; four standard deviations of the
-    Poisson count on top."""
-    n = scenario.workers
+    Poisson count on top. `rank_classes`: the sizes of the classes a
+    closed-form run simulates one worker each of (ddlsim.trace.classes):
+    ops and rows count one worker per class, memory adds a little per rank."""
+    n = scenario.workers if not rank_classes else len(rank_classes)
     iters = scenario.iterations
     strategy = scenario.strategy
     groups = len(group_bytes)
@@ -183,6 +189,8 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         per_transfer = max(1.0, 1.4 * n)
     events = int(iters * compute + transfers * per_transfer)
     memory = BASE_BYTES + rows * BYTES_PER_ROW
+    if rank_classes:
+        memory += scenario.workers * CLASS_RANK_BYTES
     flows, tenant_bytes = 0, 0
     if tenants:
         # The job's network time per iteration at the rate the tenants leave it (at least a tenth).

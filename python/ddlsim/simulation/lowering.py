@@ -290,6 +290,8 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
         extra["credit_bytes"] = strategy.credit_size
     if scenario.network.collective_model == "closed-form" and strategy.kind == "ring":
         extra["collective_model"] = "closed_form"
+        if scenario.rank_classes == "auto":
+            extra["rank_classes"] = True  # the engine uses them where every worker is alike
     if strategy.kind == "ps" and strategy.in_network != "none":
         extra["in_network"] = {"mode": strategy.in_network, "switch_memory": strategy.switch_memory_bytes}
     if strategy.kind == "ring" and strategy.in_network == "multicast":

@@ -16,7 +16,7 @@ from ..errors import ScenarioError, from_engine_error
 from ..trace.columns import ArrayLog
 from ..workload.model import Model
 from . import budget
-from .bridge import event_log_from_engine
+from .bridge import event_log_from_engine, raw_column
 from .lowering import engine_json, network_document, resolve_trace_detail, training_document
 from .model_build import build_model, layer_times_ns
 from .scenario import Scenario, load_scenario, scenario_from_dict, with_overrides
@@ -76,8 +76,10 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
     detail = resolve_trace_detail(sc, [g["bytes"] for g in training["groups"]])
     control = budget.current_control()
     compute_ns = sum(f + b for f, b in times)
+    # Closed form: alike workers run once per class; the estimate counts the classes.
+    classes = _core.rank_class_sizes(engine_json(training), engine_json(network)) if training.get("rank_classes") else None
     budget.check(budget.estimate(sc, len(training["layers"]), [g["bytes"] for g in training["groups"]], detail,
-                                 network.get("tenants"), compute_ns), sc, detail, control)
+                                 network.get("tenants"), compute_ns, classes), sc, detail, control)
     t0 = time.perf_counter()
     try:
         out = _core.simulate_training_json(engine_json(training), engine_json(network), detail, control.progress)
@@ -97,11 +99,18 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
         algorithm=algorithm.replace("-", "_"),
         groups=training["groups"],
         metadata={"source": "simulate", "scenario": json.loads(scenario_json(sc)), "model": model.name},
+        rank_classes=out.get("rank_classes"),
     )
     stats = {k: out[k] for k in ("events", "transfers", "recomputations", "makespan_ns", "bytes_sent", "bytes_received")}
     document = {"training": training, "network": network, "trace_detail": detail}
     result = SimulationRun(scenario=sc, model=model, columns=columns, stats=stats, engine_document=document, wall_s=wall)
     result.notes.extend(sc.migration_notes)
+    if out.get("rank_classes"):
+        classes = len(raw_column(out["rank_classes"], "sizes"))
+        result.notes.append(
+            f"{sc.workers:,} workers simulated and logged as {classes:,} rank class(es) of alike workers "
+            "(column class_size); ddlsim convert --expand gives the per-rank log, --per-rank simulates every worker"
+        )
     if sc.trace_detail == "auto" and detail == "collective":
         result.notes.append(
             f"collective steps were simulated but not logged ({stats['transfers']:,} transfers); "

@@ -1034,6 +1034,8 @@ class Scenario(_Strict):
     stagger: Duration = "0s"
     stagger_mode: Literal["fixed", "random"] = "fixed"
     trace_detail: Literal["auto", "step", "collective"] = "auto"
+    # Closed form: alike workers simulated and logged once per class ("auto"), or every worker ("off").
+    rank_classes: Literal["auto", "off"] = "auto"
     # Background tenants ([[tenant]] tables): flows of other applications on the same fabric.
     tenant: list[TenantConfig] = Field(default_factory=list)
     # Stragglers ([[straggler]] tables): a rank slower every iteration, or any rank slower with a probability.

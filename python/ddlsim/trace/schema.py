@@ -118,10 +118,14 @@ COLUMNS: tuple[Column, ...] = (
     Column("start_ns", _I64, "when it started (>= ready_ns)", "ns"),
     Column("end_ns", _I64, "when it ended (>= start_ns)", "ns"),
     Column("deps", DEPS_TYPE, "ids of the rows it waited for; null if unknown, [] for none", nullable=True),
+    _int("class_size", _I32, "ranks this row stands for: its rank class's size (closed form; 1: itself)", minimum=1,
+         default=1),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(column.name for column in COLUMNS)
 COLUMN_BY_NAME: Mapping[str, Column] = {column.name: column for column in COLUMNS}
 REQUIRED_COLUMNS: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.required)
+# Columns added to schema v2 later: a log without them reads with their default.
+ADDED_COLUMNS: tuple[str, ...] = ("class_size",)
 
 EVENT_LOG_SCHEMA = pa.schema([pa.field(c.name, c.arrow_type, nullable=c.nullable) for c in COLUMNS])
 
@@ -498,8 +502,10 @@ def validate_event_log(
         )
     problem = _Problem(source)
     names = [str(name) for name in table.column_names]
-    _check_names(names, problem, fill_defaults=False)
-    columns = {name: table.column(name) for name in names}
+    # Logs written before rank classes have no class_size: every row stands for itself.
+    added = [name for name in ADDED_COLUMNS if name not in names]
+    _check_names(names + added, problem, fill_defaults=False)
+    columns = {name: table.column(name) for name in names}  # event_log_from_arrays fills in `added`
     return event_log_from_arrays(
         columns, metadata=meta, source=source, check_causality=check_causality, **sides
     )

@@ -159,6 +159,9 @@ pub fn member_bytes(algorithm: Algorithm, n: u32, bytes: u64, params: &Params) -
         return (sent, received);
     }
     use super::{butterfly, direct, halving_doubling, hierarchical_ring, recursive_doubling};
+    if let Some(parts) = linear_parts(algorithm, n) {
+        return member_bytes_of_parts(&parts, bytes);
+    }
     match algorithm {
         Algorithm::Ring => {
             // Each message of M_q bytes: member i sends every chunk but (i+1) mod n in the
@@ -209,6 +212,45 @@ pub fn member_bytes(algorithm: Algorithm, n: u32, bytes: u64, params: &Params) -
         Algorithm::HierarchicalRing => {
             let p = hierarchical_ring::HierarchicalRingPlan::new(bytes, &params.hosts, n);
             walk(&p, &mut sent, &mut received);
+        }
+    }
+    (sent, received)
+}
+
+/// One part of a schedule whose sends all carry the same share of the
+/// all-reduce's bytes: the share (`None`: all of them, `Some(k)`: half k as
+/// [`chunk_bytes`] cuts it) and the sends and receipts of each member.
+pub struct LinearPart {
+    pub half: Option<u32>,
+    pub sends: Vec<u64>,
+    pub receipts: Vec<u64>,
+}
+
+/// The trees' member bytes are linear in the all-reduce's bytes (their shape
+/// does not depend on them): walked once, scaled for every size
+/// ([`member_bytes_of_parts`]). None for the other algorithms.
+pub fn linear_parts(algorithm: Algorithm, n: u32) -> Option<Vec<LinearPart>> {
+    let part = |half: Option<u32>, shape: Shape| {
+        let (mut sends, mut receipts) = (vec![0u64; n as usize], vec![0u64; n as usize]);
+        walk(&TreePlan::new(n, 1, shape), &mut sends, &mut receipts);
+        LinearPart { half, sends, receipts }
+    };
+    match algorithm {
+        Algorithm::BinaryTree if n > 1 => Some(vec![part(None, Shape::InOrder)]),
+        Algorithm::DoubleBinaryTree if n > 1 => Some(vec![part(Some(0), Shape::InOrder), part(Some(1), Shape::Second)]),
+        _ => None,
+    }
+}
+
+/// [`member_bytes`] from [`linear_parts`].
+pub fn member_bytes_of_parts(parts: &[LinearPart], bytes: u64) -> (Vec<u64>, Vec<u64>) {
+    let n = parts.first().map_or(0, |p| p.sends.len());
+    let (mut sent, mut received) = (vec![0u64; n], vec![0u64; n]);
+    for p in parts {
+        let share = p.half.map_or(bytes, |k| chunk_bytes(bytes, 2, k));
+        for i in 0..n {
+            sent[i] = sent[i].saturating_add(mul(p.sends[i], share));
+            received[i] = received[i].saturating_add(mul(p.receipts[i], share));
         }
     }
     (sent, received)
@@ -308,5 +350,29 @@ impl Collective for ClosedForm {
 
     fn joined(&self) -> u32 {
         self.joined
+    }
+}
+
+#[cfg(test)]
+mod linear_tests {
+    use super::*;
+
+    #[test]
+    fn tree_bytes_from_linear_parts_equal_the_walk() {
+        for algorithm in [Algorithm::BinaryTree, Algorithm::DoubleBinaryTree] {
+            for n in [2u32, 3, 7, 16, 33] {
+                let parts = linear_parts(algorithm, n).expect("trees are linear");
+                for bytes in [0u64, 1, 2, 3, 1000, 4097] {
+                    let mut walked = (vec![0u64; n as usize], vec![0u64; n as usize]);
+                    if algorithm == Algorithm::BinaryTree {
+                        walk(&TreePlan::new(n, bytes, Shape::InOrder), &mut walked.0, &mut walked.1);
+                    } else {
+                        walk(&TreePlan::new(n, chunk_bytes(bytes, 2, 0), Shape::InOrder), &mut walked.0, &mut walked.1);
+                        walk(&TreePlan::new(n, chunk_bytes(bytes, 2, 1), Shape::Second), &mut walked.0, &mut walked.1);
+                    }
+                    assert_eq!(member_bytes_of_parts(&parts, bytes), walked, "{algorithm:?} n={n} bytes={bytes}");
+                }
+            }
+        }
     }
 }

@@ -112,13 +112,17 @@ pub struct Params {
     pub hosts: Vec<u32>,
     /// Reduction cost per byte a member combines (MG-WFBP Table II's gamma); 0: free.
     pub gamma_ns_per_byte: f64,
+    /// Rank classes (closed form only; see [`crate::lower::classes`]): the
+    /// collective has this many members, of which member m stands at
+    /// `members[m]`; 0: the members are the whole collective.
+    pub full_members: u32,
 }
 
 /// What a graph's collective needs beyond its spec: the rank -> host map
 /// (hierarchical ring) as [`Params`].
 impl Params {
     pub fn for_spec(spec: &CollectiveSpec, host_of_rank: &[u32]) -> Params {
-        let mut params = Params { chunk_bytes: spec.chunk_bytes, hosts: Vec::new(), gamma_ns_per_byte: spec.gamma_ns_per_byte };
+        let mut params = Params { chunk_bytes: spec.chunk_bytes, hosts: Vec::new(), gamma_ns_per_byte: spec.gamma_ns_per_byte, full_members: 0 };
         if spec.algorithm == Algorithm::HierarchicalRing {
             // Ranks without an entry are on a host of their own (numbered past every listed host).
             let listed = host_of_rank.iter().copied().max().map_or(0, |h| h + 1);
@@ -133,6 +137,15 @@ impl Params {
 /// event per member (see [`closed_form`]).
 pub fn new_collective_for(spec: &CollectiveSpec, params: &Params, closed_form: Option<&LinkCost>, track_causes: bool) -> Box<dyn Collective> {
     if let Some(cost) = closed_form {
+        if params.full_members > 0 {
+            // One member per rank class: each finishes at the offset of its place in the whole
+            // collective (`params.hosts`: the whole collective's). Bytes are counted for every
+            // rank after the run (`lower::classes::expand_output`).
+            let mut full = params.clone();
+            full.full_members = 0;
+            let offsets = closed_form::finish_offsets(spec.algorithm, params.full_members, spec.bytes, &full, cost);
+            return Box::new(closed_form::ClosedForm::new(spec.members.iter().map(|&m| offsets[m as usize]).collect()));
+        }
         let n = spec.members.len() as u32;
         let offsets = closed_form::finish_offsets(spec.algorithm, n, spec.bytes, params, cost);
         let bytes = closed_form::member_bytes(spec.algorithm, n, spec.bytes, params);

@@ -1,6 +1,7 @@
 //! Producers of workload graphs. The engine runs any [`crate::graph::Graph`];
 //! these build one from a higher-level description.
 
+pub mod classes;
 pub mod in_network;
 pub mod jobs;
 pub mod ps;

@@ -217,6 +217,10 @@ pub struct TrainingSpec {
     /// Any rank slower with a probability per iteration.
     #[serde(default)]
     pub transient_stragglers: Vec<TransientStraggler>,
+    /// Closed form: simulate one worker per class of alike workers when the
+    /// run allows it (see `lower::classes`); false (default): every worker.
+    #[serde(default)]
+    pub rank_classes: bool,
 }
 
 /// Network priority bands used for gradient priorities.
@@ -268,6 +272,7 @@ impl TrainingSpec {
             compute_assign: Vec::new(),
             stragglers: Vec::new(),
             transient_stragglers: Vec::new(),
+            rank_classes: false,
         }
     }
 

@@ -147,6 +147,13 @@ struct Names {
 }
 
 pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
+    build_graph_classes(spec, None)
+}
+
+/// [`build_graph`] with one worker per rank class (its representative; see
+/// [`super::classes`]) when `classes` is given; the graph keeps them, with
+/// each op's id in the per-rank graph.
+pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<super::classes::RankClasses>) -> Result<Graph, String> {
     spec.validate()?;
     let mut g = Graph::new();
     g.preempt_at_messages = spec.preemption && spec.preempt_at_messages;
@@ -174,8 +181,13 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
     let n = spec.workers;
     let num_layers = spec.layers.len();
     let policy = spec.policy();
-    let compute_stream: Vec<u32> = (0..n).map(|w| g.new_stream(w, "compute", PolicyKind::Fifo)).collect();
-    let comm_stream: Vec<u32> = (0..n).map(|w| g.new_stream(w, "comm", policy)).collect();
+    // The workers the graph simulates: every one, or one per rank class.
+    let ranks: Vec<u32> = match &classes {
+        Some(c) => c.representatives.clone(),
+        None => (0..n).collect(),
+    };
+    let compute_stream: Vec<u32> = ranks.iter().map(|&w| g.new_stream(w, "compute", PolicyKind::Fifo)).collect();
+    let comm_stream: Vec<u32> = ranks.iter().map(|&w| g.new_stream(w, "comm", policy)).collect();
     for &s in &comm_stream {
         g.streams[s as usize].credit = spec.credit_bytes;
     }
@@ -197,18 +209,26 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
     let pipelined_forward = !spec.barrier || ordered || spec.asynchronous;
 
     // gates[w][l]: ops the forward of layer l on worker w waits for.
-    let mut gates: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); num_layers]; n as usize];
+    let mut gates: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); num_layers]; ranks.len()];
     let mut rpc_counter: i64 = 0;
     let in_switch = super::in_network::aggregated_groups(spec);
-    let mut bwd_of: Vec<Vec<u32>> = vec![vec![0; num_layers]; n as usize];
+    let mut bwd_of: Vec<Vec<u32>> = vec![vec![0; num_layers]; ranks.len()];
     // sync_end[w][group]: the ops after which worker w holds the group's new values.
-    let mut sync_end: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); spec.groups.len()]; n as usize];
+    let mut sync_end: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); spec.groups.len()]; ranks.len()];
+    // Rank classes: ids in the per-rank graph, whose iteration holds every
+    // worker's compute (2L ops each), then each all-reduce's ops (one per
+    // worker), then the barrier.
+    let mut full_id: Vec<u64> = Vec::new();
+    let (n64, l2) = (n as u64, 2 * num_layers as u64);
+    let all_reduces: u64 = spec.groups.iter().map(|gr| partitions(gr.bytes, spec.partition_bytes).len() as u64).sum();
+    let per_iteration = n64 * l2 + all_reduces * n64 + u64::from(!pipelined_forward);
     // Server updates of each iteration (asynchronous staleness bound).
     let mut updates_of: Vec<Vec<u32>> = Vec::new();
 
     for it in 0..spec.iterations as i32 {
-        for w in 0..n {
-            let wu = w as usize;
+        let base = it as u64 * per_iteration;
+        let mut all_reduce_index: u64 = 0;
+        for (wu, &w) in ranks.iter().enumerate() {
             let mut prev: Option<u32> = None;
             // per-rank variation (lower::variation): this rank-iteration's own layer times and slowdown
             let (vector, slow) = (super::variation::vector_of(spec, w, it), super::variation::slowdown(spec, w, it));
@@ -231,6 +251,9 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                     }
                 }
                 prev = Some(g.add(op, &deps));
+                if classes.is_some() {
+                    full_id.push(base + w as u64 * l2 + l as u64);
+                }
             }
             let skew = stagger_ns(spec, w, it);
             if skew > 0 {
@@ -249,6 +272,9 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                 op.layer = l as i32;
                 op.tenant = spec.tenant;
                 let id = g.add(op, &prev.into_iter().collect::<Vec<_>>());
+                if classes.is_some() {
+                    full_id.push(base + w as u64 * l2 + (2 * num_layers - 1 - l) as u64);
+                }
                 bwd_of[wu][l] = id;
                 prev = Some(id);
             }
@@ -286,20 +312,24 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                         let c = g.add_collective(CollectiveSpec {
                             algorithm: algorithm.algorithm(),
                             coll_type: CollectiveType::AllReduce,
-                            members: (0..n).collect(),
+                            members: ranks.clone(),
                             bytes,
                             chunk_bytes: spec.chunk_bytes,
                             gamma_ns_per_byte: spec.gamma_ns_per_byte,
                         });
-                        for w in 0..n {
+                        for (k, &w) in ranks.iter().enumerate() {
                             let mut op = tag(Op::new(Kind::Collective, names.allreduce, w));
                             op.bytes = bytes;
-                            op.stream = comm_stream[w as usize];
+                            op.stream = comm_stream[k];
                             op.collective = c;
-                            op.member = w;
-                            let id = g.add(op, &[bwd_of[w as usize][l]]);
-                            sync_end[w as usize][gi as usize].push(id);
+                            op.member = k as u32;
+                            let id = g.add(op, &[bwd_of[k][l]]);
+                            if classes.is_some() {
+                                full_id.push(base + n64 * l2 + all_reduce_index * n64 + w as u64);
+                            }
+                            sync_end[k][gi as usize].push(id);
                         }
+                        all_reduce_index += 1;
                     }
                 }
                 SyncSpec::Ps { .. } => {
@@ -384,6 +414,9 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
             b.iteration = it;
             b.tenant = spec.tenant;
             let b = g.add(b, &all);
+            if classes.is_some() {
+                full_id.push(base + n64 * l2 + all_reduces * n64);
+            }
             for gw in gates.iter_mut() {
                 gw[0].push(b);
             }
@@ -394,6 +427,15 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
                 }
             }
         }
+    }
+    if let Some(mut c) = classes {
+        if full_id.len() != g.ops.len() {
+            return Err(format!("rank classes: {} ops for {} per-rank ids (a lowering path the classes do not cover)", g.ops.len(), full_id.len()));
+        }
+        c.full_id = full_id;
+        c.compute_stride = l2;
+        c.collective_stride = 1;
+        g.rank_classes = Some(Box::new(c));
     }
     Ok(g)
 }
