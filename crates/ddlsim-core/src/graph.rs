@@ -181,7 +181,7 @@ pub struct Graph {
     pub releases: Vec<(u32, Time)>,
     /// Rank classes (closed form): each worker of the graph stands for its
     /// class (see [`crate::lower::classes`]); None: every rank is its own.
-    pub rank_classes: Option<Box<crate::lower::classes::RankClasses>>,
+    pub rank_classes: Option<Box<RankClasses>>,
 }
 
 /// A graph with nothing in it (what a paused run points at while its own graph grows).
@@ -438,4 +438,22 @@ impl Graph {
         }
         Ok(())
     }
+}
+
+/// The classes of a run's workers (closed form; built and used by [`crate::lower::classes`]).
+#[derive(Debug, Clone, Default)]
+pub struct RankClasses {
+    /// Workers of the full run.
+    pub workers: u32,
+    /// Class of each worker (classes are numbered by their lowest rank).
+    pub class_of: Vec<u32>,
+    /// Each class's representative (its lowest rank) and size.
+    pub representatives: Vec<u32>,
+    pub sizes: Vec<u32>,
+    /// Per op of the class graph: its id in the per-rank graph (filled by the lowering).
+    pub full_id: Vec<u64>,
+    /// Id distance between the same op of ranks r and r + 1 in the per-rank
+    /// graph: compute ops, collective ops (a barrier is one op for all).
+    pub compute_stride: u64,
+    pub collective_stride: u64,
 }

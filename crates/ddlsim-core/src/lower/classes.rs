@@ -28,25 +28,10 @@ use super::training::partitions;
 use crate::algorithm::LinkCost;
 use crate::collective::{closed_form, Params};
 use crate::executor::RunOutput;
+pub use crate::graph::RankClasses;
 use crate::graph::{CollectiveSpec, CollectiveType, Graph};
 
-/// The classes of a run's workers.
-#[derive(Debug, Clone, Default)]
-pub struct RankClasses {
-    /// Workers of the full run.
-    pub workers: u32,
-    /// Class of each worker (classes are numbered by their lowest rank).
-    pub class_of: Vec<u32>,
-    /// Each class's representative (its lowest rank) and size.
-    pub representatives: Vec<u32>,
-    pub sizes: Vec<u32>,
-    /// Per op of the class graph: its id in the per-rank graph (filled by the lowering).
-    pub full_id: Vec<u64>,
-    /// Id distance between the same op of ranks r and r + 1 in the per-rank
-    /// graph: compute ops, collective ops (a barrier is one op for all).
-    pub compute_stride: u64,
-    pub collective_stride: u64,
-}
+// The data (`RankClasses`) lives in `graph` beside the graph that carries it; what it does is here.
 
 impl RankClasses {
     /// What a class graph's collective (`spec`, one member per class) needs:

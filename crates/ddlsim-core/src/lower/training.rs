@@ -153,7 +153,7 @@ pub fn build_graph(spec: &TrainingSpec) -> Result<Graph, String> {
 /// [`build_graph`] with one worker per rank class (its representative; see
 /// [`super::classes`]) when `classes` is given; the graph keeps them, with
 /// each op's id in the per-rank graph.
-pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<super::classes::RankClasses>) -> Result<Graph, String> {
+pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<crate::graph::RankClasses>) -> Result<Graph, String> {
     spec.validate()?;
     let mut g = Graph::new();
     g.preempt_at_messages = spec.preemption && spec.preempt_at_messages;
