@@ -385,6 +385,12 @@ def replay(
     rank_times: Optional[str] = typer.Option(
         None, "--rank-times", help="With an event-log profile: median (every rank the median layer times) | sampled "
         "(each rank and iteration draws a captured step's layer times; docs/replay-at-scale.md)"),
+    overheads: Optional[bool] = typer.Option(
+        None, "--overheads/--no-overheads", help="A capture: add its measured framework gaps and optimizer step to the "
+        "layer times (default on for captures; docs/validation.md)."),
+    wire: Optional[str] = typer.Option(
+        None, "--wire", help="Headers the link rate pays per MSS-sized TCP segment: tbf (default for a shaped capture: "
+        "1448/1514) | ethernet (1460/1538) | none."),
     scaling: Optional[str] = typer.Option(
         None, "--scaling", help="Replay at each of these worker counts, e.g. 4,64,1024, and print how the iteration time and "
         "its spread grow (with --rank-times sampled: the slowest rank's draw)."),
@@ -407,6 +413,7 @@ def replay(
         "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
         "hosts": hosts, "background": _background_overrides(background),
         "seed": seed, "collective_model": collective_model, "rank_times": rank_times,
+        "overheads": overheads, "wire": wire,
         "straggler": _straggler_overrides(straggler, transient_straggler),
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
