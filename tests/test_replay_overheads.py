@@ -142,3 +142,12 @@ def test_sampled_rank_times_carry_the_same_overheads(tmp_path):
     sampled = ddlsim.replay(events, workers=1, rank_times="sampled")
     assert [round(x * 1e9) for x in sampled.summary()["iteration_times_s"]] == [steady_ns] * 5
     assert sampled.summary()["iteration_times_s"] == median.summary()["iteration_times_s"]
+
+
+def test_the_capture_measures_gamma_per_byte():
+    """The microbenchmark a DDP capture runs: a finite, positive ns per byte (its value is the machine's)."""
+    pytest.importorskip("torch")
+    from ddlsim.capture.ddp import reduction_cost_ns_per_byte
+
+    gamma = reduction_cost_ns_per_byte(1024, repeats=3)
+    assert math.isfinite(gamma) and gamma > 0

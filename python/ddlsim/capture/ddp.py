@@ -45,6 +45,24 @@ def job_config(config: dict) -> dict:
     return cfg
 
 
+def reduction_cost_ns_per_byte(elements: int, repeats: int = 7) -> float:
+    """The reduction cost gamma on this machine: ns per byte of ``a.add_(b)`` on two fp32 tensors of `elements`
+    (a bucket's size; what gloo's ring does with each chunk it receives), the median of `repeats` timed runs.
+    Stored in the capture's metadata; replay uses it as ``strategy.gamma_ns_per_byte``."""
+    import time
+
+    import torch
+
+    a, b = torch.ones(max(1, int(elements))), torch.ones(max(1, int(elements)))
+    a.add_(b)  # first touch
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        a.add_(b)
+        times.append(time.perf_counter_ns() - start)
+    return float(sorted(times)[len(times) // 2]) / (a.numel() * a.element_size())
+
+
 def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
     import torch
     import torch.distributed as dist
@@ -91,6 +109,7 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     from .ddp_plan import parameter_checksum
 
     job["parameter_sha256"] = parameter_checksum(model)  # the trained weights: equal runs, equal digests
+    job["gamma_ns_per_byte"] = reduction_cost_ns_per_byte(min(sum(p.numel() for p in model.parameters()), 2**22))
     write_sidecar(out, rank, {"job": job, **hooks.facts(), "reducer": reducer_facts(ddp_model)})
     recorder.close(iterations=cfg["iterations"])
     hooks.remove()
