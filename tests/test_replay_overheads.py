@@ -30,10 +30,11 @@ def test_the_header_factor_is_the_closed_form():
         payload_fraction(40)
 
 
-def synthetic_capture(path, *, workers=1, iterations=4, rng_seed=3, bandwidth=None, comm_gap_ns=0):
+def synthetic_capture(path, *, workers=1, iterations=4, rng_seed=3, bandwidth=None, comm_gap_ns=0, slow_ns=0):
     """A DDP capture of lenet5 with known gaps: per iteration and rank a marker, every layer's forward and backward
     with a seeded gap before each row, a 0.7 ms gap then the optimizer step (after a collective row that ends
-    `comm_gap_ns` after the last backward) and a tail to the marker's end. Iteration 0 is 5x slower (the warm-up)."""
+    `comm_gap_ns` after the last backward) and a tail to the marker's end. Iteration 0 is 5x slower (the warm-up);
+    in iteration 2, conv2's backward takes `slow_ns` longer (one slow step: the median keeps it out, the mean not)."""
     rng = np.random.default_rng(rng_seed)
     fwd = {n: int(x) for n, x in zip(LENET, rng.integers(100, 900, 5) * US)}
     bwd = {n: int(x) for n, x in zip(LENET, rng.integers(100, 900, 5) * US)}
@@ -51,9 +52,10 @@ def synthetic_capture(path, *, workers=1, iterations=4, rng_seed=3, bandwidth=No
             for op, order, d, g in (("forward", LENET, fwd, gap_f), ("backward", LENET[::-1], bwd, gap_b)):
                 for layer in order:
                     now += g[layer] * slow
+                    extra = slow_ns if (iteration, op, layer) == (2, "backward", "conv2") else 0
                     rows.append(dict(iteration=iteration, rank=rank, role="worker", kind="compute", op=op, name=layer,
-                                     start_ns=now, end_ns=now + d[layer] * slow))
-                    now += d[layer] * slow
+                                     start_ns=now, end_ns=now + d[layer] * slow + extra))
+                    now += d[layer] * slow + extra
             rows.append(dict(iteration=iteration, rank=rank, role="worker", kind="collective", op="allreduce",
                              name="bucket0", start_ns=now, end_ns=now + comm_gap_ns, collective=iteration + 1, group=0,
                              bytes=0, coll_type="allreduce", stream="comm"))
@@ -151,3 +153,14 @@ def test_the_capture_measures_gamma_per_byte():
 
     gamma = reduction_cost_ns_per_byte(1024, repeats=3)
     assert math.isfinite(gamma) and gamma > 0
+
+
+def test_one_slow_step_counts_in_the_mean_as_in_the_measured_mean(tmp_path):
+    """Iteration 2's conv2 backward is 4 ms slower: the median layer time (of 5 iterations) leaves it out, the
+    measured mean over iterations 1-4 holds a quarter of it, and so does the replay (each layer charged its mean
+    less its median)."""
+    events, steady_ns, _, _ = synthetic_capture(tmp_path / "events.parquet", slow_ns=4_000 * US, iterations=5)
+    log = read_event_log(events)
+    assert round(iteration_mean(iteration_arrays(log), log.metadata)["mean_s"] * 1e9) == steady_ns + 1_000 * US
+    assert round(framework_overheads(log)["tail_s"] * 1e9) == 1_000 * US
+    assert [round(x * 1e9) for x in ddlsim.replay(events).summary()["iteration_times_s"]] == [steady_ns + 1_000 * US] * 5

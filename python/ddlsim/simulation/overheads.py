@@ -15,6 +15,10 @@ in the capture so that a replay can put it back (docs/validation.md):
   iteration's first forward, i.e. to the first layer's forward. Simulated
   iterations are then all alike, and each one holds one step, as each
   measured window after the first does.
+* **slow steps**: the replay's layer times are medians (over ranks and all
+  iterations); a mean iteration holds the layers' mean times over the
+  counted iterations, so each layer is also charged that mean less the
+  median.
 * **bytes on the wire**: :func:`payload_fraction`, the share of a link's
   rate that carries payload once every MSS-sized segment pays its TCP/IP
   headers and link framing (closed form, no fitting).
@@ -69,12 +73,14 @@ def _worker_rows(log) -> dict[str, np.ndarray]:
     return {k: np.asarray(v)[keep] for k, v in cols.items()}
 
 
-def framework_overheads(log, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool = True) -> dict[str, Any]:
     """What a captured log's worker iterations spend outside their layers:
     ``layers`` (per layer name: (forward s, backward s) of gap before its
     rows), ``optimizer_s`` (the optimizer step per iteration), ``gap_s``
     (all gaps per iteration) and ``samples`` (the (rank, iteration) pairs
-    averaged). Means over worker ranks and the counted iterations."""
+    averaged). Means over worker ranks and the counted iterations.
+    `tails`: also the layers' mean less median times (``tail_s``; not for
+    sampled rank times, whose draws hold their slow steps already)."""
     from ..analyze.breakdown import warmup_iterations
 
     rows = _worker_rows(log)
@@ -122,10 +128,34 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None) -> dict[str
     layers: dict[str, list[float]] = {}
     for (name, op), total in gaps.items():
         layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] = total / samples / 1e9
+    tail = _mean_over_median(rows, layer_op, counted) if tails else {}
+    for (name, op), extra in tail.items():
+        layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] += extra
     return {"layers": {k: (v[0], v[1]) for k, v in layers.items()},
             "optimizer_s": optimizer_total / samples / 1e9 if samples else 0.0,
             "gap_s": sum(gaps.values()) / samples / 1e9 if samples else 0.0,
+            "tail_s": sum(tail.values()),
             "samples": samples}
+
+
+def _mean_over_median(rows: dict[str, np.ndarray], layer_op: np.ndarray, counted: set[int]) -> dict[tuple[str, str], float]:
+    """Per (layer, forward | backward): the mean of its per-(rank, iteration) time over the counted iterations less
+    the median over all of them (what the replay's layer times are, see
+    :func:`ddlsim.workload.profile.layer_times_from_log`), in s: a mean iteration holds the layers' mean times,
+    slow steps (a descheduled rank, a cache miss) included."""
+    sel = np.flatnonzero(layer_op)
+    steps: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
+    for i in sel:
+        key = (str(rows["name"][i]), str(rows["op"][i]))
+        step = (int(rows["rank"][i]), int(rows["iteration"][i]))
+        per = steps.setdefault(key, {})
+        per[step] = per.get(step, 0) + int(rows["end_ns"][i] - rows["start_ns"][i])
+    out = {}
+    for key, per in steps.items():
+        kept = [v for (_, it), v in per.items() if it in counted]
+        if kept:
+            out[key] = (float(np.mean(kept)) - float(np.median(list(per.values())))) / 1e9
+    return out
 
 
 def with_overheads(model, overheads: dict[str, Any]):
@@ -139,7 +169,7 @@ def with_overheads(model, overheads: dict[str, Any]):
         if index == 0:
             fwd += overheads["optimizer_s"]
         if layer.fwd_s is not None and layer.bwd_s is not None and (fwd or bwd):
-            layer = dataclasses.replace(layer, fwd_s=layer.fwd_s + fwd, bwd_s=layer.bwd_s + bwd)
+            layer = dataclasses.replace(layer, fwd_s=max(0.0, layer.fwd_s + fwd), bwd_s=max(0.0, layer.bwd_s + bwd))
         layers.append(layer)
     return dataclasses.replace(model, layers=tuple(layers))
 
@@ -150,7 +180,7 @@ def overheads_ns(path, model) -> np.ndarray:
     from ..trace.parquet import read_event_log
 
     log = read_event_log(path)
-    found = framework_overheads(log, log.metadata)
+    found = framework_overheads(log, log.metadata, tails=False)  # the drawn steps hold their own slow ones
     out = np.zeros((len(model.layers), 2), dtype=np.int64)
     for index, layer in enumerate(model.layers):
         fwd, bwd = found["layers"].get(layer.name, (0.0, 0.0))
