@@ -829,7 +829,7 @@ def validate(
     try:
         tables = run_validation(out_dir, captures=captures, quick=quick, jobs=split(jobs), models=split(models),
                                 links=split(links), repeats=repeats, iterations=iterations, workers=workers,
-                                command="ddlsim " + shlex.join(sys.argv[2:] and ["validate", *sys.argv[2:]]),
+                                command="ddlsim " + shlex.join(sys.argv[1:] if sys.argv[1:2] == ["validate"] else ["validate"]),
                                 progress=lambda text: err.print(text, highlight=False))
     except Interrupted:
         if (out_dir / "captures").is_dir():
