@@ -164,3 +164,32 @@ def test_one_slow_step_counts_in_the_mean_as_in_the_measured_mean(tmp_path):
     assert round(iteration_mean(iteration_arrays(log), log.metadata)["mean_s"] * 1e9) == steady_ns + 1_000 * US
     assert round(framework_overheads(log)["tail_s"] * 1e9) == 1_000 * US
     assert [round(x * 1e9) for x in ddlsim.replay(events).summary()["iteration_times_s"]] == [steady_ns + 1_000 * US] * 5
+
+
+def test_a_capture_records_its_small_all_reduce_and_replay_takes_it_as_the_step_latency(tmp_path):
+    """Oracle on paper: 2 workers, one all-reduce after the backward, analytic network: each of the ring's 2 steps
+    costs the measured step latency (4-byte all-reduce 300 us / 2 steps = 150 us) plus its bytes at the payload rate."""
+    events, steady_ns, _, _ = synthetic_capture(tmp_path / "events.parquet", workers=2, bandwidth="1000Mbps")
+    log = read_event_log(events)
+    log.metadata.update(allreduce_small_ns=300_000.0, allreduce_step_ns=150_000.0)
+    write_event_log(log, tmp_path / "alpha.parquet")
+    r = ddlsim.replay(tmp_path / "alpha.parquet", network="analytic", grouping="synceasgd")
+    assert r.scenario.network.latency_ns == 150_000
+    assert any(n.startswith("replay: latency 150000ns per ring step = the capture's 4-byte all-reduce (300 us)")
+               for n in r.notes), r.notes
+    total = sum(t.bytes for t in ddlsim.load_model("lenet5").tensors)
+    step_ns = 150_000 + math.ceil(total / 2 * 8 / r.scenario.network.bandwidth_bps * 1e9)
+    assert [round(x * 1e9) for x in r.summary()["iteration_times_s"]] == [steady_ns + 2 * step_ns] * 4
+    assert ddlsim.replay(tmp_path / "alpha.parquet", latency="1us").scenario.network.latency_ns == 1_000
+
+
+def test_a_ps_capture_takes_half_its_rpc_round_trip_as_the_message_latency(tmp_path):
+    events, *_ = synthetic_capture(tmp_path / "events.parquet", workers=2)
+    log = read_event_log(events)
+    log.metadata.update(job="ps", servers=1, ranks={"0": {"rpc_round_trip_ns": 800_000.0},
+                                                     "1": {"rpc_round_trip_ns": 1_000_000.0}})
+    write_event_log(log, tmp_path / "ps.parquet")
+    r = ddlsim.replay(tmp_path / "ps.parquet")
+    assert r.scenario.strategy.kind == "ps" and r.scenario.network.latency_ns == 450_000
+    assert any(n.startswith("replay: latency 450000ns per message = half the capture's 4-byte RPC round trip")
+               for n in r.notes), r.notes

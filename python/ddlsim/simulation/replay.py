@@ -74,7 +74,15 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
             gamma = (settings.get("strategy") or {}).get("gamma_ns_per_byte")
             if gamma and "gamma_ns_per_byte" not in overrides:
                 notes.append(f"replay: reduction cost gamma = {gamma:.4g} ns/byte, measured on the capturing machine")
-        origin = "the capture's shaped" if "network" in settings else None
+            if "latency" in (settings.get("network") or {}) and "latency" not in overrides:
+                if meta.get("job") == "ddp":
+                    notes.append(f"replay: latency {settings['network']['latency']} per ring step = the capture's 4-byte "
+                                 f"all-reduce ({meta.get('allreduce_small_ns', 0) / 1e3:.4g} us) / (2 (N - 1)) steps, "
+                                 "measured on the capturing machine")
+                else:
+                    notes.append(f"replay: latency {settings['network']['latency']} per message = half the capture's "
+                                 "4-byte RPC round trip (median over workers), measured on the capturing machine")
+        origin = "the capture's shaped" if "bandwidth" in settings.get("network", {}) else None
     data["model"]["profile"] = str(path.resolve())
     scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
     notes.append(_bandwidth_note(scenario, overrides, origin))
@@ -175,6 +183,8 @@ def capture_settings(meta: dict[str, Any]) -> dict[str, Any]:
         data["strategy"] = {"kind": "ring", "grouping": {"kind": "ddp", **({"bucket_cap_mb": cap} if cap else {})}}
         if isinstance(meta.get("gamma_ns_per_byte"), (int, float)) and meta["gamma_ns_per_byte"] > 0:
             data["strategy"]["gamma_ns_per_byte"] = float(meta["gamma_ns_per_byte"])
+        if isinstance(meta.get("allreduce_step_ns"), (int, float)) and meta["allreduce_step_ns"] > 0:
+            data["network"] = {"latency": f"{round(meta['allreduce_step_ns'])}ns"}
     elif job == "ps":
         strategy: dict[str, Any] = {"kind": "ps", "servers": int(meta.get("servers", 1))}
         if meta.get("placement") in ("round-robin", "size-balanced"):
@@ -182,8 +192,14 @@ def capture_settings(meta: dict[str, Any]) -> dict[str, Any]:
         if meta.get("sync") is False:
             strategy["asynchronous"] = True
         data["strategy"] = strategy
+        trips = [float(r["rpc_round_trip_ns"]) for r in (meta.get("ranks") or {}).values()
+                 if isinstance(r, dict) and isinstance(r.get("rpc_round_trip_ns"), (int, float))]
+        if trips:
+            import statistics
+
+            data["network"] = {"latency": f"{round(statistics.median(trips) / 2)}ns"}
     if meta.get("bandwidth"):
-        data["network"] = {"bandwidth": str(meta["bandwidth"])}
+        data["network"] = {**data.get("network", {}), "bandwidth": str(meta["bandwidth"])}
     return data
 
 
