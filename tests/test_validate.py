@@ -137,3 +137,31 @@ def test_a_non_empty_out_is_refused_and_left_alone(tmp_path):
     result = cli("validate", "--quick", "--out", str(tmp_path / "file"))
     assert result.returncode == 2 and "is not a directory" in " ".join(result.stderr.split())
     assert (tmp_path / "file").read_text() == "x"
+
+
+def test_ctrl_c_stops_validate_and_leaves_no_report(tmp_path):
+    """SIGINT while the first capture runs: exit 130, no report file and no staging directory; the capture being
+    made removes itself (ddlsim capture's own rule), so nothing half-made is left under --out."""
+    import signal
+    import time
+
+    pytest.importorskip("torch", reason="ddlsim validate --quick captures real jobs (pip install ddlsim[capture])")
+    python = str(Path(ddlsim.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([python, os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "ddlsim", "validate", "--quick", "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while not list((out / "captures").glob("*/*")) and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C reaches the whole foreground group
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    left = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert left in ([], ["captures"]), left
+    assert not [p for p in out.rglob("events.parquet")] if out.exists() else True
