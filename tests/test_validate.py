@@ -45,7 +45,11 @@ def quick(tmp_path_factory):
 def test_quick_writes_the_report_and_its_numbers_are_replay_and_iteration_mean(quick):
     out, text = quick
     assert sorted(p.name for p in out.iterdir()) == ["captures", "cases.csv", "errors.png", "index.html", "iterations.csv",
-                                                     "runs.csv", "validation.png"]
+                                                     "operations.csv", "runs.csv", "validation.png"]
+    operations = {(o["job"], o["operation"]) for o in rows(out / "operations.csv")}
+    assert {("ddp", "worker compute/forward"), ("ddp", "worker collective/allreduce"), ("ps", "worker send/push_request"),
+            ("ps", "server compute/update")} <= operations
+    assert "per operation (self-prediction)" in text
     cases = rows(out / "cases.csv")
     assert [(c["job"], c["model"], c["kind"], c["captured_link"]) for c in cases] == [
         ("ddp", "lenet5", "self", "unshaped"), ("ps", "lenet5", "self", "unshaped")]
@@ -70,7 +74,7 @@ def test_existing_captures_give_byte_identical_reports(quick, tmp_path):
     for name in ("a", "b"):
         result = CliRunner().invoke(app, ["validate", "--captures", str(out / "captures"), "--out", str(tmp_path / name)])
         assert result.exit_code == 0, result.output
-    for name in ("cases.csv", "runs.csv", "iterations.csv", "index.html"):
+    for name in ("cases.csv", "runs.csv", "iterations.csv", "operations.csv", "index.html"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     assert not (tmp_path / "a" / "captures").exists()  # it took the captures, it made none
 
@@ -165,3 +169,17 @@ def test_ctrl_c_stops_validate_and_leaves_no_report(tmp_path):
     left = sorted(p.name for p in out.iterdir()) if out.exists() else []
     assert left in ([], ["captures"]), left
     assert not [p for p in out.rglob("events.parquet")] if out.exists() else True
+
+
+def test_operation_means_are_per_rank_and_iteration(tmp_path):
+    """Oracle: the hand-built capture's forward rows sum to the seeded forward times in each iteration and rank; the
+    mean over the counted iterations (1-3) of one worker is that sum."""
+    from ddlsim.validation import operation_means
+
+    events, *_ = synthetic_capture(tmp_path / "events.parquet", workers=2)
+    log = read_event_log(events)
+    df = log.to_pandas()
+    forward = df[(df.op == "forward") & (df.iteration == 1) & (df["rank"] == 0)]
+    means = operation_means(log, [1, 2, 3])
+    assert means["worker compute/forward"] == pytest.approx((forward.end_ns - forward.start_ns).sum() / 1e9)
+    assert "worker marker/iteration" not in means

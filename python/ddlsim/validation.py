@@ -18,7 +18,9 @@ with ``ddlsim capture`` (or taken from existing captures, ``--captures``).
 Writes into ``--out`` (a new or empty directory): ``captures/`` (when it
 captures), ``cases.csv`` (one row per case and prediction), ``runs.csv`` (one
 row per capture and prediction), ``iterations.csv`` (per capture, its
-measured and replayed iteration times), ``validation.png`` (predicted
+measured and replayed iteration times), ``operations.csv`` (per case and
+operation, e.g. "worker collective/allreduce", measured and replayed time
+per rank and iteration), ``validation.png`` (predicted
 against measured), ``errors.png`` (error per case with its goal) and
 ``index.html``.
 """
@@ -69,6 +71,29 @@ def link_label(bandwidth: Optional[str]) -> str:
         raise DdlsimError(f"link {bandwidth!r}: {exc}; write unshaped or a rate with a unit, e.g. 1Gbps") from None
 
 
+def operation_means(log, iterations: Optional[list[int]] = None) -> dict[str, float]:
+    """Per operation ("ROLE KIND/OP", e.g. "worker collective/allreduce"): its rows' summed duration per rank and
+    iteration in s, the mean over the ranks of that role and the `iterations` given (default all)."""
+    import numpy as np
+
+    from .trace.coerce import as_columns
+
+    log = as_columns(log)
+    cols = {k: np.asarray(log.column(k)) for k in ("rank", "role", "iteration", "kind", "op", "start_ns", "end_ns")}
+    keep = (cols["iteration"] >= 0) & (cols["kind"] != "marker") & (cols["kind"] != "barrier")
+    if iterations is not None:
+        keep &= np.isin(cols["iteration"], iterations)
+    out: dict[str, float] = {}
+    for role in sorted(set(cols["role"][keep].tolist())):
+        mine = keep & (cols["role"] == role)
+        ranks = len(np.unique(cols["rank"][mine]))
+        steps = ranks * len(np.unique(cols["iteration"][mine]))
+        for kind, op in sorted(set(zip(cols["kind"][mine].tolist(), cols["op"][mine].tolist()))):
+            rows = mine & (cols["kind"] == kind) & (cols["op"] == op)
+            out[f"{role} {kind}/{op}"] = float((cols["end_ns"][rows] - cols["start_ns"][rows]).sum()) / steps / 1e9
+    return out
+
+
 def _measure(path: Path) -> dict[str, Any]:
     import numpy as np
 
@@ -81,7 +106,7 @@ def _measure(path: Path) -> dict[str, Any]:
     mask = mean["mask"]
     out = {"mean_s": mean["mean_s"], "definition": mean["definition"], "metadata": log.metadata,
            "iterations": [int(i) for i in arrays["iteration"]], "times_s": [float(t) for t in arrays["time_s"]],
-           "counted": [bool(m) for m in mask]}
+           "counted": [bool(m) for m in mask], "ops": operation_means(log, mean["iterations"])}
     for part in PARTS:
         out[part] = float(np.asarray(arrays[part])[mask].mean()) if mask.any() else float("nan")
     return out
@@ -95,7 +120,8 @@ def _predict(path: Path, bandwidth: Optional[str] = None) -> dict[str, Any]:
 
     result = replay(path, **({"bandwidth": bandwidth} if bandwidth else {}))
     arrays = iteration_arrays(result.columns)
-    out = {"mean_s": result.iteration_time_s, "times_s": [float(t) for t in arrays["time_s"]], "notes": list(result.notes)}
+    out = {"mean_s": result.iteration_time_s, "times_s": [float(t) for t in arrays["time_s"]], "notes": list(result.notes),
+           "ops": operation_means(result.columns)}
     for part in PARTS:
         out[part] = float(arrays[part].mean())
     return out
@@ -180,7 +206,7 @@ def evaluate(captures: list[Capture], progress: Callable[[str], None]) -> dict[s
     groups: dict[tuple[str, str, str], list[Capture]] = {}
     for c in captures:
         groups.setdefault((c.job, c.model, c.link), []).append(c)
-    runs, iterations, cases = [], [], []
+    runs, iterations, cases, operations = [], [], [], []
     for (job, model, link), members in sorted(groups.items()):
         targets = [("self", link, members)] + [("cross", other, groups[(job, model, other)])
                                               for (j, m, other) in sorted(groups) if (j, m) == (job, model)
@@ -212,7 +238,14 @@ def evaluate(captures: list[Capture], progress: Callable[[str], None]) -> dict[s
                 row[f"measured_{name}_ms"] = sum(c.measured[part] for c in measured_at) / len(measured_at) * 1e3
                 row[f"predicted_{name}_ms"] = sum(x[part] for x in predictions) / len(predictions) * 1e3
             cases.append(row)
-    return {"cases": cases, "runs": runs, "iterations": iterations}
+            if kind == "self":
+                names = sorted(set().union(*(c.measured["ops"] for c in members), *(x["ops"] for x in predictions)))
+                for name in names:
+                    operations.append({
+                        "job": job, "model": model, "link": link, "operation": name,
+                        "measured_ms": sum(c.measured["ops"].get(name, 0.0) for c in members) / len(members) * 1e3,
+                        "predicted_ms": sum(x["ops"].get(name, 0.0) for x in predictions) / len(predictions) * 1e3})
+    return {"cases": cases, "runs": runs, "iterations": iterations, "operations": operations}
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -328,15 +361,26 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
         _write_csv(stage / "cases.csv", tables["cases"])
         _write_csv(stage / "runs.csv", tables["runs"])
         _write_csv(stage / "iterations.csv", tables["iterations"])
+        _write_csv(stage / "operations.csv", tables["operations"])
         _plots(stage, tables["cases"])
         (stage / "index.html").write_text(_html(tables["cases"], command), encoding="utf-8")
-        for name in ("cases.csv", "runs.csv", "iterations.csv", "validation.png", "errors.png", "index.html"):
+        for name in ("cases.csv", "runs.csv", "iterations.csv", "operations.csv", "validation.png", "errors.png",
+                     "index.html"):
             os.replace(stage / name, out / name)
     finally:
         for leftover in stage.iterdir():
             leftover.unlink()
         stage.rmdir()
     return tables
+
+
+def format_operations(operations: list[dict[str, Any]]) -> str:
+    """Per case (self-prediction) and operation: measured and replayed ms per rank and iteration."""
+    lines = [f"{'job':4} {'model':9} {'link':>9}  {'operation':34} {'measured ms':>12} {'replayed ms':>12}"]
+    for o in operations:
+        lines.append(f"{o['job']:4} {o['model']:9} {o['link']:>9}  {o['operation']:34} {o['measured_ms']:12.2f} "
+                     f"{o['predicted_ms']:12.2f}")
+    return "\n".join(lines)
 
 
 def format_cases(cases: list[dict[str, Any]]) -> str:

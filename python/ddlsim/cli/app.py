@@ -819,7 +819,7 @@ def validate(
     import importlib.util
     import shlex
 
-    from ..validation import format_cases, validate as run_validation
+    from ..validation import format_cases, format_operations, validate as run_validation
     from .progress import Interrupted
 
     if captures is None and importlib.util.find_spec("torch") is None:
@@ -837,7 +837,10 @@ def validate(
                       highlight=False)
         raise
     out.print(format_cases(tables["cases"]), highlight=False, soft_wrap=True)
-    out.print(f"wrote {out_dir}/cases.csv, runs.csv, iterations.csv, validation.png, errors.png, index.html", highlight=False)
+    out.print("\nper operation (self-prediction), ms per rank and iteration:", highlight=False)
+    out.print(format_operations(tables["operations"]), highlight=False, soft_wrap=True)
+    out.print(f"wrote {out_dir}/cases.csv, runs.csv, iterations.csv, operations.csv, validation.png, errors.png, index.html",
+              highlight=False)
 
 
 from .reproduce_command import reproduce_app  # noqa: E402  (registered after the top-level commands)
