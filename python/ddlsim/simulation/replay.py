@@ -109,8 +109,8 @@ def _overheads_note(path: Path, scenario: Scenario) -> str:
     log = read_event_log(path)
     found = framework_overheads(log, log.metadata)
     return (f"replay: + the capture's framework gaps ({found['gap_s'] * 1e3:.3g} ms per iteration, before each layer's "
-            f"rows) and optimizer step ({found['optimizer_s'] * 1e3:.3g} ms, before the first forward); overheads=False "
-            "leaves them out")
+            f"rows) and optimizer step ({found['optimizer_s'] * 1e3:.3g} ms, before the first forward); --no-overheads "
+            "(overheads=False) leaves them out")
 
 
 def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) -> tuple[Scenario, Optional[str]]:
@@ -128,7 +128,7 @@ def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) 
     rate = scenario.network.bandwidth_bps
     scenario = with_overrides(scenario, {"bandwidth": f"{rate * fraction:.17g}bps"})
     return scenario, (f"replay: payload rate {rate * fraction / 1e6:.6g} Mbit/s = link rate x {fraction:.5f} "
-                      f"(TCP/IP headers and {wire} framing per MSS-sized segment; wire=none leaves it out)")
+                      f"(TCP/IP headers and {wire} framing per MSS-sized segment; --wire none leaves it out)")
 
 
 def _bandwidth_note(scenario: Scenario, overrides: dict[str, Any], origin: Optional[str]) -> str:
