@@ -13,7 +13,8 @@ idle) is printed beside it so that an error can be traced to its part.
 
     sudo python benchmarks/validate_replay.py [--out validation/] [--iterations 4] [--quick]
 
-Writes ``validation.csv`` into --out. docs/validation.md reports a run.
+Writes ``validation.csv`` into --out. Superseded by ``ddlsim validate`` (a grid of jobs, models and links,
+repeated, with self- and cross-prediction, CSV, plots and HTML); docs/validation.md reports its run.
 """
 
 from __future__ import annotations

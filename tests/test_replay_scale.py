@@ -24,7 +24,7 @@ FWD_US = {"conv1": 300, "conv2": 500, "fc1": 200, "fc2": 100, "fc3": 100}
 BWD_US = {"conv1": 400, "conv2": 800, "fc1": 300, "fc2": 200, "fc3": 100}
 RANKS, ITERATIONS = 4, 26  # iteration 0 is the warm-up: 4 x 25 = 100 pooled (rank, iteration) vectors
 # the replay's network: fast and closed-form, so that 1024 ranks take seconds
-FAST = dict(network="analytic", collective_model="closed-form", bandwidth="400Gbps", latency="1us")
+FAST = dict(network="analytic", collective_model="closed-form", bandwidth="400Gbps", latency="1us", overheads=False)  # overheads: tests/test_replay_overheads.py
 
 
 def spread_capture(path, *, spread=True, seed=7):

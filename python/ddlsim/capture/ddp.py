@@ -45,6 +45,44 @@ def job_config(config: dict) -> dict:
     return cfg
 
 
+def reduction_cost_ns_per_byte(elements: int, repeats: int = 7) -> float:
+    """The reduction cost gamma on this machine: ns per byte of ``a.add_(b)`` on two fp32 tensors of `elements`
+    (a bucket's size; what gloo's ring does with each chunk it receives), the median of `repeats` timed runs.
+    Stored in the capture's metadata; replay uses it as ``strategy.gamma_ns_per_byte``."""
+    import time
+
+    import torch
+
+    a, b = torch.ones(max(1, int(elements))), torch.ones(max(1, int(elements)))
+    a.add_(b)  # first touch
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        a.add_(b)
+        times.append(time.perf_counter_ns() - start)
+    return float(sorted(times)[len(times) // 2]) / (a.numel() * a.element_size())
+
+
+def small_allreduce_ns(repeats: int = 15) -> float:
+    """The fixed cost of one all-reduce on this machine and process group: the median time of a 4-byte
+    ``all_reduce`` (gloo's ring: 2 (N - 1) steps of almost no bytes, so per step the software and scheduling
+    latency a step pays besides its bytes). Replay uses it / (2 (N - 1)) as the link latency."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    x = torch.zeros(1)
+    dist.all_reduce(x)  # the pair's first use
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter_ns()
+        dist.all_reduce(x)
+        times.append(time.perf_counter_ns() - start)
+    return float(sorted(times)[len(times) // 2])
+
+
 def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
     import torch
     import torch.distributed as dist
@@ -91,6 +129,10 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     from .ddp_plan import parameter_checksum
 
     job["parameter_sha256"] = parameter_checksum(model)  # the trained weights: equal runs, equal digests
+    job["gamma_ns_per_byte"] = reduction_cost_ns_per_byte(min(sum(p.numel() for p in model.parameters()), 2**22))
+    if world_size > 1:
+        job["allreduce_small_ns"] = small_allreduce_ns()
+        job["allreduce_step_ns"] = job["allreduce_small_ns"] / (2 * (world_size - 1))
     write_sidecar(out, rank, {"job": job, **hooks.facts(), "reducer": reducer_facts(ddp_model)})
     recorder.close(iterations=cfg["iterations"])
     hooks.remove()

@@ -101,6 +101,24 @@ def clock_offset(rank: int, workers: int, probes: int = 8) -> tuple[int, int]:
     return (0 if host == socket.gethostname() else offset), rtt
 
 
+def rpc_round_trip_ns(server: str, repeats: int = 15) -> float:
+    """A request's fixed cost on this machine: the median round trip of an RPC with a 4-byte payload to `server`
+    (TensorPipe, serialisation, the agents' threads). Replay of a PS capture uses half of it as the link latency."""
+    import time
+
+    import torch
+    from torch.distributed import rpc
+
+    x = torch.zeros(1)
+    rpc.rpc_sync(server, torch.add, args=(x, 1))  # the pair's first use
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        rpc.rpc_sync(server, torch.add, args=(x, 1))
+        times.append(time.perf_counter_ns() - start)
+    return float(sorted(times)[len(times) // 2])
+
+
 def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
     import torch
     from torch.distributed import rpc
@@ -120,7 +138,10 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
         time.sleep(float(config["server_start_delay_s"]))
     offset, rtt = clock_offset(rank, workers)
     role = "worker" if rank < workers else "server"
-    rec = RankRecorder(out_dir, rank, role, clock_offset_ns=offset, meta={"clock_probe_rtt_ns": rtt})
+    meta = {"clock_probe_rtt_ns": rtt}
+    if role == "worker":
+        meta["rpc_round_trip_ns"] = rpc_round_trip_ns(rank_name(workers, workers))
+    rec = RankRecorder(out_dir, rank, role, clock_offset_ns=offset, meta=meta)
     from .ps_model import PsModel
 
     model = PsModel(config)

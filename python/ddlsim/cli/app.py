@@ -397,6 +397,12 @@ def replay(
     rank_times: Optional[str] = typer.Option(
         None, "--rank-times", help="With an event-log profile: median (every rank the median layer times) | sampled "
         "(each rank and iteration draws a captured step's layer times; docs/replay-at-scale.md)"),
+    overheads: Optional[bool] = typer.Option(
+        None, "--overheads/--no-overheads", help="A capture: add its measured framework gaps and optimizer step to the "
+        "layer times (default on for captures; docs/validation.md)."),
+    wire: Optional[str] = typer.Option(
+        None, "--wire", help="Headers the link rate pays per MSS-sized TCP segment: tbf (default for a shaped capture: "
+        "1448/1514) | ethernet (1460/1538) | none."),
     scaling: Optional[str] = typer.Option(
         None, "--scaling", help="Replay at each of these worker counts, e.g. 4,64,1024, and print how the iteration time and "
         "its spread grow (with --rank-times sampled: the slowest rank's draw)."),
@@ -419,6 +425,7 @@ def replay(
         "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
         "hosts": hosts, "background": _background_overrides(background),
         "seed": seed, "collective_model": collective_model, "rank_times": rank_times,
+        "overheads": overheads, "wire": wire,
         "straggler": _straggler_overrides(straggler, transient_straggler),
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
@@ -826,6 +833,48 @@ def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optiona
               highlight=False)
 
 
+@app.command()
+def validate(
+    out_dir: Path = typer.Option(..., "--out", "-o", help="A new or empty directory for the captures, CSVs, plots and HTML."),
+    captures: Optional[Path] = typer.Option(
+        None, "--captures", help="Take the captures under this directory (DIR/*/events.parquet) instead of capturing."),
+    quick: bool = typer.Option(False, "--quick", help="DDP and PS LeNet-5, unshaped, 1 repeat, 4 iterations (under a minute)."),
+    jobs: Optional[str] = typer.Option(None, "--jobs", help="Comma-separated: ddp,ps (default both)."),
+    models: Optional[str] = typer.Option(None, "--models", help="Comma-separated: lenet5,resnet18 (PS: lenet5 only)."),
+    links: Optional[str] = typer.Option(
+        None, "--links", help="Comma-separated: unshaped and/or rates, e.g. unshaped,1Gbps,100Mbps (the default; rates need root)."),
+    repeats: int = typer.Option(3, "--repeats", help="Captures per case (mean and spread)."),
+    iterations: int = typer.Option(5, "--iterations", "-i", help="Training iterations per capture (the first is a warm-up)."),
+    workers: int = typer.Option(2, "--workers", "-n", help="Worker ranks per capture."),
+) -> None:
+    """Replay against capture over a grid of real runs (DDP and PS, links, models, repeats): self- and cross-prediction, CSV, plots, HTML."""
+    import importlib.util
+    import shlex
+
+    from ..validation import format_cases, format_operations, validate as run_validation
+    from .progress import Interrupted
+
+    if captures is None and importlib.util.find_spec("torch") is None:
+        raise DdlsimError("ddlsim validate captures real jobs and needs PyTorch, which is not installed; "
+                          "pip install ddlsim[capture], or give existing captures with --captures")
+    split = (lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None)
+    try:
+        tables = run_validation(out_dir, captures=captures, quick=quick, jobs=split(jobs), models=split(models),
+                                links=split(links), repeats=repeats, iterations=iterations, workers=workers,
+                                command="ddlsim " + shlex.join(sys.argv[1:] if sys.argv[1:2] == ["validate"] else ["validate"]),
+                                progress=lambda text: err.print(text, highlight=False))
+    except Interrupted:
+        if (out_dir / "captures").is_dir():
+            err.print(f"the captures completed so far are kept in {out_dir / 'captures'} (reuse: --captures)",
+                      highlight=False)
+        raise
+    out.print(format_cases(tables["cases"]), highlight=False, soft_wrap=True)
+    out.print("\nper operation (self-prediction), ms per rank and iteration:", highlight=False)
+    out.print(format_operations(tables["operations"]), highlight=False, soft_wrap=True)
+    out.print(f"wrote {out_dir}/cases.csv, runs.csv, iterations.csv, operations.csv, validation.png, errors.png, index.html",
+              highlight=False)
+
+
 from .reproduce_command import reproduce_app  # noqa: E402  (registered after the top-level commands)
 
 app.add_typer(reproduce_app, name="reproduce")
@@ -845,7 +894,7 @@ def main() -> None:
     from ..safe_io import GuardedStream
 
     words = [a for a in sys.argv[1:] if not a.startswith("-")]
-    install_signal_handlers(CAPTURE_GRACE_MS if words[:1] == ["capture"] else GRACE_MS)
+    install_signal_handlers(CAPTURE_GRACE_MS if words[:1] in (["capture"], ["validate"]) else GRACE_MS)
     real_stdout = sys.stdout
     sys.stdout = guard = GuardedStream(real_stdout)  # a failed write to it becomes one line (_stdout_failed)
     try:

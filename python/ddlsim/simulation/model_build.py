@@ -64,6 +64,12 @@ def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
         # modules added by growth take their times from the profile when it has them (a replayed
         # grown run), else from their FLOPs
         model = apply_profile(model, path, optional={layer.name for layer in model.layers} - base_layers)
+        if config.overheads and path.suffix == ".parquet":
+            from ..trace.parquet import read_event_log
+            from .overheads import framework_overheads, with_overheads
+
+            log = read_event_log(path)
+            model = with_overheads(model, framework_overheads(log, log.metadata))
     return model
 
 

@@ -42,6 +42,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
     ``ddlsim replay`` prints them, :func:`ddlsim.replay` keeps them in the
     result's notes."""
     path = Path(log_path)
+    wire = overrides.pop("wire", None)
     if not path.is_file():
         raise DdlsimError(f"{path}: event log not found; give the events.parquet of a run (ddlsim simulate --out, a capture, "
                           "or ddlsim convert)")
@@ -70,10 +71,28 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
             if "grouping" not in overrides:
                 notes.append(group_note)
         data = {"model": {"name": str(name)}, "workers": workers, "iterations": iterations, **settings}
-        origin = "the capture's shaped" if "network" in settings else None
+        if meta.get("source") == "capture":
+            data["model"]["overheads"] = True  # the capture's framework gaps and optimizer step, as measured
+            gamma = (settings.get("strategy") or {}).get("gamma_ns_per_byte")
+            if gamma and "gamma_ns_per_byte" not in overrides:
+                notes.append(f"replay: reduction cost gamma = {gamma:.4g} ns/byte, measured on the capturing machine")
+            if "latency" in (settings.get("network") or {}) and "latency" not in overrides:
+                if meta.get("job") == "ddp":
+                    notes.append(f"replay: latency {settings['network']['latency']} per ring step = the capture's 4-byte "
+                                 f"all-reduce ({meta.get('allreduce_small_ns', 0) / 1e3:.4g} us) / (2 (N - 1)) steps, "
+                                 "measured on the capturing machine")
+                else:
+                    notes.append(f"replay: latency {settings['network']['latency']} per message = half the capture's "
+                                 "4-byte RPC round trip (median over workers), measured on the capturing machine")
+        origin = "the capture's shaped" if "bandwidth" in settings.get("network", {}) else None
     data["model"]["profile"] = str(path.resolve())
     scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
     notes.append(_bandwidth_note(scenario, overrides, origin))
+    if scenario.model.overheads:
+        notes.append(_overheads_note(path, scenario))
+    scenario, wire_note = _on_the_wire(scenario, meta, wire)
+    if wire_note:
+        notes.append(wire_note)
     if scenario.model.rank_times == "sampled":
         # the sampled steps already hold the recorded run's jitter and stragglers: not applied a second time
         again = {k: v for k, v in (("jitter", 0.0), ("straggler", [])) if k not in overrides and getattr(scenario, k)}
@@ -97,6 +116,37 @@ def _netop_refusal(path: Path) -> str:
     return (f"{path}: a network-operator trace records only when each parameter was queued to send (no compute rows, "
             "no forward pass: the paper profiles that apart), so it has no layer times to replay; simulate its job "
             f"instead: ddlsim simulate --model MODEL --strategy ps --workers {max(workers, 1)} --servers {max(servers, 1)}")
+
+
+def _overheads_note(path: Path, scenario: Scenario) -> str:
+    from ..trace.parquet import read_event_log
+    from .overheads import framework_overheads
+
+    if scenario.model.rank_times != "median":
+        return "replay: the capture's framework gaps and optimizer step are not added to sampled rank times"
+    log = read_event_log(path)
+    found = framework_overheads(log, log.metadata)
+    return (f"replay: + the capture's framework gaps ({found['gap_s'] * 1e3:.3g} ms per iteration, before each layer's "
+            f"rows) and optimizer step ({found['optimizer_s'] * 1e3:.3g} ms, before the first forward); --no-overheads "
+            "(overheads=False) leaves them out")
+
+
+def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) -> tuple[Scenario, Optional[str]]:
+    """The link rate the payload gets (:func:`ddlsim.simulation.overheads.payload_fraction`): `wire` names the
+    framing (ethernet | tbf | none); a shaped capture defaults to tbf (what its shaping counts), anything else to none."""
+    from .overheads import WIRE, wire_fraction
+
+    if wire is None:
+        wire = "tbf" if meta.get("source") == "capture" and meta.get("bandwidth") else "none"
+    if wire not in WIRE:
+        raise DdlsimError(f"wire {wire!r}: give one of {', '.join(WIRE)} (the framing whose headers the link's rate pays)")
+    fraction = wire_fraction(wire)
+    if fraction == 1.0:
+        return scenario, None
+    rate = scenario.network.bandwidth_bps
+    scenario = with_overrides(scenario, {"bandwidth": f"{rate * fraction:.17g}bps"})
+    return scenario, (f"replay: payload rate {rate * fraction / 1e6:.6g} Mbit/s = link rate x {fraction:.5f} "
+                      f"(TCP/IP headers and {wire} framing per MSS-sized segment; --wire none leaves it out)")
 
 
 def _bandwidth_note(scenario: Scenario, overrides: dict[str, Any], origin: Optional[str]) -> str:
@@ -149,6 +199,10 @@ def capture_settings(meta: dict[str, Any]) -> dict[str, Any]:
     if job == "ddp":
         cap = meta.get("bucket_cap_mb")
         data["strategy"] = {"kind": "ring", "grouping": {"kind": "ddp", **({"bucket_cap_mb": cap} if cap else {})}}
+        if isinstance(meta.get("gamma_ns_per_byte"), (int, float)) and meta["gamma_ns_per_byte"] > 0:
+            data["strategy"]["gamma_ns_per_byte"] = float(meta["gamma_ns_per_byte"])
+        if isinstance(meta.get("allreduce_step_ns"), (int, float)) and meta["allreduce_step_ns"] > 0:
+            data["network"] = {"latency": f"{round(meta['allreduce_step_ns'])}ns"}
     elif job == "ps":
         strategy: dict[str, Any] = {"kind": "ps", "servers": int(meta.get("servers", 1))}
         if meta.get("placement") in ("round-robin", "size-balanced"):
@@ -156,8 +210,14 @@ def capture_settings(meta: dict[str, Any]) -> dict[str, Any]:
         if meta.get("sync") is False:
             strategy["asynchronous"] = True
         data["strategy"] = strategy
+        trips = [float(r["rpc_round_trip_ns"]) for r in (meta.get("ranks") or {}).values()
+                 if isinstance(r, dict) and isinstance(r.get("rpc_round_trip_ns"), (int, float))]
+        if trips:
+            import statistics
+
+            data["network"] = {"latency": f"{round(statistics.median(trips) / 2)}ns"}
     if meta.get("bandwidth"):
-        data["network"] = {"bandwidth": str(meta["bandwidth"])}
+        data["network"] = {**data.get("network", {}), "bandwidth": str(meta["bandwidth"])}
     return data
 
 

@@ -574,6 +574,9 @@ class ModelConfig(_Strict):
     # with an event-log profile: "median" (every rank the median layer times) or "sampled" (each rank and
     # iteration draws a whole captured (rank, iteration) vector of layer times; docs/replay-at-scale.md)
     rank_times: Literal["median", "sampled"] = "median"
+    # with a captured event-log profile: add the capture's framework gaps between layers and its optimizer
+    # step to the layer times (ddlsim.simulation.overheads; replay of a capture turns it on)
+    overheads: bool = False
     synthetic: Optional[SyntheticConfig] = None
     layers: Optional[list[CustomLayer]] = None
     dtype_bytes: int = Field(4, ge=1)
@@ -1178,6 +1181,7 @@ FLAT_KEYS = {
     "efficiency": ("model", "efficiency"),
     "profile": ("model", "profile"),
     "rank_times": ("model", "rank_times"),
+    "overheads": ("model", "overheads"),
     "strategy": ("strategy", "kind"),
     "servers": ("strategy", "servers"),
     "placement": ("strategy", "placement"),

@@ -16,6 +16,7 @@ pool with the scenario's seed.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,6 +109,10 @@ def variation_document(scenario: "Scenario", model: "Model", times_ns: list[tupl
     longest = sum(f + b for f, b in times_ns)
     if scenario.model.rank_times == "sampled":
         pool = scenario_pool(scenario, model, times_ns)
+        if scenario.model.overheads:  # the capture's framework gaps and optimizer step, as the median replay has them
+            from .overheads import overheads_ns
+
+            pool = dataclasses.replace(pool, vectors=pool.vectors + overheads_ns(Path(str(scenario.model.profile)), model))
         out["compute_pool"] = [{"fwd_ns": v[:, 0].tolist(), "bwd_ns": v[:, 1].tolist()} for v in pool.vectors]
         assign = pool.assignment(scenario.workers)
         if assign:

@@ -1,0 +1,190 @@
+"""The time a captured iteration spends outside its recorded layers, measured
+in the capture so that a replay can put it back (docs/validation.md):
+
+* **framework gaps**: the time between a worker's consecutive compute rows
+  (Python, autograd, the recording and DDP hooks, the loss, zero_grad). Each
+  forward or backward row of a layer is charged the gap before it: the
+  time since the rank's previous compute row ended. The first compute row of
+  an iteration is measured from the later of the previous iteration's last
+  compute row and the rank's last communication row that ended before it
+  (a parameter server's pulls, which the replay simulates itself).
+* **the optimizer step** (rows ``op = optimizer_step``), with the gap before
+  it since the later of the last compute row and the last communication row
+  (DDP's all-reduces, whose time the replay simulates): it runs after the
+  iteration's all-reduces, so the replay charges it before the next
+  iteration's first forward, i.e. to the first layer's forward. Simulated
+  iterations are then all alike, and each one holds one step, as each
+  measured window after the first does.
+* **slow steps**: the replay's layer times are medians (over ranks and all
+  iterations); a mean iteration holds the layers' mean times over the
+  counted iterations, so each layer is also charged that mean less the
+  median.
+* **bytes on the wire**: :func:`payload_fraction`, the share of a link's
+  rate that carries payload once every MSS-sized segment pays its TCP/IP
+  headers and link framing (closed form, no fitting).
+
+Means over worker ranks and the iterations the capture's mean counts
+(:func:`ddlsim.analyze.breakdown.warmup_iterations`: the warm-up iteration
+is left out here as it is there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+# Link framing, bytes per frame beyond the IP packet:
+# - "ethernet": a physical Ethernet link: preamble 8 + MAC header 14 + FCS 4 + inter-frame gap 12 = 38;
+# - "tbf": a Linux tbf qdisc on a veth (how `ddlsim capture --bandwidth` shapes): it counts the 14-byte MAC
+#   header of every segment (qdisc_pkt_len), nothing else; Linux TCP also sends the 12-byte timestamp option.
+WIRE = {
+    "ethernet": {"framing_bytes": 38, "tcp_option_bytes": 0},
+    "tbf": {"framing_bytes": 14, "tcp_option_bytes": 12},
+    "none": None,
+}
+TCP_IP_HEADER_BYTES = 40
+
+
+def payload_fraction(mtu: int = 1500, framing_bytes: int = 38, tcp_option_bytes: int = 0,
+                     header_bytes: int = TCP_IP_HEADER_BYTES) -> float:
+    """Payload bytes per byte the link's rate counts, for bulk TCP in full
+    segments: MSS / (MTU + framing), MSS = MTU - TCP/IP headers - TCP options.
+    1500-byte MTU on Ethernet: 1460 / 1538."""
+    if mtu <= header_bytes + tcp_option_bytes or framing_bytes < 0:
+        raise ValueError(f"mtu {mtu} leaves no payload after {header_bytes + tcp_option_bytes} header bytes")
+    return (mtu - header_bytes - tcp_option_bytes) / (mtu + framing_bytes)
+
+
+def wire_fraction(wire: str, mtu: int = 1500) -> float:
+    """:func:`payload_fraction` of a named framing (:data:`WIRE`); 1 for "none"."""
+    if wire not in WIRE:
+        raise ValueError(f"wire {wire!r}: give one of {', '.join(WIRE)}")
+    spec = WIRE[wire]
+    return 1.0 if spec is None else payload_fraction(mtu, **spec)
+
+
+def _worker_rows(log) -> dict[str, np.ndarray]:
+    from ..trace.coerce import as_columns
+
+    log = as_columns(log)
+    cols = {k: log.column(k) for k in ("rank", "role", "iteration", "kind", "op", "name", "start_ns", "end_ns")}
+    keep = cols["role"] == "worker" if (cols["role"] == "worker").any() else np.ones(len(cols["rank"]), dtype=bool)
+    return {k: np.asarray(v)[keep] for k, v in cols.items()}
+
+
+def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool = True) -> dict[str, Any]:
+    """What a captured log's worker iterations spend outside their layers:
+    ``layers`` (per layer name: (forward s, backward s) of gap before its
+    rows), ``optimizer_s`` (the optimizer step per iteration), ``gap_s``
+    (all gaps per iteration) and ``samples`` (the (rank, iteration) pairs
+    averaged). Means over worker ranks and the counted iterations.
+    `tails`: also the layers' mean less median times (``tail_s``; not for
+    sampled rank times, whose draws hold their slow steps already)."""
+    from ..analyze.breakdown import warmup_iterations
+
+    rows = _worker_rows(log)
+    meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
+    iterations = np.unique(rows["iteration"][rows["iteration"] >= 0])
+    skip = warmup_iterations(meta, len(iterations))
+    counted = set(int(i) for i in iterations[skip:])
+    compute = rows["kind"] == "compute"
+    layer_op = compute & np.isin(rows["op"], ["forward", "backward"]) & (rows["name"] != "")
+    optimizer = compute & (rows["op"] == "optimizer_step")
+    communication = np.isin(rows["kind"], ["send", "recv", "collective"])
+    gaps: dict[tuple[str, str], float] = {}
+    optimizer_total, samples = 0.0, 0
+    for rank in np.unique(rows["rank"]):
+        mine = rows["rank"] == rank
+        comm_ends = np.sort(rows["end_ns"][mine & communication])
+        last_end: dict[int, int] = {}  # iteration -> end of its last compute row
+        for it in np.unique(rows["iteration"][mine & compute]):
+            sel = mine & compute & (rows["iteration"] == it)
+            last_end[int(it)] = int(rows["end_ns"][sel].max())
+        for it in sorted(counted):
+            sel = np.flatnonzero(mine & (layer_op | optimizer) & (rows["iteration"] == it))
+            if not len(sel) or it - 1 not in last_end:
+                continue
+            sel = sel[np.argsort(rows["start_ns"][sel], kind="stable")]
+            samples += 1
+            previous = last_end[it - 1]
+            first = True
+            for i in sel:
+                start, end = int(rows["start_ns"][i]), int(rows["end_ns"][i])
+                since = previous
+                if first or optimizer[i]:
+                    # waiting for communication that ended before the row (a parameter server's pulls, DDP's
+                    # all-reduces before the optimizer step) is simulated itself: the gap starts when it ended
+                    j = np.searchsorted(comm_ends, start, side="right") - 1
+                    if j >= 0:
+                        since = max(since, int(comm_ends[j]))
+                if optimizer[i]:
+                    optimizer_total += end - min(since, start)
+                else:
+                    key = (str(rows["name"][i]), str(rows["op"][i]))
+                    gaps[key] = gaps.get(key, 0.0) + max(0, start - since)
+                first = False
+                previous = max(previous, end)
+    layers: dict[str, list[float]] = {}
+    for (name, op), total in gaps.items():
+        layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] = total / samples / 1e9
+    tail = _mean_over_median(rows, layer_op, counted) if tails else {}
+    for (name, op), extra in tail.items():
+        layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] += extra
+    return {"layers": {k: (v[0], v[1]) for k, v in layers.items()},
+            "optimizer_s": optimizer_total / samples / 1e9 if samples else 0.0,
+            "gap_s": sum(gaps.values()) / samples / 1e9 if samples else 0.0,
+            "tail_s": sum(tail.values()),
+            "samples": samples}
+
+
+def _mean_over_median(rows: dict[str, np.ndarray], layer_op: np.ndarray, counted: set[int]) -> dict[tuple[str, str], float]:
+    """Per (layer, forward | backward): the mean of its per-(rank, iteration) time over the counted iterations less
+    the median over all of them (what the replay's layer times are, see
+    :func:`ddlsim.workload.profile.layer_times_from_log`), in s: a mean iteration holds the layers' mean times,
+    slow steps (a descheduled rank, a cache miss) included."""
+    sel = np.flatnonzero(layer_op)
+    steps: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
+    for i in sel:
+        key = (str(rows["name"][i]), str(rows["op"][i]))
+        step = (int(rows["rank"][i]), int(rows["iteration"][i]))
+        per = steps.setdefault(key, {})
+        per[step] = per.get(step, 0) + int(rows["end_ns"][i] - rows["start_ns"][i])
+    out = {}
+    for key, per in steps.items():
+        kept = [v for (_, it), v in per.items() if it in counted]
+        if kept:
+            out[key] = (float(np.mean(kept)) - float(np.median(list(per.values())))) / 1e9
+    return out
+
+
+def with_overheads(model, overheads: dict[str, Any]):
+    """`model` with each layer's gaps added to its times and the optimizer
+    step added to the first layer's forward."""
+    import dataclasses
+
+    layers = []
+    for index, layer in enumerate(model.layers):
+        fwd, bwd = overheads["layers"].get(layer.name, (0.0, 0.0))
+        if index == 0:
+            fwd += overheads["optimizer_s"]
+        if layer.fwd_s is not None and layer.bwd_s is not None and (fwd or bwd):
+            layer = dataclasses.replace(layer, fwd_s=max(0.0, layer.fwd_s + fwd), bwd_s=max(0.0, layer.bwd_s + bwd))
+        layers.append(layer)
+    return dataclasses.replace(model, layers=tuple(layers))
+
+
+def overheads_ns(path, model) -> np.ndarray:
+    """The capture at `path`'s overheads per layer of `model`, in its layer order: (layers, 2) int64 ns
+    (forward, backward), the optimizer step in the first layer's forward; what :func:`with_overheads` adds."""
+    from ..trace.parquet import read_event_log
+
+    log = read_event_log(path)
+    found = framework_overheads(log, log.metadata, tails=False)  # the drawn steps hold their own slow ones
+    out = np.zeros((len(model.layers), 2), dtype=np.int64)
+    for index, layer in enumerate(model.layers):
+        fwd, bwd = found["layers"].get(layer.name, (0.0, 0.0))
+        out[index] = (round(fwd * 1e9), round(bwd * 1e9))
+    if len(out):
+        out[0, 0] += round(found["optimizer_s"] * 1e9)
+    return out

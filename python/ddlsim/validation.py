@@ -1,0 +1,398 @@
+"""``ddlsim validate``: replay against capture over a grid of real runs.
+
+Each case is a job (DDP or PS), a model and a link (unshaped, or shaped to a
+rate: 1 Gbit/s, 100 Mbit/s; shaping needs root), captured ``repeats`` times
+with ``ddlsim capture`` (or taken from existing captures, ``--captures``).
+
+* **measured**: per capture, :func:`ddlsim.analyze.breakdown.iteration_mean`
+  (the same iterations capture's summary, analyze and replay count); per
+  case, the mean over the repeats and their spread ((max - min) / mean).
+* **self-prediction**: each capture replayed under its own settings, exactly
+  as ``ddlsim replay CAPTURE/events.parquet`` replays it
+  (:func:`ddlsim.replay`: the capture's layer times, framework gaps,
+  optimizer step, buckets, gamma and shaped link rate).
+* **cross-prediction**: each capture of a job and model replayed at the rate
+  of another shaped link of the same job and model (``--bandwidth``), and
+  compared with the captures made there.
+
+Writes into ``--out`` (a new or empty directory): ``captures/`` (when it
+captures), ``cases.csv`` (one row per case and prediction), ``runs.csv`` (one
+row per capture and prediction), ``iterations.csv`` (per capture, its
+measured and replayed iteration times), ``operations.csv`` (per case and
+operation, e.g. "worker collective/allreduce", measured and replayed time
+per rank and iteration), ``validation.png`` (predicted
+against measured), ``errors.png`` (error per case with its goal) and
+``index.html``.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from .errors import DdlsimError
+
+GOALS_PCT = {("ddp", "self"): 5.0, ("ps", "self"): 10.0, ("ddp", "cross"): 10.0, ("ps", "cross"): 10.0}
+# job -> model -> capture arguments
+JOBS: dict[str, dict[str, list[str]]] = {
+    "ddp": {"lenet5": ["--model", "lenet5", "--batch-size", "16"],
+            "resnet18": ["--model", "resnet18", "--batch-size", "8"]},
+    # the PS capture's image model is LeNet-5; its other model (sparse-lr) is not a zoo model replay can rebuild
+    "ps": {"lenet5": ["--model", "lenet5", "--servers", "1", "--batch-size", "16"]},
+}
+LINKS = ("unshaped", "1Gbps", "100Mbps")
+PARTS = ("compute_s", "communication_s", "exposed_communication_s", "idle_s")
+
+
+@dataclass
+class Capture:
+    job: str
+    model: str
+    link: str  # "unshaped" or the shaped rate, normalised ("1000Mbps")
+    path: Path  # events.parquet
+    repeat: int = 0
+    measured: dict[str, Any] = field(default_factory=dict)
+
+
+def link_label(bandwidth: Optional[str]) -> str:
+    """"unshaped", or a shaped rate in Mbit/s ("1Gbps" and "1000Mbps" are one link)."""
+    if not bandwidth or str(bandwidth).lower() == "unshaped":
+        return "unshaped"
+    from .units import parse_bandwidth
+
+    try:
+        return f"{parse_bandwidth(str(bandwidth)) / 1e6:g}Mbps"
+    except (ValueError, DdlsimError) as exc:
+        raise DdlsimError(f"link {bandwidth!r}: {exc}; write unshaped or a rate with a unit, e.g. 1Gbps") from None
+
+
+def operation_means(log, iterations: Optional[list[int]] = None) -> dict[str, float]:
+    """Per operation ("ROLE KIND/OP", e.g. "worker collective/allreduce"): its rows' summed duration per rank and
+    iteration in s, the mean over the ranks of that role and the `iterations` given (default all)."""
+    import numpy as np
+
+    from .trace.coerce import as_columns
+
+    log = as_columns(log)
+    cols = {k: np.asarray(log.column(k)) for k in ("rank", "role", "iteration", "kind", "op", "start_ns", "end_ns")}
+    keep = (cols["iteration"] >= 0) & (cols["kind"] != "marker") & (cols["kind"] != "barrier")
+    if iterations is not None:
+        keep &= np.isin(cols["iteration"], iterations)
+    out: dict[str, float] = {}
+    for role in sorted(set(cols["role"][keep].tolist())):
+        mine = keep & (cols["role"] == role)
+        ranks = len(np.unique(cols["rank"][mine]))
+        steps = ranks * len(np.unique(cols["iteration"][mine]))
+        for kind, op in sorted(set(zip(cols["kind"][mine].tolist(), cols["op"][mine].tolist()))):
+            rows = mine & (cols["kind"] == kind) & (cols["op"] == op)
+            out[f"{role} {kind}/{op}"] = float((cols["end_ns"][rows] - cols["start_ns"][rows]).sum()) / steps / 1e9
+    return out
+
+
+def _measure(path: Path) -> dict[str, Any]:
+    import numpy as np
+
+    from .analyze.breakdown import iteration_arrays, iteration_mean
+    from .trace.parquet import read_event_log
+
+    log = read_event_log(path)
+    arrays = iteration_arrays(log)
+    mean = iteration_mean(arrays, log.metadata)
+    mask = mean["mask"]
+    out = {"mean_s": mean["mean_s"], "definition": mean["definition"], "metadata": log.metadata,
+           "iterations": [int(i) for i in arrays["iteration"]], "times_s": [float(t) for t in arrays["time_s"]],
+           "counted": [bool(m) for m in mask], "ops": operation_means(log, mean["iterations"])}
+    for part in PARTS:
+        out[part] = float(np.asarray(arrays[part])[mask].mean()) if mask.any() else float("nan")
+    return out
+
+
+def _predict(path: Path, bandwidth: Optional[str] = None) -> dict[str, Any]:
+    """The replay of one capture (``ddlsim replay PATH [--bandwidth B]``): its mean iteration (what
+    ``ddlsim replay`` prints), its per-iteration times and breakdown."""
+    from .analyze.breakdown import iteration_arrays
+    from .api import replay
+
+    result = replay(path, **({"bandwidth": bandwidth} if bandwidth else {}))
+    arrays = iteration_arrays(result.columns)
+    out = {"mean_s": result.iteration_time_s, "times_s": [float(t) for t in arrays["time_s"]], "notes": list(result.notes),
+           "ops": operation_means(result.columns)}
+    for part in PARTS:
+        out[part] = float(arrays[part].mean())
+    return out
+
+
+def find_captures(directory: Path) -> list[Capture]:
+    """Every capture (``events.parquet`` with ``source = capture``) under `directory`, up to three levels down."""
+    from .trace.parquet import read_log_metadata
+
+    if not directory.is_dir():
+        raise DdlsimError(f"--captures {directory}: not a directory; give the directory that holds the captures "
+                          "(e.g. the captures/ of an earlier ddlsim validate --out)")
+    found = []
+    for depth in ("*/events.parquet", "*/*/events.parquet", "*/*/*/events.parquet", "events.parquet"):
+        for path in sorted(directory.glob(depth)):
+            try:
+                meta = read_log_metadata(path)
+            except (OSError, DdlsimError, ValueError) as exc:
+                raise DdlsimError(f"{path}: not a readable event log ({exc}); remove it from --captures or "
+                                  "capture it again") from None
+            if meta.get("source") != "capture" or meta.get("job") not in JOBS:
+                continue
+            found.append(Capture(str(meta["job"]), str(meta.get("model", "")), link_label(meta.get("bandwidth")), path))
+    if not found:
+        raise DdlsimError(f"--captures {directory}: no DDP or PS captures found (DIR/*/events.parquet made by "
+                          "ddlsim capture ddp|ps); capture some or drop --captures")
+    seen: dict[tuple, int] = {}
+    for c in found:
+        key = (c.job, c.model, c.link)
+        c.repeat = seen.get(key, 0)
+        seen[key] = c.repeat + 1
+    return found
+
+
+def capture_grid(out: Path, *, jobs: list[str], models: list[str], links: list[str], repeats: int, iterations: int,
+                 workers: int, timeout_s: float, progress: Callable[[str], None]) -> list[Capture]:
+    """Runs every capture of the grid into ``out/captures/JOB-MODEL-LINK-rK`` (``ddlsim capture`` in a child
+    process each)."""
+    cases = [(j, m, link) for j in jobs for m in models if m in JOBS[j] for link in links]
+    if not cases:
+        raise DdlsimError(f"no case: models {', '.join(models)} for jobs {', '.join(jobs)}; "
+                          f"DDP takes {', '.join(JOBS['ddp'])}, PS takes {', '.join(JOBS['ps'])}")
+    if any(link != "unshaped" for _, _, link in cases) and os.geteuid() != 0:
+        raise DdlsimError("shaped links (--links with a rate) need root (network namespaces and tc); run as root, "
+                          "use --links unshaped, or give existing captures with --captures")
+    captures, total, done = [], len(cases) * repeats, 0
+    for job, model, link in cases:
+        for repeat in range(repeats):
+            name = f"{job}-{model}-{link}-r{repeat}"
+            target = out / "captures" / name
+            cmd = [sys.executable, "-m", "ddlsim", "capture", job, *JOBS[job][model], "--workers", str(workers),
+                   "--iterations", str(iterations), "--out", str(target), "--timeout", f"{timeout_s:g}"]
+            if link != "unshaped":
+                cmd += ["--bandwidth", link]
+            done += 1
+            progress(f"[{done}/{total}] capturing {name}")
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[1]),
+                                                                           os.environ.get("PYTHONPATH", "")] if p)}
+            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+            if proc.returncode != 0:
+                tail = " ".join((proc.stderr or "").strip().splitlines()[-1:]) or f"exit status {proc.returncode}"
+                raise DdlsimError(f"capture {name} failed: {tail} (its logs: {target / 'logs'})")
+            captures.append(Capture(job, model, link_label(link), target / "events.parquet", repeat))
+    return captures
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    mean = float(v.mean())
+    return {"mean": mean, "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+            "spread_pct": float((v.max() - v.min()) / mean * 100) if len(v) > 1 and mean > 0 else 0.0}
+
+
+def evaluate(captures: list[Capture], progress: Callable[[str], None]) -> dict[str, list[dict[str, Any]]]:
+    """Measures and replays every capture (self), and every capture at every other shaped link of its job and
+    model (cross). Returns the rows of cases.csv, runs.csv and iterations.csv."""
+    for i, c in enumerate(captures, 1):
+        progress(f"[{i}/{len(captures)}] measuring and replaying {c.path.parent.name}")
+        c.measured = _measure(c.path)
+    groups: dict[tuple[str, str, str], list[Capture]] = {}
+    for c in captures:
+        groups.setdefault((c.job, c.model, c.link), []).append(c)
+    runs, iterations, cases, operations = [], [], [], []
+    for (job, model, link), members in sorted(groups.items()):
+        targets = [("self", link, members)] + [("cross", other, groups[(job, model, other)])
+                                              for (j, m, other) in sorted(groups) if (j, m) == (job, model)
+                                              and other != link and other != "unshaped"]
+        for kind, target, measured_at in targets:
+            predictions = []
+            for c in members:
+                p = _predict(c.path, None if kind == "self" else target)
+                predictions.append(p)
+                runs.append({"job": job, "model": model, "captured_link": link, "predicted_link": target, "kind": kind,
+                             "repeat": c.repeat, "capture": str(c.path), "measured_ms": c.measured["mean_s"] * 1e3
+                             if kind == "self" else float("nan"), "predicted_ms": p["mean_s"] * 1e3})
+                if kind == "self":
+                    for k, (it, t) in enumerate(zip(c.measured["iterations"], c.measured["times_s"])):
+                        iterations.append({"job": job, "model": model, "link": link, "repeat": c.repeat, "iteration": it,
+                                           "counted": c.measured["counted"][k], "measured_ms": t * 1e3,
+                                           "predicted_ms": p["times_s"][k] * 1e3 if k < len(p["times_s"]) else float("nan")})
+            m = _stats([c.measured["mean_s"] * 1e3 for c in measured_at])
+            p = _stats([x["mean_s"] * 1e3 for x in predictions])
+            error = (p["mean"] - m["mean"]) / m["mean"] * 100
+            goal = GOALS_PCT[(job, kind)]
+            row = {"job": job, "model": model, "kind": kind, "captured_link": link, "predicted_link": target,
+                   "repeats_captured": len(members), "repeats_measured": len(measured_at),
+                   "measured_ms": m["mean"], "measured_std_ms": m["std"], "measured_spread_pct": m["spread_pct"],
+                   "predicted_ms": p["mean"], "predicted_spread_pct": p["spread_pct"], "error_pct": error,
+                   "goal_pct": goal, "within_goal": abs(error) <= goal, "goal_above_spread": goal > m["spread_pct"]}
+            for part in PARTS:
+                name = part.replace("_s", "")
+                row[f"measured_{name}_ms"] = sum(c.measured[part] for c in measured_at) / len(measured_at) * 1e3
+                row[f"predicted_{name}_ms"] = sum(x[part] for x in predictions) / len(predictions) * 1e3
+            cases.append(row)
+            if kind == "self":
+                names = sorted(set().union(*(c.measured["ops"] for c in members), *(x["ops"] for x in predictions)))
+                for name in names:
+                    operations.append({
+                        "job": job, "model": model, "link": link, "operation": name,
+                        "measured_ms": sum(c.measured["ops"].get(name, 0.0) for c in members) / len(members) * 1e3,
+                        "predicted_ms": sum(x["ops"].get(name, 0.0) for x in predictions) / len(predictions) * 1e3})
+    return {"cases": cases, "runs": runs, "iterations": iterations, "operations": operations}
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    import csv
+
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        if not rows:
+            return
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def _plots(stage: Path, cases: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    for kind, marker in (("self", "o"), ("cross", "s")):
+        rows = [c for c in cases if c["kind"] == kind]
+        if rows:
+            ax.scatter([c["measured_ms"] for c in rows], [c["predicted_ms"] for c in rows], marker=marker, label=kind)
+    top = max([c["measured_ms"] for c in cases] + [c["predicted_ms"] for c in cases] + [1.0]) * 1.1
+    ax.plot([0, top], [0, top], color="grey", linewidth=0.8, label="predicted = measured")
+    ax.set_xlim(0, top), ax.set_ylim(0, top)
+    ax.set_xlabel("measured iteration (ms)"), ax.set_ylabel("replayed iteration (ms)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(stage / "validation.png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(cases) + 1.5))
+    labels = [f"{c['job']} {c['model']} {c['captured_link']}->{c['predicted_link']}" for c in cases]
+    ys = range(len(cases))
+    ax.barh(list(ys), [c["error_pct"] for c in cases], color=["tab:green" if c["within_goal"] else "tab:red" for c in cases])
+    ax.errorbar([0] * len(cases), list(ys), xerr=[c["measured_spread_pct"] for c in cases], fmt="none", ecolor="black",
+                capsize=3, label="measured spread")
+    for y, c in zip(ys, cases):
+        ax.plot([-c["goal_pct"], c["goal_pct"]], [y, y], "|", color="grey", markersize=12)
+    ax.set_yticks(list(ys), labels)
+    ax.axvline(0, color="grey", linewidth=0.8)
+    ax.set_xlabel("replay error (%), goal marked |, measured spread as error bar")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(stage / "errors.png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def _html(cases: list[dict[str, Any]], command: str) -> str:
+    columns = ["job", "model", "kind", "captured_link", "predicted_link", "repeats_measured", "measured_ms",
+               "measured_spread_pct", "predicted_ms", "error_pct", "goal_pct", "within_goal", "measured_compute_ms",
+               "predicted_compute_ms", "measured_exposed_communication_ms", "predicted_exposed_communication_ms",
+               "measured_idle_ms", "predicted_idle_ms"]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(f'{r[c]:.4g}' if isinstance(r[c], float) else str(r[c]))}</td>"
+                                    for c in columns) + "</tr>\n" for r in cases)
+    return ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>ddlsim validate</title>"
+            "<style>body{font-family:sans-serif} td,th{padding:2px 6px;border-bottom:1px solid #ddd;text-align:right}"
+            "</style></head><body>\n<h1>Replay against capture</h1>\n"
+            f"<p>Command: <code>{html.escape(command)}</code></p>\n"
+            "<p>measured: mean over repeats of each capture's iteration mean (warm-up excluded, as capture and analyze "
+            "count it); predicted: <code>ddlsim replay</code> of each capture (cross: at the other link's rate); "
+            "error = predicted / measured - 1; spread = (max - min) / mean of the measured repeats.</p>\n"
+            f"<table><tr>{head}</tr>\n{body}</table>\n"
+            "<p><img src=\"validation.png\" alt=\"predicted against measured\"> "
+            "<img src=\"errors.png\" alt=\"error per case\"></p>\n</body></html>\n")
+
+
+def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: bool = False,
+             jobs: Optional[list[str]] = None, models: Optional[list[str]] = None, links: Optional[list[str]] = None,
+             repeats: int = 3, iterations: int = 5, workers: int = 2, timeout_s: float = 600.0,
+             command: str = "ddlsim validate", progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
+    """Runs the validation (module docstring) into `out`, a new or empty directory. Returns the three tables."""
+    from .safe_io import check_directory_target
+
+    say = progress or (lambda text: None)
+    out = check_directory_target(Path(out))
+    if out.exists() and any(out.iterdir()):
+        raise DdlsimError(f"--out {out}: exists and is not empty; name a new or empty directory (ddlsim validate "
+                          "writes its captures and reports there and never overwrites)")
+    if quick:
+        jobs, models, links, repeats = jobs or ["ddp", "ps"], models or ["lenet5"], links or ["unshaped"], 1
+        iterations = min(iterations, 4)
+    jobs, models = jobs or list(JOBS), models or ["lenet5", "resnet18"]
+    links = [link_label(x) if x != "unshaped" else x for x in (links or list(LINKS))]
+    for job in jobs:
+        if job not in JOBS:
+            raise DdlsimError(f"--jobs: unknown job {job!r}; give ddp and/or ps")
+    known = sorted({m for j in JOBS.values() for m in j})
+    for model in models:
+        if model not in known:
+            raise DdlsimError(f"--models: unknown model {model!r}; give any of {', '.join(known)}")
+    if repeats < 1 or iterations < 2 or workers < 1:
+        raise DdlsimError("--repeats must be >= 1, --iterations >= 2 (the first is a warm-up), --workers >= 1")
+    if captures is not None:
+        found = [c for c in find_captures(Path(captures)) if c.job in jobs and c.model in models and
+                 c.link in [link_label(x) for x in links]]
+        if not found:
+            raise DdlsimError(f"--captures {captures}: none of its captures is in the grid asked for (jobs "
+                              f"{', '.join(jobs)}, models {', '.join(models)}, links {', '.join(links)})")
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        found = capture_grid(out, jobs=jobs, models=models, links=links, repeats=repeats, iterations=iterations,
+                             workers=workers, timeout_s=timeout_s, progress=say)
+    tables = evaluate(found, say)
+    say("writing cases.csv, runs.csv, iterations.csv, validation.png, errors.png, index.html")
+    stage = out / ".validate-staging"
+    stage.mkdir()
+    try:
+        _write_csv(stage / "cases.csv", tables["cases"])
+        _write_csv(stage / "runs.csv", tables["runs"])
+        _write_csv(stage / "iterations.csv", tables["iterations"])
+        _write_csv(stage / "operations.csv", tables["operations"])
+        _plots(stage, tables["cases"])
+        (stage / "index.html").write_text(_html(tables["cases"], command), encoding="utf-8")
+        for name in ("cases.csv", "runs.csv", "iterations.csv", "operations.csv", "validation.png", "errors.png",
+                     "index.html"):
+            os.replace(stage / name, out / name)
+    finally:
+        for leftover in stage.iterdir():
+            leftover.unlink()
+        stage.rmdir()
+    return tables
+
+
+def format_operations(operations: list[dict[str, Any]]) -> str:
+    """Per case (self-prediction) and operation: measured and replayed ms per rank and iteration."""
+    lines = [f"{'job':4} {'model':9} {'link':>9}  {'operation':34} {'measured ms':>12} {'replayed ms':>12}"]
+    for o in operations:
+        lines.append(f"{o['job']:4} {o['model']:9} {o['link']:>9}  {o['operation']:34} {o['measured_ms']:12.2f} "
+                     f"{o['predicted_ms']:12.2f}")
+    return "\n".join(lines)
+
+
+def format_cases(cases: list[dict[str, Any]]) -> str:
+    """The cases as a text table (what ``ddlsim validate`` prints)."""
+    head = (f"{'job':4} {'model':9} {'kind':5} {'captured':>10} {'predicted':>10} {'n':>2} {'measured ms':>12} "
+            f"{'spread':>7} {'replayed ms':>12} {'error':>8} {'goal':>5}  compute / exposed comm / idle ms (measured | replayed)")
+    lines = [head]
+    for c in cases:
+        lines.append(
+            f"{c['job']:4} {c['model']:9} {c['kind']:5} {c['captured_link']:>10} {c['predicted_link']:>10} "
+            f"{c['repeats_measured']:>2} {c['measured_ms']:12.2f} {c['measured_spread_pct']:6.1f}% {c['predicted_ms']:12.2f} "
+            f"{c['error_pct']:+7.1f}% {c['goal_pct']:4.0f}%{'' if c['within_goal'] else '!'} "
+            f"{c['measured_compute_ms']:.1f} / {c['measured_exposed_communication_ms']:.1f} / {c['measured_idle_ms']:.1f} | "
+            f"{c['predicted_compute_ms']:.1f} / {c['predicted_exposed_communication_ms']:.1f} / {c['predicted_idle_ms']:.1f}")
+    return "\n".join(lines)

@@ -1,0 +1,185 @@
+"""ddlsim validate: replay against capture over a grid (ddlsim.validation)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import ddlsim
+from ddlsim.analyze.breakdown import iteration_arrays, iteration_mean
+from ddlsim.cli.app import app
+from ddlsim.trace import read_event_log
+
+from test_replay_overheads import synthetic_capture
+
+
+def cli(*args):
+    """`python -m ddlsim ARGS` in a child process (the real exit status and stderr)."""
+    python = str(Path(ddlsim.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([python, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def rows(path):
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    pytest.importorskip("torch", reason="ddlsim validate --quick captures real jobs (pip install ddlsim[capture])")
+    out = tmp_path_factory.mktemp("validate") / "quick"
+    result = CliRunner().invoke(app, ["validate", "--quick", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_quick_writes_the_report_and_its_numbers_are_replay_and_iteration_mean(quick):
+    out, text = quick
+    assert sorted(p.name for p in out.iterdir()) == ["captures", "cases.csv", "errors.png", "index.html", "iterations.csv",
+                                                     "operations.csv", "runs.csv", "validation.png"]
+    operations = {(o["job"], o["operation"]) for o in rows(out / "operations.csv")}
+    assert {("ddp", "worker compute/forward"), ("ddp", "worker collective/allreduce"), ("ps", "worker send/push_request"),
+            ("ps", "server compute/update")} <= operations
+    assert "per operation (self-prediction)" in text
+    cases = rows(out / "cases.csv")
+    assert [(c["job"], c["model"], c["kind"], c["captured_link"]) for c in cases] == [
+        ("ddp", "lenet5", "self", "unshaped"), ("ps", "lenet5", "self", "unshaped")]
+    assert "measured ms" in text and "replayed ms" in text
+    for run in rows(out / "runs.csv"):
+        events = run["capture"]
+        log = read_event_log(events)
+        measured = iteration_mean(iteration_arrays(log), log.metadata)["mean_s"] * 1e3
+        assert float(run["measured_ms"]) == pytest.approx(measured, rel=1e-5)
+        replayed = CliRunner().invoke(app, ["replay", events, "--json"])
+        assert replayed.exit_code == 0, replayed.output
+        assert float(run["predicted_ms"]) == pytest.approx(json.loads(replayed.output)["iteration_time_s"] * 1e3, rel=1e-5)
+    html = (out / "index.html").read_text()
+    assert "validation.png" in html and "<table>" in html
+    assert (out / "validation.png").read_bytes()[:4] == b"\x89PNG"
+    iterations = rows(out / "iterations.csv")
+    assert {r["counted"] for r in iterations} == {"True", "False"}  # the warm-up iteration is listed, not counted
+
+
+def test_existing_captures_give_byte_identical_reports(quick, tmp_path):
+    out, _ = quick
+    for name in ("a", "b"):
+        result = CliRunner().invoke(app, ["validate", "--captures", str(out / "captures"), "--out", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+    for name in ("cases.csv", "runs.csv", "iterations.csv", "operations.csv", "index.html"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert not (tmp_path / "a" / "captures").exists()  # it took the captures, it made none
+
+
+def test_cross_prediction_is_the_replay_at_the_other_links_rate(tmp_path):
+    """Hand-built shaped captures at 1 Gbit/s and 100 Mbit/s (2 repeats each): the cross row 1000Mbps -> 100Mbps
+    predicts with `ddlsim replay CAPTURE --bandwidth 100Mbps` and compares with the 100 Mbit/s captures' measured mean."""
+    captures = tmp_path / "captures"
+    paths = {}
+    for link in ("1000Mbps", "100Mbps"):
+        for repeat in range(2):
+            (captures / f"{link}-{repeat}").mkdir(parents=True)
+            paths[(link, repeat)], *_ = synthetic_capture(captures / f"{link}-{repeat}" / "events.parquet", workers=2,
+                                                          bandwidth=link, rng_seed=repeat)
+    result = CliRunner().invoke(app, ["validate", "--captures", str(captures), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    cases = {(c["kind"], c["captured_link"], c["predicted_link"]): c for c in rows(tmp_path / "out" / "cases.csv")}
+    assert sorted(cases) == [("cross", "1000Mbps", "100Mbps"), ("cross", "100Mbps", "1000Mbps"),
+                             ("self", "1000Mbps", "1000Mbps"), ("self", "100Mbps", "100Mbps")]
+    cross = cases[("cross", "1000Mbps", "100Mbps")]
+    predicted = [ddlsim.replay(paths[("1000Mbps", r)], bandwidth="100Mbps").iteration_time_s * 1e3 for r in range(2)]
+    measured = []
+    for r in range(2):
+        log = read_event_log(paths[("100Mbps", r)])
+        measured.append(iteration_mean(iteration_arrays(log), log.metadata)["mean_s"] * 1e3)
+    assert float(cross["predicted_ms"]) == pytest.approx(sum(predicted) / 2, rel=1e-5)
+    assert float(cross["measured_ms"]) == pytest.approx(sum(measured) / 2, rel=1e-5)
+    error = (sum(predicted) - sum(measured)) / sum(measured) * 100
+    assert float(cross["error_pct"]) == pytest.approx(error, rel=1e-4, abs=1e-6)
+    spread = abs(measured[0] - measured[1]) / (sum(measured) / 2) * 100
+    assert float(cross["measured_spread_pct"]) == pytest.approx(spread, rel=1e-4, abs=1e-6)
+    assert cross["within_goal"] == str(abs(error) <= 10.0)
+    assert math.isclose(float(cases[("self", "100Mbps", "100Mbps")]["predicted_ms"]),
+                        sum(ddlsim.replay(paths[("100Mbps", r)]).iteration_time_s for r in range(2)) / 2 * 1e3, rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--captures", "{tmp}/nowhere"], "--captures {tmp}/nowhere: not a directory"),
+    (["--captures", "{tmp}/empty"], "--captures {tmp}/empty: no DDP or PS captures found"),
+    (["--captures", "{tmp}/empty", "--jobs", "allreduce"], "--jobs: unknown job 'allreduce'; give ddp and/or ps"),
+    (["--captures", "{tmp}/empty", "--models", "vgg"], "--models: unknown model 'vgg'"),
+    (["--captures", "{tmp}/empty", "--links", "fast"], "link 'fast':"),
+    (["--captures", "{tmp}/empty", "--repeats", "0"], "--repeats must be >= 1"),
+])
+def test_bad_input_is_one_line_and_status_2(tmp_path, args, message):
+    (tmp_path / "empty").mkdir()
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    result = cli("validate", "--out", str(tmp_path / "out"), *args)
+    assert result.returncode == 2, result.stderr
+    text = " ".join(result.stderr.split())
+    assert message.replace("{tmp}", str(tmp_path)) in text, text
+    assert "Traceback" not in result.stderr and text.startswith("error:")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_non_empty_out_is_refused_and_left_alone(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("keep")
+    result = cli("validate", "--quick", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "exists and is not empty" in " ".join(result.stderr.split())
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["mine.txt"]
+    (tmp_path / "file").write_text("x")
+    result = cli("validate", "--quick", "--out", str(tmp_path / "file"))
+    assert result.returncode == 2 and "is not a directory" in " ".join(result.stderr.split())
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def test_ctrl_c_stops_validate_and_leaves_no_report(tmp_path):
+    """SIGINT while the first capture runs: exit 130, no report file and no staging directory; the capture being
+    made removes itself (ddlsim capture's own rule), so nothing half-made is left under --out."""
+    import signal
+    import time
+
+    pytest.importorskip("torch", reason="ddlsim validate --quick captures real jobs (pip install ddlsim[capture])")
+    python = str(Path(ddlsim.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([python, os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "ddlsim", "validate", "--quick", "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while not list((out / "captures").glob("*/*")) and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C reaches the whole foreground group
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    left = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert left in ([], ["captures"]), left
+    assert not [p for p in out.rglob("events.parquet")] if out.exists() else True
+
+
+def test_operation_means_are_per_rank_and_iteration(tmp_path):
+    """Oracle: the hand-built capture's forward rows sum to the seeded forward times in each iteration and rank; the
+    mean over the counted iterations (1-3) of one worker is that sum."""
+    from ddlsim.validation import operation_means
+
+    events, *_ = synthetic_capture(tmp_path / "events.parquet", workers=2)
+    log = read_event_log(events)
+    df = log.to_pandas()
+    forward = df[(df.op == "forward") & (df.iteration == 1) & (df["rank"] == 0)]
+    means = operation_means(log, [1, 2, 3])
+    assert means["worker compute/forward"] == pytest.approx((forward.end_ns - forward.start_ns).sum() / 1e9)
+    assert "worker marker/iteration" not in means
