@@ -42,6 +42,18 @@ def _root(
     """Simulate and analyze the network communication of distributed deep-learning training."""
 
 
+# Options that simulate and replay share (one definition each).
+_STRAGGLER_OPTION = typer.Option(
+    None, "--straggler", help="A persistent straggler (repeatable; replaces the scenario's [[straggler]] tables): RANK:FACTOR, "
+    "e.g. 3:1.5 (worker 3 computes 1.5x as long every iteration); the run is also simulated without, to report the cost.")
+_TRANSIENT_STRAGGLER_OPTION = typer.Option(
+    None, "--transient-straggler", help="A transient straggler (repeatable): P:FACTOR, e.g. 0.01:2 (each worker, each "
+    "iteration, computes 2x as long with probability 0.01; seeded).")
+_RANK_TIMES_OPTION = typer.Option(
+    None, "--rank-times", help="With an event-log profile: median (every rank the median layer times) | sampled "
+    "(each rank and iteration draws a captured step's layer times; docs/replay-at-scale.md)")
+
+
 @app.command()
 def simulate(
     scenario: Optional[Path] = typer.Argument(None, help="Scenario TOML file; flags override its values."),
@@ -128,15 +140,9 @@ def simulate(
     iterations: Optional[int] = typer.Option(None, "--iterations", "-i", help="Training iterations to simulate."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed."),
     jitter: Optional[float] = typer.Option(None, "--jitter", help="Coefficient of variation of compute times."),
-    straggler: Optional[list[str]] = typer.Option(
-        None, "--straggler", help="A persistent straggler (repeatable; replaces the scenario's [[straggler]] tables): RANK:FACTOR, "
-        "e.g. 3:1.5 (worker 3 computes 1.5x as long every iteration); the run is also simulated without, to report the cost."),
-    transient_straggler: Optional[list[str]] = typer.Option(
-        None, "--transient-straggler", help="A transient straggler (repeatable): P:FACTOR, e.g. 0.01:2 (each worker, each "
-        "iteration, computes 2x as long with probability 0.01; seeded)."),
-    rank_times: Optional[str] = typer.Option(
-        None, "--rank-times", help="With an event-log profile: median (every rank the median layer times) | sampled "
-        "(each rank and iteration draws a captured step's layer times; docs/replay-at-scale.md)"),
+    straggler: Optional[list[str]] = _STRAGGLER_OPTION,
+    transient_straggler: Optional[list[str]] = _TRANSIENT_STRAGGLER_OPTION,
+    rank_times: Optional[str] = _RANK_TIMES_OPTION,
     job_stagger: Optional[str] = typer.Option(
         None, "--job-stagger", help="Scenarios with [[job]] tables: job k starts k x this later, e.g. 10ms (docs/jobs.md)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size."),
@@ -388,15 +394,9 @@ def replay(
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (sampled rank times, transient stragglers)."),
     collective_model: Optional[str] = typer.Option(
         None, "--collective-model", help="steps | closed-form (one event per collective; needs --network analytic)"),
-    straggler: Optional[list[str]] = typer.Option(
-        None, "--straggler", help="A persistent straggler (repeatable; replaces the scenario's [[straggler]] tables): RANK:FACTOR, "
-        "e.g. 3:1.5 (worker 3 computes 1.5x as long every iteration); the run is also simulated without, to report the cost."),
-    transient_straggler: Optional[list[str]] = typer.Option(
-        None, "--transient-straggler", help="A transient straggler (repeatable): P:FACTOR, e.g. 0.01:2 (each worker, each "
-        "iteration, computes 2x as long with probability 0.01; seeded)."),
-    rank_times: Optional[str] = typer.Option(
-        None, "--rank-times", help="With an event-log profile: median (every rank the median layer times) | sampled "
-        "(each rank and iteration draws a captured step's layer times; docs/replay-at-scale.md)"),
+    straggler: Optional[list[str]] = _STRAGGLER_OPTION,
+    transient_straggler: Optional[list[str]] = _TRANSIENT_STRAGGLER_OPTION,
+    rank_times: Optional[str] = _RANK_TIMES_OPTION,
     overheads: Optional[bool] = typer.Option(
         None, "--overheads/--no-overheads", help="A capture: add its measured framework gaps and optimizer step to the "
         "layer times (default on for captures; docs/validation.md)."),

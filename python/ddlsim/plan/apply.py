@@ -13,7 +13,6 @@ measured gain beside the predicted one.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -96,8 +95,7 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
                      "gain": 1.0 - after["mean_s"] / before["mean_s"]},
         "same_weights": before_log.metadata.get("parameter_sha256") == after_log.metadata.get("parameter_sha256"),
     }
-    from ..trace.parquet import atomic_output
+    from ..trace.parquet import write_json
 
-    with atomic_output(out / "apply.json") as temporary:
-        temporary.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(out / "apply.json", report)
     return report

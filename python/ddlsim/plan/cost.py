@@ -446,10 +446,9 @@ class CostModel:
             raise PlanError(f"{origin}: {exc}") from None
 
     def save(self, path: str | Path) -> None:
-        from ..trace.parquet import atomic_output  # complete or absent, never half-written
+        from ..trace.parquet import write_json  # complete or absent, never half-written
 
-        with atomic_output(path) as temporary:
-            temporary.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> "CostModel":

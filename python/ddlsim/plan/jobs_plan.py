@@ -96,12 +96,9 @@ class JobsOffsetPlan:
         }
 
     def save(self, path: str | Path) -> None:
-        import json
+        from ..trace.parquet import write_json  # complete or absent, never half-written
 
-        from ..trace.parquet import atomic_output
-
-        with atomic_output(path) as temporary:
-            temporary.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        write_json(path, self.to_dict())
 
 
 def _scenario_data(sc: Any) -> dict:

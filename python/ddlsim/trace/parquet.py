@@ -65,6 +65,14 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield temporary
 
 
+def write_json(path: str | os.PathLike[str], data) -> None:
+    """`data` as indented JSON at `path`, complete or absent (:func:`atomic_output`)."""
+    import json
+
+    with atomic_output(path) as temporary:
+        temporary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
 def with_side_tables(*paths: str | os.PathLike[str] | None) -> list[Path]:
     """``paths`` and, for each events file among them, its side tables: the
     files a command reading them depends on (an output must be none of them)."""
