@@ -62,6 +62,26 @@ def test_bands_demote_what_can_wait_and_the_slack_is_shared_along_the_stream():
     assert band_policy.adaptive_bands(times_c, groups_c, lambda m: m, [1, 1, 1], 1, 3, stretch=4.0) == [1, 3, 3]
 
 
+def test_the_reserve_is_required_but_not_used_up():
+    # Profile A: g2's slack 9 covers stretch 1 x c2 = 1 plus a reserve of 8, not of 8.5.
+    assert band_policy.adaptive_bands(TIMES_A, GROUPS_A, lambda m: m, COSTS_A, 0, 2, 1.0, reserve_ns=8.0) == [0, 0, 2]
+    assert band_policy.adaptive_bands(TIMES_A, GROUPS_A, lambda m: m, COSTS_A, 0, 2, 1.0, reserve_ns=8.5) == [0, 0, 0]
+    # Profile C, stretch 4, reserve 1: g2 (slack 9 >= 5) goes low and uses 4 of the shared gap; g1 has 5 >= 4 + 1
+    # left and goes low too. Were the reserve used up (g2's cost 1 + 4 + 1), g1 would have 4 and stay high.
+    times_c, groups_c = [(1, 10), (1, 1), (1, 1)], [[0], [1], [2]]
+    assert band_policy.adaptive_bands(times_c, groups_c, lambda m: m, [1, 1, 1], 0, 2, 4.0, reserve_ns=1.0) == [0, 2, 2]
+    assert band_policy.adaptive_bands(times_c, groups_c, lambda m: m, [1, 1, 1], 0, 2, 4.0, reserve_ns=1.5) == [0, 0, 2]
+
+
+def test_the_default_reserve_is_the_packet_transports_minimum_rto():
+    packet = scenario_from_dict(_scenario("adaptive", "packet"))
+    assert band_policy.reserve_ns(packet) == 200e6
+    tuned = scenario_from_dict(_scenario("adaptive", "packet", packet={"rto_min": "5ms"}))
+    assert band_policy.reserve_ns(tuned) == 5e6
+    assert band_policy.reserve_ns(scenario_from_dict(_scenario("adaptive", "flow"))) == 0.0
+    assert band_policy.reserve_ns(scenario_from_dict(_scenario("adaptive", "flow", adaptive_reserve="3ms"))) == 3e6
+
+
 # ----------------------------------------------------------------- in the engine
 
 def _scenario(band_policy_name: str = "fixed", fidelity: str = "flow", **network) -> dict:

@@ -18,9 +18,11 @@ plans one iteration of one worker without contention, as the critical-path metho
 - slack_g = LF_g - EF_g >= 0: how much later g may finish without delaying any forward of the next iteration
   (it is shared with the groups behind g in the stream, which LF accounts for).
 
-Bands: in issue order, a group whose slack is at least `stretch` x c_g goes to `low_band` (it may take (1 +
-stretch) times its idle-network time there, yielding to the tenants' bursts, and still be in time); its cost in
-the plan becomes (1 + stretch) x c_g, so the groups after it see the slack it used. Every other group, the
+Bands: in issue order, a group whose slack is at least `stretch` x c_g + `reserve` goes to `low_band` (it may
+take (1 + stretch) times its idle-network time there, yielding to the tenants' bursts, and still be in time, with
+`reserve` left for one rare stall: at packet level the minimum retransmission timeout); its cost in the plan
+becomes (1 + stretch) x c_g, so the groups after it see the slack it used (the reserve is not used up). The
+deadlines stay those of the plan without demotions. Every other group, the
 critical ones (slack 0) among them, stays in `high_band` (the scenario's `job_band`, the tenants' band in the
 thesis' setting). The bands are static: decided once from the compute profile, the same every iteration.
 """
@@ -98,15 +100,17 @@ def plan(times_ns: Sequence[tuple[float, float]], groups: Sequence[Sequence[int]
 
 def adaptive_bands(times_ns: Sequence[tuple[float, float]], groups: Sequence[Sequence[int]],
                    cost: Callable[[int], float], group_bytes: Sequence[int], high_band: int, low_band: int,
-                   stretch: float, barrier: bool = True) -> list[int]:
+                   stretch: float, barrier: bool = True, reserve_ns: float = 0.0) -> list[int]:
     """Each group's band (indexed by group): `low_band` where the group's slack, given the demotions already made
-    in issue order, is at least `stretch` x its cost; else `high_band`."""
+    in issue order, is at least `stretch` x its cost + `reserve_ns`; else `high_band`. The reserve is kept for
+    one rare delay (a retransmission timeout) and is not used up by the demotion: the plan stretches the cost by
+    `stretch` x cost only."""
     costs = [float(cost(b)) for b in group_bytes]
     deadlines = {r.group: r.deadline_ns for r in plan(times_ns, groups, costs, barrier)}  # the no-contention plan's
     bands = [high_band] * len(groups)
     for g in issue_order(groups):
         row = next(r for r in plan(times_ns, groups, costs, barrier, deadlines) if r.group == g)
-        if row.slack_ns >= stretch * costs[g] - 1e-6:
+        if row.slack_ns >= stretch * costs[g] + reserve_ns - 1e-6:
             bands[g] = low_band
             costs[g] *= 1.0 + stretch
     return bands
@@ -118,4 +122,15 @@ def scenario_bands(scenario, times_ns: Sequence[tuple[int, int]], groups: Sequen
     net = scenario.network
     return adaptive_bands(times_ns, [g["layers"] for g in groups], cost,
                           [int(g["bytes"]) for g in groups], net.job_band, net.adaptive_low_band, net.adaptive_stretch,
-                          barrier=scenario.barrier)
+                          barrier=scenario.barrier, reserve_ns=reserve_ns(scenario))
+
+
+def reserve_ns(scenario) -> float:
+    """network.adaptive_reserve: given, that duration; else at packet level the transport's minimum retransmission
+    timeout (one lost segment in the low band stalls its transfer that long), 0 at flow and analytic level."""
+    from ..units import parse_duration_ns
+
+    net = scenario.network
+    if net.adaptive_reserve is not None:
+        return float(parse_duration_ns(net.adaptive_reserve))
+    return float(net.packet_options.rto_min_ns) if net.fidelity == "packet" else 0.0

@@ -236,6 +236,8 @@ class NetworkConfig(_Strict):
     band_policy: Literal["fixed", "adaptive"] = "fixed"
     adaptive_low_band: int = Field(2, ge=0, le=7)
     adaptive_stretch: float = Field(1.0, ge=0, le=1000, allow_inf_nan=False)
+    # slack kept back for one stall; None: packet.rto_min at packet level, 0 otherwise
+    adaptive_reserve: Optional[Duration] = None
     # One row per network flow (FCT, bytes, band, tenant) in flows.parquet.
     record_flows: bool = False
     # "steps": every all-reduce step goes through the network model;
