@@ -150,3 +150,23 @@ def test_adaptive_refuses_what_its_plan_does_not_model():
         scenario_from_dict({**base, "network": {**base["network"], "job_band": 1, "adaptive_low_band": 1}})
     with pytest.raises(ScenarioError, match=r"priority_bands is on"):
         scenario_from_dict({**base, "network": {**base["network"], "priority_bands": True}})
+
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True)
+
+
+def test_the_cli_flag_runs_and_refuses_in_one_line():
+    ok = _cli("simulate", "--model", "lenet5", "--workers", "2", "--iterations", "1", "--band-policy", "adaptive", "--json")
+    assert ok.returncode == 0, ok.stderr
+    bad = _cli("simulate", "--model", "lenet5", "--workers", "2", "--strategy", "ps", "--band-policy", "adaptive")
+    assert bad.returncode == 2
+    # the CLI's form for a scenario error: "invalid scenario:" and one line per problem
+    problems = [line for line in bad.stderr.strip().splitlines() if "invalid scenario" not in line]
+    assert len(problems) == 1 and "band_policy = \"adaptive\" cannot be used here: strategy.kind is \"ps\"" in problems[0]
+    assert "Traceback" not in bad.stderr
+    typo = _cli("simulate", "--model", "lenet5", "--band-policy", "adaptve")
+    assert typo.returncode == 2 and "band_policy" in typo.stderr and "Traceback" not in typo.stderr
