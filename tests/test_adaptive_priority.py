@@ -170,3 +170,35 @@ def test_the_cli_flag_runs_and_refuses_in_one_line():
     assert "Traceback" not in bad.stderr
     typo = _cli("simulate", "--model", "lenet5", "--band-policy", "adaptve")
     assert typo.returncode == 2 and "band_policy" in typo.stderr and "Traceback" not in typo.stderr
+
+
+# ----------------------------------------------------------------- the chapter 5 comparison's arithmetic
+
+def test_cells_compare_adaptive_with_same_and_lower_per_seed():
+    import pandas as pd
+
+    from ddlsim.reproduce.adaptive_priority import cells, label
+
+    rows = []
+    # seed 1: same 100 ms / FCT 1.0; lower 120 / 0.5; adaptive 101 / 0.6. seed 2: 200 / 3.0; 200 / 1.5; 204 / 1.8.
+    for seed, values in ((1, {"same": (100, 1.0), "lower": (120, 0.5), "adaptive": (101, 0.6)}),
+                         (2, {"same": (200, 3.0), "lower": (200, 1.5), "adaptive": (204, 1.8)})):
+        for band, (it, fct) in values.items():
+            rows.append({"ratio": 4, "rate": 92, "band": band, "seed": seed, "iteration_ms": it, "small_fct_mean_ms": fct,
+                         "small_fct_p90_ms": fct, "job_low_band_bytes_pct": 50.0, "job_timeouts": 1})
+    rows.append({"ratio": 4, "rate": 92, "band": "same", "seed": 3, "iteration_ms": 1, "small_fct_mean_ms": 1,
+                 "small_fct_p90_ms": 1, "job_low_band_bytes_pct": 0.0, "job_timeouts": 0})  # seed 3 incomplete: left out
+    c = cells(pd.DataFrame(rows)).iloc[0]
+    assert c["seeds"] == 2
+    assert c["iteration_change_adaptive_pct"] == pytest.approx((1 + 2) / 2)  # +1 % and +2 %
+    assert c["iteration_change_adaptive_worst_pct"] == pytest.approx(2)
+    assert c["iteration_change_lower_pct"] == pytest.approx((20 + 0) / 2)
+    # seed means: same 2.0, lower 1.0, adaptive 1.2: adaptive gets (2.0 - 1.2) / (2.0 - 1.0) = 80 % of the gain
+    assert c["small_gain_share_pct"] == pytest.approx(80)
+    assert c["goal_fct"] and not c["goal_iteration"]
+    # labels come from the run's own scenario
+    scenario = {"model": {"synthetic": {"compute": "560ms"}}, "seed": 2, "tenant": [{"flows_per_second_per_host": 92}],
+                "network": {"job_band": 0, "band_policy": "adaptive"}}
+    assert label(scenario) == {"ratio": 4, "rate": 92, "band": "adaptive", "seed": 2}
+    assert label({**scenario, "network": {"job_band": 2}})["band"] == "lower"
+    assert label({**scenario, "tenant": []})["band"] == "alone"
