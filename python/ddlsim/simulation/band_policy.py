@@ -106,13 +106,17 @@ def adaptive_bands(times_ns: Sequence[tuple[float, float]], groups: Sequence[Seq
     one rare delay (a retransmission timeout) and is not used up by the demotion: the plan stretches the cost by
     `stretch` x cost only."""
     costs = [float(cost(b)) for b in group_bytes]
-    deadlines = {r.group: r.deadline_ns for r in plan(times_ns, groups, costs, barrier)}  # the no-contention plan's
+    rows = plan(times_ns, groups, costs, barrier)  # the plan without demotions: deadlines and latest finishes
+    # Going in issue order, only the groups before g have been stretched, and LF_g depends on the groups after g
+    # only: one forward pass recomputing the early finishes is the whole greedy (O(groups)).
     bands = [high_band] * len(groups)
-    for g in issue_order(groups):
-        row = next(r for r in plan(times_ns, groups, costs, barrier, deadlines) if r.group == g)
-        if row.slack_ns >= stretch * costs[g] + reserve_ns - 1e-6:
-            bands[g] = low_band
-            costs[g] *= 1.0 + stretch
+    free = 0.0
+    for r in rows:
+        early = max(r.ready_ns, free) + costs[r.group]
+        if r.latest_finish_ns - early >= stretch * costs[r.group] + reserve_ns - 1e-6:
+            bands[r.group] = low_band
+            early += stretch * costs[r.group]
+        free = early
     return bands
 
 
