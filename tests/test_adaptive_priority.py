@@ -73,6 +73,16 @@ def test_the_reserve_is_required_but_not_used_up():
     assert band_policy.adaptive_bands(times_c, groups_c, lambda m: m, [1, 1, 1], 0, 2, 4.0, reserve_ns=1.5) == [0, 0, 2]
 
 
+def test_contention_scales_every_planned_cost():
+    # Profile C with contention 2 is profile C with costs 2: R = (1, 2, 12), EF = 3, 5, 14, deadline 14; g2 and g1
+    # share a gap of 7 (LF1 = 12, LF2 = 10: slack 7 each). Stretch 2 (2 x 2 = 4): g2 low (EF2 = 7, EF1 = 9), g1
+    # has 3 < 4 left: high. At contention 1 the same stretch demotes both (slack 9, then 9 - 2 = 7 >= 2).
+    times_c, groups_c = [(1, 10), (1, 1), (1, 1)], [[0], [1], [2]]
+    assert [r.slack_ns for r in band_policy.plan(times_c, groups_c, [2, 2, 2])] == [7, 7, 0]
+    assert band_policy.adaptive_bands(times_c, groups_c, lambda m: m, [1, 1, 1], 0, 2, 2.0, contention=2.0) == [0, 0, 2]
+    assert band_policy.adaptive_bands(times_c, groups_c, lambda m: m, [1, 1, 1], 0, 2, 2.0) == [0, 2, 2]
+
+
 def test_the_default_reserve_is_the_packet_transports_minimum_rto():
     packet = scenario_from_dict(_scenario("adaptive", "packet"))
     assert band_policy.reserve_ns(packet) == 200e6

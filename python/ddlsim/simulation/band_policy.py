@@ -8,6 +8,7 @@ plans one iteration of one worker without contention, as the critical-path metho
 - group g (the layers S_g, ready layer r_g = min S_g, as the engine's lowering) is issued at R_{r_g} into the
   worker's communication stream, which is FIFO in issue order (latest ready layer first, then group index);
   it takes c_g = a + b * bytes_g there (the scenario's idle-network all-reduce cost, `lowering.allreduce_cost`);
+  (times `contention`, 1 by default: the slowdown the tenants cause the job's all-reduces in its own band);
 - early finish: EF_g = max(R_{r_g}, EF_{g-1}) + c_g (g-1 the group issued before g);
 - deadline D_g: when the next iteration's forward pass needs the group in this no-contention plan. With the
   barrier (the default) the next forward waits for every group: D_g = max(R_0, EF_last) for all g. Without it
@@ -100,12 +101,13 @@ def plan(times_ns: Sequence[tuple[float, float]], groups: Sequence[Sequence[int]
 
 def adaptive_bands(times_ns: Sequence[tuple[float, float]], groups: Sequence[Sequence[int]],
                    cost: Callable[[int], float], group_bytes: Sequence[int], high_band: int, low_band: int,
-                   stretch: float, barrier: bool = True, reserve_ns: float = 0.0) -> list[int]:
+                   stretch: float, barrier: bool = True, reserve_ns: float = 0.0, contention: float = 1.0) -> list[int]:
     """Each group's band (indexed by group): `low_band` where the group's slack, given the demotions already made
     in issue order, is at least `stretch` x its cost + `reserve_ns`; else `high_band`. The reserve is kept for
     one rare delay (a retransmission timeout) and is not used up by the demotion: the plan stretches the cost by
-    `stretch` x cost only."""
-    costs = [float(cost(b)) for b in group_bytes]
+    `stretch` x cost only. `contention` multiplies every group's idle-network cost first (the slowdown the job's
+    all-reduces see in its own band from the tenants)."""
+    costs = [float(cost(b)) * contention for b in group_bytes]
     rows = plan(times_ns, groups, costs, barrier)  # the plan without demotions: deadlines and latest finishes
     # Going in issue order, only the groups before g have been stretched, and LF_g depends on the groups after g
     # only: one forward pass recomputing the early finishes is the whole greedy (O(groups)).
@@ -126,7 +128,7 @@ def scenario_bands(scenario, times_ns: Sequence[tuple[int, int]], groups: Sequen
     net = scenario.network
     return adaptive_bands(times_ns, [g["layers"] for g in groups], cost,
                           [int(g["bytes"]) for g in groups], net.job_band, net.adaptive_low_band, net.adaptive_stretch,
-                          barrier=scenario.barrier, reserve_ns=reserve_ns(scenario))
+                          barrier=scenario.barrier, reserve_ns=reserve_ns(scenario), contention=net.adaptive_contention)
 
 
 def reserve_ns(scenario) -> float:

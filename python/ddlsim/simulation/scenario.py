@@ -238,6 +238,8 @@ class NetworkConfig(_Strict):
     adaptive_stretch: float = Field(1.0, ge=0, le=1000, allow_inf_nan=False)
     # slack kept back for one stall; None: packet.rto_min at packet level, 0 otherwise
     adaptive_reserve: Optional[Duration] = None
+    # the plan's all-reduce times are the idle-network ones times this (the tenants' slowdown in job_band)
+    adaptive_contention: float = Field(1.0, ge=1, le=1000, allow_inf_nan=False)
     # One row per network flow (FCT, bytes, band, tenant) in flows.parquet.
     record_flows: bool = False
     # "steps": every all-reduce step goes through the network model;
