@@ -18,7 +18,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from .thesis_network import FULL, ITERATION_MS, _run_metrics
 
@@ -155,9 +155,10 @@ def _share(x: float) -> str:
     return "n/a (lower gains nothing)" if not math.isfinite(x) else f"{x:.0f} %"
 
 
-def figure(c: "pd.DataFrame"):
+def figure(c: "pd.DataFrame", title: str = "", variants: "Optional[dict[str, pd.DataFrame]]" = None):
     """Two panels per cell: the job's iteration change against the same band, and the small flows' mean FCT
-    change against the same band, for the lower band and adaptive."""
+    change against the same band, for the lower band and adaptive (and further adaptive `variants`: label ->
+    cells of the same grid)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,21 +167,27 @@ def figure(c: "pd.DataFrame"):
 
     labels = [f"R{r.ratio}\n{r.rate}/s" for r in c.itertuples()]
     x = np.arange(len(c))
-    fig, axes = plt.subplots(2, 1, figsize=(max(6, 0.6 * len(c) + 2), 6.4), sharex=True)
-    small_lower = 100 * (c["small_fct_ms_lower"] / c["small_fct_ms_same"] - 1)
-    small_adaptive = 100 * (c["small_fct_ms_adaptive"] / c["small_fct_ms_same"] - 1)
-    for ax, (lo, ad), title in (
-            (axes[0], (c["iteration_change_lower_pct"], c["iteration_change_adaptive_pct"]), "job iteration vs same band (%)"),
-            (axes[1], (small_lower, small_adaptive), "tenants' small-flow mean FCT vs same band (%)")):
-        ax.bar(x - 0.2, lo, 0.4, color="#DD8452", label="lower band")
-        ax.bar(x + 0.2, ad, 0.4, color="#55A868", label="adaptive")
+    series = [("lower band", c, "lower", "#DD8452"), ("adaptive", c, "adaptive", "#55A868")]
+    colors = ["#4C72B0", "#8172B3", "#937860"]
+    for i, (name, frame) in enumerate((variants or {}).items()):
+        frame = frame.set_index(["ratio", "rate"]).reindex(list(zip(c["ratio"], c["rate"]))).reset_index()
+        series.append((name, frame, "adaptive", colors[i % len(colors)]))
+    width = 0.8 / len(series)
+    fig, axes = plt.subplots(2, 1, figsize=(max(6, 0.7 * len(c) + 2), 6.4), sharex=True)
+    for k, (name, frame, band, color) in enumerate(series):
+        offset = (k - (len(series) - 1) / 2) * width
+        iteration = frame["iteration_change_lower_pct"] if band == "lower" else frame["iteration_change_adaptive_pct"]
+        small = 100 * (frame[f"small_fct_ms_{band}"] / frame["small_fct_ms_same"] - 1)
+        axes[0].bar(x + offset, iteration, width, color=color, label=name)
+        axes[1].bar(x + offset, small, width, color=color, label=name)
+    for ax, ylabel in ((axes[0], "job iteration vs same band (%)"), (axes[1], "tenants' small-flow mean FCT vs same band (%)")):
         ax.axhline(0, color="black", lw=0.6)
-        ax.set_ylabel(title, fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7)
     axes[0].axhline(1, color="grey", ls="--", lw=0.6)
     axes[1].set_xticks(x, labels, fontsize=7)
-    fig.suptitle("Adaptive band policy, thesis chapter 5 setting (packet level, seed means)", fontsize=10)
+    fig.suptitle(title or "Adaptive band policy, thesis chapter 5 setting (seed means)", fontsize=10)
     fig.tight_layout()
     return fig
 
