@@ -139,16 +139,26 @@ def _f(x: float, digits: int = 1) -> str:
 def table_markdown(c: "pd.DataFrame") -> str:
     head = ("| R | flows/s | seeds | iteration same / lower / adaptive (ms) | adaptive vs same (mean; worst seed) | "
             "lower vs same | small FCT mean same / lower / adaptive (ms) | adaptive's share of lower's gain | "
-            "small p90 share | job bytes in low band | job timeouts same / lower / adaptive |")
-    lines = [head, "|" + "---|" * 11]
+            "small p90 share | job bytes in low band | job timeouts same / lower / adaptive | goal |")
+    lines = [head, "|" + "---|" * 12]
     for r in c.itertuples():
         lines.append(
             f"| {r.ratio} | {r.rate} | {r.seeds} | {r.iteration_ms_same:.0f} / {r.iteration_ms_lower:.0f} / "
             f"{r.iteration_ms_adaptive:.0f} | {r.iteration_change_adaptive_pct:+.1f} %; {r.iteration_change_adaptive_worst_pct:+.1f} % | "
             f"{r.iteration_change_lower_pct:+.1f} % | {r.small_fct_ms_same:.3f} / {r.small_fct_ms_lower:.3f} / "
             f"{r.small_fct_ms_adaptive:.3f} | {_share(r.small_gain_share_pct)} | {_share(r.small_p90_gain_share_pct)} | "
-            f"{r.job_low_band_bytes_pct:.0f} % | {r.job_timeouts_same:.1f} / {r.job_timeouts_lower:.1f} / {r.job_timeouts_adaptive:.1f} |")
+            f"{r.job_low_band_bytes_pct:.0f} % | {r.job_timeouts_same:.1f} / {r.job_timeouts_lower:.1f} / {r.job_timeouts_adaptive:.1f} | {_goal(r)} |")
     return "\n".join(lines)
+
+
+def _goal(r) -> str:
+    """yes: iteration within +1 % of same (seed mean) and at least 80 % of the lower band's small-flow gain."""
+    misses = [] if r.goal_iteration else ["iteration"]
+    if r.goal_fct is None or (isinstance(r.goal_fct, float) and math.isnan(r.goal_fct)):
+        return "n/a (" + ", ".join(misses + ["no gain to share"]) + ")"
+    if not r.goal_fct:
+        misses.append("FCT")
+    return "yes" if not misses else "no (" + ", ".join(misses) + ")"
 
 
 def _share(x: float) -> str:
