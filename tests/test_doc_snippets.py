@@ -21,6 +21,7 @@ PS = [*SIM, "--strategy", "ps"]
 SETUP = {
     ("README.md", 0): [[*SIM, "--out", "cap"], [*PS, "--out", "cap-ps"]],
     ("README.md", 1): [],
+    ("docs/adaptive-priority.md", 0): [],
     ("docs/allreduce-algorithms.md", 0): [],
     ("docs/analysis.md", 0): [[*PS, "--out", "run-ps"], [*SIM, "--out", "run-ring"]],
     ("docs/analysis.md", 1): [[*SIM, "--record-flows", "--out", "run-flows"]],

@@ -118,6 +118,9 @@ def simulate(
         None, "--server-hosts", help="PS servers: separate (own hosts after the workers) | colocated (on the workers' hosts)"),
     priority_bands: Optional[bool] = typer.Option(
         None, "--priority-bands/--no-priority-bands", help="Gradient transfers use the network's strict-priority bands."),
+    band_policy: Optional[str] = typer.Option(
+        None, "--band-policy", help="fixed (every transfer in network.job_band) | adaptive (each gradient group's band from "
+        "its slack: low band when it can wait, job_band when critical; docs/adaptive-priority.md)"),
     record_flows: Optional[bool] = typer.Option(
         None, "--record-flows/--no-record-flows", help="Write flows.parquet: one row per network flow (FCT, bytes, band)."),
     background: Optional[list[str]] = typer.Option(
@@ -172,7 +175,7 @@ def simulate(
         "stream_policy": stream_policy, "preemption": preemption, "grouping": grouping,
         "partition_bytes": partition_bytes, "credit_bytes": credit_bytes,
         "routing": routing, "ranks_per_host": ranks_per_host, "rack_placement": rack_placement,
-        "server_hosts": server_hosts, "priority_bands": priority_bands, "record_flows": record_flows, "precision": precision, "efficiency": efficiency,
+        "server_hosts": server_hosts, "priority_bands": priority_bands, "band_policy": band_policy, "record_flows": record_flows, "precision": precision, "efficiency": efficiency,
         "profile": str(profile.resolve()) if profile else None, "iterations": iterations, "seed": seed, "jitter": jitter,
         "batch_size": batch_size, "device": device, "barrier": barrier, "trace_detail": trace_detail,
         "rank_classes": "off" if per_rank else None,
@@ -344,7 +347,7 @@ SIMULATE_DEFAULTS = {
     "hosts_per_leaf": "8", "spines": "2", "placement": "round-robin", "routing": "ecmp", "ranks_per_host": "1",
     "rack_placement": "packed", "server_hosts": "separate", "priority_bands": "off", "iterations": "3", "seed": "0",
     "jitter": "0.0", "batch_size": "32", "device": "V100", "precision": "fp32", "efficiency": "0.5",
-    "barrier": "on", "trace_detail": "auto", "record_flows": "off", "rank_times": "median",
+    "barrier": "on", "trace_detail": "auto", "record_flows": "off", "rank_times": "median", "band_policy": "fixed",
 }
 
 

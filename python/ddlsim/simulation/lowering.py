@@ -13,7 +13,7 @@ import math
 
 from ..errors import ScenarioError
 from ..units import parse_duration_ns
-from . import algorithms, grouping
+from . import algorithms, band_policy, grouping
 from .scenario import Scenario
 from ..workload.model import Model
 
@@ -313,6 +313,8 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
         "preempt_at_messages": strategy.preemption == "message",
         "priority_bands": scenario.network.priority_bands,
         "job_band": scenario.network.job_band,
+        **({"group_bands": band_policy.scenario_bands(scenario, times_ns, groups, allreduce_cost(scenario))}
+           if scenario.network.band_policy == "adaptive" else {}),
         "layers": [{"fwd_ns": f, "bwd_ns": b} for f, b in times_ns],
         "groups": groups,
         "host_of_rank": host_of_rank(scenario),

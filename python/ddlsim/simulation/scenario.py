@@ -230,6 +230,16 @@ class NetworkConfig(_Strict):
     # Band of all the job's transfers (0 = highest; Linux pfifo_fast has 0-2): puts the whole job beside or below
     # background tenants ([[tenant]] band). With priority_bands, added to each layer's band (capped at 7).
     job_band: int = Field(0, ge=0, le=7)
+    # "fixed": every transfer in job_band; "adaptive": each gradient group in adaptive_low_band when its slack
+    # (time before the next forward needs it) is at least adaptive_stretch x its all-reduce time, else in job_band
+    # (docs/adaptive-priority.md).
+    band_policy: Literal["fixed", "adaptive"] = "fixed"
+    adaptive_low_band: int = Field(2, ge=0, le=7)
+    adaptive_stretch: float = Field(1.0, ge=0, le=1000, allow_inf_nan=False)
+    # slack kept back for one stall; None: packet.rto_min at packet level, 0 otherwise
+    adaptive_reserve: Optional[Duration] = None
+    # the plan's all-reduce times are the idle-network ones times this (the tenants' slowdown in job_band)
+    adaptive_contention: float = Field(1.0, ge=1, le=1000, allow_inf_nan=False)
     # One row per network flow (FCT, bytes, band, tenant) in flows.parquet.
     record_flows: bool = False
     # "steps": every all-reduce step goes through the network model;
@@ -1097,6 +1107,16 @@ class Scenario(_Strict):
                 f"strategy.in_network = {in_network!r} needs switch replication or aggregation, which the packet-level "
                 "model (TCP) does not have; set in_network = \"none\" or network.fidelity = \"flow\""
             )
+        if self.network.band_policy == "adaptive":
+            why = ("strategy.kind is \"ps\" (the slack plan models all-reduce)" if self.strategy.kind != "ring" else
+                   f"strategy.stream_policy is {self.strategy.stream_policy!r} (the slack plan assumes a FIFO stream)"
+                   if self.strategy.stream_policy != "fifo" else
+                   "network.priority_bands is on (both set the bands)" if self.network.priority_bands else
+                   f"network.adaptive_low_band = {self.network.adaptive_low_band} is not below job_band = "
+                   f"{self.network.job_band} (a higher number)" if self.network.adaptive_low_band <= self.network.job_band else "")
+            if why:
+                raise ValueError(f"network.band_policy = \"adaptive\" cannot be used here: {why}; "
+                                 "set band_policy = \"fixed\" or change that setting")
         if self.network.server_hosts != "separate" and self.strategy.kind != "ps":
             raise ValueError(
                 f"network.server_hosts = {self.network.server_hosts!r} places parameter servers, but strategy.kind is "
@@ -1221,6 +1241,7 @@ FLAT_KEYS = {
     "server_hosts": ("network", "server_hosts"),
     "priority_bands": ("network", "priority_bands"),
     "job_band": ("network", "job_band"),
+    "band_policy": ("network", "band_policy"),
     "record_flows": ("network", "record_flows"),
     "hosts": ("network", "hosts"),
 }

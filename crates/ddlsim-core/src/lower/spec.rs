@@ -160,6 +160,10 @@ pub struct TrainingSpec {
     /// `BANDS - 1`). Puts a whole job below (or beside) background tenants, as the thesis' chapter 5 does.
     #[serde(default)]
     pub job_band: u8,
+    /// Band of each group's transfers, set by a band policy (docs/adaptive-priority.md); empty: `band_of`. When
+    /// given, one entry per group, each below `BANDS`, and it replaces `job_band` and `priority_bands` for it.
+    #[serde(default)]
+    pub group_bands: Vec<u8>,
     #[serde(default)]
     pub tenant: u32,
     pub layers: Vec<LayerSpec>,
@@ -233,6 +237,12 @@ impl TrainingSpec {
         let own = if self.priority_bands { (layer as u32 * BANDS / num_layers.max(1) as u32).min(BANDS - 1) } else { 0 };
         (own + self.job_band as u32).min(BANDS - 1) as u8
     }
+
+    /// The network band of group `group`'s transfers (its ready layer `layer` of `num_layers`): the band policy's
+    /// `group_bands` entry where one is given, else [`Self::band_of`].
+    pub fn group_band(&self, group: usize, layer: usize, num_layers: usize) -> u8 {
+        self.group_bands.get(group).copied().unwrap_or_else(|| self.band_of(layer, num_layers))
+    }
 }
 
 impl TrainingSpec {
@@ -252,6 +262,7 @@ impl TrainingSpec {
             preempt_at_messages: false,
             priority_bands: false,
             job_band: 0,
+            group_bands: Vec::new(),
             tenant: 0,
             layers,
             groups,
@@ -315,6 +326,12 @@ impl TrainingSpec {
             if matches!(self.sync, SyncSpec::Ps { .. }) && g.server >= self.servers() {
                 return Err(format!("group {i} is placed on server {} of {}", g.server, self.servers()));
             }
+        }
+        if !self.group_bands.is_empty() && self.group_bands.len() != self.groups.len() {
+            return Err(format!("group_bands has {} entries for {} groups", self.group_bands.len(), self.groups.len()));
+        }
+        if let Some(b) = self.group_bands.iter().find(|&&b| b as u32 >= BANDS) {
+            return Err(format!("group_bands holds band {b}; bands are 0 to {}", BANDS - 1));
         }
         if !self.host_of_rank.is_empty() && self.host_of_rank.len() != self.total_ranks() as usize {
             return Err(format!("host_of_rank has {} entries for {} ranks", self.host_of_rank.len(), self.total_ranks()));
@@ -428,6 +445,23 @@ mod job_band_tests {
             assert_eq!(spec(true, 0).band_of(l, 4), (2 * l) as u8);
             assert_eq!(spec(true, 3).band_of(l, 4), ((2 * l) as u8 + 3).min(BANDS as u8 - 1));
         }
+    }
+
+    #[test]
+    fn group_bands_replace_job_band_per_group_in_the_lowered_graph() {
+        let layers = (0..2).map(|_| LayerSpec { fwd_ns: 1, bwd_ns: 2 }).collect();
+        let groups = (0..2).map(|l| GroupSpec { layers: vec![l], tensor: l as i32, bytes: 1000, server: 0, update_ns: 0 }).collect();
+        let mut s = TrainingSpec { job_band: 1, ..TrainingSpec::new(2, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }, layers, groups) };
+        s.group_bands = vec![5, 0];
+        s.validate().unwrap();
+        let g = crate::lower::training::build_graph(&s).unwrap();
+        let bands: Vec<(i32, u8)> = g.ops.iter().filter(|o| o.group >= 0).map(|o| (o.group, o.band)).collect();
+        assert!(!bands.is_empty());
+        assert!(bands.iter().all(|&(gi, b)| b == [5, 0][gi as usize]), "{bands:?}");
+        s.group_bands = vec![5];
+        assert!(s.validate().unwrap_err().contains("group_bands has 1 entries for 2 groups"));
+        s.group_bands = vec![5, BANDS as u8];
+        assert!(s.validate().unwrap_err().contains("group_bands holds band 8"));
     }
 }
 

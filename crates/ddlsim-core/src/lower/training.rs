@@ -288,7 +288,7 @@ pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<crate::graph::Ra
         for &gi in &order {
             let group = &spec.groups[gi as usize];
             let l = ready_layer(gi) as usize;
-            let band = spec.band_of(l, num_layers);
+            let band = spec.group_band(gi as usize, l, num_layers);
             let tag = |mut op: Op| {
                 op.iteration = it;
                 op.layer = l as i32;
@@ -396,7 +396,7 @@ pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<crate::graph::Ra
                 op.tensor = group.tensor;
                 op.group = gi as i32;
                 op.priority = l as i32;
-                op.band = spec.band_of(l, num_layers);
+                op.band = spec.group_band(gi as usize, l, num_layers);
                 op.tenant = spec.tenant;
                 let s = (server - n) as usize;
                 let mut deps = vec![req];
