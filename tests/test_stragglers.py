@@ -133,3 +133,26 @@ def test_the_docs_examples_run(tmp_path):
         for block in re.findall(r"~~~python\n(.*?)~~~", text, flags=re.S):
             p = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
             assert p.returncode == 0, (doc, p.stderr[-2000:])
+
+
+def test_a_straggler_in_several_jobs_slows_each_job_as_it_slows_that_job_alone():
+    """[[job]] tables on disjoint hosts of a star: a top-level persistent straggler (ranks counted within each
+    job) costs each job what it costs the job run on its own by the ordinary one-job simulator (the oracle),
+    and the CLI prints one line per job instead of failing."""
+    import ddlsim
+    from ddlsim.api import straggler_effect
+    from ddlsim.simulation.jobs import job_scenarios, run_jobs
+    from ddlsim.simulation.scenario import scenario_from_dict
+
+    one = {"name": "one", "layers": [{"name": "a", "params": 300_000, "fwd_ms": 0.5, "bwd_ms": 1.0},
+                                     {"name": "b", "params": 700_000, "fwd_ms": 0.25, "bwd_ms": 0.5}]}
+    data = {"iterations": 3, "model": one, "network": {"fidelity": "flow", "bandwidth": "10Gbps", "latency": "5us"},
+            "straggler": [{"rank": 1, "factor": 2.0}],
+            "job": [{"name": "a", "workers": 4}, {"name": "b", "workers": 3, "start": "2ms"}]}
+    sc = scenario_from_dict(data)
+    effect = straggler_effect(run_jobs(sc, alone=False))
+    assert [row["name"] for row in effect["jobs"]] == ["a", "b"]
+    for row, sub in zip(effect["jobs"], job_scenarios(sc)):
+        alone = straggler_effect(ddlsim.simulate(sub))
+        assert row["with_s"] == alone["with_s"] and row["without_s"] == alone["without_s"]
+        assert row["with_s"] > row["without_s"]

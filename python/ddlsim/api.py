@@ -161,10 +161,25 @@ def replay(events: str | Path, model: str | None = None, **overrides: Any) -> Si
     return result
 
 
-def straggler_effect(result: SimulationResult) -> dict[str, Any]:
+def straggler_effect(result: Any) -> dict[str, Any]:
     """What a run's stragglers ([[straggler]]) cost: the same scenario simulated
     without them, and the mean iteration time with and without
-    (``{"with_s", "without_s", "difference_s", "ratio"}``)."""
+    (``{"with_s", "without_s", "difference_s", "ratio"}``). For several jobs
+    (``[[job]]``, each job's ranks counted within the job): one such dict per
+    job under ``"jobs"``, with its ``job`` and ``name``."""
+    from .simulation.jobs import JobsRun
+
+    if isinstance(result, JobsRun):
+        from .simulation.jobs import run_jobs
+
+        alone = run_jobs(result.scenario.model_copy(update={"straggler": []}), alone=False)
+        rows = []
+        for w, wo in zip(result.jobs(), alone.jobs()):
+            with_s, without_s = w["iteration_time_s"], wo["iteration_time_s"]
+            rows.append({"job": w["job"], "name": w["name"], "with_s": with_s, "without_s": without_s,
+                         "difference_s": with_s - without_s,
+                         "ratio": with_s / without_s if without_s > 0 else float("nan")})
+        return {"jobs": rows}
     base = simulate(result.scenario.model_copy(update={"straggler": []}))
     with_s, without_s = result.iteration_time_s, base.iteration_time_s
     return {"with_s": with_s, "without_s": without_s, "difference_s": with_s - without_s,

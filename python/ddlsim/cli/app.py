@@ -303,6 +303,9 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
         from .report import print_jobs
 
         print_jobs(summary, out, quiet)
+        for row in (effect or {}).get("jobs", []):
+            out.print(f"stragglers, job {row['name']}: {row['with_s'] * 1e3:.3f} ms per iteration against "
+                      f"{row['without_s'] * 1e3:.3f} ms without them ({row['ratio'] - 1:+.2%})")
         for note in result.notes:
             out.print(f"[yellow]note:[/] {note}")
         return
