@@ -106,6 +106,147 @@ impl<E> EventQueue<E> {
     }
 }
 
+/// Min-queue of events ordered by (time, insertion) like [`EventQueue`],
+/// kept as one FIFO bucket per distinct pending time: a heap over the
+/// distinct times, and the events of a time in the order they were pushed.
+/// Simultaneous events are the rule in a collective (a ring step's N
+/// deliveries land at the same nanosecond), so most pushes append to the
+/// bucket the previous push used, and most pops read the next entry of the
+/// bucket at the head, with no heap work. Pops the same events in the same
+/// order as [`EventQueue`] (the test below checks it against a sorted
+/// reference).
+#[derive(Debug)]
+pub struct BucketQueue<E> {
+    /// (time, bucket) of every distinct pending time, earliest on top.
+    times: BinaryHeap<std::cmp::Reverse<(Time, u32)>>,
+    /// Bucket of each pending time.
+    bucket_of: rustc_hash::FxHashMap<Time, u32>,
+    buckets: Vec<Bucket<E>>,
+    free: Vec<u32>,
+    /// (time, bucket) the last push went to (NO_BUCKET: none).
+    last: (Time, u32),
+    len: usize,
+    now: Time,
+    popped: u64,
+}
+
+#[derive(Debug)]
+struct Bucket<E> {
+    events: Vec<E>,
+    /// Next entry to pop.
+    read: usize,
+}
+
+const NO_BUCKET: u32 = u32::MAX;
+
+impl<E: Copy> Default for BucketQueue<E> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<E: Copy> BucketQueue<E> {
+    pub fn new() -> Self {
+        BucketQueue {
+            times: BinaryHeap::new(),
+            bucket_of: rustc_hash::FxHashMap::default(),
+            buckets: Vec::new(),
+            free: Vec::new(),
+            last: (0, NO_BUCKET),
+            len: 0,
+            now: 0,
+            popped: 0,
+        }
+    }
+
+    /// Current simulated time (time of the last popped event).
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Number of events popped so far.
+    pub fn processed(&self) -> u64 {
+        self.popped
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Schedules `event` at absolute `time`, after every event already queued at that time.
+    #[inline]
+    pub fn push(&mut self, time: Time, event: E) {
+        debug_assert!(time >= self.now, "event scheduled in the past");
+        self.len += 1;
+        if self.last.1 != NO_BUCKET && self.last.0 == time {
+            self.buckets[self.last.1 as usize].events.push(event);
+            return;
+        }
+        self.push_slow(time, event);
+    }
+
+    #[inline(never)]
+    fn push_slow(&mut self, time: Time, event: E) {
+        let b = match self.bucket_of.get(&time) {
+            Some(&b) => b,
+            None => {
+                let b = match self.free.pop() {
+                    Some(b) => b,
+                    None => {
+                        self.buckets.push(Bucket { events: Vec::new(), read: 0 });
+                        (self.buckets.len() - 1) as u32
+                    }
+                };
+                self.bucket_of.insert(time, b);
+                self.times.push(std::cmp::Reverse((time, b)));
+                b
+            }
+        };
+        self.buckets[b as usize].events.push(event);
+        self.last = (time, b);
+    }
+
+    /// Time of the earliest event, without popping it.
+    #[inline]
+    pub fn peek_time(&self) -> Option<Time> {
+        self.times.peek().map(|r| r.0 .0)
+    }
+
+    /// Pops the earliest event and advances the clock to it.
+    #[inline]
+    pub fn pop(&mut self) -> Option<(Time, E)> {
+        let &std::cmp::Reverse((time, b)) = self.times.peek()?;
+        let bucket = &mut self.buckets[b as usize];
+        let event = bucket.events[bucket.read];
+        bucket.read += 1;
+        if bucket.read == bucket.events.len() {
+            self.retire(time, b);
+        }
+        self.len -= 1;
+        self.now = time;
+        self.popped += 1;
+        Some((time, event))
+    }
+
+    /// The bucket of `time` (at the heap's top) is drained: back to the free list.
+    #[inline(never)]
+    fn retire(&mut self, time: Time, b: u32) {
+        self.times.pop();
+        self.bucket_of.remove(&time);
+        let bucket = &mut self.buckets[b as usize];
+        bucket.events.clear();
+        bucket.read = 0;
+        self.free.push(b);
+        if self.last.1 == b {
+            self.last = (0, NO_BUCKET);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +287,49 @@ mod tests {
         q.push(10, 3);
         assert_eq!(q.pop(), Some((10, 2)));
         assert_eq!(q.pop(), Some((10, 3)));
+    }
+
+    #[test]
+    fn bucket_queue_pops_like_the_heap_queue_under_random_interleavings() {
+        // Seeded pushes and pops, many at equal times (as a collective's
+        // steps make them); the oracle is a sorted map keyed by (time, seq),
+        // and the heap-ordered EventQueue run alongside.
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..60 {
+            let mut q = BucketQueue::new();
+            let mut heap = EventQueue::new();
+            let mut reference = std::collections::BTreeMap::new();
+            let mut seq = 0u64;
+            let spread = 1 + round as u64 % 9;
+            for _ in 0..3_000 {
+                if next() % 3 != 0 || reference.is_empty() {
+                    let time = q.now() + next() % spread;
+                    q.push(time, seq);
+                    heap.push(time, seq);
+                    reference.insert((time, seq), seq);
+                    seq += 1;
+                } else {
+                    let (&(t, s), _) = reference.iter().next().unwrap();
+                    reference.remove(&(t, s));
+                    assert_eq!(q.pop(), Some((t, s)));
+                    assert_eq!(heap.pop(), Some((t, s)));
+                }
+                assert_eq!(q.len(), reference.len());
+                assert_eq!(q.peek_time(), reference.keys().next().map(|&(t, _)| t));
+            }
+            while let Some((&(t, s), _)) = reference.iter().next() {
+                reference.remove(&(t, s));
+                assert_eq!(q.pop(), Some((t, s)));
+            }
+            assert!(q.pop().is_none() && q.is_empty());
+            assert_eq!(q.processed(), seq);
+        }
     }
 
     #[test]

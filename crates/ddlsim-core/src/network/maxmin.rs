@@ -490,6 +490,11 @@ impl FlowNetwork {
         out: &mut Vec<Reschedule>,
         cancelled: &mut Vec<u32>,
     ) -> Result<FlowStart, Error> {
+        if let Some(end) = self.classes[class as usize].lone_until {
+            if end <= now && !self.paths[class as usize].links().is_empty() {
+                return self.restart_lone(now, class, flow, bytes);
+            }
+        }
         self.active += 1;
         let links = self.paths[class as usize].links();
         for &l in links {
@@ -528,6 +533,35 @@ impl FlowNetwork {
         }
         self.reallocate(now, class, if head_changed { Some(class) } else { None }, out);
         Ok(FlowStart::Shared)
+    }
+
+    /// A flow of a lone class whose last flow's transmission is over (a
+    /// member sending to the same peer again, as a ring does step after
+    /// step): the same state as the general path's (the old flow leaves, the
+    /// class is alone again on its links, which list nothing else: a lone
+    /// class shares no link), without taking the class off its links and
+    /// putting it back.
+    #[inline]
+    fn restart_lone(&mut self, now: Time, class: u32, flow: u32, bytes: u64) -> Result<FlowStart, Error> {
+        self.recomputations += 1;
+        let path = &self.paths[class as usize];
+        let c = &mut self.classes[class as usize];
+        debug_assert_eq!(c.members.len(), 1, "a lone class has one flow");
+        debug_assert!(path.links().iter().all(|&l| self.link_classes[l as usize] == [class]), "a lone class shares no link");
+        // The general path bumps the version twice: once when the old flow leaves, once for the new lone end.
+        c.version = c.version.wrapping_add(2);
+        c.members.clear();
+        c.members.push(Reverse((OrderedBytes(bytes as f64), flow)));
+        c.base = 0.0;
+        c.since = now;
+        if c.last_bytes != bytes {
+            c.last_tx = path.transmit_ns(bytes).ok_or_else(|| super::too_long(bytes))?;
+            c.last_bytes = bytes;
+        }
+        let tx_end = now.checked_add(c.last_tx).filter(|&t| t <= MAX_TIME).ok_or_else(|| super::too_long(bytes))?;
+        c.rate = path.bottleneck;
+        c.lone_until = Some(tx_end);
+        Ok(FlowStart::Lone { tx_end, latency: path.latency })
     }
 
     /// Classes live as long as the network: an idle one keeps its heap's
