@@ -236,12 +236,10 @@ impl RingMachine {
             if blocked {
                 // The predecessor waited for this stage: it can only make its send now.
                 let w = if m == 0 { self.n - 1 } else { m - 1 };
-                let wm = &self.members[w as usize];
-                if wm.stage < self.stages && !wm.sent {
-                    self.try_send(w, out);
-                } else {
-                    self.advance(now, w, out);
-                }
+                // (It blocked trying to send and cannot have moved since: a
+                // member leaves a stage only after its send.)
+                debug_assert!(self.members[w as usize].stage < self.stages && !self.members[w as usize].sent);
+                self.try_send(w, out);
             }
             if s + 1 == self.stages {
                 return;
