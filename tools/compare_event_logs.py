@@ -54,6 +54,16 @@ SCENARIOS: dict[str, list[str]] = {
     "closed_form": ["-n", "16", "--network", "analytic", "--collective-model", "closed-form"],
     "packet4": ["-n", "4", "--network", "packet", "-m", "alexnet"],
     "background": ["-n", "8", "--background", "websearch:load=0.3,seed=2"],
+    # The same at collective detail (the ring then runs on its own machine, see collective/ring.rs).
+    "priority_chunk_coll": ["-n", "8", "--stream-policy", "priority", "--preemption", "chunk", "--priority-bands", "--trace-detail", "collective"],
+    "priority_message_coll": ["-n", "8", "--stream-policy", "priority", "--preemption", "message", "--chunk-bytes", "2MB", "--trace-detail", "collective"],
+    "bytescheduler_coll": ["-n", "8", "--partition", "4MB", "--credit", "16MB", "--trace-detail", "collective"],
+    "ring_chunked_coll": ["-n", "16", "--chunk-bytes", "1MB", "--trace-detail", "collective"],
+    "stagger_coll": ["-n", "8", "--stagger", "1ms", "--stagger-mode", "random", "--seed", "3", "--jitter", "0.1", "--trace-detail", "collective"],
+    "leafspine_coll": ["-n", "16", "--topology", "leaf-spine", "--hosts-per-leaf", "4", "--oversubscription", "2", "--trace-detail", "collective"],
+    "background_coll": ["-n", "8", "--background", "websearch:load=0.3,seed=2", "--trace-detail", "collective"],
+    "ranks_per_host_coll": ["-n", "16", "--ranks-per-host", "4", "--trace-detail", "collective"],
+    "analytic_coll": ["-n", "64", "--network", "analytic", "--trace-detail", "collective"],
 }
 
 COMPARED = ["events.parquet", "flows.parquet", "iterations.csv"]
