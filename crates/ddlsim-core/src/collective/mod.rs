@@ -148,7 +148,7 @@ pub fn new_collective_with(algorithm: Algorithm, members: u32, bytes: u64, param
     let n = members;
     match algorithm {
         // Without logged steps or a reduction cost, the ring's own machine (the same actions, faster).
-        Algorithm::Ring if !track_causes && !(gamma > 0.0) => Box::new(ring::RingMachine::new(ring::RingPlan::partitioned(n, bytes, params.chunk_bytes))),
+        Algorithm::Ring if !track_causes && gamma.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) => Box::new(ring::RingMachine::new(ring::RingPlan::partitioned(n, bytes, params.chunk_bytes))),
         Algorithm::Ring => boxed(Box::new(ring::RingPlan::partitioned(n, bytes, params.chunk_bytes))),
         Algorithm::HalvingDoubling => boxed(Box::new(halving_doubling::HalvingDoublingPlan::new(n, bytes))),
         Algorithm::RecursiveDoubling => boxed(Box::new(recursive_doubling::RecursiveDoublingPlan::new(n, bytes))),
