@@ -107,24 +107,26 @@ impl<E> EventQueue<E> {
 }
 
 /// Min-queue of events ordered by (time, insertion) like [`EventQueue`],
-/// kept as one FIFO bucket per distinct pending time: a heap over the
-/// distinct times, and the events of a time in the order they were pushed.
-/// Simultaneous events are the rule in a collective (a ring step's N
-/// deliveries land at the same nanosecond), so most pushes append to the
-/// bucket the previous push used, and most pops read the next entry of the
-/// bucket at the head, with no heap work. Pops the same events in the same
-/// order as [`EventQueue`] (the test below checks it against a sorted
-/// reference).
+/// kept as runs: a push at the time of the push just before it appends to
+/// that push's run; any other push opens a new run, entered in a heap keyed
+/// by (time, sequence of its first event). A run holds consecutive
+/// insertions of one time (any push in between would have opened a run of
+/// its own), so runs of one time pop in insertion order, and the queue pops
+/// exactly what [`EventQueue`] pops. Simultaneous events are the rule in a
+/// collective (a ring step's N deliveries land at the same nanosecond and
+/// are pushed one after the other), so most pushes append to a vector and
+/// most pops read its next entry, with no heap work; with all times
+/// distinct it costs about what the heap costs (no map from times to runs).
+/// The test below checks it against a sorted reference.
 #[derive(Debug)]
 pub struct BucketQueue<E> {
-    /// (time, bucket) of every distinct pending time, earliest on top.
-    times: BinaryHeap<std::cmp::Reverse<(Time, u32)>>,
-    /// Bucket of each pending time.
-    bucket_of: rustc_hash::FxHashMap<Time, u32>,
+    /// Every run not drained yet, keyed by time << 64 | sequence of its first event.
+    runs: BinaryHeap<Entry<u32>>,
     buckets: Vec<Bucket<E>>,
     free: Vec<u32>,
-    /// (time, bucket) the last push went to (NO_BUCKET: none).
+    /// Time and run of the last push (NO_BUCKET: opens a run).
     last: (Time, u32),
+    next_seq: u64,
     len: usize,
     now: Time,
     popped: u64,
@@ -147,16 +149,7 @@ impl<E: Copy> Default for BucketQueue<E> {
 
 impl<E: Copy> BucketQueue<E> {
     pub fn new() -> Self {
-        BucketQueue {
-            times: BinaryHeap::new(),
-            bucket_of: rustc_hash::FxHashMap::default(),
-            buckets: Vec::new(),
-            free: Vec::new(),
-            last: (0, NO_BUCKET),
-            len: 0,
-            now: 0,
-            popped: 0,
-        }
+        BucketQueue { runs: BinaryHeap::new(), buckets: Vec::new(), free: Vec::new(), last: (0, NO_BUCKET), next_seq: 0, len: 0, now: 0, popped: 0 }
     }
 
     /// Current simulated time (time of the last popped event).
@@ -182,49 +175,45 @@ impl<E: Copy> BucketQueue<E> {
     pub fn push(&mut self, time: Time, event: E) {
         debug_assert!(time >= self.now, "event scheduled in the past");
         self.len += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
         if self.last.1 != NO_BUCKET && self.last.0 == time {
             self.buckets[self.last.1 as usize].events.push(event);
             return;
         }
-        self.push_slow(time, event);
+        self.open_run(time, seq, event);
     }
 
     #[inline(never)]
-    fn push_slow(&mut self, time: Time, event: E) {
-        let b = match self.bucket_of.get(&time) {
-            Some(&b) => b,
+    fn open_run(&mut self, time: Time, seq: u64, event: E) {
+        let b = match self.free.pop() {
+            Some(b) => b,
             None => {
-                let b = match self.free.pop() {
-                    Some(b) => b,
-                    None => {
-                        self.buckets.push(Bucket { events: Vec::new(), read: 0 });
-                        (self.buckets.len() - 1) as u32
-                    }
-                };
-                self.bucket_of.insert(time, b);
-                self.times.push(std::cmp::Reverse((time, b)));
-                b
+                self.buckets.push(Bucket { events: Vec::new(), read: 0 });
+                (self.buckets.len() - 1) as u32
             }
         };
         self.buckets[b as usize].events.push(event);
+        self.runs.push(Entry { key: (time as u128) << 64 | seq as u128, event: b });
         self.last = (time, b);
     }
 
     /// Time of the earliest event, without popping it.
     #[inline]
     pub fn peek_time(&self) -> Option<Time> {
-        self.times.peek().map(|r| r.0 .0)
+        self.runs.peek().map(|r| (r.key >> 64) as Time)
     }
 
     /// Pops the earliest event and advances the clock to it.
     #[inline]
     pub fn pop(&mut self) -> Option<(Time, E)> {
-        let &std::cmp::Reverse((time, b)) = self.times.peek()?;
+        let &Entry { key, event: b } = self.runs.peek()?;
+        let time = (key >> 64) as Time;
         let bucket = &mut self.buckets[b as usize];
         let event = bucket.events[bucket.read];
         bucket.read += 1;
         if bucket.read == bucket.events.len() {
-            self.retire(time, b);
+            self.retire(b);
         }
         self.len -= 1;
         self.now = time;
@@ -232,11 +221,10 @@ impl<E: Copy> BucketQueue<E> {
         Some((time, event))
     }
 
-    /// The bucket of `time` (at the heap's top) is drained: back to the free list.
+    /// Run `b` (at the heap's top) is drained: back to the free list.
     #[inline(never)]
-    fn retire(&mut self, time: Time, b: u32) {
-        self.times.pop();
-        self.bucket_of.remove(&time);
+    fn retire(&mut self, b: u32) {
+        self.runs.pop();
         let bucket = &mut self.buckets[b as usize];
         bucket.events.clear();
         bucket.read = 0;
