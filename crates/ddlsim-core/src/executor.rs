@@ -15,7 +15,7 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::collective::{joined_op, ready_cause, ready_op, Action, Cause, Collective, NO_CAUSE};
-use crate::engine::{later, EventQueue, Time};
+use crate::engine::{later, BucketQueue, Time};
 use crate::error::{Error, ErrorKind};
 use crate::graph::{FanKind, Graph, Kind, PolicyKind, NO_STREAM};
 use crate::log::{try_filled, EventLog, Row, KIND_BARRIER, KIND_COLLECTIVE, KIND_COMPUTE, KIND_MARKER, KIND_RECV, KIND_SEND};
@@ -187,7 +187,7 @@ struct LiveCollective {
 }
 
 /// The executor's event queue seen by a network model.
-struct NetQueue<'a>(&'a mut EventQueue<Event>);
+struct NetQueue<'a>(&'a mut BucketQueue<Event>);
 
 impl Scheduler for NetQueue<'_> {
     fn schedule(&mut self, at: Time, token: u64) {
@@ -219,7 +219,7 @@ struct Executor<'g> {
     parked: HashMap<u32, Option<Held>>,
     /// Parked members per collective.
     parked_in: Vec<u32>,
-    queue: EventQueue<Event>,
+    queue: BucketQueue<Event>,
     network: Box<dyn NetworkModel>,
     transfer_owner: Vec<Owner>,
     free_transfers: Vec<u32>,
@@ -387,7 +387,7 @@ impl<'g> Executor<'g> {
             streams,
             parked: HashMap::default(),
             parked_in: vec![0; graph.collectives.len()],
-            queue: EventQueue::new(),
+            queue: BucketQueue::new(),
             network,
             transfer_owner: Vec::new(),
             free_transfers: Vec::new(),

@@ -160,6 +160,8 @@ pub fn new_collective_with(algorithm: Algorithm, members: u32, bytes: u64, param
     let boxed = |plan: Box<dyn PlanBox>| plan.into_collective(track_causes, gamma);
     let n = members;
     match algorithm {
+        // Without logged steps or a reduction cost, the ring's own machine (the same actions, faster).
+        Algorithm::Ring if !track_causes && gamma.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) => Box::new(ring::RingMachine::new(ring::RingPlan::partitioned(n, bytes, params.chunk_bytes))),
         Algorithm::Ring => boxed(Box::new(ring::RingPlan::partitioned(n, bytes, params.chunk_bytes))),
         Algorithm::HalvingDoubling => boxed(Box::new(halving_doubling::HalvingDoublingPlan::new(n, bytes))),
         Algorithm::RecursiveDoubling => boxed(Box::new(recursive_doubling::RecursiveDoublingPlan::new(n, bytes))),

@@ -14,6 +14,8 @@
 //! = 2 (N-1) (S alpha + M/N beta) when every M_q/N is whole.
 
 use super::exchange::{Plan, Stage};
+use super::{Action, Cause, Collective, NO_CAUSE};
+use crate::engine::Time;
 
 /// Bytes of chunk `c` when `bytes` are split into `n` parts, the first
 /// `bytes mod n` one byte larger.
@@ -116,9 +118,266 @@ impl Plan for RingPlan {
     }
 }
 
+impl RingPlan {
+    /// Bytes member `i` sends in `stage` (what [`Plan::stage`] says).
+    #[inline(always)]
+    fn send_bytes(&self, i: u32, stage: u32) -> u64 {
+        if self.messages == 1 {
+            return self.base + u64::from((self.chunk_of(i, stage) as u64) < self.extra);
+        }
+        let (q, step) = (stage / self.per, stage % self.per);
+        chunk_bytes(self.message_bytes(q), self.n, self.chunk_of(i, step))
+    }
+}
+
+/// One member of a [`RingMachine`].
+#[derive(Debug, Clone, Copy)]
+struct RingMember {
+    ready_at: Time,
+    prev_causes: [Cause; 2],
+    stage: u32,
+    /// Stages received so far (a ring member receives from its predecessor in stage order).
+    received: u32,
+    sent: bool,
+    send_done: bool,
+    joined: bool,
+    /// Its predecessor waits to send it the current stage (rendezvous).
+    blocked: bool,
+}
+
+/// The ring all-reduce as a machine of its own: the same actions, in the
+/// same order, as the generic exchange machine running [`RingPlan`] when
+/// neither causes are tracked (steps are not logged) nor reductions cost
+/// time. A ring member sends only to its successor and receives only from
+/// its predecessor, stage after stage, so its state is a stage, a count of
+/// receipts and two flags; no per-stage plan lookup, no receipt mask, no
+/// list of blocked senders (one predecessor at most). The test
+/// `ring_machine_acts_as_the_exchange_machine` drives both with random
+/// joins and delivery orders and compares every action.
+pub struct RingMachine {
+    plan: RingPlan,
+    n: u32,
+    stages: u32,
+    members: Vec<RingMember>,
+    joined: u32,
+    finished: u32,
+}
+
+impl RingMachine {
+    pub fn new(plan: RingPlan) -> Self {
+        let n = plan.n;
+        let stages = plan.stages();
+        let members = vec![
+            RingMember { ready_at: 0, prev_causes: [NO_CAUSE; 2], stage: 0, received: 0, sent: false, send_done: false, joined: false, blocked: false };
+            n as usize
+        ];
+        RingMachine { plan, n, stages, members, joined: 0, finished: 0 }
+    }
+
+    #[inline(always)]
+    fn next(&self, m: u32) -> u32 {
+        if m + 1 == self.n {
+            0
+        } else {
+            m + 1
+        }
+    }
+
+    /// Sends `m`'s current stage if its successor has reached it; else waits for it.
+    #[inline(always)]
+    fn try_send(&mut self, m: u32, out: &mut Vec<Action>) -> bool {
+        let to = self.next(m);
+        let s = self.members[m as usize].stage;
+        let peer = &mut self.members[to as usize];
+        if peer.stage < s {
+            peer.blocked = true;
+            return false;
+        }
+        let (peer_ready, peer_causes) = (peer.ready_at, peer.prev_causes);
+        let me = &mut self.members[m as usize];
+        let ready = me.ready_at;
+        let [a, b] = me.prev_causes;
+        let [c, d] = if peer_ready > ready { peer_causes } else { [NO_CAUSE; 2] };
+        me.sent = true;
+        let bytes = self.plan.send_bytes(m, s);
+        out.push(Action::Send { from: m, to, bytes, tag: (m as u64) << 32 | s as u64, step: s, ready, causes: [a, b, c, d] });
+        true
+    }
+
+    /// Completes as many stages of `m` as are done, sending on the way.
+    #[inline(always)]
+    fn advance(&mut self, now: Time, m: u32, out: &mut Vec<Action>) {
+        if self.joined < self.n {
+            return;
+        }
+        let mu = m as usize;
+        loop {
+            let me = &self.members[mu];
+            let s = me.stage;
+            if s >= self.stages {
+                return;
+            }
+            if !me.sent && !self.try_send(m, out) {
+                return;
+            }
+            let me = &mut self.members[mu];
+            if !me.send_done || s >= me.received {
+                return;
+            }
+            me.stage = s + 1;
+            me.sent = false;
+            me.send_done = false;
+            me.ready_at = now;
+            let blocked = std::mem::replace(&mut me.blocked, false);
+            if s + 1 == self.stages {
+                self.finished += 1;
+                out.push(Action::Done { member: m });
+            }
+            if blocked {
+                // The predecessor waited for this stage: it can only make its send now.
+                let w = if m == 0 { self.n - 1 } else { m - 1 };
+                // (It blocked trying to send and cannot have moved since: a
+                // member leaves a stage only after its send.)
+                debug_assert!(self.members[w as usize].stage < self.stages && !self.members[w as usize].sent);
+                self.try_send(w, out);
+            }
+            if s + 1 == self.stages {
+                return;
+            }
+        }
+    }
+}
+
+impl Collective for RingMachine {
+    fn join(&mut self, now: Time, member: u32, cause: Cause, out: &mut Vec<Action>) {
+        let me = &mut self.members[member as usize];
+        debug_assert!(!me.joined, "member joined twice");
+        me.joined = true;
+        me.ready_at = now;
+        me.prev_causes = [cause, NO_CAUSE];
+        if self.stages == 0 {
+            self.finished += 1;
+            out.push(Action::Done { member });
+            return;
+        }
+        self.joined += 1;
+        if self.joined == self.n {
+            for me in self.members.iter_mut() {
+                me.prev_causes[1] = cause;
+                me.ready_at = now;
+            }
+            for m in 0..self.n {
+                self.advance(now, m, out);
+            }
+        }
+    }
+
+    #[inline]
+    fn delivered(&mut self, now: Time, tag: u64, _cause: Cause, out: &mut Vec<Action>) {
+        let from = (tag >> 32) as u32;
+        let s = tag as u32;
+        let to = self.next(from);
+        let sender = &mut self.members[from as usize];
+        debug_assert_eq!(sender.stage, s, "a member sends only in its current stage");
+        sender.send_done = true;
+        let receiver = &mut self.members[to as usize];
+        debug_assert_eq!(receiver.received, s, "a ring member receives its stages in order");
+        receiver.received = s + 1;
+        self.advance(now, from, out);
+        if to != from {
+            self.advance(now, to, out);
+        }
+    }
+
+    fn complete(&self) -> bool {
+        self.finished == self.n
+    }
+
+    fn joined(&self) -> u32 {
+        self.joined
+    }
+
+    fn waits_for_a_join(&self, member: u32) -> bool {
+        self.joined < self.n && self.members[member as usize].joined
+    }
+
+    fn at_message_boundary(&self, member: u32) -> bool {
+        let me = &self.members[member as usize];
+        me.stage < self.stages && !me.sent && self.plan.starts_message(me.stage)
+    }
+
+    fn starts_message(&self, step: u32) -> bool {
+        self.plan.starts_message(step)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both machines, driven by the same seeded script: members join in a
+    /// random order at random times, then any send in flight (not only the
+    /// oldest) is delivered next, at a time that never goes back. Every call
+    /// must give the same actions, and the queries the executor makes the
+    /// same answers.
+    #[test]
+    fn ring_machine_acts_as_the_exchange_machine() {
+        use crate::collective::exchange::Exchange;
+        let mut state: u64 = 0x51_7cc1_b727_220a;
+        let mut next = move |k: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % k
+        };
+        let mut sends = 0u64;
+        for case in 0..300 {
+            let n = 1 + next(9) as u32;
+            let bytes = [0, 1, 7, 1000, 4097][next(5) as usize] + next(50);
+            let chunk = [0, 0, 100, 333][next(4) as usize];
+            let mut generic = Exchange::new(RingPlan::partitioned(n, bytes, chunk));
+            let mut own = RingMachine::new(RingPlan::partitioned(n, bytes, chunk));
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let mut now: Time = 0;
+            let mut order: Vec<u32> = (0..n).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, next(i as u64 + 1) as usize);
+            }
+            let mut in_flight: Vec<u64> = Vec::new();
+            let check = |g: &Exchange<RingPlan>, o: &RingMachine, a: &Vec<Action>, b: &Vec<Action>| {
+                assert_eq!(a, b, "case {case}: n {n}, bytes {bytes}, chunk {chunk}");
+                assert_eq!(g.complete(), o.complete());
+                assert_eq!(g.joined(), o.joined());
+                for m in 0..n {
+                    assert_eq!(g.waits_for_a_join(m), o.waits_for_a_join(m), "case {case} member {m}");
+                    assert_eq!(g.at_message_boundary(m), o.at_message_boundary(m), "case {case} member {m}");
+                }
+            };
+            for (k, &m) in order.iter().enumerate() {
+                now += next(3);
+                let cause = 100 + k as Cause;
+                generic.join(now, m, cause, &mut a);
+                own.join(now, m, cause, &mut b);
+                check(&generic, &own, &a, &b);
+                in_flight.extend(a.iter().filter_map(|x| if let Action::Send { tag, .. } = x { Some(*tag) } else { None }));
+                a.clear();
+                b.clear();
+            }
+            while !in_flight.is_empty() {
+                let tag = in_flight.swap_remove(next(in_flight.len() as u64) as usize);
+                now += next(2);
+                generic.delivered(now, tag, NO_CAUSE, &mut a);
+                own.delivered(now, tag, NO_CAUSE, &mut b);
+                check(&generic, &own, &a, &b);
+                sends += 1;
+                in_flight.extend(a.iter().filter_map(|x| if let Action::Send { tag, .. } = x { Some(*tag) } else { None }));
+                a.clear();
+                b.clear();
+            }
+            assert!(own.complete(), "case {case}: every member finished");
+        }
+        assert!(sends > 10_000, "the cases must move data ({sends} sends)");
+    }
 
     #[test]
     fn uneven_chunks_cover_the_tensor_exactly() {

@@ -360,6 +360,9 @@ pub struct FlowNetwork {
     caps: Vec<f64>,
     solver: WaterFill,
     recomputations: u64,
+    /// Tests only: every start takes the general path (the oracle of the fast ones).
+    #[cfg(test)]
+    general_only: bool,
 }
 
 impl FlowNetwork {
@@ -389,6 +392,8 @@ impl FlowNetwork {
             caps: Vec::new(),
             solver: WaterFill::default(),
             recomputations: 0,
+            #[cfg(test)]
+            general_only: false,
         }
     }
 
@@ -490,6 +495,15 @@ impl FlowNetwork {
         out: &mut Vec<Reschedule>,
         cancelled: &mut Vec<u32>,
     ) -> Result<FlowStart, Error> {
+        #[cfg(test)]
+        let fast = !self.general_only;
+        #[cfg(not(test))]
+        let fast = true;
+        if let Some(end) = self.classes[class as usize].lone_until.filter(|_| fast) {
+            if end <= now && !self.paths[class as usize].links().is_empty() {
+                return self.restart_lone(now, class, flow, bytes);
+            }
+        }
         self.active += 1;
         let links = self.paths[class as usize].links();
         for &l in links {
@@ -528,6 +542,35 @@ impl FlowNetwork {
         }
         self.reallocate(now, class, if head_changed { Some(class) } else { None }, out);
         Ok(FlowStart::Shared)
+    }
+
+    /// A flow of a lone class whose last flow's transmission is over (a
+    /// member sending to the same peer again, as a ring does step after
+    /// step): the same state as the general path's (the old flow leaves, the
+    /// class is alone again on its links, which list nothing else: a lone
+    /// class shares no link), without taking the class off its links and
+    /// putting it back.
+    #[inline]
+    fn restart_lone(&mut self, now: Time, class: u32, flow: u32, bytes: u64) -> Result<FlowStart, Error> {
+        self.recomputations += 1;
+        let path = &self.paths[class as usize];
+        let c = &mut self.classes[class as usize];
+        debug_assert_eq!(c.members.len(), 1, "a lone class has one flow");
+        debug_assert!(path.links().iter().all(|&l| self.link_classes[l as usize] == [class]), "a lone class shares no link");
+        // The general path bumps the version twice: once when the old flow leaves, once for the new lone end.
+        c.version = c.version.wrapping_add(2);
+        c.members.clear();
+        c.members.push(Reverse((OrderedBytes(bytes as f64), flow)));
+        c.base = 0.0;
+        c.since = now;
+        if c.last_bytes != bytes {
+            c.last_tx = path.transmit_ns(bytes).ok_or_else(|| super::too_long(bytes))?;
+            c.last_bytes = bytes;
+        }
+        let tx_end = now.checked_add(c.last_tx).filter(|&t| t <= MAX_TIME).ok_or_else(|| super::too_long(bytes))?;
+        c.rate = path.bottleneck;
+        c.lone_until = Some(tx_end);
+        Ok(FlowStart::Lone { tx_end, latency: path.latency })
     }
 
     /// Classes live as long as the network: an idle one keeps its heap's
@@ -814,6 +857,106 @@ mod tests {
         done.clear();
         net.finish(400, 0, head.version + 1, &mut done, &mut out);
         assert_eq!(done, vec![(1, 0)]);
+    }
+
+    /// Runs `flows` (start, src, dst, bytes, band) through `net` with a
+    /// small event loop of its own; returns each flow's end of transmission.
+    fn drive(net: &mut FlowNetwork, flows: &[(Time, u32, u32, u64, u8)]) -> Vec<Time> {
+        use std::collections::BTreeMap;
+        let mut tx_end = vec![Time::MAX; flows.len()];
+        // (time, seq) -> class completion (class, version); starts are taken in (start, index) order between them.
+        let mut events: BTreeMap<(Time, u64), (u32, u32)> = BTreeMap::new();
+        let mut lone: HashMap<u32, Time> = HashMap::default();
+        let (mut out, mut cancelled, mut done) = (Vec::new(), Vec::new(), Vec::new());
+        let mut order: Vec<usize> = (0..flows.len()).collect();
+        order.sort_by_key(|&i| (flows[i].0, i));
+        let mut seq = 0u64;
+        let mut next_start = 0;
+        loop {
+            let start_at = order.get(next_start).map(|&i| flows[i].0);
+            let event_at = events.keys().next().map(|&(t, _)| t);
+            match (start_at, event_at) {
+                (None, None) => break,
+                (Some(t), e) if e.is_none_or(|e| t < e) => {
+                    let i = order[next_start];
+                    next_start += 1;
+                    let (_, src, dst, bytes, band) = flows[i];
+                    if let FlowStart::Lone { tx_end: end, .. } = net.start(t, i as u32, src, dst, bytes, band, &mut out, &mut cancelled).unwrap() {
+                        lone.insert(i as u32, end);
+                    }
+                    for c in cancelled.drain(..) {
+                        lone.remove(&c);
+                    }
+                }
+                _ => {
+                    let (&(t, k), &(class, version)) = events.iter().next().unwrap();
+                    events.remove(&(t, k));
+                    net.finish(t, class, version, &mut done, &mut out);
+                    for (f, _) in done.drain(..) {
+                        tx_end[f as usize] = t;
+                    }
+                }
+            }
+            for r in out.drain(..) {
+                events.insert((r.done_at, seq), (r.class, r.version));
+                seq += 1;
+            }
+        }
+        for (f, end) in lone {
+            tx_end[f as usize] = end;
+        }
+        tx_end
+    }
+
+    /// The fast path of a lone flow restarted on its class gives exactly
+    /// the ends the general path gives, on seeded random flow sets: rings
+    /// (each host sends to the next, step after step, each send starting
+    /// after the previous ended or not), mixed with random flows in random
+    /// bands that share links, cancel lone ends and leave classes idle.
+    #[test]
+    fn lone_restarts_end_exactly_where_the_general_path_ends_them() {
+        let mut state: u64 = 0x0dd_ba11_5eed;
+        let mut next = move |k: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % k
+        };
+        let (mut restarts, mut shared, mut total) = (0u64, 0usize, 0usize);
+        for case in 0..400 {
+            let hosts = 2 + next(6) as u32;
+            let mut flows = Vec::new();
+            // A ring: step s of host h starts at a jittered multiple of the step time.
+            let steps = next(12);
+            let chunk = 1 + next(5_000);
+            for s in 0..steps {
+                for h in 0..hosts {
+                    let start = s * (chunk + next(3) * next(chunk + 1)) + next(4);
+                    flows.push((start, h, (h + 1) % hosts, chunk + next(2), 0u8));
+                }
+            }
+            // Random flows across it.
+            for _ in 0..next(8) {
+                let src = next(hosts as u64) as u32;
+                let dst = (src + 1 + next(hosts as u64 - 1) as u32) % hosts;
+                flows.push((next(steps.max(1) * chunk * 2), src, dst, 1 + next(20_000), next(3) as u8));
+            }
+            let mut fast = star(hosts);
+            let mut general = star(hosts);
+            general.general_only = true;
+            let a = drive(&mut fast, &flows);
+            let b = drive(&mut general, &flows);
+            assert_eq!(a, b, "case {case}: {flows:?}");
+            assert!(a.iter().all(|&t| t != Time::MAX), "case {case}: every flow ends");
+            assert_eq!(fast.active_flows(), general.active_flows());
+            assert_eq!(fast.recomputations(), general.recomputations());
+            let state = |n: &FlowNetwork| n.classes.iter().map(|c| (c.version, c.count(), c.rate.to_bits(), c.lone_until)).collect::<Vec<_>>();
+            assert_eq!(state(&fast), state(&general), "case {case}: class states");
+            restarts += fast.classes.iter().map(|c| c.version as u64).sum::<u64>();
+            shared += flows.iter().zip(&a).filter(|(f, &end)| end - f.0 > f.3).count();
+            total += flows.len();
+        }
+        assert!(total > 5_000 && shared > total / 20 && restarts > 0, "{total} flows, {shared} slowed by sharing");
     }
 
     #[test]
