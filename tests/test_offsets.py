@@ -387,3 +387,18 @@ def test_three_jobs_in_a_triangle_of_shared_links_run_as_alone(method):
     assert plan.offsets.after.total_excess_cells == 0 < plan.offsets.before.total_excess_cells
     assert plan.alone_s == [[0.028] * 3] * 3 and plan.with_offsets == plan.alone_s
     assert min(max(w) for w in plan.without) > 0.028
+
+
+def test_the_docs_example_scenario_plans_and_the_offsets_help_both_jobs():
+    """examples/jobs/offsets.toml, the file docs/planning.md and docs/cli.md run: both jobs gain from the offsets,
+    and the plan's scenario runs again as a scenario (what `ddlsim simulate` reads)."""
+    from ddlsim.plan.jobs_plan import make_jobs_plan
+    from ddlsim.simulation.scenario import scenario_from_dict
+
+    root = __import__("pathlib").Path(__file__).resolve().parent.parent
+    plan = make_jobs_plan(root / "examples" / "jobs" / "offsets.toml")
+    data = plan.to_dict()
+    for row in data["jobs"]:
+        assert row["measured"]["with"]["slowdown"] < row["measured"]["without"]["slowdown"]
+        assert row["measured"]["gain"] > 1.0
+    scenario_from_dict(data["scenario"])
