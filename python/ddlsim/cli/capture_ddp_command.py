@@ -26,8 +26,9 @@ def ddp(
     timeout: float = typer.Option(600.0, "--timeout", help="Stop the job after this many seconds."),
     bandwidth: Optional[str] = typer.Option(None, "--bandwidth", "-b", help="Shape each rank's link to this rate, e.g. 1Gbps."),
     out_dir: Path = typer.Option(Path("run"), "--out", "-o", help="Capture directory: rank files, logs, events.parquet."),
+    device: str = typer.Option("cpu", "--device", help="cpu (gloo, host clock) | cuda (NCCL, one GPU per rank, CUDA events)."),
 ) -> None:
-    """Run PyTorch DDP training on CPU (gloo) and record every layer's forward/backward and every bucket's all-reduce."""
+    """Run PyTorch DDP training on CPU (gloo) or GPUs (NCCL) and record every layer's forward/backward and every bucket's all-reduce."""
     from ..capture.ddp import job_config
     from ..units import parse_bandwidth
 
@@ -41,7 +42,7 @@ def ddp(
     if timeout <= 0:
         raise DdlsimError(f"--timeout must be positive, got {timeout}")
     config = {"model": model, "iterations": iterations, "batch_size": batch_size, "image_size": image_size,
-              "bucket_cap_mb": bucket_cap_mb, "seed": seed}
+              "bucket_cap_mb": bucket_cap_mb, "seed": seed, "device": device}
     try:
         config = job_config(config)
         rate = None if bandwidth is None else parse_bandwidth(bandwidth)
@@ -49,6 +50,14 @@ def ddp(
         raise DdlsimError(f"ddlsim capture ddp: {exc}") from None
     if model != "lenet5" and importlib.util.find_spec("torchvision") is None:
         raise DdlsimError(f"--model {model} needs torchvision; pip install ddlsim[capture] (or use --model lenet5)")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise DdlsimError("--device cuda: torch sees no GPU on this machine; capture with --device cpu")
+        if workers > torch.cuda.device_count():
+            raise DdlsimError(f"--device cuda: {workers} ranks but {torch.cuda.device_count()} GPU(s); "
+                              f"give --workers {torch.cuda.device_count()} or fewer")
     from ..capture.ddp_run import run_ddp_capture
     from ..capture.outdir import check_out_dir
 
