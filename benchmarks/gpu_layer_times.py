@@ -246,7 +246,10 @@ def measure_case(name, batch, precision, args, cuda) -> dict:
     ev.remove()
     keys = runs[0][0].keys()
     layers = {k: statistics.median(r[0].get(k, 0.0) for r in runs) for k in keys}
-    del model, x, y
+    del model, x, y, ev
+    import gc
+
+    gc.collect()
     if cuda:
         torch.cuda.empty_cache()
     return {"measured_ms": statistics.median(whole), "measured_min_ms": min(whole), "measured_max_ms": max(whole),
