@@ -75,23 +75,52 @@ DEVICES: dict[str, Device] = {
 
 @dataclass(frozen=True)
 class Microbench:
-    """What a kernel reaches on the device, measured by microbenchmarks (not by
-    timing a model): share of the datasheet peak a large GEMM reaches per
-    precision, share of the datasheet bandwidth a large device-to-device copy
-    reaches, and the interval between back-to-back tiny kernels issued by
-    PyTorch eager (host dispatch + launch), in microseconds."""
+    """What kernels reach on the device, measured by microbenchmarks of single
+    operations (never by timing a model): the share of the datasheet peak a
+    large GEMM and typical convolutions reach per precision, the share of the
+    datasheet bandwidth a large device-to-device copy reaches, and the host
+    time PyTorch eager spends issuing one operation (dispatch, autograd,
+    launch), per operation kind, forward and backward, in microseconds."""
 
-    gemm_share: dict
+    gemm_share: dict  # precision -> share of peak, 8192^3 matmul
+    conv_fwd_share: dict  # precision -> median share over the convolution shapes of the microbenchmark
+    conv_bwd_share: dict  # precision -> same, input + weight gradient
     copy_share: float
-    launch_us: float
+    host_us: dict  # aten op -> host microseconds per call (the first kernel of an autograd node carries the node)
+    host_fwd_us: float  # any other forward op
+    host_bwd_us: float  # any other backward op (an autograd node)
     source: str
 
 
-# H100 SXM: measured by benchmarks/gpu_layer_times.py --microbench (see docs/compute-model.md). Devices without a
-# measurement of their own use the H100's shares (same architecture for H200; an assumption for the others).
+# One H100 SXM5 80GB (HBM3, 1980 MHz), PyTorch 2.11 + CUDA 13.0, cuDNN defaults (benchmark off), on the device
+# machine's host CPU; the microbenchmarks are `benchmarks/gpu_layer_times.py --microbench-only` (docs/compute-model.md
+# has the raw numbers). Devices without a measurement of their own use these shares and host times (the same GH100
+# die for the H200; an assumption for the others, stated in the docs).
+_H100_RAW = {
+    "gemm_tflops": {"fp32": 51.744, "tf32": 371.096, "fp16": 696.281, "bf16": 682.181},
+    "conv_fwd_tflops": {"fp32": 37.615, "tf32": 103.055, "fp16": 140.40},
+    "conv_bwd_tflops": {"fp32": 26.38, "tf32": 76.475, "fp16": 128.255},
+    "copy_gbps": 2973.432,
+}
+
+
+def _shares(raw: dict, device: "Device") -> dict:
+    out = {p: v / (device.peak_flops(p) / 1e12) for p, v in raw.items()}
+    out.setdefault("bf16", out["fp16"])
+    return out
+
+
 MICROBENCH: dict[str, Microbench] = {
-    "H100": Microbench(gemm_share={"fp32": 0.75, "tf32": 0.70, "fp16": 0.70, "bf16": 0.70}, copy_share=0.90,
-                       launch_us=6.0, source="benchmarks/gpu_layer_times.py microbenchmarks on one H100 SXM"),
+    "H100": Microbench(
+        gemm_share=_shares(_H100_RAW["gemm_tflops"], DEVICES["H100"]),
+        conv_fwd_share=_shares(_H100_RAW["conv_fwd_tflops"], DEVICES["H100"]),
+        conv_bwd_share=_shares(_H100_RAW["conv_bwd_tflops"], DEVICES["H100"]),
+        copy_share=_H100_RAW["copy_gbps"] / DEVICES["H100"].memory_gbps,
+        host_us={"convolution": 26.15, "convolution_backward": 56.84, "native_batch_norm": 31.53,
+                 "native_batch_norm_backward": 57.05, "relu_": 7.90, "relu": 7.90, "threshold_backward": 21.05,
+                 "add": 7.21, "add_": 7.21},
+        host_fwd_us=7.90, host_bwd_us=21.05,
+        source="microbenchmarks on one H100 SXM5 80GB, PyTorch 2.11, docs/compute-model.md"),
 }
 
 
