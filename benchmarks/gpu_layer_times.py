@@ -179,25 +179,53 @@ def timed(fn, timer: Timer, warmup: int, repeats: int) -> list[float]:
     return out
 
 
+CONV_SHAPES = [("3x3_64_56", 64, 64, 3, 56), ("3x3_256_14", 256, 256, 3, 14), ("1x1_256_56", 256, 64, 1, 56),
+               ("1x1_1024_14", 1024, 256, 1, 14)]
+
+
 def microbench(cuda: bool, quick: bool) -> dict:
+    """The device constants of ddlsim's roofline (ddlsim.workload.devices.MICROBENCH): large GEMM and typical
+    convolutions per precision (TFLOP/s), a large copy (GB/s, read + write), and the host time of one eager call
+    of a tiny convolution / BatchNorm / ReLU, forward and forward+backward (us)."""
     import torch
 
     dev = "cuda" if cuda else "cpu"
     timer = Timer(cuda)
-    n = 512 if quick or not cuda else 8192
+    small = quick or not cuda
+    n = 512 if small else 8192
+    reps = 3 if small else 20
     res = {"gemm_n": n}
+    for precision in PRECISIONS + ["bf16"]:
+        set_precision(precision, cuda)
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32) if cuda else torch.float32
+        a = torch.randn(n, n, device=dev, dtype=dtype)
+        b = torch.randn(n, n, device=dev, dtype=dtype)
+        ms = statistics.median(timed(lambda: torch.mm(a, b), timer, 3, reps))
+        res[f"gemm_{precision}_tflops"] = 2 * n ** 3 / (ms / 1e3) / 1e12
+    batch = 2 if small else 128
     for precision in PRECISIONS:
         set_precision(precision, cuda)
         dtype = torch.float16 if (precision == "fp16" and cuda) else torch.float32
-        a = torch.randn(n, n, device=dev, dtype=dtype)
-        b = torch.randn(n, n, device=dev, dtype=dtype)
-        ms = statistics.median(timed(lambda: torch.mm(a, b), timer, 3, 5 if quick else 20))
-        res[f"gemm_{precision}_tflops"] = 2 * n ** 3 / (ms / 1e3) / 1e12
+        fwd, bwd = [], []
+        for name, c_in, c_out, k, hw in CONV_SHAPES:
+            x = torch.randn(batch, c_in, hw, hw, device=dev, dtype=dtype, requires_grad=True)
+            conv = torch.nn.Conv2d(c_in, c_out, k, padding=k // 2, bias=False).to(dev).to(dtype)
+            flops = 2 * batch * c_in * c_out * k * k * hw * hw
+            grad = torch.randn_like(conv(x))
+            with torch.no_grad():
+                f_ms = statistics.median(timed(lambda: conv(x), timer, 3, reps))
+            fb_ms = statistics.median(timed(lambda: torch.autograd.grad(conv(x), (x, conv.weight), grad), timer, 3, reps))
+            res[f"conv{name}_{precision}_fwd_tflops"] = flops / f_ms / 1e9
+            res[f"conv{name}_{precision}_bwd_tflops"] = 2 * flops / max(fb_ms - f_ms, 1e-9) / 1e9
+            fwd.append(res[f"conv{name}_{precision}_fwd_tflops"])
+            bwd.append(res[f"conv{name}_{precision}_bwd_tflops"])
+        res[f"conv_fwd_{precision}_tflops_median"] = statistics.median(fwd)
+        res[f"conv_bwd_{precision}_tflops_median"] = statistics.median(bwd)
     set_precision("fp32", cuda)
-    elems = (1 << 20) if quick or not cuda else (1 << 28)  # 1 GiB of fp32
+    elems = (1 << 20) if small else (1 << 28)  # 1 GiB of fp32
     src = torch.empty(elems, device=dev)
     dst = torch.empty(elems, device=dev)
-    ms = statistics.median(timed(lambda: dst.copy_(src), timer, 3, 5 if quick else 20))
+    ms = statistics.median(timed(lambda: dst.copy_(src), timer, 3, reps))
     res["copy_gbps"] = 2 * elems * 4 / (ms / 1e3) / 1e9  # read + write
     tiny = torch.zeros(1, device=dev)
     count = 200 if quick else 5000
@@ -206,8 +234,25 @@ def microbench(cuda: bool, quick: bool) -> dict:
         for _ in range(count):
             tiny.add_(1.0)
 
-    ms = statistics.median(timed(many, timer, 1, 3 if quick else 5))
-    res["launch_us"] = ms * 1e3 / count
+    res["host_add_us"] = statistics.median(timed(many, timer, 1, 5)) * 1e3 / count
+    x = torch.randn(1, 8, 8, 8, device=dev, requires_grad=True)
+    modules = {"conv": torch.nn.Conv2d(8, 8, 3, padding=1).to(dev), "bn": torch.nn.BatchNorm2d(8).to(dev),
+               "relu": torch.relu}
+    calls = 50 if quick else 300
+    for name, m in modules.items():
+        def fwd_only(m=m):
+            with torch.no_grad():
+                for _ in range(calls):
+                    m(x)
+
+        def fwd_bwd(m=m):
+            y = x
+            for _ in range(calls):
+                y = m(y)
+            y.sum().backward()
+
+        res[f"host_{name}_fwd_us"] = statistics.median(timed(fwd_only, timer, 1, 5)) * 1e3 / calls
+        res[f"host_{name}_fwdbwd_us"] = statistics.median(timed(fwd_bwd, timer, 1, 5)) * 1e3 / calls
     return res
 
 
@@ -295,6 +340,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=270.0, help="stop starting new cases after this many seconds")
     ap.add_argument("--skip-ddp", action="store_true")
     ap.add_argument("--skip-microbench", action="store_true")
+    ap.add_argument("--microbench-only", action="store_true", help="only the device microbenchmarks")
     args = ap.parse_args(argv)
 
     import torch
@@ -319,6 +365,9 @@ def main(argv=None) -> int:
     if not args.skip_microbench:
         doc["microbench"] = microbench(cuda, args.quick)
         print("microbench:", json.dumps({k: round(v, 3) for k, v in doc["microbench"].items()}), flush=True)
+    if args.microbench_only:
+        models = []
+        args.skip_ddp = True
     print(f"{'model':<13}{'batch':>6} {'prec':<5}{'measured ms':>12}{'hooked ms':>10}{'roofline ms':>12}{'ratio':>7}"
           f"{'flat-eff ms':>12}", flush=True)
     summary, layer_rows = [], []
