@@ -61,7 +61,9 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
         torch.cuda.set_device(gpu)
     backend = "nccl" if cuda else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=cfg["timeout_s"]))
-    offset, measured = estimate_offset_ns(rank, world_size)
+    # NCCL carries only GPU tensors: the clock probe's CPU tensors go over a gloo group beside it
+    clock_group = dist.new_group(backend="gloo") if cuda and world_size > 1 else None
+    offset, measured = estimate_offset_ns(rank, world_size, group=clock_group)
     model = build_model(cfg["model"])  # same seed on every rank; DDP broadcasts rank 0's weights anyway
     if cuda:
         model = model.cuda()
