@@ -5,6 +5,7 @@ device (docs/compute-model.md).
 
     PYTHONPATH=python python benchmarks/gpu_layer_times.py --out gpu-run/            # on a CUDA machine, ~4 min on an H100
     PYTHONPATH=python python benchmarks/gpu_layer_times.py --device cpu --quick --out /tmp/gpu-quick
+    PYTHONPATH=python python benchmarks/gpu_layer_times.py --report gpu-run/     # markdown table of a finished run
 
 For every (model, batch, precision): the whole forward + loss + backward
 (no optimizer step) timed with CUDA events around it, after warm-up, the
@@ -325,7 +326,30 @@ def ddp_check(out: Path, cuda: bool, quick: bool) -> dict:
     return result
 
 
+def report(run_dir: Path) -> str:
+    """A markdown table of a finished run (its summary.csv): measured against predicted, per case."""
+    with (run_dir / "summary.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    lines = ["| model | batch | precision | measured ms | with hooks ms | roofline ms | error | flat-efficiency ms |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    errors = []
+    for r in rows:
+        err = float(r["roofline_ms"]) / float(r["measured_ms"]) - 1
+        errors.append(abs(err))
+        lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {float(r['measured_ms']):.2f} | "
+                     f"{float(r['hooked_ms']):.2f} | {float(r['roofline_ms']):.2f} | {err * 100:+.1f} % | "
+                     f"{float(r['flat_efficiency_ms']):.2f} |")
+    if errors:
+        within = sum(e <= 0.15 for e in errors)
+        lines.append(f"\n{within} of {len(errors)} cases within 15 %; median |error| "
+                     f"{statistics.median(errors) * 100:.1f} %, largest {max(errors) * 100:.1f} %.")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
+    if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--report":
+        print(report(Path(sys.argv[2])))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="directory for the JSON and CSV files (created)")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
