@@ -307,10 +307,13 @@ def ddp_check(out: Path, cuda: bool, quick: bool) -> dict:
     code = ("import json,sys; from pathlib import Path; from ddlsim.capture.ddp_run import run_ddp_capture; "
             "log, failure = run_ddp_capture(json.loads(sys.argv[1]), 1, Path(sys.argv[2]), timeout_s=240); "
             "import numpy as np; k = log.column('kind'); op = log.column('op'); d = log.column('end_ns') - log.column('start_ns'); "
-            "c = (k == 'compute'); print(json.dumps({'failure': str(failure) if failure else None, 'rows': int(len(k)), "
+            "c = (k == 'compute'); from ddlsim.workload.profile import layer_times_from_log; "
+            "prof = layer_times_from_log(Path(sys.argv[2]) / 'events.parquet'); print(json.dumps({'failure': str(failure) if failure else None, 'rows': int(len(k)), "
             "'compute_rows': int(c.sum()), 'collective_rows': int((k == 'collective').sum()), "
             "'forward_ms_per_iter': float(d[c & (op == 'forward')].sum()) / 1e6 / 5, "
-            "'backward_ms_per_iter': float(d[c & (op == 'backward')].sum()) / 1e6 / 5}))")
+            "'backward_ms_per_iter': float(d[c & (op == 'backward')].sum()) / 1e6 / 5, "
+            "'profile_layers': len(prof), 'profile_fwd_bwd_ms': sum(f + b for f, b in prof.values()) * 1e3, "
+            "'job': json.loads((Path(sys.argv[2]) / '0.ddp.json').read_text())['job']}))")
     config = {"model": "resnet18", "iterations": 5, "batch_size": 32, "image_size": 64 if quick else 224,
               "device": "cuda" if cuda else "cpu"}
     env = {**os.environ, "PYTHONPATH": str(HERE.parent / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
