@@ -64,6 +64,48 @@ def test_gpu_rows_are_written_on_the_host_clock_through_the_anchor(tmp_path, mon
     assert hooks.backward_row(1) == rows[2]["id"]  # ids handed out before the rows were written
 
 
+def test_gpu_events_are_recorded_in_order_and_reused_across_iterations(tmp_path, monkeypatch):
+    created = []
+
+    class FakeCudaEvent:  # a GPU clock that ticks 0.25 ms per recorded event
+        ticks = 0
+
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            created.append(self)
+
+        def record(self):
+            FakeCudaEvent.ticks += 1
+            self.t_ms = 0.25 * FakeCudaEvent.ticks
+
+        def elapsed_time(self, other):
+            return other.t_ms - self.t_ms
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    rec = RankRecorder(tmp_path, 0, "worker")
+    hooks = LayerHooks(model, rec, cuda=True)
+    per_iteration = []
+    for iteration in range(3):
+        hooks.begin_iteration(iteration)
+        model(torch.ones(5, 4)).sum().backward()
+        hooks.resolve_gpu_rows()
+        per_iteration.append(len(created))
+    rec.close()
+    assert per_iteration[0] == 9 and per_iteration[1] == per_iteration[2] == 9  # anchor + 8: created once, then reused
+    rows = _rows(rec.path)
+    assert len(rows) == 12
+    for iteration in range(3):
+        mine = [r for r in rows if r["iteration"] == iteration]
+        assert [r["op"] for r in mine] == ["forward", "forward", "backward", "backward"]
+        # each row spans 0.25 ms, one tick after the previous row ends (anchor first)
+        for k, r in enumerate(mine):
+            assert r["end_ns"] - r["start_ns"] == 250_000
+            if k:
+                assert r["start_ns"] - mine[k - 1]["end_ns"] == 250_000
+
+
 def test_cpu_rows_keep_the_host_clock(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(4, 3))
     rec = RankRecorder(tmp_path, 0, "worker")

@@ -54,6 +54,8 @@ class LayerHooks:
         self.cuda = bool(cuda)
         self._pending: list[tuple[int, str, Any, Any, list[int], dict]] = []  # GPU rows waiting for their times
         self._anchor: Optional[tuple[int, Any]] = None  # (host ns, event) of this iteration
+        self._events_free: list = []
+        self._events_used: list = []
         self.params = list(module.named_parameters())
         self.param_index = {p.data_ptr(): i for i, (_, p) in enumerate(self.params)}
         self.layers = parameterised_layers(module)
@@ -75,10 +77,15 @@ class LayerHooks:
         """A time point: host ns, or (on a GPU) a CUDA event recorded on the current stream."""
         if not self.cuda:
             return now_ns()
-        import torch
+        with self._lock:  # events are reused once their iteration is resolved (creating one costs a driver call)
+            event = self._events_free.pop() if self._events_free else None
+        if event is None:
+            import torch
 
-        event = torch.cuda.Event(enable_timing=True)
+            event = torch.cuda.Event(enable_timing=True)
         event.record()
+        with self._lock:
+            self._events_used.append(event)
         return event
 
     def begin_iteration(self, iteration: int, waits: Iterable[int] = ()) -> None:
@@ -145,6 +152,9 @@ class LayerHooks:
             t0 = host + round(anchor.elapsed_time(start) * 1e6) if anchor is not None else host
             t1 = host + round(anchor.elapsed_time(end) * 1e6) if anchor is not None else host
             self.rec.row(kind, op, t0, max(t0, t1), deps=deps, row_id=rid, **fields)
+        with self._lock:  # every event of the iteration has completed (synchronised above): reuse them
+            self._events_free.extend(self._events_used)
+            self._events_used = []
 
     def _pre_forward(self, index: int):
         def hook(module, args):
