@@ -146,6 +146,18 @@ def test_older_presets_keep_working():
     assert find_device("h200") is DEVICES["H200"]
 
 
+def test_devices_without_their_own_microbenchmark():
+    from ddlsim.workload.devices import microbench
+
+    assert microbench(DEVICES["H200"]) is MICROBENCH["H100"] and microbench(DEVICES["B200"]) is MICROBENCH["H100"]
+    v100 = microbench(DEVICES["V100"])
+    assert v100.gemm_share["fp32"] == v100.conv_fwd_share["fp16"] == v100.conv_bwd_share["tf32"] == 0.5
+    # a compute-bound matmul on a V100 costs its launch plus FLOPs / (half the datasheet peak)
+    layer_model = _tiny_model(1, 10**12)
+    (fwd, _), = roofline.layer_times_s(layer_model, "V100", "fp32", 1)
+    assert fwd == pytest.approx(v100.host_fwd_us * 1e-6 + 1e12 / (15.7e12 * 0.5), rel=1e-12)
+
+
 def test_microbenchmark_shares_are_the_measured_rates_over_the_datasheet():
     mb = MICROBENCH["H100"]
     for p in ("fp32", "tf32", "fp16"):

@@ -124,8 +124,24 @@ MICROBENCH: dict[str, Microbench] = {
 }
 
 
+# Devices without microbenchmarks of their own. Hopper and Blackwell (H200: the H100's die; B200: an assumption) take
+# the H100's; older parts take the flat model's long-standing assumption, half of the datasheet peak for every kernel
+# kind (the H100's shares would be an extrapolation across architectures: its fp32 convolutions reach a much smaller
+# share than a V100's), with the H100's copy share and host times.
+_SAME_AS_H100 = ("H200", "B200")
+_HALF_PEAK = Microbench(
+    gemm_share={p: 0.5 for p in PRECISIONS}, conv_fwd_share={p: 0.5 for p in PRECISIONS},
+    conv_bwd_share={p: 0.5 for p in PRECISIONS}, copy_share=MICROBENCH["H100"].copy_share,
+    host_us=MICROBENCH["H100"].host_us, host_fwd_us=MICROBENCH["H100"].host_fwd_us,
+    host_bwd_us=MICROBENCH["H100"].host_bwd_us,
+    source="no microbenchmark: half of the datasheet peak (the flat model's assumption), the H100's copy share and "
+           "host times")
+
+
 def microbench(device: Device) -> Microbench:
-    return MICROBENCH.get(device.name, MICROBENCH["H100"])
+    if device.name in MICROBENCH:
+        return MICROBENCH[device.name]
+    return MICROBENCH["H100"] if device.name in _SAME_AS_H100 else _HALF_PEAK
 
 
 def find_device(name: str) -> Device:
