@@ -9,7 +9,9 @@ batch_size, image_size, bucket_cap_mb, seed, lr, merge (rank 0 merges into
 ``OUT/events.parquet`` once all ranks finished), timeout_s, merge_groups and plan (a ``ddlsim plan`` applied:
 :mod:`~ddlsim.capture.ddp_plan`); test-only fault
 injection: crash_rank, crash_after_iteration (that rank exits with status 3
-right after recording that iteration).
+right after recording that iteration); device: "cpu" (gloo, host-clock
+timings) or "cuda" (NCCL, one GPU per rank by local rank, every row timed
+by CUDA events, see :mod:`.layer_hooks`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from pathlib import Path
 
 from .ddp_merge import merge_ddp, write_sidecar
 from .ddp_models import build_model, check_model_config, synthetic_batches
-from .recorder import RankRecorder, now_ns
+from .recorder import RankRecorder
 
 DEFAULTS = {"model": "lenet5", "iterations": 5, "batch_size": 8, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0,
             "lr": 0.01, "merge": True, "timeout_s": 300, "crash_rank": -1, "crash_after_iteration": -1,
-            "merge_groups": None, "plan": None}
+            "merge_groups": None, "plan": None, "device": "cpu"}
 CRASH_STATUS = 3
 
 
@@ -41,6 +43,8 @@ def job_config(config: dict) -> dict:
             isinstance(g, list) and g and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in g)
             for g in groups)):
         raise ValueError("merge_groups must be a non-empty list of non-empty lists of parameter indices")
+    if cfg["device"] not in ("cpu", "cuda"):
+        raise ValueError(f"device must be \"cpu\" or \"cuda\", got {cfg['device']!r}")
     check_model_config(cfg["model"], cfg["image_size"])
     return cfg
 
@@ -94,17 +98,29 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     cfg = job_config(config)
     out = Path(out_dir)
     torch.manual_seed(cfg["seed"])
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=cfg["timeout_s"]))
-    offset, measured = estimate_offset_ns(rank, world_size)
+    cuda = cfg["device"] == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise ValueError("device \"cuda\" but torch sees no GPU on this machine; capture with device \"cpu\"")
+    if cuda:
+        gpu = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
+        torch.cuda.set_device(gpu)
+    backend = "nccl" if cuda else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=cfg["timeout_s"]))
+    # NCCL carries only GPU tensors: the clock probe's CPU tensors go over a gloo group beside it
+    clock_group = dist.new_group(backend="gloo") if cuda and world_size > 1 else None
+    offset, measured = estimate_offset_ns(rank, world_size, group=clock_group)
     model = build_model(cfg["model"])  # same seed on every rank; DDP broadcasts rank 0's weights anyway
-    ddp_model = DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"])
+    if cuda:
+        model = model.cuda()
+    ddp_model = DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"], device_ids=[gpu] if cuda else None)
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=cfg["lr"])
     loss_fn = torch.nn.CrossEntropyLoss()
     batches = synthetic_batches(cfg["model"], cfg["batch_size"], cfg["image_size"], cfg["iterations"], cfg["seed"] + rank)
     job = {"job": "ddp", "model": cfg["model"], "workers": world_size, "iterations": cfg["iterations"],
            "batch_size": cfg["batch_size"], "image_size": cfg["image_size"], "bucket_cap_mb": cfg["bucket_cap_mb"],
-           "seed": cfg["seed"], "lr": cfg["lr"], "backend": "gloo", "torch_version": torch.__version__,
-           "device": "cpu", "threads": torch.get_num_threads()}
+           "seed": cfg["seed"], "lr": cfg["lr"], "backend": backend, "torch_version": torch.__version__,
+           "device": torch.cuda.get_device_name(gpu) if cuda else "cpu", "threads": torch.get_num_threads(),
+           "timing": "cuda events" if cuda else "host clock"}
     recorder = RankRecorder(out, rank, "worker", clock_offset_ns=offset, meta={"clock_offset_measured_ns": measured})
     if cfg["plan"] is not None:
         job["plan"] = cfg["plan"]
@@ -113,15 +129,17 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
         from .ddp_plan import PlanMerger
 
         merger = PlanMerger(cfg["merge_groups"])
-    hooks = DdpHooks(ddp_model, recorder, merger=merger)
+    hooks = DdpHooks(ddp_model, recorder, merger=merger, cuda=cuda)
     for iteration, (images, labels) in enumerate(batches):
+        if cuda:
+            images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
         hooks.begin_iteration(iteration)
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(ddp_model(images), labels)
         loss.backward()
-        start = now_ns()
+        start = hooks.mark()
         optimizer.step()
-        hooks.optimizer_step_row(start, now_ns())
+        hooks.optimizer_step_row(start, hooks.mark())
         if hooks.end_iteration() or iteration == 0:
             write_sidecar(out, rank, {"job": job, **hooks.facts()})
         if rank == cfg["crash_rank"] and iteration == cfg["crash_after_iteration"]:

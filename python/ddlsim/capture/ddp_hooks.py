@@ -16,6 +16,10 @@ gradients in one bucket) and rebuilds them from the order gradients became
 ready; the rebuilt buckets are the ones that last, so they keep ``group`` =
 bucket index and the provisional ones are numbered from ``P`` (the number of
 parameter tensors) up: ``group = P + index``.
+
+On a GPU (``cuda=True``, NCCL) every row is timed by CUDA events (see
+:mod:`.layer_hooks`): an all-reduce from an event on the compute stream when
+DDP hands the bucket over to the completion of its future.
 """
 
 from __future__ import annotations
@@ -34,12 +38,12 @@ def reducer_facts(ddp_model) -> dict:
 class DdpHooks(LayerHooks):
     """Installs the recording hooks on `ddp_model` (see the module docstring); :meth:`remove` takes them off."""
 
-    def __init__(self, ddp_model, recorder: RankRecorder, *, process_group=None, merger=None):
+    def __init__(self, ddp_model, recorder: RankRecorder, *, process_group=None, merger=None, cuda: bool = False):
         """`merger`: a :class:`~ddlsim.capture.ddp_plan.PlanMerger` to all-reduce plan groups instead of DDP's buckets
         (one ``collective`` row per group; ``group`` is the plan group's index)."""
         import torch.distributed as dist
 
-        super().__init__(ddp_model.module, recorder)
+        super().__init__(ddp_model.module, recorder, cuda=cuda)
         self.ddp = ddp_model
         self.world_size = dist.get_world_size(process_group)
         self._collective_ids: list[int] = []
@@ -64,6 +68,7 @@ class DdpHooks(LayerHooks):
 
     def end_iteration(self) -> bool:
         """Writes the iteration's marker row, notes a changed bucket layout and flushes; True if the layout changed."""
+        self.resolve_gpu_rows()
         self.rec.row("marker", "iteration", self._iteration_start, now_ns(), deps=[], iteration=self.iteration,
                      name=f"iteration {self.iteration}")
         with self._lock:
@@ -101,7 +106,7 @@ class DdpHooks(LayerHooks):
     def _comm_hook(self, state, bucket):
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-        start = now_ns()
+        start = self.mark()
         iteration, index = self.iteration, bucket.index()
         tensors = tuple(self.param_index[p.data_ptr()] for p in bucket.parameters())
         buffer = bucket.buffer()
@@ -122,9 +127,12 @@ class DdpHooks(LayerHooks):
                 self._provisional = False
 
         def done(fut):
-            self.rec.row("collective", "allreduce", start, now_ns(), deps=deps, row_id=rid, iteration=iteration,
-                         stream="comm", group=group, bytes=nbytes, collective=collective, coll_type="allreduce",
-                         algorithm="", name=f"bucket{index}")
+            fields = dict(iteration=iteration, stream="comm", group=group, bytes=nbytes, collective=collective,
+                          coll_type="allreduce", algorithm="", name=f"bucket{index}")
+            if self.cuda:  # this callback runs once the NCCL work is done on the current stream
+                self.gpu_row("collective", "allreduce", start, self.mark(), deps=deps, row_id=rid, **fields)
+            else:
+                self.rec.row("collective", "allreduce", start, now_ns(), deps=deps, row_id=rid, **fields)
             return fut.value()
 
         return allreduce_hook(state, bucket).then(done)

@@ -27,8 +27,9 @@ def _host_key(host: str) -> int:
     return int.from_bytes(hashlib.sha256(host.encode()).digest()[:7], "big")
 
 
-def estimate_offset_ns(rank: int, world_size: int, rounds: int = 5) -> tuple[int, int]:
-    """(offset to add to this rank's times, the measured offset) in ns; rank 0: (0, 0)."""
+def estimate_offset_ns(rank: int, world_size: int, rounds: int = 5, group=None) -> tuple[int, int]:
+    """(offset to add to this rank's times, the measured offset) in ns; rank 0: (0, 0). `group`: a process group
+    that carries CPU tensors (a gloo group beside an NCCL job); None: the default group."""
     import torch
     import torch.distributed as dist
 
@@ -37,16 +38,16 @@ def estimate_offset_ns(rank: int, world_size: int, rounds: int = 5) -> tuple[int
         request = torch.zeros(2, dtype=torch.int64)
         for peer in range(1, world_size):
             for _ in range(rounds):
-                dist.recv(request, src=peer)
+                dist.recv(request, src=peer, group=group)
                 t1 = now_ns()
-                dist.send(torch.tensor([t1, now_ns(), host], dtype=torch.int64), dst=peer)
+                dist.send(torch.tensor([t1, now_ns(), host], dtype=torch.int64), dst=peer, group=group)
         return 0, 0
     samples, same_host = [], False
     answer = torch.zeros(3, dtype=torch.int64)
     for _ in range(rounds):
         t0 = now_ns()
-        dist.send(torch.tensor([t0, host], dtype=torch.int64), dst=0)
-        dist.recv(answer, src=0)
+        dist.send(torch.tensor([t0, host], dtype=torch.int64), dst=0, group=group)
+        dist.recv(answer, src=0, group=group)
         t3 = now_ns()
         t1, t2, root_host = (int(v) for v in answer.tolist())
         samples.append((t0, t1, t2, t3))

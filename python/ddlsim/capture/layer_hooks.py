@@ -8,6 +8,14 @@ produced the module's output, taken in the forward hook before an in-place
 op such as ResNet's ``out += identity`` can rebase the tensor (full module
 backward hooks would break those in-place adds). Each row depends on the
 rank's previous compute row. Used by the DDP hooks and the PS worker.
+
+On a GPU (``cuda=True``) the host clock would time the kernels' launch, not
+their run: every time point is then a CUDA event on the current stream, the
+rows get their ids at once (so other rows can depend on them) and are written
+by :meth:`LayerHooks.resolve_gpu_rows` at the end of the iteration, after a
+device synchronisation, on the host clock through an anchor (an event recorded
+at :meth:`LayerHooks.begin_iteration` right after a synchronisation, when the
+idle GPU runs it at once).
 """
 
 from __future__ import annotations
@@ -41,8 +49,13 @@ def _first_grad_node(output):
 class LayerHooks:
     """Records `module`'s per-layer forward and backward rows into `recorder`; :meth:`remove` takes the hooks off."""
 
-    def __init__(self, module, recorder: RankRecorder):
+    def __init__(self, module, recorder: RankRecorder, *, cuda: bool = False):
         self.rec = recorder
+        self.cuda = bool(cuda)
+        self._pending: list[tuple[int, str, Any, Any, list[int], dict]] = []  # GPU rows waiting for their times
+        self._anchor: Optional[tuple[int, Any]] = None  # (host ns, event) of this iteration
+        self._events_free: list = []
+        self._events_used: list = []
         self.params = list(module.named_parameters())
         self.param_index = {p.data_ptr(): i for i, (_, p) in enumerate(self.params)}
         self.layers = parameterised_layers(module)
@@ -60,8 +73,29 @@ class LayerHooks:
             self._handles.append(m.register_forward_pre_hook(self._pre_forward(index)))
             self._handles.append(m.register_forward_hook(self._post_forward(index, name)))
 
+    def mark(self):
+        """A time point: host ns, or (on a GPU) a CUDA event recorded on the current stream."""
+        if not self.cuda:
+            return now_ns()
+        with self._lock:  # events are reused once their iteration is resolved (creating one costs a driver call)
+            event = self._events_free.pop() if self._events_free else None
+        if event is None:
+            import torch
+
+            event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        with self._lock:
+            self._events_used.append(event)
+        return event
+
     def begin_iteration(self, iteration: int, waits: Iterable[int] = ()) -> None:
         """Starts an iteration; the first compute row of it also depends on `waits`."""
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            host = now_ns()
+            self._anchor = (host, self.mark())
         with self._lock:
             self.iteration = int(iteration)
             self._backward_ids = {}
@@ -72,8 +106,19 @@ class LayerHooks:
         with self._lock:
             return self._backward_ids.get(layer)
 
-    def compute_row(self, op: str, start_ns: int, end_ns: int, *, extra_deps=(), **fields: Any) -> int:
-        """A compute row on this rank, depending on the previous one (and `extra_deps`)."""
+    def compute_row(self, op: str, start_ns, end_ns, *, extra_deps=(), **fields: Any) -> int:
+        """A compute row on this rank, depending on the previous one (and `extra_deps`); on a GPU start and end are
+        events and the row is written by :meth:`resolve_gpu_rows`."""
+        if self.cuda:
+            with self._lock:
+                deps = [self._last_compute[0]] if self._last_compute else []  # one stream: in issue order
+                deps += self._waits
+                self._waits = []
+                rid = self.rec.new_id()
+                self._last_compute = (rid, 0)
+                self._pending.append((rid, op, start_ns, end_ns, deps + list(extra_deps),
+                                      {"iteration": self.iteration, "stream": "compute", **fields}))
+            return rid
         with self._lock:
             deps = [self._last_compute[0]] if self._last_compute and self._last_compute[1] <= start_ns else []
             deps += self._waits
@@ -85,14 +130,40 @@ class LayerHooks:
             self._last_compute = (rid, end_ns)
         return rid
 
+    def gpu_row(self, kind: str, op: str, start, end, *, deps=(), row_id: Optional[int] = None, **fields: Any) -> int:
+        """A row timed by two CUDA events, written by :meth:`resolve_gpu_rows`."""
+        rid = self.rec.new_id() if row_id is None else row_id
+        with self._lock:
+            self._pending.append((rid, op, start, end, list(deps), {"kind": kind, **fields}))
+        return rid
+
+    def resolve_gpu_rows(self) -> None:
+        """Synchronises the device and writes the iteration's GPU-timed rows on the host clock."""
+        if not self.cuda:
+            return
+        import torch
+
+        torch.cuda.synchronize()
+        with self._lock:
+            pending, self._pending = self._pending, []
+        host, anchor = self._anchor if self._anchor is not None else (now_ns(), None)
+        for rid, op, start, end, deps, fields in pending:
+            kind = fields.pop("kind", "compute")
+            t0 = host + round(anchor.elapsed_time(start) * 1e6) if anchor is not None else host
+            t1 = host + round(anchor.elapsed_time(end) * 1e6) if anchor is not None else host
+            self.rec.row(kind, op, t0, max(t0, t1), deps=deps, row_id=rid, **fields)
+        with self._lock:  # every event of the iteration has completed (synchronised above): reuse them
+            self._events_free.extend(self._events_used)
+            self._events_used = []
+
     def _pre_forward(self, index: int):
         def hook(module, args):
-            module._ddlsim_forward_start = now_ns()
+            module._ddlsim_forward_start = self.mark()
         return hook
 
     def _post_forward(self, index: int, name: str):
         def hook(module, args, output):
-            end = now_ns()
+            end = self.mark()
             start = getattr(module, "_ddlsim_forward_start", end)
             self.compute_row("forward", start, end, name=name, layer=index)
             node = _first_grad_node(output)
@@ -104,10 +175,10 @@ class LayerHooks:
         started: list[int] = []
 
         def pre(grad_outputs):
-            started.append(now_ns())
+            started.append(self.mark())
 
         def post(grad_inputs, grad_outputs):
-            end = now_ns()
+            end = self.mark()
             rid = self.compute_row("backward", started[-1] if started else end, end, name=name, layer=index)
             with self._lock:
                 self._backward_ids[index] = rid

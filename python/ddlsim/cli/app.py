@@ -149,9 +149,10 @@ def simulate(
     job_stagger: Optional[str] = typer.Option(
         None, "--job-stagger", help="Scenarios with [[job]] tables: job k starts k x this later, e.g. 10ms (docs/jobs.md)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size."),
-    device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | fp16"),
-    efficiency: Optional[float] = typer.Option(None, "--efficiency", help="Share of peak FLOP/s reached (0-1]."),
+    device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100 | H200 | B200"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | tf32 | fp16 | bf16"),
+    compute: Optional[str] = typer.Option(None, "--compute", help="roofline (per-kernel roofline + launch costs) | flops (FLOPs / (peak x efficiency))."),
+    efficiency: Optional[float] = typer.Option(None, "--efficiency", help="Share of peak FLOP/s reached (0-1], with --compute flops."),
     profile: Optional[Path] = typer.Option(None, "--profile", help="Measured layer times: CSV layer,fwd_ms,bwd_ms, or an event log (.parquet) whose per-layer compute rows give them."),
     barrier: Optional[bool] = typer.Option(None, "--barrier/--no-barrier", help="Global barrier between iterations."),
     trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
@@ -175,7 +176,7 @@ def simulate(
         "stream_policy": stream_policy, "preemption": preemption, "grouping": grouping,
         "partition_bytes": partition_bytes, "credit_bytes": credit_bytes,
         "routing": routing, "ranks_per_host": ranks_per_host, "rack_placement": rack_placement,
-        "server_hosts": server_hosts, "priority_bands": priority_bands, "band_policy": band_policy, "record_flows": record_flows, "precision": precision, "efficiency": efficiency,
+        "server_hosts": server_hosts, "priority_bands": priority_bands, "band_policy": band_policy, "record_flows": record_flows, "precision": precision, "efficiency": efficiency, "compute": compute,
         "profile": str(profile.resolve()) if profile else None, "iterations": iterations, "seed": seed, "jitter": jitter,
         "batch_size": batch_size, "device": device, "barrier": barrier, "trace_detail": trace_detail,
         "rank_classes": "off" if per_rank else None,
@@ -349,7 +350,7 @@ SIMULATE_DEFAULTS = {
     "bandwidth": "10Gbps", "latency": "10us", "network": "flow", "topology": "star", "oversubscription": "1.0",
     "hosts_per_leaf": "8", "spines": "2", "placement": "round-robin", "routing": "ecmp", "ranks_per_host": "1",
     "rack_placement": "packed", "server_hosts": "separate", "priority_bands": "off", "iterations": "3", "seed": "0",
-    "jitter": "0.0", "batch_size": "32", "device": "V100", "precision": "fp32", "efficiency": "0.5",
+    "jitter": "0.0", "batch_size": "32", "device": "V100", "precision": "fp32", "compute": "roofline", "efficiency": "0.5",
     "barrier": "on", "trace_detail": "auto", "record_flows": "off", "rank_times": "median", "band_policy": "fixed",
 }
 

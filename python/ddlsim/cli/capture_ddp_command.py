@@ -31,8 +31,9 @@ def ddp(
         None, "--plan", help="Run the job with this `ddlsim plan --out` result: its DDP bucket size or its MG-WFBP merges."),
     plan_entry: str = typer.Option(
         "best", "--plan-entry", help="With --plan: best (what the plan predicts faster) | ddp (bucket_cap_mb) | mg_wfbp (merges)."),
+    device: str = typer.Option("cpu", "--device", help="cpu (gloo, host clock) | cuda (NCCL, one GPU per rank, CUDA events)."),
 ) -> None:
-    """Run PyTorch DDP training on CPU (gloo) and record every layer's forward/backward and every bucket's all-reduce."""
+    """Run PyTorch DDP training on CPU (gloo) or GPUs (NCCL) and record every layer's forward/backward and every bucket's all-reduce."""
     from ..capture.ddp import job_config
     from ..units import parse_bandwidth
 
@@ -56,7 +57,7 @@ def ddp(
     if timeout <= 0:
         raise DdlsimError(f"--timeout must be positive, got {timeout}")
     config = {"model": model, "iterations": iterations, "batch_size": batch_size, "image_size": image_size,
-              "bucket_cap_mb": bucket_cap_mb, "seed": seed}
+              "bucket_cap_mb": bucket_cap_mb, "seed": seed, "device": device}
     try:
         config = job_config(config)
         rate = None if bandwidth is None else parse_bandwidth(bandwidth)
@@ -67,6 +68,14 @@ def ddp(
     if plan_data is not None:
         config = apply_plan(config, plan_data, plan_entry, plan)
         bucket_cap_mb = config["bucket_cap_mb"]
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise DdlsimError("--device cuda: torch sees no GPU on this machine; capture with --device cpu")
+        if workers > torch.cuda.device_count():
+            raise DdlsimError(f"--device cuda: {workers} ranks but {torch.cuda.device_count()} GPU(s); "
+                              f"give --workers {torch.cuda.device_count()} or fewer")
     from ..capture.ddp_run import run_ddp_capture
     from ..capture.outdir import check_out_dir
 

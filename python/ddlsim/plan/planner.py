@@ -199,7 +199,7 @@ def scenario_dict(sc: Scenario) -> dict:
     but not the FLOP-model fields a measured profile replaces)."""
     data = sc.model_dump(mode="json", exclude={"base_dir"})
     if sc.model.profile:
-        for key in ("device", "precision", "efficiency"):
+        for key in ("device", "precision", "efficiency", "compute"):
             if key not in sc.model.model_fields_set:
                 data["model"].pop(key, None)
     return data

@@ -85,7 +85,7 @@ def layer_groups(model_name: str, batch_size: int) -> dict:
     from ..simulation.model_build import build_model
     from ..simulation.scenario import scenario_from_dict
 
-    sc = scenario_from_dict({"model": {"name": model_name, "batch_size": batch_size, "device": DEVICE}})
+    sc = scenario_from_dict({"model": {"name": model_name, "batch_size": batch_size, "device": DEVICE, "compute": "flops"}})
     model = build_model(sc.model, None)
     return {"kind": "groups", "groups": [[t.name for t in layer.tensors] for layer in model.layers if len(layer.tensors) > 1]}
 
@@ -93,7 +93,7 @@ def layer_groups(model_name: str, batch_size: int) -> dict:
 def scenario(model_name: str, batch_size: int, nodes: int, grouping) -> dict:
     return {
         "workers": nodes, "iterations": ITERATIONS, "trace_detail": "collective",
-        "model": {"name": model_name, "batch_size": batch_size, "device": DEVICE},
+        "model": {"name": model_name, "batch_size": batch_size, "device": DEVICE, "compute": "flops"},
         "strategy": {"kind": "ring", "algorithm": "ring", "grouping": grouping},
         "network": _network(),
     }

@@ -79,21 +79,23 @@ def sped_up(layer: Layer, config: ModelConfig) -> bool:
 
 
 def layer_times_ns(model: Model, config: ModelConfig) -> list[tuple[int, int]]:
-    """(forward, backward) ns per layer: given times win, else FLOPs on the device."""
-    device = find_device(config.device)
-    rate = device.peak_flops(config.precision) * config.efficiency
-    times = []
-    for layer in model.layers:
-        scale = 1.0 / config.compute_speedup if sped_up(layer, config) else 1.0
-        if layer.fwd_s is not None and layer.bwd_s is not None:
-            times.append((round(layer.fwd_s * 1e9 * scale), round(layer.bwd_s * 1e9 * scale)))
-        else:
-            times.append(
-                (
-                    round(layer.fwd_flops * config.batch_size / rate * 1e9 * scale),
-                    round(layer.bwd_flops * config.batch_size / rate * 1e9 * scale),
-                )
-            )
+    """(forward, backward) ns per layer: given times win, else the compute model (roofline or FLOPs x efficiency)
+    on the device."""
     if not model.layers:
         raise ModelError(f"model {model.name} has no layers")
+    device = find_device(config.device)
+    if config.compute == "roofline":
+        from ..workload.roofline import layer_times_s
+
+        modelled = layer_times_s(model, device, config.precision, config.batch_size)
+    else:
+        rate = device.peak_flops(config.precision) * config.efficiency
+        modelled = [(layer.fwd_flops * config.batch_size / rate, layer.bwd_flops * config.batch_size / rate)
+                    for layer in model.layers]
+    times = []
+    for layer, (fwd_s, bwd_s) in zip(model.layers, modelled):
+        scale = 1.0 / config.compute_speedup if sped_up(layer, config) else 1.0
+        if layer.fwd_s is not None and layer.bwd_s is not None:
+            fwd_s, bwd_s = layer.fwd_s, layer.bwd_s
+        times.append((round(fwd_s * 1e9 * scale), round(bwd_s * 1e9 * scale)))
     return times

@@ -20,7 +20,7 @@ from ..errors import DdlsimError
 from .scenario import Scenario, scenario_from_dict, with_overrides
 
 # What the recorded layer times already contain, so a replay must not apply it again.
-_TIME_FIELDS = ("device", "precision", "efficiency", "compute_speedup", "speedup_kinds", "profile")
+_TIME_FIELDS = ("device", "precision", "efficiency", "compute", "compute_speedup", "speedup_kinds", "profile")
 
 
 def recorded_metadata(path: Path) -> dict[str, Any]:

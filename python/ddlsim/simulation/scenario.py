@@ -578,7 +578,10 @@ class ModelConfig(_Strict):
     name: str = "resnet50"
     batch_size: int = Field(32, ge=1)
     device: str = "V100"
-    precision: Literal["fp32", "fp16"] = "fp32"
+    # fp32 (CUDA cores), tf32 (fp32 tensors on tensor cores), fp16 / bf16 (autocast); docs/compute-model.md
+    precision: Literal["fp32", "tf32", "fp16", "bf16"] = "fp32"
+    # roofline: per-kernel roofline with host launch costs (docs/compute-model.md); flops: FLOPs / (peak x efficiency)
+    compute: Literal["roofline", "flops"] = "roofline"
     efficiency: float = Field(0.5, gt=0, le=1)
     profile: Optional[str] = None
     # with an event-log profile: "median" (every rank the median layer times) or "sampled" (each rank and
@@ -625,8 +628,10 @@ class ModelConfig(_Strict):
                     f"model.name = {self.name!r} is a zoo model, but [[model.layers]] defines a custom one; "
                     "give the custom model another name or remove the [[model.layers]] tables"
                 )
+        if "efficiency" in given and "compute" not in given:
+            self.compute = "flops"  # a scenario that sets an efficiency asks for the FLOPs x efficiency model
         if self.profile is not None:
-            ignored = [f for f in ("device", "precision", "efficiency") if f in given]
+            ignored = [f for f in ("device", "precision", "efficiency", "compute") if f in given]
             if ignored:
                 raise ValueError(
                     f"model.profile gives measured layer times, so model.{ignored[0]} (used to turn FLOPs into times) "
@@ -1199,6 +1204,7 @@ FLAT_KEYS = {
     "device": ("model", "device"),
     "precision": ("model", "precision"),
     "efficiency": ("model", "efficiency"),
+    "compute": ("model", "compute"),
     "profile": ("model", "profile"),
     "rank_times": ("model", "rank_times"),
     "overheads": ("model", "overheads"),

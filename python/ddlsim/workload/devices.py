@@ -1,17 +1,28 @@
-"""Accelerator presets for FLOPs-based compute time.
+"""Accelerator presets for the compute-time models.
 
-Peak dense throughput per GPU in TFLOP/s from the vendors' datasheets
-(boost clocks, one GPU of a K80 board, SXM parts where both exist). "fp32"
-is plain single precision; "fp16" is half precision on tensor cores where
-the part has them (dense, without sparsity).
+Peak dense throughput per GPU in TFLOP/s and memory bandwidth in GB/s from
+the vendors' datasheets (boost clocks, one GPU of a K80 board, SXM parts
+where both exist; the datasheets quote tensor-core rates "with sparsity",
+the dense rate is half of that). "fp32" is plain single precision on the
+CUDA cores; "tf32" is fp32 matmuls and convolutions on the tensor cores
+(Ampere and later; on older parts it is fp32); "fp16" (and "bf16") is half
+precision on tensor cores where the part has them. docs/compute-model.md
+lists every number with its datasheet.
 
-Compute time of a layer = FLOPs per sample x batch / (peak x efficiency).
-The efficiency (share of peak a real kernel reaches) defaults to 0.5.
+Two compute models use them (ddlsim.workload.roofline):
+
+- ``roofline`` (default): per kernel max(FLOPs / reachable peak of the
+  precision, bytes / reachable memory bandwidth, launch interval); the
+  reachable shares come from device microbenchmarks (a large GEMM, a large
+  copy, a stream of tiny kernels), see :data:`MICROBENCH`;
+- ``flops`` (the old model): FLOPs x batch / (peak x efficiency).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -19,22 +30,118 @@ class Device:
     name: str
     fp32_tflops: float
     fp16_tflops: float
+    tf32_tflops: float | None = None  # None: no TF32 tensor cores, TF32 runs as fp32
+    memory_gbps: float = 0.0  # datasheet HBM/GDDR bandwidth, GB/s (1e9 bytes/s)
+    source: str = ""
 
     def peak_flops(self, precision: str) -> float:
-        return (self.fp32_tflops if precision == "fp32" else self.fp16_tflops) * 1e12
+        """Datasheet dense peak in FLOP/s of a matmul/convolution in `precision`."""
+        precision = precision.lower()
+        if precision in ("fp16", "bf16"):
+            return self.fp16_tflops * 1e12
+        if precision == "tf32":
+            return (self.tf32_tflops if self.tf32_tflops is not None else self.fp32_tflops) * 1e12
+        return self.fp32_tflops * 1e12
+
+    @property
+    def memory_bytes_per_s(self) -> float:
+        return self.memory_gbps * 1e9
 
 
+_NV = "NVIDIA datasheet"
 DEVICES: dict[str, Device] = {
     d.name: d
     for d in (
-        Device("K80", fp32_tflops=4.37, fp16_tflops=4.37),  # Kepler: no fast fp16
-        Device("P100", fp32_tflops=10.6, fp16_tflops=21.2),
-        Device("V100", fp32_tflops=15.7, fp16_tflops=125.0),
-        Device("T4", fp32_tflops=8.1, fp16_tflops=65.0),
-        Device("A100", fp32_tflops=19.5, fp16_tflops=312.0),
-        Device("H100", fp32_tflops=67.0, fp16_tflops=989.0),
+        # Kepler: no fast fp16; 480 GB/s per K80 board of two GPUs
+        Device("K80", fp32_tflops=4.37, fp16_tflops=4.37, memory_gbps=240.0, source=f"{_NV}: Tesla K80 (per GPU)"),
+        Device("P100", fp32_tflops=10.6, fp16_tflops=21.2, memory_gbps=732.0, source=f"{_NV}: Tesla P100 SXM2"),
+        Device("V100", fp32_tflops=15.7, fp16_tflops=125.0, memory_gbps=900.0, source=f"{_NV}: Tesla V100 SXM2"),
+        Device("T4", fp32_tflops=8.1, fp16_tflops=65.0, memory_gbps=320.0, source=f"{_NV}: Tesla T4"),
+        # A100 80GB SXM: TF32 312 / FP16 624 TFLOPS with sparsity
+        Device("A100", fp32_tflops=19.5, fp16_tflops=312.0, tf32_tflops=156.0, memory_gbps=2039.0,
+               source=f"{_NV}: A100 80GB SXM"),
+        # H100 SXM5: TF32 989 / BF16-FP16 1,979 TFLOPS with sparsity; 3.35 TB/s HBM3
+        Device("H100", fp32_tflops=67.0, fp16_tflops=989.5, tf32_tflops=494.5, memory_gbps=3350.0,
+               source=f"{_NV}: H100 Tensor Core GPU, SXM"),
+        # H200 SXM: the H100's GH100 compute with 141 GB HBM3e at 4.8 TB/s
+        Device("H200", fp32_tflops=67.0, fp16_tflops=989.5, tf32_tflops=494.5, memory_gbps=4800.0,
+               source=f"{_NV}: H200 Tensor Core GPU, SXM"),
+        # HGX B200, per GPU: TF32 2.2 / FP16-BF16 4.5 PFLOPS with sparsity, FP32 75 TFLOPS, 7.7 TB/s HBM3e
+        Device("B200", fp32_tflops=75.0, fp16_tflops=2250.0, tf32_tflops=1100.0, memory_gbps=7700.0,
+               source=f"{_NV}: HGX B200 (individual Blackwell GPU)"),
     )
 }
+
+
+@dataclass(frozen=True)
+class Microbench:
+    """What kernels reach on the device, measured by microbenchmarks of single
+    operations (never by timing a model): the share of the datasheet peak a
+    large GEMM and typical convolutions reach per precision, the share of the
+    datasheet bandwidth a large device-to-device copy reaches, and the host
+    time PyTorch eager spends issuing one operation (dispatch, autograd,
+    launch), per operation kind, forward and backward, in microseconds."""
+
+    gemm_share: dict  # precision -> share of peak, 8192^3 matmul
+    conv_fwd_share: dict  # precision -> median share over the convolution shapes of the microbenchmark
+    conv_bwd_share: dict  # precision -> same, input + weight gradient
+    copy_share: float
+    host_us: dict  # aten op -> host microseconds per call (the first kernel of an autograd node carries the node)
+    host_fwd_us: float  # any other forward op
+    host_bwd_us: float  # any other backward op (an autograd node)
+    source: str
+
+
+# One H100 SXM5 80GB (HBM3, 1980 MHz), PyTorch 2.11 + CUDA 13.0, cuDNN defaults (benchmark off), on the device
+# machine's host CPU; the microbenchmarks are `benchmarks/gpu_layer_times.py --microbench-only` (docs/compute-model.md
+# has the raw numbers). Devices without a measurement of their own use these shares and host times (the same GH100
+# die for the H200; an assumption for the others, stated in the docs).
+_H100_RAW = {
+    "gemm_tflops": {"fp32": 51.744, "tf32": 371.096, "fp16": 696.281, "bf16": 682.181},
+    "conv_fwd_tflops": {"fp32": 37.615, "tf32": 103.055, "fp16": 140.40},
+    "conv_bwd_tflops": {"fp32": 26.38, "tf32": 76.475, "fp16": 128.255},
+    "copy_gbps": 2973.432,
+}
+
+
+def _shares(raw: dict, device: "Device") -> dict:
+    out = {p: v / (device.peak_flops(p) / 1e12) for p, v in raw.items()}
+    out.setdefault("bf16", out["fp16"])
+    return out
+
+
+MICROBENCH: dict[str, Microbench] = {
+    "H100": Microbench(
+        gemm_share=_shares(_H100_RAW["gemm_tflops"], DEVICES["H100"]),
+        conv_fwd_share=_shares(_H100_RAW["conv_fwd_tflops"], DEVICES["H100"]),
+        conv_bwd_share=_shares(_H100_RAW["conv_bwd_tflops"], DEVICES["H100"]),
+        copy_share=_H100_RAW["copy_gbps"] / DEVICES["H100"].memory_gbps,
+        host_us={"convolution": 26.15, "convolution_backward": 56.84, "native_batch_norm": 31.53,
+                 "native_batch_norm_backward": 57.05, "relu_": 7.90, "relu": 7.90, "threshold_backward": 21.05,
+                 "add": 7.21, "add_": 7.21},
+        host_fwd_us=7.90, host_bwd_us=21.05,
+        source="microbenchmarks on one H100 SXM5 80GB, PyTorch 2.11, docs/compute-model.md"),
+}
+
+
+# Devices without microbenchmarks of their own. Hopper and Blackwell (H200: the H100's die; B200: an assumption) take
+# the H100's; older parts take the flat model's long-standing assumption, half of the datasheet peak for every kernel
+# kind (the H100's shares would be an extrapolation across architectures: its fp32 convolutions reach a much smaller
+# share than a V100's), with the H100's copy share and host times.
+_SAME_AS_H100 = ("H200", "B200")
+_HALF_PEAK = Microbench(
+    gemm_share={p: 0.5 for p in PRECISIONS}, conv_fwd_share={p: 0.5 for p in PRECISIONS},
+    conv_bwd_share={p: 0.5 for p in PRECISIONS}, copy_share=MICROBENCH["H100"].copy_share,
+    host_us=MICROBENCH["H100"].host_us, host_fwd_us=MICROBENCH["H100"].host_fwd_us,
+    host_bwd_us=MICROBENCH["H100"].host_bwd_us,
+    source="no microbenchmark: half of the datasheet peak (the flat model's assumption), the H100's copy share and "
+           "host times")
+
+
+def microbench(device: Device) -> Microbench:
+    if device.name in MICROBENCH:
+        return MICROBENCH[device.name]
+    return MICROBENCH["H100"] if device.name in _SAME_AS_H100 else _HALF_PEAK
 
 
 def find_device(name: str) -> Device:

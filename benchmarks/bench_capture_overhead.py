@@ -1,0 +1,130 @@
+"""Capture overhead: iteration time of a DDP job recorded by ddlsim's capture
+against the same job unrecorded. Target: under 3 %.
+
+Each rank holds two identical DDP copies of the model, one plain and one
+recorded (per-layer forward/backward rows, the all-reduce comm hook, the
+optimizer row, a flush per iteration: what ``ddlsim capture ddp`` records),
+and runs them alternately (ABBA order), so both see the same machine load.
+After warm-up iterations (DDP's bucket rebuild), rank 0 times every
+iteration from zero_grad to the end of the optimizer step, behind a barrier
+(and a device synchronisation on a GPU). Printed: the median of each, the
+ratio of medians and the median of the per-iteration ratios (the paired
+estimate, less sensitive to drifting load).
+
+    PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead.py              # CPU, gloo, 2 ranks
+    PYTHONPATH=python python benchmarks/bench_capture_overhead.py --device cuda --workers 1      # GPU, NCCL, CUDA events
+
+benchmarks/bench_capture.py also separates the cost of any Python comm hook from the recording's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+
+def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ddlsim.capture.ddp_hooks import DdpHooks
+    from ddlsim.capture.ddp_models import build_model, synthetic_batches
+    from ddlsim.capture.recorder import RankRecorder
+
+    cuda = args.device == "cuda"
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if not cuda:
+        torch.set_num_threads(1)
+    else:
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=args.workers)
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    ids = [dev.index] if cuda else None
+    torch.manual_seed(0)
+    plain = DistributedDataParallel(build_model(args.model).to(dev), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
+    torch.manual_seed(0)
+    recorded = DistributedDataParallel(build_model(args.model).to(dev), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
+    hooks = DdpHooks(recorded, RankRecorder(out_dir, rank, "worker"), cuda=cuda)
+    models = {"plain": (plain, torch.optim.SGD(plain.parameters(), lr=0.01), None),
+              "recorded": (recorded, torch.optim.SGD(recorded.parameters(), lr=0.01), hooks)}
+    total = args.warmup + args.iterations
+    batches = [(x.to(dev), y.to(dev)) for x, y in synthetic_batches(args.model, args.batch_size, args.image_size, total, rank)]
+    loss_fn = torch.nn.CrossEntropyLoss()
+    times = {mode: [] for mode in models}
+    for iteration, (x, y) in enumerate(batches):
+        order = ["plain", "recorded"] if iteration % 2 == 0 else ["recorded", "plain"]
+        for mode in order:
+            model, optimizer, h = models[mode]
+            if cuda:
+                torch.cuda.synchronize()
+            dist.barrier()
+            start = time.perf_counter()
+            if h is not None:
+                h.begin_iteration(iteration)
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model(x), y).backward()
+            if h is not None:
+                step_start = h.mark()
+                optimizer.step()
+                h.optimizer_step_row(step_start, h.mark())
+                h.end_iteration()
+            else:
+                optimizer.step()
+            if cuda:
+                torch.cuda.synchronize()
+            if iteration >= args.warmup:
+                times[mode].append(time.perf_counter() - start)
+    hooks.rec.close()
+    if rank == 0:
+        queue.put(times)
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch.multiprocessing as mp
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet18", help="lenet5 | resnet18 | resnet50")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--workers", type=int, default=None, help="ranks (default: 2 on the CPU, 1 on a GPU)")
+    parser.add_argument("--iterations", type=int, default=20, help="timed iterations of each copy")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    parser.add_argument("--json", type=str, default=None, help="also write the times to this JSON file")
+    args = parser.parse_args(argv)
+    args.workers = args.workers or (1 if args.device == "cuda" else 2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    with tempfile.TemporaryDirectory() as out_dir:
+        mp.start_processes(_rank, args=(args, port, out_dir, queue), nprocs=args.workers, start_method="spawn")
+        times = queue.get()
+    median = {mode: statistics.median(v) for mode, v in times.items()}
+    paired = statistics.median(r / p for r, p in zip(times["recorded"], times["plain"]))
+    backend = "NCCL, GPU, CUDA-event timings" if args.device == "cuda" else "gloo, CPU"
+    print(f"{args.model}, {args.workers} rank(s) ({backend}), batch {args.batch_size}, {args.image_size}x{args.image_size}, "
+          f"{len(times['plain'])} timed iterations each (alternating, after {args.warmup} warm-up)")
+    for mode, label in (("plain", "plain DDP"), ("recorded", "DDP + ddlsim's capture")):
+        print(f"  {label:24s} median {median[mode] * 1e3:8.2f} ms   mean {statistics.mean(times[mode]) * 1e3:8.2f} ms")
+    print(f"capture overhead: {(median['recorded'] / median['plain'] - 1) * 100:+.2f} % (ratio of medians), "
+          f"{(paired - 1) * 100:+.2f} % (median of paired ratios); target < 3 %")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"args": vars(args), "times_s": times, "overhead_ratio_of_medians": median["recorded"] / median["plain"],
+                       "overhead_paired_median": paired}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

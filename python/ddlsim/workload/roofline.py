@@ -1,0 +1,203 @@
+"""Per-layer roofline compute model (docs/compute-model.md).
+
+Every layer of a zoo CNN carries the kernels its forward and its backward
+launch (``ddlsim/data/kernels/<model>.json``, written from the real model
+by tools/gen_kernel_table.py): per kernel its FLOPs and the elements it
+reads and writes, each as ``const + per_sample x batch``. On the GPU a
+kernel takes
+
+    g = max(FLOPs / P, bytes / BW)
+
+with P the peak of the precision (tensor cores for convolutions and matmuls
+in tf32/fp16/bf16, CUDA cores in fp32) times the share a convolution / a
+large GEMM reaches in the device's microbenchmarks, and BW the datasheet
+memory bandwidth times the share a large copy reaches. Bytes are elements x
+4 (fp32, tf32) or x 2 (fp16, bf16 autocast) plus integer tensors (pooling
+indices); batch normalisation reads its input twice in the forward
+(statistics, then normalisation) and its input and output gradient twice in
+the backward; under autocast every convolution/linear weight is cast to
+half in the forward and its gradient back in the backward (one kernel each).
+
+Before a kernel can run, the host spends h issuing it (PyTorch eager:
+dispatch, autograd, launch; measured per operation kind). Host and GPU work
+as a pipeline: the host issues kernel i at H_i = H_(i-1) + h_i, the GPU runs
+it from max(H_i, G_(i-1)) to G_i = max(H_i, G_(i-1)) + g_i, forward in
+layer order, then backward in reverse layer order. A layer's time is the
+growth of G over its kernels. For one kernel alone this is h + max(FLOPs /
+P, bytes / BW): the roofline plus the launch cost; in a stream of kernels
+the host runs ahead during long kernels, so launches hide behind GPU work
+unless the kernels are short (small batches, fp16), where the host sets the
+pace. Layers without a kernel table (custom, synthetic, grown models) count
+as one matmul-like kernel of their FLOPs reading their parameters.
+
+Pure Python (json only): importable without numpy, pydantic or torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from .devices import Device, find_device, microbench
+
+_DATA = "ddlsim.data.kernels"
+MATMUL_OPS = ("convolution", "convolution_backward_input", "convolution_backward_weight", "mm", "addmm", "bmm",
+              "baddbmm", "matmul", "_convolution", "cudnn_convolution")
+NORM_FWD = ("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+            "cudnn_batch_norm", "native_layer_norm")
+NORM_BWD = ("native_batch_norm_backward", "cudnn_batch_norm_backward", "native_layer_norm_backward")
+
+
+def dtype_size(precision: str) -> int:
+    return 2 if precision.lower() in ("fp16", "bf16") else 4
+
+
+@dataclass(frozen=True)
+class Kernel:
+    op: str
+    flops: tuple[int, int]  # (const, per sample)
+    read: tuple[int, int]  # floating-point elements
+    write: tuple[int, int]
+    other_bytes: tuple[int, int] = (0, 0)
+
+    @staticmethod
+    def from_row(row: list) -> "Kernel":
+        op, fc, fs, rc, rs, wc, ws, oc, os_ = row
+        return Kernel(str(op), (int(fc), int(fs)), (int(rc), int(rs)), (int(wc), int(ws)), (int(oc), int(os_)))
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    op: str
+    flops: float
+    bytes: float
+    compute_s: float
+    memory_s: float
+    host_s: float
+
+    @property
+    def gpu_s(self) -> float:
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+def _at(pair: tuple[int, int], batch: int) -> int:
+    return pair[0] + pair[1] * batch
+
+
+def _rate(op: str, device: Device, precision: str, phase: str) -> float:
+    mb = microbench(device)
+    p = precision.lower()
+    if op.startswith("convolution"):
+        share = (mb.conv_fwd_share if phase == "fwd" else mb.conv_bwd_share).get(p, 1.0)
+        return device.peak_flops(p) * share
+    if op in MATMUL_OPS:
+        return device.peak_flops(p) * mb.gemm_share.get(p, 1.0)
+    return device.peak_flops("fp32") * mb.gemm_share.get("fp32", 1.0)  # element-wise work on the CUDA cores
+
+
+def _host_s(kernel: Kernel, device: Device, phase: str) -> float:
+    mb = microbench(device)
+    op = kernel.op
+    if op == "add_" and kernel.read == (0, 0) and kernel.write == (0, 0):
+        return 0.0  # BatchNorm's integer step counter: part of the BatchNorm call the microbenchmark timed
+    if op == "convolution_backward_weight_after_input":
+        return 0.0  # the same autograd node as the input gradient, which carries its host time
+    if op.startswith("convolution_backward"):
+        return mb.host_us["convolution_backward"] * 1e-6
+    if op in mb.host_us:
+        return mb.host_us[op] * 1e-6
+    return (mb.host_fwd_us if phase == "fwd" else mb.host_bwd_us) * 1e-6
+
+
+def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phase: str = "fwd") -> KernelCost:
+    """Time of one kernel at `batch` on `device` in `precision` (phase "fwd" or "bwd")."""
+    mb = microbench(device)
+    size = dtype_size(precision)
+    flops = _at(kernel.flops, batch)
+    elements = _at(kernel.read, batch) + _at(kernel.write, batch)
+    if kernel.op in NORM_FWD:  # statistics pass + normalisation pass: the input is read twice
+        elements += _at(kernel.write, batch) - kernel.write[0]
+    elif kernel.op in NORM_BWD:  # reductions of dy and dy*x_hat, then dx: x and dy read twice
+        elements += 2 * (_at(kernel.write, batch) - kernel.write[0])
+    nbytes = elements * size + _at(kernel.other_bytes, batch)
+    bandwidth = device.memory_bytes_per_s * mb.copy_share
+    return KernelCost(kernel.op, flops, nbytes, flops / _rate(kernel.op, device, precision, phase) if flops else 0.0,
+                      nbytes / bandwidth if bandwidth else 0.0, _host_s(kernel, device, phase))
+
+
+def _cast_kernels(layer_kernels: list[Kernel], phase: str) -> list[Kernel]:
+    """Autocast's weight casts: fp32 -> half in the forward, the gradient back in the backward (elements counted
+    at the half size, so a 4+2 byte cast is 3 half-size elements)."""
+    out = []
+    for k in layer_kernels:
+        if k.op in ("convolution", "addmm", "mm") and k.read[0] > 0:
+            weight = k.read[0]
+            out.append(Kernel("_to_copy" if phase == "fwd" else "_to_copy_backward", (0, 0), (2 * weight, 0), (weight, 0)))
+    return out
+
+
+@lru_cache(maxsize=None)
+def kernel_table(model_name: str) -> dict[str, tuple[tuple[Kernel, ...], tuple[Kernel, ...]]] | None:
+    """Per layer name: (forward kernels, backward kernels) of a zoo model, or None when it has no table."""
+    name = model_name.strip().lower().replace("-", "")
+    path = resources.files(_DATA).joinpath(f"{name}.json")
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return {layer["name"]: (tuple(Kernel.from_row(r) for r in layer["fwd"]), tuple(Kernel.from_row(r) for r in layer["bwd"]))
+            for layer in doc["layers"]}
+
+
+def layer_kernels(model, layer, precision: str) -> tuple[list[Kernel], list[Kernel]]:
+    """(forward, backward) kernels of `layer` of `model`, autocast casts included."""
+    table = kernel_table(model.name)
+    if table is not None and layer.name in table:
+        fwd, bwd = list(table[layer.name][0]), list(table[layer.name][1])
+    else:  # no kernel table: one matmul-like kernel of the layer's FLOPs, reading its parameters
+        params = sum(t.elements for t in layer.tensors)
+        fwd = [Kernel("mm", (0, layer.fwd_flops), (params, 0), (0, 0))] if (layer.fwd_flops or params) else []
+        bwd = [Kernel("mm", (0, layer.bwd_flops), (params, 0), (params, 0))] if (layer.bwd_flops or params) else []
+    if dtype_size(precision) == 2:
+        fwd += _cast_kernels(fwd, "fwd")
+        bwd += _cast_kernels(fwd, "bwd")
+    # a weight gradient right after the input gradient is the same autograd node (one host cost for both)
+    bwd = [dataclasses.replace(k, op="convolution_backward_weight_after_input")
+           if k.op == "convolution_backward_weight" and i and bwd[i - 1].op == "convolution_backward_input" else k
+           for i, k in enumerate(bwd)]
+    return fwd, bwd
+
+
+def layer_costs(model, layer, device: Device | str, precision: str, batch: int) -> tuple[list[KernelCost], list[KernelCost]]:
+    device = find_device(device) if isinstance(device, str) else device
+    fwd, bwd = layer_kernels(model, layer, precision)
+    return ([kernel_cost(k, device, precision, batch, "fwd") for k in fwd],
+            [kernel_cost(k, device, precision, batch, "bwd") for k in bwd])
+
+
+def layer_times_s(model, device: Device | str, precision: str, batch: int) -> list[tuple[float, float]]:
+    """(forward s, backward s) per layer of `model` at `batch` on `device` in `precision`: the growth of the GPU's
+    clock over the layer's kernels in the host/GPU pipeline (forward in layer order, backward in reverse)."""
+    device = find_device(device) if isinstance(device, str) else device
+    costs = [layer_costs(model, layer, device, precision, batch) for layer in model.layers]
+    host = gpu = 0.0
+    fwd_s, bwd_s = [0.0] * len(costs), [0.0] * len(costs)
+    order = [(i, 0) for i in range(len(costs))] + [(i, 1) for i in reversed(range(len(costs)))]
+    for i, phase in order:
+        before = gpu
+        for c in costs[i][phase]:
+            host += c.host_s
+            gpu = max(gpu, host) + c.gpu_s
+        (fwd_s if phase == 0 else bwd_s)[i] = gpu - before
+    return list(zip(fwd_s, bwd_s))
+
+
+def iteration_s(model, device: Device | str, precision: str, batch: int) -> float:
+    """Forward + backward seconds of one iteration (no optimizer step, no communication)."""
+    return sum(f + b for f, b in layer_times_s(model, device, precision, batch))
