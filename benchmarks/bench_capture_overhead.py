@@ -1,7 +1,7 @@
 """Capture overhead: iteration time of a DDP job recorded by ddlsim's capture
 against the same job unrecorded. Target: under 3 %.
 
-Each rank holds two identical DDP copies of the model, one plain and one
+Each rank holds identical DDP copies of the model, one plain and one
 recorded (per-layer forward/backward rows, the all-reduce comm hook, the
 optimizer row, a flush per iteration: what ``ddlsim capture ddp`` records),
 and runs them alternately (ABBA order), so both see the same machine load.
@@ -14,7 +14,8 @@ estimate, less sensitive to drifting load).
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead.py              # CPU, gloo, 2 ranks
     PYTHONPATH=python python benchmarks/bench_capture_overhead.py --device cuda --workers 1      # GPU, NCCL, CUDA events
 
-benchmarks/bench_capture.py also separates the cost of any Python comm hook from the recording's.
+`--comm-hook` adds a third copy with torch's default ``allreduce_hook`` (a Python comm hook that records
+nothing), which separates the cost of any Python comm hook from the recording's.
 """
 
 from __future__ import annotations
@@ -54,12 +55,19 @@ def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
     hooks = DdpHooks(recorded, RankRecorder(out_dir, rank, "worker"), cuda=cuda)
     models = {"plain": (plain, torch.optim.SGD(plain.parameters(), lr=0.01), None),
               "recorded": (recorded, torch.optim.SGD(recorded.parameters(), lr=0.01), hooks)}
+    if args.comm_hook:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        torch.manual_seed(0)
+        hooked = DistributedDataParallel(build_model(args.model).to(dev), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
+        hooked.register_comm_hook(None, allreduce_hook)
+        models["comm hook"] = (hooked, torch.optim.SGD(hooked.parameters(), lr=0.01), None)
     total = args.warmup + args.iterations
     batches = [(x.to(dev), y.to(dev)) for x, y in synthetic_batches(args.model, args.batch_size, args.image_size, total, rank)]
     loss_fn = torch.nn.CrossEntropyLoss()
     times = {mode: [] for mode in models}
     for iteration, (x, y) in enumerate(batches):
-        order = ["plain", "recorded"] if iteration % 2 == 0 else ["recorded", "plain"]
+        order = list(models) if iteration % 2 == 0 else list(reversed(models))
         for mode in order:
             model, optimizer, h = models[mode]
             if cuda:
@@ -100,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
     parser.add_argument("--json", type=str, default=None, help="also write the times to this JSON file")
+    parser.add_argument("--comm-hook", action="store_true", help="also time a copy with torch's default allreduce_hook")
     args = parser.parse_args(argv)
     args.workers = args.workers or (1 if args.device == "cuda" else 2)
     with socket.socket() as s:
@@ -115,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     backend = "NCCL, GPU, CUDA-event timings" if args.device == "cuda" else "gloo, CPU"
     print(f"{args.model}, {args.workers} rank(s) ({backend}), batch {args.batch_size}, {args.image_size}x{args.image_size}, "
           f"{len(times['plain'])} timed iterations each (alternating, after {args.warmup} warm-up)")
-    for mode, label in (("plain", "plain DDP"), ("recorded", "DDP + ddlsim's capture")):
-        print(f"  {label:24s} median {median[mode] * 1e3:8.2f} ms   mean {statistics.mean(times[mode]) * 1e3:8.2f} ms")
+    for mode, label in (("plain", "plain DDP"), ("comm hook", "DDP + torch's allreduce_hook"), ("recorded", "DDP + ddlsim's capture")):
+        if mode not in times:
+            continue
+        print(f"  {label:28s} median {median[mode] * 1e3:8.2f} ms   mean {statistics.mean(times[mode]) * 1e3:8.2f} ms")
     print(f"capture overhead: {(median['recorded'] / median['plain'] - 1) * 100:+.2f} % (ratio of medians), "
           f"{(paired - 1) * 100:+.2f} % (median of paired ratios); target < 3 %")
     if args.json:
