@@ -23,6 +23,8 @@ NOT_BYTES = {
     "--image-size": "pixels",
     "--bucket-cap-mb": "PyTorch's bucket_cap_mb, a number of MiB",
     "--bucket-caps": "a list of bucket_cap_mb values (MiB numbers)",
+    "--captures": "a directory of captures",
+    "--capture-iterations": "a number of iterations",
 }
 # (command, option) -> extra arguments the command needs beside it.
 SIMULATE = ["simulate", "--model", "lenet5", "--workers", "2", "--iterations", "1", "--network", "analytic", "--json"]
