@@ -198,6 +198,108 @@ impl Scheduler for NetQueue<'_> {
     }
 }
 
+thread_local! {
+    static DIRECT_PATHS: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Runs `f` with the executor's direct paths on or off for the runs it
+/// starts on this thread: a ring's deliveries through [`RingLane`], and a
+/// flow that restarts alone on its links started and delivered without the
+/// network model's generic event handling ([`NetworkModel::start_lone`],
+/// [`NetworkModel::lone_delivery`]). The outputs are the same either way;
+/// the tests compare them, and benchmarks may time both.
+#[doc(hidden)]
+pub fn with_direct_paths<T>(on: bool, f: impl FnOnce() -> T) -> T {
+    let old = DIRECT_PATHS.with(|d| d.replace(on));
+    let out = f();
+    DIRECT_PATHS.with(|d| d.set(old));
+    out
+}
+
+/// A ring's delivery handled without a list of actions: the
+/// [`crate::collective::ring::RingMachine`] hands each action to the lane as
+/// it makes it, and the lane starts each send at once, exactly as
+/// `apply_batch` and `send_step` would (the machine's state does not depend
+/// on the network's), while no member is parked, the steps are not logged
+/// and the sender's stream is FIFO (or none). From the first action it
+/// cannot take (a send on another stream policy, a member done: finishing
+/// an op may start anything) on, it keeps the actions, in order, for
+/// `apply_batch`. The tests `ring_lane_*` compare both paths.
+struct RingLane<'a, 'g> {
+    c: u32,
+    now: Time,
+    graph: &'g Graph,
+    ops: &'a [u32],
+    network: &'a mut dyn NetworkModel,
+    queue: &'a mut BucketQueue<Event>,
+    flights: &'a mut Vec<StepInFlight>,
+    transfer_owner: &'a mut Vec<Owner>,
+    free_transfers: &'a mut Vec<u32>,
+    bytes_sent: &'a mut [u64],
+    next_message: &'a mut i64,
+    transfers: &'a mut u64,
+    rest: &'a mut Vec<Action>,
+    /// Set from the first action kept for `apply_batch` (or the first error) on.
+    deferred: bool,
+    error: Option<Error>,
+}
+
+impl crate::collective::ring::RingSink for RingLane<'_, '_> {
+    #[inline(always)]
+    fn send(&mut self, from: u32, to: u32, bytes: u64, step: u32, ready: Time, causes: [Cause; 4]) {
+        let tag = (from as u64) << 32 | step as u64;
+        let op = self.ops[from as usize];
+        let o = &self.graph.ops[op as usize];
+        if self.deferred || (o.stream != NO_STREAM && self.graph.streams[o.stream as usize].policy != PolicyKind::Fifo) {
+            self.deferred = true;
+            self.rest.push(Action::Send { from, to, bytes, tag, step, ready, causes });
+            return;
+        }
+        // `send_step` at a detail below step, on a FIFO stream.
+        let c = self.c as usize;
+        let spec = &self.graph.collectives[c];
+        let (src, dst) = (spec.members[from as usize], spec.members[to as usize]);
+        let (band, tenant) = (o.band, o.tenant);
+        let message = *self.next_message;
+        *self.next_message += 1;
+        *self.transfers += 1;
+        self.bytes_sent[src as usize] += bytes;
+        let id = match self.free_transfers.pop() {
+            Some(id) => {
+                self.transfer_owner[id as usize] = Owner::Step;
+                id
+            }
+            None => {
+                self.transfer_owner.push(Owner::Step);
+                (self.transfer_owner.len() - 1) as u32
+            }
+        };
+        if self.flights.len() <= id as usize {
+            self.flights.resize(id as usize + 1, StepInFlight::default());
+        }
+        self.flights[id as usize] = StepInFlight { collective: c as u32, op, to_rank: dst, tag, bytes };
+        let req = TransferRequest { id, message: message as u64, src, dst, bytes, band, tenant };
+        let started = match self.network.start_lone(self.now, req) {
+            Ok(Some((at, token))) => {
+                self.queue.push(at, Event::Net(token));
+                Ok(())
+            }
+            Ok(None) => self.network.start(self.now, req, &mut NetQueue(self.queue)),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
+            self.deferred = true;
+            self.error = Some(e);
+        }
+    }
+
+    #[inline(always)]
+    fn done(&mut self, member: u32) {
+        self.deferred = true;
+        self.rest.push(Action::Done { member });
+    }
+}
+
 const PARKED: u64 = 1 << 63;
 const UNSET: Time = Time::MAX;
 
@@ -237,6 +339,10 @@ struct Executor<'g> {
     free_wakes: Vec<u32>,
     /// Scratch action lists, reused (issuing may start another collective while a batch is processed).
     action_pool: Vec<Vec<Action>>,
+    /// A ring lane's actions left for `apply_batch` (see [`RingLane`]), reused.
+    lane_rest: Vec<Action>,
+    /// The direct paths are taken (see [`with_direct_paths`]).
+    direct: bool,
     deliveries: Vec<Delivery>,
     next_row: i64,
     next_message: i64,
@@ -401,6 +507,8 @@ impl<'g> Executor<'g> {
             wakes: Vec::new(),
             free_wakes: Vec::new(),
             action_pool: Vec::new(),
+            lane_rest: Vec::new(),
+            direct: DIRECT_PATHS.with(|d| d.get()),
             deliveries: Vec::new(),
             next_row: row_base,
             next_message: 0,
@@ -481,6 +589,15 @@ impl<'g> Executor<'g> {
                 Event::FanStart(f) => self.launch_fan(f as usize, now)?,
                 Event::Wake(slot) => self.wake(slot, now)?,
                 Event::Net(token) => {
+                    if let Some(delivery) = if self.direct { self.network.lone_delivery(now, token) } else { None } {
+                        if let Some(d) = delivery {
+                            self.delivered(d, now)?;
+                        }
+                        if self.finished_ops == self.graph.len() && self.network.background_only(now) {
+                            break;
+                        }
+                        continue;
+                    }
                     let mut delivered = std::mem::take(&mut self.deliveries);
                     self.network.on_event(now, token, &mut NetQueue(&mut self.queue), &mut delivered)?;
                     for d in delivered.drain(..) {
@@ -1143,6 +1260,39 @@ impl<'g> Executor<'g> {
             self.push_step_row(send, &r.causes)?;
             self.step_log.push(recv, [r.row]);
         }
+        if self.direct && !counted && self.detail != TraceDetail::Step && self.parked.is_empty() {
+            let LiveCollective { machine, ops } = self.collectives[c].as_mut().expect("collective live while steps fly");
+            if let Some(ring) = machine.as_ring() {
+                // The ring's sends go straight to the network as the machine makes them (see `RingLane`).
+                let mut rest = std::mem::take(&mut self.lane_rest);
+                let mut lane = RingLane {
+                    c: c as u32,
+                    now,
+                    graph: self.graph,
+                    ops,
+                    network: &mut *self.network,
+                    queue: &mut self.queue,
+                    flights: &mut self.flights,
+                    transfer_owner: &mut self.transfer_owner,
+                    free_transfers: &mut self.free_transfers,
+                    bytes_sent: &mut self.bytes_sent,
+                    next_message: &mut self.next_message,
+                    transfers: &mut self.transfers,
+                    rest: &mut rest,
+                    deferred: false,
+                    error: None,
+                };
+                ring.delivered_into(now, f.tag, &mut lane);
+                let result = match lane.error.take() {
+                    Some(e) => Err(e),
+                    None if rest.is_empty() => Ok(()),
+                    None => self.apply_batch(c, &rest, now, recv_row),
+                };
+                rest.clear();
+                self.lane_rest = rest;
+                return result;
+            }
+        }
         let live = self.collectives[c].as_mut().expect("collective live while steps fly");
         let mut actions = self.action_pool.pop().unwrap_or_default();
         live.machine.delivered(now, f.tag, recv_row, &mut actions);
@@ -1373,7 +1523,13 @@ impl<'g> Executor<'g> {
             self.step_records[id as usize] = StepRecord { step, row, message, ready, start: now, causes };
         }
         let req = TransferRequest { id, message: message as u64, src, dst, bytes, band, tenant };
-        self.network.start(now, req, &mut NetQueue(&mut self.queue))
+        match if self.direct { self.network.start_lone(now, req)? } else { None } {
+            Some((at, token)) => {
+                self.queue.push(at, Event::Net(token));
+                Ok(())
+            }
+            None => self.network.start(now, req, &mut NetQueue(&mut self.queue)),
+        }
     }
 
     fn into_output(mut self, op_names: Vec<String>) -> Result<RunOutput, Error> {
@@ -1748,6 +1904,8 @@ impl<'g> Executor<'g> {
             wakes,
             free_wakes,
             action_pool,
+            lane_rest,
+            direct,
             deliveries,
             next_row,
             next_message,
@@ -1797,6 +1955,8 @@ impl<'g> Executor<'g> {
             wakes,
             free_wakes,
             action_pool,
+            lane_rest,
+            direct,
             deliveries,
             next_row,
             next_message,

@@ -76,6 +76,10 @@ pub trait Collective {
     fn woke(&mut self, _now: Time, _member: u32, _tag: u64, _cause: Cause, _out: &mut Vec<Action>) {
         unreachable!("this collective asks for no wake-up")
     }
+    /// The machine as a [`ring::RingMachine`], for the executor's direct path.
+    fn as_ring(&mut self) -> Option<&mut ring::RingMachine> {
+        None
+    }
     /// True once every member is done. It turns true only in a call that
     /// outputs a [`Action::Done`] or [`Action::DoneAt`] (the executor asks only then).
     fn complete(&self) -> bool;

@@ -130,6 +130,27 @@ impl RingPlan {
     }
 }
 
+/// Where a [`RingMachine`] puts its actions: a list of [`Action`]s (the
+/// [`Collective`] interface), or the executor's own handling of each in
+/// turn ([`RingMachine::delivered_into`]).
+pub trait RingSink {
+    /// [`Action::Send`] of stage `step` (tag `from << 32 | step`).
+    fn send(&mut self, from: u32, to: u32, bytes: u64, step: u32, ready: Time, causes: [Cause; 4]);
+    /// [`Action::Done`].
+    fn done(&mut self, member: u32);
+}
+
+impl RingSink for Vec<Action> {
+    #[inline(always)]
+    fn send(&mut self, from: u32, to: u32, bytes: u64, step: u32, ready: Time, causes: [Cause; 4]) {
+        self.push(Action::Send { from, to, bytes, tag: (from as u64) << 32 | step as u64, step, ready, causes });
+    }
+    #[inline(always)]
+    fn done(&mut self, member: u32) {
+        self.push(Action::Done { member });
+    }
+}
+
 /// One member of a [`RingMachine`].
 #[derive(Debug, Clone, Copy)]
 struct RingMember {
@@ -185,7 +206,7 @@ impl RingMachine {
 
     /// Sends `m`'s current stage if its successor has reached it; else waits for it.
     #[inline(always)]
-    fn try_send(&mut self, m: u32, out: &mut Vec<Action>) -> bool {
+    fn try_send<O: RingSink>(&mut self, m: u32, out: &mut O) -> bool {
         let to = self.next(m);
         let s = self.members[m as usize].stage;
         let peer = &mut self.members[to as usize];
@@ -200,13 +221,13 @@ impl RingMachine {
         let [c, d] = if peer_ready > ready { peer_causes } else { [NO_CAUSE; 2] };
         me.sent = true;
         let bytes = self.plan.send_bytes(m, s);
-        out.push(Action::Send { from: m, to, bytes, tag: (m as u64) << 32 | s as u64, step: s, ready, causes: [a, b, c, d] });
+        out.send(m, to, bytes, s, ready, [a, b, c, d]);
         true
     }
 
     /// Completes as many stages of `m` as are done, sending on the way.
     #[inline(always)]
-    fn advance(&mut self, now: Time, m: u32, out: &mut Vec<Action>) {
+    fn advance<O: RingSink>(&mut self, now: Time, m: u32, out: &mut O) {
         if self.joined < self.n {
             return;
         }
@@ -231,7 +252,7 @@ impl RingMachine {
             let blocked = std::mem::replace(&mut me.blocked, false);
             if s + 1 == self.stages {
                 self.finished += 1;
-                out.push(Action::Done { member: m });
+                out.done(m);
             }
             if blocked {
                 // The predecessor waited for this stage: it can only make its send now.
@@ -244,6 +265,26 @@ impl RingMachine {
             if s + 1 == self.stages {
                 return;
             }
+        }
+    }
+}
+
+impl RingMachine {
+    /// [`Collective::delivered`] with the actions handed to `out` as they come.
+    #[inline(always)]
+    pub fn delivered_into<O: RingSink>(&mut self, now: Time, tag: u64, out: &mut O) {
+        let from = (tag >> 32) as u32;
+        let s = tag as u32;
+        let to = self.next(from);
+        let sender = &mut self.members[from as usize];
+        debug_assert_eq!(sender.stage, s, "a member sends only in its current stage");
+        sender.send_done = true;
+        let receiver = &mut self.members[to as usize];
+        debug_assert_eq!(receiver.received, s, "a ring member receives its stages in order");
+        receiver.received = s + 1;
+        self.advance(now, from, out);
+        if to != from {
+            self.advance(now, to, out);
         }
     }
 }
@@ -274,19 +315,11 @@ impl Collective for RingMachine {
 
     #[inline]
     fn delivered(&mut self, now: Time, tag: u64, _cause: Cause, out: &mut Vec<Action>) {
-        let from = (tag >> 32) as u32;
-        let s = tag as u32;
-        let to = self.next(from);
-        let sender = &mut self.members[from as usize];
-        debug_assert_eq!(sender.stage, s, "a member sends only in its current stage");
-        sender.send_done = true;
-        let receiver = &mut self.members[to as usize];
-        debug_assert_eq!(receiver.received, s, "a ring member receives its stages in order");
-        receiver.received = s + 1;
-        self.advance(now, from, out);
-        if to != from {
-            self.advance(now, to, out);
-        }
+        self.delivered_into(now, tag, out);
+    }
+
+    fn as_ring(&mut self) -> Option<&mut RingMachine> {
+        Some(self)
     }
 
     fn complete(&self) -> bool {

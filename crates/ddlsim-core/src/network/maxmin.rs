@@ -544,13 +544,41 @@ impl FlowNetwork {
         Ok(FlowStart::Shared)
     }
 
+    /// The class a flow from `src` to `dst` in `band` starting at `now`
+    /// would restart in place ([`FlowNetwork::start`] would take
+    /// `restart_lone`): the sender's last class, lone, its transmission
+    /// over. Looks only; `None` when the general path is needed.
+    #[inline(always)]
+    pub fn lone_restartable(&self, now: Time, src: u32, dst: u32, band: u8) -> Option<u32> {
+        #[cfg(test)]
+        if self.general_only {
+            return None;
+        }
+        match self.last_class.get(src as usize) {
+            Some(&(d, b, c)) if d == dst && b == band => match self.classes[c as usize].lone_until {
+                Some(end) if end <= now && !self.paths[c as usize].links().is_empty() => Some(c),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// [`FlowNetwork::start`] of a flow whose class [`FlowNetwork::lone_restartable`] gave.
+    #[inline(always)]
+    pub fn restart_lone_class(&mut self, now: Time, class: u32, flow: u32, bytes: u64) -> Result<(Time, Time), Error> {
+        match self.restart_lone(now, class, flow, bytes)? {
+            FlowStart::Lone { tx_end, latency } => Ok((tx_end, latency)),
+            FlowStart::Shared => unreachable!("a lone restart is lone"),
+        }
+    }
+
     /// A flow of a lone class whose last flow's transmission is over (a
     /// member sending to the same peer again, as a ring does step after
     /// step): the same state as the general path's (the old flow leaves, the
     /// class is alone again on its links, which list nothing else: a lone
     /// class shares no link), without taking the class off its links and
     /// putting it back.
-    #[inline]
+    #[inline(always)]
     fn restart_lone(&mut self, now: Time, class: u32, flow: u32, bytes: u64) -> Result<FlowStart, Error> {
         self.recomputations += 1;
         let path = &self.paths[class as usize];
@@ -559,8 +587,10 @@ impl FlowNetwork {
         debug_assert!(path.links().iter().all(|&l| self.link_classes[l as usize] == [class]), "a lone class shares no link");
         // The general path bumps the version twice: once when the old flow leaves, once for the new lone end.
         c.version = c.version.wrapping_add(2);
-        c.members.clear();
-        c.members.push(Reverse((OrderedBytes(bytes as f64), flow)));
+        // Its one flow replaced in place (a heap of one stays a heap; no sift, no reallocation).
+        let mut one = std::mem::take(&mut c.members).into_vec();
+        one[0] = Reverse((OrderedBytes(bytes as f64), flow));
+        c.members = BinaryHeap::from(one);
         c.base = 0.0;
         c.since = now;
         if c.last_bytes != bytes {

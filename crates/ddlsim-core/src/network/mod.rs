@@ -146,6 +146,22 @@ pub trait NetworkModel {
     fn fan_arrivals(&self, kind: FanKind, ends: &[FanEnd], tx_end: Time, delivered: Time, out: &mut Vec<Time>) -> Result<(), Error> {
         innet::fan_arrivals(self.topology(), kind, ends, tx_end, delivered, out)
     }
+    /// Starts `req` as [`NetworkModel::start`] would when that would only
+    /// schedule its delivery (a flow restarting alone on its links): returns
+    /// the event `(time, token)` for the caller to schedule, having changed
+    /// exactly what `start` changes. `None`: nothing was changed, call `start`.
+    #[inline]
+    fn start_lone(&mut self, _now: Time, _req: TransferRequest) -> Result<Option<(Time, u64)>, Error> {
+        Ok(None)
+    }
+    /// Handles event `token` as [`NetworkModel::on_event`] would when that
+    /// only delivers one transfer or none (a direct end of a lone flow, or
+    /// a stale one): `Some(delivery)` or `Some(None)`. `None`: nothing was
+    /// changed, call `on_event`.
+    #[inline]
+    fn lone_delivery(&mut self, _now: Time, _token: u64) -> Option<Option<Delivery>> {
+        None
+    }
     fn stats(&self) -> NetworkStats;
     fn take_flows(&mut self) -> Vec<FlowRecord>;
     /// Queue occupancy samples (packet level; empty otherwise).
@@ -221,9 +237,15 @@ impl Common {
     #[inline]
     fn check(&self, req: &TransferRequest, ranks: u32) -> Result<(), Error> {
         if req.src >= ranks || req.dst >= ranks {
-            return Err(Error::internal(format!("internal error, please report: transfer {} -> {} outside the {ranks} placed ranks", req.src, req.dst)));
+            return Err(Self::outside(req, ranks));
         }
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn outside(req: &TransferRequest, ranks: u32) -> Error {
+        Error::internal(format!("internal error, please report: transfer {} -> {} outside the {ranks} placed ranks", req.src, req.dst))
     }
 
     #[inline]
@@ -276,14 +298,24 @@ impl Common {
 }
 
 /// The error for a transfer that cannot end on the engine's clock.
+#[cold]
+#[inline(never)]
 pub(crate) fn too_long(bytes: u64) -> Error {
     Error::out_of_range(format!("a transfer of {bytes} bytes would end after {MAX_TIME} ns (about 146 years); sizes or bandwidth are far off"))
 }
 
+#[inline]
 fn at(now: Time, dt: Time) -> Result<Time, Error> {
-    now.checked_add(dt)
-        .filter(|&t| t <= MAX_TIME)
-        .ok_or_else(|| Error::out_of_range(format!("simulated time would pass {MAX_TIME} ns (about 146 years); sizes, latencies or bandwidth are far off")))
+    match now.checked_add(dt) {
+        Some(t) if t <= MAX_TIME => Ok(t),
+        _ => Err(past_the_clock()),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn past_the_clock() -> Error {
+    Error::out_of_range(format!("simulated time would pass {MAX_TIME} ns (about 146 years); sizes, latencies or bandwidth are far off"))
 }
 
 /// Links as FIFO servers: a transfer starts when every link of its route is
@@ -482,6 +514,40 @@ impl NetworkModel for Flow {
     }
     fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), Error> {
         self.on_event_flow(now, token, sched, out)
+    }
+    /// `on_event`'s branch for a delivery token.
+    #[inline]
+    fn lone_delivery(&mut self, now: Time, token: u64) -> Option<Option<Delivery>> {
+        if token & DELIVER == 0 {
+            return None;
+        }
+        let id = (token & 0xffff_ffff) as u32;
+        let generation = ((token >> 32) & 0x7fff_ffff) as u32;
+        let slot = &mut self.common.slots[id as usize];
+        if slot.generation & 0x7fff_ffff != generation {
+            return Some(None);
+        }
+        slot.generation = slot.generation.wrapping_add(1);
+        let tx_end = slot.tx_end;
+        if self.common.record {
+            self.common.write_record(id, tx_end, now);
+        }
+        Some(Some(Delivery { id, tx_end }))
+    }
+    /// `start` through [`FlowNetwork::restart_lone_class`]: no class
+    /// resolved, nothing cancelled, no reschedule (`out` and `cancelled`
+    /// are empty between calls), one delivery scheduled.
+    #[inline]
+    fn start_lone(&mut self, now: Time, req: TransferRequest) -> Result<Option<(Time, u64)>, Error> {
+        let Some(class) = self.net.lone_restartable(now, req.src, req.dst, req.band) else { return Ok(None) };
+        debug_assert!(self.out.is_empty() && self.cancelled.is_empty());
+        self.common.check(&req, self.net.topology().ranks())?;
+        self.common.begin(now, req);
+        let (tx_end, latency) = self.net.restart_lone_class(now, class, req.id, req.bytes)?;
+        let delivered = at(tx_end, latency)?;
+        let slot = &mut self.common.slots[req.id as usize];
+        slot.tx_end = tx_end;
+        Ok(Some((delivered, Self::delivery_token(slot.generation, req.id))))
     }
     fn stats(&self) -> NetworkStats {
         NetworkStats { recomputations: self.net.recomputations(), flows: self.common.recorded }
