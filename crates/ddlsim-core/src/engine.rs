@@ -171,7 +171,7 @@ impl<E: Copy> BucketQueue<E> {
     }
 
     /// Schedules `event` at absolute `time`, after every event already queued at that time.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, time: Time, event: E) {
         debug_assert!(time >= self.now, "event scheduled in the past");
         self.len += 1;

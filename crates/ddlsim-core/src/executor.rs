@@ -246,12 +246,13 @@ struct RingLane<'a, 'g> {
 
 impl crate::collective::ring::RingSink for RingLane<'_, '_> {
     #[inline(always)]
-    fn send(&mut self, from: u32, to: u32, bytes: u64, step: u32, ready: Time, causes: [Cause; 4]) {
+    fn send(&mut self, from: u32, to: u32, bytes: u64, step: u32, meta: impl FnOnce() -> (Time, [Cause; 4])) {
         let tag = (from as u64) << 32 | step as u64;
         let op = self.ops[from as usize];
         let o = &self.graph.ops[op as usize];
         if self.deferred || (o.stream != NO_STREAM && self.graph.streams[o.stream as usize].policy != PolicyKind::Fifo) {
             self.deferred = true;
+            let (ready, causes) = meta();
             self.rest.push(Action::Send { from, to, bytes, tag, step, ready, causes });
             return;
         }

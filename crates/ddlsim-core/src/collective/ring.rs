@@ -134,15 +134,17 @@ impl RingPlan {
 /// [`Collective`] interface), or the executor's own handling of each in
 /// turn ([`RingMachine::delivered_into`]).
 pub trait RingSink {
-    /// [`Action::Send`] of stage `step` (tag `from << 32 | step`).
-    fn send(&mut self, from: u32, to: u32, bytes: u64, step: u32, ready: Time, causes: [Cause; 4]);
+    /// [`Action::Send`] of stage `step` (tag `from << 32 | step`); `meta`
+    /// gives its `ready` and `causes` (asked only by a sink that needs them).
+    fn send(&mut self, from: u32, to: u32, bytes: u64, step: u32, meta: impl FnOnce() -> (Time, [Cause; 4]));
     /// [`Action::Done`].
     fn done(&mut self, member: u32);
 }
 
 impl RingSink for Vec<Action> {
     #[inline(always)]
-    fn send(&mut self, from: u32, to: u32, bytes: u64, step: u32, ready: Time, causes: [Cause; 4]) {
+    fn send(&mut self, from: u32, to: u32, bytes: u64, step: u32, meta: impl FnOnce() -> (Time, [Cause; 4])) {
+        let (ready, causes) = meta();
         self.push(Action::Send { from, to, bytes, tag: (from as u64) << 32 | step as u64, step, ready, causes });
     }
     #[inline(always)]
@@ -214,14 +216,15 @@ impl RingMachine {
             peer.blocked = true;
             return false;
         }
-        let (peer_ready, peer_causes) = (peer.ready_at, peer.prev_causes);
-        let me = &mut self.members[m as usize];
-        let ready = me.ready_at;
-        let [a, b] = me.prev_causes;
-        let [c, d] = if peer_ready > ready { peer_causes } else { [NO_CAUSE; 2] };
-        me.sent = true;
+        self.members[m as usize].sent = true;
         let bytes = self.plan.send_bytes(m, s);
-        out.send(m, to, bytes, s, ready, [a, b, c, d]);
+        let members = &self.members;
+        out.send(m, to, bytes, s, || {
+            let (me, peer) = (&members[m as usize], &members[to as usize]);
+            let [a, b] = me.prev_causes;
+            let [c, d] = if peer.ready_at > me.ready_at { peer.prev_causes } else { [NO_CAUSE; 2] };
+            (me.ready_at, [a, b, c, d])
+        });
         true
     }
 

@@ -16,7 +16,6 @@
 //! alone on its route is timed exactly ([`Path::transmit_ns`], u128).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -202,7 +201,7 @@ impl WaterFill {
 struct Class {
     band: u8,
     /// (target service, flow id), earliest first.
-    members: BinaryHeap<Reverse<(OrderedBytes, u32)>>,
+    members: MaxHeap<Reverse<(OrderedBytes, u32)>>,
     base: f64,
     since: Time,
     rate: f64,
@@ -216,6 +215,81 @@ struct Class {
     /// size again and again; 0 bytes take 0 ns, a true first entry).
     last_bytes: u64,
     last_tx: Time,
+}
+
+/// A max-heap (as `std`'s `BinaryHeap`: its items pop in the same order,
+/// the greatest first, whatever the heap's layout, as the items here are
+/// distinct) that can replace its only item in place.
+#[derive(Debug, Clone)]
+struct MaxHeap<T>(Vec<T>);
+
+impl<T> Default for MaxHeap<T> {
+    fn default() -> Self {
+        MaxHeap(Vec::new())
+    }
+}
+
+impl<T: Ord + Copy> MaxHeap<T> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    #[inline]
+    fn peek(&self) -> Option<&T> {
+        self.0.first()
+    }
+    #[inline]
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+    /// The heap of one item becomes the heap of `x` alone.
+    #[inline(always)]
+    fn replace_only(&mut self, x: T) {
+        debug_assert_eq!(self.0.len(), 1);
+        self.0[0] = x;
+    }
+    fn push(&mut self, x: T) {
+        let h = &mut self.0;
+        h.push(x);
+        let mut i = h.len() - 1;
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if h[parent] >= h[i] {
+                break;
+            }
+            h.swap(parent, i);
+            i = parent;
+        }
+    }
+    fn pop(&mut self) -> Option<T> {
+        let h = &mut self.0;
+        let last = h.pop()?;
+        if h.is_empty() {
+            return Some(last);
+        }
+        let top = std::mem::replace(&mut h[0], last);
+        let (n, mut i) = (h.len(), 0);
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut big = i;
+            if l < n && h[l] > h[big] {
+                big = l;
+            }
+            if r < n && h[r] > h[big] {
+                big = r;
+            }
+            if big == i {
+                break;
+            }
+            h.swap(i, big);
+            i = big;
+        }
+        Some(top)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -473,7 +547,7 @@ impl FlowNetwork {
         let class = match self.tree_class_of.get(&key) {
             Some(&c) => c,
             None => {
-                self.classes.push(Class { band, members: BinaryHeap::new(), base: 0.0, since: now, rate: 0.0, version: 0, lone_until: None, last_bytes: 0, last_tx: 0 });
+                self.classes.push(Class { band, members: MaxHeap::default(), base: 0.0, since: now, rate: 0.0, version: 0, lone_until: None, last_bytes: 0, last_tx: 0 });
                 self.paths.push(path.clone());
                 self.class_mark.push(0);
                 let id = (self.classes.len() - 1) as u32;
@@ -588,9 +662,7 @@ impl FlowNetwork {
         // The general path bumps the version twice: once when the old flow leaves, once for the new lone end.
         c.version = c.version.wrapping_add(2);
         // Its one flow replaced in place (a heap of one stays a heap; no sift, no reallocation).
-        let mut one = std::mem::take(&mut c.members).into_vec();
-        one[0] = Reverse((OrderedBytes(bytes as f64), flow));
-        c.members = BinaryHeap::from(one);
+        c.members.replace_only(Reverse((OrderedBytes(bytes as f64), flow)));
         c.base = 0.0;
         c.since = now;
         if c.last_bytes != bytes {
@@ -606,7 +678,7 @@ impl FlowNetwork {
     /// Classes live as long as the network: an idle one keeps its heap's
     /// capacity and is simply off its links' lists.
     fn new_class(&mut self, now: Time, src: u32, dst: u32, band: u8, key: u64) -> u32 {
-        self.classes.push(Class { band, members: BinaryHeap::new(), base: 0.0, since: now, rate: 0.0, version: 0, lone_until: None, last_bytes: 0, last_tx: 0 });
+        self.classes.push(Class { band, members: MaxHeap::default(), base: 0.0, since: now, rate: 0.0, version: 0, lone_until: None, last_bytes: 0, last_tx: 0 });
         self.paths.push(self.topo.route(src, dst));
         self.class_mark.push(0);
         let id = (self.classes.len() - 1) as u32;
@@ -767,6 +839,48 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-12 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn max_heap_pops_as_the_standard_binary_heap() {
+        // Seeded pushes, pops and lone replacements of (target, flow) items, many targets equal.
+        let mut state: u64 = 0x0bad_5eed_1234_5678;
+        let mut next = move |k: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % k
+        };
+        let mut flow = 0u32;
+        for _ in 0..200 {
+            let mut ours = MaxHeap::default();
+            let mut std_heap = std::collections::BinaryHeap::new();
+            for _ in 0..300 {
+                match next(5) {
+                    0 | 1 | 2 => {
+                        let x = Reverse((OrderedBytes(next(20) as f64 * 0.5), flow));
+                        flow += 1;
+                        ours.push(x);
+                        std_heap.push(x);
+                    }
+                    3 => assert_eq!(ours.pop(), std_heap.pop()),
+                    _ if ours.len() == 1 => {
+                        let x = Reverse((OrderedBytes(next(20) as f64), flow));
+                        flow += 1;
+                        ours.replace_only(x);
+                        std_heap.clear();
+                        std_heap.push(x);
+                    }
+                    _ => {}
+                }
+                assert_eq!(ours.len(), std_heap.len());
+                assert_eq!(ours.peek(), std_heap.peek());
+            }
+            while let Some(x) = std_heap.pop() {
+                assert_eq!(ours.pop(), Some(x));
+            }
+            assert!(ours.is_empty());
+        }
     }
 
     #[test]
