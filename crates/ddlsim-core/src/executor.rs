@@ -1211,7 +1211,52 @@ impl<'g> Executor<'g> {
     }
 
     /// Collective step `f` (carried by transfer `id`, not reused yet) was delivered.
+    #[inline(always)]
     fn step_delivered(&mut self, f: StepInFlight, id: u32, tx_end: Time, now: Time) -> Result<(), Error> {
+        let c = f.collective as usize;
+        let stream = self.graph.ops[f.op as usize].stream;
+        // Sends in flight are counted for the policies that look at them (a FIFO stream neither preempts nor yields).
+        let counted = stream != NO_STREAM && self.graph.streams[stream as usize].policy != PolicyKind::Fifo;
+        let recv_row = NO_CAUSE;
+        if self.direct && !counted && self.detail != TraceDetail::Step && self.parked.is_empty() {
+            let LiveCollective { machine, ops } = self.collectives[c].as_mut().expect("collective live while steps fly");
+            if let Some(ring) = machine.as_ring() {
+                // The ring's sends go straight to the network as the machine makes them (see `RingLane`).
+                let mut rest = std::mem::take(&mut self.lane_rest);
+                let mut lane = RingLane {
+                    c: c as u32,
+                    now,
+                    graph: self.graph,
+                    ops,
+                    network: &mut *self.network,
+                    queue: &mut self.queue,
+                    flights: &mut self.flights,
+                    transfer_owner: &mut self.transfer_owner,
+                    free_transfers: &mut self.free_transfers,
+                    bytes_sent: &mut self.bytes_sent,
+                    next_message: &mut self.next_message,
+                    transfers: &mut self.transfers,
+                    rest: &mut rest,
+                    deferred: false,
+                    error: None,
+                };
+                ring.delivered_into(now, f.tag, &mut lane);
+                let result = match lane.error.take() {
+                    Some(e) => Err(e),
+                    None if rest.is_empty() => Ok(()),
+                    None => self.apply_batch(c, &rest, now, recv_row),
+                };
+                rest.clear();
+                self.lane_rest = rest;
+                return result;
+            }
+        }
+        self.step_delivered_general(f, id, tx_end, now)
+    }
+
+    /// [`Executor::step_delivered`] through the machine's list of actions.
+    #[inline(never)]
+    fn step_delivered_general(&mut self, f: StepInFlight, id: u32, tx_end: Time, now: Time) -> Result<(), Error> {
         let c = f.collective as usize;
         let from_op = &self.graph.ops[f.op as usize];
         let stream = from_op.stream;
@@ -1260,39 +1305,6 @@ impl<'g> Executor<'g> {
             };
             self.push_step_row(send, &r.causes)?;
             self.step_log.push(recv, [r.row]);
-        }
-        if self.direct && !counted && self.detail != TraceDetail::Step && self.parked.is_empty() {
-            let LiveCollective { machine, ops } = self.collectives[c].as_mut().expect("collective live while steps fly");
-            if let Some(ring) = machine.as_ring() {
-                // The ring's sends go straight to the network as the machine makes them (see `RingLane`).
-                let mut rest = std::mem::take(&mut self.lane_rest);
-                let mut lane = RingLane {
-                    c: c as u32,
-                    now,
-                    graph: self.graph,
-                    ops,
-                    network: &mut *self.network,
-                    queue: &mut self.queue,
-                    flights: &mut self.flights,
-                    transfer_owner: &mut self.transfer_owner,
-                    free_transfers: &mut self.free_transfers,
-                    bytes_sent: &mut self.bytes_sent,
-                    next_message: &mut self.next_message,
-                    transfers: &mut self.transfers,
-                    rest: &mut rest,
-                    deferred: false,
-                    error: None,
-                };
-                ring.delivered_into(now, f.tag, &mut lane);
-                let result = match lane.error.take() {
-                    Some(e) => Err(e),
-                    None if rest.is_empty() => Ok(()),
-                    None => self.apply_batch(c, &rest, now, recv_row),
-                };
-                rest.clear();
-                self.lane_rest = rest;
-                return result;
-            }
         }
         let live = self.collectives[c].as_mut().expect("collective live while steps fly");
         let mut actions = self.action_pool.pop().unwrap_or_default();

@@ -123,7 +123,8 @@ impl RingPlan {
     #[inline(always)]
     fn send_bytes(&self, i: u32, stage: u32) -> u64 {
         if self.messages == 1 {
-            return self.base + u64::from((self.chunk_of(i, stage) as u64) < self.extra);
+            // Evenly split (extra 0): every chunk is `base` bytes.
+            return if self.extra == 0 { self.base } else { self.base + u64::from((self.chunk_of(i, stage) as u64) < self.extra) };
         }
         let (q, step) = (stage / self.per, stage % self.per);
         chunk_bytes(self.message_bytes(q), self.n, self.chunk_of(i, step))
@@ -231,9 +232,8 @@ impl RingMachine {
     /// Completes as many stages of `m` as are done, sending on the way.
     #[inline(always)]
     fn advance<O: RingSink>(&mut self, now: Time, m: u32, out: &mut O) {
-        if self.joined < self.n {
-            return;
-        }
+        // Called once every member joined (nothing is sent before).
+        debug_assert_eq!(self.joined, self.n);
         let mu = m as usize;
         loop {
             let me = &self.members[mu];
