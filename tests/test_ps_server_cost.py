@@ -72,6 +72,7 @@ def test_replay_takes_the_fit_without_negative_terms_keeping_the_cost_at_the_cap
     meta = {"source": "capture", "job": "ps", "workers": workers, "server_cost": {"a_ns": a, "b_ns": b}}
     assert captured_server_cost(meta) == expected
     assert captured_server_cost({"source": "capture", "job": "ps", "workers": 2}) is None
+    assert captured_server_cost({"workers": 2, "server_cost": {"a_ns": float("nan"), "b_ns": 1.0}}) is None
 
 
 def _ps_capture(tmp_path, cost):
@@ -127,3 +128,48 @@ def test_the_scenario_names_a_bad_server_cost():
         ddlsim.simulate(model="lenet5", workers=2, strategy="ps", server_cost={"a": "20", "b": "0s"})
     with pytest.raises(DdlsimError, match="server_cost"):
         ddlsim.simulate(model="lenet5", workers=2, strategy="ps", in_network="multicast", server_cost={"a": "20us"})
+
+
+def test_capture_ps_refuses_a_single_connection_count_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "ps", "--model", "lenet5", "--connections", "2",
+                           "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == ("error: --connections '2': give at least two different connection counts >= 1, "
+                                   "e.g. 1,2 (or auto, or none)")
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_ps_capture_stores_its_service_fit_and_replay_uses_it(tmp_path):
+    """A real PS job and the microbenchmark after it: the metadata's server_cost is fit.json's service fit in ns, which
+    is the least-squares line through scaling.csv's mean service times, and replay takes it (cost at C = 2 kept)."""
+    pytest.importorskip("torch", reason="ddlsim capture ps runs torch.distributed.rpc (pip install ddlsim[capture])")
+    import json
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    out = tmp_path / "cap"
+    done = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "ps", "--model", "lenet5", "--workers", "2",
+                           "--iterations", "2", "--connections", "1,2", "--connection-requests", "20", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    meta = read_event_log(out / "events.parquet").metadata
+    fit = json.loads((out / "fit.json").read_text())["service"]
+    cost = meta["server_cost"]
+    assert cost["a_ns"] == pytest.approx(fit["a"] * 1e3) and cost["b_ns"] == pytest.approx(fit["b"] * 1e3)
+    assert cost["connections"] == [1, 2]
+    table = pd.read_csv(out / "scaling.csv")
+    assert list(table.connections) == [1, 2] and (table.requests == 20).all()
+    # two points: the line passes through both means
+    assert fit["a"] + fit["b"] * 2 == pytest.approx(float(table.service_us[1]))
+    assert fit["a"] + fit["b"] == pytest.approx(float(table.service_us[0]))
+    requests = pd.read_csv(out / "c2" / "requests.csv")
+    assert (requests.service_ns > 0).all() and (requests.service_ns <= requests.server_ns + requests.latency_ns).all()
+    r = ddlsim.replay(out / "events.parquet")
+    at_two = round(max(0.0, cost["a_ns"] + 2 * cost["b_ns"]))
+    got = r.scenario.strategy.server_cost
+    assert abs(got.a_ns + 2 * got.b_ns - at_two) <= 1

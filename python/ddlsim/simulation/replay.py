@@ -241,6 +241,8 @@ def captured_server_cost(meta: dict[str, Any]) -> Optional[tuple[int, int]]:
     if not isinstance(fit, dict) or not all(isinstance(fit.get(k), (int, float)) for k in ("a_ns", "b_ns")):
         return None
     a, b = float(fit["a_ns"]), float(fit["b_ns"])
+    if not (abs(a) < 1e15 and abs(b) < 1e15):  # nan, inf or absurd: no usable fit
+        return None
     c = max(1, int(meta.get("workers") or 1))
     at_c = max(0.0, a + b * c)
     if b < 0:
