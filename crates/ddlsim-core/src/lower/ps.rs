@@ -8,7 +8,9 @@
 //! (`push_response`), which the worker follows with a pull request
 //! (`pull_request`) that the server answers with the parameters
 //! (`pull_response`), at once or, under an ordered distribution, later
-//! (the caller places it).
+//! (the caller places it). Under a per-request server cost
+//! ([`super::server_cost`]) each push and pull request first passes the
+//! server's request processor (a `serve` row), and what follows it waits for that.
 
 use super::server_cost::RequestProcessors;
 use super::spec::TrainingSpec;
