@@ -20,8 +20,6 @@ use serde::Deserialize;
 
 use crate::graph::{Graph, Kind, Op, PolicyKind};
 
-use super::spec::TrainingSpec;
-
 /// `a_ns + b_ns * C` ns per request (C: the server's concurrent connections).
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -43,15 +41,16 @@ impl ServerCost {
     }
 }
 
-/// Checks the spec's server cost against the strategy it is lowered with.
-pub fn validate(spec: &TrainingSpec) -> Result<(), String> {
-    if spec.server_cost.is_zero() {
+/// Checks a server cost against the strategy it is lowered with (`servers`: 0 for all-reduce; `in_network`:
+/// whether an in-network mode is on).
+pub fn validate(cost: &ServerCost, servers: u32, in_network: bool) -> Result<(), String> {
+    if cost.is_zero() {
         return Ok(());
     }
-    if spec.servers() == 0 {
+    if servers == 0 {
         return Err("server_cost is the parameter server's per-request cost; the all-reduce strategy has no server".into());
     }
-    if spec.in_network.mode != super::spec::InNetworkMode::None {
+    if in_network {
         return Err("server_cost is modelled for the plain parameter server; in-network aggregation / multicast change which requests reach it".into());
     }
     Ok(())
@@ -68,14 +67,14 @@ pub struct RequestProcessors {
 }
 
 impl RequestProcessors {
-    /// None when the spec's cost is zero: nothing is added to the graph.
-    pub fn new(g: &mut Graph, spec: &TrainingSpec) -> Option<Self> {
-        if spec.server_cost.is_zero() || spec.servers() == 0 {
+    /// The processors of `servers` servers (ranks `workers..`), each with all `workers` as clients; None when
+    /// the cost is zero: nothing is added to the graph.
+    pub fn new(g: &mut Graph, cost: ServerCost, workers: u32, servers: u32) -> Option<Self> {
+        if cost.is_zero() || servers == 0 {
             return None;
         }
-        let n = spec.workers;
-        let streams = (0..spec.servers()).map(|s| g.new_stream(n + s, "rpc", PolicyKind::Fifo)).collect();
-        Some(RequestProcessors { streams, name: g.op_name("serve"), per_request_ns: spec.server_cost.per_request_ns(n) })
+        let streams = (0..servers).map(|s| g.new_stream(workers + s, "rpc", PolicyKind::Fifo)).collect();
+        Some(RequestProcessors { streams, name: g.op_name("serve"), per_request_ns: cost.per_request_ns(workers) })
     }
 
     /// The time one request holds a processor.

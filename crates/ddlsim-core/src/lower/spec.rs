@@ -353,7 +353,7 @@ impl TrainingSpec {
         }
         validate_in_network(self)?;
         validate_variation(self)?;
-        super::server_cost::validate(self)?;
+        super::server_cost::validate(&self.server_cost, self.servers(), self.in_network.mode != InNetworkMode::None)?;
         if ps && (self.partition_bytes > 0 || self.credit_bytes > 0) {
             return Err("partition_bytes and credit_bytes schedule all-reduces; the parameter-server strategy has none".into());
         }

@@ -192,7 +192,7 @@ pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<crate::graph::Ra
         g.streams[s as usize].credit = spec.credit_bytes;
     }
     let server_stream: Vec<u32> = (0..spec.servers()).map(|s| g.new_stream(n + s, "server", policy)).collect();
-    let processors = super::server_cost::RequestProcessors::new(&mut g, spec);
+    let processors = super::server_cost::RequestProcessors::new(&mut g, spec.server_cost, n, spec.servers());
 
     let mut groups_of_layer: Vec<Vec<u32>> = vec![Vec::new(); num_layers];
     for (i, group) in spec.groups.iter().enumerate() {
