@@ -8,7 +8,12 @@ capture's (``push_request`` / ``push_response`` messages, a ``process``
 compute row with the rpc), so ``ddlsim analyze`` sees the RPC breakdown and
 the concurrent connections of each run. :func:`run_scaling` runs one job per
 connection count and fits the per-request server time (queueing +
-processing, arrival to response) against C by least squares.
+processing, arrival to response) against C by least squares, and the
+per-request *service* time (:func:`service_times`: the server's time per
+request with the waiting behind other requests taken out) the same way:
+that fit is the engine's per-request server cost a + b C
+(``strategy.server_cost``, docs/validation.md), which simulates the queueing
+itself.
 """
 
 from __future__ import annotations
@@ -93,18 +98,41 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
 def request_table(log) -> "Any":
     """Per request: client, latency (request send start to response recv),
     server queueing (arrival to processing start), processing, server time
-    (arrival to the response's send start)."""
+    (arrival to the response's send start) and service time (:func:`service_times`)."""
     df = log.table.to_pandas()
     sends, recvs = df[df.kind == "send"], df[df.kind == "recv"]
     req = sends[sends.op == "push_request"][["rpc", "rank", "start_ns", "message"]].rename(
         columns={"rank": "client", "start_ns": "t0", "message": "q"})
     arrival = recvs[recvs.op == "push_request"][["message", "end_ns"]].rename(columns={"message": "q", "end_ns": "arrival"})
     proc = df[df.kind == "compute"][["rpc", "start_ns", "end_ns"]].rename(columns={"start_ns": "p0", "end_ns": "p1"})
-    resp = sends[sends.op == "push_response"][["rpc", "start_ns", "message"]].rename(columns={"start_ns": "s0", "message": "r"})
+    resp = sends[sends.op == "push_response"][["rpc", "start_ns", "end_ns", "message"]].rename(
+        columns={"start_ns": "s0", "end_ns": "s1", "message": "r"})
     back = recvs[recvs.op == "push_response"][["message", "end_ns"]].rename(columns={"message": "r", "end_ns": "t1"})
     t = req.merge(arrival, on="q").merge(proc, on="rpc").merge(resp, on="rpc").merge(back, on="r")
-    out = t.assign(latency_ns=t.t1 - t.t0, queue_ns=t.p0 - t.arrival, proc_ns=t.p1 - t.p0, server_ns=t.s0 - t.arrival)
-    return out[["rpc", "client", "t0", "latency_ns", "queue_ns", "proc_ns", "server_ns"]].sort_values("t0")
+    out = t.assign(latency_ns=t.t1 - t.t0, queue_ns=t.p0 - t.arrival, proc_ns=t.p1 - t.p0, server_ns=t.s0 - t.arrival,
+                   service_ns=service_times(t.arrival, t.p0, t.s1))
+    return out[["rpc", "client", "t0", "latency_ns", "queue_ns", "proc_ns", "server_ns", "service_ns"]].sort_values("t0")
+
+
+def service_times(arrival, start, done) -> "Any":
+    """Per request, the time the server spent on it alone: one thread serves
+    the requests in the order they started (`start`), so request i is the
+    server's from the later of its arrival and the end of the request before
+    it (`done`: the end of its response's send) until its own `done`. Waiting
+    behind earlier requests is left out (a FIFO queue's busy-period
+    decomposition); a request that found the server idle counts from its
+    arrival (the thread's wake-up is part of its cost). What the engine's
+    per-request server cost is (it queues the requests itself)."""
+    import numpy as np
+
+    arrival, start, done = (np.asarray(v, dtype=np.int64) for v in (arrival, start, done))
+    out = np.zeros(len(arrival), dtype=np.int64)
+    free = None
+    for i in np.argsort(start, kind="stable"):
+        begin = arrival[i] if free is None else max(arrival[i], free)
+        out[i] = done[i] - begin
+        free = done[i] if free is None else max(free, done[i])
+    return out
 
 
 def fit_line(x, y) -> dict:
@@ -125,7 +153,7 @@ def run_scaling(connections: list[int], requests: int, request_bytes: int, out_d
     """One job per connection count under ``out_dir/c<C>/`` (events.parquet,
     requests.csv); ``out_dir/scaling.csv`` (per C: means in microseconds,
     total seconds) and ``out_dir/fit.json`` (mean server time per request, us,
-    = a + b * C). Interrupted (Ctrl-C, SIGTERM), it leaves none of them (see :mod:`.outdir`)."""
+    = a + b * C; under ``service``, the same fit of the mean service time). Interrupted (Ctrl-C, SIGTERM), it leaves none of them (see :mod:`.outdir`)."""
     if not connections or min(connections) < 1:
         raise DdlsimError(f"--connections {connections}: give connection counts >= 1, e.g. --connections 1,2,4,8")
     if requests < max(connections):
@@ -159,6 +187,7 @@ def _run_scaling(connections: list[int], requests: int, request_bytes: int, out:
         total_ns = int((table.t0 + table.latency_ns).max() - table.t0.min())
         row = {"connections": c, "requests": len(table), "server_us": float(table.server_ns.mean()) / 1e3,
                "queue_us": float(table.queue_ns.mean()) / 1e3, "proc_us": float(table.proc_ns.mean()) / 1e3,
+               "service_us": float(table.service_ns.mean()) / 1e3,
                "latency_us": float(table.latency_ns.mean()) / 1e3, "total_s": total_ns / 1e9}
         rows.append(row)
         if on_done is not None:
@@ -166,6 +195,17 @@ def _run_scaling(connections: list[int], requests: int, request_bytes: int, out:
     summary = pd.DataFrame(rows)
     write_text_file(out / "scaling.csv", summary.to_csv(index=False))
     fit = {"model": "server_us = a + b * connections", **fit_line(summary.connections, summary.server_us),
-           "requests": requests, "request_bytes": request_bytes}
+           "requests": requests, "request_bytes": request_bytes,
+           "service": {"model": "service_us = a + b * connections", **fit_line(summary.connections, summary.service_us)}}
     write_text_file(out / "fit.json", json.dumps(fit, indent=2) + "\n")
     return {"table": summary, "fit": fit}
+
+
+def server_cost_metadata(fit: dict, connections: list[int]) -> dict:
+    """What a PS capture records of its connection-scaling run (``server_cost`` in its metadata): the service-time
+    fit of :func:`run_scaling` in ns, which ``ddlsim replay`` gives the engine as ``strategy.server_cost``."""
+    service = fit["service"]
+    return {"a_ns": float(service["a"]) * 1e3, "b_ns": float(service["b"]) * 1e3, "r2": float(service["r2"]),
+            "connections": [int(c) for c in connections], "requests": int(fit["requests"]),
+            "request_bytes": int(fit["request_bytes"]),
+            "model": "service time per request = a_ns + b_ns * connections (least squares over the mean per count)"}

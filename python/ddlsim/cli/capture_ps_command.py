@@ -42,6 +42,10 @@ def ps(
     placement: str = typer.Option("round-robin", "--placement", help="round-robin | size-balanced"),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds before the job is stopped."),
     bandwidth: Optional[str] = typer.Option(None, "--bandwidth", help="Shape every rank's link to RATE (e.g. 1Gbps)."),
+    connection_counts: str = typer.Option(
+        "auto", "--connections", help="After the job, the connection-scaling microbenchmark at these connection counts "
+        "(auto: 1 to max(2, workers); none: skip); its per-request server cost a + b C goes in the metadata for replay."),
+    connection_requests: int = typer.Option(200, "--connection-requests", help="RPC requests per connection count."),
 ) -> None:
     """Run a parameter-server job over torch.distributed.rpc (TCP) and record every RPC as an event log."""
     from contextlib import ExitStack
@@ -56,6 +60,10 @@ def ps(
                        sync=not asynchronous, zipf_s=zipf_s, vocab=vocab, seed=seed, placement=placement,
                        timeout_s=min(timeout, 120.0))
     world = workers + servers
+    counts = _scaling_counts(connection_counts, workers)
+    if counts and connection_requests < max(counts):
+        raise DdlsimError(f"--connection-requests {connection_requests} is fewer than {max(counts)} connections; give at least "
+                          f"{max(counts)}")
     failure = None
     with capture_dir(out_dir) as out_dir, ExitStack() as stack:
         kwargs = _launch_kwargs(world, bandwidth, stack)
@@ -65,7 +73,11 @@ def ps(
             failure = exc
             err.print(f"error: {exc}\nmerging what the ranks recorded into a partial trace", highlight=False)
         stack.close()  # the links go before the merge
-        log = merge_capture(out_dir, metadata={**metadata(config), **({"bandwidth": bandwidth} if bandwidth else {})})
+        extra = {"bandwidth": bandwidth} if bandwidth else {}
+        cost = _server_cost(counts, connection_requests, out_dir, timeout) if counts and failure is None else None
+        if cost is not None:
+            extra["server_cost"] = cost
+        log = merge_capture(out_dir, metadata={**metadata(config), **extra})
         target = out_dir / "events.parquet"
         write_event_log(log, target)
     flag = f" (PARTIAL: ranks {log.metadata['partial_ranks']})" if log.metadata.get("partial") else ""
@@ -75,6 +87,41 @@ def ps(
               highlight=False)
     if failure is not None:
         raise typer.Exit(1)
+
+
+def _scaling_counts(text: str, workers: int) -> list[int]:
+    """The connection counts of `--connections`: auto = 1 .. max(2, workers), none = no run."""
+    if text.strip().lower() == "none":
+        return []
+    if text.strip().lower() == "auto":
+        return list(range(1, max(2, workers) + 1))
+    try:
+        counts = sorted({int(c) for c in text.split(",") if c.strip()})
+    except ValueError:
+        counts = []
+    if len(counts) < 2 or counts[0] < 1:
+        raise DdlsimError(f"--connections {text!r}: give at least two different connection counts >= 1, e.g. 1,2 "
+                          "(or auto, or none)")
+    return counts
+
+
+def _server_cost(counts: list[int], requests: int, out_dir: Path, timeout: float) -> Optional[dict]:
+    """The connection-scaling microbenchmark into `out_dir` (c<C>/, scaling.csv, fit.json) over loopback; the
+    capture's ``server_cost`` metadata (the per-request service-time fit, see capture/connections.py), or None
+    with a note when it fails (the capture stands without it)."""
+    from ..capture.connections import _run_scaling, server_cost_metadata
+    from ..capture.launch import CaptureError
+
+    err.print(f"connection scaling: {', '.join(map(str, counts))} connections, {requests} requests each", highlight=False)
+    try:
+        result = _run_scaling(counts, requests, 4096, out_dir, timeout, None)
+    except (CaptureError, DdlsimError) as exc:
+        err.print(f"note: connection scaling failed ({exc}); the capture has no server_cost, replay uses none", highlight=False)
+        return None
+    cost = server_cost_metadata(result["fit"], counts)
+    err.print(f"  per-request server cost = {cost['a_ns'] / 1e3:.1f} us + {cost['b_ns'] / 1e3:.1f} us x connections "
+              f"(R^2 = {cost['r2']:.3f})", highlight=False)
+    return cost
 
 
 def _print_breakdown(log) -> None:
@@ -125,14 +172,16 @@ def connections(
     result = run_scaling(values, requests, request_bytes, out_dir, timeout_s=timeout,
                          on_done=lambda r: err.print(f"  {r['connections']} connections done", highlight=False))
     view = Table(title=f"{requests} requests of {request_bytes} B, one server", title_justify="left", header_style="bold")
-    columns = ["connections", "requests", "server_us", "queue_us", "proc_us", "latency_us", "total_s"]
+    columns = ["connections", "requests", "server_us", "queue_us", "proc_us", "service_us", "latency_us", "total_s"]
     for c in columns:
         view.add_column(c, justify="right")
     for row in result["table"][columns].itertuples(index=False):
         view.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
     out.print(view)
     fit = result["fit"]
+    service = fit["service"]
     out.print(f"fit: server time per request = {fit['a']:.1f} us + {fit['b']:.1f} us x connections (R^2 = {fit['r2']:.3f}); "
+              f"service time = {service['a']:.1f} us + {service['b']:.1f} us x connections (R^2 = {service['r2']:.3f}); "
               f"wrote {out_dir / 'scaling.csv'}, {out_dir / 'fit.json'}", highlight=False)
 
 

@@ -84,6 +84,14 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
                 else:
                     notes.append(f"replay: latency {settings['network']['latency']} per message = half the capture's "
                                  "4-byte RPC round trip (median over workers), measured on the capturing machine")
+            cost = (settings.get("strategy") or {}).pop("server_cost", None)
+            if cost is not None and overrides.get("overheads") is not False and "server_cost" not in overrides:
+                settings["strategy"]["server_cost"] = cost  # data holds the same strategy dict
+                fit = meta["server_cost"]
+                notes.append(f"replay: per-request server cost a + b C = {cost['a']} + {cost['b']} x C (fitted: "
+                             f"{fit['a_ns'] / 1e3:.4g} us + {fit['b_ns'] / 1e3:.4g} us x C over {fit.get('connections')} "
+                             "connections by the capture's connection-scaling run; a negative term is dropped, keeping "
+                             "the cost at the capture's C); --no-overheads leaves it out")
         origin = "the capture's shaped" if "bandwidth" in settings.get("network", {}) else None
     data["model"]["profile"] = str(path.resolve())
     scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
@@ -216,9 +224,32 @@ def capture_settings(meta: dict[str, Any]) -> dict[str, Any]:
             import statistics
 
             data["network"] = {"latency": f"{round(statistics.median(trips) / 2)}ns"}
+        cost = captured_server_cost(meta)
+        if cost is not None:
+            strategy["server_cost"] = {"a": f"{cost[0]}ns", "b": f"{cost[1]}ns"}
     if meta.get("bandwidth"):
         data["network"] = {**data.get("network", {}), "bandwidth": str(meta["bandwidth"])}
     return data
+
+
+def captured_server_cost(meta: dict[str, Any]) -> Optional[tuple[int, int]]:
+    """A PS capture's per-request server cost (a_ns, b_ns) from its connection-scaling fit (``server_cost`` in
+    the metadata), as the engine takes it: whole ns, neither below 0. A negative coefficient (a noisy fit, or a
+    cost that falls with C, as a server thread that sleeps between lone requests does) is dropped and the other
+    one keeps the fitted cost at the capture's C (its workers). None when the capture has no fit."""
+    fit = meta.get("server_cost")
+    if not isinstance(fit, dict) or not all(isinstance(fit.get(k), (int, float)) for k in ("a_ns", "b_ns")):
+        return None
+    a, b = float(fit["a_ns"]), float(fit["b_ns"])
+    if not (abs(a) < 1e15 and abs(b) < 1e15):  # nan, inf or absurd: no usable fit
+        return None
+    c = max(1, int(meta.get("workers") or 1))
+    at_c = max(0.0, a + b * c)
+    if b < 0:
+        a, b = at_c, 0.0
+    elif a < 0:
+        a, b = 0.0, at_c / c
+    return round(a), round(b)
 
 
 def _workers_and_iterations(path: Path) -> tuple[int, int]:

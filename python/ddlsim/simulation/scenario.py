@@ -32,6 +32,7 @@ The strategy is a tagged section::
     chunk_bytes = 0              # message pipelining: messages of at most this size (0: off)
     distribution = "immediate"   # "immediate" | "round-robin" | "block" (one send at a time per server)
     asynchronous = false         # no cross-worker barrier; staleness = s bounds how far ahead
+    server_cost = {a = "0s", b = "0s"}   # per-request server cost a + b x workers, requests queue FIFO per server
     in_network = "none"          # "none" | "multicast" | "aggregation" | "multiagg" (switch aggregation + multicast)
     switch_memory = "10MB"       # aggregation memory of the switch (omit: unlimited)
     stream_policy = "fifo"
@@ -921,6 +922,27 @@ class RingStrategy(_StrategyBase):
         return 0
 
 
+class ServerCost(_Strict):
+    """The parameter server's per-request cost a + b C (the RPC paper's PS_proc
+    growing with C concurrent connections; C = the workers): each push or
+    pull request occupies its server's request processor that long, and
+    requests queue there first come, first served. Both 0 (default): none."""
+
+    a: Duration = "0s"
+    b: Duration = "0s"
+
+    @property
+    def a_ns(self) -> int:
+        return parse_duration_ns(self.a)
+
+    @property
+    def b_ns(self) -> int:
+        return parse_duration_ns(self.b)
+
+    def engine(self) -> dict[str, int]:
+        return {"a_ns": self.a_ns, "b_ns": self.b_ns}
+
+
 class PSStrategy(_StrategyBase):
     """Parameter servers: workers push gradients and pull parameters."""
 
@@ -947,6 +969,8 @@ class PSStrategy(_StrategyBase):
     # no cross-worker update barrier; staleness: at most this many iterations ahead of the slowest
     asynchronous: bool = False
     staleness: Optional[int] = Field(None, ge=0, le=1_000_000)
+    # per-request server cost a + b C, queued FIFO per server (docs/validation.md); a = b = 0: none
+    server_cost: ServerCost = Field(default_factory=ServerCost)
 
     @model_validator(mode="after")
     def _async_options(self) -> "PSStrategy":
@@ -964,7 +988,9 @@ class PSStrategy(_StrategyBase):
             variants = {"placement": ("split", self.placement == "split"),
                         "distribution": (self.distribution, self.distribution != "immediate"),
                         "asynchronous": (self.asynchronous, self.asynchronous),
-                        "chunk_bytes": (self.chunk_bytes, self.chunk_bytes != 0)}
+                        "chunk_bytes": (self.chunk_bytes, self.chunk_bytes != 0),
+                        "server_cost": ({"a": self.server_cost.a, "b": self.server_cost.b},
+                                        bool(self.server_cost.a_ns or self.server_cost.b_ns))}
             clash = [(name, value) for name, (value, on) in variants.items() if on]
             if clash:
                 name, value = clash[0]
@@ -1217,6 +1243,7 @@ FLAT_KEYS = {
     "distribution": ("strategy", "distribution"),
     "asynchronous": ("strategy", "asynchronous"),
     "staleness": ("strategy", "staleness"),
+    "server_cost": ("strategy", "server_cost"),
     "compute_speedup": ("model", "compute_speedup"),
     "speedup_kinds": ("model", "speedup_kinds"),
     "grow_module": ("model", "grow_module"),

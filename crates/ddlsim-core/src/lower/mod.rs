@@ -5,6 +5,7 @@ pub mod classes;
 pub mod in_network;
 pub mod jobs;
 pub mod ps;
+pub mod server_cost;
 pub mod spec;
 pub mod training;
 pub mod variation;

@@ -8,8 +8,11 @@
 //! (`push_response`), which the worker follows with a pull request
 //! (`pull_request`) that the server answers with the parameters
 //! (`pull_response`), at once or, under an ordered distribution, later
-//! (the caller places it).
+//! (the caller places it). Under a per-request server cost
+//! ([`super::server_cost`]) each push and pull request first passes the
+//! server's request processor (a `serve` row), and what follows it waits for that.
 
+use super::server_cost::RequestProcessors;
 use super::spec::TrainingSpec;
 use crate::graph::{FanKind, FanSpec, Graph, Kind, Op};
 
@@ -40,6 +43,8 @@ pub struct PsMessage<'a> {
     pub multicast: bool,
     /// The pull responses are placed by the caller (ordered distribution).
     pub hold_responses: bool,
+    /// The servers' per-request cost (see [`super::server_cost`]); None: requests cost nothing.
+    pub processors: Option<&'a RequestProcessors>,
 }
 
 /// What the exchange made.
@@ -48,7 +53,7 @@ pub struct PsLowered {
     pub updates: Vec<u32>,
     /// Per worker: the op after which it holds the new parameters (none when held).
     pub ends: Vec<u32>,
-    /// Held pull responses: (worker, its pull request, the rpc id).
+    /// Held pull responses: (worker, its pull request (its `serve` row under a server cost), the rpc id).
     pub held: Vec<(u32, u32, i64)>,
 }
 
@@ -70,6 +75,12 @@ pub fn lower_ps_message(g: &mut Graph, spec: &TrainingSpec, names: &PsNames, tag
     if m.aggregate && n > 1 {
         g.fans.push(FanSpec { kind: FanKind::Aggregate, ops: pushes.clone() });
     }
+    // The server handles each request on its request processor (a no-op without a server cost).
+    let handled = |g: &mut Graph, arrived: u32, rpc: i64| match m.processors {
+        Some(p) => p.handle(g, n, m.server, tag, arrived, rpc),
+        None => arrived,
+    };
+    let pushes: Vec<u32> = pushes.iter().enumerate().map(|(w, &p)| handled(g, p, push_rpc + w as i64)).collect();
     let mut update = tag(Op::new(Kind::Compute, names.update, m.server));
     update.stream = m.server_stream;
     let update_of = |g: &mut Graph, w: u32| -> u32 {
@@ -103,6 +114,7 @@ pub fn lower_ps_message(g: &mut Graph, spec: &TrainingSpec, names: &PsNames, tag
         };
         let ack = g.add(transfer(names.push_response, m.server, w, header, push_rpc + w as i64), &[upd]);
         let req = g.add(transfer(names.pull_request, w, m.server, header, pull_rpc + w as i64), &[ack]);
+        let req = handled(g, req, pull_rpc + w as i64);
         if m.hold_responses {
             out.held.push((w, req, pull_rpc + w as i64));
         } else {

@@ -201,6 +201,10 @@ pub struct TrainingSpec {
     /// Asynchronous PS: at most this many iterations ahead of the slowest worker (none: unbounded).
     #[serde(default)]
     pub staleness: Option<u32>,
+    /// PS: each request a server handles costs `a_ns + b_ns * workers` on its FIFO request processor
+    /// (see `lower::server_cost`). Default zero: no cost, no extra op.
+    #[serde(default)]
+    pub server_cost: super::server_cost::ServerCost,
     /// Backpropagation staggering: per-worker idle time before the first backward op.
     #[serde(default)]
     pub stagger_ns: u64,
@@ -276,6 +280,7 @@ impl TrainingSpec {
             distribution: Default::default(),
             asynchronous: false,
             staleness: None,
+            server_cost: Default::default(),
             stagger_ns: 0,
             stagger: Default::default(),
             in_network: Default::default(),
@@ -348,6 +353,7 @@ impl TrainingSpec {
         }
         validate_in_network(self)?;
         validate_variation(self)?;
+        super::server_cost::validate(&self.server_cost, self.servers(), self.in_network.mode != InNetworkMode::None)?;
         if ps && (self.partition_bytes > 0 || self.credit_bytes > 0) {
             return Err("partition_bytes and credit_bytes schedule all-reduces; the parameter-server strategy has none".into());
         }

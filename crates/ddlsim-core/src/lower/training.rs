@@ -192,6 +192,7 @@ pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<crate::graph::Ra
         g.streams[s as usize].credit = spec.credit_bytes;
     }
     let server_stream: Vec<u32> = (0..spec.servers()).map(|s| g.new_stream(n + s, "server", policy)).collect();
+    let processors = super::server_cost::RequestProcessors::new(&mut g, spec.server_cost, n, spec.servers());
 
     let mut groups_of_layer: Vec<Vec<u32>> = vec![Vec::new(); num_layers];
     for (i, group) in spec.groups.iter().enumerate() {
@@ -348,6 +349,7 @@ pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<crate::graph::Ra
                             aggregate: in_switch[gi as usize],
                             multicast: spec.in_network.mode.multicasts(),
                             hold_responses: ordered,
+                            processors: processors.as_ref(),
                         };
                         let lowered = lower_ps_message(&mut g, spec, &ps_names, &tag, &message, &mut rpc_counter);
                         iteration_updates.extend_from_slice(&lowered.updates);
