@@ -28,33 +28,47 @@ from ddlsim.trace import write_chakra
 MIB64_LAYER = [{"name": "grad", "params": 16 * 2**20, "fwd_ms": 0.0, "bwd_ms": 0.0}]  # 64 MiB of fp32 gradients
 
 
-def scenario(model: dict, ranks: int, bandwidth: str, latency: str, iterations: int = 1, kind: str = "ring") -> dict:
+# ASTRA-sim's reduction cost: each reduce step of a ring costs 3 x chunk bytes / local-mem-bw ns (PacketBundle: one
+# write and two reads at local-mem-bw bytes per ns, each truncated to whole ns). So large a bandwidth makes it 0;
+# ddlsim's gamma_ns_per_byte = 3 / local-mem-bw is the same model.
+NO_REDUCTION_COST = 1e15
+
+
+def scenario(model: dict, ranks: int, bandwidth: str, latency: str, iterations: int = 1, kind: str = "ring",
+             gamma: float = 0.0, **system) -> dict:
     strategy = {"kind": "ring", "algorithm": "ring"} if kind == "ring" else {"kind": "ps", "servers": 1}
-    return {"model": model, "workers": ranks, "iterations": iterations, "trace_detail": "collective",
-            "strategy": strategy, "network": {"bandwidth": bandwidth, "latency": latency, "topology": "star"}}
+    if gamma:
+        strategy["gamma_ns_per_byte"] = gamma
+    return {"scenario": {"model": model, "workers": ranks, "iterations": iterations, "trace_detail": "collective",
+                         "strategy": strategy, "network": {"bandwidth": bandwidth, "latency": latency, "topology": "star"}},
+            "system": {"local-mem-bw": 3 / gamma if gamma else NO_REDUCTION_COST, **system}}
 
 
 CASES = {
     "lenet5-ring-4": scenario({"name": "lenet5"}, 4, "10Gbps", "500ns"),
     "lenet5-ring-4-2it": scenario({"name": "lenet5"}, 4, "10Gbps", "500ns", iterations=2),
     "resnet50-ring-8": scenario({"name": "resnet50"}, 8, "10Gbps", "5us"),
-    "allreduce-64MiB-8": scenario({"name": "allreduce64", "layers": MIB64_LAYER}, 8, "10Gbps", "5us"),
+    # no compute before the collective: ASTRA-sim aborts with endpoint-delay 0 (an event at its own current time,
+    # EventQueue.cc "get_event_time() > current_time"); 1 ns per endpoint lets it run
+    "allreduce-64MiB-8": scenario({"name": "allreduce64", "layers": MIB64_LAYER}, 8, "10Gbps", "5us",
+                                  **{"endpoint-delay": 1}),
     "resnet50-ring-16": scenario({"name": "resnet50"}, 16, "10Gbps", "5us"),
     "resnet50-ring-8-2it": scenario({"name": "resnet50"}, 8, "10Gbps", "5us", iterations=2),
+    "resnet50-ring-8-gamma": scenario({"name": "resnet50"}, 8, "10Gbps", "5us", gamma=3 / 1600),
     "lenet5-ps-4": scenario({"name": "lenet5"}, 4, "10Gbps", "500ns", kind="ps"),
 }
 
 
-def astra_configs(directory: Path, npus: int, bandwidth_bps: float, latency_ns: float) -> list[str]:
+def astra_configs(directory: Path, npus: int, bandwidth_bps: float, latency_ns: float, **overrides) -> list[str]:
     network = directory / "network.yml"
     network.write_text(f"topology: [ Switch ]\nnpus_count: [ {npus} ]\nbandwidth: [ {bandwidth_bps / 8 / 2**30!r} ]\n"
-                       f"latency: [ {2 * latency_ns!r} ]\n")
+                       f"latency: [ {latency_ns / 2!r} ]\n")
     system = directory / "system.json"
     system.write_text(json.dumps({
         "scheduling-policy": "FIFO", "endpoint-delay": 0, "active-chunks-per-dimension": 1, "preferred-dataset-splits": 1,
         "all-reduce-implementation": ["ring"], "all-gather-implementation": ["ring"],
         "reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["ring"],
-        "collective-optimization": "baseline", "local-mem-bw": 1600, "boost-mode": 0}))
+        "collective-optimization": "baseline", "local-mem-bw": NO_REDUCTION_COST, "boost-mode": 0, **overrides}))
     memory = directory / "memory.json"
     memory.write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}))
     return [f"--system-configuration={system}", f"--network-configuration={network}",
@@ -69,7 +83,8 @@ def latency_ns(text: str) -> float:
     return float(text.removesuffix("ns")) if text.endswith("ns") else float(text.removesuffix("us")) * 1e3
 
 
-def run_case(binary: str, name: str, sc: dict, directory: Path) -> dict:
+def run_case(binary: str, name: str, case: dict, directory: Path) -> dict:
+    sc = case["scenario"]
     result = ddlsim.simulate(sc)
     write_chakra(result.events, directory / "job")
     ends = result.events.to_pandas(["rank", "kind", "end_ns"])
@@ -78,7 +93,8 @@ def run_case(binary: str, name: str, sc: dict, directory: Path) -> dict:
     net = sc["network"]
     started = time.perf_counter()
     run = subprocess.run([binary, f"--workload-configuration={directory / 'job'}",
-                          *astra_configs(directory, npus, rate_bps(net["bandwidth"]), latency_ns(net["latency"]))],
+                          *astra_configs(directory, npus, rate_bps(net["bandwidth"]), latency_ns(net["latency"]),
+                                        **case["system"])],
                          capture_output=True, text=True, timeout=3600)
     seconds = time.perf_counter() - started
     out = run.stdout + run.stderr
