@@ -93,8 +93,7 @@ if [[ -n "$SRC" ]]; then
 else
     if git -C "$(dirname "$0")" rev-parse --show-toplevel >/dev/null 2>&1; then
         top=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
-        mkdir -p "$WORK"
-        case "$(cd "$WORK" && pwd)/" in "$top"/*) die "--work $WORK is inside the ddlsim repository; use a directory outside it" ;; esac
+        case "$(realpath -m "$WORK")/" in "$(realpath -m "$top")"/*) die "--work $WORK is inside the ddlsim repository; use a directory outside it" ;; esac
     fi
     SRC="$WORK/astra-sim-$COMMIT"
     if [[ ! -f "$SRC/.ddlsim-checkout-done" ]]; then
