@@ -56,6 +56,7 @@ CASES = {
     "resnet50-ring-8-2it": scenario({"name": "resnet50"}, 8, "10Gbps", "5us", iterations=2),
     "resnet50-ring-8-gamma": scenario({"name": "resnet50"}, 8, "10Gbps", "5us", gamma=3 / 1600),
     "lenet5-ps-4": scenario({"name": "lenet5"}, 4, "10Gbps", "500ns", kind="ps"),
+    "lenet5-ps-1": scenario({"name": "lenet5"}, 1, "10Gbps", "500ns", kind="ps"),  # one worker: no link shared
 }
 
 
