@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -118,11 +119,16 @@ def main(argv: list[str] | None = None) -> int:
         print("astra_sim_compare.py: no ASTRA-sim binary: set DDLSIM_ASTRA_SIM or --binary "
               "(tools/build_astra_sim.sh builds one)", file=sys.stderr)
         return 2
+    binary = shutil.which(args.binary)
+    if binary is None:
+        print(f"astra_sim_compare.py: ASTRA-sim binary {args.binary} is not an executable file "
+              "(tools/build_astra_sim.sh prints the path of the one it builds)", file=sys.stderr)
+        return 2
     print("| case | ranks | ASTRA-sim ns (last rank) | ddlsim ns (last rank) | difference | largest per-rank difference |")
     print("|---|---:|---:|---:|---:|---:|")
     for name in args.case or list(CASES):
         with tempfile.TemporaryDirectory(prefix="ddlsim-astra-") as tmp:
-            row = run_case(args.binary, name, CASES[name], Path(tmp))
+            row = run_case(binary, name, CASES[name], Path(tmp))
         if "tail" in row:
             print(f"| {name} | {row['ranks']} | exit {row['returncode']}, {row['finished']} of {row['ranks']} ranks "
                   f"finished | {row['ddlsim_ns']:,} | | |", flush=True)

@@ -291,6 +291,16 @@ def test_astra_sim_runs_a_parameter_server_export_to_the_end(tmp_path):
     assert finished == set(range(len(paths))), "every rank finishes: " + (run.stdout + run.stderr)[-2000:]
 
 
+@pytest.mark.parametrize("binary", [None, "no-such-astra-sim-binary"])
+def test_the_comparison_benchmark_without_a_binary_says_so_in_one_line(tmp_path, binary):
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "astra_sim_compare.py"
+    env = {k: v for k, v in ENV.items() if k != "DDLSIM_ASTRA_SIM"}
+    run = subprocess.run([sys.executable, str(script), *(["--binary", binary] if binary else [])], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=300)
+    assert run.returncode == 2 and run.stdout == "", run.stderr
+    assert len(run.stderr.splitlines()) == 1 and "tools/build_astra_sim.sh" in run.stderr, run.stderr
+
+
 def test_the_docs_example_for_other_tools_files_runs(tmp_path):
     text = (Path(__file__).resolve().parent.parent / "docs" / "interop.md").read_text(encoding="utf-8")
     block = next(b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "gen/trace" in b)
