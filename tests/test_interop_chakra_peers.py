@@ -146,18 +146,23 @@ def test_node_names_to_layers(name, expected):
 ASTRA_SIM = os.environ.get("DDLSIM_ASTRA_SIM")
 
 
-def astra_configs(directory: Path, ranks: int, bandwidth_bps: float, latency_ns: float) -> list[str]:
-    """ASTRA-sim's analytical backend configuration for ddlsim's star (one switch, ``latency`` per link: two per
-    ring step) at ddlsim's link rate. ASTRA-sim's GB/s is 2^30 bytes per second."""
+def astra_configs(directory: Path, ranks: int, bandwidth_bps: float, latency_ns: float, gamma_ns_per_byte: float = 0.0
+                  ) -> list[str]:
+    """ASTRA-sim's analytical backend configuration for ddlsim's star at ddlsim's link rate (ASTRA-sim's GB/s is 2^30
+    bytes per second). ddlsim's ``latency`` is host to host, split over the two links through the switch; ASTRA-sim's
+    ``Switch`` charges its ``latency`` on each of its two hops, so it gets half. ASTRA-sim reduces each received chunk
+    in 3 x bytes / local-mem-bw ns (a write and two reads; PacketBundle.cc): ddlsim's gamma = 3 / local-mem-bw, and
+    no reduction cost is so large a bandwidth that the cost truncates to 0 ns."""
     network = directory / "network.yml"
     network.write_text(f"topology: [ Switch ]\nnpus_count: [ {ranks} ]\nbandwidth: [ {bandwidth_bps / 8 / 2**30!r} ]\n"
-                       f"latency: [ {2 * latency_ns!r} ]\n")
+                       f"latency: [ {latency_ns / 2!r} ]\n")
     system = directory / "system.json"
     system.write_text(json.dumps({
         "scheduling-policy": "FIFO", "endpoint-delay": 0, "active-chunks-per-dimension": 1, "preferred-dataset-splits": 1,
         "all-reduce-implementation": ["ring"], "all-gather-implementation": ["ring"],
         "reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["ring"],
-        "collective-optimization": "baseline", "local-mem-bw": 1600, "boost-mode": 0}))
+        "collective-optimization": "baseline", "local-mem-bw": 3 / gamma_ns_per_byte if gamma_ns_per_byte else 1e15,
+        "boost-mode": 0}))
     memory = directory / "memory.json"
     memory.write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}))
     return [f"--system-configuration={system}", f"--network-configuration={network}",
@@ -165,26 +170,135 @@ def astra_configs(directory: Path, ranks: int, bandwidth_bps: float, latency_ns:
 
 
 @pytest.mark.skipif(not ASTRA_SIM, reason="set DDLSIM_ASTRA_SIM to an ASTRA-sim analytical binary "
-                    "(e.g. AstraSim_Analytical_Congestion_Unaware) to run ddlsim's Chakra export through it; docs/interop.md")
-@pytest.mark.parametrize("iterations", [1, 2])
-def test_astra_sim_runs_the_export_to_the_same_time(tmp_path, iterations):
+                    "(tools/build_astra_sim.sh builds AstraSim_Analytical_Congestion_Unaware) to run ddlsim's Chakra "
+                    "export through it; docs/interop.md")
+@pytest.mark.parametrize("iterations,gamma", [(1, 0.0), (2, 0.0), (1, 3 / 1600)])
+def test_astra_sim_runs_the_export_to_the_same_time(tmp_path, iterations, gamma):
     binary = shutil.which(ASTRA_SIM) or ASTRA_SIM
     ranks = 4
+    strategy = {"kind": "ring", "algorithm": "ring", **({"gamma_ns_per_byte": gamma} if gamma else {})}
     sc = {"model": {"name": "lenet5"}, "workers": ranks, "iterations": iterations, "trace_detail": "collective",
-          "strategy": {"kind": "ring", "algorithm": "ring"},
-          "network": {"bandwidth": "10Gbps", "latency": "500ns", "topology": "star"}}
+          "strategy": strategy, "network": {"bandwidth": "10Gbps", "latency": "500ns", "topology": "star"}}
     result = ddlsim.simulate(sc)
     write_chakra(result.events, tmp_path / "job")
     run = subprocess.run([binary, f"--workload-configuration={tmp_path / 'job'}",
-                          *astra_configs(tmp_path, ranks, 10e9, 500)], capture_output=True, text=True, timeout=600)
+                          *astra_configs(tmp_path, ranks, 10e9, 500, gamma)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     finished = {int(r): int(t) for r, t in re.findall(r"sys\[(\d+)\],? finished,? (\d+) cycles", run.stdout + run.stderr)}
     assert sorted(finished) == list(range(ranks)), "every rank finishes: " + (run.stdout + run.stderr)[-2000:]
     ends = result.events.to_pandas(["rank", "kind", "end_ns"])
     ends = ends[ends["kind"] != "barrier"].groupby("rank")["end_ns"].max()
     for rank, cycles in finished.items():
-        # compute nodes are whole microseconds (each rounded end - rounded start): up to 1 us off per rank
+        # compute nodes are whole microseconds (each rounded end - rounded start): up to 1 us off per rank; ring
+        # steps and reductions are whole ns in both (ASTRA-sim truncates, ddlsim rounds up): 1 ns each
         assert abs(cycles - int(ends[rank])) <= 1000 + 1e-3 * ends[rank], (rank, cycles, int(ends[rank]))
+
+
+def astra_issue_rule_deadlocks(paths: list[Path]) -> list[str]:
+    """ASTRA-sim's issue rule without time (Workload::issue_dep_free_nodes, HardwareResource::is_available, at the
+    commit tools/build_astra_sim.sh builds): a node is issued once its data_deps are done; a rank runs one
+    communication node (send, recv, collective) at a time, the first ready one in file order; compute takes time,
+    so each round issues communication before the ready compute ends. A send ends once issued, a recv once the
+    matching send (src, dst, tag, size) has been issued, the k-th collective once every rank has issued its k-th.
+    Returns the nodes left when nothing can move (empty: every rank finishes)."""
+    from ddlsim.trace.chakra import NODE_TYPES, _message_classes, _split_delimited
+
+    Node = _message_classes()["Node"]
+    nodes = {}
+    for rank, path in enumerate(paths):
+        for _, payload in _split_delimited(path.read_bytes(), path)[1:]:
+            node = Node()
+            node.ParseFromString(payload)
+            attrs = {a.name: getattr(a, a.WhichOneof("value")) for a in node.attr}
+            nodes[rank, node.id] = (node, attrs)
+    comm_types = {NODE_TYPES[t] for t in ("COMM_SEND_NODE", "COMM_RECV_NODE", "COMM_COLL_NODE")}
+    done, issued, in_flight, collectives_issued = set(), set(), {}, {}
+
+    def ready(key):
+        return key not in issued and all((key[0], dep) in done for dep in nodes[key][0].data_deps)
+
+    def message(key):
+        node, attrs = nodes[key]
+        return attrs["comm_src"], attrs["comm_dst"], attrs["comm_tag"], attrs["comm_size"]
+
+    sends_issued: dict[tuple, int] = {}
+    recvs_done: dict[tuple, int] = {}
+    collective_index = {key: sum(1 for other in nodes if other[0] == key[0] and other[1] < key[1]
+                                 and nodes[other][0].type == NODE_TYPES["COMM_COLL_NODE"])
+                        for key in nodes if nodes[key][0].type == NODE_TYPES["COMM_COLL_NODE"]}
+    while len(done) < len(nodes):
+        before = len(done) + len(issued)
+        for rank in range(len(paths)):  # issue: one communication node per rank
+            if rank not in in_flight:
+                key = next((k for k in nodes if k[0] == rank and nodes[k][0].type in comm_types and ready(k)), None)
+                if key is not None:
+                    issued.add(key)
+                    in_flight[rank] = key
+                    kind = nodes[key][0].type
+                    if kind == NODE_TYPES["COMM_SEND_NODE"]:
+                        sends_issued[message(key)] = sends_issued.get(message(key), 0) + 1
+                    elif kind == NODE_TYPES["COMM_COLL_NODE"]:
+                        index = collective_index[key]
+                        collectives_issued[index] = collectives_issued.get(index, 0) + 1
+        for rank, key in list(in_flight.items()):  # end what can end
+            kind = nodes[key][0].type
+            if kind == NODE_TYPES["COMM_RECV_NODE"]:
+                if sends_issued.get(message(key), 0) <= recvs_done.get(message(key), 0):
+                    continue
+                recvs_done[message(key)] = recvs_done.get(message(key), 0) + 1
+            elif kind == NODE_TYPES["COMM_COLL_NODE"] and collectives_issued.get(collective_index[key], 0) < len(paths):
+                continue
+            done.add(key)
+            del in_flight[rank]
+        for key in [k for k in nodes if nodes[k][0].type not in comm_types and ready(k)]:  # compute ends
+            issued.add(key)
+            done.add(key)
+        if len(done) + len(issued) == before:
+            return sorted(f"rank {k[0]} node {k[1]} {nodes[k][0].name}" for k in nodes if k not in done)
+    return []
+
+
+PS_JOB = {"model": {"name": "lenet5"}, "workers": 4, "iterations": 2, "trace_detail": "collective",
+          "strategy": {"kind": "ps", "servers": 2}, "network": {"bandwidth": "10Gbps", "latency": "500ns"}}
+
+
+@pytest.mark.parametrize("strategy", [{"kind": "ps", "servers": 1}, {"kind": "ps", "servers": 2},
+                                      {"kind": "ring", "algorithm": "ring"}])
+def test_the_export_runs_under_astra_sims_one_communication_at_a_time(tmp_path, strategy):
+    """A receive with no dependency on its rank was issued at time 0 and held the rank's only communication slot
+    while the send that brings its message about waited behind it: ASTRA-sim ran no PS rank to the end (exit 0).
+    Each communication node now also waits for the one before it on its rank, in ddlsim's order."""
+    result = ddlsim.simulate({**PS_JOB, "strategy": strategy})
+    paths = write_chakra(result.events, tmp_path / "job")
+    assert astra_issue_rule_deadlocks(paths) == []
+    # our own import is still exact: the added dependencies are not ddlsim's
+    back = read_chakra(tmp_path / "job").to_pandas(["id", "deps"]).set_index("id")["deps"].map(list).to_dict()
+    mine = result.events.to_pandas(["id", "kind", "deps"])
+    mine = mine[~mine["kind"].isin(["barrier"])].set_index("id")["deps"].map(list).to_dict()
+    assert {k: sorted(v) for k, v in back.items() if k in mine} == {k: sorted(v) for k, v in mine.items()}
+
+
+@pytest.mark.skipif(not ASTRA_SIM, reason="set DDLSIM_ASTRA_SIM to an ASTRA-sim analytical binary "
+                    "(tools/build_astra_sim.sh builds AstraSim_Analytical_Congestion_Unaware) to run ddlsim's Chakra "
+                    "export through it; docs/interop.md")
+def test_astra_sim_runs_a_parameter_server_export_to_the_end(tmp_path):
+    result = ddlsim.simulate(PS_JOB)
+    paths = write_chakra(result.events, tmp_path / "job")
+    run = subprocess.run([shutil.which(ASTRA_SIM) or ASTRA_SIM, f"--workload-configuration={tmp_path / 'job'}",
+                          *astra_configs(tmp_path, len(paths), 10e9, 500)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    finished = {int(r) for r, _ in re.findall(r"sys\[(\d+)\],? finished,? (\d+) cycles", run.stdout + run.stderr)}
+    assert finished == set(range(len(paths))), "every rank finishes: " + (run.stdout + run.stderr)[-2000:]
+
+
+@pytest.mark.parametrize("binary", [None, "no-such-astra-sim-binary"])
+def test_the_comparison_benchmark_without_a_binary_says_so_in_one_line(tmp_path, binary):
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "astra_sim_compare.py"
+    env = {k: v for k, v in ENV.items() if k != "DDLSIM_ASTRA_SIM"}
+    run = subprocess.run([sys.executable, str(script), *(["--binary", binary] if binary else [])], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=300)
+    assert run.returncode == 2 and run.stdout == "", run.stderr
+    assert len(run.stderr.splitlines()) == 1 and "tools/build_astra_sim.sh" in run.stderr, run.stderr
 
 
 def test_the_docs_example_for_other_tools_files_runs(tmp_path):

@@ -33,6 +33,10 @@ send/recv pair expresses). The send and recv rows of a step inside a
 collective that has its own COMM_COLL_NODE on that rank are left out (the
 collective node stands for them, as a Chakra consumer would replay it);
 a dependency on a left-out row is moved to what that row waited for.
+Each send, recv and collective node also depends on its rank's
+communication node before it (in ddlsim's order): ASTRA-sim runs one
+communication node per rank at a time, and a receive issued early would
+hold that slot (see :func:`_one_communication_at_a_time`).
 
 Every node also carries ``ddlsim_*`` attributes (the row's id, op,
 iteration, exact nanosecond times, deps on other ranks...) so that
@@ -232,18 +236,64 @@ def write_chakra(log: Any, prefix: str | os.PathLike[str]) -> list[Path]:
     for rank, rank_rows in sorted(by_rank.items()):
         kept_barriers = [row for row in rank_rows if row.id in barriers]
         chunks = [_delimited(_metadata(classes, rank, world, log, kept_barriers, redirected))]
+        planned = []  # (row, the deps Chakra sees, the exact deps when they differ)
         for row in rank_rows:
             if row.id in left_out or row.id in barriers:
                 continue
             exact = redirected.get(row.id, row.deps)
             if row.id in around_barrier and exact is not None and any(dep in barriers for dep in exact):
                 local = [dep for dep in around_barrier[row.id] if rank_of.get(dep) == rank]
-                chunks.append(_delimited(_node(classes, row, local, rank_of, paths[rank], exact_deps=exact)))
+                planned.append((row, local, exact))
             else:
-                chunks.append(_delimited(_node(classes, row, exact, rank_of, paths[rank])))
+                planned.append((row, exact, None))
+        for row, deps, exact in _one_communication_at_a_time(planned):
+            chunks.append(_delimited(_node(classes, row, deps, rank_of, paths[rank], exact_deps=exact)))
         with atomic_output(paths[rank]) as temporary:
             temporary.write_bytes(b"".join(chunks))
     return [paths[rank] for rank in sorted(by_rank)]
+
+
+_COMM_KINDS = ("send", "recv", "collective")
+
+
+def _one_communication_at_a_time(planned: list[tuple[Any, list[int] | None, list[int] | None]]
+                                 ) -> list[tuple[Any, list[int] | None, list[int] | None]]:
+    """Each send, recv and collective node of a rank also depends on the rank's communication node before it.
+
+    ASTRA-sim issues a node as soon as its data_deps are done, but runs one communication node per rank at a time
+    (HardwareResource::is_available): a receive that depends on nothing on its rank (its message comes from another
+    rank) is issued at time 0 and holds the rank's communication until the message arrives, while the send that
+    brings that message about waits behind it on its own rank. A parameter-server export then ran no rank to the
+    end (exit 0). The order is ddlsim's: by (start, end, id) among the rank's nodes in dependency order, so the
+    added dependencies hold in ddlsim's own schedule; the exact deps go in ``ddlsim_deps``. Rows whose deps are
+    unknown are left as they are.
+    """
+    import heapq
+
+    by_id = {row.id: index for index, (row, _, _) in enumerate(planned)}
+    parents = {row.id: {dep for dep in deps or [] if dep in by_id} for row, deps, _ in planned}
+    children: dict[int, list[int]] = {}
+    for child, deps in parents.items():
+        for dep in deps:
+            children.setdefault(dep, []).append(child)
+    waiting = {row_id: len(deps) for row_id, deps in parents.items()}
+    ready = [(row.start_ns, row.end_ns, row.id) for row, _, _ in planned if not waiting[row.id]]
+    heapq.heapify(ready)
+    out = list(planned)
+    previous = None
+    while ready:
+        *_, row_id = heapq.heappop(ready)
+        row, deps, exact = planned[by_id[row_id]]
+        if row.kind in _COMM_KINDS:
+            if previous is not None and deps is not None and previous not in parents[row_id]:
+                out[by_id[row_id]] = (row, [*deps, previous], deps if exact is None else exact)
+            previous = row_id
+        for child in children.get(row_id, ()):
+            waiting[child] -= 1
+            if not waiting[child]:
+                child_row = planned[by_id[child]][0]
+                heapq.heappush(ready, (child_row.start_ns, child_row.end_ns, child))
+    return out
 
 
 def _attr(classes: dict[str, Any], name: str, **value: Any) -> Any:
