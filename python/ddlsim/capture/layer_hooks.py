@@ -247,7 +247,8 @@ class LayerHooks:
         previous, self._batch = self._batch, self._take_batch()
         if previous is not None:
             host, anchor, rows, events = previous
-            events[-1].synchronize()  # complete already (this iteration began with a synchronisation): no wait
+            if events:
+                events[-1].synchronize()  # complete already (this iteration began with a synchronisation): no wait
             self._write_batch(previous)
 
     def resolve_gpu_rows(self) -> None:
