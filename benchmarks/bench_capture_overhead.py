@@ -9,7 +9,10 @@ After warm-up iterations (DDP's bucket rebuild), rank 0 times every
 iteration from zero_grad to the end of the optimizer step, behind a barrier
 (and a device synchronisation on a GPU). Printed: the median of each, the
 ratio of medians and the median of the per-iteration ratios (the paired
-estimate, less sensitive to drifting load).
+estimate, less sensitive to drifting load); rank 0's CPU time per iteration
+(all its threads: the host work the recording adds, which other jobs' load
+disturbs less than the wall time); and whether the recorded copy's log is
+complete (every layer's forward and backward row in every iteration).
 
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead.py              # CPU, gloo, 2 ranks
     PYTHONPATH=python python benchmarks/bench_capture_overhead.py --device cuda --workers 1      # GPU, NCCL, CUDA events
@@ -66,6 +69,7 @@ def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
     batches = [(x.to(dev), y.to(dev)) for x, y in synthetic_batches(args.model, args.batch_size, args.image_size, total, rank)]
     loss_fn = torch.nn.CrossEntropyLoss()
     times = {mode: [] for mode in models}
+    cpu = {mode: [] for mode in models}  # this process's CPU time (all its threads) per iteration
     for iteration, (x, y) in enumerate(batches):
         order = list(models) if iteration % 2 == 0 else list(reversed(models))
         for mode in order:
@@ -73,7 +77,7 @@ def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
             if cuda:
                 torch.cuda.synchronize()
             dist.barrier()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             if h is not None:
                 h.begin_iteration(iteration)
             optimizer.zero_grad(set_to_none=True)
@@ -89,10 +93,28 @@ def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
                 torch.cuda.synchronize()
             if iteration >= args.warmup:
                 times[mode].append(time.perf_counter() - start)
+                cpu[mode].append(time.process_time() - start_cpu)
     hooks.rec.close()
     if rank == 0:
-        queue.put(times)
+        device = torch.cuda.get_device_name(dev) if cuda else "cpu"
+        queue.put((times, cpu, device, _check_rows(hooks, args.warmup + args.iterations)))
     dist.destroy_process_group()
+
+
+def _check_rows(hooks, iterations: int) -> str:
+    """The recorded copy's log is complete: every iteration has one forward and one backward row per layer, its
+    all-reduces, optimizer and marker rows, and every row ends after it starts."""
+    from collections import Counter
+
+    with open(hooks.rec.path, encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.startswith('{"id"')]
+    count = Counter((r["iteration"], r["op"]) for r in rows)
+    layers = len(hooks.layers)
+    complete = all(count[(i, "forward")] == layers and count[(i, "backward")] == layers and count[(i, "allreduce")] >= 1
+                   and count[(i, "optimizer_step")] == 1 and count[(i, "iteration")] == 1 for i in range(iterations))
+    ordered = all(r["start_ns"] <= r["end_ns"] for r in rows)
+    return (f"{'complete' if complete and ordered else 'INCOMPLETE'}: {len(rows)} rows over {iterations} iterations "
+            f"({layers} layers)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,21 +140,26 @@ def main(argv: list[str] | None = None) -> int:
     queue = ctx.SimpleQueue()
     with tempfile.TemporaryDirectory() as out_dir:
         mp.start_processes(_rank, args=(args, port, out_dir, queue), nprocs=args.workers, start_method="spawn")
-        times = queue.get()
+        times, cpu, device, rows = queue.get()
     median = {mode: statistics.median(v) for mode, v in times.items()}
     paired = statistics.median(r / p for r, p in zip(times["recorded"], times["plain"]))
     backend = "NCCL, GPU, CUDA-event timings" if args.device == "cuda" else "gloo, CPU"
-    print(f"{args.model}, {args.workers} rank(s) ({backend}), batch {args.batch_size}, {args.image_size}x{args.image_size}, "
+    print(f"{args.model} on {device}, {args.workers} rank(s) ({backend}), batch {args.batch_size}, {args.image_size}x{args.image_size}, "
           f"{len(times['plain'])} timed iterations each (alternating, after {args.warmup} warm-up)")
     for mode, label in (("plain", "plain DDP"), ("comm hook", "DDP + torch's allreduce_hook"), ("recorded", "DDP + ddlsim's capture")):
         if mode not in times:
             continue
-        print(f"  {label:28s} median {median[mode] * 1e3:8.2f} ms   mean {statistics.mean(times[mode]) * 1e3:8.2f} ms")
+        print(f"  {label:28s} median {median[mode] * 1e3:8.2f} ms   mean {statistics.mean(times[mode]) * 1e3:8.2f} ms"
+              f"   rank 0's CPU time median {statistics.median(cpu[mode]) * 1e3:8.2f} ms")
+    print(f"  recorded log: {rows}")
+    cpu_ratio = statistics.median(cpu["recorded"]) / statistics.median(cpu["plain"])
+    print(f"rank 0's CPU time: {(cpu_ratio - 1) * 100:+.2f} % (ratio of medians; the host work the recording adds, less "
+          f"sensitive to other jobs' load than the wall time)")
     print(f"capture overhead: {(median['recorded'] / median['plain'] - 1) * 100:+.2f} % (ratio of medians), "
           f"{(paired - 1) * 100:+.2f} % (median of paired ratios); target < 3 %")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"args": vars(args), "times_s": times, "overhead_ratio_of_medians": median["recorded"] / median["plain"],
+            json.dump({"args": vars(args), "device": device, "recorded_log": rows, "times_s": times, "cpu_times_s": cpu, "overhead_ratio_of_medians": median["recorded"] / median["plain"],
                        "overhead_paired_median": paired}, fh, indent=1)
     return 0
 

@@ -43,6 +43,7 @@ def test_gpu_rows_are_written_on_the_host_clock_through_the_anchor(tmp_path, mon
     monkeypatch.setattr(LayerHooks, "mark", mark)
     monkeypatch.setattr(layer_hooks, "now_ns", lambda: HOST_NS)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: None)  # events then record on the current stream
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
     rec = RankRecorder(tmp_path, 0, "worker")
     hooks = LayerHooks(model, rec, cuda=True)
@@ -83,6 +84,7 @@ def test_gpu_events_are_recorded_in_order_and_reused_across_iterations(tmp_path,
 
     monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: None)  # events then record on the current stream
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
     rec = RankRecorder(tmp_path, 0, "worker")
     hooks = LayerHooks(model, rec, cuda=True)

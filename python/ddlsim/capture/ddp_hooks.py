@@ -43,7 +43,7 @@ class DdpHooks(LayerHooks):
         (one ``collective`` row per group; ``group`` is the plan group's index)."""
         import torch.distributed as dist
 
-        super().__init__(ddp_model.module, recorder, cuda=cuda)
+        super().__init__(ddp_model.module, recorder, cuda=cuda, defer=True)
         self.ddp = ddp_model
         self.world_size = dist.get_world_size(process_group)
         self._collective_ids: list[int] = []
@@ -52,6 +52,7 @@ class DdpHooks(LayerHooks):
         self._layout: list[dict] = []  # this iteration's buckets so far
         self._iteration_start = 0
         self._groups: dict[tuple[int, ...], int] = {}
+        self._bucket_facts: dict[tuple[int, ...], tuple] = {}  # tensors -> (tensor bytes, offsets, layers)
         self._provisional = not (ddp_model.find_unused_parameters and not ddp_model.static_graph) \
             and getattr(ddp_model, "num_iterations", 0) == 0
         self.merger = merger
@@ -67,10 +68,14 @@ class DdpHooks(LayerHooks):
             self._iteration_start = now_ns()
 
     def end_iteration(self) -> bool:
-        """Writes the iteration's marker row, notes a changed bucket layout and flushes; True if the layout changed."""
-        self.resolve_gpu_rows()
-        self.rec.row("marker", "iteration", self._iteration_start, now_ns(), deps=[], iteration=self.iteration,
-                     name=f"iteration {self.iteration}")
+        """Writes the iteration's rows and its marker row (on a GPU: the previous iteration's, with no synchronisation;
+        see :mod:`.layer_hooks`), notes a changed bucket layout and flushes; True if the layout changed."""
+        fields = {"kind": "marker", "iteration": self.iteration, "name": f"iteration {self.iteration}"}
+        if self.cuda:  # from the anchor to the end of the iteration's work on its stream
+            start, end = self._anchor[1] if self._anchor is not None else self.mark(), self.mark()
+        else:
+            start, end = self._iteration_start, now_ns()
+        self.end_rows((self.rec.new_id(), "iteration", start, end, [], None, fields))
         with self._lock:
             layout = sorted(self._layout, key=lambda b: b["bucket"])
             changed = bool(layout) and (not self.layouts or [b["group"] for b in self.layouts[-1]["buckets"]] != [b["group"] for b in layout])
@@ -103,39 +108,54 @@ class DdpHooks(LayerHooks):
             self._groups[tensors] = group
             return group
 
+    def _facts_of(self, tensors: tuple[int, ...]) -> tuple:
+        """(tensor bytes, byte offsets in the bucket, layers) of a bucket's tensors, computed once per bucket."""
+        facts = self._bucket_facts.get(tensors)
+        if facts is None:
+            sizes = [self.params[t][1].numel() * self.params[t][1].element_size() for t in tensors]
+            offsets = [sum(sizes[:k]) for k in range(len(sizes))]
+            layers = sorted({self.layer_of_param[t] for t in tensors if t in self.layer_of_param})
+            facts = self._bucket_facts[tensors] = (sizes, offsets, layers)
+        return facts
+
     def _comm_hook(self, state, bucket):
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        """torch's ``allreduce_hook`` (divide the bucket by the world size, all-reduce it), recorded; on one rank without
+        the division (by 1: the same bytes, one pass over the gradients less)."""
+        import torch.distributed as dist
 
         start = self.mark()
         iteration, index = self.iteration, bucket.index()
-        tensors = tuple(self.param_index[p.data_ptr()] for p in bucket.parameters())
+        param_index = self.param_index
+        tensors = tuple([param_index[p.data_ptr()] for p in bucket.parameters()])
         buffer = bucket.buffer()
         nbytes = buffer.numel() * buffer.element_size()
         group = self._group_of(index, tensors)
+        sizes, offsets, layers = self._facts_of(tensors)
+        rid = self.rec.new_id()
         with self._lock:
             self._collective_seq += 1
             collective = self._collective_seq
-            rid = self.rec.new_id()
             self._collective_ids.append(rid)
-            deps = sorted({self._backward_ids[self.layer_of_param[t]] for t in tensors
-                           if self.layer_of_param.get(t) in self._backward_ids})
-            sizes = [self.params[t][1].numel() * self.params[t][1].element_size() for t in tensors]
-            offsets = [sum(sizes[:k]) for k in range(len(sizes))]
+            backward = self._backward_ids
+            deps = sorted({backward[layer] for layer in layers if layer in backward})
             self._layout.append({"bucket": index, "group": group, "tensors": list(tensors), "offsets": offsets,
                                  "tensor_bytes": sizes, "bytes": nbytes})
             if bucket.is_last():
                 self._provisional = False
+        fields = {"kind": "collective", "iteration": iteration, "stream": "comm", "group": group, "bytes": nbytes,
+                  "collective": collective, "coll_type": "allreduce", "algorithm": "", "name": f"bucket{index}"}
 
         def done(fut):
-            fields = dict(iteration=iteration, stream="comm", group=group, bytes=nbytes, collective=collective,
-                          coll_type="allreduce", algorithm="", name=f"bucket{index}")
-            if self.cuda:  # this callback runs once the NCCL work is done on the current stream
-                self.gpu_row("collective", "allreduce", start, self.mark(), deps=deps, row_id=rid, **fields)
-            else:
-                self.rec.row("collective", "allreduce", start, now_ns(), deps=deps, row_id=rid, **fields)
-            return fut.value()
+            # on a GPU this callback runs on a stream that waits for the NCCL work: the event marks its completion
+            end = self.mark_current()
+            with self._lock:
+                self._rows.append((rid, "allreduce", start, end, deps, None, fields))
+            return fut.value()[0]
 
-        return allreduce_hook(state, bucket).then(done)
+        if self.world_size > 1:
+            buffer.div_(self.world_size)
+        group = self.process_group if self.process_group is not None else dist.group.WORLD
+        return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(done)
 
     def _merge_hook(self, state, bucket):
         """Plan groups: holds buckets until their group is complete, then records and launches the group's all-reduce."""

@@ -9,17 +9,31 @@ op such as ResNet's ``out += identity`` can rebase the tensor (full module
 backward hooks would break those in-place adds). Each row depends on the
 rank's previous compute row. Used by the DDP hooks and the PS worker.
 
+The hooks do as little as they can while the iteration runs (the capture
+overhead is this host work; on a GPU the kernel launches wait for it): a
+time point, an id, and a tuple appended to a list. With ``defer=True`` (the
+DDP hooks) the rows are formatted and written in one go by
+:meth:`LayerHooks.write_rows` at the end of the iteration; otherwise (the PS
+worker) each row is written when it is made.
+
 On a GPU (``cuda=True``) the host clock would time the kernels' launch, not
-their run: every time point is then a CUDA event on the current stream, the
-rows get their ids at once (so other rows can depend on them) and are written
-by :meth:`LayerHooks.resolve_gpu_rows` at the end of the iteration, after a
-device synchronisation, on the host clock through an anchor (an event recorded
-at :meth:`LayerHooks.begin_iteration` right after a synchronisation, when the
-idle GPU runs it at once).
+their run: every time point is then a CUDA event, recorded on the stream
+that was current at :meth:`LayerHooks.begin_iteration` (the training
+stream; a comm hook's completion callback records on its own current
+stream, see :meth:`LayerHooks.mark_current`); the rows get their ids at
+once (so other rows can depend on them) and are written on the host clock
+through an anchor (an event recorded at :meth:`LayerHooks.begin_iteration`
+right after a device synchronisation, when the idle GPU runs it at once).
+There is no synchronisation inside the iteration: an iteration's rows are
+converted and written at the end of the next iteration (its events are
+complete by then: the next iteration began with a synchronisation), or by
+:meth:`LayerHooks.resolve_gpu_rows` (which synchronises) when the recorder
+closes.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any, Iterable, Optional
 
@@ -46,14 +60,26 @@ def _first_grad_node(output):
     return None
 
 
+# A layer row as a JSON line, the same bytes as ``json.dumps(row, separators=(",", ":"))`` of the row
+# {id, kind, op, start_ns, end_ns, deps, iteration, stream, name, layer} (checked by the tests).
+_LAYER_LINE = '{"id":%d,"kind":"compute","op":"%s","start_ns":%d,"end_ns":%d,"deps":[%s],"iteration":%d,"stream":"compute"%s'
+
+
 class LayerHooks:
     """Records `module`'s per-layer forward and backward rows into `recorder`; :meth:`remove` takes the hooks off."""
 
-    def __init__(self, module, recorder: RankRecorder, *, cuda: bool = False):
+    def __init__(self, module, recorder: RankRecorder, *, cuda: bool = False, defer: bool = False):
+        import torch
+
         self.rec = recorder
         self.cuda = bool(cuda)
-        self._pending: list[tuple[int, str, Any, Any, list[int], dict]] = []  # GPU rows waiting for their times
+        self.defer = bool(defer) or self.cuda
+        # rows made and not written yet, in the order they were made: (row id, op, start, end, deps, iteration,
+        # layer line tail) for layer rows, (row id, op, start, end, deps, None, fields) for the others
+        self._rows: list[tuple] = []
+        self._batch: Optional[tuple] = None  # GPU: the previous iteration's (host ns, anchor, rows, events), unwritten
         self._anchor: Optional[tuple[int, Any]] = None  # (host ns, event) of this iteration
+        self._stream = None  # GPU: the stream the events are recorded on
         self._events_free: list = []
         self._events_used: list = []
         self.params = list(module.named_parameters())
@@ -65,35 +91,61 @@ class LayerHooks:
                 self.layer_of_param[self.param_index[p.data_ptr()]] = index
         self.iteration = -1
         self._lock = threading.Lock()
-        self._last_compute: Optional[tuple[int, int]] = None  # (row id, end ns)
+        self._last_compute: Optional[tuple[int, Any]] = None  # (row id, end) of the rank's last compute row
         self._backward_ids: dict[int, int] = {}  # layer -> this iteration's backward row
         self._waits: list[int] = []  # deps of the next compute row (e.g. parameters it must have received)
+        self._tails = [',"name":%s,"layer":%d}' % (json.dumps(name), index) for index, (name, _) in enumerate(self.layers)]
+        self._forward_start: list = [None] * len(self.layers)
+        self._backward_start: list = [None] * len(self.layers)
+        self._tensor = torch.Tensor
+        self._backward_hooks = [(self._pre_backward(index), self._post_backward(index)) for index in range(len(self.layers))]
         self._handles = []
         for index, (name, m) in enumerate(self.layers):
             self._handles.append(m.register_forward_pre_hook(self._pre_forward(index)))
-            self._handles.append(m.register_forward_hook(self._post_forward(index, name)))
+            self._handles.append(m.register_forward_hook(self._post_forward(index)))
+        recorder.before_close(self._finish)
 
+    # -- time points -----------------------------------------------------------------------------------------------
     def mark(self):
-        """A time point: host ns, or (on a GPU) a CUDA event recorded on the current stream."""
+        """A time point: host ns, or (on a GPU) a CUDA event recorded on the iteration's stream."""
         if not self.cuda:
             return now_ns()
-        with self._lock:  # events are reused once their iteration is resolved (creating one costs a driver call)
-            event = self._events_free.pop() if self._events_free else None
-        if event is None:
-            import torch
-
-            event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        with self._lock:
-            self._events_used.append(event)
+        # events are reused once their iteration is written (creating one costs a driver call); list.pop and
+        # list.append are atomic, so no lock
+        free = self._events_free
+        event = free.pop() if free else self._new_event()
+        stream = self._stream
+        if stream is None:
+            event.record()
+        else:
+            event.record(stream)
+        self._events_used.append(event)
         return event
 
+    @staticmethod
+    def _new_event():
+        import torch
+
+        return torch.cuda.Event(enable_timing=True)
+
+    def mark_current(self):
+        """A time point on the current stream (on a GPU; e.g. in a future's callback, whose stream waits for it)."""
+        if not self.cuda:
+            return now_ns()
+        free = self._events_free
+        event = free.pop() if free else self._new_event()
+        event.record()
+        self._events_used.append(event)
+        return event
+
+    # -- iterations ------------------------------------------------------------------------------------------------
     def begin_iteration(self, iteration: int, waits: Iterable[int] = ()) -> None:
         """Starts an iteration; the first compute row of it also depends on `waits`."""
         if self.cuda:
             import torch
 
             torch.cuda.synchronize()
+            self._stream = torch.cuda.current_stream()
             host = now_ns()
             self._anchor = (host, self.mark())
         with self._lock:
@@ -106,85 +158,178 @@ class LayerHooks:
         with self._lock:
             return self._backward_ids.get(layer)
 
-    def compute_row(self, op: str, start_ns, end_ns, *, extra_deps=(), **fields: Any) -> int:
-        """A compute row on this rank, depending on the previous one (and `extra_deps`); on a GPU start and end are
-        events and the row is written by :meth:`resolve_gpu_rows`."""
-        if self.cuda:
-            with self._lock:
-                deps = [self._last_compute[0]] if self._last_compute else []  # one stream: in issue order
-                deps += self._waits
-                self._waits = []
-                rid = self.rec.new_id()
-                self._last_compute = (rid, 0)
-                self._pending.append((rid, op, start_ns, end_ns, deps + list(extra_deps),
-                                      {"iteration": self.iteration, "stream": "compute", **fields}))
-            return rid
-        with self._lock:
-            deps = [self._last_compute[0]] if self._last_compute and self._last_compute[1] <= start_ns else []
+    def _compute_deps(self, start) -> list[int]:
+        """The deps of a compute row starting at `start`: the previous compute row (on the CPU if it ended by then;
+        on a GPU always, one stream runs in issue order) and the pending waits."""
+        last = self._last_compute
+        deps = [last[0]] if last is not None and (self.cuda or last[1] <= start) else []
+        if self._waits:
             deps += self._waits
             self._waits = []
-        deps += list(extra_deps)
-        rid = self.rec.row("compute", op, start_ns, end_ns, deps=deps, iteration=self.iteration, stream="compute",
-                           **fields)
+        return deps
+
+    def compute_row(self, op: str, start_ns, end_ns, *, extra_deps=(), **fields: Any) -> int:
+        """A compute row on this rank, depending on the previous one (and `extra_deps`); on a GPU start and end are
+        events and the row is written at the end of the next iteration (see the module docstring)."""
+        rid = self.rec.new_id()
         with self._lock:
+            deps = self._compute_deps(start_ns)
+            deps += extra_deps
             self._last_compute = (rid, end_ns)
+            self._rows.append((rid, op, start_ns, end_ns, deps, None,
+                               {"kind": "compute", "iteration": self.iteration, "stream": "compute", **fields}))
+        if not self.defer:
+            self.write_rows()
         return rid
 
     def gpu_row(self, kind: str, op: str, start, end, *, deps=(), row_id: Optional[int] = None, **fields: Any) -> int:
-        """A row timed by two CUDA events, written by :meth:`resolve_gpu_rows`."""
+        """A row of `kind` timed by two time points (CUDA events on a GPU), written with the iteration's rows."""
         rid = self.rec.new_id() if row_id is None else row_id
-        with self._lock:
-            self._pending.append((rid, op, start, end, list(deps), {"kind": kind, **fields}))
+        self._rows.append((rid, op, start, end, list(deps), None, {"kind": kind, **fields}))
+        if not self.defer:
+            self.write_rows()
         return rid
 
+    def _lines(self, rows, time_of=None) -> list[str]:
+        encode = self.rec.format_row
+        lines = []
+        for rid, op, start, end, deps, iteration, extra in rows:
+            if time_of is not None:
+                start, end = time_of(start), time_of(end)
+                end = max(start, end)
+            if iteration is None:
+                fields = dict(extra)
+                lines.append(encode(fields.pop("kind"), op, start, end, deps=deps, row_id=rid, **fields))
+            else:
+                lines.append(_LAYER_LINE % (rid, op, start, end, ",".join(map(str, deps)), iteration, extra))
+        return lines
+
+    def write_rows(self) -> None:
+        """Writes the rows made so far on the host clock (on a GPU: the previous iteration's, see the module
+        docstring)."""
+        if self.cuda:
+            batch, self._batch = self._batch, None
+            if batch is not None:
+                self._write_batch(batch)
+            return
+        with self._lock:
+            rows, self._rows = self._rows, []
+        if rows:
+            self.rec.write_lines(self._lines(rows))
+
+    def _take_batch(self) -> tuple:
+        """GPU: this iteration's rows and events so far, with their anchor."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+            events, self._events_used = self._events_used, []
+        host, anchor = self._anchor if self._anchor is not None else (now_ns(), None)
+        return host, anchor, rows, events
+
+    def _write_batch(self, batch: tuple) -> None:
+        """GPU: writes a batch whose events have completed and returns its events to the pool."""
+        host, anchor, rows, events = batch
+        if anchor is None:
+            lines = self._lines(rows, lambda event: host)
+        else:
+            elapsed = anchor.elapsed_time
+            lines = self._lines(rows, lambda event: host + round(elapsed(event) * 1e6))
+        self.rec.write_lines(lines)
+        self._events_free.extend(events)
+
+    def end_rows(self, extra_row: Optional[tuple] = None) -> None:
+        """Ends the iteration's rows: writes them (on the CPU), or (on a GPU, with no synchronisation) writes the
+        previous iteration's and keeps this one's for the next call. `extra_row` is appended to the iteration's rows."""
+        if extra_row is not None:
+            self._rows.append(extra_row)
+        if not self.cuda:
+            self.write_rows()
+            return
+        previous, self._batch = self._batch, self._take_batch()
+        if previous is not None:
+            host, anchor, rows, events = previous
+            if events:
+                events[-1].synchronize()  # complete already (this iteration began with a synchronisation): no wait
+            self._write_batch(previous)
+
     def resolve_gpu_rows(self) -> None:
-        """Synchronises the device and writes the iteration's GPU-timed rows on the host clock."""
+        """Synchronises the device and writes every GPU-timed row made so far on the host clock."""
         if not self.cuda:
             return
         import torch
 
         torch.cuda.synchronize()
-        with self._lock:
-            pending, self._pending = self._pending, []
-        host, anchor = self._anchor if self._anchor is not None else (now_ns(), None)
-        for rid, op, start, end, deps, fields in pending:
-            kind = fields.pop("kind", "compute")
-            t0 = host + round(anchor.elapsed_time(start) * 1e6) if anchor is not None else host
-            t1 = host + round(anchor.elapsed_time(end) * 1e6) if anchor is not None else host
-            self.rec.row(kind, op, t0, max(t0, t1), deps=deps, row_id=rid, **fields)
-        with self._lock:  # every event of the iteration has completed (synchronised above): reuse them
-            self._events_free.extend(self._events_used)
-            self._events_used = []
+        previous, self._batch = self._batch, None
+        if previous is not None:
+            self._write_batch(previous)
+        self._write_batch(self._take_batch())
 
+    def _finish(self) -> None:
+        """Before the recorder closes: writes the rows not written yet."""
+        if self.cuda:
+            self.resolve_gpu_rows()
+        else:
+            self.write_rows()
+
+    # -- hooks -----------------------------------------------------------------------------------------------------
+    # The hooks below run for every layer twice per iteration: they only take a time point and an id, append a tuple,
+    # and (forward) put the backward hooks on the autograd node. No lock: compute rows are made by one thread at a
+    # time (the forward on the caller's, the backward on autograd's while the caller waits) and list.append is
+    # atomic against the comm hook's callbacks.
     def _pre_forward(self, index: int):
+        starts, mark = self._forward_start, self.mark
+
         def hook(module, args):
-            module._ddlsim_forward_start = self.mark()
+            starts[index] = mark()
         return hook
 
-    def _post_forward(self, index: int, name: str):
+    def _post_forward(self, index: int):
+        starts, tail, tensor, backward = self._forward_start, self._tails[index], self._tensor, self._backward_hooks
+        mark, new_id = self.mark, self.rec.new_id
+
         def hook(module, args, output):
-            end = self.mark()
-            start = getattr(module, "_ddlsim_forward_start", end)
-            self.compute_row("forward", start, end, name=name, layer=index)
-            node = _first_grad_node(output)
+            end = mark()
+            start = starts[index]
+            starts[index] = None
+            if start is None:
+                start = end
+            rid = new_id()
+            deps = self._compute_deps(start)
+            self._last_compute = (rid, end)
+            self._rows.append((rid, "forward", start, end, deps, self.iteration, tail))
+            if not self.defer:
+                self.write_rows()
+            node = output.grad_fn if type(output) is tensor else _first_grad_node(output)
             if node is not None:
-                self._watch_backward(node, index, name)
+                pre, post = backward[index]
+                node.register_prehook(pre)
+                node.register_hook(post)
         return hook
 
-    def _watch_backward(self, node, index: int, name: str) -> None:
-        started: list[int] = []
+    def _pre_backward(self, index: int):
+        starts, mark = self._backward_start, self.mark
 
         def pre(grad_outputs):
-            started.append(self.mark())
+            starts[index] = mark()
+        return pre
+
+    def _post_backward(self, index: int):
+        starts, tail = self._backward_start, self._tails[index]
+        mark, new_id = self.mark, self.rec.new_id
 
         def post(grad_inputs, grad_outputs):
-            end = self.mark()
-            rid = self.compute_row("backward", started[-1] if started else end, end, name=name, layer=index)
-            with self._lock:
-                self._backward_ids[index] = rid
-
-        node.register_prehook(pre)
-        node.register_hook(post)
+            end = mark()
+            start = starts[index]
+            starts[index] = None
+            if start is None:
+                start = end
+            rid = new_id()
+            deps = self._compute_deps(start)
+            self._last_compute = (rid, end)
+            self._rows.append((rid, "backward", start, end, deps, self.iteration, tail))
+            self._backward_ids[index] = rid
+            if not self.defer:
+                self.write_rows()
+        return post
 
     def remove(self) -> None:
         for h in self._handles:

@@ -22,6 +22,7 @@ standard library.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -57,9 +58,12 @@ class RankRecorder:
         self.path = rank_file(out_dir, rank)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._seq = 0
+        self._ids = itertools.count(1)
+        self._id_base = self.rank << ID_SHIFT
         self._message_seq = 0
         self._rows = 0
+        self._before_close: list = []
+        self._encode = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps's bytes, without a new encoder per row
         self._file = open(self.path, "w", encoding="utf-8")
         header = {"rank": self.rank, "role": role, "host": host or socket.gethostname(), "pid": os.getpid(),
                   "clock": "monotonic_ns", "clock_offset_ns": int(clock_offset_ns), "started_ns": now_ns(), **(meta or {})}
@@ -67,12 +71,14 @@ class RankRecorder:
         self.flush()
 
     def _write(self, obj: dict) -> None:
-        self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        self._file.write(self._encode(obj) + "\n")
+
+    def before_close(self, callback) -> None:
+        """`callback()` runs when :meth:`close` is called, before the end mark (e.g. to write rows still held)."""
+        self._before_close.append(callback)
 
     def new_id(self) -> int:
-        with self._lock:
-            self._seq += 1
-            return (self.rank << ID_SHIFT) | self._seq
+        return self._id_base | next(self._ids)  # itertools.count: atomic under the GIL, no lock needed
 
     def new_message(self) -> int:
         """A message id unique across ranks (this rank sends it)."""
@@ -84,22 +90,43 @@ class RankRecorder:
             deps: Optional[Iterable[int]] = (), row_id: Optional[int] = None, **fields: Any) -> int:
         """Records one row of this rank and returns its id. ``deps=None``: unknown."""
         rid = self.new_id() if row_id is None else int(row_id)
-        record = {"id": rid, "kind": kind, "op": op, "start_ns": int(start_ns), "end_ns": int(end_ns),
+        line = self.format_row(kind, op, start_ns, end_ns, ready_ns=ready_ns, deps=deps, row_id=rid, **fields)
+        with self._lock:
+            self._file.write(line + "\n")
+            self._rows += 1
+        return rid
+
+    def format_row(self, kind: str, op: str, start_ns: int, end_ns: int, *, ready_ns: Optional[int] = None,
+                   deps: Optional[Iterable[int]] = (), row_id: int, **fields: Any) -> str:
+        """The JSON line (without its newline) that :meth:`row` writes for these arguments."""
+        record = {"id": int(row_id), "kind": kind, "op": op, "start_ns": int(start_ns), "end_ns": int(end_ns),
                   "deps": None if deps is None else [int(d) for d in deps]}
         if ready_ns is not None:
             record["ready_ns"] = int(ready_ns)
         record.update(fields)
+        return self._encode(record)
+
+    def write_lines(self, lines: list[str]) -> None:
+        """Writes rows already formatted (one JSON line each, as :meth:`format_row` makes them) in one call."""
+        if not lines:
+            return
         with self._lock:
-            self._write(record)
-            self._rows += 1
-        return rid
+            self._file.write("\n".join(lines) + "\n")
+            self._rows += len(lines)
 
     def flush(self) -> None:
         with self._lock:
             self._file.flush()
 
     def close(self, **summary: Any) -> None:
-        """Marks the file complete (a file without this mark is a partial trace)."""
+        """Writes what the :meth:`before_close` callbacks hold, then marks the file complete (a file without this
+        mark is a partial trace)."""
+        with self._lock:
+            if self._file.closed:
+                return
+        callbacks, self._before_close = self._before_close, []
+        for callback in callbacks:
+            callback()
         with self._lock:
             if self._file.closed:
                 return

@@ -1,0 +1,191 @@
+"""The DDP capture's hooks keep the host work out of the iteration (the
+capture overhead, benchmarks/bench_capture_overhead.py) without changing the
+rows: nothing is formatted or written while the iteration runs, a GPU
+iteration ends with no device synchronisation, and the rows keep their
+structure (every layer's forward in layer order and backward in reverse,
+each compute row after the previous one, all-reduces after their layers'
+backward rows, the optimizer after the all-reduces, the marker last; ids in
+causal order; times monotone) and their JSON bytes."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the DDP capture needs PyTorch (pip install ddlsim[capture])")
+
+from ddlsim.capture.ddp_hooks import DdpHooks  # noqa: E402
+from ddlsim.capture.recorder import RankRecorder  # noqa: E402
+
+ITERATIONS = 3
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(4 * 6 * 6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+def _lines(path):
+    return [line for line in path.read_text().splitlines() if line.startswith('{"id"')]
+
+
+def _train(ddp, hooks, check_between=None):
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x, y = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(1)), torch.tensor([0, 2])
+    for iteration in range(ITERATIONS):
+        hooks.begin_iteration(iteration)
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        start = hooks.mark()
+        optimizer.step()
+        hooks.optimizer_step_row(start, hooks.mark())
+        if check_between is not None:
+            check_between(iteration)
+        hooks.end_iteration()
+
+
+def test_ddp_rows_keep_their_structure_and_bytes(tmp_path, one_rank):
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(_model(), bucket_cap_mb=0.002)  # several buckets
+    rec = RankRecorder(tmp_path, 0, "worker")
+    hooks = DdpHooks(ddp, rec)
+    _train(ddp, hooks)
+    rec.close()
+    lines = _lines(rec.path)
+    rows = [json.loads(line) for line in lines]
+    assert lines == [json.dumps(r, separators=(",", ":")) for r in rows]  # the fast formatter writes json's bytes
+    names = [n for n, _ in hooks.layers]
+    assert names == ["0", "1", "4", "6"]
+    ids = [r["id"] for r in rows]
+    assert len(set(ids)) == len(ids)
+    by_id = {r["id"]: r for r in rows}
+    for iteration in range(ITERATIONS):
+        mine = sorted((r for r in rows if r["iteration"] == iteration), key=lambda r: r["id"])
+        compute = [r for r in mine if r["kind"] == "compute"]
+        assert [(r["op"], r.get("name")) for r in compute] == (
+            [("forward", n) for n in names] + [("backward", n) for n in reversed(names)] + [("optimizer_step", "optimizer")])
+        assert [r["layer"] for r in compute[:-1]] == [0, 1, 2, 3, 3, 2, 1, 0]
+        for before, row in zip(compute, compute[1:]):
+            assert row["deps"][0] == before["id"]  # each compute row after the previous one
+            assert before["end_ns"] <= row["start_ns"]
+        collectives = [r for r in mine if r["kind"] == "collective"]
+        assert collectives and [r["collective"] for r in collectives] == sorted(r["collective"] for r in collectives)
+        backward = {r["layer"]: r["id"] for r in compute if r["op"] == "backward"}
+        layouts = [lay for lay in hooks.layouts if lay["from_iteration"] <= iteration][-1]["buckets"]
+        for row in collectives:
+            bucket = next(b for b in layouts if b["group"] == row["group"])
+            layers = sorted({hooks.layer_of_param[t] for t in bucket["tensors"]})
+            assert row["deps"] == sorted(backward[layer] for layer in layers)  # after its layers' backward rows
+            assert row["bytes"] == sum(bucket["tensor_bytes"])
+        assert set(r["id"] for r in collectives) <= set(compute[-1]["deps"])  # the optimizer waits for them
+        assert mine[-1]["kind"] == "marker" and mine[-1]["name"] == f"iteration {iteration}"
+        assert mine[-1]["start_ns"] <= compute[0]["start_ns"] and compute[-1]["end_ns"] <= mine[-1]["end_ns"]
+    for row in rows:
+        assert row["start_ns"] <= row["end_ns"]
+        assert all(d < row["id"] and by_id[d]["end_ns"] <= row["end_ns"] for d in row["deps"])  # causal order
+
+
+def test_nothing_is_formatted_or_written_while_the_iteration_runs(tmp_path, one_rank, monkeypatch):
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(_model())
+    rec = RankRecorder(tmp_path, 0, "worker")
+    hooks = DdpHooks(ddp, rec)
+    written = []
+
+    def between(iteration):  # after forward, backward and step, before end_iteration
+        rec.flush()
+        written.append(len(_lines(rec.path)))
+
+    encoded = []
+    encode = getattr(rec, "_encode", None)
+    monkeypatch.setattr(rec, "_encode", lambda obj: ("id" in obj and encoded.append(obj)) or encode(obj), raising=False)
+    _train(ddp, hooks, check_between=between)
+    rec.close()
+    per_iteration = len(_lines(rec.path)) // ITERATIONS
+    assert written == [k * per_iteration for k in range(ITERATIONS)]  # only earlier iterations' rows
+    # layer rows are formatted without building a dict: only the bucket, optimizer and marker rows go through json
+    assert len(encoded) == len(_lines(rec.path)) - ITERATIONS * 2 * len(hooks.layers)
+
+
+class FakeCudaEvent:
+    """A GPU clock that ticks 0.5 ms per recorded event; counts the calls the capture makes."""
+
+    ticks = 0
+    synchronized = 0
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.t_ms = None
+
+    def record(self, stream=None):
+        FakeCudaEvent.ticks += 1
+        self.t_ms = 0.5 * FakeCudaEvent.ticks
+
+    def synchronize(self):
+        assert self.t_ms is not None
+        FakeCudaEvent.synchronized += 1
+
+    def elapsed_time(self, other):
+        return other.t_ms - self.t_ms
+
+
+def test_a_gpu_iteration_ends_without_a_device_synchronisation(tmp_path, one_rank, monkeypatch):
+    """The rows of iteration k are written at the end of iteration k + 1 (the events completed by then: k + 1 began
+    with a synchronisation) or when the recorder closes, with the same rows as written at once."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: syncs.append(1))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: None)
+    ddp = DistributedDataParallel(_model())
+    rec = RankRecorder(tmp_path, 0, "worker")
+    hooks = DdpHooks(ddp, rec, cuda=True)
+    seen = []
+
+    def between(iteration):
+        seen.append(len(syncs))
+
+    optimizer_ends = []
+    real_end = hooks.end_iteration
+
+    def end_iteration():
+        changed = real_end()
+        rec.flush()
+        optimizer_ends.append((len(syncs), len(_lines(rec.path))))
+        return changed
+
+    monkeypatch.setattr(hooks, "end_iteration", end_iteration)
+    _train(ddp, hooks, check_between=between)
+    assert seen == [1, 2, 3]  # one synchronisation per iteration: at its beginning
+    assert [s for s, _ in optimizer_ends] == [1, 2, 3]  # none at its end
+    written = [n for _, n in optimizer_ends]
+    assert written[0] == 0 and 0 < written[1] < written[2]  # one iteration behind
+    rec.close()  # writes the last iteration's rows (and synchronises for them)
+    rows = [json.loads(line) for line in _lines(rec.path)]
+    assert len(rows) == 3 * written[1]
+    for iteration in range(ITERATIONS):
+        mine = sorted((r for r in rows if r["iteration"] == iteration), key=lambda r: r["id"])
+        assert [r["op"] for r in mine if r["kind"] == "compute"] == ["forward"] * 4 + ["backward"] * 4 + ["optimizer_step"]
+        marker = mine[-1]
+        assert marker["kind"] == "marker"
+        # every row lies within the marker, on a 0.5 ms GPU tick grid from the anchor (the marker's start)
+        for row in mine:
+            assert marker["start_ns"] <= row["start_ns"] <= row["end_ns"] <= marker["end_ns"]
+            assert (row["start_ns"] - marker["start_ns"]) % 500_000 == 0
+        compute = [r for r in mine if r["kind"] == "compute"]
+        for before, row in zip(compute, compute[1:]):
+            assert row["deps"][0] == before["id"] and before["end_ns"] <= row["start_ns"]
