@@ -126,9 +126,14 @@ def _overheads_note(path: Path, scenario: Scenario) -> str:
         return "replay: the capture's framework gaps and optimizer step are not added to sampled rank times"
     log = read_event_log(path)
     found = framework_overheads(log, log.metadata)
+    skew = ""
+    if found.get("buckets"):
+        skew = (", and the wait for the slower rank at each bucket's launch (the latest launch less the mean: "
+                + ", ".join(f"{b['skew_s'] * 1e3:.3g}" for b in found["buckets"]) + " ms, after "
+                + ", ".join(b["layer"] for b in found["buckets"]) + ")")
     return (f"replay: + the capture's framework gaps ({found['gap_s'] * 1e3:.3g} ms per iteration, before each layer's "
-            f"rows) and optimizer step ({found['optimizer_s'] * 1e3:.3g} ms, before the first forward); --no-overheads "
-            "(overheads=False) leaves them out")
+            f"rows) and optimizer step ({found['optimizer_s'] * 1e3:.3g} ms, before the first forward){skew}; "
+            "--no-overheads (overheads=False) leaves them out")
 
 
 def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) -> tuple[Scenario, Optional[str]]:
@@ -144,9 +149,40 @@ def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) 
     if fraction == 1.0:
         return scenario, None
     rate = scenario.network.bandwidth_bps
+    burst = tbf_burst_factor(meta, rate, fraction, scenario.workers) if wire == "tbf" else None
+    note = (f"replay: payload rate {rate * fraction / 1e6:.6g} Mbit/s = link rate x {fraction:.5f} "
+            f"(TCP/IP headers and {wire} framing per MSS-sized segment; --wire none leaves it out)")
+    if burst is not None:
+        factor, text = burst
+        fraction *= factor
+        note += text
     scenario = with_overrides(scenario, {"bandwidth": f"{rate * fraction:.17g}bps"})
-    return scenario, (f"replay: payload rate {rate * fraction / 1e6:.6g} Mbit/s = link rate x {fraction:.5f} "
-                      f"(TCP/IP headers and {wire} framing per MSS-sized segment; --wire none leaves it out)")
+    return scenario, note
+
+
+def tbf_burst_factor(meta: dict[str, Any], rate_bps: float, fraction: float, workers: int) -> Optional[tuple[float, str]]:
+    """A DDP capture's all-reduces on tbf-shaped links: each iteration's first all-reduce starts on a link that was
+    idle through the forward pass, so tbf's full token bucket (``default_burst_bytes(rate)``, what capture shapes
+    with) lets its first B bytes through at once. Per rank and iteration the link then carries W - B bytes at the
+    rate instead of W = 2 (N - 1) / N x the buckets' bytes / `fraction` (the header factor): the payload rate is
+    scaled by W / (W - B), at most to the unshaped default rate (where B >= W the shaping does not bind). (factor,
+    note), or None for anything else."""
+    from ..capture.shaping import default_burst_bytes
+    from .scenario import Scenario
+
+    if meta.get("source") != "capture" or meta.get("job") != "ddp" or workers < 2:
+        return None
+    total = sum(int(b.get("bytes", 0)) for b in meta.get("buckets") or [] if isinstance(b, dict))
+    if total <= 0:
+        return None
+    wire = 2 * (workers - 1) / workers * total / fraction
+    burst = default_burst_bytes(rate_bps)
+    unshaped = Scenario().network.bandwidth_bps
+    cap = max(1.0, unshaped / (rate_bps * fraction))
+    factor = min(cap, wire / (wire - burst)) if wire > burst else cap
+    return factor, (f"; x {factor:.5g} for tbf's {burst}-byte token bucket, full after the forward pass: of the "
+                    f"{wire:.0f} wire bytes a rank sends per iteration the first {burst} pass at once"
+                    + (" (all of them: the shaping does not bind, the unshaped default rate is used)" if factor == cap else ""))
 
 
 def _bandwidth_note(scenario: Scenario, overrides: dict[str, Any], origin: Optional[str]) -> str:
