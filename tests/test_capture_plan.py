@@ -196,4 +196,6 @@ def test_ddps_own_buckets_built_for_a_contiguous_plan_are_the_plans_groups(appli
     assert sorted(coll.bytes.unique()) == sorted(sum(SIZES[t] for t in g) for g in CONTIGUOUS)
     assert len(coll) == 3 * 2 * 2  # 3 buckets x 2 ranks x iterations 1-2
     assert log.metadata["plan"]["path"] == "ddp-buckets"
+    # the capture measured its ring's rate on its links (replay takes it): two sizes, the larger slower
+    assert log.metadata["allreduce_rate_bps"] > 0 and log.metadata["allreduce_rate_sizes"] == [2 << 20, 8 << 20]
     assert log.metadata["parameter_sha256"] == before.metadata["parameter_sha256"]

@@ -122,3 +122,49 @@ def test_the_token_bucket_factor_is_the_closed_form():
     assert tbf_burst_factor(meta, 100e6, 1448 / 1514, 4)[0] == pytest.approx(wire / (wire - 65_536), rel=1e-12)
     assert tbf_burst_factor({**meta, "job": "ps"}, 100e6, 1448 / 1514, 4) is None
     assert tbf_burst_factor({"source": "capture", "job": "ddp"}, 100e6, 1448 / 1514, 4) is None
+
+
+def test_the_measured_ring_rate_is_the_slope_between_two_sizes():
+    from ddlsim.capture.allreduce_rate import rate_from_times
+
+    # 2 ranks: each sends 2 (2 - 1) / 2 x 6 MiB more for the larger all-reduce, in 0.5 s more
+    found = rate_from_times(2, (2 << 20, 8 << 20), [0.2e9, 0.7e9])
+    assert found["allreduce_rate_bps"] == pytest.approx(8 * (6 << 20) / 0.5, rel=1e-12)
+    assert rate_from_times(4, (2 << 20, 8 << 20), [0.2e9, 0.7e9])["allreduce_rate_bps"] == pytest.approx(
+        8 * 1.5 * (6 << 20) / 0.5, rel=1e-12)
+    assert rate_from_times(2, (2 << 20, 8 << 20), [0.7e9, 0.7e9]) == {}  # no slope: nothing measured
+    assert rate_from_times(1, (2 << 20, 8 << 20), [0.2e9, 0.7e9]) == {}
+
+
+@pytest.mark.parametrize("bandwidth", ["100Mbps", None])
+def test_a_replay_at_the_captures_own_link_takes_the_measured_ring_rate(tmp_path, bandwidth):
+    path = tmp_path / "c.parquet"
+    log = two_bucket_capture(path, [0] * 5, [0] * 5)
+    meta = {**log.metadata, "allreduce_rate_bps": 87e6, "allreduce_rate_sizes": [2 << 20, 8 << 20]}
+    if bandwidth:
+        meta["bandwidth"] = bandwidth
+    write_event_log(event_log_from_rows(log.to_pandas().drop(columns=["deps"]).to_dict("records"), metadata=meta), path)
+    scenario, notes = replay_plan(path)
+    expected = 87e6
+    if bandwidth:  # and tbf's token bucket on top, with the measured rate as the payload share of the link
+        expected *= tbf_burst_factor(meta, 100e6, 0.87, 2)[0]
+    assert scenario.network.bandwidth_bps == pytest.approx(expected, rel=1e-12)
+    assert any(n.startswith("replay: payload rate 87 Mbit/s, the rate the capture's ring all-reduces got") for n in notes)
+    assert not any("ASSUMED" in n for n in notes)
+    # another rate given: the closed form (headers, token bucket), not the measured rate
+    other, notes = replay_plan(path, bandwidth="50Mbps")
+    assert other.network.bandwidth_bps != pytest.approx(expected, rel=1e-3)
+    assert not any("the rate the capture's ring all-reduces got" in n for n in notes)
+
+
+def test_a_measured_rate_above_the_links_payload_bound_is_bounded(tmp_path):
+    path = tmp_path / "c.parquet"
+    log = two_bucket_capture(path, [0] * 5, [0] * 5)
+    meta = {**log.metadata, "allreduce_rate_bps": 1.1e9, "allreduce_rate_sizes": [2 << 20, 8 << 20],
+            "bandwidth": "1000Mbps"}
+    write_event_log(event_log_from_rows(log.to_pandas().drop(columns=["deps"]).to_dict("records"), metadata=meta), path)
+    scenario, notes = replay_plan(path)
+    bound = 1e9 * 1448 / 1514
+    assert scenario.network.bandwidth_bps == pytest.approx(bound * tbf_burst_factor(meta, 1e9, bound / 1e9, 2)[0],
+                                                           rel=1e-12)
+    assert any("above the link's payload bound" in n for n in notes)

@@ -160,6 +160,9 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     if world_size > 1:
         job["allreduce_small_ns"] = small_allreduce_ns()
         job["allreduce_step_ns"] = job["allreduce_small_ns"] / (2 * (world_size - 1))
+        from .allreduce_rate import measured_allreduce_rate
+
+        job.update(measured_allreduce_rate(world_size))  # the ring's payload rate on these links (replay uses it)
     write_sidecar(out, rank, {"job": job, **hooks.facts(), "reducer": reducer_facts(ddp_model)})
     recorder.close(iterations=cfg["iterations"])
     hooks.remove()

@@ -87,10 +87,18 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
         origin = "the capture's shaped" if "bandwidth" in settings.get("network", {}) else None
     data["model"]["profile"] = str(path.resolve())
     scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
-    notes.append(_bandwidth_note(scenario, overrides, origin))
+    given = "bandwidth" in overrides or "bandwidth" in (overrides.get("network") or {})
+    rate = meta.get("allreduce_rate_bps")
+    measured = (not given and wire is None and meta.get("source") == "capture" and meta.get("job") == "ddp"
+                and isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0)
+    if not (measured and origin is None):  # an unshaped capture's measured rate is no assumption
+        notes.append(_bandwidth_note(scenario, overrides, origin))
     if scenario.model.overheads:
         notes.append(_overheads_note(path, scenario))
-    scenario, wire_note = _on_the_wire(scenario, meta, wire)
+    if measured:
+        scenario, wire_note = _measured_rate(scenario, meta, float(rate))
+    else:
+        scenario, wire_note = _on_the_wire(scenario, meta, wire)
     if wire_note:
         notes.append(wire_note)
     if scenario.model.rank_times == "sampled":
@@ -158,6 +166,28 @@ def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) 
         note += text
     scenario = with_overrides(scenario, {"bandwidth": f"{rate * fraction:.17g}bps"})
     return scenario, note
+
+
+def _measured_rate(scenario: Scenario, meta: dict[str, Any], rate: float) -> tuple[Scenario, str]:
+    """A DDP capture replayed at its own links: the payload rate its ring all-reduces got there, measured after
+    training (:mod:`ddlsim.capture.allreduce_rate`: headers, ACKs and the two directions included), times tbf's
+    token bucket factor on a shaped link (:func:`tbf_burst_factor`)."""
+    note = (f"replay: payload rate {rate / 1e6:.6g} Mbit/s, the rate the capture's ring all-reduces got on its own "
+            f"links (measured after training: all-reduces of {' and '.join(str(b >> 20) + ' MiB' for b in meta.get('allreduce_rate_sizes') or [])}, "
+            "the slope between them); --bandwidth replays another rate")
+    if meta.get("bandwidth"):
+        from .overheads import wire_fraction
+
+        link = scenario.network.bandwidth_bps
+        bound = link * wire_fraction("tbf")
+        if rate > bound:  # a noisy slope (a short one at a high rate): no steady rate beats the headers' bound
+            note += f"; above the link's payload bound {bound / 1e6:.6g} Mbit/s (headers), so that bound"
+            rate = bound
+        burst = tbf_burst_factor(meta, link, rate / link, scenario.workers)
+        if burst is not None:
+            rate *= burst[0]
+            note += burst[1]
+    return with_overrides(scenario, {"bandwidth": f"{rate:.17g}bps"}), note
 
 
 def tbf_burst_factor(meta: dict[str, Any], rate_bps: float, fraction: float, workers: int) -> Optional[tuple[float, str]]:
