@@ -15,7 +15,8 @@ from typer.testing import CliRunner  # noqa: E402
 
 from ddlsim.analyze.breakdown import iteration_arrays, iteration_mean  # noqa: E402
 from ddlsim.capture.ddp_models import build_model  # noqa: E402
-from ddlsim.capture.ddp_plan import ONE_BYTE_MB, load_plan, plan_config  # noqa: E402
+from ddlsim.capture.ddp_plan import (ONE_BYTE_MB, contiguous_buckets, ddp_takes_bucket_cap_list,  # noqa: E402
+                                     gradient_ready_order, job_plan_config, load_plan, plan_config)
 from ddlsim.capture.ddp_run import run_ddp_capture  # noqa: E402
 from ddlsim.cli.app import app  # noqa: E402
 from ddlsim.errors import DdlsimError  # noqa: E402
@@ -26,6 +27,12 @@ SIZES = {n: p.numel() * 4 for n, p in build_model("lenet5").named_parameters()}
 # merges that are not neighbours in the backward order: the last layer with the first, fc1 with conv2
 NON_ADJACENT = [["fc3.weight", "conv1.weight", "conv1.bias"], ["fc3.bias", "fc2.weight", "fc2.bias"],
                 ["fc1.weight", "fc1.bias", "conv2.weight", "conv2.bias"]]
+
+
+# groups that are contiguous in the order LeNet-5's gradients become ready (fc3.bias first; a conv's weight is
+# ready before its bias, a linear layer's bias before its weight)
+CONTIGUOUS = [["fc3.bias", "fc3.weight", "fc2.bias"], ["fc2.weight", "fc1.bias", "fc1.weight"],
+              ["conv2.weight", "conv2.bias", "conv1.weight", "conv1.bias"]]
 
 
 def hand_plan(groups) -> dict:
@@ -128,3 +135,67 @@ def test_apply_refuses_a_directory_that_holds_something(tmp_path):
     result = CliRunner().invoke(app, ["plan", "--apply", str(tmp_path), "--model", "lenet5"])
     assert isinstance(result.exception, DdlsimError) and "not an empty directory" in str(result.exception)
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_contiguous_buckets_are_the_runs_of_the_ready_order_and_none_otherwise():
+    import random
+
+    rng = random.Random(20)
+    for _ in range(300):
+        n = rng.randint(1, 12)
+        order = rng.sample(range(n), n)
+        cuts = sorted(rng.sample(range(1, n), rng.randint(0, n - 1))) if n > 1 else []
+        runs = [order[a:b] for a, b in zip([0, *cuts], [*cuts, n])]
+        groups = [sorted(r, key=lambda _: rng.random()) for r in runs]  # a group's own order does not matter
+        rng.shuffle(groups)  # nor the plan's group order
+        assert contiguous_buckets(groups, order) == runs
+        if len(runs) >= 2:
+            # one tensor of the first run moved behind a later run's tensor: that group is split in two runs
+            moved = list(order)
+            t = moved.pop(rng.randrange(len(runs[0])))
+            moved.insert(len(runs[0]) + rng.randrange(len(runs[1])), t)
+            if len(runs[0]) > 1:
+                assert contiguous_buckets(groups, moved) is None
+        assert contiguous_buckets(groups, order[:-1]) is None  # the order must hold exactly the groups' tensors
+
+
+def test_a_plan_contiguous_in_ddps_order_takes_the_ddp_bucket_path_else_the_hook():
+    order, sizes = gradient_ready_order("lenet5", 32)
+    assert [NAMES[t] for t in order] == [t for g in CONTIGUOUS for t in g]
+    assert sizes == [SIZES[n] for n in NAMES]
+    config = job_plan_config(hand_plan(CONTIGUOUS), "mg_wfbp", "lenet5", 32, "hand.json")
+    assert "merge_groups" not in config and config["plan"]["path"] == "ddp-buckets"
+    assert config["bucket_cap_mb_list"] == [sum(SIZES[t] for t in g) / 2**20 for g in CONTIGUOUS]
+    assert config["plan"]["buckets"] == CONTIGUOUS
+    # registration order reversed is not the order DDP sees (conv2.bias is ready after conv2.weight)
+    reversed_groups = [["fc3.bias", "fc3.weight", "fc2.bias"], ["fc2.weight", "fc1.bias", "fc1.weight", "conv2.bias"],
+                       ["conv2.weight", "conv1.bias", "conv1.weight"]]
+    config = job_plan_config(hand_plan(reversed_groups), "mg_wfbp", "lenet5", 32, "hand.json")
+    assert config["bucket_cap_mb"] == ONE_BYTE_MB and len(config["merge_groups"]) == 3
+    assert config["plan"]["path"] == "hook" and "not one contiguous run" in config["plan"]["why"]
+    config = plan_config(hand_plan(CONTIGUOUS), "mg_wfbp", NAMES, "hand.json", parameter_bytes=sizes,
+                         ready_order=order, ddp_takes_cap_list=False)
+    assert config["plan"]["path"] == "hook" and "bucket_cap_mb_list" in config["plan"]["why"]
+
+
+@pytest.mark.skipif(not ddp_takes_bucket_cap_list(), reason="this torch's DDP has no bucket_cap_mb_list")
+def test_ddps_own_buckets_built_for_a_contiguous_plan_are_the_plans_groups(applied, tmp_path):
+    out, _ = applied
+    before = read_event_log(out / "before" / "events.parquet")
+    config = {"model": "lenet5", "iterations": 3, "batch_size": 4, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0}
+    config = {**config, **job_plan_config(hand_plan(CONTIGUOUS), "best", "lenet5", 32, "hand.json")}
+    log, failure = run_ddp_capture(config, 2, tmp_path / "run", timeout_s=120)
+    assert failure is None
+    names = [p["name"] for p in log.metadata["parameters"]]
+    # DDP's own account of the buckets it rebuilt, and the capture's bucket table: exactly the plan's groups
+    rebuilt = log.metadata["ddp_reducer"]["rebuilt_per_bucket_param_indices"]
+    assert [sorted(names[int(t)] for t in b.split()) for b in rebuilt.split(", ")] == [sorted(g) for g in CONTIGUOUS]
+    assert [sorted(names[t] for t in b["tensors"]) for b in log.metadata["buckets"]] == [sorted(g) for g in CONTIGUOUS]
+    df = log.to_pandas()
+    coll = df[(df.kind == "collective") & (df.iteration >= 1)]
+    assert sorted(coll.bytes.unique()) == sorted(sum(SIZES[t] for t in g) for g in CONTIGUOUS)
+    assert len(coll) == 3 * 2 * 2  # 3 buckets x 2 ranks x iterations 1-2
+    assert log.metadata["plan"]["path"] == "ddp-buckets"
+    # the capture measured its ring's rate on its links (replay takes it): two sizes, the larger slower
+    assert log.metadata["allreduce_rate_bps"] > 0 and log.metadata["allreduce_rate_sizes"] == [2 << 20, 8 << 20]
+    assert log.metadata["parameter_sha256"] == before.metadata["parameter_sha256"]

@@ -26,7 +26,7 @@ from .recorder import RankRecorder
 
 DEFAULTS = {"model": "lenet5", "iterations": 5, "batch_size": 8, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0,
             "lr": 0.01, "merge": True, "timeout_s": 300, "crash_rank": -1, "crash_after_iteration": -1,
-            "merge_groups": None, "plan": None, "device": "cpu"}
+            "merge_groups": None, "plan": None, "device": "cpu", "bucket_cap_mb_list": None}
 CRASH_STATUS = 3
 
 
@@ -43,6 +43,10 @@ def job_config(config: dict) -> dict:
             isinstance(g, list) and g and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in g)
             for g in groups)):
         raise ValueError("merge_groups must be a non-empty list of non-empty lists of parameter indices")
+    caps = cfg["bucket_cap_mb_list"]
+    if caps is not None and not (isinstance(caps, list) and caps and all(
+            isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in caps)):
+        raise ValueError(f"bucket_cap_mb_list must be a non-empty list of positive MiB, got {caps!r}")
     if cfg["device"] not in ("cpu", "cuda"):
         raise ValueError(f"device must be \"cpu\" or \"cuda\", got {cfg['device']!r}")
     check_model_config(cfg["model"], cfg["image_size"])
@@ -112,7 +116,10 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     model = build_model(cfg["model"])  # same seed on every rank; DDP broadcasts rank 0's weights anyway
     if cuda:
         model = model.cuda()
-    ddp_model = DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"], device_ids=[gpu] if cuda else None)
+    # a plan's per-bucket caps (ddp_plan: DDP builds the plan's groups itself)
+    per_bucket = {"bucket_cap_mb_list": cfg["bucket_cap_mb_list"]} if cfg["bucket_cap_mb_list"] else {}
+    ddp_model = DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"], device_ids=[gpu] if cuda else None,
+                                        **per_bucket)
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=cfg["lr"])
     loss_fn = torch.nn.CrossEntropyLoss()
     batches = synthetic_batches(cfg["model"], cfg["batch_size"], cfg["image_size"], cfg["iterations"], cfg["seed"] + rank)
@@ -124,6 +131,8 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     recorder = RankRecorder(out, rank, "worker", clock_offset_ns=offset, meta={"clock_offset_measured_ns": measured})
     if cfg["plan"] is not None:
         job["plan"] = cfg["plan"]
+    if cfg["bucket_cap_mb_list"]:
+        job["bucket_cap_mb_list"] = cfg["bucket_cap_mb_list"]
     merger = None
     if cfg["merge_groups"] is not None:
         from .ddp_plan import PlanMerger
@@ -151,6 +160,9 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     if world_size > 1:
         job["allreduce_small_ns"] = small_allreduce_ns()
         job["allreduce_step_ns"] = job["allreduce_small_ns"] / (2 * (world_size - 1))
+        from .allreduce_rate import measured_allreduce_rate
+
+        job.update(measured_allreduce_rate(world_size))  # the ring's payload rate on these links (replay uses it)
     write_sidecar(out, rank, {"job": job, **hooks.facts(), "reducer": reducer_facts(ddp_model)})
     recorder.close(iterations=cfg["iterations"])
     hooks.remove()

@@ -6,14 +6,27 @@ A plan (:meth:`ddlsim.plan.planner.Plan.to_dict`, ``"ddlsim_plan": 1``) has two 
   the buckets itself (from the order gradients become ready), so the
   captured buckets are DDP's, recorded as usual.
 * ``mg_wfbp``: the MG-WFBP merge plan, a list of groups of tensors (by
-  parameter name). DDP cannot be told an arbitrary assignment, so the job
-  runs DDP with one bucket per parameter (a 1-byte ``bucket_cap_mb``: no
-  tensor fits beside another) and a communication hook
-  (:class:`PlanMerger`) that holds each bucket until every tensor of its
-  plan group is ready, then all-reduces the group as one message and hands
-  every bucket its slice of the result. Any assignment works, adjacent
-  layers or not, because every rank calls the hook in the same bucket order.
-  The averaged gradients are those of plain DDP, element by element.
+  parameter name). It runs one of two ways (the plan facts' ``path`` says
+  which, and why):
+
+  - ``ddp-buckets``: where every group is one contiguous run of DDP's bucket
+    order (the order the gradients become ready, :func:`gradient_ready_order`,
+    which is how DDP rebuilds its buckets after the first iteration), DDP
+    builds the groups itself: ``bucket_cap_mb_list`` gives bucket k a cap of
+    exactly group k's bytes, and DDP's size rule (close a bucket once it
+    holds at least its cap) then closes each bucket on its group's last
+    tensor. No hook, no per-parameter buckets. Needs a torch whose DDP takes
+    ``bucket_cap_mb_list``.
+  - ``hook``: otherwise the job runs DDP with one bucket per parameter (a
+    1-byte ``bucket_cap_mb``: no tensor fits beside another) and a
+    communication hook (:class:`PlanMerger`) that holds each bucket until
+    every tensor of its plan group is ready, then all-reduces the group as
+    one message and hands every bucket its slice of the result. Any
+    assignment works, adjacent layers or not, because every rank calls the
+    hook in the same bucket order. It costs: DDP with one bucket per
+    parameter is 15-20 % slower on gloo for ResNet-18 (docs/planning.md).
+
+  Either way the averaged gradients are those of plain DDP, element by element.
 
 ``best`` takes whichever of the two the plan predicts faster.
 """
@@ -57,10 +70,16 @@ def choose_entry(plan: dict, entry: str) -> str:
     return "mg_wfbp" if plan["mg_wfbp"]["iteration_time_s"] < plan["ddp"]["iteration_time_s"] else "ddp"
 
 
-def plan_config(plan: dict, entry: str, parameter_names: list[str], path: str | Path = "plan") -> dict:
+def plan_config(plan: dict, entry: str, parameter_names: list[str], path: str | Path = "plan",
+                parameter_bytes: Optional[list[int]] = None, ready_order: Optional[list[int]] = None,
+                ddp_takes_cap_list: Optional[bool] = None) -> dict:
     """The DDP job's config keys that apply `entry` of `plan` to a model with `parameter_names`:
-    ``bucket_cap_mb`` and, for ``mg_wfbp``, ``merge_groups`` (lists of parameter indices, in plan order) and the
-    plan's facts (``plan``) for the capture's metadata. Raises DdlsimError naming the mismatch."""
+    ``bucket_cap_mb``, the plan's facts (``plan``) for the capture's metadata and, for ``mg_wfbp``, either
+    ``bucket_cap_mb_list`` (the ``ddp-buckets`` path: the groups are contiguous in `ready_order`, the parameter
+    indices in the order their gradients become ready; `parameter_bytes` their sizes) or ``merge_groups`` (lists
+    of parameter indices, in plan order: the ``hook`` path). Without `ready_order` and `parameter_bytes` the hook
+    path is taken. `ddp_takes_cap_list`: whether this torch's DDP takes ``bucket_cap_mb_list`` (default: ask it).
+    Raises DdlsimError naming the mismatch."""
     entry = choose_entry(plan, entry)
     facts = {"entry": entry, "file": str(path), "model": plan["model"].get("name"),
              "predicted_iteration_s": plan[entry]["iteration_time_s"],
@@ -92,7 +111,83 @@ def plan_config(plan: dict, entry: str, parameter_names: list[str], path: str | 
         raise DdlsimError(f"--plan {path}: mg_wfbp.plan leaves out {missing[0]!r} ({len(missing)} tensors in all); "
                           f"plan for the same model (ddlsim plan --model {facts['model'] or 'MODEL'})")
     facts["groups"] = len(groups)
-    return {"bucket_cap_mb": ONE_BYTE_MB, "merge_groups": groups, "plan": facts}
+    if ddp_takes_cap_list is None:
+        ddp_takes_cap_list = ddp_takes_bucket_cap_list()
+    buckets = None
+    if ready_order is None or parameter_bytes is None:
+        why = "the order DDP's gradients become ready is not known"
+    elif not ddp_takes_cap_list:
+        why = "this torch's DDP has no bucket_cap_mb_list"
+    else:
+        buckets = contiguous_buckets(groups, ready_order)
+        why = None if buckets is not None else "a group is not one contiguous run of DDP's bucket order"
+    if buckets is None:
+        facts.update(path="hook", why=why)
+        return {"bucket_cap_mb": ONE_BYTE_MB, "merge_groups": groups, "plan": facts}
+    caps = [sum(int(parameter_bytes[t]) for t in bucket) / float(1 << 20) for bucket in buckets]
+    facts.update(path="ddp-buckets", buckets=[[parameter_names[t] for t in bucket] for bucket in buckets])
+    return {"bucket_cap_mb": max(caps), "bucket_cap_mb_list": caps, "plan": facts}
+
+
+def job_plan_config(plan: dict, entry: str, model: str, image_size: int, path: str | Path = "plan") -> dict:
+    """:func:`plan_config` for the built-in job's zoo `model` at `image_size`: its parameter names and, for the
+    ``mg_wfbp`` entry, the order its gradients become ready (:func:`gradient_ready_order`)."""
+    from .ddp_models import build_model
+
+    names = [name for name, _ in build_model(model).named_parameters()]
+    if choose_entry(plan, entry) != "mg_wfbp":
+        return plan_config(plan, entry, names, path)
+    order, sizes = gradient_ready_order(model, image_size)
+    return plan_config(plan, entry, names, path, parameter_bytes=sizes, ready_order=order)
+
+
+def contiguous_buckets(groups: list[list[int]], ready_order: list[int]) -> Optional[list[list[int]]]:
+    """The plan `groups` as DDP buckets in DDP's bucket order (each bucket's tensors in `ready_order`), when every
+    group is one contiguous run of `ready_order` (the parameter indices in the order their gradients become ready);
+    None when one is not, or `ready_order` does not hold exactly the groups' tensors."""
+    group_of = {t: k for k, g in enumerate(groups) for t in g}
+    if sorted(ready_order) != sorted(group_of):
+        return None
+    buckets: list[list[int]] = []
+    seen: set[int] = set()
+    for t in ready_order:
+        k = group_of[t]
+        if buckets and group_of[buckets[-1][0]] == k:
+            buckets[-1].append(t)
+        elif k in seen:
+            return None  # the group came back after another one: not contiguous
+        else:
+            seen.add(k)
+            buckets.append([t])
+    return buckets
+
+
+def ddp_takes_bucket_cap_list() -> bool:
+    """Whether the installed torch's DistributedDataParallel takes ``bucket_cap_mb_list`` (per-bucket caps)."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    return "bucket_cap_mb_list" in inspect.signature(DistributedDataParallel.__init__).parameters
+
+
+def gradient_ready_order(model: str, image_size: int, batch_size: int = 2) -> tuple[list[int], list[int]]:
+    """(the parameter indices of zoo `model` in the order their gradients become ready in one backward pass, each
+    parameter's bytes). DDP's reducer marks a parameter ready when its gradient is accumulated and rebuilds its
+    buckets in that order after the first iteration; the CPU autograd engine's order is the same on every run."""
+    import torch
+
+    from .ddp_models import build_model, synthetic_batches
+
+    module = build_model(model)
+    order: list[int] = []
+    handles = [p.register_post_accumulate_grad_hook(lambda _p, i=i: order.append(i))
+               for i, p in enumerate(module.parameters())]
+    images, labels = synthetic_batches(model, batch_size, image_size, 1, 0)[0]
+    torch.nn.CrossEntropyLoss()(module(images), labels).backward()
+    for handle in handles:
+        handle.remove()
+    return order, [p.numel() * p.element_size() for p in module.parameters()]
 
 
 class PlanMerger:

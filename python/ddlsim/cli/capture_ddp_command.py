@@ -81,8 +81,11 @@ def ddp(
 
     check_out_dir(out_dir)  # before the first line of output: a bad --out is one line
 
-    layout = (f"plan {plan} ({config['plan']['entry']}: {len(config['merge_groups'])} merged all-reduces)"
-              if config.get("merge_groups") else f"buckets {bucket_cap_mb:g} MiB"
+    layout = (f"plan {plan} ({config['plan']['entry']}: {len(config['merge_groups'])} merged all-reduces through a "
+              f"merge hook over one DDP bucket per parameter: {config['plan']['why']})"
+              if config.get("merge_groups") else
+              f"plan {plan} ({config['plan']['entry']}: {len(config['bucket_cap_mb_list'])} merged all-reduces as DDP's own "
+              "buckets, bucket_cap_mb_list)" if config.get("bucket_cap_mb_list") else f"buckets {bucket_cap_mb:g} MiB"
               + (f" (plan {plan}, {config['plan']['entry']})" if config.get("plan") else ""))
     err.print(f"capturing DDP {model}: {workers} ranks x {iterations} iterations, batch {batch_size}, "
               f"{image_size}x{image_size} images, {layout} ...", highlight=False)
@@ -97,15 +100,13 @@ def ddp(
 
 def apply_plan(config: dict, plan_data: dict, entry: str, path) -> dict:
     """`config` (a checked DDP job config) with `entry` of the plan applied; errors name the plan and the mismatch."""
-    from ..capture.ddp_models import build_model
-    from ..capture.ddp_plan import plan_config
+    from ..capture.ddp_plan import job_plan_config
 
-    names = [name for name, _ in build_model(config["model"]).named_parameters()]
     planned = plan_data["model"].get("name")
     if planned and planned != config["model"]:
         raise DdlsimError(f"--plan {path} was made for {planned}, not {config['model']}; leave out --model or plan for "
                           f"{config['model']} (ddlsim plan --model {config['model']} --out {path})")
-    return {**config, **plan_config(plan_data, entry, names, path)}
+    return {**config, **job_plan_config(plan_data, entry, config["model"], config["image_size"], path)}
 
 
 def _summary(log, target: Path) -> None:

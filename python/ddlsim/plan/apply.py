@@ -37,8 +37,7 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
     """Runs the four steps of the module docstring in `out_dir` (created; must not hold a capture) and returns the
     report written to ``apply.json``. `plan_options` go to :func:`~ddlsim.plan.planner.make_plan` (e.g. latency)."""
     from ..capture.ddp import job_config
-    from ..capture.ddp_models import build_model
-    from ..capture.ddp_plan import captured_groups, plan_config
+    from ..capture.ddp_plan import captured_groups, job_plan_config
     from ..capture.ddp_run import run_ddp_capture
     from ..units import parse_bandwidth
     from .planner import make_plan
@@ -70,10 +69,11 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
     plan.save(out / "plan.json")
     data = plan.to_dict()
 
-    names = [name for name, _ in build_model(model).named_parameters()]
-    config = {**base, **plan_config(data, entry, names, out / "plan.json")}
+    config = {**base, **job_plan_config(data, entry, model, image_size, out / "plan.json")}
     chosen = config["plan"]["entry"]
-    step(f"3/3 capturing {model} with the plan's {chosen} entry")
+    path = config["plan"].get("path", "ddp-buckets")
+    how = {"ddp-buckets": "as DDP's own buckets", "hook": f"through the merge hook ({config['plan'].get('why')})"}[path]
+    step(f"3/3 capturing {model} with the plan's {chosen} entry {how}")
     after_log, failure = run_ddp_capture(config, workers, out / "after", timeout_s=timeout_s, bandwidth_bps=rate)
     if failure is not None:
         raise DdlsimError(f"the capture with the plan failed: {failure}")
@@ -84,11 +84,11 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
     report = {
         "ddlsim_plan_apply": 1,
         "model": model, "workers": workers, "bandwidth": bandwidth, "iterations": iterations, "batch_size": batch_size,
-        "entry": chosen,
+        "entry": chosen, "path": path,
         "before": {"capture": str(out / "before" / "events.parquet"), "bucket_cap_mb": DEFAULT_BUCKET_CAP_MB,
                    "all_reduces": len(before_log.metadata.get("buckets") or []), **before},
         "after": {"capture": str(out / "after" / "events.parquet"), "bucket_cap_mb": config["bucket_cap_mb"],
-                  "all_reduces": len(after_log.metadata.get("buckets") or []), "groups": captured_groups(after_log), **after},
+                  "bucket_cap_mb_list": config.get("bucket_cap_mb_list"), "all_reduces": len(after_log.metadata.get("buckets") or []), "groups": captured_groups(after_log), **after},
         "predicted": {"before_s": predicted_before, "after_s": predicted_after,
                       "gain": 1.0 - predicted_after / predicted_before},
         "measured": {"before_s": before["mean_s"], "after_s": after["mean_s"],

@@ -216,12 +216,16 @@ def _signature(groups: Sequence[dict]) -> tuple:
 
 
 def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_model: Optional[CostModel] = None,
-                  **overrides: Any) -> tuple[Scenario, CostModel]:
+                  notes: Optional[list[str]] = None, **overrides: Any) -> tuple[Scenario, CostModel]:
     """The scenario a plan simulates: `scenario` with `overrides`, ring
     all-reduce, and the cost model's network (latency = alpha, bandwidth =
     1 / beta, its algorithm) when one is given. Unless iterations are given,
     one iteration when every iteration is the same (barrier on, no jitter, no
-    sampled rank times or transient stragglers)."""
+    sampled rank times or transient stragglers). Planned from a DDP capture
+    (``profile``) with no cost model and no latency given: the per-call cost
+    alpha the capture measured (:func:`ddlsim.plan.capture_cost.capture_alpha`)
+    as the ring's per-step latency, and its reduction cost gamma unless one is
+    given; `notes` gets a line saying so."""
     sc = _resolve(scenario, {k: v for k, v in overrides.items() if v is not None})
     same = sc.jitter == 0 and sc.model.rank_times == "median" and all(s.rank is not None for s in sc.straggler)
     if "iterations" not in sc.model_fields_set and sc.barrier and same:
@@ -241,8 +245,30 @@ def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_mod
     if cost_model is not None:
         sc = with_overrides(sc, cost_model.network(sc.workers), origin="cost model")
     else:
+        sc = _capture_alpha(sc, notes)
         cost_model = CostModel.from_network(sc.network.latency_ns, sc.network.bandwidth_bps, sc.strategy.algorithm)
     return sc, cost_model
+
+
+def _capture_alpha(sc: Scenario, notes: Optional[list[str]]) -> Scenario:
+    """`sc` with the per-step latency (and gamma) its DDP capture profile measured, where none was given."""
+    if not sc.model.profile or "latency" in sc.network.model_fields_set:
+        return sc
+    from .capture_cost import capture_alpha
+
+    found = capture_alpha(sc.model.profile)
+    if found is None:
+        return sc
+    update: dict[str, Any] = {"latency": f"{max(1, round(found['step_ns']))}ns"}
+    line = (f"alpha = {found['alpha_ns'] / 1e3:.4g} us per all-reduce call, measured in the capture {sc.model.profile} "
+            f"(its 4-byte all-reduce, {found['small_ns'] / 1e3:.4g} us, and its training all-reduces): latency "
+            f"{update['latency']} per ring step = alpha / (2 ({found['workers']} - 1)); --latency overrides it")
+    if found["gamma_ns_per_byte"] and "gamma_ns_per_byte" not in sc.strategy.model_fields_set:
+        update["gamma_ns_per_byte"] = found["gamma_ns_per_byte"]
+        line += f"; reduction cost gamma = {found['gamma_ns_per_byte']:.4g} ns/byte, measured there too"
+    if notes is not None:
+        notes.append(line)
+    return with_overrides(sc, update, origin=f"capture {sc.model.profile}")
 
 
 def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_model: Optional[CostModel] = None,
@@ -268,8 +294,8 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
     if any(c <= 0 for c in credits) or int(partition_bytes) <= 0:
         raise PlanError(f"ByteScheduler credits and the partition size must be > 0 bytes, got credits {list(credit_bytes)}, "
                         f"partition {partition_bytes}")
-    sc, cost_model = plan_scenario(scenario, cost_model, **overrides)
-    notes = []
+    notes: list[str] = []
+    sc, cost_model = plan_scenario(scenario, cost_model, notes, **overrides)
     if credits and sc.network.collective_model == "closed-form":
         notes.append("ByteScheduler runs all-reduces side by side, which the closed-form collective model cannot time; no credit sweep")
         credits = []

@@ -19,6 +19,13 @@ in the capture so that a replay can put it back (docs/validation.md):
   iterations); a mean iteration holds the layers' mean times over the
   counted iterations, so each layer is also charged that mean less the
   median.
+* **waiting for the slower rank** (DDP): a bucket's all-reduce starts once
+  the last rank launches it, but the replay's ranks are alike (each layer's
+  mean time): it would start at the ranks' mean launch. Per bucket (in launch
+  order), :func:`bucket_skew` measures the later launch less the mean over
+  ranks, the mean over the counted iterations; the layer whose backward the
+  bucket's launch follows is charged that less the previous bucket's, so the
+  replay launches each bucket that much later, as the last rank did.
 * **bytes on the wire**: :func:`payload_fraction`, the share of a link's
   rate that carries payload once every MSS-sized segment pays its TCP/IP
   headers and link framing (closed form, no fitting).
@@ -131,11 +138,56 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
     tail = _mean_over_median(rows, layer_op, counted) if tails else {}
     for (name, op), extra in tail.items():
         layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] += extra
+    skew = bucket_skew(rows, counted) if tails and meta.get("job") == "ddp" else []
+    previous = 0.0
+    for bucket in skew:
+        layers.setdefault(bucket["layer"], [0.0, 0.0])[1] += bucket["skew_s"] - previous
+        previous = bucket["skew_s"]
     return {"layers": {k: (v[0], v[1]) for k, v in layers.items()},
             "optimizer_s": optimizer_total / samples / 1e9 if samples else 0.0,
             "gap_s": sum(gaps.values()) / samples / 1e9 if samples else 0.0,
             "tail_s": sum(tail.values()),
+            "skew_s": previous,
+            "buckets": skew,
             "samples": samples}
+
+
+def bucket_skew(rows: dict[str, np.ndarray], counted: set[int]) -> list[dict[str, Any]]:
+    """Per DDP bucket, in launch order (the k-th collective row of a rank's iteration): ``skew_s``, the mean over
+    the counted iterations of the latest launch over the ranks less their mean launch (how much later the
+    all-reduce could start than an average rank launched it), and ``layer``, the layer whose backward row ended
+    last before the launch on most (rank, iteration)s. Empty with one rank, or when iterations launch different
+    numbers of buckets."""
+    from collections import Counter
+
+    coll = np.flatnonzero(rows["kind"] == "collective")
+    backward = np.flatnonzero((rows["kind"] == "compute") & (rows["op"] == "backward") & (rows["name"] != ""))
+    ranks = np.unique(rows["rank"][coll])
+    if len(ranks) < 2:
+        return []
+    skews: list[list[float]] = []
+    layers: list[Counter] = []
+    for it in sorted(counted):
+        launches = []
+        for rank in ranks:
+            mine = coll[(rows["rank"][coll] == rank) & (rows["iteration"][coll] == it)]
+            launches.append(np.sort(rows["start_ns"][mine]))
+            before = backward[(rows["rank"][backward] == rank) & (rows["iteration"][backward] == it)]
+            ends = rows["end_ns"][before]
+            for k, start in enumerate(launches[-1]):
+                done = np.flatnonzero(ends <= start)
+                if len(done):
+                    while len(layers) <= k:
+                        layers.append(Counter())
+                    layers[k][str(rows["name"][before[done[np.argmax(ends[done])]]])] += 1
+        if len({len(x) for x in launches}) != 1 or not len(launches[0]):
+            return []  # a partial iteration: no per-bucket comparison
+        starts = np.array(launches, dtype=float)  # (ranks, buckets)
+        skews.append(list((starts.max(axis=0) - starts.mean(axis=0)) / 1e9))
+    if not skews or len({len(x) for x in skews}) != 1 or len(layers) < len(skews[0]):
+        return []
+    mean = np.mean(np.array(skews), axis=0)
+    return [{"bucket": k, "skew_s": float(mean[k]), "layer": layers[k].most_common(1)[0][0]} for k in range(len(mean))]
 
 
 def _mean_over_median(rows: dict[str, np.ndarray], layer_op: np.ndarray, counted: set[int]) -> dict[tuple[str, str], float]:

@@ -95,10 +95,18 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
         origin = "the capture's shaped" if "bandwidth" in settings.get("network", {}) else None
     data["model"]["profile"] = str(path.resolve())
     scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
-    notes.append(_bandwidth_note(scenario, overrides, origin))
+    given = "bandwidth" in overrides or "bandwidth" in (overrides.get("network") or {})
+    rate = meta.get("allreduce_rate_bps")
+    measured = (not given and wire is None and meta.get("source") == "capture" and meta.get("job") == "ddp"
+                and isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0)
+    if not (measured and origin is None):  # an unshaped capture's measured rate is no assumption
+        notes.append(_bandwidth_note(scenario, overrides, origin))
     if scenario.model.overheads:
         notes.append(_overheads_note(path, scenario))
-    scenario, wire_note = _on_the_wire(scenario, meta, wire)
+    if measured:
+        scenario, wire_note = _measured_rate(scenario, meta, float(rate))
+    else:
+        scenario, wire_note = _on_the_wire(scenario, meta, wire)
     if wire_note:
         notes.append(wire_note)
     if scenario.model.rank_times == "sampled":
@@ -134,9 +142,14 @@ def _overheads_note(path: Path, scenario: Scenario) -> str:
         return "replay: the capture's framework gaps and optimizer step are not added to sampled rank times"
     log = read_event_log(path)
     found = framework_overheads(log, log.metadata)
+    skew = ""
+    if found.get("buckets"):
+        skew = (", and the wait for the slower rank at each bucket's launch (the latest launch less the mean: "
+                + ", ".join(f"{b['skew_s'] * 1e3:.3g}" for b in found["buckets"]) + " ms, after "
+                + ", ".join(b["layer"] for b in found["buckets"]) + ")")
     return (f"replay: + the capture's framework gaps ({found['gap_s'] * 1e3:.3g} ms per iteration, before each layer's "
-            f"rows) and optimizer step ({found['optimizer_s'] * 1e3:.3g} ms, before the first forward); --no-overheads "
-            "(overheads=False) leaves them out")
+            f"rows) and optimizer step ({found['optimizer_s'] * 1e3:.3g} ms, before the first forward){skew}; "
+            "--no-overheads (overheads=False) leaves them out")
 
 
 def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) -> tuple[Scenario, Optional[str]]:
@@ -152,9 +165,62 @@ def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) 
     if fraction == 1.0:
         return scenario, None
     rate = scenario.network.bandwidth_bps
+    burst = tbf_burst_factor(meta, rate, fraction, scenario.workers) if wire == "tbf" else None
+    note = (f"replay: payload rate {rate * fraction / 1e6:.6g} Mbit/s = link rate x {fraction:.5f} "
+            f"(TCP/IP headers and {wire} framing per MSS-sized segment; --wire none leaves it out)")
+    if burst is not None:
+        factor, text = burst
+        fraction *= factor
+        note += text
     scenario = with_overrides(scenario, {"bandwidth": f"{rate * fraction:.17g}bps"})
-    return scenario, (f"replay: payload rate {rate * fraction / 1e6:.6g} Mbit/s = link rate x {fraction:.5f} "
-                      f"(TCP/IP headers and {wire} framing per MSS-sized segment; --wire none leaves it out)")
+    return scenario, note
+
+
+def _measured_rate(scenario: Scenario, meta: dict[str, Any], rate: float) -> tuple[Scenario, str]:
+    """A DDP capture replayed at its own links: the payload rate its ring all-reduces got there, measured after
+    training (:mod:`ddlsim.capture.allreduce_rate`: headers, ACKs and the two directions included), times tbf's
+    token bucket factor on a shaped link (:func:`tbf_burst_factor`)."""
+    note = (f"replay: payload rate {rate / 1e6:.6g} Mbit/s, the rate the capture's ring all-reduces got on its own "
+            f"links (measured after training: all-reduces of {' and '.join(str(b >> 20) + ' MiB' for b in meta.get('allreduce_rate_sizes') or [])}, "
+            "the slope between them); --bandwidth replays another rate")
+    if meta.get("bandwidth"):
+        from .overheads import wire_fraction
+
+        link = scenario.network.bandwidth_bps
+        bound = link * wire_fraction("tbf")
+        if rate > bound:  # a noisy slope (a short one at a high rate): no steady rate beats the headers' bound
+            note += f"; above the link's payload bound {bound / 1e6:.6g} Mbit/s (headers), so that bound"
+            rate = bound
+        burst = tbf_burst_factor(meta, link, rate / link, scenario.workers)
+        if burst is not None:
+            rate *= burst[0]
+            note += burst[1]
+    return with_overrides(scenario, {"bandwidth": f"{rate:.17g}bps"}), note
+
+
+def tbf_burst_factor(meta: dict[str, Any], rate_bps: float, fraction: float, workers: int) -> Optional[tuple[float, str]]:
+    """A DDP capture's all-reduces on tbf-shaped links: each iteration's first all-reduce starts on a link that was
+    idle through the forward pass, so tbf's full token bucket (``default_burst_bytes(rate)``, what capture shapes
+    with) lets its first B bytes through at once. Per rank and iteration the link then carries W - B bytes at the
+    rate instead of W = 2 (N - 1) / N x the buckets' bytes / `fraction` (the header factor): the payload rate is
+    scaled by W / (W - B), at most to the unshaped default rate (where B >= W the shaping does not bind). (factor,
+    note), or None for anything else."""
+    from ..capture.shaping import default_burst_bytes
+    from .scenario import Scenario
+
+    if meta.get("source") != "capture" or meta.get("job") != "ddp" or workers < 2:
+        return None
+    total = sum(int(b.get("bytes", 0)) for b in meta.get("buckets") or [] if isinstance(b, dict))
+    if total <= 0:
+        return None
+    wire = 2 * (workers - 1) / workers * total / fraction
+    burst = default_burst_bytes(rate_bps)
+    unshaped = Scenario().network.bandwidth_bps
+    cap = max(1.0, unshaped / (rate_bps * fraction))
+    factor = min(cap, wire / (wire - burst)) if wire > burst else cap
+    return factor, (f"; x {factor:.5g} for tbf's {burst}-byte token bucket, full after the forward pass: of the "
+                    f"{wire:.0f} wire bytes a rank sends per iteration the first {burst} pass at once"
+                    + (" (all of them: the shaping does not bind, the unshaped default rate is used)" if factor == cap else ""))
 
 
 def _bandwidth_note(scenario: Scenario, overrides: dict[str, Any], origin: Optional[str]) -> str:

@@ -1,0 +1,50 @@
+"""The rate a ring all-reduce gets on the capture's own links, measured after training (docs/validation.md).
+
+Two TCP flows in opposite directions through tbf-shaped links, which is what every step of a ring all-reduce is,
+get less than the link's payload rate, and how much less depends on the machine (docs/validation.md). So the capture
+measures it: the median time of all-reduces of two sizes M1 < M2, each behind a barrier, and the slope between them.
+The slope leaves out what every all-reduce pays once (the per-call cost, a token bucket's burst), so
+
+    payload rate = 8 x 2 (N - 1) / N x (M2 - M1) / (T(M2) - T(M1))   bit/s
+
+is the rate each rank's sent bytes got. Replay takes it as the link's payload rate when it replays the capture at
+its own rate (:func:`ddlsim.simulation.replay.replay_plan`).
+"""
+
+from __future__ import annotations
+
+SIZES_BYTES = (2 << 20, 8 << 20)
+
+
+def measured_allreduce_rate(world_size: int, repeats: int = 3, sizes: tuple[int, int] = SIZES_BYTES) -> dict:
+    """``allreduce_rate_bps`` (the payload rate above), ``allreduce_rate_sizes`` and ``allreduce_rate_ns`` (the median
+    time per size), on the default process group; {} with one rank or when the larger size was not slower."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    if world_size < 2:
+        return {}
+    medians = []
+    for size in sizes:
+        x = torch.zeros(max(1, size // 4))
+        dist.all_reduce(x)  # the buffers' first use
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            start = time.perf_counter_ns()
+            dist.all_reduce(x)
+            times.append(time.perf_counter_ns() - start)
+        medians.append(float(sorted(times)[len(times) // 2]))
+    return rate_from_times(world_size, sizes, medians)
+
+
+def rate_from_times(world_size: int, sizes: tuple[int, int], medians: list[float]) -> dict:
+    """The payload rate of the module docstring from the median times of the two sizes; {} when it is undefined."""
+    extra_ns = medians[1] - medians[0]
+    if world_size < 2 or extra_ns <= 0 or sizes[1] <= sizes[0]:
+        return {}
+    sent = 2 * (world_size - 1) / world_size * (sizes[1] - sizes[0])
+    return {"allreduce_rate_bps": 8 * sent / (extra_ns / 1e9), "allreduce_rate_sizes": list(sizes),
+            "allreduce_rate_ns": medians}

@@ -1,0 +1,94 @@
+"""The all-reduce cost a DDP capture measured (ddlsim.plan.capture_cost) and the planner taking its per-call cost
+alpha from the capture. Oracle: rows generated from a known T_ar(M) = a + b M, served one bucket after another."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ddlsim.plan.capture_cost import allreduce_points, capture_alpha, fit_allreduce
+from ddlsim.trace import event_log_from_rows, read_event_log, write_event_log
+
+
+def synthetic_rows(a_ns: float, b_ns_per_byte: float, sizes, *, workers=2, iterations=5, seed=0, side_by_side=False):
+    """Collective rows of a DDP job whose bucket k, once every rank launched it (random launches, in bucket order per
+    rank, some before the previous bucket ended, some after), takes a + b M_k after the previous bucket ends (or, `side_by_side`, from its own launch
+    on a second thread while bucket 0 runs: then both are counted once). Iteration 0 is 10x slower (the warm-up)."""
+    rng = np.random.default_rng(seed)
+    rows, t = [], 0
+    for it in range(iterations):
+        slow = 10 if it == 0 else 1
+        previous_end = t
+        launches = [t] * workers
+        for k, size in enumerate(sizes):
+            # DDP launches a rank's buckets in order, each once its gradients are ready
+            launches = [int(x + rng.integers(0, 6_000_000)) for x in launches]
+            ready = max(launches)
+            begin = ready if side_by_side and k == 1 else max(ready, previous_end)
+            end = int(begin + slow * (a_ns + b_ns_per_byte * size))
+            for rank in range(workers):
+                rows.append(dict(iteration=it, rank=rank, role="worker", kind="collective", op="allreduce",
+                                 name=f"bucket {k}", start_ns=launches[rank], end_ns=end,
+                                 collective=it * len(sizes) + k, group=k, bytes=int(size), coll_type="allreduce",
+                                 stream="comm"))
+            previous_end = end if not side_by_side else max(previous_end, end)
+        t = previous_end + 5_000_000
+    rows.sort(key=lambda r: r["start_ns"])
+    for i, row in enumerate(rows):
+        row["id"] = i
+    return rows
+
+
+def test_the_fit_recovers_a_and_b_from_rows_of_a_known_line():
+    rng = np.random.default_rng(20)
+    for _ in range(20):
+        a, b = float(rng.uniform(50e3, 5e6)), float(rng.uniform(0.05, 90.0))
+        sizes = [int(s) for s in rng.integers(1_000, 40_000_000, int(rng.integers(1, 5)))]
+        meta = {"source": "capture", "job": "ddp", "allreduce_small_ns": a + 4 * b}
+        log = event_log_from_rows(synthetic_rows(a, b, sizes, seed=int(rng.integers(1 << 30))), metadata=meta)
+        points = allreduce_points(log)
+        assert points[0] == (1, 4, a + 4 * b) and len(points) == 1 + 4  # the small all-reduce, iterations 1-4
+        assert [p[:2] for p in points[1:]] == [(len(sizes), sum(sizes))] * 4
+        fit_a, fit_b = fit_allreduce(points)
+        # the rows hold whole ns: each iteration's time is off by under 1 ns per bucket
+        assert fit_a == pytest.approx(a, abs=len(sizes)) and fit_b == pytest.approx(b, abs=len(sizes) / sum(sizes))
+
+
+def test_buckets_that_run_side_by_side_are_counted_once_and_one_kind_of_point_determines_nothing():
+    a, b = 200e3, 8.0
+    log = event_log_from_rows(synthetic_rows(a, b, [30_000_000, 10_000_000], side_by_side=True),
+                              metadata={"source": "capture", "job": "ddp"})
+    points = allreduce_points(log)
+    # bucket 1 runs beside bucket 0 and ends first: the busy time is bucket 0's alone
+    assert [p[2] for p in points] == pytest.approx([a + b * 30_000_000] * 4, abs=1.0)
+    assert fit_allreduce(points) is None  # calls and bytes in one ratio: a and b are not both determined
+    assert fit_allreduce([(1, 4, 1e5)]) is None
+
+
+def test_a_plan_from_a_capture_takes_alpha_from_it_unless_a_latency_is_given(tmp_path):
+    import ddlsim
+    from tests.test_replay_overheads import synthetic_capture
+
+    path, _, _, _ = synthetic_capture(tmp_path / "syn.parquet", workers=2)
+    log = read_event_log(path)
+    a, b = 400e3, 9.0
+    rows = [r for r in log.to_pandas().to_dict("records") if r["kind"] != "collective"]
+    rows += synthetic_rows(a, b, [200_000], workers=2, iterations=4)
+    for i, row in enumerate(rows):
+        row["id"] = i
+        row.pop("deps", None)
+    meta = {**log.metadata, "allreduce_small_ns": a + 4 * b, "workers": 2, "gamma_ns_per_byte": 0.25}
+    write_event_log(event_log_from_rows(rows, metadata=meta), path)
+    found = capture_alpha(str(path))
+    assert found["alpha_ns"] == pytest.approx(a, rel=1e-6) and found["step_ns"] == pytest.approx(a / 2, rel=1e-6)
+    assert found["b_ns_per_byte"] == pytest.approx(b, rel=1e-6) and found["gamma_ns_per_byte"] == 0.25
+    plan = ddlsim.make_plan(model="lenet5", profile=str(path), workers=2, bucket_caps_mb=(25,), slice_bytes=(),
+                            credit_bytes=())
+    assert plan.scenario.network.latency_ns == round(a / 2)
+    assert plan.scenario.strategy.gamma_ns_per_byte == 0.25
+    assert any(note.startswith("alpha = 400 us per all-reduce call, measured in the capture") for note in plan.notes)
+    given = ddlsim.make_plan(model="lenet5", profile=str(path), workers=2, latency="10us", bucket_caps_mb=(25,),
+                             slice_bytes=(), credit_bytes=())
+    assert given.scenario.network.latency_ns == 10_000 and not any("alpha =" in n for n in given.notes)
+    # a profile that is not a DDP capture changes nothing
+    assert capture_alpha(str(tmp_path / "none.parquet")) is None
