@@ -8,7 +8,8 @@ issuing one call of each kind of layer, forward and autograd backward
 
 For each call kind (a Conv2d module, a BatchNorm2d module, a ReLU module, an
 F.relu, a max pooling, a Linear, a Dropout, an element-wise multiply, an
-in-place add, a view, an empty nn.Identity module call, a
+in-place add, a view (two per call), a concatenation of four parts
+(torch.split then torch.cat), an empty nn.Identity module call, a
 BatchNorm2d + in-place ReLU pair and a whole Conv-BN-ReLU block as checks, ...) a chain of N
 distinct instances is run in training mode (autograd on): the host clock
 (perf_counter) from a synchronised start to the moment the Python loop has
@@ -96,6 +97,7 @@ def main(argv=None) -> int:
         "add_inplace": (None, "add_", x4),
         "view": (None, lambda y: y.view(y.shape[0], -1).view(y.shape), x4),
         "cat_slice": (None, lambda y: torch.cat([y[:, : C // 2], y[:, C // 2:]], 1), x4),
+        "cat4_split": (None, lambda y: torch.cat(torch.split(y, C // 4, 1), 1), x4),
     }
 
     def run_chain(kind: str, amp: bool) -> dict:
