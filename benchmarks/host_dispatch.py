@@ -25,7 +25,10 @@ per parameter, the bare tiny-op loop (``add_`` on one element, no autograd),
 the GPU's minimum time per tiny kernel (kernels queued behind a sleep so
 that the GPU, not the host, sets their pace), BatchNorm's effective memory
 bandwidth forward and backward in fp32 and fp16 at a ResNet-sized
-activation, and VGG-like 3x3 convolutions at batch 32 per precision.
+activation, and VGG-like 3x3 convolutions at batch 32 per precision. Checks
+that are never constants: a Conv-BN-ReLU block chain at 56x56, a chain of
+convolutions of 8 shapes in turn, and the host and GPU time of a few whole
+torchvision training steps at batch 32 (``model_host_check``).
 """
 from __future__ import annotations
 
@@ -48,11 +51,58 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def model_host_check(torch, dev, sync) -> dict:
+    """A check, never a constant: the host time of whole torchvision training steps (forward issue time and
+    backward issue time, host clock, no synchronisation) beside their GPU time, to tell a host-bound step from
+    a GPU-bound one."""
+    import torch.nn.functional as F
+
+    try:
+        import torchvision.models as tvm
+    except ImportError as exc:
+        return {"error": str(exc)}
+    out = {}
+    for name, batch, prec in (("googlenet", 32, "fp32"), ("googlenet", 32, "fp16"), ("resnet50", 32, "fp16"),
+                              ("resnet152", 32, "fp16")):
+        kw = {"aux_logits": True, "init_weights": False} if name == "googlenet" else {}
+        model = getattr(tvm, name)(weights=None, **kw).to(dev).train()
+        x = torch.randn(batch, 3, 224, 224, device=dev)
+        y = torch.randint(0, 1000, (batch,), device=dev)
+        ctx = (lambda: torch.autocast("cuda", dtype=torch.float16)) if prec == "fp16" else (
+            lambda: torch.autocast("cuda", enabled=False))
+        rows = []
+        for rep in range(6):
+            sync()
+            a = torch.cuda.Event(enable_timing=True)
+            b = torch.cuda.Event(enable_timing=True)
+            a.record()
+            t0 = time.perf_counter()
+            model.zero_grad(set_to_none=True)
+            with ctx():
+                outs = model(x)
+                outs = [outs] if isinstance(outs, torch.Tensor) else [o for o in outs if o is not None]
+                loss = sum(F.cross_entropy(o.float(), y) for o in outs)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            b.record()
+            sync()
+            if rep:
+                rows.append(((t1 - t0) * 1e3, (t2 - t1) * 1e3, a.elapsed_time(b)))
+        out[f"{name}_b{batch}_{prec}"] = {"host_fwd_ms": statistics.median(r[0] for r in rows),
+                                          "host_bwd_ms": statistics.median(r[1] for r in rows),
+                                          "step_ms": statistics.median(r[2] for r in rows)}
+        del model, x
+        torch.cuda.empty_cache()
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--quick", action="store_true", help="fewer calls and repeats (a smoke test)")
+    ap.add_argument("--no-model-check", action="store_true", help="leave out the whole-model host check (GPU only)")
     args = ap.parse_args(argv)
 
     import torch
@@ -98,11 +148,22 @@ def main(argv=None) -> int:
         "view": (None, lambda y: y.view(y.shape[0], -1).view(y.shape), x4),
         "cat_slice": (None, lambda y: torch.cat([y[:, : C // 2], y[:, C // 2:]], 1), x4),
         "cat4_split": (None, lambda y: torch.cat(torch.split(y, C // 4, 1), 1), x4),
+        # checks, not constants: a block at a ResNet-sized activation (56x56), and convolutions of 8 shapes in turn
+        "conv_bn_relu_block_56x56": (lambda: nn.Sequential(nn.Conv2d(C, C, 3, padding=1, bias=False),
+                                                           nn.BatchNorm2d(C), nn.ReLU(inplace=True)), None,
+                                     lambda: torch.randn(B, C, 4 * HW, 4 * HW, device=dev)),
+        "conv2d_8_shapes": ("shapes", None, x4),
     }
+    widths = [C, C // 2, C * 2, C // 4, C * 3 // 2, C, C * 2, C // 2]
 
     def run_chain(kind: str, amp: bool) -> dict:
         make_module, fn, make_input = kinds[kind]
-        mods = [make_module().to(dev).train() for _ in range(n)] if make_module else None
+        if make_module == "shapes":  # widths cycle through 8 values: 8 distinct convolution shapes in turn
+            ws = [widths[i % len(widths)] for i in range(n + 1)]
+            ws[-1] = C
+            mods = [nn.Conv2d(ws[i], ws[i + 1], 3, padding=1, bias=False).to(dev) for i in range(n)]
+        else:
+            mods = [make_module().to(dev).train() for _ in range(n)] if make_module else None
         others = [torch.randn(B, C, HW, HW, device=dev) for _ in range(n)] if fn == "add_" else None
         x0 = make_input()
         fwd, bwd, gpu = [], [], []
@@ -257,11 +318,20 @@ def main(argv=None) -> int:
                 del x, dy, conv
             torch.cuda.empty_cache()
         doc["vgg_conv_b32"] = conv_doc
-    doc["wall_s"] = time.monotonic() - t_start
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    tmp.replace(args.out)
+    def write():
+        doc["wall_s"] = time.monotonic() - t_start
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        tmp.replace(args.out)
+
+    write()  # the constants are safe before the whole-model check runs
+    if cuda and not args.no_model_check:
+        try:
+            doc["model_host_check"] = model_host_check(torch, dev, sync)
+        except Exception as exc:  # noqa: BLE001 -- a check; the constants are already written
+            doc["model_host_check"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        write()
     print(f"wrote {args.out} in {doc['wall_s']:.1f} s", file=sys.stderr)
     return 0
 
