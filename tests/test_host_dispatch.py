@@ -226,3 +226,11 @@ def test_batchnorm_at_its_measured_bandwidth(monkeypatch, precision, size):
     assert bn_b.memory_s == pytest.approx(bn_b.bytes / (doc["batchnorm_bandwidth"][precision]["bwd_gbps"] * 1e9))
     with pytest.raises(ValueError, match="batchnorm_bandwidth"):
         norm_share_from_benchmark({}, DEVICES["H100"])
+
+
+def test_step_totals_bound_the_step(monkeypatch):
+    with_host(monkeypatch, host_dispatch_from_benchmark(bench_doc(), "test"))
+    for name, batch in (("resnet50", 32), ("vgg16", 128)):
+        host, gpu, step = roofline.step_totals_s(load_model(name), "H100", "tf32", batch)
+        assert max(host, gpu) <= step <= host + gpu
+        assert step == pytest.approx(roofline.iteration_s(load_model(name), "H100", "tf32", batch), rel=1e-12)

@@ -276,6 +276,15 @@ def layer_times_s(model, device: Device | str, precision: str, batch: int) -> li
     return list(zip(fwd_s, bwd_s))
 
 
+def step_totals_s(model, device: Device | str, precision: str, batch: int) -> tuple[float, float, float]:
+    """(host s, GPU s, step s) of one training step: the host's total (zero_grad and every launch), the GPU's
+    total (every kernel), and the pipeline's end, which lies between the larger of the two and their sum."""
+    steps, start = layer_steps(model, device, precision, batch)
+    flat = [st for _, layer_steps_ in steps for st in layer_steps_]
+    clocks = pipeline(flat, start)
+    return start + sum(h for h, _ in flat), sum(g for _, g in flat), clocks[-1] if clocks else start
+
+
 def iteration_s(model, device: Device | str, precision: str, batch: int) -> float:
     """Forward + backward seconds of one iteration (no optimizer step, no communication)."""
     return sum(f + b for f, b in layer_times_s(model, device, precision, batch))
