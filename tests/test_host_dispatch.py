@@ -234,3 +234,48 @@ def test_step_totals_bound_the_step(monkeypatch):
         host, gpu, step = roofline.step_totals_s(load_model(name), "H100", "tf32", batch)
         assert max(host, gpu) <= step <= host + gpu
         assert step == pytest.approx(roofline.iteration_s(load_model(name), "H100", "tf32", batch), rel=1e-12)
+
+
+# --- convolutions by shape class ---------------------------------------------------------------------------------
+
+def test_conv_shape_class_from_the_kernel_tables():
+    # VGG-16: thirteen 3x3 stride-1 convolutions; ResNet-50: 16 3x3 convolutions, 3 of them stride 2 (other), 36 1x1
+    # and the 7x7 stem (other); AlexNet: 11x11/4 and 5x5 (other), three 3x3
+    def classes(name):
+        out = {}
+        for layer in roofline.kernel_table(name).values():
+            for k in layer[0]:
+                if k.op == "convolution":
+                    c = roofline.conv_shape_class(k)
+                    out[c] = out.get(c, 0) + 1
+        return out
+
+    assert classes("vgg16") == {"3x3": 13}
+    assert classes("resnet50") == {"3x3": 13, "other": 40}
+    assert classes("alexnet") == {"3x3": 3, "other": 2}
+
+
+def test_3x3_convolutions_at_their_class_share(monkeypatch):
+    from ddlsim.workload.devices import DEVICES, conv_3x3_share_from_benchmark
+
+    vgg = {f"3x3_{c}_{hw}_{p}": {"fwd_tflops": f, "bwd_tflops": b}
+           for (c, hw), (f, b) in zip([(64, 224), (128, 112), (256, 56), (512, 28), (512, 14)],
+                                      [(60, 50), (70, 55), (65, 52), (62, 51), (40, 30)])
+           for p in ("fp32", "tf32", "fp16")}
+    share = conv_3x3_share_from_benchmark({"vgg_conv_b32": vgg}, DEVICES["H100"])
+    # fp32 forward: the median of 60, 70, 65, 62, 40 and the H100's two batch-128 shapes 39.51, 83.87 -> 62
+    assert share["fwd"]["fp32"] == pytest.approx(62 / 67.0)
+    assert share["bwd"]["fp32"] == pytest.approx(50 / 67.0)  # 50, 55, 52, 51, 30, 35.84, 43.11 -> 50
+    monkeypatch.setitem(MICROBENCH, "H100", dataclasses.replace(MICROBENCH["H100"], conv_3x3_share=share))
+    model = one_layer("vgg16", "features.2")  # 3x3, 64 -> 64 at 224x224
+    fwd, bwd = roofline.layer_costs(model, model.layers[0], "H100", "fp32", 32)
+    flops = 2 * 64 * 64 * 9 * 224 * 224 * 32
+    assert fwd[0].flops == flops and fwd[0].compute_s == pytest.approx(flops / 62e12)
+    # input and weight gradient: the forward's FLOPs each, at the backward share
+    assert [c.compute_s for c in bwd if c.op.startswith("convolution")] == [pytest.approx(flops / 50e12)] * 2
+    # a 1x1 convolution keeps the median of the four typical shapes
+    one = one_layer("resnet50", "layer1.0.conv1")
+    (c1,), _ = roofline.layer_costs(one, one.layers[0], "H100", "fp32", 32)
+    assert c1.compute_s == pytest.approx(c1.flops / (MICROBENCH["H100"].conv_fwd_share["fp32"] * 67e12))
+    with pytest.raises(ValueError, match="vgg_conv_b32"):
+        conv_3x3_share_from_benchmark({}, DEVICES["H100"])

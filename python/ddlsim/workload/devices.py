@@ -137,6 +137,34 @@ def norm_share_from_benchmark(doc: dict, device: "Device") -> dict:
                          f"on a GPU") from None
 
 
+# the two 3x3 stride-1 shapes of gpu_layer_times.py's convolution microbenchmark on the H100 (batch 128; TFLOP/s,
+# docs/data/gpu-layer-times-h100-microbench.json)
+_H100_CONV_3X3_B128 = {
+    "3x3_64_56": {"fwd": {"fp32": 39.51, "tf32": 84.83, "fp16": 144.91}, "bwd": {"fp32": 35.84, "tf32": 77.51, "fp16": 158.21}},
+    "3x3_256_14": {"fwd": {"fp32": 83.87, "tf32": 196.52, "fp16": 314.15},
+                   "bwd": {"fp32": 43.11, "tf32": 159.7, "fp16": 274.27}},
+}
+
+
+def conv_3x3_share_from_benchmark(doc: dict, device: "Device") -> dict:
+    """The 3x3 convolution share of the peak, {"fwd" | "bwd": {precision: share}}: per precision and direction the
+    median over the 3x3 stride-1 shapes measured, the five VGG-like shapes at batch 32 of benchmarks/host_dispatch.py
+    (``vgg_conv_b32``, on `device`) and the two of the H100's convolution microbenchmark at batch 128."""
+    import statistics
+
+    vgg = doc.get("vgg_conv_b32")
+    if not vgg:
+        raise ValueError("host benchmark: vgg_conv_b32 is missing; rerun benchmarks/host_dispatch.py on a GPU")
+    out: dict = {"fwd": {}, "bwd": {}}
+    for phase in ("fwd", "bwd"):
+        for p in ("fp32", "tf32", "fp16"):
+            shares = [v[f"{phase}_tflops"] / (device.peak_flops(p) / 1e12) for k, v in vgg.items() if k.endswith("_" + p)]
+            shares += [v[phase][p] / (DEVICES["H100"].peak_flops(p) / 1e12) for v in _H100_CONV_3X3_B128.values()]
+            out[phase][p] = statistics.median(shares)
+        out[phase]["bf16"] = out[phase]["fp16"]
+    return out
+
+
 @dataclass(frozen=True)
 class Microbench:
     """What kernels reach on the device, measured by microbenchmarks of single
@@ -159,6 +187,9 @@ class Microbench:
     # BatchNorm's own effective bandwidth as a share of the datasheet's, {"fp32" | "fp16": (forward, backward)}
     # (benchmarks/host_dispatch.py, with the roofline's byte accounting); None: the copy share
     norm_share: dict | None = None
+    # share of the peak that 3x3 stride-1 convolutions reach, {"fwd" | "bwd": {precision: share}} (the median of the
+    # 3x3 shapes of the microbenchmarks); None: every convolution at the median of the four typical shapes
+    conv_3x3_share: dict | None = None
 
 
 # One H100 SXM5 80GB (HBM3, 1980 MHz), PyTorch 2.11 + CUDA 13.0, cuDNN defaults (benchmark off), on the device

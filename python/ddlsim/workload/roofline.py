@@ -101,10 +101,30 @@ def _at(pair: tuple[int, int], batch: int) -> int:
     return pair[0] + pair[1] * batch
 
 
-def _rate(op: str, device: Device, precision: str, phase: str) -> float:
+def conv_shape_class(kernel: Kernel) -> str:
+    """"3x3" for a forward convolution that is 3x3 with stride 1, else "other", from the kernel table's counts:
+    K = C_in k^2 = FLOPs per sample / (2 x output elements per sample); C_out = weight elements / K (with a bias,
+    / (K + 1)); then k^2 = K / C_in with C_in = input elements / (output elements / C_out), exact for a stride-1
+    convolution that keeps its size (within rounding when it drops a border), a quarter of k^2 at stride 2."""
+    if kernel.op != "convolution" or not kernel.write[1] or not kernel.flops[1]:
+        return "other"
+    k_dim = kernel.flops[1] // (2 * kernel.write[1])
+    weights = kernel.read[0]
+    if not k_dim or not weights or not kernel.read[1]:
+        return "other"
+    c_out = weights // k_dim if weights % k_dim == 0 else weights // (k_dim + 1)
+    if not c_out:
+        return "other"
+    k2 = k_dim * kernel.write[1] / c_out / kernel.read[1]
+    return "3x3" if round(k2) == 9 else "other"
+
+
+def _rate(op: str, device: Device, precision: str, phase: str, conv_class: str = "other") -> float:
     mb = microbench(device)
     p = precision.lower()
     if op.startswith("convolution"):
+        if conv_class == "3x3" and mb.conv_3x3_share is not None:
+            return device.peak_flops(p) * mb.conv_3x3_share[phase].get(p, 1.0)
         share = (mb.conv_fwd_share if phase == "fwd" else mb.conv_bwd_share).get(p, 1.0)
         return device.peak_flops(p) * share
     if op in MATMUL_OPS:
@@ -126,8 +146,10 @@ def _host_s(kernel: Kernel, device: Device, phase: str) -> float:
     return (mb.host_fwd_us if phase == "fwd" else mb.host_bwd_us) * 1e-6
 
 
-def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phase: str = "fwd") -> KernelCost:
-    """Time of one kernel at `batch` on `device` in `precision` (phase "fwd" or "bwd")."""
+def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phase: str = "fwd",
+                conv_class: str = "other") -> KernelCost:
+    """Time of one kernel at `batch` on `device` in `precision` (phase "fwd" or "bwd"; a convolution of shape
+    class `conv_class`, see :func:`conv_shape_class`)."""
     mb = microbench(device)
     size = dtype_size(precision)
     flops = _at(kernel.flops, batch)
@@ -140,7 +162,7 @@ def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phas
     bandwidth = device.memory_bytes_per_s * mb.copy_share
     if mb.norm_share is not None and kernel.op in NORM_FWD + NORM_BWD:
         bandwidth = device.memory_bytes_per_s * mb.norm_share["fp16" if size == 2 else "fp32"][0 if kernel.op in NORM_FWD else 1]
-    return KernelCost(kernel.op, flops, nbytes, flops / _rate(kernel.op, device, precision, phase) if flops else 0.0,
+    return KernelCost(kernel.op, flops, nbytes, flops / _rate(kernel.op, device, precision, phase, conv_class) if flops else 0.0,
                       nbytes / bandwidth if bandwidth else 0.0, _host_s(kernel, device, phase))
 
 
@@ -189,8 +211,10 @@ def layer_kernels(model, layer, precision: str) -> tuple[list[Kernel], list[Kern
 def layer_costs(model, layer, device: Device | str, precision: str, batch: int) -> tuple[list[KernelCost], list[KernelCost]]:
     device = find_device(device) if isinstance(device, str) else device
     fwd, bwd = layer_kernels(model, layer, precision)
-    return ([kernel_cost(k, device, precision, batch, "fwd") for k in fwd],
-            [kernel_cost(k, device, precision, batch, "bwd") for k in bwd])
+    # the layer's convolution shape class (its input and weight gradients share the forward's shape)
+    cls = next((conv_shape_class(k) for k in fwd if k.op == "convolution"), "other")
+    return ([kernel_cost(k, device, precision, batch, "fwd", cls) for k in fwd],
+            [kernel_cost(k, device, precision, batch, "bwd", cls) for k in bwd])
 
 
 def host_mode(precision: str) -> str:
