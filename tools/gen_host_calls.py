@@ -22,7 +22,9 @@ records
   ``F.relu``, ``out += identity``, ``torch.cat``, ``torch.flatten``, the loss):
   ``relu``/``relu_`` -> ``relu_fn``, ``add``/``add_`` -> ``add_inplace``, ``cat``
   -> ``cat``, views and other operations without a kernel -> ``view``, any
-  other -> ``op`` (one generic operation).
+  other -> ``op`` (one generic operation); a ``detach`` is autograd saving the
+  output of the operation before it, part of that call as the microbenchmark
+  times it, and is not counted.
 
 Calls are charged to layers as the kernel tables charge kernels: to the most
 recently entered parameterised layer (a container entered before the first
@@ -69,7 +71,9 @@ def module_kind(module: nn.Module) -> str:
     return "identity_module"
 
 
-def op_kind(name: str) -> str:
+def op_kind(name: str) -> str | None:
+    if name == "detach":  # autograd saving an operation's output: part of that operation's measured call
+        return None
     if name in ("relu", "relu_"):
         return "relu_fn"
     if name in ("add", "add_"):
@@ -117,8 +121,9 @@ class CallCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if self.active and self.leaf_depth == 0:
-            self.charge(op_kind(func._overloadpacket.__name__))
+        kind = op_kind(func._overloadpacket.__name__)
+        if self.active and self.leaf_depth == 0 and kind is not None:
+            self.charge(kind)
         return out
 
 
