@@ -6,6 +6,8 @@ device (docs/compute-model.md).
     PYTHONPATH=python python benchmarks/gpu_layer_times.py --out gpu-run/            # on a CUDA machine, ~4 min on an H100
     PYTHONPATH=python python benchmarks/gpu_layer_times.py --device cpu --quick --out /tmp/gpu-quick
     PYTHONPATH=python python benchmarks/gpu_layer_times.py --report gpu-run/     # markdown table of a finished run
+    PYTHONPATH=python python benchmarks/gpu_layer_times.py --rescore gpu-run/    # the same run against today's model
+    PYTHONPATH=python python benchmarks/gpu_layer_times.py --rescore docs/data/gpu-layer-times-h100-summary.csv
 
 For every (model, batch, precision): the whole forward + loss + backward
 (no optimizer step) timed with CUDA events around it, after warm-up, the
@@ -349,9 +351,41 @@ def report(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def rescore(run_dir: Path, device: str = "H100") -> str:
+    """A markdown table of a finished run (its summary.csv) against ddlsim's prediction as it is now (the run's
+    own prediction beside it; the model's host and GPU totals after it): the way to test a changed model blind
+    against a run made before the change."""
+    with (run_dir if run_dir.is_file() else run_dir / "summary.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    from ddlsim.workload import roofline
+    from ddlsim.workload.zoo import load_model
+
+    lines = ["| model | batch | precision | measured ms | run's roofline ms | error | roofline now ms | error | "
+             "host ms | GPU ms |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    before, after = [], []
+    for r in rows:
+        measured = float(r["measured_ms"])
+        now = predict(r["model"], int(r["batch"]), r["precision"], device)["roofline_ms"]
+        e0, e1 = float(r["roofline_ms"]) / measured - 1, now / measured - 1
+        before.append(abs(e0))
+        after.append(abs(e1))
+        host, gpu, _ = roofline.step_totals_s(load_model(r["model"]), device, r["precision"], int(r["batch"]))
+        lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {measured:.2f} | {float(r['roofline_ms']):.2f} | "
+                     f"{e0 * 100:+.1f} % | {now:.2f} | {e1 * 100:+.1f} % | {host * 1e3:.2f} | {gpu * 1e3:.2f} |")
+    if rows:
+        for label, errs in (("the run's roofline", before), ("the roofline now", after)):
+            lines.append(f"\n{label}: {sum(e <= 0.15 for e in errs)} of {len(errs)} cases within 15 %; median |error| "
+                         f"{statistics.median(errs) * 100:.1f} %, largest {max(errs) * 100:.1f} %.")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--report":
         print(report(Path(sys.argv[2])))
+        return 0
+    if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--rescore":
+        print(rescore(Path(sys.argv[2])))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="directory for the JSON and CSV files (created)")

@@ -73,6 +73,98 @@ DEVICES: dict[str, Device] = {
 }
 
 
+HOST_MODES = ("fp32", "autocast")  # fp32 and tf32 issue the same calls; fp16 and bf16 run under autocast
+# a call kind of tools/gen_host_calls.py -> (chain of benchmarks/host_dispatch.py, operations per chain element)
+HOST_KIND_CHAINS = {
+    "conv2d": ("conv2d", 1), "batchnorm2d": ("batchnorm2d", 1), "relu_module": ("relu_module", 1),
+    "maxpool2d": ("maxpool2d", 1), "adaptive_avgpool2d": ("adaptive_avgpool2d", 1), "dropout": ("dropout", 1),
+    "linear": ("linear", 1), "identity_module": ("identity_module", 1), "relu_fn": ("relu_fn", 1),
+    "add_inplace": ("add_inplace", 1), "cat": ("cat4_split", 1), "view": ("view", 2), "op": ("mul", 1),
+}
+
+
+@dataclass(frozen=True)
+class HostDispatch:
+    """What the host spends per call of PyTorch eager, by call kind (a Conv2d module, an F.relu, a container
+    module's call, a view, ...), in microseconds: forward with autograd recording, and the autograd backward that
+    call creates; per mode ("fp32" for fp32 and tf32, "autocast" for fp16 and bf16). From
+    benchmarks/host_dispatch.py on the device's host (chains of distinct calls, host clock, no synchronisation),
+    never from a model's measured time. Also the host time of ``zero_grad(set_to_none=True)`` per parameter tensor
+    and the GPU time of the shortest kernel (a floor under every kernel's roofline time)."""
+
+    fwd_us: dict  # mode -> call kind -> us
+    bwd_us: dict  # mode -> call kind -> us
+    zero_grad_us_per_param: float
+    kernel_floor_us: float
+    source: str
+
+    def call_us(self, mode: str, counts: dict) -> tuple[float, float]:
+        """(forward us, backward us) of a layer's calls, `counts` {call kind: number}."""
+        fwd, bwd = self.fwd_us[mode], self.bwd_us[mode]
+        return (sum(n * fwd[k] for k, n in counts.items()), sum(n * bwd[k] for k, n in counts.items()))
+
+
+def host_dispatch_from_benchmark(doc: dict, source: str = "") -> HostDispatch:
+    """A :class:`HostDispatch` from the JSON that benchmarks/host_dispatch.py writes. A chain whose element issues
+    several operations of its kind (the view chain: two views per element) is divided by their number."""
+    fwd: dict = {}
+    bwd: dict = {}
+    for mode, key in (("fp32", "fp32"), ("autocast", "fp16_autocast")):
+        chains = doc["host_us"][key]
+        fwd[mode], bwd[mode] = {}, {}
+        for kind, (chain, per) in HOST_KIND_CHAINS.items():
+            entry = chains.get(chain)
+            if not entry or "fwd_us" not in entry:
+                raise ValueError(f"host benchmark: host_us.{key}.{chain} is missing or failed "
+                                 f"({(entry or {}).get('error', 'absent')}); rerun benchmarks/host_dispatch.py")
+            fwd[mode][kind] = entry["fwd_us"] / per
+            bwd[mode][kind] = entry["bwd_us"] / per
+    return HostDispatch(fwd, bwd, float(doc["zero_grad_us_per_param"]), float(doc.get("tiny_kernel_gpu_us", 0.0)),
+                        source or f"benchmarks/host_dispatch.py on {doc.get('device')} ({doc.get('cpu')}), "
+                                  f"torch {doc.get('torch')}")
+
+
+def norm_share_from_benchmark(doc: dict, device: "Device") -> dict:
+    """BatchNorm's effective bandwidth as a share of `device`'s datasheet bandwidth, {"fp32" | "fp16": (forward,
+    backward)}, from the JSON that benchmarks/host_dispatch.py writes on that device (a ResNet activation,
+    128 x 256 x 56 x 56, with the roofline's byte accounting)."""
+    try:
+        bn = doc["batchnorm_bandwidth"]
+        return {p: (float(bn[p]["fwd_gbps"]) / device.memory_gbps, float(bn[p]["bwd_gbps"]) / device.memory_gbps)
+                for p in ("fp32", "fp16")}
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"host benchmark: batchnorm_bandwidth is missing {exc}; rerun benchmarks/host_dispatch.py "
+                         f"on a GPU") from None
+
+
+# the two 3x3 stride-1 shapes of gpu_layer_times.py's convolution microbenchmark on the H100 (batch 128; TFLOP/s,
+# docs/data/gpu-layer-times-h100-microbench.json)
+_H100_CONV_3X3_B128 = {
+    "3x3_64_56": {"fwd": {"fp32": 39.51, "tf32": 84.83, "fp16": 144.91}, "bwd": {"fp32": 35.84, "tf32": 77.51, "fp16": 158.21}},
+    "3x3_256_14": {"fwd": {"fp32": 83.87, "tf32": 196.52, "fp16": 314.15},
+                   "bwd": {"fp32": 43.11, "tf32": 159.7, "fp16": 274.27}},
+}
+
+
+def conv_3x3_share_from_benchmark(doc: dict, device: "Device") -> dict:
+    """The 3x3 convolution share of the peak, {"fwd" | "bwd": {precision: share}}: per precision and direction the
+    median over the 3x3 stride-1 shapes measured, the five VGG-like shapes at batch 32 of benchmarks/host_dispatch.py
+    (``vgg_conv_b32``, on `device`) and the two of the H100's convolution microbenchmark at batch 128."""
+    import statistics
+
+    vgg = doc.get("vgg_conv_b32")
+    if not vgg:
+        raise ValueError("host benchmark: vgg_conv_b32 is missing; rerun benchmarks/host_dispatch.py on a GPU")
+    out: dict = {"fwd": {}, "bwd": {}}
+    for phase in ("fwd", "bwd"):
+        for p in ("fp32", "tf32", "fp16"):
+            shares = [v[f"{phase}_tflops"] / (device.peak_flops(p) / 1e12) for k, v in vgg.items() if k.endswith("_" + p)]
+            shares += [v[phase][p] / (DEVICES["H100"].peak_flops(p) / 1e12) for v in _H100_CONV_3X3_B128.values()]
+            out[phase][p] = statistics.median(shares)
+        out[phase]["bf16"] = out[phase]["fp16"]
+    return out
+
+
 @dataclass(frozen=True)
 class Microbench:
     """What kernels reach on the device, measured by microbenchmarks of single
@@ -90,6 +182,14 @@ class Microbench:
     host_fwd_us: float  # any other forward op
     host_bwd_us: float  # any other backward op (an autograd node)
     source: str
+    # host time per call kind (benchmarks/host_dispatch.py); None: the per-kernel host_us above (the older model)
+    host_dispatch: HostDispatch | None = None
+    # BatchNorm's own effective bandwidth as a share of the datasheet's, {"fp32" | "fp16": (forward, backward)}
+    # (benchmarks/host_dispatch.py, with the roofline's byte accounting); None: the copy share
+    norm_share: dict | None = None
+    # share of the peak that 3x3 stride-1 convolutions reach, {"fwd" | "bwd": {precision: share}} (the median of the
+    # 3x3 shapes of the microbenchmarks); None: every convolution at the median of the four typical shapes
+    conv_3x3_share: dict | None = None
 
 
 # One H100 SXM5 80GB (HBM3, 1980 MHz), PyTorch 2.11 + CUDA 13.0, cuDNN defaults (benchmark off), on the device

@@ -30,6 +30,16 @@ unless the kernels are short (small batches, fp16), where the host sets the
 pace. Layers without a kernel table (custom, synthetic, grown models) count
 as one matmul-like kernel of their FLOPs reading their parameters.
 
+Where the device has per-call host costs (``Microbench.host_dispatch``, from
+benchmarks/host_dispatch.py) a zoo CNN's host time is costed per call
+instead: each layer's calls by kind (module calls, containers, functional
+operations; ``ddlsim/data/kernels/host_calls.json``, counted from the real
+model by tools/gen_host_calls.py) times the measured forward / autograd
+backward host cost of a call of that kind, spread evenly over the layer's
+kernels; ``zero_grad`` opens the step on the host, and every kernel takes at
+least the device's shortest kernel time. ``pipeline`` is the max-plus
+recurrence; docs/compute-model.md derives its closed form.
+
 Pure Python (json only): importable without numpy, pydantic or torch.
 """
 
@@ -91,10 +101,30 @@ def _at(pair: tuple[int, int], batch: int) -> int:
     return pair[0] + pair[1] * batch
 
 
-def _rate(op: str, device: Device, precision: str, phase: str) -> float:
+def conv_shape_class(kernel: Kernel) -> str:
+    """"3x3" for a forward convolution that is 3x3 with stride 1, else "other", from the kernel table's counts:
+    K = C_in k^2 = FLOPs per sample / (2 x output elements per sample); C_out = weight elements / K (with a bias,
+    / (K + 1)); then k^2 = K / C_in with C_in = input elements / (output elements / C_out), exact for a stride-1
+    convolution that keeps its size (within rounding when it drops a border), a quarter of k^2 at stride 2."""
+    if kernel.op != "convolution" or not kernel.write[1] or not kernel.flops[1]:
+        return "other"
+    k_dim = kernel.flops[1] // (2 * kernel.write[1])
+    weights = kernel.read[0]
+    if not k_dim or not weights or not kernel.read[1]:
+        return "other"
+    c_out = weights // k_dim if weights % k_dim == 0 else weights // (k_dim + 1)
+    if not c_out:
+        return "other"
+    k2 = k_dim * kernel.write[1] / c_out / kernel.read[1]
+    return "3x3" if round(k2) == 9 else "other"
+
+
+def _rate(op: str, device: Device, precision: str, phase: str, conv_class: str = "other") -> float:
     mb = microbench(device)
     p = precision.lower()
     if op.startswith("convolution"):
+        if conv_class == "3x3" and mb.conv_3x3_share is not None:
+            return device.peak_flops(p) * mb.conv_3x3_share[phase].get(p, 1.0)
         share = (mb.conv_fwd_share if phase == "fwd" else mb.conv_bwd_share).get(p, 1.0)
         return device.peak_flops(p) * share
     if op in MATMUL_OPS:
@@ -116,8 +146,10 @@ def _host_s(kernel: Kernel, device: Device, phase: str) -> float:
     return (mb.host_fwd_us if phase == "fwd" else mb.host_bwd_us) * 1e-6
 
 
-def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phase: str = "fwd") -> KernelCost:
-    """Time of one kernel at `batch` on `device` in `precision` (phase "fwd" or "bwd")."""
+def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phase: str = "fwd",
+                conv_class: str = "other") -> KernelCost:
+    """Time of one kernel at `batch` on `device` in `precision` (phase "fwd" or "bwd"; a convolution of shape
+    class `conv_class`, see :func:`conv_shape_class`)."""
     mb = microbench(device)
     size = dtype_size(precision)
     flops = _at(kernel.flops, batch)
@@ -128,7 +160,9 @@ def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phas
         elements += 2 * (_at(kernel.write, batch) - kernel.write[0])
     nbytes = elements * size + _at(kernel.other_bytes, batch)
     bandwidth = device.memory_bytes_per_s * mb.copy_share
-    return KernelCost(kernel.op, flops, nbytes, flops / _rate(kernel.op, device, precision, phase) if flops else 0.0,
+    if mb.norm_share is not None and kernel.op in NORM_FWD + NORM_BWD:
+        bandwidth = device.memory_bytes_per_s * mb.norm_share["fp16" if size == 2 else "fp32"][0 if kernel.op in NORM_FWD else 1]
+    return KernelCost(kernel.op, flops, nbytes, flops / _rate(kernel.op, device, precision, phase, conv_class) if flops else 0.0,
                       nbytes / bandwidth if bandwidth else 0.0, _host_s(kernel, device, phase))
 
 
@@ -177,25 +211,102 @@ def layer_kernels(model, layer, precision: str) -> tuple[list[Kernel], list[Kern
 def layer_costs(model, layer, device: Device | str, precision: str, batch: int) -> tuple[list[KernelCost], list[KernelCost]]:
     device = find_device(device) if isinstance(device, str) else device
     fwd, bwd = layer_kernels(model, layer, precision)
-    return ([kernel_cost(k, device, precision, batch, "fwd") for k in fwd],
-            [kernel_cost(k, device, precision, batch, "bwd") for k in bwd])
+    # the layer's convolution shape class (its input and weight gradients share the forward's shape)
+    cls = next((conv_shape_class(k) for k in fwd if k.op == "convolution"), "other")
+    return ([kernel_cost(k, device, precision, batch, "fwd", cls) for k in fwd],
+            [kernel_cost(k, device, precision, batch, "bwd", cls) for k in bwd])
+
+
+def host_mode(precision: str) -> str:
+    """The host-call mode of a precision: fp16/bf16 run under autocast, fp32/tf32 plainly."""
+    return "autocast" if dtype_size(precision) == 2 else "fp32"
+
+
+@lru_cache(maxsize=None)
+def _host_calls_doc() -> dict:
+    path = resources.files(_DATA).joinpath("host_calls.json")
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"models": {}}
+
+
+def host_calls(model_name: str) -> dict | None:
+    """Per layer name: {"fp32": {call kind: number}, "autocast": {...}} of a zoo CNN (tools/gen_host_calls.py),
+    or None when the model has no counts."""
+    entry = _host_calls_doc()["models"].get(model_name.strip().lower().replace("-", ""))
+    return None if entry is None else entry["layers"]
+
+
+def pipeline(steps, start_s: float = 0.0) -> list[float]:
+    """The host/GPU pipeline, a max-plus recurrence over kernels in issue order: `steps` is (h_i, g_i) per kernel,
+    h_i the host time spent before kernel i is launched and g_i its GPU time. The host clock is
+    H_i = H_(i-1) + h_i from H_0 = start_s, the GPU clock G_i = max(G_(i-1), H_i) + g_i from G_0 = 0 (a kernel
+    starts when it has been launched and the GPU is free). Returns G_1..G_n; in closed form
+    G_n = max(max_k (H_k + g_k + ... + g_n), g_1 + ... + g_n)."""
+    host, gpu, out = start_s, 0.0, []
+    for h, g in steps:
+        host += h
+        gpu = max(gpu, host) + g
+        out.append(gpu)
+    return out
+
+
+def layer_steps(model, device: Device | str, precision: str, batch: int) -> tuple[list, float]:
+    """The pipeline's steps of one training step: per layer and phase (forward in layer order, backward in reverse)
+    the list of (h, g) of its kernels, as ((layer index, phase), steps); and the host time before the first
+    kernel (zero_grad). With the device's per-call host costs (HostDispatch) and the model's call counts, a layer's
+    host time is its calls' forward (backward) host costs, spread evenly over its forward (backward) kernels, and
+    every kernel takes at least the device's shortest kernel time; otherwise each kernel carries its own launch
+    cost (the per-kernel host times)."""
+    device = find_device(device) if isinstance(device, str) else device
+    mb = microbench(device)
+    hd = mb.host_dispatch
+    calls = host_calls(model.name) if hd is not None else None
+    mode = host_mode(precision)
+    costs = [layer_costs(model, layer, device, precision, batch) for layer in model.layers]
+    floor = hd.kernel_floor_us * 1e-6 if hd is not None else 0.0
+    start = hd.zero_grad_us_per_param * 1e-6 * len(model.tensors) if calls is not None else 0.0
+    per_layer = []
+    for i, layer in enumerate(model.layers):
+        counts = calls.get(layer.name) if calls is not None else None
+        if counts is not None:
+            h_fwd, h_bwd = (x * 1e-6 for x in hd.call_us(mode, counts[mode]))
+        phases = []
+        for phase, kernels in enumerate(costs[i]):
+            if counts is None:
+                phases.append([(c.host_s, c.gpu_s) for c in kernels])
+                continue
+            h = h_fwd if phase == 0 else h_bwd
+            if not kernels:
+                phases.append([(h, 0.0)] if h else [])
+                continue
+            phases.append([(h / len(kernels), max(c.gpu_s, floor)) for c in kernels])
+        per_layer.append(phases)
+    order = [(i, 0) for i in range(len(costs))] + [(i, 1) for i in reversed(range(len(costs)))]
+    return [((i, phase), per_layer[i][phase]) for i, phase in order], start
 
 
 def layer_times_s(model, device: Device | str, precision: str, batch: int) -> list[tuple[float, float]]:
     """(forward s, backward s) per layer of `model` at `batch` on `device` in `precision`: the growth of the GPU's
     clock over the layer's kernels in the host/GPU pipeline (forward in layer order, backward in reverse)."""
-    device = find_device(device) if isinstance(device, str) else device
-    costs = [layer_costs(model, layer, device, precision, batch) for layer in model.layers]
-    host = gpu = 0.0
-    fwd_s, bwd_s = [0.0] * len(costs), [0.0] * len(costs)
-    order = [(i, 0) for i in range(len(costs))] + [(i, 1) for i in reversed(range(len(costs)))]
-    for i, phase in order:
-        before = gpu
-        for c in costs[i][phase]:
-            host += c.host_s
-            gpu = max(gpu, host) + c.gpu_s
-        (fwd_s if phase == 0 else bwd_s)[i] = gpu - before
+    steps, start = layer_steps(model, device, precision, batch)
+    flat = [st for _, layer_steps_ in steps for st in layer_steps_]
+    clocks = pipeline(flat, start)
+    fwd_s, bwd_s = [0.0] * len(model.layers), [0.0] * len(model.layers)
+    before, pos = 0.0, 0
+    for (i, phase), layer_steps_ in steps:
+        pos += len(layer_steps_)
+        after = clocks[pos - 1] if pos else 0.0
+        (fwd_s if phase == 0 else bwd_s)[i] = after - before
+        before = after
     return list(zip(fwd_s, bwd_s))
+
+
+def step_totals_s(model, device: Device | str, precision: str, batch: int) -> tuple[float, float, float]:
+    """(host s, GPU s, step s) of one training step: the host's total (zero_grad and every launch), the GPU's
+    total (every kernel), and the pipeline's end, which lies between the larger of the two and their sum."""
+    steps, start = layer_steps(model, device, precision, batch)
+    flat = [st for _, layer_steps_ in steps for st in layer_steps_]
+    clocks = pipeline(flat, start)
+    return start + sum(h for h, _ in flat), sum(g for _, g in flat), clocks[-1] if clocks else start
 
 
 def iteration_s(model, device: Device | str, precision: str, batch: int) -> float:
