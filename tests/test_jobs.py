@@ -15,7 +15,7 @@ import pytest
 
 import ddlsim
 from ddlsim.errors import ScenarioError
-from ddlsim.simulation.jobs import job_scenarios, place_jobs, plan_jobs, run_jobs
+from ddlsim.simulation.jobs import check_budget, job_scenarios, place_jobs, plan_jobs, run_jobs
 from ddlsim.simulation.scenario import scenario_from_dict
 from ddlsim.trace import read_event_log, write_event_log
 
@@ -342,3 +342,59 @@ def test_analyze_reads_the_per_job_results_back_from_the_log(tmp_path):
     assert [j["slowdown"] for j in analysis.headline()["jobs"]] == pytest.approx([1.8, 1.8], rel=1e-12)
     streamed = open_analysis(tmp_path / "out" / "events.parquet", stream=True)
     assert len(streamed.jobs()) == 2 and any("covers the rows of one iteration" in n for n in streamed.notes)
+
+
+# Background tenants in a jobs run: a tiny synthetic job on 8 hosts beside web-search flows.
+_TENANT_JOBS = {"workers": 2, "iterations": 100,
+                "model": {"name": "synthetic", "synthetic": {"layers": 2, "model_size": "1MB", "compute": "100ms"}},
+                "network": {"fidelity": "flow", "bandwidth": "10Gbps", "topology": "star", "hosts": 8},
+                "job": [{"name": "a"}, {"name": "b"}]}
+
+
+def test_a_jobs_runs_estimate_counts_its_background_tenants_flows():
+    """The budget of a jobs run counts the tenants' flows (it left them out, so a run whose tenants' flows alone
+    exceed the budget was admitted). 300 flows/s per host on 8 hosts over the 10 s the jobs take: about 24,000
+    flows in the run of both jobs and as many again in a run alone, at TENANT_FLOW_BYTES each."""
+    from ddlsim.simulation import budget
+
+    base = scenario_from_dict(_TENANT_JOBS)
+    with_tenants = scenario_from_dict({**_TENANT_JOBS, "tenant": [{"name": "ws", "sizes": "websearch",
+                                                                  "flows_per_second_per_host": 300}]})
+    seen = []
+
+    def admitted(plan, alone=True):
+        with budget.run_control(force=True, on_start=lambda sc, est: seen.append(est)):
+            check_budget(plan, alone)
+        return seen[-1]
+
+    quiet, busy = admitted(plan_jobs(base)), admitted(plan_jobs(with_tenants))
+    # the job's duration beside the tenants is at least its compute, 10 s: 300 x 8 x 10 flows per run, at least
+    assert busy.transfers - quiet.transfers >= 2 * 300 * 8 * 10
+    assert busy.memory_bytes - quiet.memory_bytes >= 2 * 300 * 8 * 10 * budget.TENANT_FLOW_BYTES
+    without_alone = admitted(plan_jobs(with_tenants), alone=False)
+    assert quiet.memory_bytes < without_alone.memory_bytes < busy.memory_bytes
+    # a budget the jobs fit without tenants refuses them with tenants
+    limit = (quiet.memory_bytes + busy.memory_bytes) // 2
+    with budget.run_control(max_memory=limit):
+        check_budget(plan_jobs(base))
+        with pytest.raises(ScenarioError, match="over the memory budget"):
+            check_budget(plan_jobs(with_tenants))
+
+
+@pytest.mark.parametrize("jobs", [False, True])
+def test_overloading_tenants_are_refused_in_one_line(tmp_path, jobs):
+    """Web-search tenants at 800 flows/s per host offer 110 % of a 10 Gbit/s link: the job's share shrinks as
+    their flows pile up, and the run's length (and its flows' memory) has no bound: 1.85 M flows and 1.1 GB
+    against an estimate of 172 MB, measured before this check. Refused with the fix, exit 2; --force runs it."""
+    lines = ["workers = 2", "iterations = 1",
+             'model = { name = "synthetic", synthetic = { layers = 2, model_size = "1MB", compute = "100ms" } }',
+             "[network]", 'fidelity = "flow"', 'bandwidth = "10Gbps"', 'topology = "star"', "hosts = 8",
+             "[[tenant]]", 'name = "ws"', 'sizes = "websearch"', "flows_per_second_per_host = 800"]
+    if jobs:
+        lines += ["[[job]]", 'name = "a"', "[[job]]", 'name = "b"']
+    path = tmp_path / "overload.toml"
+    path.write_text("\n".join(lines) + "\n")
+    run = _cli(["simulate", str(path), "--quiet"], tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    err = run.stderr.strip()
+    assert "overloaded" in err and "110 %" in err and "--force" in err and "under 730" in err, err

@@ -193,14 +193,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         memory += scenario.workers * CLASS_RANK_BYTES
     flows, tenant_bytes = 0, 0
     if tenants:
-        # The job's network time per iteration at the rate the tenants leave it (at least a tenth).
-        left = max(1.0 - offered_load(tenants, scenario.network.bandwidth_bps), 0.1)
-        job_s = iters * (compute_ns_per_iteration / 1e9
-                         + 2 * 8 * network_bytes_per_iteration(scenario, group_bytes, transfers // max(iters, 1))
-                         / max(scenario.workers, 1) / (scenario.network.bandwidth_bps * left))
-        if scenario.network.fidelity == "packet":
-            # Losses behind the tenants' queues: up to two retransmission timeouts per iteration.
-            job_s += iters * 2 * scenario.network.packet_options.rto_min_ns / 1e9
+        job_s = job_seconds(scenario, group_bytes, transfers // max(iters, 1), compute_ns_per_iteration, tenants)
         flows, tenant_bytes = tenant_flows(tenants, job_s, fabric_size(scenario))
         events += int(2 * flows * per_transfer)
         memory += flows * TENANT_FLOW_BYTES
@@ -211,6 +204,39 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         return Estimate(ops=ops, transfers=transfers + flows, events=events, log_rows=rows,
                         memory_bytes=memory + packet_memory, packet_hops=hops)
     return Estimate(ops=ops, transfers=transfers + flows, events=events, log_rows=rows, memory_bytes=memory)
+
+
+def job_seconds(scenario: Scenario, group_bytes: list[int], transfers_per_iteration: int,
+                compute_ns_per_iteration: int, tenants: list[dict]) -> float:
+    """An upper estimate of the job's simulated duration beside background `tenants`: per iteration its compute
+    plus twice its network bytes per rank at the rate the tenants leave (1 - their offered load: the share a
+    job's flow gets beside a processor-sharing queue of tenant flows at that load), plus at packet level two
+    minimum retransmission timeouts. Tenants that offer a link's whole rate or more, with arrivals that do
+    not stop, leave the run without a bound: refused (ScenarioError) unless the run is forced."""
+    iters = scenario.iterations
+    load = offered_load(tenants, scenario.network.bandwidth_bps)
+    if load >= 1.0 and any(t.get("stop_ns") is None for t in tenants):
+        if not current_control().force:
+            t = max(tenants, key=lambda d: d["rate_per_host"])
+            raise ScenarioError(
+                f"background tenants offer {100 * load:.0f} % of a host link ({_tenant_text(t, scenario)}): the "
+                f"network is overloaded, so the run's length and memory have no bound; lower "
+                f"flows_per_second_per_host to under {t['rate_per_host'] / load:g}, give the tenants a stop time, "
+                f"or run anyway (--force)")
+    left = max(1.0 - load, 0.01)
+    job_s = iters * (compute_ns_per_iteration / 1e9
+                     + 2 * 8 * network_bytes_per_iteration(scenario, group_bytes, transfers_per_iteration)
+                     / max(scenario.workers, 1) / (scenario.network.bandwidth_bps * left))
+    if scenario.network.fidelity == "packet":
+        # Losses behind the tenants' queues: up to two retransmission timeouts per iteration.
+        job_s += iters * 2 * scenario.network.packet_options.rto_min_ns / 1e9
+    return job_s
+
+
+def _tenant_text(t: dict, scenario: Scenario) -> str:
+    from ..workload import flow_sizes
+
+    return f"the busiest: {t['rate_per_host']:g} flows/s per host x {flow_sizes.mean_bytes(t['cdf']) / 1e6:.2f} MB mean"
 
 
 def fabric_size(scenario: Scenario) -> int:

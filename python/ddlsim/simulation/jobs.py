@@ -241,17 +241,34 @@ def with_starts(sc: Scenario, starts_ns: list[int]) -> Scenario:
     return sc.model_copy(update={"job": jobs, "job_stagger": "0s"})
 
 
-def check_budget(plan: JobsPlan) -> None:
+def check_budget(plan: JobsPlan, alone: bool = True) -> None:
     """Refuses (ScenarioError) a jobs run over the memory or event budget (see ddlsim.simulation.budget): the
-    sum of every job's own estimate (the process's base memory once), background tenants left out."""
+    sum of every job's own estimate (the process's base memory once), plus the background tenants' flows: those
+    of the run of all jobs, over its estimated length (the latest job's start plus its duration beside the
+    tenants), and, with `alone`, those of the longest run of one job alone (the alone runs come one at a time,
+    while the run of all jobs is held)."""
     from . import budget
 
-    ests = [budget.estimate(sub, len(t["layers"]), [g["bytes"] for g in t["groups"]], plan.detail, None,
-                            sum(layer["fwd_ns"] + layer["bwd_ns"] for layer in t["layers"]))
-            for sub, t in zip(plan.subs, plan.trainings)]
-    total = budget.Estimate(ops=sum(e.ops for e in ests), transfers=sum(e.transfers for e in ests),
-                            events=sum(e.events for e in ests), log_rows=sum(e.log_rows for e in ests),
-                            memory_bytes=budget.BASE_BYTES + sum(e.memory_bytes - budget.BASE_BYTES for e in ests),
+    ests, ends = [], []
+    tenants = plan.network.get("tenants") or []
+    for sub, t, start in zip(plan.subs, plan.trainings, plan.starts_ns):
+        group_bytes = [g["bytes"] for g in t["groups"]]
+        compute_ns = sum(layer["fwd_ns"] + layer["bwd_ns"] for layer in t["layers"])
+        e = budget.estimate(sub, len(t["layers"]), group_bytes, plan.detail, None, compute_ns)
+        ests.append(e)
+        if tenants:
+            ends.append(start / 1e9 + budget.job_seconds(sub, group_bytes, e.transfers // max(sub.iterations, 1),
+                                                          compute_ns, tenants))
+    flows, tenant_bytes = 0, 0
+    if tenants:
+        runs = [max(ends)] + ([max(ends)] if alone else [])
+        for length_s in runs:
+            f, b = budget.tenant_flows(tenants, length_s, plan.fabric_hosts)
+            flows, tenant_bytes = flows + f, tenant_bytes + b
+    total = budget.Estimate(ops=sum(e.ops for e in ests), transfers=sum(e.transfers for e in ests) + flows,
+                            events=sum(e.events for e in ests) + 2 * flows, log_rows=sum(e.log_rows for e in ests),
+                            memory_bytes=budget.BASE_BYTES + sum(e.memory_bytes - budget.BASE_BYTES for e in ests)
+                            + flows * budget.TENANT_FLOW_BYTES,
                             packet_hops=sum(e.packet_hops for e in ests))
     biggest = max(range(len(ests)), key=lambda k: ests[k].log_rows)
     budget.check(total, plan.subs[biggest], plan.detail, budget.current_control())
@@ -481,7 +498,7 @@ def run_jobs(scenario: Scenario | dict | str | Path, alone: bool = True, **overr
 
     sc = _resolve(scenario, overrides)
     plan = plan_jobs(sc)
-    check_budget(plan)
+    check_budget(plan, alone)
     t0 = time.perf_counter()
     out = _run_engine(plan)
     wall = time.perf_counter() - t0
