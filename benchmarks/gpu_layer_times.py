@@ -384,8 +384,10 @@ def main(argv=None) -> int:
     if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--report":
         print(report(Path(sys.argv[2])))
         return 0
-    if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--rescore":
-        print(rescore(Path(sys.argv[2])))
+    if argv is None and len(sys.argv) in (3, 5) and sys.argv[1] == "--rescore":
+        # --rescore RUN [--predict-device NAME]
+        device = sys.argv[4] if len(sys.argv) == 5 and sys.argv[3] == "--predict-device" else "H100"
+        print(rescore(Path(sys.argv[2]), device))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="directory for the JSON and CSV files (created)")

@@ -279,3 +279,22 @@ def test_3x3_convolutions_at_their_class_share(monkeypatch):
     assert c1.compute_s == pytest.approx(c1.flops / (MICROBENCH["H100"].conv_fwd_share["fp32"] * 67e12))
     with pytest.raises(ValueError, match="vgg_conv_b32"):
         conv_3x3_share_from_benchmark({}, DEVICES["H100"])
+
+
+def test_the_h200_preset_is_its_stored_measurement():
+    """H200: the H100's kernel shares with the host dispatch, BatchNorm and 3x3 shares of the stored H200
+    measurement (data/kernels/host_dispatch_h200.json), nothing else."""
+    import json
+    from pathlib import Path
+
+    from ddlsim.workload.devices import DEVICES, conv_3x3_share_from_benchmark, norm_share_from_benchmark
+
+    doc = json.loads((Path(__file__).resolve().parent.parent / "python" / "ddlsim" / "data" / "kernels"
+                      / "host_dispatch_h200.json").read_text())
+    h200, h100 = MICROBENCH["H200"], MICROBENCH["H100"]
+    ref = host_dispatch_from_benchmark(doc)
+    assert h200.host_dispatch.fwd_us == ref.fwd_us and h200.host_dispatch.bwd_us == ref.bwd_us
+    assert h200.norm_share == norm_share_from_benchmark(doc, DEVICES["H200"])
+    assert h200.conv_3x3_share == conv_3x3_share_from_benchmark(doc, DEVICES["H200"])
+    assert h200.gemm_share == h100.gemm_share and h200.conv_fwd_share == h100.conv_fwd_share
+    assert "H200" in doc["device"]

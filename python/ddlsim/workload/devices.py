@@ -224,6 +224,24 @@ MICROBENCH: dict[str, Microbench] = {
 }
 
 
+def _h200_microbench() -> Microbench:
+    """The H100's kernel shares (the same die) with the host dispatch, BatchNorm bandwidth and 3x3-convolution
+    shares that benchmarks/host_dispatch.py measured on one H200 machine (data/kernels/host_dispatch_h200.json:
+    its card and its host CPU; docs/compute-model.md)."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parent.parent / "data" / "kernels" / "host_dispatch_h200.json").read_text())
+    source = "H100 kernel shares; host dispatch, BatchNorm and 3x3 shares measured on one H200 machine"
+    return dataclasses.replace(MICROBENCH["H100"], host_dispatch=host_dispatch_from_benchmark(doc, source),
+                               norm_share=norm_share_from_benchmark(doc, DEVICES["H200"]),
+                               conv_3x3_share=conv_3x3_share_from_benchmark(doc, DEVICES["H200"]), source=source)
+
+
+MICROBENCH["H200"] = _h200_microbench()
+
+
 # Devices without microbenchmarks of their own. Hopper and Blackwell (H200: the H100's die; B200: an assumption) take
 # the H100's; older parts take the flat model's long-standing assumption, half of the datasheet peak for every kernel
 # kind (the H100's shares would be an extrapolation across architectures: its fp32 convolutions reach a much smaller
