@@ -371,10 +371,16 @@ def test_a_second_signal_waits_for_the_clean_up_and_is_raised_after_it():
     from ddlsim.capture.launch import signals_deferred
 
     steps = []
-    with pytest.raises(KeyboardInterrupt):
-        with signals_deferred():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)  # Python would run the handler here
-            steps.append("clean-up finished")
-    assert steps == ["clean-up finished"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # a suite started in the background (`cmd &` from a script: CI) inherits SIGINT ignored, and the deferred
+    # signal is then rightly ignored too: give the test the handler an interactive run has
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with signals_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # Python would run the handler here
+                steps.append("clean-up finished")
+        assert steps == ["clean-up finished"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)

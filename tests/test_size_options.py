@@ -92,9 +92,9 @@ def test_every_size_option_accepts_4MB(command, option, events, tmp_path, monkey
 
         def run_scaling(values, requests, request_bytes, out_dir, **kw):
             seen["request_bytes"] = request_bytes
-            return {"table": pd.DataFrame([{"connections": 1, "requests": 2, "server_us": 1.0, "queue_us": 0.0,
+            return {"table": pd.DataFrame([{"connections": 1, "requests": 2, "server_us": 1.0, "service_us": 1.0, "queue_us": 0.0,
                                             "proc_us": 1.0, "latency_us": 1.0, "total_s": 0.1}]),
-                    "fit": {"a": 1.0, "b": 0.0, "r2": 1.0}}
+                    "fit": {"a": 1.0, "b": 0.0, "r2": 1.0, "service": {"a": 1.0, "b": 0.0, "r2": 1.0}}}
 
         monkeypatch.setattr(connections, "run_scaling", run_scaling)
     result = CliRunner().invoke(app, [*argv, option, "4MB"])
