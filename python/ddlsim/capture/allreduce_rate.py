@@ -19,25 +19,29 @@ SIZES_BYTES = (2 << 20, 8 << 20)
 def measured_allreduce_rate(world_size: int, repeats: int = 3, sizes: tuple[int, int] = SIZES_BYTES) -> dict:
     """``allreduce_rate_bps`` (the payload rate above), ``allreduce_rate_sizes`` and ``allreduce_rate_ns`` (the median
     time per size), on the default process group; {} with one rank or when the larger size was not slower."""
+    if world_size < 2:
+        return {}
+    medians = [median_allreduce_ns(max(1, size // 4), repeats) for size in sizes]
+    return rate_from_times(world_size, sizes, medians)
+
+
+def median_allreduce_ns(elements: int, repeats: int) -> float:
+    """The median time of ``repeats`` all-reduces of ``elements`` float32 zeros on the default process group, each
+    after a barrier (so every rank starts together), the buffer's first use left out."""
     import time
 
     import torch
     import torch.distributed as dist
 
-    if world_size < 2:
-        return {}
-    medians = []
-    for size in sizes:
-        x = torch.zeros(max(1, size // 4))
-        dist.all_reduce(x)  # the buffers' first use
-        times = []
-        for _ in range(repeats):
-            dist.barrier()
-            start = time.perf_counter_ns()
-            dist.all_reduce(x)
-            times.append(time.perf_counter_ns() - start)
-        medians.append(float(sorted(times)[len(times) // 2]))
-    return rate_from_times(world_size, sizes, medians)
+    x = torch.zeros(elements)
+    dist.all_reduce(x)  # the buffer's first use
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter_ns()
+        dist.all_reduce(x)
+        times.append(time.perf_counter_ns() - start)
+    return float(sorted(times)[len(times) // 2])
 
 
 def rate_from_times(world_size: int, sizes: tuple[int, int], medians: list[float]) -> dict:

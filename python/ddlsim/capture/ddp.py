@@ -75,20 +75,9 @@ def small_allreduce_ns(repeats: int = 15) -> float:
     """The fixed cost of one all-reduce on this machine and process group: the median time of a 4-byte
     ``all_reduce`` (gloo's ring: 2 (N - 1) steps of almost no bytes, so per step the software and scheduling
     latency a step pays besides its bytes). Replay uses it / (2 (N - 1)) as the link latency."""
-    import time
+    from .allreduce_rate import median_allreduce_ns
 
-    import torch
-    import torch.distributed as dist
-
-    x = torch.zeros(1)
-    dist.all_reduce(x)  # the pair's first use
-    times = []
-    for _ in range(repeats):
-        dist.barrier()
-        start = time.perf_counter_ns()
-        dist.all_reduce(x)
-        times.append(time.perf_counter_ns() - start)
-    return float(sorted(times)[len(times) // 2])
+    return median_allreduce_ns(1, repeats)
 
 
 def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
