@@ -385,6 +385,7 @@ def replay(
     latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency with a unit, e.g. 10us."),
     network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow | packet"),
     topology: Optional[str] = typer.Option(None, "--topology", help="star | leaf-spine"),
+    oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help="Leaf-spine oversubscription ratio."),
     in_network: Optional[str] = typer.Option(None, "--in-network", help="In-network mechanisms (see simulate --help)."),
     transport: Optional[str] = typer.Option(
         None, "--transport", help="Packet level: newreno | dctcp (needs --ecn-threshold)"),
@@ -436,7 +437,7 @@ def replay(
     overrides = {
         "workers": workers, "strategy": strategy, "servers": servers, "algorithm": algorithm, "grouping": grouping,
         "stream_policy": stream_policy, "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
-        "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
+        "oversubscription": oversubscription, "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
         "hosts": hosts, "background": _background_overrides(background),
         "seed": seed, "collective_model": collective_model, "rank_times": rank_times,
         "overheads": overheads, "wire": wire,

@@ -209,6 +209,7 @@ def replay_jobs_plan(path: Path, meta: dict[str, Any], picked: Optional[list[str
     job_keys = {k: v for k, v in overrides.items() if _job_override(k)}
     notes = []
     jobs_out = []
+    needs = 0
     for e, sub in zip(entries, job_scenarios(base)):
         label = f"job {e['name']}"
         model_data = {k: v for k, v in sub.model.model_dump(mode="json").items() if k not in _TIME_FIELDS}
@@ -234,9 +235,10 @@ def replay_jobs_plan(path: Path, meta: dict[str, Any], picked: Optional[list[str
                 table["placement_seed"] = tables[e["job"]]["placement_seed"]
             notes.append(f"replay: {label} needs {hosts_needed(sub)} host(s) now, not its recorded {len(hosts)} "
                          f"({', '.join(map(str, hosts))}): placed again by its rule ({rule!r})")
-            if "hosts" not in overrides and recorded.get("network", {}).get("hosts") is None:
-                data["network"] = {**network, "hosts": None}
+        needs += hosts_needed(sub)
         jobs_out.append({k: v for k, v in table.items() if v is not None})
+    if needs > network["hosts"] and (recorded.get("network") or {}).get("hosts") is None:
+        data["network"] = {**network, "hosts": needs}  # the recorded fabric, grown to what the jobs need now
     fabric = {k: v for k, v in overrides.items() if not _job_override(k) or k in ("seed", "iterations", "workers")}
     scenario = scenario_from_dict({**data, "job": jobs_out}, origin=f"{path} (recorded scenario)")
     if fabric:
