@@ -238,3 +238,27 @@ def test_bad_input_is_refused_in_one_line(tmp_path):
     with pytest.raises(ScenarioError, match="profile_job"):
         scenario_from_dict({"model": {"name": "lenet5", "profile_job": 1}})
     shutil.rmtree(bare)
+
+
+def test_the_shell_lines_of_docs_jobs_replaying_section_run(tmp_path):
+    """docs/jobs.md's "Replaying a jobs run": its ```sh lines run as written (exit 0), and the first replay prints
+    the recorded and replayed times the doc shows."""
+    import re
+    import shlex
+
+    text = (ROOT / "docs" / "jobs.md").read_text(encoding="utf-8")
+    section = text.split("## Replaying a jobs run", 1)[1]
+    block = re.findall(r"^```sh\n(.*?)^```", section, flags=re.S | re.M)[0]
+    shown = re.findall(r"^```text\n(.*?)^```", section, flags=re.S | re.M)[0]
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    outputs = []
+    for line in block.strip().splitlines():
+        argv = shlex.split(line.split("#")[0])
+        assert argv[0] == "ddlsim"
+        run = _cli(argv[1:], tmp_path)
+        assert run.returncode == 0, (line, run.stderr)
+        outputs.append(run.stdout)
+    assert argv[1] == "replay" and "--job" in argv
+    for expected in shown.strip().splitlines():
+        assert expected in outputs[1], expected
+    assert "1009.845 ms" in outputs[2] and "554.763 ms" in outputs[2] and "3247.685 ms" in outputs[2]
