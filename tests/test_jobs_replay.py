@@ -188,6 +188,11 @@ def test_half_the_bottleneck_bandwidth_slows_the_contended_jobs_as_derived(tmp_p
     assert alone.jobs()[0]["iteration_times_s"] == [0.018, 0.018]
     one = ddlsim.replay(path, oversubscription=4.0, iterations=1)
     assert [j["iteration_times_s"] for j in one.jobs()] == [[0.034], [0.034]]
+    # staggered by one alone-iteration (b starts 10 ms after its recorded start): a's iteration 0 is alone (10 ms),
+    # a's iteration 1 and b's iteration 0 share the link (18 ms each), b's iteration 1 is alone (tests/test_jobs.py)
+    staggered = ddlsim.replay(path, job_stagger="10ms").jobs()
+    assert [j["start_ns"] for j in staggered] == [0, 10_000_000]
+    assert staggered[0]["iteration_times_s"] == [0.010, 0.018] and staggered[1]["iteration_times_s"] == [0.018, 0.010]
     cli = _cli(["replay", str(path), "--oversubscription", "4", "--json"])
     assert cli.returncode == 0, cli.stderr
     assert [j["iteration_times_s"] for j in json.loads(cli.stdout)["jobs"]] == [[0.034, 0.034]] * 2

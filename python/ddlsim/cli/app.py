@@ -422,6 +422,8 @@ def replay(
     job: Optional[list[str]] = typer.Option(
         None, "--job", help="A log of several jobs: replay only the job of this name (repeatable), on the same fabric "
         "without the others (docs/jobs.md)."),
+    job_stagger: Optional[str] = typer.Option(
+        None, "--job-stagger", help="A log of several jobs: job k starts k x this later than recorded, e.g. 10ms."),
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the replay's event log, trace, tables and timeline here."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary only."),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help="Refuse runs estimated to need more memory than this."),
@@ -440,7 +442,7 @@ def replay(
         "oversubscription": oversubscription, "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
         "hosts": hosts, "background": _background_overrides(background),
         "seed": seed, "collective_model": collective_model, "rank_times": rank_times,
-        "overheads": overheads, "wire": wire,
+        "overheads": overheads, "wire": wire, "job_stagger": job_stagger,
         "straggler": _straggler_overrides(straggler, transient_straggler),
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
