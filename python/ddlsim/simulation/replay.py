@@ -161,8 +161,7 @@ def _job_override(key: str) -> bool:
     from .jobs import JOB_SCENARIO_KEYS
     from .scenario import FLAT_KEYS
 
-    return key in JOB_SCENARIO_KEYS or key in ("servers", "rank_times", "overheads") or \
-        FLAT_KEYS.get(key, ("",))[0] in ("model", "strategy")
+    return key in JOB_SCENARIO_KEYS or FLAT_KEYS.get(key, ("",))[0] in ("model", "strategy")
 
 
 def replay_jobs_plan(path: Path, meta: dict[str, Any], picked: Optional[list[str]], wire: Optional[str],
@@ -182,7 +181,9 @@ def replay_jobs_plan(path: Path, meta: dict[str, Any], picked: Optional[list[str
     need = ("job", "name", "hosts", "start_ns")
     if (recorded is None or not entries or not tables
             or not all(isinstance(e, dict) and all(k in e for k in need) for e in entries)
-            or any(not isinstance(e["job"], int) or not 0 <= e["job"] < len(tables) for e in entries)):
+            or any(not isinstance(e["job"], int) or not 0 <= e["job"] < len(tables) for e in entries)
+            or any(not isinstance(e["start_ns"], int) or not isinstance(e["hosts"], list) or not e["hosts"]
+                   or not all(isinstance(h, int) and h >= 0 for h in e["hosts"]) for e in entries)):
         raise DdlsimError(f"{path}: its rows belong to {len(ids)} jobs, but its metadata does not record them (the "
                           "recorded scenario's [[job]] tables and each job's name, hosts and start: metadata "
                           "'scenario' and 'jobs'), so it cannot be replayed as jobs on one fabric; replay the events.parquet "
@@ -247,6 +248,10 @@ def replay_jobs_plan(path: Path, meta: dict[str, Any], picked: Optional[list[str
                  + ", ".join(str(e["name"]) for e in entries) + "), each with its own measured layer times, grouping, "
                  "hosts, start, band and iterations as recorded" + ("" if len(entries) == len(meta["jobs"]) else
                                                                     ", on the same fabric without the others"))
+    sampled = [j["name"] for j in jobs_out if (j.get("model") or {}).get("rank_times") == "sampled"]
+    if sampled and scenario.straggler and "straggler" not in overrides:
+        scenario = scenario.model_copy(update={"straggler": []})
+        notes.append("replay: the recorded stragglers not applied again: the sampled steps already hold them")
     scenario, wire_note = _on_the_wire(scenario, meta, wire)
     if wire_note:
         notes.append(wire_note)
