@@ -96,6 +96,22 @@ def test_self_replay_reproduces_every_jobs_rows_exactly(fidelity, tmp_path):
     assert _rows(twice.events) == _rows(log)
 
 
+def test_sampled_rank_times_replay_a_jittered_jobs_run_exactly(tmp_path):
+    """With jitter the median layer times are not the run's; `rank_times="sampled"` gives each rank of each job, at
+    the recorded worker count, its own recorded (rank, iteration) layer times in iteration order, drawn from that
+    job's rows only (model.profile_job), and the recorded jitter is not applied again: every row comes back exactly.
+    Drawn from the rows of all jobs, the jobs' ranks would not match their workers and the steps would be drawn at
+    random (and from other models' layers)."""
+    data = _mixed_jobs("flow")
+    data["jitter"] = 0.1
+    run_jobs(data, alone=False).save(tmp_path / "run", timeline=False)
+    log = read_event_log(tmp_path / "run" / "events.parquet")
+    replay = ddlsim.replay(tmp_path / "run" / "events.parquet", rank_times="sampled")
+    assert _rows(replay.events) == _rows(log)
+    assert any("jitter not applied again" in n for n in replay.notes)
+    assert _rows(ddlsim.replay(tmp_path / "run" / "events.parquet").events) != _rows(log)  # the median times: not
+
+
 def test_cli_replay_of_a_jobs_log_writes_a_jobs_run(tmp_path):
     """The reproduction of the report: `ddlsim simulate` of the example, then `ddlsim replay` of its log, exit 0,
     a jobs run (jobs.csv with the recorded time beside, per-job iteration times, contention) equal to the
