@@ -149,15 +149,20 @@ def simulate_jobs(scenario: Scenario | dict | str | Path, alone: bool = True, **
     return run_jobs(scenario, alone=alone, **overrides)
 
 
-def replay(events: str | Path, model: str | None = None, **overrides: Any) -> SimulationResult:
+def replay(events: str | Path, model: str | None = None, jobs: list[str] | None = None, **overrides: Any) -> SimulationResult:
     """Replays the run an event log recorded (its model, workers and measured
     layer times; see ddlsim.simulation.replay), with `overrides` applied:
-    ``replay("run/events.parquet", bandwidth="25Gbps", strategy="ps", servers=4)``."""
-    from .simulation.replay import replay_plan
+    ``replay("run/events.parquet", bandwidth="25Gbps", strategy="ps", servers=4)``.
+    A log of several jobs on one fabric replays every job together and returns a
+    :class:`ddlsim.simulation.jobs.JobsRun` as :func:`simulate_jobs` does, with each
+    job's recorded iteration time beside its replayed one; `jobs` (names) replays
+    only those jobs, on the same fabric without the others (docs/jobs.md)."""
+    from .simulation.replay import attach_recorded, replay_plan
 
-    scenario, notes = replay_plan(events, model=model, **overrides)
+    scenario, notes = replay_plan(events, model=model, jobs=jobs, **overrides)
     result = simulate(scenario)
     result.notes[:0] = notes
+    attach_recorded(result, events)
     return result
 
 

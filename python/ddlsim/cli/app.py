@@ -304,6 +304,10 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
         from .report import print_jobs
 
         print_jobs(summary, out, quiet)
+        for row in summary["jobs"]:  # a replay: the recorded run beside
+            if row.get("recorded_iteration_time_s"):
+                out.print(f"recorded run, job {row['name']}: {row['recorded_iteration_time_s'] * 1e3:.3f} ms per iteration; "
+                          f"replayed: {row['iteration_time_s'] * 1e3:.3f} ms ({row['recorded_difference']:+.2%})", highlight=False)
         for row in (effect or {}).get("jobs", []):
             out.print(f"stragglers, job {row['name']}: {row['with_s'] * 1e3:.3f} ms per iteration against "
                       f"{row['without_s'] * 1e3:.3f} ms without them ({row['ratio'] - 1:+.2%})")
@@ -381,6 +385,7 @@ def replay(
     latency: Optional[str] = typer.Option(None, "--latency", help="Host-to-host latency with a unit, e.g. 10us."),
     network: Optional[str] = typer.Option(None, "--network", help="Fidelity: analytic | flow | packet"),
     topology: Optional[str] = typer.Option(None, "--topology", help="star | leaf-spine"),
+    oversubscription: Optional[float] = typer.Option(None, "--oversubscription", help="Leaf-spine oversubscription ratio."),
     in_network: Optional[str] = typer.Option(None, "--in-network", help="In-network mechanisms (see simulate --help)."),
     transport: Optional[str] = typer.Option(
         None, "--transport", help="Packet level: newreno | dctcp (needs --ecn-threshold)"),
@@ -414,6 +419,11 @@ def replay(
         None, "--scaling", help="Replay at each of these worker counts, e.g. 4,64,1024, and print how the iteration time and "
         "its spread grow (with --rank-times sampled: the slowest rank's draw)."),
     trace_detail: Optional[str] = typer.Option(None, "--trace-detail", help="auto | step | collective"),
+    job: Optional[list[str]] = typer.Option(
+        None, "--job", help="A log of several jobs: replay only the job of this name (repeatable), on the same fabric "
+        "without the others (docs/jobs.md)."),
+    job_stagger: Optional[str] = typer.Option(
+        None, "--job-stagger", help="A log of several jobs: job k starts k x this later than recorded, e.g. 10ms."),
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the replay's event log, trace, tables and timeline here."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary only."),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help="Refuse runs estimated to need more memory than this."),
@@ -429,23 +439,32 @@ def replay(
     overrides = {
         "workers": workers, "strategy": strategy, "servers": servers, "algorithm": algorithm, "grouping": grouping,
         "stream_policy": stream_policy, "bandwidth": bandwidth, "latency": latency, "network": network, "topology": topology,
-        "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
+        "oversubscription": oversubscription, "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
         "hosts": hosts, "background": _background_overrides(background),
         "seed": seed, "collective_model": collective_model, "rank_times": rank_times,
-        "overheads": overheads, "wire": wire,
+        "overheads": overheads, "wire": wire, "job_stagger": job_stagger,
         "straggler": _straggler_overrides(straggler, transient_straggler),
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if scaling is not None:
+        if job:
+            raise DdlsimError("--scaling replays a log of one job at other worker counts; leave out --job")
         return _replay_scaling(events, scaling, model, overrides, as_json, out_dir)
-    scenario, notes = replay_plan(events, model=model, **overrides)  # checks the log and the overrides first
+    scenario, notes = replay_plan(events, model=model, jobs=job, **overrides)  # checks the log and the overrides first
 
     def run():
+        from ..simulation.replay import attach_recorded
+
         result = run_simulation(scenario)
         result.notes[:0] = notes  # what the replay took from the log and what it assumed
+        attach_recorded(result, events)  # several jobs: each job's recorded time beside its replayed one
         return result
 
+    if scenario.job:  # a log of several jobs: the jobs report, each job's recorded time in it
+        _simulate_and_report(run, iterations=iterations, out_dir=out_dir, as_json=as_json, max_memory=max_memory,
+                             force=force, quiet=quiet)
+        return
     log = read_event_log(events)
     recorded = iteration_mean(iteration_arrays(log), log.metadata)  # capture and analyze's definition
     _simulate_and_report(run, iterations=iterations, out_dir=out_dir, as_json=as_json, max_memory=max_memory, force=force,

@@ -84,7 +84,8 @@ def job_scenarios(sc: Scenario) -> list[Scenario]:
     base = sc.model_dump(exclude={"base_dir", "job", "tenant", "job_stagger"}, exclude_unset=True)
     out = []
     for index, job in enumerate(sc.job):
-        given = job.model_dump(exclude_unset=True)
+        # a key set to None (a scenario dumped whole, e.g. a run's recorded one) is a key left out
+        given = {k: v for k, v in job.model_dump(exclude_unset=True).items() if v is not None}
         data = dict(base)
         for key in JOB_SCENARIO_KEYS:
             if key in given:
@@ -388,6 +389,8 @@ class JobsRun:
     alone: list[dict] | None
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # a replay (ddlsim.replay of a log of several jobs): each job's mean iteration time in the recorded run, by name
+    recorded: dict[str, float] | None = None
 
     @property
     def scenario(self) -> Scenario:
@@ -426,6 +429,10 @@ class JobsRun:
                 "slowdown": mean / alone_mean if alone_mean else None,
                 "contended_links": links,
             })
+            if self.recorded is not None and names[j] in self.recorded:
+                rec = self.recorded[names[j]]
+                rows[-1]["recorded_iteration_time_s"] = rec
+                rows[-1]["recorded_difference"] = mean / rec - 1 if rec > 0 else None
         return rows
 
     def contention(self) -> list[dict[str, Any]]:
@@ -438,7 +445,9 @@ class JobsRun:
 
         keep = ("job", "name", "model", "workers", "strategy", "band", "start_ns", "iteration_time_s",
                 "alone_iteration_time_s", "slowdown", "communication_s", "contended_links")
-        return pd.DataFrame([{k: (", ".join(r[k]) if k == "contended_links" else r[k]) for k in keep} for r in self.jobs()])
+        if self.recorded is not None:  # a replay: the recorded run's times beside
+            keep += ("recorded_iteration_time_s", "recorded_difference")
+        return pd.DataFrame([{k: (", ".join(r[k]) if k == "contended_links" else r.get(k)) for k in keep} for r in self.jobs()])
 
     def contention_table(self) -> "pd.DataFrame":
         return contention_frame(self.contention(), job_names(self.scenario))

@@ -63,7 +63,8 @@ def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
             path = Path(base_dir) / path
         # modules added by growth take their times from the profile when it has them (a replayed
         # grown run), else from their FLOPs
-        model = apply_profile(model, path, optional={layer.name for layer in model.layers} - base_layers)
+        model = apply_profile(model, path, optional={layer.name for layer in model.layers} - base_layers,
+                              job=config.profile_job)
         if config.overheads and path.suffix == ".parquet":
             from ..trace.parquet import read_event_log
             from .overheads import framework_overheads, with_overheads

@@ -20,7 +20,7 @@ from ..errors import DdlsimError
 from .scenario import Scenario, scenario_from_dict, with_overrides
 
 # What the recorded layer times already contain, so a replay must not apply it again.
-_TIME_FIELDS = ("device", "precision", "efficiency", "compute", "compute_speedup", "speedup_kinds", "profile")
+_TIME_FIELDS = ("device", "precision", "efficiency", "compute", "compute_speedup", "speedup_kinds", "profile", "profile_job")
 
 
 def recorded_metadata(path: Path) -> dict[str, Any]:
@@ -30,13 +30,17 @@ def recorded_metadata(path: Path) -> dict[str, Any]:
     return read_log_metadata(path)
 
 
-def replay_scenario(log_path: str | Path, model: Optional[str] = None, **overrides: Any) -> Scenario:
+def replay_scenario(log_path: str | Path, model: Optional[str] = None, jobs: Optional[list[str]] = None,
+                    **overrides: Any) -> Scenario:
     """The scenario that replays the run in `log_path` (an events.parquet),
-    with `overrides` (as :func:`ddlsim.simulate` takes them) applied."""
-    return replay_plan(log_path, model=model, **overrides)[0]
+    with `overrides` (as :func:`ddlsim.simulate` takes them) applied; of a
+    log of several jobs, a scenario with one [[job]] table per replayed job
+    (`jobs`: only the jobs of these names; see :func:`replay_jobs_plan`)."""
+    return replay_plan(log_path, model=model, jobs=jobs, **overrides)[0]
 
 
-def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: Any) -> tuple[Scenario, list[str]]:
+def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optional[list[str]] = None,
+                **overrides: Any) -> tuple[Scenario, list[str]]:
     """:func:`replay_scenario`, with the notes that say what the replay took
     from the log and what it assumed (its gradient groups and link bandwidth):
     ``ddlsim replay`` prints them, :func:`ddlsim.replay` keeps them in the
@@ -52,6 +56,14 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
     meta = recorded_metadata(path)
     if meta.get("source") == "netop":
         raise DdlsimError(_netop_refusal(path))
+    if is_jobs_log(path, meta):
+        if model is not None:
+            raise DdlsimError(f"{path}: a log of several jobs records each job's model; --model (model=) replays a log "
+                              "of one job: leave it out")
+        return replay_jobs_plan(path, meta, jobs, wire, overrides)
+    if jobs:
+        raise DdlsimError(f"{path}: --job (jobs=) picks jobs of a log of several jobs, but this log holds one job; "
+                          "leave it out")
     recorded = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else None
     notes: list[str] = []
     if recorded is not None and (model is None or model == recorded.get("model", {}).get("name")):
@@ -116,6 +128,164 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
             scenario = scenario.model_copy(update=again)
             notes.append(f"replay: the recorded {' and '.join(again)} not applied again: the sampled steps already hold them")
     return scenario, notes
+
+
+def _log_jobs(path: Path) -> list[int]:
+    """The distinct values of the log's ``job`` column ([0] for a log without one)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        if "job" not in pq.read_schema(path).names:
+            return [0]
+        column = pq.read_table(path, columns=["job"]).column("job")
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise DdlsimError(f"{path}: not a readable Parquet event log ({exc})") from None
+    return sorted(int(v) for v in pc.unique(column).to_pylist() if v is not None)
+
+
+def is_jobs_log(path: Path, meta: dict[str, Any]) -> bool:
+    """Whether the log at `path` records several jobs on one fabric (docs/jobs.md): its metadata lists jobs (a run
+    of a [[job]] scenario, also one of a single job picked from one), or its rows carry more than one job id."""
+    recorded = meta.get("scenario")
+    if isinstance(meta.get("jobs"), list) and meta["jobs"]:
+        return True
+    if isinstance(recorded, dict) and isinstance(recorded.get("job"), list) and recorded["job"]:
+        return True
+    return len(_log_jobs(path)) > 1
+
+
+# Scenario keys a [[job]] table holds (ddlsim.simulation.jobs.JOB_SCENARIO_KEYS), and the override keys that
+# change one of them (a section of model or strategy), which a replay of several jobs applies to every job.
+def _job_override(key: str) -> bool:
+    from .jobs import JOB_SCENARIO_KEYS
+    from .scenario import FLAT_KEYS
+
+    return key in JOB_SCENARIO_KEYS or FLAT_KEYS.get(key, ("",))[0] in ("model", "strategy")
+
+
+def replay_jobs_plan(path: Path, meta: dict[str, Any], picked: Optional[list[str]], wire: Optional[str],
+                     overrides: dict[str, Any]) -> tuple[Scenario, list[str]]:
+    """The scenario that replays a run of several jobs on one fabric: one [[job]] table per job the log records
+    (`picked`: only the jobs of these names, alone on the same fabric), each with its own model and measured layer
+    times (the median over the job's own worker rows: ``model.profile_job``), its strategy and grouping, its hosts
+    (an explicit placement), start, band and iterations as the log's metadata records them; the fabric (network,
+    its host count, background tenants) as recorded. `overrides` apply to every job (a model or strategy key, the
+    workers, iterations, seed, ...) or to the fabric (the network, tenants, stragglers)."""
+    from .jobs import JOB_SCENARIO_KEYS, hosts_needed, job_scenarios
+
+    recorded = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else None
+    entries = meta.get("jobs") if isinstance(meta.get("jobs"), list) else None
+    tables = recorded.get("job") if recorded is not None and isinstance(recorded.get("job"), list) else None
+    ids = _log_jobs(path)
+    need = ("job", "name", "hosts", "start_ns")
+    if (recorded is None or not entries or not tables
+            or not all(isinstance(e, dict) and all(k in e for k in need) for e in entries)
+            or any(not isinstance(e["job"], int) or not 0 <= e["job"] < len(tables) for e in entries)
+            or any(not isinstance(e["start_ns"], int) or not isinstance(e["hosts"], list) or not e["hosts"]
+                   or not all(isinstance(h, int) and h >= 0 for h in e["hosts"]) for e in entries)):
+        raise DdlsimError(f"{path}: its rows belong to {len(ids)} jobs, but its metadata does not record them (the "
+                          "recorded scenario's [[job]] tables and each job's name, hosts and start: metadata "
+                          "'scenario' and 'jobs'), so it cannot be replayed as jobs on one fabric; replay the events.parquet "
+                          "that ddlsim simulate --out wrote for a [[job]] scenario, or simulate that scenario again")
+    names = [str(e["name"]) for e in entries]
+    if picked:
+        unknown = [n for n in picked if n not in names]
+        if unknown:
+            raise DdlsimError(f"--job {unknown[0]}: no such job in {path}; its jobs are {', '.join(names)}")
+        entries = [e for e in entries if e["name"] in picked]
+    if len(entries) == 0:
+        raise DdlsimError(f"{path}: no job to replay")
+    data = {k: v for k, v in recorded.items() if k not in ("base_dir", "job")}
+    # the starts recorded already hold the job stagger; the fabric keeps its recorded host count (job alone: the
+    # same fabric, the same background tenants)
+    data["job_stagger"] = "0s"
+    all_hosts = [h for e in (meta.get("jobs") or []) for h in e["hosts"]]
+    network = dict(data.get("network") or {})
+    if network.get("hosts") is None:
+        network["hosts"] = max(len(all_hosts), max(all_hosts, default=-1) + 1)
+    data["network"] = network
+    base = scenario_from_dict({**data, "job": [_clean_job(tables[e["job"]]) for e in entries]},
+                              origin=f"{path} (recorded scenario)")
+    job_keys = {k: v for k, v in overrides.items() if _job_override(k)}
+    notes = []
+    jobs_out = []
+    needs = 0
+    for e, sub in zip(entries, job_scenarios(base)):
+        label = f"job {e['name']}"
+        model_data = {k: v for k, v in sub.model.model_dump(mode="json").items() if k not in _TIME_FIELDS}
+        model_data.update(profile=str(path.resolve()), profile_job=int(e["job"]))
+        sub = sub.model_copy(update={"model": scenario_from_dict({"model": model_data}).model})
+        if job_keys:
+            sub = with_overrides(sub, job_keys, origin=label)
+        if sub.model.rank_times == "sampled" and "jitter" not in overrides and sub.jitter:
+            sub = sub.model_copy(update={"jitter": 0.0})
+            notes.append(f"replay: {label}'s recorded jitter not applied again: the sampled steps already hold it")
+        dumped = sub.model_dump(mode="json", exclude={"base_dir"})
+        table = {k: dumped[k] for k in JOB_SCENARIO_KEYS}
+        # what turns FLOPs into times is left out beside a profile (the scenario refuses both)
+        table["model"] = {k: v for k, v in table["model"].items() if k not in ("device", "precision", "efficiency", "compute")}
+        table.update(name=e["name"], start=f"{int(e['start_ns'])}ns", band=e.get("band"))
+        hosts = [int(h) for h in e["hosts"]]
+        if hosts_needed(sub) == len(hosts):
+            table["placement"] = hosts
+        else:  # other workers or servers: the job's recorded placement rule places it again
+            rule = tables[e["job"]].get("placement", "packed")
+            table["placement"] = rule
+            if tables[e["job"]].get("placement_seed") is not None:
+                table["placement_seed"] = tables[e["job"]]["placement_seed"]
+            notes.append(f"replay: {label} needs {hosts_needed(sub)} host(s) now, not its recorded {len(hosts)} "
+                         f"({', '.join(map(str, hosts))}): placed again by its rule ({rule!r})")
+        needs += hosts_needed(sub)
+        jobs_out.append({k: v for k, v in table.items() if v is not None})
+    if needs > network["hosts"] and (recorded.get("network") or {}).get("hosts") is None:
+        data["network"] = {**network, "hosts": needs}  # the recorded fabric, grown to what the jobs need now
+    fabric = {k: v for k, v in overrides.items() if not _job_override(k) or k in ("seed", "iterations", "workers")}
+    scenario = scenario_from_dict({**data, "job": jobs_out}, origin=f"{path} (recorded scenario)")
+    if fabric:
+        scenario = with_overrides(scenario, fabric)
+    notes.insert(0, f"replay: {len(jobs_out)} of the log's {len(meta['jobs'])} job(s) ("
+                 + ", ".join(str(e["name"]) for e in entries) + "), each with its own measured layer times, grouping, "
+                 "hosts, start, band and iterations as recorded" + ("" if len(entries) == len(meta["jobs"]) else
+                                                                    ", on the same fabric without the others"))
+    sampled = [j["name"] for j in jobs_out if (j.get("model") or {}).get("rank_times") == "sampled"]
+    if sampled and scenario.straggler and "straggler" not in overrides:
+        scenario = scenario.model_copy(update={"straggler": []})
+        notes.append("replay: the recorded stragglers not applied again: the sampled steps already hold them")
+    scenario, wire_note = _on_the_wire(scenario, meta, wire)
+    if wire_note:
+        notes.append(wire_note)
+    return scenario, notes
+
+
+def _clean_job(table: Any) -> dict[str, Any]:
+    """A recorded [[job]] table without its unset (None) keys; {} when it is not a table."""
+    return {k: v for k, v in table.items() if v is not None} if isinstance(table, dict) else {}
+
+
+def recorded_job_times(path: str | Path) -> dict[str, float]:
+    """Per job name: the mean iteration time (s) each job of a log of several jobs had in the recorded run."""
+    import numpy as np
+
+    from ..analyze.jobs import job_iterations
+    from ..trace.parquet import read_event_log
+
+    log = read_event_log(path)
+    out = {}
+    for e in log.metadata.get("jobs") or []:
+        times = job_iterations(log, int(e["job"]))["time_s"]
+        if len(times):
+            out[str(e["name"])] = float(np.mean(times))
+    return out
+
+
+def attach_recorded(result: Any, path: str | Path) -> None:
+    """A replay of several jobs (a JobsRun): each job's recorded mean iteration time beside its replayed one
+    (``jobs()``'s ``recorded_iteration_time_s``); nothing for a replay of one job."""
+    from .jobs import JobsRun
+
+    if isinstance(result, JobsRun):
+        result.recorded = recorded_job_times(path)
 
 
 def _netop_refusal(path: Path) -> str:
@@ -354,6 +524,9 @@ def replay_scaling(log_path: str | Path, workers: list[int], model: Optional[str
         if n < 1:
             raise DdlsimError(f"worker count {n} in the scaling list: give counts of at least 1")
         scenario, _notes = replay_plan(log_path, model=model, **{**overrides, "workers": n})
+        if scenario.job:
+            raise DdlsimError(f"{log_path}: a log of several jobs; replay at scale (--scaling) takes a log of one job: "
+                              "replay the jobs at other worker counts with --workers N")
         run = run_scenario(scenario)
         times = np.asarray(iteration_arrays(run.columns)["time_s"], dtype=float)
         parts = compute_part_ns(run.columns) / 1e9

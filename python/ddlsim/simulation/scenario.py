@@ -588,6 +588,9 @@ class ModelConfig(_Strict):
     # with an event-log profile: "median" (every rank the median layer times) or "sampled" (each rank and
     # iteration draws a whole captured (rank, iteration) vector of layer times; docs/replay-at-scale.md)
     rank_times: Literal["median", "sampled"] = "median"
+    # with an event-log profile of several jobs ([[job]]): only this job's rows (the log's `job` column) give the
+    # times; None: every worker row (docs/jobs.md, "Replaying a jobs run")
+    profile_job: Optional[int] = Field(None, ge=0)
     # with a captured event-log profile: add the capture's framework gaps between layers and its optimizer
     # step to the layer times (ddlsim.simulation.overheads; replay of a capture turns it on)
     overheads: bool = False
@@ -638,6 +641,9 @@ class ModelConfig(_Strict):
                     f"model.profile gives measured layer times, so model.{ignored[0]} (used to turn FLOPs into times) "
                     f"would be ignored; remove {' and '.join('model.' + f for f in ignored)} or the profile"
                 )
+        if self.profile_job is not None and not str(self.profile or "").endswith(".parquet"):
+            raise ValueError(f"model.profile_job = {self.profile_job} picks a job's rows of an event-log profile; "
+                             "give model.profile an events.parquet, or remove profile_job")
         return self
 
     @field_validator("device")

@@ -52,18 +52,22 @@ class ComputePool:
         return [[int(k) for k in np.flatnonzero(self.ranks == r)] for r in captured]
 
 
-def compute_pool(path: str | Path, model: "Model", times_ns: list[tuple[int, int]], scale: list[float] | None = None) -> ComputePool:
+def compute_pool(path: str | Path, model: "Model", times_ns: list[tuple[int, int]], scale: list[float] | None = None,
+                 job: int | None = None) -> ComputePool:
     """The per-(rank, iteration) layer-time vectors of the event log at `path`,
     in `model`'s layer order: rows as :func:`ddlsim.workload.profile.layer_times_from_log`
     reads them (several rows of one layer in one step add up), warm-up
     iterations left out; a layer a step lacks takes its `times_ns` entry.
-    `scale`: per-layer factor (a compute speedup), 1 when None."""
+    `scale`: per-layer factor (a compute speedup), 1 when None; `job`: only
+    that job's rows (a log of several jobs)."""
     from ..analyze.breakdown import warmup_iterations
     from ..trace.parquet import read_event_log
 
     log = read_event_log(path)
     kind, op, name, role = log.column("kind"), log.column("op"), log.column("name"), log.column("role")
     rows = (kind == "compute") & np.isin(op, ["forward", "backward"]) & (name != "")
+    if job is not None:
+        rows &= log.column("job") == job
     if (role == "worker").any():
         rows &= role == "worker"
     iteration = log.column("iteration").astype(np.int64)
@@ -135,7 +139,7 @@ def scenario_pool(scenario: "Scenario", model: "Model", times_ns: list[tuple[int
     if base and not path.is_absolute():
         path = Path(base) / path
     scale = [1.0 / scenario.model.compute_speedup if sped_up(layer, scenario.model) else 1.0 for layer in model.layers]
-    return compute_pool(path, model, times_ns, scale)
+    return compute_pool(path, model, times_ns, scale, job=scenario.model.profile_job)
 
 
 def expected_max(samples, n: int) -> tuple[float, float]:

@@ -15,13 +15,15 @@ from .model import Model
 REQUIRED = ("layer", "fwd_ms", "bwd_ms")
 
 
-def apply_profile(model: Model, path: str | Path, optional: set[str] | frozenset[str] = frozenset()) -> Model:
+def apply_profile(model: Model, path: str | Path, optional: set[str] | frozenset[str] = frozenset(),
+                  job: int | None = None) -> Model:
     """Returns `model` with per-layer times taken from the profile at `path`:
     a CSV, or an event log (``.parquet``, see :func:`layer_times_from_log`).
 
     Every layer of the model must appear exactly once (by name), except the
     `optional` ones, which keep their FLOP-based times when absent; times
-    are milliseconds per iteration at the profiled batch size.
+    are milliseconds per iteration at the profiled batch size. `job`: of an
+    event log of several jobs, only that job's rows.
     """
     path = Path(path)
     try:
@@ -30,16 +32,17 @@ def apply_profile(model: Model, path: str | Path, optional: set[str] | frozenset
         raise ModelError(f"{str(path)[:200]}: cannot use as a profile file ({exc.strerror or exc})") from None
     if not found:
         raise ModelError(f"{path}: profile file not found; give a CSV with columns {', '.join(REQUIRED)} or an event log (.parquet)")
-    times = layer_times_from_log(path) if path.suffix == ".parquet" else _read_csv(path)
+    times = layer_times_from_log(path, job=job) if path.suffix == ".parquet" else _read_csv(path)
     return _with_times(model, times, path, optional)
 
 
-def layer_times_from_log(log_or_path) -> dict[str, tuple[float, float]]:
+def layer_times_from_log(log_or_path, job: int | None = None) -> dict[str, tuple[float, float]]:
     """Per layer name: (forward s, backward s), the median over worker ranks
     and iterations of each layer's compute time in an event log (rows with
     kind compute, op forward / backward; several rows of one layer in one
     iteration on one rank add up). The median keeps one slow iteration (a
-    warm-up, a straggler) from setting the profile."""
+    warm-up, a straggler) from setting the profile. `job`: only the rows of
+    that job (the log's ``job`` column; a log of several jobs)."""
     import numpy as np
 
     from ..trace.coerce import as_columns
@@ -54,6 +57,11 @@ def layer_times_from_log(log_or_path) -> dict[str, tuple[float, float]]:
     kind, op, name = log.column("kind"), log.column("op"), log.column("name")
     role = log.column("role")
     rows = (kind == "compute") & np.isin(op, ["forward", "backward"]) & (name != "")
+    if job is not None:
+        rows &= log.column("job") == job
+        if not rows.any():
+            raise ModelError(f"{source}: no forward/backward compute rows of job {job} (the log's job column), so no "
+                             "layer times for it; give a job the log holds")
     if (role == "worker").any():
         rows &= role == "worker"
     if not rows.any():
