@@ -155,7 +155,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
     their flows are counted over their stop time, or over an upper estimate
     of the job's duration: per iteration `compute_ns_per_iteration` plus
     twice the job's network bytes per rank at the rate the tenants' offered
-    load leaves (at least a tenth of the link), plus at packet level two
+    load leaves (1 - the load), plus at packet level two
     minimum retransmission timeouts; four standard deviations of the
     Poisson count on top. `rank_classes`: the sizes of the classes a
     closed-form run simulates one worker each of (ddlsim.trace.classes):
@@ -199,8 +199,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         memory += flows * TENANT_FLOW_BYTES
     if scenario.network.fidelity == "packet":
         hops, packet_memory = packet_estimate(scenario, group_bytes, transfers // max(iters, 1))
-        p = scenario.network.packet_options
-        hops += 2 * (-(-tenant_bytes // p.mss) + flows) * (2 if scenario.network.topology == "star" else 4)
+        hops += tenant_packet_hops(scenario, flows, tenant_bytes)
         return Estimate(ops=ops, transfers=transfers + flows, events=events, log_rows=rows,
                         memory_bytes=memory + packet_memory, packet_hops=hops)
     return Estimate(ops=ops, transfers=transfers + flows, events=events, log_rows=rows, memory_bytes=memory)
@@ -274,6 +273,15 @@ def tenant_flows(tenants: list[dict], job_s: float, hosts: int) -> tuple[int, in
         total_flows += n
         total_bytes += int(n * flow_sizes.mean_bytes(t["cdf"]))
     return total_flows, total_bytes
+
+
+def tenant_packet_hops(scenario: Scenario, flows: int, tenant_bytes: int) -> int:
+    """Packet hops of `flows` background tenant flows of `tenant_bytes` in all at packet level: every MSS-sized
+    segment (one partial segment per flow) and its ACK over the longest path; 0 at other fidelities."""
+    if scenario.network.fidelity != "packet":
+        return 0
+    p = scenario.network.packet_options
+    return 2 * (-(-tenant_bytes // p.mss) + flows) * (2 if scenario.network.topology == "star" else 4)
 
 
 def allreduce_bytes(algorithm: str, n: int, nbytes: int) -> int:
