@@ -214,14 +214,14 @@ def job_seconds(scenario: Scenario, group_bytes: list[int], transfers_per_iterat
     not stop, leave the run without a bound: refused (ScenarioError) unless the run is forced."""
     iters = scenario.iterations
     load = offered_load(tenants, scenario.network.bandwidth_bps)
-    if load >= 1.0 and any(t.get("stop_ns") is None for t in tenants):
-        if not current_control().force:
-            t = max(tenants, key=lambda d: d["rate_per_host"])
-            raise ScenarioError(
-                f"background tenants offer {100 * load:.0f} % of a host link ({_tenant_text(t, scenario)}): the "
-                f"network is overloaded, so the run's length and memory have no bound; lower "
-                f"flows_per_second_per_host to under {t['rate_per_host'] / load:g}, give the tenants a stop time, "
-                f"or run anyway (--force)")
+    open_ended = [t for t in tenants if t.get("stop_ns") is None]
+    open_load = offered_load(open_ended, scenario.network.bandwidth_bps)
+    if open_load >= 1.0 and not current_control().force:
+        raise ScenarioError(
+            f"background tenants without a stop offer {100 * open_load:.0f} % of a host link "
+            f"({_overload_fix(open_ended, scenario)}): the network is overloaded, so the run's length and memory have "
+            f"no bound; {_overload_fix(open_ended, scenario, hint=True)}, give the tenants a stop time, or run anyway "
+            f"(--force)")
     left = max(1.0 - load, 0.01)
     job_s = iters * (compute_ns_per_iteration / 1e9
                      + 2 * 8 * network_bytes_per_iteration(scenario, group_bytes, transfers_per_iteration)
@@ -232,10 +232,24 @@ def job_seconds(scenario: Scenario, group_bytes: list[int], transfers_per_iterat
     return job_s
 
 
-def _tenant_text(t: dict, scenario: Scenario) -> str:
+def _overload_fix(tenants: list[dict], scenario: Scenario, hint: bool = False) -> str:
+    """The busiest of `tenants` (by offered load), or (`hint`) the rate of it that brings their load under a link's:
+    rate x (1 - the others' load) / its load; when the others alone fill the link, lower them all."""
     from ..workload import flow_sizes
 
-    return f"the busiest: {t['rate_per_host']:g} flows/s per host x {flow_sizes.mean_bytes(t['cdf']) / 1e6:.2f} MB mean"
+    bw = scenario.network.bandwidth_bps
+    t = max(tenants, key=lambda d: offered_load([d], bw))
+    names = [x.name for x in getattr(scenario, "tenant", None) or []]
+    label = f"tenant {t['id']}" + (f" ({names[t['id'] - 1]})" if 0 < t["id"] <= len(names) and names[t["id"] - 1] else "")
+    if not hint:
+        return (f"the busiest, {label}: {t['rate_per_host']:g} flows/s per host x "
+                f"{flow_sizes.mean_bytes(t['cdf']) / 1e6:.2f} MB mean")
+    others = offered_load(tenants, bw) - offered_load([t], bw)
+    if others >= 1.0:
+        return (f"lower every tenant's flows_per_second_per_host (by a factor of "
+                f"{offered_load(tenants, bw):.3g} or more)")
+    return (f"lower flows_per_second_per_host of {label} to under "
+            f"{t['rate_per_host'] * (1.0 - others) / offered_load([t], bw):g}")
 
 
 def fabric_size(scenario: Scenario) -> int:
