@@ -214,8 +214,8 @@ def job_seconds(scenario: Scenario, group_bytes: list[int], transfers_per_iterat
     """An upper estimate of the job's simulated duration beside background `tenants`: per iteration its compute
     plus twice its network bytes per rank at the rate the tenants leave (1 - their offered load: the share a
     job's flow gets beside a processor-sharing queue of tenant flows at that load), plus at packet level two
-    minimum retransmission timeouts. Tenants that offer a link's whole rate or more, with arrivals that do
-    not stop, leave the run without a bound: refused (ScenarioError) unless the run is forced."""
+    minimum retransmission timeouts. Tenants without a stop that together offer a link's whole rate or more
+    leave the run without a bound: refused (ScenarioError) unless the run is forced."""
     iters = scenario.iterations
     load = offered_load(tenants, scenario.network.bandwidth_bps)
     open_ended = [t for t in tenants if t.get("stop_ns") is None]
