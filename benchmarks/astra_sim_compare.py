@@ -4,8 +4,9 @@
 
 ASTRA-sim is a reference simulator built by tools/build_astra_sim.sh (never a dependency of ddlsim). Each case
 simulates a job with ddlsim (star topology, ``trace_detail = "collective"``), writes its Chakra files, runs them in
-ASTRA-sim (``Switch`` topology of the same rank count, the same link rate in ASTRA-sim's GB/s of 2^30 bytes, twice
-ddlsim's link latency per hop: ASTRA-sim's switch is one hop, ddlsim's star two links; ring collectives, one chunk)
+ASTRA-sim (``Switch`` topology of the same rank count, the same link rate in ASTRA-sim's GB/s of 2^30 bytes, half
+ddlsim's host-to-host latency per hop: ASTRA-sim's switch charges it on each of its two hops, ddlsim splits it over
+the star's two links; ring collectives, one chunk)
 and prints one Markdown table row per case: the last rank's finish in each simulator and the largest per-rank
 difference. docs/interop.md has the measured table and the causes of the differences.
 """

@@ -9,8 +9,8 @@ in one go on this machine:
 5. ``before`` again (ABA: both ends see the machine's drift).
 
 Prints one JSON document: per run the mean iteration after the warm-up (the one definition every output uses), its
-median, the all-reduces it ran and which path; the plan's predictions. Captures go to a temporary directory, or to
-``--out`` (kept).
+median, the all-reduces it ran and which path; the plan's predictions. Captures go to a temporary directory (removed
+at the end), or to ``--out`` (kept).
 
     PYTHONPATH=python python benchmarks/bench_plan_paths.py --model resnet18 --iterations 8
 """
@@ -47,14 +47,19 @@ def main(argv=None) -> int:
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.out is not None:
+        return _run(args, args.out)
+    with tempfile.TemporaryDirectory(prefix="ddlsim-plan-paths-") as tmp:  # removed afterwards, failed or not
+        return _run(args, Path(tmp))
 
+
+def _run(args, out: Path) -> int:
     from ddlsim.capture.ddp import job_config
     from ddlsim.capture.ddp_models import build_model
     from ddlsim.capture.ddp_plan import gradient_ready_order, plan_config
     from ddlsim.capture.ddp_run import run_ddp_capture
     from ddlsim.plan.planner import make_plan
 
-    out = args.out or Path(tempfile.mkdtemp(prefix="ddlsim-plan-paths-"))
     out.mkdir(parents=True, exist_ok=True)
     base = job_config({"model": args.model, "iterations": args.iterations, "batch_size": args.batch_size,
                        "image_size": args.image_size, "bucket_cap_mb": 25.0, "seed": 0})

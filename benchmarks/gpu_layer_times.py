@@ -381,13 +381,18 @@ def rescore(run_dir: Path, device: str = "H100") -> str:
 
 
 def main(argv=None) -> int:
-    if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--report":
-        print(report(Path(sys.argv[2])))
-        return 0
-    if argv is None and len(sys.argv) in (3, 5) and sys.argv[1] == "--rescore":
-        # --rescore RUN [--predict-device NAME]
+    if argv is None and len(sys.argv) in (3, 5) and sys.argv[1] in ("--report", "--rescore"):
+        # --report RUN | --rescore RUN [--predict-device NAME]
         device = sys.argv[4] if len(sys.argv) == 5 and sys.argv[3] == "--predict-device" else "H100"
-        print(rescore(Path(sys.argv[2]), device))
+        try:
+            print(report(Path(sys.argv[2])) if sys.argv[1] == "--report" else rescore(Path(sys.argv[2]), device))
+        except (OSError, KeyError, ValueError) as exc:  # no such run, a CSV without the columns, an unknown device
+            why = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+            if isinstance(exc, KeyError) and not why.startswith("unknown device"):
+                why = f"no {why!r} column: not a summary.csv of this benchmark"
+            print(f"error: {sys.argv[1]} {sys.argv[2]}: {why}; give a finished run's directory (or its summary.csv) "
+                  "and a known --predict-device", file=sys.stderr)
+            return 2
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="directory for the JSON and CSV files (created)")

@@ -57,6 +57,7 @@ done
 
 case "$TARGET" in congestion_unaware|congestion_aware|all) ;; *) die "--target must be congestion_unaware, congestion_aware or all, not '$TARGET'" ;; esac
 [[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || die "--jobs must be a positive integer, not '$JOBS'"
+[[ "$COMMIT" =~ ^[0-9a-fA-F]{7,40}$ ]] || die "--commit must be a commit SHA (7 to 40 hex digits), not '$COMMIT'"
 for tool in git cmake protoc c++; do
     command -v "$tool" >/dev/null || die "'$tool' not found (Debian: apt-get install git cmake g++ protobuf-compiler libprotobuf-dev)"
 done
@@ -98,9 +99,17 @@ else
     SRC="$WORK/astra-sim-$COMMIT"
     if [[ ! -f "$SRC/.ddlsim-checkout-done" ]]; then
         [[ -e "$SRC" ]] && die "$SRC exists but is not a finished checkout of this script; remove it or pick another --work"
+        from=$(resolve "$URL")  # a missing mirror ends the script here (exit 2), before anything is created
+        made_work=; [[ -d "$WORK" ]] || made_work=1
         mkdir -p "$WORK"
-        git clone --quiet --no-checkout "$(resolve "$URL")" "$SRC" >&2
-        git -C "$SRC" -c advice.detachedHead=false checkout --quiet "$COMMIT" >&2
+        # a failed clone or checkout leaves nothing behind (this run made $SRC, and $WORK if it was not there)
+        undo() { rm -rf "$SRC"; [[ -z "$made_work" ]] || rmdir "$WORK" 2>/dev/null || true; die "$1"; }
+        if ! msg=$(git clone --quiet --no-checkout "$from" "$SRC" 2>&1 >/dev/null); then
+            undo "could not clone $from (git: ${msg##*$'\n'}); check --url or --mirror-root"
+        fi
+        if ! msg=$(git -C "$SRC" -c advice.detachedHead=false checkout --quiet "$COMMIT" 2>&1 >/dev/null); then
+            undo "commit $COMMIT cannot be checked out from $from (git: ${msg##*$'\n'}); check --commit"
+        fi
         submodules "$SRC" "${SUBMODULES[@]}"
         # the analytical network backend's own yaml-cpp
         [[ -f "$SRC/extern/network_backend/analytical/.gitmodules" ]] \

@@ -155,7 +155,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
     their flows are counted over their stop time, or over an upper estimate
     of the job's duration: per iteration `compute_ns_per_iteration` plus
     twice the job's network bytes per rank at the rate the tenants' offered
-    load leaves (at least a tenth of the link), plus at packet level two
+    load leaves (1 - the load), plus at packet level two
     minimum retransmission timeouts; four standard deviations of the
     Poisson count on top. `rank_classes`: the sizes of the classes a
     closed-form run simulates one worker each of (ddlsim.trace.classes):
@@ -165,6 +165,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
     strategy = scenario.strategy
     groups = len(group_bytes)
     compute = 2 * layers * n
+    serves = 0
     if strategy.kind == "ps":
         # The lowering's messages: one per group, per server share with placement "split", each cut
         # into chunk_bytes pieces (crates/ddlsim-core/src/lower/training.rs, ps_pieces).
@@ -172,6 +173,9 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         updates = n if strategy.asynchronous else 1
         sync_ops = pieces * (4 * n + updates)  # push, update(s), push ack, pull request, pull response
         sync_ops += 1 if strategy.distribution != "immediate" and scenario.barrier else 0  # distribution's server barrier
+        if strategy.server_cost.a_ns or strategy.server_cost.b_ns:
+            serves = pieces * 2 * n  # a server cost: one serve op per push and pull request (lower/server_cost.rs)
+            sync_ops += serves
         transfers = pieces * 4 * n
         step_rows = transfers  # the recv row of each transfer op
     else:
@@ -187,7 +191,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
     per_transfer = 1.0
     if scenario.network.fidelity == "flow" and strategy.kind == "ps":
         per_transfer = max(1.0, 1.4 * n)
-    events = int(iters * compute + transfers * per_transfer)
+    events = int(iters * (compute + serves) + transfers * per_transfer)
     memory = BASE_BYTES + rows * BYTES_PER_ROW
     if rank_classes:
         memory += scenario.workers * CLASS_RANK_BYTES
@@ -199,8 +203,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         memory += flows * TENANT_FLOW_BYTES
     if scenario.network.fidelity == "packet":
         hops, packet_memory = packet_estimate(scenario, group_bytes, transfers // max(iters, 1))
-        p = scenario.network.packet_options
-        hops += 2 * (-(-tenant_bytes // p.mss) + flows) * (2 if scenario.network.topology == "star" else 4)
+        hops += tenant_packet_hops(scenario, flows, tenant_bytes)
         return Estimate(ops=ops, transfers=transfers + flows, events=events, log_rows=rows,
                         memory_bytes=memory + packet_memory, packet_hops=hops)
     return Estimate(ops=ops, transfers=transfers + flows, events=events, log_rows=rows, memory_bytes=memory)
@@ -211,18 +214,18 @@ def job_seconds(scenario: Scenario, group_bytes: list[int], transfers_per_iterat
     """An upper estimate of the job's simulated duration beside background `tenants`: per iteration its compute
     plus twice its network bytes per rank at the rate the tenants leave (1 - their offered load: the share a
     job's flow gets beside a processor-sharing queue of tenant flows at that load), plus at packet level two
-    minimum retransmission timeouts. Tenants that offer a link's whole rate or more, with arrivals that do
-    not stop, leave the run without a bound: refused (ScenarioError) unless the run is forced."""
+    minimum retransmission timeouts. Tenants without a stop that together offer a link's whole rate or more
+    leave the run without a bound: refused (ScenarioError) unless the run is forced."""
     iters = scenario.iterations
     load = offered_load(tenants, scenario.network.bandwidth_bps)
-    if load >= 1.0 and any(t.get("stop_ns") is None for t in tenants):
-        if not current_control().force:
-            t = max(tenants, key=lambda d: d["rate_per_host"])
-            raise ScenarioError(
-                f"background tenants offer {100 * load:.0f} % of a host link ({_tenant_text(t, scenario)}): the "
-                f"network is overloaded, so the run's length and memory have no bound; lower "
-                f"flows_per_second_per_host to under {t['rate_per_host'] / load:g}, give the tenants a stop time, "
-                f"or run anyway (--force)")
+    open_ended = [t for t in tenants if t.get("stop_ns") is None]
+    open_load = offered_load(open_ended, scenario.network.bandwidth_bps)
+    if open_load >= 1.0 and not current_control().force:
+        raise ScenarioError(
+            f"background tenants without a stop offer {100 * open_load:.0f} % of a host link "
+            f"({_overload_fix(open_ended, scenario)}): the network is overloaded, so the run's length and memory have "
+            f"no bound; {_overload_fix(open_ended, scenario, hint=True)}, give the tenants a stop time, or run anyway "
+            f"(--force)")
     left = max(1.0 - load, 0.01)
     job_s = iters * (compute_ns_per_iteration / 1e9
                      + 2 * 8 * network_bytes_per_iteration(scenario, group_bytes, transfers_per_iteration)
@@ -233,10 +236,24 @@ def job_seconds(scenario: Scenario, group_bytes: list[int], transfers_per_iterat
     return job_s
 
 
-def _tenant_text(t: dict, scenario: Scenario) -> str:
+def _overload_fix(tenants: list[dict], scenario: Scenario, hint: bool = False) -> str:
+    """The busiest of `tenants` (by offered load), or (`hint`) the rate of it that brings their load under a link's:
+    rate x (1 - the others' load) / its load; when the others alone fill the link, lower them all."""
     from ..workload import flow_sizes
 
-    return f"the busiest: {t['rate_per_host']:g} flows/s per host x {flow_sizes.mean_bytes(t['cdf']) / 1e6:.2f} MB mean"
+    bw = scenario.network.bandwidth_bps
+    t = max(tenants, key=lambda d: offered_load([d], bw))
+    names = [x.name for x in getattr(scenario, "tenant", None) or []]
+    label = f"tenant {t['id']}" + (f" ({names[t['id'] - 1]})" if 0 < t["id"] <= len(names) and names[t["id"] - 1] else "")
+    if not hint:
+        return (f"the busiest, {label}: {t['rate_per_host']:g} flows/s per host x "
+                f"{flow_sizes.mean_bytes(t['cdf']) / 1e6:.2f} MB mean")
+    others = offered_load(tenants, bw) - offered_load([t], bw)
+    if others >= 1.0:
+        return (f"lower every tenant's flows_per_second_per_host (by a factor of "
+                f"{offered_load(tenants, bw):.3g} or more)")
+    return (f"lower flows_per_second_per_host of {label} to under "
+            f"{t['rate_per_host'] * (1.0 - others) / offered_load([t], bw):g}")
 
 
 def fabric_size(scenario: Scenario) -> int:
@@ -274,6 +291,15 @@ def tenant_flows(tenants: list[dict], job_s: float, hosts: int) -> tuple[int, in
         total_flows += n
         total_bytes += int(n * flow_sizes.mean_bytes(t["cdf"]))
     return total_flows, total_bytes
+
+
+def tenant_packet_hops(scenario: Scenario, flows: int, tenant_bytes: int) -> int:
+    """Packet hops of `flows` background tenant flows of `tenant_bytes` in all at packet level: every MSS-sized
+    segment (one partial segment per flow) and its ACK over the longest path; 0 at other fidelities."""
+    if scenario.network.fidelity != "packet":
+        return 0
+    p = scenario.network.packet_options
+    return 2 * (-(-tenant_bytes // p.mss) + flows) * (2 if scenario.network.topology == "star" else 4)
 
 
 def allreduce_bytes(algorithm: str, n: int, nbytes: int) -> int:

@@ -266,11 +266,12 @@ def check_budget(plan: JobsPlan, alone: bool = True) -> None:
         for length_s in runs:
             f, b = budget.tenant_flows(tenants, length_s, plan.fabric_hosts)
             flows, tenant_bytes = flows + f, tenant_bytes + b
+    tenant_hops = budget.tenant_packet_hops(plan.scenario, flows, tenant_bytes)  # their packets (packet level)
     total = budget.Estimate(ops=sum(e.ops for e in ests), transfers=sum(e.transfers for e in ests) + flows,
                             events=sum(e.events for e in ests) + 2 * flows, log_rows=sum(e.log_rows for e in ests),
                             memory_bytes=budget.BASE_BYTES + sum(e.memory_bytes - budget.BASE_BYTES for e in ests)
                             + flows * budget.TENANT_FLOW_BYTES,
-                            packet_hops=sum(e.packet_hops for e in ests))
+                            packet_hops=sum(e.packet_hops for e in ests) + tenant_hops)
     biggest = max(range(len(ests)), key=lambda k: ests[k].log_rows)
     budget.check(total, plan.subs[biggest], plan.detail, budget.current_control())
 

@@ -12,9 +12,10 @@ lists every number with its datasheet.
 Two compute models use them (ddlsim.workload.roofline):
 
 - ``roofline`` (default): per kernel max(FLOPs / reachable peak of the
-  precision, bytes / reachable memory bandwidth, launch interval); the
-  reachable shares come from device microbenchmarks (a large GEMM, a large
-  copy, a stream of tiny kernels), see :data:`MICROBENCH`;
+  precision, bytes / reachable memory bandwidth), issued by the host at a
+  measured launch cost, host and GPU as a pipeline; the reachable shares
+  come from device microbenchmarks (a large GEMM, a large copy, a stream of
+  tiny kernels), see :data:`MICROBENCH`;
 - ``flops`` (the old model): FLOPs x batch / (peak x efficiency).
 """
 

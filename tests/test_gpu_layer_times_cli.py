@@ -1,0 +1,34 @@
+"""benchmarks/gpu_layer_times.py --report / --rescore (the commands docs/compute-model.md gives) on bad input: one
+line, exit 2, no traceback; on the stored run: the table."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "gpu_layer_times.py"
+
+
+def _run(*args):
+    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("args", [
+    ["--rescore", "no-such-run.csv"],
+    ["--report", "no-such-run"],
+    ["--rescore", "docs/data/gpu-layer-times-h100-summary.csv", "--predict-device", "X999"],
+    ["--rescore", "docs/data/gpu-layer-times-h100-microbench.json"],
+])
+def test_bad_input_is_one_line_and_exit_2(args):
+    run = _run(*args)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and run.stderr.startswith("error: "), run.stderr
+
+
+def test_the_stored_run_rescores():
+    run = _run("--rescore", "docs/data/gpu-layer-times-h100-summary.csv")
+    assert run.returncode == 0 and "of 48 cases within 15 %" in run.stdout, run.stderr
