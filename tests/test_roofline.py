@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from ddlsim.errors import ScenarioError
 from ddlsim.simulation.model_build import build_model, layer_times_ns
 from ddlsim.simulation.scenario import scenario_from_dict
 from ddlsim.workload import roofline
@@ -218,6 +219,14 @@ def test_scenario_compute_model_choice():
                                                    round(model.layers[0].bwd_flops * 32 / rate * 1e9))
     again = scenario_from_dict(old.model_dump(mode="json", exclude={"base_dir"}) | {"model": old.model.model_dump(mode="json")})
     assert again.model.compute == "flops"
+
+
+def test_an_efficiency_the_roofline_would_ignore_is_refused_and_a_saved_roofline_scenario_loads_again():
+    with pytest.raises(ScenarioError, match="model.efficiency .* roofline"):
+        scenario_from_dict({"model": {"name": "resnet50", "compute": "roofline", "efficiency": 0.3}})
+    saved = scenario_from_dict({"model": {"name": "resnet50"}})
+    again = scenario_from_dict(saved.model_dump(mode="json", exclude={"base_dir"}))
+    assert (again.model.compute, again.model.efficiency) == ("roofline", 0.5)
 
 
 def test_the_roofline_is_deterministic_and_finite():

@@ -634,6 +634,13 @@ class ModelConfig(_Strict):
                 )
         if "efficiency" in given and "compute" not in given:
             self.compute = "flops"  # a scenario that sets an efficiency asks for the FLOPs x efficiency model
+        elif "efficiency" in given and self.compute == "roofline" and self.efficiency != type(self).model_fields["efficiency"].default:
+            # (a saved roofline scenario carries the default efficiency beside compute = "roofline" and loads again)
+            raise ValueError(
+                "model.efficiency is the FLOPs x efficiency model's share of peak; the roofline (compute = "
+                '"roofline") takes its rates from the device preset and would ignore it; remove model.efficiency '
+                'or set compute = "flops"'
+            )
         if self.profile is not None:
             ignored = [f for f in ("device", "precision", "efficiency", "compute") if f in given]
             if ignored:
