@@ -145,3 +145,30 @@ def test_a_one_rank_nccl_capture_records_gpu_timed_rows(tmp_path):
     assert (log.column("end_ns") >= log.column("start_ns")).all()
     sidecar = json.loads((tmp_path / "0.ddp.json").read_text())
     assert sidecar["job"]["backend"] == "nccl" and sidecar["job"]["timing"] == "cuda events"
+
+
+def test_the_after_training_all_reduce_timings_use_the_gpu_and_wait_for_it_on_nccl(monkeypatch):
+    """NCCL takes only GPU tensors and returns once an all-reduce is queued: the small all-reduce and the ring-rate
+    timings of a GPU capture put their buffer on the rank's GPU and end each time at a device synchronisation
+    (scripted torch.distributed and CUDA calls, no GPU needed)."""
+    from ddlsim.capture import allreduce_rate
+
+    calls = []
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(torch.distributed, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda x: calls.append(("all_reduce", x.numel())))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
+    made = []
+    real_zeros = torch.zeros
+
+    def zeros(*size, device=None, **kw):
+        made.append(device)
+        return real_zeros(*size, **kw)
+
+    monkeypatch.setattr(torch, "zeros", zeros)
+    allreduce_rate.median_allreduce_ns(5, repeats=3)
+    assert made == [torch.device("cuda", 1)]
+    # the warm-up all-reduce and each timed one are followed by a synchronisation before the clock is read
+    reduces = [i for i, c in enumerate(calls) if c == ("all_reduce", 5)]
+    assert len(reduces) == 4 and all(calls[i + 1] == "sync" for i in reduces)

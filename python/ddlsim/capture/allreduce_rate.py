@@ -27,21 +27,39 @@ def measured_allreduce_rate(world_size: int, repeats: int = 3, sizes: tuple[int,
 
 def median_allreduce_ns(elements: int, repeats: int) -> float:
     """The median time of ``repeats`` all-reduces of ``elements`` float32 zeros on the default process group, each
-    after a barrier (so every rank starts together), the buffer's first use left out."""
+    after a barrier (so every rank starts together), the buffer's first use left out. On NCCL the buffer is on the
+    rank's GPU (NCCL takes no host tensors) and each time ends when the device has finished (NCCL returns once the
+    all-reduce is queued)."""
     import time
 
     import torch
     import torch.distributed as dist
 
-    x = torch.zeros(elements)
+    device = collective_device()
+    finish = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    x = torch.zeros(elements, device=device)
     dist.all_reduce(x)  # the buffer's first use
+    finish()
     times = []
     for _ in range(repeats):
         dist.barrier()
+        finish()
         start = time.perf_counter_ns()
         dist.all_reduce(x)
+        finish()
         times.append(time.perf_counter_ns() - start)
     return float(sorted(times)[len(times) // 2])
+
+
+def collective_device():
+    """Where the default process group's collectives take their tensors: the rank's current GPU on NCCL, else the
+    host."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def rate_from_times(world_size: int, sizes: tuple[int, int], medians: list[float]) -> dict:
