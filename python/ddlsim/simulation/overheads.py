@@ -240,3 +240,37 @@ def overheads_ns(path, model) -> np.ndarray:
     if len(out):
         out[0, 0] += round(found["optimizer_s"] * 1e9)
     return out
+
+
+def training_ring_rate(log, metadata: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The payload rate a DDP capture's ring all-reduces got **while training**, from its own bucket rows
+    (docs/validation.md): T = k a + M b over the counted iterations' all-reduce busy time (the union over buckets of
+    [the last rank's launch, the last rank's end]) and the 4-byte all-reduce measured after training, least squares
+    (:func:`ddlsim.plan.capture_cost.fit_allreduce`). The engine's ring of N ranks takes
+    b = 2 (N - 1) / N x 8 / rate + (N - 1) / N x gamma per byte (Table II), so
+
+        rate = 2 (N - 1) / N x 8e9 / (b - (N - 1) / N x gamma)   bit/s.
+
+    It holds what the link, its headers, tbf's burst, the gloo threads' share of the cores next to the backward
+    pass and the other rank's lateness cost each byte in the training itself. ``rate_bps``, ``a_ns``,
+    ``b_ns_per_byte``, ``iterations`` (the counted ones) and ``bytes`` (per iteration); None when the points do not
+    determine b (no small all-reduce, fewer than 2 ranks, no counted iteration) or leave no time for the bytes."""
+    from ..plan.capture_cost import allreduce_points, fit_allreduce
+
+    meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
+    workers = int(meta.get("workers") or len(meta.get("ranks") or {}) or 0)
+    if meta.get("job") != "ddp" or workers < 2:
+        return None
+    points = allreduce_points(log, meta)
+    fit = fit_allreduce(points)
+    if fit is None:
+        return None
+    a, b = fit
+    gamma = meta.get("gamma_ns_per_byte")
+    gamma = float(gamma) if isinstance(gamma, (int, float)) and not isinstance(gamma, bool) and gamma > 0 else 0.0
+    per_byte = b - (workers - 1) / workers * gamma
+    if not np.isfinite(per_byte) or per_byte <= 0:
+        return None
+    training = [p for p in points if p[1] > 4]
+    return {"rate_bps": 2 * (workers - 1) / workers * 8e9 / per_byte, "a_ns": a, "b_ns_per_byte": b,
+            "iterations": len(training), "bytes": training[0][1] if training else 0, "workers": workers}

@@ -103,7 +103,12 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
         notes.append(_bandwidth_note(scenario, overrides, origin))
     if scenario.model.overheads:
         notes.append(_overheads_note(path, scenario))
-    if measured:
+    own = (not given and wire is None and meta.get("source") == "capture" and meta.get("job") == "ddp"
+           and scenario.model.overheads)
+    training = _training_rate(scenario, path, meta) if own else None
+    if training is not None:
+        scenario, wire_note = training
+    elif measured:
         scenario, wire_note = _measured_rate(scenario, meta, float(rate))
     else:
         scenario, wire_note = _on_the_wire(scenario, meta, wire)
@@ -174,6 +179,24 @@ def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) 
         note += text
     scenario = with_overrides(scenario, {"bandwidth": f"{rate * fraction:.17g}bps"})
     return scenario, note
+
+
+def _training_rate(scenario: Scenario, path: Path, meta: dict[str, Any]) -> Optional[tuple[Scenario, str]]:
+    """A DDP capture replayed at its own links with its overheads: the payload rate its ring all-reduces got while
+    training, from its own bucket rows (:func:`ddlsim.simulation.overheads.training_ring_rate`); None when the
+    capture does not determine it (the rate measured after training, or the closed form, is used then)."""
+    from ..trace.parquet import read_event_log
+    from .overheads import training_ring_rate
+
+    log = read_event_log(path)
+    found = training_ring_rate(log, log.metadata)
+    if found is None:
+        return None
+    note = (f"replay: payload rate {found['rate_bps'] / 1e6:.6g} Mbit/s, the rate the capture's ring all-reduces got "
+            f"while training (its {found['iterations']} counted iterations' all-reduce time, {found['bytes'] / 2**20:.4g} "
+            f"MiB each, and the 4-byte all-reduce: {found['b_ns_per_byte']:.4g} ns per byte less the reduction); "
+            "--bandwidth replays another rate, --no-overheads the rate measured after training")
+    return with_overrides(scenario, {"bandwidth": f"{found['rate_bps']:.17g}bps"}), note
 
 
 def _measured_rate(scenario: Scenario, meta: dict[str, Any], rate: float) -> tuple[Scenario, str]:

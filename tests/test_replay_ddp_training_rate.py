@@ -1,0 +1,125 @@
+"""The rate a DDP capture's ring all-reduces got while training, measured from its own bucket rows
+(ddlsim.simulation.overheads.training_ring_rate) and replayed at the capture's own link. Oracles: synthetic captures
+whose all-reduce times are known, the least-squares line through them solved on paper, and the engine's ring time
+T = 2 (N - 1) alpha + 2 (N - 1) / N M / rate + (N - 1) / N gamma M (Table II)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ddlsim
+from ddlsim.simulation.overheads import training_ring_rate
+from ddlsim.simulation.replay import replay_plan
+from ddlsim.trace import event_log_from_rows, write_event_log
+
+US = 1_000
+LENET = ["conv1", "conv2", "fc1", "fc2", "fc3"]
+SMALL_NS = 200 * US  # the 4-byte all-reduce measured after training
+
+
+def one_bucket_capture(path, durations, *, workers=2, gamma=0.0, bandwidth="100Mbps", small=SMALL_NS):
+    """lenet5 on `workers` ranks with all its gradients in one bucket, launched after conv1's backward on every rank
+    at once; in iteration i the all-reduce takes durations[i] ns. Every other row is the same on every rank."""
+    tensors = ddlsim.load_model("lenet5").tensors
+    total = sum(x.bytes for x in tensors)
+    fwd, bwd = 300 * US, 500 * US
+    rows, t = [], 0
+    for it, duration in enumerate(durations):
+        for rank in range(workers):
+            now = t
+            for layer in LENET:
+                rows.append(dict(iteration=it, rank=rank, role="worker", kind="compute", op="forward", name=layer,
+                                 start_ns=now, end_ns=now + fwd))
+                now += fwd
+            for layer in LENET[::-1]:
+                rows.append(dict(iteration=it, rank=rank, role="worker", kind="compute", op="backward", name=layer,
+                                 start_ns=now, end_ns=now + bwd))
+                now += bwd
+            rows.append(dict(iteration=it, rank=rank, role="worker", kind="collective", op="allreduce",
+                             name="bucket 0", start_ns=now, end_ns=now + duration, collective=it, group=0,
+                             bytes=total, coll_type="allreduce", stream="comm"))
+            rows.append(dict(iteration=it, rank=rank, role="worker", kind="compute", op="optimizer_step",
+                             name="optimizer", start_ns=now + duration + 100 * US, end_ns=now + duration + 400 * US))
+        t = now + duration + 500 * US
+    for i, row in enumerate(rows):
+        row["id"] = i
+    params = [{"name": x.name, "elements": x.elements, "bytes": x.bytes} for x in tensors]
+    buckets = [{"bucket": 0, "group": 0, "tensors": list(range(len(tensors)))[::-1], "bytes": total}]
+    meta = {"source": "capture", "job": "ddp", "model": "lenet5", "bucket_cap_mb": 25, "parameters": params,
+            "buckets": buckets, "ranks": {str(r): {} for r in range(workers)}, "workers": workers,
+            "allreduce_small_ns": float(small), "allreduce_step_ns": small / (2 * (workers - 1)),
+            "allreduce_rate_bps": 91e6, "allreduce_rate_sizes": [2 << 20, 8 << 20]}
+    if gamma:
+        meta["gamma_ns_per_byte"] = gamma
+    if bandwidth:
+        meta["bandwidth"] = bandwidth
+    log = event_log_from_rows(rows, metadata=meta)
+    write_event_log(log, path)
+    return log, total
+
+
+def replayed_allreduce_ns(scenario) -> np.ndarray:
+    run = ddlsim.simulate(scenario, trace_detail="collective")
+    df = run.events.to_pandas()
+    coll = df[(df.kind == "collective") & (df.role == "worker")]
+    return (coll.end_ns - coll.start_ns).to_numpy()
+
+
+@pytest.mark.parametrize("workers,gamma", [(2, 0.0), (2, 0.5), (3, 0.25)])
+def test_the_training_rate_is_the_least_squares_line_through_the_small_all_reduce_and_the_buckets(tmp_path, workers,
+                                                                                                   gamma):
+    rng = np.random.default_rng(workers)
+    durations = [int(x) for x in rng.integers(20_000, 40_000, 6) * US]
+    log, total = one_bucket_capture(tmp_path / "c.parquet", durations, workers=workers, gamma=gamma)
+    found = training_ring_rate(log, log.metadata)
+    # on paper: one small point (1 call, 4 bytes) and five identical (1 call, M bytes) points (iteration 0 is the
+    # warm-up); the least-squares line passes through the small point and the five points' mean
+    mean = np.mean(durations[1:])
+    b = (mean - SMALL_NS) / (total - 4)
+    assert found["b_ns_per_byte"] == pytest.approx(b, rel=1e-9)
+    assert found["a_ns"] == pytest.approx(SMALL_NS - 4 * b, rel=1e-9)
+    share = (workers - 1) / workers
+    assert found["rate_bps"] == pytest.approx(2 * share * 8e9 / (b - share * gamma), rel=1e-9)
+    assert (found["iterations"], found["bytes"], found["workers"]) == (5, total, workers)
+
+
+@pytest.mark.parametrize("workers,gamma", [(2, 0.0), (2, 0.5), (3, 0.25)])
+def test_a_replay_at_the_captures_own_link_takes_as_long_per_all_reduce_as_the_training_did(tmp_path, workers, gamma):
+    """The replayed all-reduce is 2 (N - 1) steps of the small all-reduce's latency plus M b: the measured mean
+    less the fit's intercept a plus the small all-reduce, i.e. mean + 4 b. Fails where the replay takes the rate
+    measured after training (91 Mbit/s here) or the link's closed form."""
+    durations = [30_000 * US, 25_000 * US, 27_000 * US, 26_000 * US, 31_000 * US, 29_000 * US]
+    path = tmp_path / "c.parquet"
+    _, total = one_bucket_capture(path, durations, workers=workers, gamma=gamma)
+    scenario, notes = replay_plan(path)
+    mean = np.mean(durations[1:])
+    b = (mean - SMALL_NS) / (total - 4)
+    got = replayed_allreduce_ns(scenario)
+    # each of the 2 (N - 1) steps rounds to whole ns, and its chunk M / N to whole bytes (at b ns per byte)
+    steps = 2 * (workers - 1)
+    assert len(got) and np.allclose(got, mean + 4 * b, rtol=0, atol=steps * (2 + (total % workers > 0) * b))
+    assert any("the rate the capture's ring all-reduces got while training" in n for n in notes)
+    assert not any("measured after training: all-reduces of" in n for n in notes)
+
+
+def test_another_rate_no_overheads_or_a_capture_without_a_small_all_reduce_leave_the_training_rate_out(tmp_path):
+    durations = [30_000 * US] * 6
+    path = tmp_path / "c.parquet"
+    one_bucket_capture(path, durations)
+    own, _ = replay_plan(path)
+    for kwargs in ({"bandwidth": "100Mbps"}, {"overheads": False}, {"wire": "tbf"}):
+        scenario, notes = replay_plan(path, **kwargs)
+        assert scenario.network.bandwidth_bps != pytest.approx(own.network.bandwidth_bps, rel=1e-3)
+        assert not any("while training" in n for n in notes)
+    # --no-overheads: the rate measured after training, as before
+    assert replay_plan(path, overheads=False)[0].network.bandwidth_bps > 91e6
+    # no small all-reduce: one kind of point only, so b is not determined; the measured rate after training is used
+    log, _ = one_bucket_capture(path, durations, small=0)
+    meta = {k: v for k, v in log.metadata.items() if k not in ("allreduce_small_ns", "allreduce_step_ns")}
+    assert training_ring_rate(log, meta) is None
+    write_event_log(event_log_from_rows(log.to_pandas().drop(columns=["deps"]).to_dict("records"), metadata=meta), path)
+    scenario, notes = replay_plan(path)
+    assert any("measured after training: all-reduces of" in n for n in notes)
+    assert training_ring_rate(log, {**meta, "allreduce_small_ns": 1.0, "workers": 1}) is None  # one rank
+    assert training_ring_rate(log, {**meta, "allreduce_small_ns": 1.0, "job": "ps"}) is None
