@@ -246,7 +246,7 @@ def training_ring_rate(log, metadata: dict[str, Any] | None = None) -> dict[str,
     """The payload rate a DDP capture's ring all-reduces got **while training**, from its own bucket rows
     (docs/validation.md): T = k a + M b over the counted iterations' all-reduce busy time (the union over buckets of
     [the last rank's launch, the last rank's end]) and the 4-byte all-reduce measured after training, least squares
-    (:func:`ddlsim.plan.capture_cost.fit_allreduce`). The engine's ring of N ranks takes
+    (:func:`ddlsim.analyze.allreduce_fit.fit_allreduce`). The engine's ring of N ranks takes
     b = 2 (N - 1) / N x 8 / rate + (N - 1) / N x gamma per byte (Table II), so
 
         rate = 2 (N - 1) / N x 8e9 / (b - (N - 1) / N x gamma)   bit/s.
@@ -255,7 +255,7 @@ def training_ring_rate(log, metadata: dict[str, Any] | None = None) -> dict[str,
     pass and the other rank's lateness cost each byte in the training itself. ``rate_bps``, ``a_ns``,
     ``b_ns_per_byte``, ``iterations`` (the counted ones) and ``bytes`` (per iteration); None when the points do not
     determine b (no small all-reduce, fewer than 2 ranks, no counted iteration) or leave no time for the bytes."""
-    from ..plan.capture_cost import allreduce_points, fit_allreduce
+    from ..analyze.allreduce_fit import allreduce_points, fit_allreduce
 
     meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
     workers = int(meta.get("workers") or len(meta.get("ranks") or {}) or 0)
