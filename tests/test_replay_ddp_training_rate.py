@@ -157,3 +157,65 @@ def test_where_the_link_bound_or_was_not_shaped_no_per_call_cost_is_taken(tmp_pa
     scenario, notes = replay_plan(path, bandwidth="1Gbps")
     assert scenario.network.latency_ns == SMALL_NS // 2
     assert not any("per all-reduce call" in n for n in notes)
+
+
+def lagging_capture(path, lag, duration=20_000 * US, workers=2):
+    """lenet5, one bucket: the last rank's all-reduce ends `lag` ns after the others' every iteration (its thread
+    woke late) and, computing as fast as they do, it launches the next bucket `lag` later too."""
+    tensors = ddlsim.load_model("lenet5").tensors
+    total = sum(x.bytes for x in tensors)
+    fwd, bwd = 300 * US, 500 * US
+    rows = []
+    start = [0] * workers
+    for it in range(6):
+        launches = []
+        for rank in range(workers):
+            now = start[rank]
+            for layer in LENET:
+                rows.append(dict(iteration=it, rank=rank, role="worker", kind="compute", op="forward", name=layer,
+                                 start_ns=now, end_ns=now + fwd))
+                now += fwd
+            for layer in LENET[::-1]:
+                rows.append(dict(iteration=it, rank=rank, role="worker", kind="compute", op="backward", name=layer,
+                                 start_ns=now, end_ns=now + bwd))
+                now += bwd
+            launches.append(now)
+        ready = max(launches)
+        for rank in range(workers):
+            end = ready + duration + (lag if rank == workers - 1 else 0)
+            rows.append(dict(iteration=it, rank=rank, role="worker", kind="collective", op="allreduce",
+                             name="bucket 0", start_ns=launches[rank], end_ns=end, collective=it, group=0,
+                             bytes=total, coll_type="allreduce", stream="comm"))
+            rows.append(dict(iteration=it, rank=rank, role="worker", kind="compute", op="optimizer_step",
+                             name="optimizer", start_ns=end + 100 * US, end_ns=end + 400 * US))
+            start[rank] = end + 500 * US
+    for i, row in enumerate(rows):
+        row["id"] = i
+    params = [{"name": x.name, "elements": x.elements, "bytes": x.bytes} for x in tensors]
+    meta = {"source": "capture", "job": "ddp", "model": "lenet5", "bucket_cap_mb": 25, "parameters": params,
+            "buckets": [{"bucket": 0, "group": 0, "tensors": list(range(len(tensors)))[::-1], "bytes": total}],
+            "ranks": {str(r): {} for r in range(workers)}, "workers": workers, "bandwidth": "1000Mbps",
+            "allreduce_small_ns": float(SMALL_NS), "allreduce_step_ns": SMALL_NS / (2 * (workers - 1))}
+    log = event_log_from_rows(rows, metadata=meta)
+    write_event_log(log, path)
+    return log, total
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_rank_that_ends_late_and_so_launches_late_is_waited_for_once(tmp_path, workers):
+    """Its lateness is in the all-reduce's busy time (launch to the last end) already; each rank's rows are measured
+    from its own end, so its late launch is no further wait: the bucket's wait is 0, where the latest launch less the
+    mean alone is (N - 1) / N x lag. The replayed iteration is then the measured one: compute, optimizer and gaps
+    (5 x 0.3 + 5 x 0.5 + 0.5 ms) and the all-reduce's busy time (20 ms + lag, + 4 b from the fit's intercept)."""
+    from ddlsim.simulation.overheads import framework_overheads
+
+    lag = 6_000 * US
+    path = tmp_path / "c.parquet"
+    log, total = lagging_capture(path, lag, workers=workers)
+    found = framework_overheads(log, log.metadata)
+    assert [b["skew_s"] for b in found["buckets"]] == pytest.approx([0.0], abs=1e-12)
+    scenario, _ = replay_plan(path)
+    busy = 20_000 * US + lag
+    b = (busy - SMALL_NS) / (total - 4)
+    expected = 5 * 300 * US + 5 * 500 * US + 500 * US + busy + 4 * b
+    assert ddlsim.simulate(scenario).iteration_time_s * 1e9 == pytest.approx(expected, abs=2 * (workers - 1) * (2 + b))

@@ -23,7 +23,9 @@ in the capture so that a replay can put it back (docs/validation.md):
   the last rank launches it, but the replay's ranks are alike (each layer's
   mean time): it would start at the ranks' mean launch. Per bucket (in launch
   order), :func:`bucket_skew` measures the later launch less the mean over
-  ranks, the mean over the counted iterations; the layer whose backward the
+  ranks, less the same of the previous iteration's last all-reduce ends (a rank
+  that ended late launches late; its end is in the all-reduce's time already),
+  the mean over the counted iterations; the layer whose backward the
   bucket's launch follows is charged that less the previous bucket's, so the
   replay launches each bucket that much later, as the last rank did.
 * **bytes on the wire**: :func:`payload_fraction`, the share of a link's
@@ -155,7 +157,9 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
 def bucket_skew(rows: dict[str, np.ndarray], counted: set[int]) -> list[dict[str, Any]]:
     """Per DDP bucket, in launch order (the k-th collective row of a rank's iteration): ``skew_s``, the mean over
     the counted iterations of the latest launch over the ranks less their mean launch (how much later the
-    all-reduce could start than an average rank launched it), and ``layer``, the layer whose backward row ended
+    all-reduce could start than an average rank launched it), less the same of the ranks' last all-reduce ends in the
+    previous iteration (each rank's rows are measured from its own end, the replay's ranks resume at the latest:
+    a rank whose all-reduce ended late, and which therefore launches late, is waited for once), and ``layer``, the layer whose backward row ended
     last before the launch on most (rank, iteration)s. Empty with one rank, or when iterations launch different
     numbers of buckets."""
     from collections import Counter
@@ -183,7 +187,15 @@ def bucket_skew(rows: dict[str, np.ndarray], counted: set[int]) -> list[dict[str
         if len({len(x) for x in launches}) != 1 or not len(launches[0]):
             return []  # a partial iteration: no per-bucket comparison
         starts = np.array(launches, dtype=float)  # (ranks, buckets)
-        skews.append(list((starts.max(axis=0) - starts.mean(axis=0)) / 1e9))
+        # each rank's rows are measured from its own last all-reduce end of the previous iteration, but the replay's
+        # ranks all resume at the latest one: a rank that ended late (and so launches late) is not waited for twice
+        ends = [rows["end_ns"][coll[(rows["rank"][coll] == rank) & (rows["iteration"][coll] == it - 1)]]
+                for rank in ranks]
+        late = 0.0
+        if all(len(e) for e in ends):
+            last = np.array([float(e.max()) for e in ends])
+            late = float(last.max() - last.mean())
+        skews.append(list((starts.max(axis=0) - starts.mean(axis=0) - late) / 1e9))
     if not skews or len({len(x) for x in skews}) != 1 or len(layers) < len(skews[0]):
         return []
     mean = np.mean(np.array(skews), axis=0)
