@@ -219,3 +219,16 @@ def test_a_rank_that_ends_late_and_so_launches_late_is_waited_for_once(tmp_path,
     b = (busy - SMALL_NS) / (total - 4)
     expected = 5 * 300 * US + 5 * 500 * US + 500 * US + busy + 4 * b
     assert ddlsim.simulate(scenario).iteration_time_s * 1e9 == pytest.approx(expected, abs=2 * (workers - 1) * (2 + b))
+
+
+def test_an_unshaped_capture_replayed_with_its_training_rate_assumes_no_link_rate(tmp_path):
+    """No link rate recorded and none measured after training: the training rate is what the replay takes, so the
+    note that the 10 Gbit/s default is ASSUMED would be wrong."""
+    path = tmp_path / "c.parquet"
+    log, total = one_bucket_capture(path, [3_000 * US] * 6, bandwidth=None)
+    meta = {k: v for k, v in log.metadata.items() if k not in ("allreduce_rate_bps", "allreduce_rate_sizes")}
+    write_event_log(event_log_from_rows(log.to_pandas().drop(columns=["deps"]).to_dict("records"), metadata=meta), path)
+    scenario, notes = replay_plan(path)
+    assert scenario.network.bandwidth_bps == pytest.approx(8e9 / ((3_000 * US - SMALL_NS) / (total - 4)), rel=1e-9)
+    assert not any("ASSUMED" in n for n in notes)
+    assert any("ASSUMED" in n for n in replay_plan(path, overheads=False)[1])  # the default rate, assumed

@@ -99,13 +99,13 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, **overrides: 
     rate = meta.get("allreduce_rate_bps")
     measured = (not given and wire is None and meta.get("source") == "capture" and meta.get("job") == "ddp"
                 and isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0)
-    if not (measured and origin is None):  # an unshaped capture's measured rate is no assumption
-        notes.append(_bandwidth_note(scenario, overrides, origin))
-    if scenario.model.overheads:
-        notes.append(_overheads_note(path, scenario))
     own_job = meta.get("source") == "capture" and meta.get("job") == "ddp"
     own = not given and wire is None and own_job and scenario.model.overheads
     training = _training_rate(scenario, path, meta) if own else None
+    if not ((measured or training is not None) and origin is None):  # an unshaped capture's measured rate is no assumption
+        notes.append(_bandwidth_note(scenario, overrides, origin))
+    if scenario.model.overheads:
+        notes.append(_overheads_note(path, scenario))
     if training is not None:
         scenario, wire_note = training
     elif measured:
