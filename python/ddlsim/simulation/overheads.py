@@ -159,8 +159,8 @@ def bucket_skew(rows: dict[str, np.ndarray], counted: set[int]) -> list[dict[str
     the counted iterations of the latest launch over the ranks less their mean launch (how much later the
     all-reduce could start than an average rank launched it), less the same of the ranks' last all-reduce ends in the
     previous iteration (each rank's rows are measured from its own end, the replay's ranks resume at the latest:
-    a rank whose all-reduce ended late, and which therefore launches late, is waited for once), and ``layer``, the layer whose backward row ended
-    last before the launch on most (rank, iteration)s. Empty with one rank, or when iterations launch different
+    a rank whose all-reduce ended late, and which therefore launches late, is waited for once), and ``layer``, the
+    layer whose backward row ended last before the launch on most (rank, iteration)s. Empty with one rank, or when iterations launch different
     numbers of buckets."""
     from collections import Counter
 
@@ -264,7 +264,7 @@ def training_ring_rate(log, metadata: dict[str, Any] | None = None) -> dict[str,
         rate = 2 (N - 1) / N x 8e9 / (b - (N - 1) / N x gamma)   bit/s.
 
     It holds what the link, its headers, tbf's burst, the gloo threads' share of the cores next to the backward
-    pass and the other rank's lateness cost each byte in the training itself. ``rate_bps``, ``a_ns``,
+    pass and a rank's late end cost each byte in the training itself. ``rate_bps``, ``a_ns``,
     ``b_ns_per_byte``, ``iterations`` (the counted ones) and ``bytes`` (per iteration); None when the points do not
     determine b (no small all-reduce, fewer than 2 ranks, no counted iteration) or leave no time for the bytes."""
     from ..analyze.allreduce_fit import allreduce_points, fit_allreduce
@@ -292,9 +292,9 @@ def unbound_call_cost(log, metadata: dict[str, Any] | None = None) -> dict[str, 
     """What each all-reduce call of a DDP capture cost the machine while training, where its shaped link did not
     bind (docs/validation.md). When a rank's wire bytes per iteration fit in tbf's token bucket
     (``default_burst_bytes``, as :func:`ddlsim.simulation.replay.tbf_burst_factor` has it: LeNet-5 at 1 Gbit/s),
-    the link passes them at once, so the
-    all-reduce's measured busy time less what the link model gives it (2 (N - 1) steps of the 4-byte all-reduce's
-    latency, and the bytes at the unshaped default rate with the reduction cost) is the machine's and the library's:
+    the link passes them at once, so the all-reduce's measured busy time less what the link model gives it
+    (2 (N - 1) steps of the 4-byte all-reduce's latency, and the bytes at the unshaped default rate with the
+    reduction cost) is the machine's and the library's:
     gloo's threads waking on loaded cores, the veth, the kernel. Per call, the mean over the counted iterations,
     at least 0. It does not depend on the link's rate, so a replay at another rate adds it to every all-reduce call.
     ``call_ns``, ``iterations`` and ``busy_ns`` (their mean busy time); None where the link bound (there the
