@@ -23,63 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
-
-
-def allreduce_points(log, metadata: Optional[dict[str, Any]] = None) -> list[tuple[int, int, float]]:
-    """(calls, bytes, ns) per measured point of a DDP capture (see the module docstring): the small all-reduce
-    first (when recorded), then one per counted iteration."""
-    from ..analyze.breakdown import warmup_iterations
-    from ..trace.coerce import as_columns
-
-    meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
-    points: list[tuple[int, int, float]] = []
-    small = meta.get("allreduce_small_ns")
-    if isinstance(small, (int, float)) and not isinstance(small, bool) and small > 0:
-        points.append((1, 4, float(small)))
-    cols = as_columns(log)
-    kind = np.asarray(cols.column("kind"))
-    role = np.asarray(cols.column("role"))
-    sel = (kind == "collective") & (role == "worker")
-    rank = np.asarray(cols.column("rank"))[sel]
-    iteration = np.asarray(cols.column("iteration"))[sel]
-    group = np.asarray(cols.column("group"))[sel]
-    size = np.asarray(cols.column("bytes"))[sel]
-    start = np.asarray(cols.column("start_ns"))[sel].astype(np.int64)
-    end = np.asarray(cols.column("end_ns"))[sel].astype(np.int64)
-    iterations = np.unique(iteration[iteration >= 0])
-    for it in iterations[warmup_iterations(meta, len(iterations)):]:
-        mine = iteration == it
-        spans = []
-        total = 0
-        for g in np.unique(group[mine]):
-            rows = mine & (group == g)
-            spans.append((int(start[rows].max()), int(end[rows].max())))
-            total += int(size[rows][0])
-        spans.sort()
-        busy, (lo, hi) = 0, spans[0]
-        for s, e in spans[1:]:
-            if s > hi:
-                busy += hi - lo
-                lo, hi = s, e
-            else:
-                hi = max(hi, e)
-        busy += hi - lo
-        points.append((len(spans), total, float(busy)))
-    return points
-
-
-def fit_allreduce(points: list[tuple[int, int, float]]) -> Optional[tuple[float, float]]:
-    """(a ns per call, b ns per byte) of ``calls * a + bytes * b = ns``, least squares over `points`; None when the
-    points do not determine both (fewer than two kinds of point)."""
-    if len(points) < 2:
-        return None
-    x = np.array([[float(k), float(m)] for k, m, _ in points])
-    y = np.array([t for _, _, t in points])
-    if np.linalg.matrix_rank(x) < 2:
-        return None
-    (a, b), *_ = np.linalg.lstsq(x, y, rcond=None)
-    return float(a), float(b)
+from ..analyze.allreduce_fit import allreduce_points, fit_allreduce  # noqa: F401 (re-exported: the planner's names)
 
 
 def capture_alpha(profile: str) -> Optional[dict[str, Any]]:

@@ -23,7 +23,9 @@ in the capture so that a replay can put it back (docs/validation.md):
   the last rank launches it, but the replay's ranks are alike (each layer's
   mean time): it would start at the ranks' mean launch. Per bucket (in launch
   order), :func:`bucket_skew` measures the later launch less the mean over
-  ranks, the mean over the counted iterations; the layer whose backward the
+  ranks, less the same of the previous iteration's last all-reduce ends (a rank
+  that ended late launches late; its end is in the all-reduce's time already),
+  the mean over the counted iterations; the layer whose backward the
   bucket's launch follows is charged that less the previous bucket's, so the
   replay launches each bucket that much later, as the last rank did.
 * **bytes on the wire**: :func:`payload_fraction`, the share of a link's
@@ -155,8 +157,10 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
 def bucket_skew(rows: dict[str, np.ndarray], counted: set[int]) -> list[dict[str, Any]]:
     """Per DDP bucket, in launch order (the k-th collective row of a rank's iteration): ``skew_s``, the mean over
     the counted iterations of the latest launch over the ranks less their mean launch (how much later the
-    all-reduce could start than an average rank launched it), and ``layer``, the layer whose backward row ended
-    last before the launch on most (rank, iteration)s. Empty with one rank, or when iterations launch different
+    all-reduce could start than an average rank launched it), less the same of the ranks' last all-reduce ends in the
+    previous iteration (each rank's rows are measured from its own end, the replay's ranks resume at the latest:
+    a rank whose all-reduce ended late, and which therefore launches late, is waited for once), and ``layer``, the
+    layer whose backward row ended last before the launch on most (rank, iteration)s. Empty with one rank, or when iterations launch different
     numbers of buckets."""
     from collections import Counter
 
@@ -183,7 +187,15 @@ def bucket_skew(rows: dict[str, np.ndarray], counted: set[int]) -> list[dict[str
         if len({len(x) for x in launches}) != 1 or not len(launches[0]):
             return []  # a partial iteration: no per-bucket comparison
         starts = np.array(launches, dtype=float)  # (ranks, buckets)
-        skews.append(list((starts.max(axis=0) - starts.mean(axis=0)) / 1e9))
+        # each rank's rows are measured from its own last all-reduce end of the previous iteration, but the replay's
+        # ranks all resume at the latest one: a rank that ended late (and so launches late) is not waited for twice
+        ends = [rows["end_ns"][coll[(rows["rank"][coll] == rank) & (rows["iteration"][coll] == it - 1)]]
+                for rank in ranks]
+        late = 0.0
+        if all(len(e) for e in ends):
+            last = np.array([float(e.max()) for e in ends])
+            late = float(last.max() - last.mean())
+        skews.append(list((starts.max(axis=0) - starts.mean(axis=0) - late) / 1e9))
     if not skews or len({len(x) for x in skews}) != 1 or len(layers) < len(skews[0]):
         return []
     mean = np.mean(np.array(skews), axis=0)
@@ -240,3 +252,78 @@ def overheads_ns(path, model) -> np.ndarray:
     if len(out):
         out[0, 0] += round(found["optimizer_s"] * 1e9)
     return out
+
+
+def training_ring_rate(log, metadata: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The payload rate a DDP capture's ring all-reduces got **while training**, from its own bucket rows
+    (docs/validation.md): T = k a + M b over the counted iterations' all-reduce busy time (the union over buckets of
+    [the last rank's launch, the last rank's end]) and the 4-byte all-reduce measured after training, least squares
+    (:func:`ddlsim.analyze.allreduce_fit.fit_allreduce`). The engine's ring of N ranks takes
+    b = 2 (N - 1) / N x 8 / rate + (N - 1) / N x gamma per byte (Table II), so
+
+        rate = 2 (N - 1) / N x 8e9 / (b - (N - 1) / N x gamma)   bit/s.
+
+    It holds what the link, its headers, tbf's burst, the gloo threads' share of the cores next to the backward
+    pass and a rank's late end cost each byte in the training itself. ``rate_bps``, ``a_ns``,
+    ``b_ns_per_byte``, ``iterations`` (the counted ones) and ``bytes`` (per iteration); None when the points do not
+    determine b (no small all-reduce, fewer than 2 ranks, no counted iteration) or leave no time for the bytes."""
+    from ..analyze.allreduce_fit import allreduce_points, fit_allreduce
+
+    meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
+    workers = int(meta.get("workers") or len(meta.get("ranks") or {}) or 0)
+    if meta.get("job") != "ddp" or workers < 2:
+        return None
+    points = allreduce_points(log, meta)
+    fit = fit_allreduce(points)
+    if fit is None:
+        return None
+    a, b = fit
+    gamma = meta.get("gamma_ns_per_byte")
+    gamma = float(gamma) if isinstance(gamma, (int, float)) and not isinstance(gamma, bool) and gamma > 0 else 0.0
+    per_byte = b - (workers - 1) / workers * gamma
+    if not np.isfinite(per_byte) or per_byte <= 0:
+        return None
+    training = [p for p in points if p[1] > 4]
+    return {"rate_bps": 2 * (workers - 1) / workers * 8e9 / per_byte, "a_ns": a, "b_ns_per_byte": b,
+            "iterations": len(training), "bytes": training[0][1] if training else 0, "workers": workers}
+
+
+def unbound_call_cost(log, metadata: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """What each all-reduce call of a DDP capture cost the machine while training, where its shaped link did not
+    bind (docs/validation.md). When a rank's wire bytes per iteration fit in tbf's token bucket
+    (``default_burst_bytes``, as :func:`ddlsim.simulation.replay.tbf_burst_factor` has it: LeNet-5 at 1 Gbit/s),
+    the link passes them at once, so the all-reduce's measured busy time less what the link model gives it
+    (2 (N - 1) steps of the 4-byte all-reduce's latency, and the bytes at the unshaped default rate with the
+    reduction cost) is the machine's and the library's:
+    gloo's threads waking on loaded cores, the veth, the kernel. Per call, the mean over the counted iterations,
+    at least 0. It does not depend on the link's rate, so a replay at another rate adds it to every all-reduce call.
+    ``call_ns``, ``iterations`` and ``busy_ns`` (their mean busy time); None where the link bound (there the
+    busy time holds the link's own shortfall, which one capture cannot tell apart from this cost), for an unshaped
+    capture (its loopback is CPU-bound per byte, not per call), or without the points."""
+    from ..analyze.allreduce_fit import allreduce_points
+    from ..capture.shaping import default_burst_bytes
+    from ..units import parse_bandwidth
+    from .scenario import Scenario
+
+    meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
+    workers = int(meta.get("workers") or len(meta.get("ranks") or {}) or 0)
+    step = meta.get("allreduce_step_ns")
+    if (meta.get("source") != "capture" or meta.get("job") != "ddp" or workers < 2 or not meta.get("bandwidth")
+            or not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0):
+        return None
+    total = sum(int(b.get("bytes", 0)) for b in meta.get("buckets") or [] if isinstance(b, dict))
+    wire = 2 * (workers - 1) / workers * total / wire_fraction("tbf")
+    if total <= 0 or wire > default_burst_bytes(parse_bandwidth(str(meta["bandwidth"]))):
+        return None  # the shaping binds
+    unshaped = Scenario().network.bandwidth_bps
+    points = [p for p in allreduce_points(log, meta) if p[1] > 4]
+    if not points:
+        return None
+    gamma = meta.get("gamma_ns_per_byte")
+    gamma = float(gamma) if isinstance(gamma, (int, float)) and not isinstance(gamma, bool) and gamma > 0 else 0.0
+    share = (workers - 1) / workers
+    b_model = 2 * share * 8e9 / unshaped + share * gamma
+    a_model = 2 * (workers - 1) * round(step)
+    excess = [(t - k * a_model - m * b_model) / k for k, m, t in points]
+    return {"call_ns": max(0.0, float(np.mean(excess))), "iterations": len(points),
+            "busy_ns": float(np.mean([t for _, _, t in points]))}

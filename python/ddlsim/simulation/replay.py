@@ -111,16 +111,25 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     rate = meta.get("allreduce_rate_bps")
     measured = (not given and wire is None and meta.get("source") == "capture" and meta.get("job") == "ddp"
                 and isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0)
-    if not (measured and origin is None):  # an unshaped capture's measured rate is no assumption
+    own_job = meta.get("source") == "capture" and meta.get("job") == "ddp"
+    own = not given and wire is None and own_job and scenario.model.overheads
+    training = _training_rate(scenario, path, meta) if own else None
+    if not ((measured or training is not None) and origin is None):  # an unshaped capture's measured rate is no assumption
         notes.append(_bandwidth_note(scenario, overrides, origin))
     if scenario.model.overheads:
         notes.append(_overheads_note(path, scenario))
-    if measured:
+    if training is not None:
+        scenario, wire_note = training
+    elif measured:
         scenario, wire_note = _measured_rate(scenario, meta, float(rate))
     else:
         scenario, wire_note = _on_the_wire(scenario, meta, wire)
     if wire_note:
         notes.append(wire_note)
+    if training is None and own_job and scenario.model.overheads and "latency" not in overrides:
+        scenario, call_note = _unbound_call_cost(scenario, path)
+        if call_note:
+            notes.append(call_note)
     if scenario.model.rank_times == "sampled":
         # the sampled steps already hold the recorded run's jitter and stragglers: not applied a second time
         again = {k: v for k, v in (("jitter", 0.0), ("straggler", [])) if k not in overrides and getattr(scenario, k)}
@@ -344,6 +353,44 @@ def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) 
         note += text
     scenario = with_overrides(scenario, {"bandwidth": f"{rate * fraction:.17g}bps"})
     return scenario, note
+
+
+def _training_rate(scenario: Scenario, path: Path, meta: dict[str, Any]) -> Optional[tuple[Scenario, str]]:
+    """A DDP capture replayed at its own links with its overheads: the payload rate its ring all-reduces got while
+    training, from its own bucket rows (:func:`ddlsim.simulation.overheads.training_ring_rate`); None when the
+    capture does not determine it (the rate measured after training, or the closed form, is used then)."""
+    from ..trace.parquet import read_event_log
+    from .overheads import training_ring_rate
+
+    log = read_event_log(path)
+    found = training_ring_rate(log, log.metadata)
+    if found is None:
+        return None
+    note = (f"replay: payload rate {found['rate_bps'] / 1e6:.6g} Mbit/s, the rate the capture's ring all-reduces got "
+            f"while training (its {found['iterations']} counted iterations' all-reduce time, {found['bytes'] / 2**20:.4g} "
+            f"MiB each, and the 4-byte all-reduce: {found['b_ns_per_byte']:.4g} ns per byte less the reduction); "
+            "--bandwidth replays another rate, --no-overheads the rate measured after training")
+    return with_overrides(scenario, {"bandwidth": f"{found['rate_bps']:.17g}bps"}), note
+
+
+def _unbound_call_cost(scenario: Scenario, path: Path) -> tuple[Scenario, Optional[str]]:
+    """A DDP capture whose shaped link did not bind, replayed at another rate: each all-reduce call also costs what
+    it cost the capturing machine while training (:func:`ddlsim.simulation.overheads.unbound_call_cost`), spread over
+    the ring's 2 (N - 1) steps as latency. Unchanged, with no note, for any other capture."""
+    from ..trace.parquet import read_event_log
+    from .overheads import unbound_call_cost
+
+    log = read_event_log(path)
+    found = unbound_call_cost(log, log.metadata)
+    if found is None or found["call_ns"] <= 0 or scenario.workers < 2:
+        return scenario, None
+    steps = 2 * (scenario.workers - 1)
+    latency = round(scenario.network.latency_ns + found["call_ns"] / steps)
+    note = (f"replay: + {found['call_ns'] / 1e3:.4g} us per all-reduce call ({found['call_ns'] / steps / 1e3:.4g} us "
+            f"per ring step, latency {latency / 1e3:.6g} us): what each call cost the capturing machine while "
+            f"training, beyond the link model, where its shaped link did not bind (the mean of "
+            f"{found['iterations']} counted iterations); --no-overheads leaves it out")
+    return with_overrides(scenario, {"latency": f"{latency}ns"}), note
 
 
 def _measured_rate(scenario: Scenario, meta: dict[str, Any], rate: float) -> tuple[Scenario, str]:
