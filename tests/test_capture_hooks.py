@@ -189,3 +189,34 @@ def test_a_gpu_iteration_ends_without_a_device_synchronisation(tmp_path, one_ran
         compute = [r for r in mine if r["kind"] == "compute"]
         for before, row in zip(compute, compute[1:]):
             assert row["deps"][0] == before["id"] and before["end_ns"] <= row["start_ns"]
+
+
+def test_a_plan_groups_all_reduce_rows_are_on_the_gpu_clock_with_the_layers(tmp_path, one_rank, monkeypatch):
+    """With a merge plan (the hook path of `capture ddp --plan`) on a GPU, each plan group's all-reduce row is timed by
+    events on the iteration's clock like the layer rows, and written with them: within the iteration's marker, on
+    the 0.5 ms tick grid, after the backward rows it depends on."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ddlsim.capture.ddp_plan import PlanMerger
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: None)
+    model = _model()
+    count = len(list(model.parameters()))
+    ddp = DistributedDataParallel(model, bucket_cap_mb=1e-6)  # a bucket per parameter, as the hook path runs DDP
+    rec = RankRecorder(tmp_path, 0, "worker")
+    hooks = DdpHooks(ddp, rec, cuda=True, merger=PlanMerger([list(range(count // 2, count)), list(range(count // 2))]))
+    _train(ddp, hooks)
+    rec.close()
+    rows = [json.loads(line) for line in _lines(rec.path)]
+    by_id = {r["id"]: r for r in rows}
+    for iteration in range(1, ITERATIONS):  # the first iteration's provisional bucket travels as DDP's own
+        mine = [r for r in rows if r["iteration"] == iteration]
+        marker = next(r for r in mine if r["kind"] == "marker")
+        groups = [r for r in mine if r["kind"] == "collective"]
+        assert sorted(r["name"] for r in groups) == ["plan group 0", "plan group 1"]
+        for row in groups:
+            assert marker["start_ns"] <= row["start_ns"] <= row["end_ns"] <= marker["end_ns"]
+            assert (row["start_ns"] - marker["start_ns"]) % 500_000 == 0
+            assert row["deps"] and all(by_id[d]["end_ns"] <= row["start_ns"] for d in row["deps"])

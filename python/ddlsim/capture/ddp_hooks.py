@@ -168,7 +168,7 @@ class DdpHooks(LayerHooks):
         if ready is None:
             return future
         group, parts = ready
-        start = now_ns()
+        start = self.mark()  # on a GPU an event, like every other row of the iteration (one clock per log)
         iteration = self.iteration
         members = [t for _, _, ts in parts for t in ts]
         sizes = [self.params[t][1].numel() * self.params[t][1].element_size() for t in members]
@@ -185,10 +185,14 @@ class DdpHooks(LayerHooks):
                                  "offsets": [sum(sizes[:k]) for k in range(len(sizes))], "tensor_bytes": sizes,
                                  "bytes": nbytes})
 
+        fields = {"kind": "collective", "iteration": iteration, "stream": "comm", "group": group, "bytes": nbytes,
+                  "collective": collective, "coll_type": "allreduce", "algorithm": "", "name": f"plan group {group}"}
+
         def record() -> None:
-            self.rec.row("collective", "allreduce", start, now_ns(), deps=deps, row_id=rid, iteration=iteration,
-                         stream="comm", group=group, bytes=nbytes, collective=collective, coll_type="allreduce",
-                         algorithm="", name=f"plan group {group}")
+            # in the all-reduce's callback: on a GPU its stream waits for the NCCL work, as in _comm_hook's `done`
+            end = self.mark_current()
+            with self._lock:
+                self._rows.append((rid, "allreduce", start, end, deps, None, fields))
 
         PlanMerger.launch(parts, self.world_size, self.process_group, before_results=record)
         return future
