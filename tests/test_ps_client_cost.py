@@ -179,13 +179,15 @@ def test_one_worker_s_requests_leave_c_apart():
     from ddlsim.trace.coerce import as_columns
 
     log = as_columns(r.events)
-    t = pd.DataFrame({k: np.asarray(log.column(k)) for k in ("op", "kind", "rpc", "start_ns", "end_ns")})
+    t = pd.DataFrame({k: np.asarray(log.column(k)) for k in ("id", "op", "kind", "rpc", "start_ns", "end_ns")})
+    t["deps"] = list(log.column("deps"))
     issues = t[(t.op == "issue")].sort_values("start_ns")
-    assert len(issues) == 20 and ((issues.end_ns - issues.start_ns) == c).all()
+    assert len(issues) == 20 and ((issues.end_ns - issues.start_ns) == c).all() and (issues.rpc == -1).all()
     assert (issues.start_ns.values[1:] >= issues.end_ns.values[:-1]).all()  # serial on the worker
     pushes = t[(t.op == "push_request") & (t.kind == "send")].sort_values("start_ns")
-    issued = issues.set_index("rpc").end_ns
-    assert (pushes.start_ns.values == issued.loc[pushes.rpc].values).all()  # each push leaves once issued
+    issued = issues.set_index("id").end_ns
+    for start, deps in zip(pushes.start_ns, pushes.deps):  # each push leaves once its issue row ends
+        assert [start] == [issued[d] for d in deps if d in issued.index]
     # the 10 pushes are ready within the backward, so they leave back to back: c apart once the issuer is busy
     gaps = np.diff(pushes.start_ns.values)
     assert (gaps >= c).all()
@@ -211,3 +213,19 @@ def test_the_cli_names_a_bad_client_cost_without_a_traceback(tmp_path):
                           timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "invalid scenario" in done.stderr and "field 'strategy.client_cost.receive_ns_per_byte'" in done.stderr
+
+
+def test_the_rpc_breakdown_of_a_simulated_log_puts_the_handling_in_w_proc():
+    """The handle rows carry the response's rpc id and the issue rows none, so ddlsim.analyze.rpc_table gives every
+    RPC a W_proc of exactly the receive cost (0 bytes per ack, the tensor's bytes per pull) and a W_queue >= 0 (the
+    wait for the worker's issuer)."""
+    from ddlsim.analyze.rpc import rpc_table
+
+    r = ddlsim.simulate(model="lenet5", workers=2, strategy="ps", servers=1, iterations=1,
+                        client_cost={"issue": "30us", "receive": "40us", "receive_ns_per_byte": 0.5})
+    table = rpc_table(r.events)
+    assert len(table) == 2 * 10 * 2
+    pushes, pulls = table[table.kind == "push"], table[table.kind == "pull"]
+    assert (pushes.w_proc_ns == 40_000).all()
+    assert (pulls.w_proc_ns.astype("int64") == 40_000 + (pulls.response_bytes.astype("int64") * 0.5).round()).all()
+    assert (table.w_queue_ns >= 0).all()

@@ -111,14 +111,15 @@ impl RequestIssuers {
         g.add(op, &[after])
     }
 
-    /// Worker `worker` issues a request of `bytes` (rpc id `rpc`) once `after` is done: its `issue` row (`tag`
-    /// fills the group's fields), which the request's transfer waits for; `after` itself without an issue cost.
-    pub fn issue(&self, g: &mut Graph, worker: u32, tag: &dyn Fn(Op) -> Op, after: u32, bytes: u64, rpc: i64) -> u32 {
+    /// Worker `worker` issues a request of `bytes` once `after` is done: its `issue` row (`tag` fills the
+    /// group's fields), which the request's transfer waits for; `after` itself without an issue cost. The row
+    /// has no rpc id: a worker's compute rows with the rpc are its handling of the response (W_queue, W_proc of
+    /// `ddlsim.analyze.rpc_table` start at the response), and the issue comes before the request.
+    pub fn issue(&self, g: &mut Graph, worker: u32, tag: &dyn Fn(Op) -> Op, after: u32, bytes: u64) -> u32 {
         if !self.cost.issues() {
             return after;
         }
-        let mut op = tag(Op::new(Kind::Compute, self.issue, worker));
-        op.rpc = rpc;
+        let op = tag(Op::new(Kind::Compute, self.issue, worker));
         self.row(g, op, self.cost.issue_ns_for(bytes), after)
     }
 

@@ -78,8 +78,8 @@ pub fn lower_ps_message(g: &mut Graph, spec: &TrainingSpec, names: &PsNames, tag
     let pull_rpc = *rpc_counter + n as i64;
     *rpc_counter += 2 * n as i64;
     // The worker issues each request (a no-op without a client cost) and handles each response.
-    let issued = |g: &mut Graph, w: u32, after: u32, bytes: u64, rpc: i64| match m.issuers {
-        Some(i) => i.issue(g, w, tag, after, bytes, rpc),
+    let issued = |g: &mut Graph, w: u32, after: u32, bytes: u64| match m.issuers {
+        Some(i) => i.issue(g, w, tag, after, bytes),
         None => after,
     };
     let received = |g: &mut Graph, arrived: u32| match m.issuers {
@@ -88,7 +88,7 @@ pub fn lower_ps_message(g: &mut Graph, spec: &TrainingSpec, names: &PsNames, tag
     };
     let pushes: Vec<u32> = (0..n)
         .map(|w| {
-            let after = issued(g, w, m.ready[w as usize], m.bytes, push_rpc + w as i64);
+            let after = issued(g, w, m.ready[w as usize], m.bytes);
             g.add(transfer(names.push_request, w, m.server, m.bytes, push_rpc + w as i64), &[after])
         })
         .collect();
@@ -134,7 +134,7 @@ pub fn lower_ps_message(g: &mut Graph, spec: &TrainingSpec, names: &PsNames, tag
         };
         let ack = g.add(transfer(names.push_response, m.server, w, header, push_rpc + w as i64), &[upd]);
         let ack = received(g, ack);
-        let after = issued(g, w, ack, header, pull_rpc + w as i64);
+        let after = issued(g, w, ack, header);
         let req = g.add(transfer(names.pull_request, w, m.server, header, pull_rpc + w as i64), &[after]);
         let req = handled(g, req, pull_rpc + w as i64);
         if m.hold_responses {
