@@ -45,7 +45,7 @@ SIZES = [600, 24, 192_000, 40_320]  # bytes of the keys each worker pushes and p
 A, BETA, R0, RHO = 150_000, 2, 5_000, 0.5
 
 
-def ps_rows(workers=2, iterations=3):
+def ps_rows(workers=2, iterations=3, lag_ns=0):
     """A PS capture's rows with known worker costs: per iteration and worker, LeNet-5's layers (1 ms each way),
     then per key a push issued in A + BETA x bytes ns, its ack handled in R0, a pull issued in A, its response
     handled in R0 + RHO x bytes, the next request right after (the server answers each in 300 us). Iteration 0 (the warm-up) costs 10 times more."""
@@ -54,7 +54,7 @@ def ps_rows(workers=2, iterations=3):
         slow = 10 if it == 0 else 1
         end = t
         for w in range(workers):
-            now = t
+            now = t + w * lag_ns  # worker w starts w x lag later
             for op, order in (("forward", LENET), ("backward", LENET[::-1])):
                 for layer in order:
                     rows.append(dict(iteration=it, rank=w, role="worker", kind="compute", op=op, name=layer,
@@ -229,3 +229,23 @@ def test_the_rpc_breakdown_of_a_simulated_log_puts_the_handling_in_w_proc():
     assert (pushes.w_proc_ns == 40_000).all()
     assert (pulls.w_proc_ns.astype("int64") == 40_000 + (pulls.response_bytes.astype("int64") * 0.5).round()).all()
     assert (table.w_queue_ns >= 0).all()
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_synchronous_push_waits_for_the_later_worker_as_a_ddp_bucket_does(sync):
+    """Worker 1 runs `lag` behind worker 0 in every iteration, so each of its pushes starts `lag` later: the latest
+    push less the mean over the 2 workers is lag / 2 for every push, all after conv1's backward (the last one). A
+    synchronous update waits for it, so the replay charges lag / 2 to conv1's backward; an asynchronous PS does
+    not wait."""
+    from ddlsim.simulation.overheads import framework_overheads
+
+    lag = 3_000 * US
+    meta = {"source": "capture", "job": "ps", "sync": sync}
+    found = framework_overheads(event_log_from_rows(ps_rows(lag_ns=lag), metadata=meta))
+    same = framework_overheads(event_log_from_rows(ps_rows(), metadata=meta))
+    if not sync:
+        assert found["buckets"] == [] and found["skew_s"] == 0
+        return
+    assert [b["layer"] for b in found["buckets"]] == ["conv1"] * len(SIZES)
+    assert all(b["skew_s"] == pytest.approx(lag / 2 / 1e9) for b in found["buckets"])
+    assert found["layers"]["conv1"][1] - same["layers"]["conv1"][1] == pytest.approx(lag / 2 / 1e9)

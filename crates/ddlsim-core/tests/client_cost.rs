@@ -211,3 +211,25 @@ fn a_client_cost_needs_a_plain_parameter_server_and_sane_numbers() {
     }
     assert!(TrainingSpec::from_json(r#"{"workers": 1, "iterations": 1, "seed": 0, "sync": {"kind": "ps", "servers": 1}, "layers": [], "groups": [], "client_cost": {"send_ns": 1}}"#).is_err());
 }
+
+#[test]
+fn the_issuer_is_the_training_thread_the_last_push_leaves_after_the_whole_backward_and_every_issue() {
+    // One worker, L layers (forward f_l, backward b_l), one tensor per layer: the worker's compute stream runs the
+    // forwards, the backwards and every issue row one at a time and is never idle until the last push leaves, so
+    // the last push leaves at sum f + sum b + L c, whatever the order the ready ops take; no two of its ops overlap.
+    let layers: Vec<LayerSpec> = [(1_000u64, 2_000u64), (3_000, 6_000), (500, 1_000), (700, 1_500)].iter().map(|&(f, b)| LayerSpec { fwd_ns: f, bwd_ns: b }).collect();
+    let compute: u64 = layers.iter().map(|l| l.fwd_ns + l.bwd_ns).sum();
+    let groups: Vec<GroupSpec> = (0..4).map(|l| GroupSpec { layers: vec![l], tensor: l as i32, bytes: 1_250, server: 0, update_ns: 0 }).collect();
+    for c in [400u64, 5_000, 20_000] {
+        let spec = TrainingSpec { seed: 1, client_cost: ClientCost { issue_ns: c, ..Default::default() }, ..TrainingSpec::new(1, SyncSpec::Ps { servers: 1 }, layers.clone(), groups.clone()) };
+        let out = simulate_training(&spec, &net(Fidelity::Flow, 10e9, 1_000_000), TraceDetail::Step).unwrap();
+        let log = &out.log;
+        let pushes = starts(log, &rows(&out, "push_request", KIND_SEND));
+        assert_eq!(*pushes.last().unwrap(), compute + 4 * c, "c={c}");
+        // the worker's rows on its compute stream (forward, backward, issue; no handle rows: no receive cost)
+        let mut spans: Vec<(i64, i64)> = (0..log.len()).filter(|&i| log.rank[i] == 0 && log.kind[i] == KIND_COMPUTE).map(|i| (log.start_ns[i], log.end_ns[i])).collect();
+        spans.sort();
+        assert!(spans.windows(2).all(|p| p[0].1 <= p[1].0), "c={c}: the training thread runs one op at a time");
+        assert_deps_explain_every_start(log);
+    }
+}

@@ -26,6 +26,10 @@ in the capture so that a replay can put it back (docs/validation.md):
   ranks, the mean over the counted iterations; the layer whose backward the
   bucket's launch follows is charged that less the previous bucket's, so the
   replay launches each bucket that much later, as the last rank did.
+* **waiting for the slower worker** (PS, synchronous): a key's update waits
+  for every worker's push, so :func:`bucket_skew` of the workers' push
+  requests (the k-th push of an iteration in place of the k-th bucket) is
+  charged the same way.
 * **bytes on the wire**: :func:`payload_fraction`, the share of a link's
   rate that carries payload once every MSS-sized segment pays its TCP/IP
   headers and link framing (closed form, no fitting).
@@ -139,6 +143,8 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
     for (name, op), extra in tail.items():
         layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] += extra
     skew = bucket_skew(rows, counted) if tails and meta.get("job") == "ddp" else []
+    if tails and meta.get("job") == "ps" and meta.get("sync") is not False:  # an update waits for the last push
+        skew = bucket_skew(rows, counted, launches=(rows["kind"] == "send") & (rows["op"] == "push_request"))
     previous = 0.0
     for bucket in skew:
         layers.setdefault(bucket["layer"], [0.0, 0.0])[1] += bucket["skew_s"] - previous
@@ -152,15 +158,16 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
             "samples": samples}
 
 
-def bucket_skew(rows: dict[str, np.ndarray], counted: set[int]) -> list[dict[str, Any]]:
-    """Per DDP bucket, in launch order (the k-th collective row of a rank's iteration): ``skew_s``, the mean over
+def bucket_skew(rows: dict[str, np.ndarray], counted: set[int], launches: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """Per DDP bucket, in launch order (the k-th collective row of a rank's iteration; `launches`: a mask of other
+    rows that launch, e.g. a parameter server's push requests): ``skew_s``, the mean over
     the counted iterations of the latest launch over the ranks less their mean launch (how much later the
     all-reduce could start than an average rank launched it), and ``layer``, the layer whose backward row ended
     last before the launch on most (rank, iteration)s. Empty with one rank, or when iterations launch different
     numbers of buckets."""
     from collections import Counter
 
-    coll = np.flatnonzero(rows["kind"] == "collective")
+    coll = np.flatnonzero(rows["kind"] == "collective" if launches is None else launches)
     backward = np.flatnonzero((rows["kind"] == "compute") & (rows["op"] == "backward") & (rows["name"] != ""))
     ranks = np.unique(rows["rank"][coll])
     if len(ranks) < 2:

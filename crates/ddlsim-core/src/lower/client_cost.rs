@@ -3,16 +3,20 @@
 //! TensorPipe's hand-off) and handling a response (reading it from the
 //! receive queue, an ack or copying the parameters into the model).
 //!
-//! Each worker has one *request issuer*: a FIFO stream (`issuer`) on the
-//! worker's rank. Every push and pull request the worker sends first holds
+//! A worker's request issuer is its training thread: the worker's compute
+//! stream (FIFO), which also runs its forward and backward ops, as a Python
+//! training loop that calls `rpc_async` after `backward()` does. A push
+//! whose gradient is ready while later layers' backward ops run waits for
+//! the running op, so the last push of an iteration leaves after the whole
+//! backward and every earlier issue. Every push and pull request the worker sends first holds
 //! it for an `issue` compute row of `issue_ns + issue_ns_per_byte * bytes`
 //! (bytes: the request's), and only then goes on the wire. Every push and
 //! pull response the worker receives holds it for a `handle` row of
 //! `receive_ns + receive_ns_per_byte * bytes` (the response's bytes); what
 //! follows the response (the pull request after a push's ack, the next
-//! forward after a pull) waits for that row. One stream per worker: requests
-//! and responses that find the issuer busy wait in the order they became
-//! ready, so W requests ready at t0 leave at t0 + k c (k = 1..W).
+//! forward after a pull) waits for that row. One thread per worker: requests
+//! and responses that find it busy wait in the order they became ready, so
+//! W requests ready at t0 on an idle thread leave at t0 + k c (k = 1..W).
 //!
 //! A zero cost (the default) adds no stream and no op: the graph, and so
 //! every output, is the one built without this part. Measured by
@@ -20,7 +24,7 @@
 
 use serde::Deserialize;
 
-use crate::graph::{Graph, Kind, Op, PolicyKind};
+use crate::graph::{Graph, Kind, Op};
 
 /// The worker's per-request cost (ns; per-byte terms in ns per byte).
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
@@ -84,11 +88,11 @@ pub fn validate(cost: &ClientCost, servers: u32, in_network: bool) -> Result<(),
     Ok(())
 }
 
-/// The workers' request issuers: one FIFO stream per worker, made only when
+/// The workers' request issuers: each worker's compute stream, used only when
 /// the cost is not zero (see the module docs).
 #[derive(Debug, Clone)]
 pub struct RequestIssuers {
-    /// Stream of each worker (by worker rank).
+    /// Compute stream of each worker (by worker rank).
     streams: Vec<u32>,
     issue: u32,
     handle: u32,
@@ -96,13 +100,13 @@ pub struct RequestIssuers {
 }
 
 impl RequestIssuers {
-    /// The issuers of workers 0..`workers`; None when the cost is zero: nothing is added to the graph.
-    pub fn new(g: &mut Graph, cost: ClientCost, workers: u32) -> Option<Self> {
+    /// The issuers of workers 0.. (`compute_streams[w]`: worker w's compute stream); None when the cost is zero:
+    /// nothing is added to the graph.
+    pub fn new(g: &mut Graph, cost: ClientCost, compute_streams: &[u32]) -> Option<Self> {
         if cost.is_zero() {
             return None;
         }
-        let streams = (0..workers).map(|w| g.new_stream(w, "issuer", PolicyKind::Fifo)).collect();
-        Some(RequestIssuers { streams, issue: g.op_name("issue"), handle: g.op_name("handle"), cost })
+        Some(RequestIssuers { streams: compute_streams.to_vec(), issue: g.op_name("issue"), handle: g.op_name("handle"), cost })
     }
 
     fn row(&self, g: &mut Graph, mut op: Op, duration: u64, after: u32) -> u32 {

@@ -193,7 +193,7 @@ pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<crate::graph::Ra
     }
     let server_stream: Vec<u32> = (0..spec.servers()).map(|s| g.new_stream(n + s, "server", policy)).collect();
     let processors = super::server_cost::RequestProcessors::new(&mut g, spec.server_cost, n, spec.servers());
-    let issuers = super::client_cost::RequestIssuers::new(&mut g, spec.client_cost, n);
+    let issuers = super::client_cost::RequestIssuers::new(&mut g, spec.client_cost, &compute_stream);
 
     let mut groups_of_layer: Vec<Vec<u32>> = vec![Vec::new(); num_layers];
     for (i, group) in spec.groups.iter().enumerate() {
