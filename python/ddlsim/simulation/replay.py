@@ -153,7 +153,8 @@ def _overheads_note(path: Path, scenario: Scenario) -> str:
     found = framework_overheads(log, log.metadata)
     skew = ""
     if found.get("buckets"):
-        skew = (", and the wait for the slower rank at each bucket's launch (the latest launch less the mean: "
+        launch = "push" if log.metadata.get("job") == "ps" else "bucket"
+        skew = (f", and the wait for the slower rank at each {launch}'s launch (the latest launch less the mean: "
                 + ", ".join(f"{b['skew_s'] * 1e3:.3g}" for b in found["buckets"]) + " ms, after "
                 + ", ".join(b["layer"] for b in found["buckets"]) + ")")
     return (f"replay: + the capture's framework gaps ({found['gap_s'] * 1e3:.3g} ms per iteration, before each layer's "

@@ -946,9 +946,9 @@ class ServerCost(_Strict):
 
 class ClientCost(_Strict):
     """The parameter-server workers' own per-request cost (docs/parameter-server.md): each request a worker
-    sends holds its request issuer ``issue + issue_ns_per_byte x request bytes`` before it goes on the wire, and
-    each response it receives holds the issuer ``receive + receive_ns_per_byte x response bytes`` before what
-    follows it; one issuer per worker, first come, first served. All 0 (default): none."""
+    sends holds its training thread (its compute stream) ``issue + issue_ns_per_byte x request bytes`` before it
+    goes on the wire, and each response it receives holds it ``receive + receive_ns_per_byte x response bytes``
+    before what follows it; one op at a time, first come, first served. All 0 (default): none."""
 
     issue: Duration = "0s"
     issue_ns_per_byte: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False)
@@ -992,7 +992,7 @@ class PSStrategy(_StrategyBase):
     staleness: Optional[int] = Field(None, ge=0, le=1_000_000)
     # per-request server cost a + b C, queued FIFO per server (docs/validation.md); a = b = 0: none
     server_cost: ServerCost = Field(default_factory=ServerCost)
-    # the workers' own cost per request issued / response handled, on one FIFO issuer per worker; 0: none
+    # the workers' own cost per request issued / response handled, on the worker's training thread; 0: none
     client_cost: ClientCost = Field(default_factory=ClientCost)
 
     @model_validator(mode="after")
