@@ -249,3 +249,39 @@ def test_a_synchronous_push_waits_for_the_later_worker_as_a_ddp_bucket_does(sync
     assert [b["layer"] for b in found["buckets"]] == ["conv1"] * len(SIZES)
     assert all(b["skew_s"] == pytest.approx(lag / 2 / 1e9) for b in found["buckets"])
     assert found["layers"]["conv1"][1] - same["layers"]["conv1"][1] == pytest.approx(lag / 2 / 1e9)
+
+
+def test_capture_merge_of_a_ps_job_adds_client_cost(tmp_path):
+    """The torchrun path (`ddlsim capture merge DIR --config job.json`) fits the same metadata: one worker pushes one
+    key per iteration (its rpc_async takes 100 us + iteration 0's warm-up) and handles each ack in 5 us."""
+    import json
+
+    from ddlsim.capture import RankRecorder
+
+    worker, server = RankRecorder(tmp_path, 0, "worker"), RankRecorder(tmp_path, 1, "server")
+    t = 1_000_000
+    for it in range(3):
+        slow = 10 if it == 0 else 1
+        m, r = worker.new_message(), worker.new_id()
+        worker.row("send", "push_request", t, t + 100_000 * slow, deps=[], peer=1, message=m, bytes=64, rpc=r,
+                   iteration=it, tensor=0)
+        server.row("recv", "push_request", t + 200_000 * slow, t + 200_000 * slow, deps=[], peer=0, message=m, bytes=64,
+                   rpc=r, iteration=it, tensor=0)
+        a = server.new_message()
+        server.row("send", "push_response", t + 300_000 * slow, t + 300_000 * slow, deps=[], peer=0, message=a, bytes=0,
+                   rpc=r, iteration=it, tensor=0)
+        recv = worker.row("recv", "push_response", t + 400_000 * slow, t + 400_000 * slow, deps=[], peer=1, message=a,
+                          bytes=0, rpc=r, iteration=it, tensor=0)
+        worker.row("compute", "ack", t + 450_000 * slow, t + 455_000 * slow, deps=[recv], rpc=r, iteration=it, tensor=0)
+        t += 10_000_000
+    worker.close()
+    server.close()
+    (tmp_path / "job.json").write_text(json.dumps({"job": "ps", "model": "lenet5", "workers": 1, "servers": 1,
+                                                   "iterations": 3}), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "merge", str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    fit = read_event_log(tmp_path / "events.parquet").metadata["client_cost"]
+    assert fit["iterations"] == [1, 2]
+    assert (fit["issue_ns"], fit["issue_ns_per_byte"], fit["receive_ns"], fit["receive_ns_per_byte"]) == \
+        (pytest.approx(100_000), 0.0, pytest.approx(5_000), 0.0)
