@@ -173,3 +173,28 @@ def test_a_ps_capture_stores_its_service_fit_and_replay_uses_it(tmp_path):
     at_two = round(max(0.0, cost["a_ns"] + 2 * cost["b_ns"]))
     got = r.scenario.strategy.server_cost
     assert abs(got.a_ns + 2 * got.b_ns - at_two) <= 1
+    # the workers' own per-request cost (client_cost): over the counted iteration (1), the fitted issue cost summed
+    # over the workers' request rows is their measured rpc_async time, the handling cost the ack / apply rows' time
+    from ddlsim.trace.coerce import as_columns
+
+    client = meta["client_cost"]
+    assert client["iterations"] == [1]
+    log = as_columns(read_event_log(out / "events.parquet"))
+    t = pd.DataFrame({k: np.asarray(log.column(k)) for k in ("rank", "role", "iteration", "kind", "op", "rpc", "bytes",
+                                                            "start_ns", "end_ns")})
+    t = t[(t.role == "worker") & (t.iteration == 1)]
+    sent = t[(t.kind == "send") & t.op.isin(["push_request", "pull_request"])]
+    assert len(sent) == 2 * 2 * 10  # 2 workers x 10 LeNet-5 tensors x (push + pull)
+    took = sent.end_ns - sent.start_ns
+    assert client["issue_ns"] * len(sent) + client["issue_ns_per_byte"] * sent.bytes.sum() == pytest.approx(took.sum(), rel=1e-6)
+    assert client["per_kind"]["pull_request"]["mean_ns"] == pytest.approx(took[sent.op == "pull_request"].mean())
+    handled = t[(t.kind == "compute") & t.op.isin(["ack", "apply"])]
+    recv = t[t.kind == "recv"].set_index(["rank", "rpc"])
+    assert len(handled) == 40
+    nbytes = recv.loc[list(zip(handled["rank"], handled.rpc)), "bytes"].to_numpy()
+    # a response is handled once it arrived (the row starts when the loop takes it off its queue)
+    assert (handled.start_ns.to_numpy() >= recv.loc[list(zip(handled["rank"], handled.rpc)), "end_ns"].to_numpy()).all()
+    spent = (handled.end_ns - handled.start_ns).sum()
+    assert client["receive_ns"] * 40 + client["receive_ns_per_byte"] * nbytes.sum() == pytest.approx(spent, rel=1e-6)
+    replayed = r.scenario.strategy.client_cost
+    assert replayed.issue == f"{round(client['issue_ns'])}ns" and replayed.receive == f"{round(client['receive_ns'])}ns"

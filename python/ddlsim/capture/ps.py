@@ -14,8 +14,13 @@ Rows per RPC (the RPC paper's log, SketchDLC's operations):
   processing, after the request waited in the server's queue;
 * server ``send`` of the response around completing the handler's Future;
   worker ``recv`` at the worker's Future callback (t1);
-* worker ``compute`` with the rpc (``ack`` / ``apply``): the response read
-  from the worker's receive queue by the training loop (W_queue, W_proc).
+* worker ``compute`` with the rpc (``ack`` / ``apply``): the training loop
+  handling the response, from taking it off the worker's receive queue
+  (W_queue ends there) to the end of its processing (W_proc).
+
+The workers' own per-request cost (issuing: the send rows; handling: the
+ack / apply rows) is fitted from these rows into the log's ``client_cost``
+metadata (:mod:`.ps_client_cost`).
 
 Deps: server processing on the request recv (synchronous: all workers'
 push recvs of that key), response send on the processing, pull request on
@@ -223,12 +228,12 @@ class _Worker:
         pulled = []
         while len(pulled) < keys:
             t1, op, key, it, server_rank, rpc_id, fut = self.responses.get(timeout=self.timeout)
+            w0 = now_ns()  # the loop holds the response from here: the ack / apply row's start (ps_client_cost)
             message, value = fut.wait()
             cols = self._columns(key, it)
             nbytes = 0 if value is None else value.numel() * value.element_size()
             recv = self.rec.row("recv", f"{op}_response", t1, t1, deps=[], peer=server_rank, message=message, rpc=rpc_id,
                                 bytes=nbytes, **cols)
-            w0 = now_ns()
             if op == "push":
                 self.rec.row("compute", "ack", w0, now_ns(), deps=[recv], rpc=rpc_id, **cols)
                 self._send("pull", key, it, [recv])

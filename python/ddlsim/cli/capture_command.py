@@ -58,8 +58,10 @@ def merge(
         log = merge_ddp(capture_dir, write=False)
     elif job.get("job") == "ps":
         from ..capture.ps import metadata, ps_config
+        from .capture_ps_command import _add_client_cost
 
         log = merge_capture(capture_dir, metadata=metadata(ps_config(**{k: v for k, v in job.items() if k not in ("job", "world_size")})))
+        _add_client_cost(log)
     else:
         log = merge_capture(capture_dir)
     write_event_log(log, target)

@@ -78,6 +78,7 @@ def ps(
         if cost is not None:
             extra["server_cost"] = cost
         log = merge_capture(out_dir, metadata={**metadata(config), **extra})
+        _add_client_cost(log)
         target = out_dir / "events.parquet"
         write_event_log(log, target)
     flag = f" (PARTIAL: ranks {log.metadata['partial_ranks']})" if log.metadata.get("partial") else ""
@@ -122,6 +123,19 @@ def _server_cost(counts: list[int], requests: int, out_dir: Path, timeout: float
     err.print(f"  per-request server cost = {cost['a_ns'] / 1e3:.1f} us + {cost['b_ns'] / 1e3:.1f} us x connections "
               f"(R^2 = {cost['r2']:.3f})", highlight=False)
     return cost
+
+
+def _add_client_cost(log) -> None:
+    """The workers' own per-request cost, fitted from the log's rows, into its ``client_cost`` metadata
+    (capture/ps_client_cost.py); none when no counted iteration sent a request."""
+    from ..capture.ps_client_cost import client_cost_metadata
+
+    cost = client_cost_metadata(log)
+    if cost is None:
+        return
+    log.metadata["client_cost"] = cost
+    err.print(f"  worker per-request cost: issue {cost['issue_ns'] / 1e3:.1f} us + {cost['issue_ns_per_byte']:.3g} ns/byte, "
+              f"handling {cost['receive_ns'] / 1e3:.1f} us + {cost['receive_ns_per_byte']:.3g} ns/byte", highlight=False)
 
 
 def _print_breakdown(log) -> None:

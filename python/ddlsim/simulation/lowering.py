@@ -272,6 +272,8 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
             extra["distribution"] = strategy.distribution.replace("-", "_")
         if strategy.server_cost.a_ns or strategy.server_cost.b_ns:
             extra["server_cost"] = strategy.server_cost.engine()
+        if not strategy.client_cost.is_zero():
+            extra["client_cost"] = strategy.client_cost.engine()
         if strategy.asynchronous:
             extra["asynchronous"] = True
             if strategy.staleness is not None:

@@ -28,6 +28,10 @@ in the capture so that a replay can put it back (docs/validation.md):
   the mean over the counted iterations; the layer whose backward the
   bucket's launch follows is charged that less the previous bucket's, so the
   replay launches each bucket that much later, as the last rank did.
+* **waiting for the slower worker** (PS, synchronous): a key's update waits
+  for every worker's push, so :func:`bucket_skew` of the workers' push
+  requests (the k-th push of an iteration in place of the k-th bucket) is
+  charged the same way.
 * **bytes on the wire**: :func:`payload_fraction`, the share of a link's
   rate that carries payload once every MSS-sized segment pays its TCP/IP
   headers and link framing (closed form, no fitting).
@@ -141,6 +145,8 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
     for (name, op), extra in tail.items():
         layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] += extra
     skew = bucket_skew(rows, counted) if tails and meta.get("job") == "ddp" else []
+    if tails and meta.get("job") == "ps" and meta.get("sync") is not False:  # an update waits for the last push
+        skew = bucket_skew(rows, counted, launches=(rows["kind"] == "send") & (rows["op"] == "push_request"))
     previous = 0.0
     for bucket in skew:
         layers.setdefault(bucket["layer"], [0.0, 0.0])[1] += bucket["skew_s"] - previous
@@ -154,17 +160,20 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
             "samples": samples}
 
 
-def bucket_skew(rows: dict[str, np.ndarray], counted: set[int]) -> list[dict[str, Any]]:
-    """Per DDP bucket, in launch order (the k-th collective row of a rank's iteration): ``skew_s``, the mean over
+def bucket_skew(rows: dict[str, np.ndarray], counted: set[int], launches: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """Per DDP bucket, in launch order (the k-th collective row of a rank's iteration; `launches`: a mask of other
+    rows that launch, e.g. a parameter server's push requests): ``skew_s``, the mean over
     the counted iterations of the latest launch over the ranks less their mean launch (how much later the
     all-reduce could start than an average rank launched it), less the same of the ranks' last all-reduce ends in the
     previous iteration (each rank's rows are measured from its own end, the replay's ranks resume at the latest:
-    a rank whose all-reduce ended late, and which therefore launches late, is waited for once), and ``layer``, the
+    a rank whose all-reduce ended late, and which therefore launches late, is waited for once; DDP only, where the
+    last all-reduce ends a rank's iteration), and ``layer``, the
     layer whose backward row ended last before the launch on most (rank, iteration)s. Empty with one rank, or when iterations launch different
     numbers of buckets."""
     from collections import Counter
 
-    coll = np.flatnonzero(rows["kind"] == "collective")
+    ddp = launches is None
+    coll = np.flatnonzero(rows["kind"] == "collective" if ddp else launches)
     backward = np.flatnonzero((rows["kind"] == "compute") & (rows["op"] == "backward") & (rows["name"] != ""))
     ranks = np.unique(rows["rank"][coll])
     if len(ranks) < 2:
@@ -172,27 +181,27 @@ def bucket_skew(rows: dict[str, np.ndarray], counted: set[int]) -> list[dict[str
     skews: list[list[float]] = []
     layers: list[Counter] = []
     for it in sorted(counted):
-        launches = []
+        per_rank = []
         for rank in ranks:
             mine = coll[(rows["rank"][coll] == rank) & (rows["iteration"][coll] == it)]
-            launches.append(np.sort(rows["start_ns"][mine]))
+            per_rank.append(np.sort(rows["start_ns"][mine]))
             before = backward[(rows["rank"][backward] == rank) & (rows["iteration"][backward] == it)]
             ends = rows["end_ns"][before]
-            for k, start in enumerate(launches[-1]):
+            for k, start in enumerate(per_rank[-1]):
                 done = np.flatnonzero(ends <= start)
                 if len(done):
                     while len(layers) <= k:
                         layers.append(Counter())
                     layers[k][str(rows["name"][before[done[np.argmax(ends[done])]]])] += 1
-        if len({len(x) for x in launches}) != 1 or not len(launches[0]):
+        if len({len(x) for x in per_rank}) != 1 or not len(per_rank[0]):
             return []  # a partial iteration: no per-bucket comparison
-        starts = np.array(launches, dtype=float)  # (ranks, buckets)
+        starts = np.array(per_rank, dtype=float)  # (ranks, buckets)
         # each rank's rows are measured from its own last all-reduce end of the previous iteration, but the replay's
         # ranks all resume at the latest one: a rank that ended late (and so launches late) is not waited for twice
         ends = [rows["end_ns"][coll[(rows["rank"][coll] == rank) & (rows["iteration"][coll] == it - 1)]]
                 for rank in ranks]
         late = 0.0
-        if all(len(e) for e in ends):
+        if ddp and all(len(e) for e in ends):
             last = np.array([float(e.max()) for e in ends])
             late = float(last.max() - last.mean())
         skews.append(list((starts.max(axis=0) - starts.mean(axis=0) - late) / 1e9))

@@ -104,6 +104,15 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                              f"{fit['a_ns'] / 1e3:.4g} us + {fit['b_ns'] / 1e3:.4g} us x C over {fit.get('connections')} "
                              "connections by the capture's connection-scaling run; a negative term is dropped, keeping "
                              "the cost at the capture's C); --no-overheads leaves it out")
+            client, origin_of = (settings.get("strategy") or {}).pop("client_cost", None), "measured by the capture"
+            if client is None and meta.get("job") == "ps" and "client_cost" not in meta:
+                client, origin_of = _client_cost_from_rows(path), "measured from the capture's rows (made before captures recorded it)"
+            if client is not None and overrides.get("overheads") is not False and "client_cost" not in overrides:
+                settings["strategy"]["client_cost"] = client
+                notes.append(f"replay: the workers' own per-request cost, {origin_of}: each request issued holds its "
+                             f"worker {client['issue']} + {client['issue_ns_per_byte']:.4g} ns/byte, each response "
+                             f"handled {client['receive']} + {client['receive_ns_per_byte']:.4g} ns/byte, one after "
+                             "another on the worker; --no-overheads leaves it out")
         origin = "the capture's shaped" if "bandwidth" in settings.get("network", {}) else None
     data["model"]["profile"] = str(path.resolve())
     scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
@@ -323,7 +332,8 @@ def _overheads_note(path: Path, scenario: Scenario) -> str:
     found = framework_overheads(log, log.metadata)
     skew = ""
     if found.get("buckets"):
-        skew = (", and the wait for the slower rank at each bucket's launch (the latest launch less the mean: "
+        launch = "push" if log.metadata.get("job") == "ps" else "bucket"
+        skew = (f", and the wait for the slower rank at each {launch}'s launch (the latest launch less the mean: "
                 + ", ".join(f"{b['skew_s'] * 1e3:.3g}" for b in found["buckets"]) + " ms, after "
                 + ", ".join(b["layer"] for b in found["buckets"]) + ")")
     return (f"replay: + the capture's framework gaps ({found['gap_s'] * 1e3:.3g} ms per iteration, before each layer's "
@@ -510,6 +520,9 @@ def capture_settings(meta: dict[str, Any]) -> dict[str, Any]:
         cost = captured_server_cost(meta)
         if cost is not None:
             strategy["server_cost"] = {"a": f"{cost[0]}ns", "b": f"{cost[1]}ns"}
+        client = captured_client_cost(meta.get("client_cost"))
+        if client is not None:
+            strategy["client_cost"] = client
     if meta.get("bandwidth"):
         data["network"] = {**data.get("network", {}), "bandwidth": str(meta["bandwidth"])}
     return data
@@ -533,6 +546,28 @@ def captured_server_cost(meta: dict[str, Any]) -> Optional[tuple[int, int]]:
     elif a < 0:
         a, b = 0.0, at_c / c
     return round(a), round(b)
+
+
+def captured_client_cost(fit: Any) -> Optional[dict[str, Any]]:
+    """A PS capture's worker-side per-request cost (``client_cost`` in its metadata, see
+    :mod:`ddlsim.capture.ps_client_cost`) as ``strategy.client_cost`` takes it: whole ns, per-byte terms as
+    recorded; None when there is no usable fit (missing, negative, nan, absurd)."""
+    keys = ("issue_ns", "issue_ns_per_byte", "receive_ns", "receive_ns_per_byte")
+    if not isinstance(fit, dict) or not all(isinstance(fit.get(k), (int, float)) and not isinstance(fit.get(k), bool)
+                                            for k in keys):
+        return None
+    if not all(0 <= float(fit[k]) < 1e9 for k in keys):
+        return None
+    return {"issue": f"{round(fit['issue_ns'])}ns", "issue_ns_per_byte": float(fit["issue_ns_per_byte"]),
+            "receive": f"{round(fit['receive_ns'])}ns", "receive_ns_per_byte": float(fit["receive_ns_per_byte"])}
+
+
+def _client_cost_from_rows(path: Path) -> Optional[dict[str, Any]]:
+    """:func:`captured_client_cost` of the fit made from a PS capture's own rows (a capture without the metadata)."""
+    from ..capture.ps_client_cost import client_cost_metadata
+    from ..trace.parquet import read_event_log
+
+    return captured_client_cost(client_cost_metadata(read_event_log(path)))
 
 
 def _workers_and_iterations(path: Path) -> tuple[int, int]:

@@ -33,6 +33,7 @@ The strategy is a tagged section::
     distribution = "immediate"   # "immediate" | "round-robin" | "block" (one send at a time per server)
     asynchronous = false         # no cross-worker barrier; staleness = s bounds how far ahead
     server_cost = {a = "0s", b = "0s"}   # per-request server cost a + b x workers, requests queue FIFO per server
+    client_cost = {issue = "0s", receive = "0s"}   # worker's own cost per request issued / response handled (+ _ns_per_byte)
     in_network = "none"          # "none" | "multicast" | "aggregation" | "multiagg" (switch aggregation + multicast)
     switch_memory = "10MB"       # aggregation memory of the switch (omit: unlimited)
     stream_policy = "fifo"
@@ -956,6 +957,26 @@ class ServerCost(_Strict):
         return {"a_ns": self.a_ns, "b_ns": self.b_ns}
 
 
+class ClientCost(_Strict):
+    """The parameter-server workers' own per-request cost (docs/parameter-server.md): each request a worker
+    sends holds its training thread (its compute stream) ``issue + issue_ns_per_byte x request bytes`` before it
+    goes on the wire, and each response it receives holds it ``receive + receive_ns_per_byte x response bytes``
+    before what follows it; one op at a time, first come, first served. All 0 (default): none."""
+
+    issue: Duration = "0s"
+    issue_ns_per_byte: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False)
+    receive: Duration = "0s"
+    receive_ns_per_byte: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False)
+
+    def is_zero(self) -> bool:
+        return not (parse_duration_ns(self.issue) or parse_duration_ns(self.receive) or self.issue_ns_per_byte
+                    or self.receive_ns_per_byte)
+
+    def engine(self) -> dict[str, Any]:
+        return {"issue_ns": parse_duration_ns(self.issue), "issue_ns_per_byte": float(self.issue_ns_per_byte),
+                "receive_ns": parse_duration_ns(self.receive), "receive_ns_per_byte": float(self.receive_ns_per_byte)}
+
+
 class PSStrategy(_StrategyBase):
     """Parameter servers: workers push gradients and pull parameters."""
 
@@ -984,6 +1005,8 @@ class PSStrategy(_StrategyBase):
     staleness: Optional[int] = Field(None, ge=0, le=1_000_000)
     # per-request server cost a + b C, queued FIFO per server (docs/validation.md); a = b = 0: none
     server_cost: ServerCost = Field(default_factory=ServerCost)
+    # the workers' own cost per request issued / response handled, on the worker's training thread; 0: none
+    client_cost: ClientCost = Field(default_factory=ClientCost)
 
     @model_validator(mode="after")
     def _async_options(self) -> "PSStrategy":
@@ -1003,7 +1026,8 @@ class PSStrategy(_StrategyBase):
                         "asynchronous": (self.asynchronous, self.asynchronous),
                         "chunk_bytes": (self.chunk_bytes, self.chunk_bytes != 0),
                         "server_cost": ({"a": self.server_cost.a, "b": self.server_cost.b},
-                                        bool(self.server_cost.a_ns or self.server_cost.b_ns))}
+                                        bool(self.server_cost.a_ns or self.server_cost.b_ns)),
+                        "client_cost": (self.client_cost.engine(), not self.client_cost.is_zero())}
             clash = [(name, value) for name, (value, on) in variants.items() if on]
             if clash:
                 name, value = clash[0]
@@ -1257,6 +1281,7 @@ FLAT_KEYS = {
     "asynchronous": ("strategy", "asynchronous"),
     "staleness": ("strategy", "staleness"),
     "server_cost": ("strategy", "server_cost"),
+    "client_cost": ("strategy", "client_cost"),
     "compute_speedup": ("model", "compute_speedup"),
     "speedup_kinds": ("model", "speedup_kinds"),
     "grow_module": ("model", "grow_module"),

@@ -2,6 +2,7 @@
 //! these build one from a higher-level description.
 
 pub mod classes;
+pub mod client_cost;
 pub mod in_network;
 pub mod jobs;
 pub mod ps;

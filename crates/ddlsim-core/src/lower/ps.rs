@@ -11,7 +11,10 @@
 //! (the caller places it). Under a per-request server cost
 //! ([`super::server_cost`]) each push and pull request first passes the
 //! server's request processor (a `serve` row), and what follows it waits for that.
+//! Under a worker-side cost ([`super::client_cost`]) each request first holds
+//! its worker's issuer (an `issue` row) and each response is handled there (a `handle` row).
 
+use super::client_cost::RequestIssuers;
 use super::server_cost::RequestProcessors;
 use super::spec::TrainingSpec;
 use crate::graph::{FanKind, FanSpec, Graph, Kind, Op};
@@ -45,6 +48,8 @@ pub struct PsMessage<'a> {
     pub hold_responses: bool,
     /// The servers' per-request cost (see [`super::server_cost`]); None: requests cost nothing.
     pub processors: Option<&'a RequestProcessors>,
+    /// The workers' per-request cost (see [`super::client_cost`]); None: issuing and handling cost nothing.
+    pub issuers: Option<&'a RequestIssuers>,
 }
 
 /// What the exchange made.
@@ -53,7 +58,8 @@ pub struct PsLowered {
     pub updates: Vec<u32>,
     /// Per worker: the op after which it holds the new parameters (none when held).
     pub ends: Vec<u32>,
-    /// Held pull responses: (worker, its pull request (its `serve` row under a server cost), the rpc id).
+    /// Held pull responses: (worker, its pull request (its `serve` row under a server cost), the rpc id); the
+    /// caller hands each response to [`RequestIssuers::receive`] under a client cost.
     pub held: Vec<(u32, u32, i64)>,
 }
 
@@ -71,7 +77,21 @@ pub fn lower_ps_message(g: &mut Graph, spec: &TrainingSpec, names: &PsNames, tag
     let push_rpc = *rpc_counter;
     let pull_rpc = *rpc_counter + n as i64;
     *rpc_counter += 2 * n as i64;
-    let pushes: Vec<u32> = (0..n).map(|w| g.add(transfer(names.push_request, w, m.server, m.bytes, push_rpc + w as i64), &[m.ready[w as usize]])).collect();
+    // The worker issues each request (a no-op without a client cost) and handles each response.
+    let issued = |g: &mut Graph, w: u32, after: u32, bytes: u64| match m.issuers {
+        Some(i) => i.issue(g, w, tag, after, bytes),
+        None => after,
+    };
+    let received = |g: &mut Graph, arrived: u32| match m.issuers {
+        Some(i) => i.receive(g, arrived),
+        None => arrived,
+    };
+    let pushes: Vec<u32> = (0..n)
+        .map(|w| {
+            let after = issued(g, w, m.ready[w as usize], m.bytes);
+            g.add(transfer(names.push_request, w, m.server, m.bytes, push_rpc + w as i64), &[after])
+        })
+        .collect();
     if m.aggregate && n > 1 {
         g.fans.push(FanSpec { kind: FanKind::Aggregate, ops: pushes.clone() });
     }
@@ -113,12 +133,15 @@ pub fn lower_ps_message(g: &mut Graph, spec: &TrainingSpec, names: &PsNames, tag
             }
         };
         let ack = g.add(transfer(names.push_response, m.server, w, header, push_rpc + w as i64), &[upd]);
-        let req = g.add(transfer(names.pull_request, w, m.server, header, pull_rpc + w as i64), &[ack]);
+        let ack = received(g, ack);
+        let after = issued(g, w, ack, header);
+        let req = g.add(transfer(names.pull_request, w, m.server, header, pull_rpc + w as i64), &[after]);
         let req = handled(g, req, pull_rpc + w as i64);
         if m.hold_responses {
             out.held.push((w, req, pull_rpc + w as i64));
         } else {
-            out.ends.push(g.add(transfer(names.pull_response, m.server, w, m.bytes, pull_rpc + w as i64), &[req]));
+            let resp = g.add(transfer(names.pull_response, m.server, w, m.bytes, pull_rpc + w as i64), &[req]);
+            out.ends.push(received(g, resp));
         }
     }
     out

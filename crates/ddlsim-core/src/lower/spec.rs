@@ -205,6 +205,10 @@ pub struct TrainingSpec {
     /// (see `lower::server_cost`). Default zero: no cost, no extra op.
     #[serde(default)]
     pub server_cost: super::server_cost::ServerCost,
+    /// PS: each worker's requests and responses hold its FIFO request issuer (see `lower::client_cost`).
+    /// Default zero: no cost, no extra op.
+    #[serde(default)]
+    pub client_cost: super::client_cost::ClientCost,
     /// Backpropagation staggering: per-worker idle time before the first backward op.
     #[serde(default)]
     pub stagger_ns: u64,
@@ -281,6 +285,7 @@ impl TrainingSpec {
             asynchronous: false,
             staleness: None,
             server_cost: Default::default(),
+            client_cost: Default::default(),
             stagger_ns: 0,
             stagger: Default::default(),
             in_network: Default::default(),
@@ -354,6 +359,7 @@ impl TrainingSpec {
         validate_in_network(self)?;
         validate_variation(self)?;
         super::server_cost::validate(&self.server_cost, self.servers(), self.in_network.mode != InNetworkMode::None)?;
+        super::client_cost::validate(&self.client_cost, self.servers(), self.in_network.mode != InNetworkMode::None)?;
         if ps && (self.partition_bytes > 0 || self.credit_bytes > 0) {
             return Err("partition_bytes and credit_bytes schedule all-reduces; the parameter-server strategy has none".into());
         }

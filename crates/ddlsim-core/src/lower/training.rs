@@ -193,6 +193,7 @@ pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<crate::graph::Ra
     }
     let server_stream: Vec<u32> = (0..spec.servers()).map(|s| g.new_stream(n + s, "server", policy)).collect();
     let processors = super::server_cost::RequestProcessors::new(&mut g, spec.server_cost, n, spec.servers());
+    let issuers = super::client_cost::RequestIssuers::new(&mut g, spec.client_cost, &compute_stream);
 
     let mut groups_of_layer: Vec<Vec<u32>> = vec![Vec::new(); num_layers];
     for (i, group) in spec.groups.iter().enumerate() {
@@ -350,6 +351,7 @@ pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<crate::graph::Ra
                             multicast: spec.in_network.mode.multicasts(),
                             hold_responses: ordered,
                             processors: processors.as_ref(),
+                            issuers: issuers.as_ref(),
                         };
                         let lowered = lower_ps_message(&mut g, spec, &ps_names, &tag, &message, &mut rpc_counter);
                         iteration_updates.extend_from_slice(&lowered.updates);
@@ -406,7 +408,7 @@ pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<crate::graph::Ra
                 deps.extend(last_send[s]);
                 let resp = g.add(op, &deps);
                 last_send[s] = Some(resp);
-                sync_end[w as usize][gi as usize].push(resp);
+                sync_end[w as usize][gi as usize].push(issuers.as_ref().map_or(resp, |i| i.receive(&mut g, resp)));
             }
         }
         updates_of.push(iteration_updates);

@@ -1,0 +1,235 @@
+//! The parameter-server workers' per-request cost on their FIFO request
+//! issuers (`lower::client_cost`), against closed forms derived by hand.
+
+mod common;
+
+use common::*;
+use ddlsim_core::log::{EventLog, KIND_COMPUTE, KIND_RECV, KIND_SEND};
+use ddlsim_core::lower::client_cost::ClientCost;
+use ddlsim_core::lower::training::{build_graph, GroupSpec, LayerSpec, SyncSpec, TrainingSpec};
+use ddlsim_core::network::Fidelity;
+use ddlsim_core::{simulate_training, RunOutput, TraceDetail};
+
+/// `workers` workers, one server, one layer (forward 1 us, backward 2 us: every gradient is ready at
+/// t0 = 3 us), `groups` tensors of `bytes` each on that layer, no update time.
+fn spec(workers: u32, groups: u32, bytes: u64, cost: ClientCost) -> TrainingSpec {
+    let layers = vec![LayerSpec { fwd_ns: 1_000, bwd_ns: 2_000 }];
+    let groups = (0..groups).map(|t| GroupSpec { layers: vec![0], tensor: t as i32, bytes, server: 0, update_ns: 0 }).collect();
+    TrainingSpec { seed: 1, client_cost: cost, ..TrainingSpec::new(workers, SyncSpec::Ps { servers: 1 }, layers, groups) }
+}
+
+const T0: u64 = 3_000;
+
+fn rows(out: &RunOutput, name: &str, kind: u8) -> Vec<usize> {
+    let code = out.op_names.iter().position(|n| n == name).map_or(u32::MAX, |c| c as u32);
+    (0..out.log.len()).filter(|&i| out.log.op[i] == code && out.log.kind[i] == kind).collect()
+}
+
+fn starts(log: &EventLog, rows: &[usize]) -> Vec<u64> {
+    let mut v: Vec<u64> = rows.iter().map(|&i| log.start_ns[i] as u64).collect();
+    v.sort_unstable();
+    v
+}
+
+fn ends(log: &EventLog, rows: &[usize]) -> Vec<u64> {
+    let mut v: Vec<u64> = rows.iter().map(|&i| log.end_ns[i] as u64).collect();
+    v.sort_unstable();
+    v
+}
+
+fn on_rank(log: &EventLog, rows: &[usize], rank: i32) -> Vec<usize> {
+    rows.iter().copied().filter(|&i| log.rank[i] == rank).collect()
+}
+
+#[test]
+fn w_requests_issued_back_to_back_leave_at_t0_plus_k_c() {
+    // One worker has W pushes ready at t0; each holds its issuer c ns, one
+    // after another, so the k-th push leaves at t0 + k c (k = 1..W). M bytes
+    // at 10 Gbit/s take tx = M 8 / 10 <= c: the pushes never share the link,
+    // push k arrives at t0 + k c + tx + L and its ack (0 bytes) at
+    // t0 + k c + tx + 2 L. Each pull request then holds the issuer c.
+    // Pull k's issue starts at the later of its ack's arrival and the end of
+    // the issuer's previous row (FIFO: the pushes, all ready at t0, first).
+    // - Short latency (tx + 2 L <= (W - 1) c): every ack arrives while pushes
+    //   are still being issued; the pulls queue behind them and pull k
+    //   leaves at t0 + (W + k) c; its response arrives tx + 2 L later:
+    //   makespan t0 + 2 W c + tx + 2 L.
+    // - Long latency (tx + 2 L >= (W - 1) c, always with W = 1): every ack
+    //   arrives after the last push was issued, acks come c apart, so pull k is issued at once:
+    //   it leaves at t0 + k c + tx + 2 L + c, and the last response arrives
+    //   at t0 + (W + 1) c + 2 tx + 4 L.
+    let (m, c) = (1_250u64, 5_000u64);
+    let tx = m * 8 / 10;
+    for (w, lat, long) in [(1u32, 100u64, true), (3, 100, false), (4, 300, false), (3, 20_000, true), (5, 30_000, true)] {
+        assert!(tx <= c && long == (tx + 2 * lat >= (w as u64 - 1) * c));
+        let out = simulate_training(&spec(1, w, m, ClientCost { issue_ns: c, ..Default::default() }), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
+        let log = &out.log;
+        let pushes = rows(&out, "push_request", KIND_SEND);
+        let expected: Vec<u64> = (1..=w as u64).map(|k| T0 + k * c).collect();
+        assert_eq!(starts(log, &pushes), expected, "W={w} L={lat}");
+        let issues = rows(&out, "issue", KIND_COMPUTE);
+        assert_eq!(issues.len(), 2 * w as usize, "one issue row per push and per pull");
+        assert!(issues.iter().all(|&i| log.rank[i] == 0 && (log.end_ns[i] - log.start_ns[i]) as u64 == c));
+        let pulls = starts(log, &rows(&out, "pull_request", KIND_SEND));
+        let expected: Vec<u64> =
+            (1..=w as u64).map(|k| if long { T0 + k * c + tx + 2 * lat + c } else { T0 + (w as u64 + k) * c }).collect();
+        assert_eq!(pulls, expected, "W={w} L={lat}");
+        let makespan = if long { T0 + (w as u64 + 1) * c + 2 * tx + 4 * lat } else { T0 + 2 * w as u64 * c + tx + 2 * lat };
+        assert_eq!(out.makespan, makespan, "W={w} L={lat}");
+        // the issue rows never overlap: one issuer, serial
+        let mut spans: Vec<(i64, i64)> = issues.iter().map(|&i| (log.start_ns[i], log.end_ns[i])).collect();
+        spans.sort();
+        assert!(spans.windows(2).all(|p| p[0].1 <= p[1].0));
+        assert_deps_explain_every_start(log);
+    }
+}
+
+#[test]
+fn each_worker_has_its_own_issuer() {
+    // Two workers, two pushes each: both issuers run at once, each worker's k-th push leaves at t0 + k c.
+    let c = 4_000u64;
+    let out = simulate_training(&spec(2, 2, 1_250, ClientCost { issue_ns: c, ..Default::default() }), &net(Fidelity::Flow, 10e9, 100), TraceDetail::Step).unwrap();
+    let pushes = rows(&out, "push_request", KIND_SEND);
+    for w in 0..2 {
+        assert_eq!(starts(&out.log, &on_rank(&out.log, &pushes, w)), vec![T0 + c, T0 + 2 * c], "worker {w}");
+    }
+}
+
+#[test]
+fn per_byte_terms_and_the_handling_of_responses_add_up_on_one_request() {
+    // One worker, one tensor of M bytes: push issue c0 + beta M, push
+    // tx + L, ack L, ack handled r0 (0 bytes), pull issue c0 (0 bytes), pull
+    // request L, response tx + L, handled r0 + rho M:
+    // makespan = t0 + 2 c0 + beta M + 2 r0 + rho M + 2 tx + 4 L.
+    let (m, lat) = (1_250u64, 700u64);
+    let tx = m * 8 / 10;
+    let cost = ClientCost { issue_ns: 3_000, issue_ns_per_byte: 0.8, receive_ns: 500, receive_ns_per_byte: 2.0 };
+    let out = simulate_training(&spec(1, 1, m, cost), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
+    assert_eq!(out.makespan, T0 + 2 * 3_000 + 1_000 + 2 * 500 + 2_500 + 2 * tx + 4 * lat);
+    let log = &out.log;
+    let handle = rows(&out, "handle", KIND_COMPUTE);
+    let mut durations: Vec<i64> = handle.iter().map(|&i| log.end_ns[i] - log.start_ns[i]).collect();
+    durations.sort();
+    assert_eq!(durations, vec![500, 3_000]);
+    // each handle row starts when its response arrives, on the worker, with the response's rpc id
+    for &i in &handle {
+        assert_eq!(log.rank[i], 0);
+        let recv = (0..log.len()).find(|&j| log.kind[j] == KIND_RECV && log.rpc[j] == log.rpc[i] && log.rank[j] == 0).unwrap();
+        assert_eq!(log.start_ns[i], log.end_ns[recv]);
+    }
+    let mut issue: Vec<i64> = rows(&out, "issue", KIND_COMPUTE).iter().map(|&i| log.end_ns[i] - log.start_ns[i]).collect();
+    issue.sort();
+    assert_eq!(issue, vec![3_000, 4_000]);
+    assert_deps_explain_every_start(log);
+}
+
+fn three_layers(extra: &str) -> TrainingSpec {
+    let text = format!(
+        r#"{{"workers": 3, "iterations": 3, "seed": 7, "sync": {{"kind": "ps", "servers": 2}},
+        "layers": [{{"fwd_ns": 1000, "bwd_ns": 2000}}, {{"fwd_ns": 3000, "bwd_ns": 6000}}, {{"fwd_ns": 500, "bwd_ns": 1000}}],
+        "groups": [{{"layers": [0], "tensor": 0, "bytes": 1000, "server": 0, "update_ns": 100}},
+                   {{"layers": [1], "tensor": 1, "bytes": 8000, "server": 1, "update_ns": 800}},
+                   {{"layers": [2], "tensor": 2, "bytes": 64, "server": 0, "update_ns": 7}}]{extra}}}"#
+    );
+    TrainingSpec::from_json(&text).unwrap()
+}
+
+#[test]
+fn a_zero_cost_builds_the_same_graph_and_log_as_no_cost() {
+    let variants = [
+        "",
+        r#", "distribution": "round_robin""#,
+        r#", "distribution": "block", "barrier": false"#,
+        r#", "asynchronous": true"#,
+        r#", "ps_split": true, "chunk_bytes": 300"#,
+        r#", "server_cost": {"a_ns": 900, "b_ns": 100}"#,
+    ];
+    for extra in variants {
+        let plain = three_layers(extra);
+        let zero = three_layers(&format!(r#"{extra}, "client_cost": {{"issue_ns": 0, "issue_ns_per_byte": 0.0, "receive_ns": 0, "receive_ns_per_byte": 0.0}}"#));
+        assert_eq!(zero.client_cost, ClientCost::default());
+        let (g0, g1) = (build_graph(&plain).unwrap(), build_graph(&zero).unwrap());
+        assert_eq!(format!("{:?}", g0.ops), format!("{:?}", g1.ops));
+        assert_eq!(g0.streams.len(), g1.streams.len());
+        let net = net(Fidelity::Flow, 8e9, 1000);
+        let (a, b) = (simulate_training(&plain, &net, TraceDetail::Step).unwrap(), simulate_training(&zero, &net, TraceDetail::Step).unwrap());
+        assert_eq!(format!("{:?}", a.log), format!("{:?}", b.log), "{extra}");
+        assert_eq!(a.op_names, b.op_names);
+        // and either cost changes it
+        for cost in [r#"{"issue_ns": 1000}"#, r#"{"receive_ns_per_byte": 0.5}"#] {
+            let costly = simulate_training(&three_layers(&format!(r#"{extra}, "client_cost": {cost}"#)), &net, TraceDetail::Step).unwrap();
+            assert!(costly.makespan > a.makespan, "{extra} {cost}");
+            assert_deps_explain_every_start(&costly.log);
+        }
+    }
+}
+
+#[test]
+fn what_follows_a_response_waits_for_its_handling_under_every_distribution() {
+    // Each worker's next forward (or, per layer, its layer's forward) waits for the handle rows of its pulls.
+    for extra in ["", r#", "distribution": "block""#, r#", "distribution": "round_robin", "barrier": false"#, r#", "asynchronous": true"#] {
+        let spec = three_layers(&format!(r#"{extra}, "client_cost": {{"issue_ns": 700, "receive_ns": 2000}}"#));
+        let out = simulate_training(&spec, &net(Fidelity::Flow, 8e9, 1000), TraceDetail::Step).unwrap();
+        let log = &out.log;
+        let handle = rows(&out, "handle", KIND_COMPUTE);
+        // 3 workers x 3 iterations x 3 tensors x (ack + pull response)
+        assert_eq!(handle.len(), 3 * 3 * 3 * 2, "{extra}");
+        for &i in &handle {
+            assert_eq!(log.end_ns[i] - log.start_ns[i], 2000);
+        }
+        // a tensor's last handled response (its pull's) ends before its worker's forward of that layer (tensor t
+        // is layer t here) in the next iteration starts
+        let forwards = rows(&out, "forward", KIND_COMPUTE);
+        for w in 0..3 {
+            for it in 1..3 {
+                for t in 0..3 {
+                    let fwd = forwards.iter().find(|&&i| log.rank[i] == w && log.iteration[i] == it && log.layer[i] == t).map(|&i| log.start_ns[i]).unwrap();
+                    let mine = on_rank(log, &handle, w);
+                    let handled = mine.iter().filter(|&&i| log.iteration[i] == it - 1 && log.tensor[i] == t).map(|&i| log.end_ns[i]).max().unwrap();
+                    assert!(fwd >= handled, "{extra}: worker {w} layer {t} iteration {it} starts at {fwd} before its pull is handled at {handled}");
+                }
+            }
+        }
+        assert_eq!(ends(log, &rows(&out, "pull_response", KIND_RECV)).len(), 27);
+        assert_deps_explain_every_start(log);
+    }
+}
+
+#[test]
+fn a_client_cost_needs_a_plain_parameter_server_and_sane_numbers() {
+    let ring = TrainingSpec {
+        client_cost: ClientCost { issue_ns: 1, ..Default::default() },
+        ..TrainingSpec::new(2, SyncSpec::Allreduce { algorithm: ddlsim_core::lower::training::AlgorithmName::Ring }, vec![LayerSpec { fwd_ns: 1, bwd_ns: 1 }], vec![GroupSpec { layers: vec![0], tensor: 0, bytes: 8, server: 0, update_ns: 0 }])
+    };
+    assert!(build_graph(&ring).unwrap_err().contains("client_cost"));
+    let multicast = three_layers(r#", "client_cost": {"receive_ns": 3}, "in_network": {"mode": "multicast"}"#);
+    assert!(build_graph(&multicast).unwrap_err().contains("client_cost"));
+    for bad in [-1.0, f64::NAN, f64::INFINITY, 2e9] {
+        let s = TrainingSpec { client_cost: ClientCost { receive_ns_per_byte: bad, ..Default::default() }, ..spec(1, 1, 8, ClientCost::default()) };
+        let e = build_graph(&s).unwrap_err();
+        assert!(e.contains("client_cost.receive_ns_per_byte"), "{e}");
+    }
+    assert!(TrainingSpec::from_json(r#"{"workers": 1, "iterations": 1, "seed": 0, "sync": {"kind": "ps", "servers": 1}, "layers": [], "groups": [], "client_cost": {"send_ns": 1}}"#).is_err());
+}
+
+#[test]
+fn the_issuer_is_the_training_thread_the_last_push_leaves_after_the_whole_backward_and_every_issue() {
+    // One worker, L layers (forward f_l, backward b_l), one tensor per layer: the worker's compute stream runs the
+    // forwards, the backwards and every issue row one at a time and is never idle until the last push leaves, so
+    // the last push leaves at sum f + sum b + L c, whatever the order the ready ops take; no two of its ops overlap.
+    let layers: Vec<LayerSpec> = [(1_000u64, 2_000u64), (3_000, 6_000), (500, 1_000), (700, 1_500)].iter().map(|&(f, b)| LayerSpec { fwd_ns: f, bwd_ns: b }).collect();
+    let compute: u64 = layers.iter().map(|l| l.fwd_ns + l.bwd_ns).sum();
+    let groups: Vec<GroupSpec> = (0..4).map(|l| GroupSpec { layers: vec![l], tensor: l as i32, bytes: 1_250, server: 0, update_ns: 0 }).collect();
+    for c in [400u64, 5_000, 20_000] {
+        let spec = TrainingSpec { seed: 1, client_cost: ClientCost { issue_ns: c, ..Default::default() }, ..TrainingSpec::new(1, SyncSpec::Ps { servers: 1 }, layers.clone(), groups.clone()) };
+        let out = simulate_training(&spec, &net(Fidelity::Flow, 10e9, 1_000_000), TraceDetail::Step).unwrap();
+        let log = &out.log;
+        let pushes = starts(log, &rows(&out, "push_request", KIND_SEND));
+        assert_eq!(*pushes.last().unwrap(), compute + 4 * c, "c={c}");
+        // the worker's rows on its compute stream (forward, backward, issue; no handle rows: no receive cost)
+        let mut spans: Vec<(i64, i64)> = (0..log.len()).filter(|&i| log.rank[i] == 0 && log.kind[i] == KIND_COMPUTE).map(|i| (log.start_ns[i], log.end_ns[i])).collect();
+        spans.sort();
+        assert!(spans.windows(2).all(|p| p[0].1 <= p[1].0), "c={c}: the training thread runs one op at a time");
+        assert_deps_explain_every_start(log);
+    }
+}
