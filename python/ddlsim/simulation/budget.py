@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
 from ..errors import ScenarioError
-from ..units import format_bytes
+from ..units import format_bytes, parse_duration_ns
 from . import algorithms
 from .lowering import steps_per_iteration
 from .scenario import Scenario
@@ -175,7 +175,12 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         sync_ops += 1 if strategy.distribution != "immediate" and scenario.barrier else 0  # distribution's server barrier
         if strategy.server_cost.a_ns or strategy.server_cost.b_ns:
             serves = pieces * 2 * n  # a server cost: one serve op per push and pull request (lower/server_cost.rs)
-            sync_ops += serves
+        client = strategy.client_cost  # the workers' own cost (lower/client_cost.rs): an issue op per push and pull
+        if parse_duration_ns(client.issue) or client.issue_ns_per_byte:  # request, a handle op per ack and pull
+            serves += pieces * 2 * n                                       # response
+        if parse_duration_ns(client.receive) or client.receive_ns_per_byte:
+            serves += pieces * 2 * n
+        sync_ops += serves
         transfers = pieces * 4 * n
         step_rows = transfers  # the recv row of each transfer op
     else:
