@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ddlsim.plan.capture_cost import allreduce_points, capture_alpha, fit_allreduce
+from ddlsim.analyze.allreduce_fit import allreduce_points, fit_allreduce
+from ddlsim.plan.capture_cost import capture_alpha
 from ddlsim.trace import event_log_from_rows, read_event_log, write_event_log
 
 

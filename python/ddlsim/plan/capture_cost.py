@@ -1,29 +1,14 @@
-"""The all-reduce cost a DDP capture measured, for the planner: T_ar(M) = a + b M per all-reduce call.
-
-Two kinds of measurement in the capture go into it:
-
-* the **small all-reduce** (``allreduce_small_ns`` in the metadata: the median of 15 four-byte all-reduces after
-  training, :func:`ddlsim.capture.ddp.small_allreduce_ns`): one call of 4 bytes, almost nothing but the
-  per-call cost a;
-* the **training all-reduces** (the capture's ``collective`` rows): per counted iteration (warm-up left out, as
-  everywhere), the time the all-reduces were in progress once every rank had launched them, i.e. the length of the
-  union over the iteration's buckets of [the last rank's launch, the last rank's end]. For k buckets of M bytes in
-  all that are served one after another, that union is k a + b M whether a bucket waits behind the previous one
-  or for its gradients (it then starts on an idle link); buckets that run side by side (gloo's two threads) are
-  counted once.
-
-(a, b) is the least-squares solution of ``calls * a + bytes * b = time`` over those points (the small all-reduce
-is one point, each counted iteration one). With the small all-reduce and training buckets of another size the two
-are both determined; b is the effective time per byte the all-reduces got while training (the link, its headers
-and whatever else slowed them), a the per-call cost. The planner takes a from here when it plans from a capture
-(:func:`capture_alpha`): the ring's 2 (N - 1) steps each get a / (2 (N - 1)) as their latency, as replay does.
+"""The all-reduce cost a DDP capture measured, for the planner: the per-call cost a of the fit T(M) = a + b M
+(:mod:`ddlsim.analyze.allreduce_fit` says what goes into it). The planner takes a from here when it plans from a
+capture (:func:`capture_alpha`): the ring's 2 (N - 1) steps each get a / (2 (N - 1)) as their latency, as replay
+does.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..analyze.allreduce_fit import allreduce_points, fit_allreduce  # noqa: F401 (re-exported: the planner's names)
+from ..analyze.allreduce_fit import allreduce_points, fit_allreduce
 
 
 def capture_alpha(profile: str) -> Optional[dict[str, Any]]:
