@@ -18,6 +18,16 @@ LENET = ["conv1", "conv2", "fc1", "fc2", "fc3"]
 SMALL_NS = 200 * US  # the 4-byte all-reduce measured after training
 
 
+
+def _layer_rows(rows: list, it: int, rank: int, now: int, fwd: int, bwd: int) -> int:
+    """Appends one rank's forward and backward rows of LeNet-5's layers from `now`; returns their end."""
+    for op, layers, duration in (("forward", LENET, fwd), ("backward", LENET[::-1], bwd)):
+        for layer in layers:
+            rows.append(dict(iteration=it, rank=rank, role="worker", kind="compute", op=op, name=layer,
+                             start_ns=now, end_ns=now + duration))
+            now += duration
+    return now
+
 def one_bucket_capture(path, durations, *, workers=2, gamma=0.0, bandwidth="100Mbps", small=SMALL_NS):
     """lenet5 on `workers` ranks with all its gradients in one bucket, launched after conv1's backward on every rank
     at once; in iteration i the all-reduce takes durations[i] ns. Every other row is the same on every rank."""
@@ -28,14 +38,7 @@ def one_bucket_capture(path, durations, *, workers=2, gamma=0.0, bandwidth="100M
     for it, duration in enumerate(durations):
         for rank in range(workers):
             now = t
-            for layer in LENET:
-                rows.append(dict(iteration=it, rank=rank, role="worker", kind="compute", op="forward", name=layer,
-                                 start_ns=now, end_ns=now + fwd))
-                now += fwd
-            for layer in LENET[::-1]:
-                rows.append(dict(iteration=it, rank=rank, role="worker", kind="compute", op="backward", name=layer,
-                                 start_ns=now, end_ns=now + bwd))
-                now += bwd
+            now = _layer_rows(rows, it, rank, now, fwd, bwd)
             rows.append(dict(iteration=it, rank=rank, role="worker", kind="collective", op="allreduce",
                              name="bucket 0", start_ns=now, end_ns=now + duration, collective=it, group=0,
                              bytes=total, coll_type="allreduce", stream="comm"))
@@ -171,14 +174,7 @@ def lagging_capture(path, lag, duration=20_000 * US, workers=2):
         launches = []
         for rank in range(workers):
             now = start[rank]
-            for layer in LENET:
-                rows.append(dict(iteration=it, rank=rank, role="worker", kind="compute", op="forward", name=layer,
-                                 start_ns=now, end_ns=now + fwd))
-                now += fwd
-            for layer in LENET[::-1]:
-                rows.append(dict(iteration=it, rank=rank, role="worker", kind="compute", op="backward", name=layer,
-                                 start_ns=now, end_ns=now + bwd))
-                now += bwd
+            now = _layer_rows(rows, it, rank, now, fwd, bwd)
             launches.append(now)
         ready = max(launches)
         for rank in range(workers):
