@@ -196,7 +196,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
     per_transfer = 1.0
     if scenario.network.fidelity == "flow" and strategy.kind == "ps":
         per_transfer = max(1.0, 1.4 * n)
-    events = int(iters * (compute + serves) + transfers * per_transfer)
+    events = int(iters * (compute + serves + barrier) + transfers * per_transfer)  # the barrier: an event an iteration
     memory = BASE_BYTES + rows * BYTES_PER_ROW
     if rank_classes:
         memory += scenario.workers * CLASS_RANK_BYTES

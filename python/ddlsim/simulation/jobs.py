@@ -246,8 +246,9 @@ def check_budget(plan: JobsPlan, alone: bool = True) -> None:
     """Refuses (ScenarioError) a jobs run over the memory or event budget (see ddlsim.simulation.budget): the
     sum of every job's own estimate (the process's base memory once), plus the background tenants' flows: those
     of the run of all jobs, over its estimated length (the latest job's start plus its duration beside the
-    tenants), and, with `alone`, those of the longest run of one job alone (the alone runs come one at a time,
-    while the run of all jobs is held)."""
+    tenants), and, with `alone`, those of the longest run of one job alone, and every job's own events, transfers
+    and packets once more, and the largest job's memory once more (the alone runs come one at a time, while the run
+    of all jobs is held)."""
     from . import budget
 
     ests, ends = [], []
@@ -272,6 +273,12 @@ def check_budget(plan: JobsPlan, alone: bool = True) -> None:
                             memory_bytes=budget.BASE_BYTES + sum(e.memory_bytes - budget.BASE_BYTES for e in ests)
                             + flows * budget.TENANT_FLOW_BYTES,
                             packet_hops=sum(e.packet_hops for e in ests) + tenant_hops)
+    if alone:  # then each job runs again alone, one at a time, while the run of all jobs is held
+        total = budget.Estimate(ops=total.ops + sum(e.ops for e in ests),
+                                transfers=total.transfers + sum(e.transfers for e in ests),
+                                events=total.events + sum(e.events for e in ests), log_rows=total.log_rows,
+                                memory_bytes=total.memory_bytes + max(e.memory_bytes - budget.BASE_BYTES for e in ests),
+                                packet_hops=total.packet_hops + sum(e.packet_hops for e in ests))
     biggest = max(range(len(ests)), key=lambda k: ests[k].log_rows)
     budget.check(total, plan.subs[biggest], plan.detail, budget.current_control())
 
