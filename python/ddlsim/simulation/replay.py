@@ -136,7 +136,8 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     if wire_note:
         notes.append(wire_note)
     if (not given and wire is None and meta.get("source") == "capture" and meta.get("job") == "ps"
-            and scenario.model.overheads and "latency" not in overrides and "network" not in overrides):
+            and scenario.model.overheads and "latency" not in overrides
+            and not (isinstance(overrides.get("network"), dict) and "latency" in overrides["network"])):
         scenario, message_note = _ps_training_latency(scenario, path, meta)
         if message_note:  # in place of the round trip's note
             notes = [n for n in notes if not (n.startswith("replay: latency ") and "4-byte RPC round trip" in n)]
