@@ -87,7 +87,8 @@ def test_the_rows_give_the_known_latency_and_per_byte_without_the_warm_up():
     falling = event_log_from_rows(ps_rows(latency=5_000 * US, per_byte=-10), metadata=metadata())
     found = training_message_latency(falling)
     assert found["ns_per_byte"] == 0.0 and found["latency_ns"] == pytest.approx(found["mean_ns"], rel=1e-12)
-    # not a PS capture, or no RPC rows: nothing
+    # not a PS capture, no RPC rows, or messages that took no time: nothing
+    assert training_message_latency(event_log_from_rows(ps_rows(latency=0, per_byte=0), metadata=metadata())) is None
     assert training_message_latency(event_log_from_rows(ps_rows(), metadata=metadata(job="ddp"))) is None
     bare = [r for r in ps_rows() if r["kind"] == "compute" and "rpc" not in r]
     assert training_message_latency(event_log_from_rows(bare, metadata=metadata())) is None

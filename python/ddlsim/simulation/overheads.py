@@ -354,7 +354,7 @@ def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dic
     slope (or an intercept below 0) is dropped and the mean kept as the latency (slope 0). ``latency_ns``,
     ``ns_per_byte``, ``messages``, ``mean_ns``, ``iterations`` (the counted ones), ``worker_bytes`` (a worker's
     payload per counted iteration in its busier direction: its pushes out or its pull responses in); None for a log that is not a
-    PS capture, or without a message of a counted iteration with both rows."""
+    PS capture, without a message of a counted iteration with both rows, or whose messages took no time on average."""
     from ..analyze.breakdown import warmup_iterations
     from ..trace.columns import aligned_times
 
@@ -394,6 +394,8 @@ def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dic
                       for sel in (pushed, pulled) if sel.any()), default=0.0)
     x, y = np.asarray(sizes), np.asarray(took)
     mean_x, mean_y = float(x.mean()), float(y.mean())
+    if not mean_y > 0:  # clocks that disagree with the rows: no usable transport time
+        return None
     var = float(((x - mean_x) ** 2).sum())
     b = float(((x - mean_x) * (y - mean_y)).sum()) / var if var > 0 else 0.0
     a = mean_y - b * mean_x
