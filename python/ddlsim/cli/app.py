@@ -411,7 +411,8 @@ def replay(
     rank_times: Optional[str] = _RANK_TIMES_OPTION,
     overheads: Optional[bool] = typer.Option(
         None, "--overheads/--no-overheads", help="A capture: add its measured framework gaps and optimizer step to the "
-        "layer times, and a PS capture's server and worker per-request costs (default on for captures; docs/validation.md)."),
+        "layer times, and a PS capture's server and worker per-request costs and its RPC transport while training "
+        "(default on for captures; docs/validation.md)."),
     wire: Optional[str] = typer.Option(
         None, "--wire", help="Headers the link rate pays per MSS-sized TCP segment: tbf (default for a shaped capture: "
         "1448/1514) | ethernet (1460/1538) | none."),

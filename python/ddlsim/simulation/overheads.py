@@ -336,3 +336,70 @@ def unbound_call_cost(log, metadata: dict[str, Any] | None = None) -> dict[str, 
     excess = [(t - k * a_model - m * b_model) / k for k, m, t in points]
     return {"call_ns": max(0.0, float(np.mean(excess))), "iterations": len(points),
             "busy_ns": float(np.mean([t for _, _, t in points]))}
+
+
+def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The transport time a PS capture's own RPC messages took **while training**, from its rows
+    (docs/validation.md), as the replay's message model has it: latency + bytes x per-byte. Per message of the
+    counted iterations (:func:`ddlsim.analyze.breakdown.warmup_iterations` leaves the warm-up out), on the
+    capture's aligned clocks (``clocks`` in the metadata):
+
+    - a request (``push_request``, ``pull_request``): from the end of its worker's ``send`` row (which spans the
+      ``rpc_async`` call, the worker's own issue cost: ``client_cost``) to its ``recv`` on the server;
+    - a response (``push_response``, ``pull_response``): from the start of the server's ``send`` row to its
+      ``recv`` on the worker (taken into the worker's receive queue; the wait there is the training thread's,
+      simulated by ``client_cost``).
+
+    Fitted as ``latency_ns + ns_per_byte x bytes`` by least squares where the messages' sizes vary; a negative
+    slope (or an intercept below 0) is dropped and the mean kept as the latency (slope 0). ``latency_ns``,
+    ``ns_per_byte``, ``messages``, ``mean_ns``, ``iterations`` (the counted ones), ``worker_bytes`` (a worker's
+    payload per counted iteration in its busier direction: its pushes out or its pull responses in); None for a log that is not a
+    PS capture, without a message of a counted iteration with both rows, or whose messages took no time on average."""
+    from ..analyze.breakdown import warmup_iterations
+    from ..trace.columns import aligned_times
+
+    meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
+    if meta.get("source") != "capture" or meta.get("job") != "ps":
+        return None
+    names = ("rank", "role", "iteration", "kind", "op", "message", "bytes", "peer")
+    c = {k: np.asarray(log.column(k)) for k in names}
+    start, end = aligned_times(log)
+    worker = c["role"] == "worker"
+    iterations = np.unique(c["iteration"][worker & (c["iteration"] >= 0)])
+    counted = iterations[warmup_iterations(meta, len(iterations)):]
+    mine = np.isin(c["iteration"], counted)
+    ops = c["op"].astype(str)
+    requests = np.isin(ops, ("push_request", "pull_request"))
+    responses = np.isin(ops, ("push_response", "pull_response"))
+    sent = mine & (c["kind"] == "send") & (requests | responses)
+    received = (c["kind"] == "recv") & (requests | responses)
+    arrival: dict[tuple[int, int], int] = {}
+    for message, rank, t in zip(c["message"][received], c["rank"][received], end[received]):
+        key = (int(message), int(rank))
+        arrival[key] = min(arrival.get(key, int(t)), int(t))
+    sizes, took = [], []
+    for i in np.flatnonzero(sent):
+        peer_key = (int(c["message"][i]), int(c["peer"][i]))
+        if peer_key not in arrival:
+            continue
+        leaves = int(end[i]) if requests[i] else int(start[i])
+        sizes.append(float(c["bytes"][i]))
+        took.append(float(arrival[peer_key] - leaves))
+    if not took:
+        return None
+    # a worker's payload per counted iteration in its busier direction (pushes out, pull responses in)
+    pushed = sent & worker & (ops == "push_request")
+    pulled = mine & received & worker & (ops == "pull_response")
+    per_worker = max((float(c["bytes"][sel].sum()) / (len(counted) * max(1, len(np.unique(c["rank"][sel]))))
+                      for sel in (pushed, pulled) if sel.any()), default=0.0)
+    x, y = np.asarray(sizes), np.asarray(took)
+    mean_x, mean_y = float(x.mean()), float(y.mean())
+    if not mean_y > 0:  # clocks that disagree with the rows: no usable transport time
+        return None
+    var = float(((x - mean_x) ** 2).sum())
+    b = float(((x - mean_x) * (y - mean_y)).sum()) / var if var > 0 else 0.0
+    a = mean_y - b * mean_x
+    if b < 0 or a < 0:
+        a, b = mean_y, 0.0
+    return {"latency_ns": max(a, 0.0), "ns_per_byte": b, "messages": len(took), "mean_ns": mean_y,
+            "iterations": [int(i) for i in counted], "worker_bytes": per_worker}

@@ -135,6 +135,13 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
         scenario, wire_note = _on_the_wire(scenario, meta, wire)
     if wire_note:
         notes.append(wire_note)
+    if (not given and wire is None and meta.get("source") == "capture" and meta.get("job") == "ps"
+            and scenario.model.overheads and "latency" not in overrides
+            and not (isinstance(overrides.get("network"), dict) and "latency" in overrides["network"])):
+        scenario, message_note = _ps_training_latency(scenario, path, meta)
+        if message_note:  # in place of the round trip's note
+            notes = [n for n in notes if not (n.startswith("replay: latency ") and "4-byte RPC round trip" in n)]
+            notes.append(message_note)
     if training is None and own_job and scenario.model.overheads and "latency" not in overrides:
         scenario, call_note = _unbound_call_cost(scenario, path)
         if call_note:
@@ -381,6 +388,43 @@ def _training_rate(scenario: Scenario, path: Path, meta: dict[str, Any]) -> Opti
             f"MiB each, and the 4-byte all-reduce: {found['b_ns_per_byte']:.4g} ns per byte less the reduction); "
             "--bandwidth replays another rate, --no-overheads the rate measured after training")
     return with_overrides(scenario, {"bandwidth": f"{found['rate_bps']:.17g}bps"}), note
+
+
+def _ps_training_latency(scenario: Scenario, path: Path, meta: dict[str, Any]) -> tuple[Scenario, Optional[str]]:
+    """A PS capture replayed at its own link with its overheads: the message latency its own RPC messages got
+    while training (:func:`ddlsim.simulation.overheads.training_message_latency`: the intercept of latency +
+    per-byte over their transport times), instead of half the 4-byte round trip measured before training; the
+    per-byte term bounds the payload rate where it is slower than the link model's. Unchanged, with no note, where
+    the rows do not give it, or where the shaped link bound (a worker's wire bytes per iteration exceed tbf's
+    bucket: the transport times then hold the link's own queueing, which the engine simulates itself)."""
+    from ..capture.shaping import default_burst_bytes
+    from ..trace.parquet import read_event_log
+    from .overheads import training_message_latency, wire_fraction
+
+    log = read_event_log(path)
+    found = training_message_latency(log, log.metadata)
+    if found is None:
+        return scenario, None
+    if meta.get("bandwidth"):
+        from ..units import parse_bandwidth
+
+        if found["worker_bytes"] / wire_fraction("tbf") > default_burst_bytes(parse_bandwidth(str(meta["bandwidth"]))):
+            return scenario, None  # the shaping binds
+    latency = round(found["latency_ns"])
+    update = {"latency": f"{latency}ns"}
+    note = (f"replay: latency {latency}ns per message = what the capture's own RPC messages took while training, "
+            f"beyond their bytes (the intercept of latency + {found['ns_per_byte']:.4g} ns/byte by least squares over "
+            f"{found['messages']} messages of its {len(found['iterations'])} counted iterations: a request from its "
+            "rpc_async call's return to the server's receipt, a response from the server's send to the worker's "
+            "receive queue), not half the 4-byte round trip measured before training")
+    link = scenario.network.bandwidth_bps
+    if found["ns_per_byte"] > 0 and 8e9 / found["ns_per_byte"] < link:
+        rate = 8e9 / found["ns_per_byte"]
+        update["bandwidth"] = f"{rate:.17g}bps"
+        note += (f"; payload rate {rate / 1e6:.6g} Mbit/s, the per-byte term, below the link model's "
+                 f"{link / 1e6:.6g} Mbit/s")
+    note += "; --latency or --bandwidth replays other values, --no-overheads the round trip"
+    return with_overrides(scenario, update), note
 
 
 def _unbound_call_cost(scenario: Scenario, path: Path) -> tuple[Scenario, Optional[str]]:

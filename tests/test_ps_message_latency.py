@@ -1,0 +1,161 @@
+"""A PS capture's message latency while training, measured from its own RPC rows
+(:func:`ddlsim.simulation.overheads.training_message_latency`), and replay's use of it at the capture's own
+link (docs/validation.md, "PS with the RPC transport while training")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ddlsim
+from ddlsim.simulation.overheads import training_message_latency
+from ddlsim.trace import event_log_from_rows, read_event_log, write_event_log
+
+LENET = ["conv1", "conv2", "fc1", "fc2", "fc3"]
+US = 1_000
+SIZES = {i: t.bytes for i, t in enumerate(ddlsim.load_model("lenet5").tensors)}
+L, K = 2_000 * US, 8  # transport of a message: L + K x bytes ns (K = 8 ns per byte: 1 Gbit/s)
+SKEW = 123_456_789  # the server's clock runs this far behind the workers'
+
+
+def ps_rows(workers=2, iterations=3, latency=L, per_byte=K, skew=SKEW, issue=100 * US):
+    """A PS capture's rows whose every message (request and response) took ``latency + per_byte x bytes`` on the
+    aligned clocks, from the end of the worker's send row (its rpc_async call) or the start of the server's send
+    row to the receiver's recv row; the server (host 1) records on a clock `skew` ns behind. Per iteration and
+    worker: LeNet-5's layers (1 ms each way), then per key a push (the gradient's bytes) and a pull (its
+    response the parameter's bytes), one after another. Iteration 0 (the warm-up) takes 10 times longer."""
+    rows, t, rpc = [], 0, 0
+    for it in range(iterations):
+        slow = 10 if it == 0 else 1
+        end = t
+        for w in range(workers):
+            now = t
+            for op, order in (("forward", LENET), ("backward", LENET[::-1])):
+                for layer in order:
+                    rows.append(dict(iteration=it, rank=w, role="worker", host=0, kind="compute", op=op, name=layer,
+                                     start_ns=now, end_ns=now + 1_000 * US))
+                    now += 1_000 * US
+            for tensor, size in SIZES.items():
+                for request, response, handler, req_bytes in (("push_request", "push_response", "ack", size),
+                                                                ("pull_request", "pull_response", "apply", 0)):
+                    rpc += 1
+                    resp_bytes = size - req_bytes
+                    rows.append(dict(iteration=it, rank=w, role="worker", host=0, kind="send", op=request, peer=workers,
+                                     rpc=rpc, message=rpc, tensor=tensor, bytes=req_bytes, start_ns=now,
+                                     end_ns=now + issue))
+                    now += issue + slow * (latency + per_byte * req_bytes)  # the request's arrival
+                    server = dict(iteration=it, rank=workers, role="server", host=1, peer=w, rpc=rpc, tensor=tensor)
+                    rows.append(dict(server, kind="recv", op=request, message=rpc, bytes=req_bytes,
+                                     start_ns=now - skew, end_ns=now - skew))
+                    now += 200 * US
+                    rows.append(dict(server, kind="send", op=response, message=10_000 + rpc, bytes=resp_bytes,
+                                     start_ns=now - skew, end_ns=now - skew + 50 * US))
+                    now += slow * (latency + per_byte * resp_bytes)
+                    rows.append(dict(iteration=it, rank=w, role="worker", host=0, kind="recv", op=response, peer=workers,
+                                     rpc=rpc, message=10_000 + rpc, tensor=tensor, bytes=resp_bytes, start_ns=now,
+                                     end_ns=now))
+                    rows.append(dict(iteration=it, rank=w, role="worker", host=0, kind="compute", op=handler, rpc=rpc,
+                                     tensor=tensor, start_ns=now, end_ns=now + 20 * US))
+                    now += 20 * US
+            end = max(end, now)
+        t = end
+    for i, row in enumerate(rows):
+        row["id"] = i
+    return rows
+
+
+def metadata(workers=2, **extra):
+    return {"source": "capture", "job": "ps", "model": "lenet5", "workers": workers, "servers": 1, "sync": True,
+            "clocks": {"0": {"offset_ns": 0}, "1": {"offset_ns": SKEW}},
+            "ranks": {"0": {"rpc_round_trip_ns": 800_000.0}, "1": {"rpc_round_trip_ns": 1_000_000.0}}, **extra}
+
+
+def ps_capture(path, rows=None, **meta):
+    write_event_log(event_log_from_rows(ps_rows() if rows is None else rows, metadata=metadata(**meta)), path)
+    return path
+
+
+def test_the_rows_give_the_known_latency_and_per_byte_without_the_warm_up():
+    found = training_message_latency(event_log_from_rows(ps_rows(), metadata=metadata()))
+    assert found["iterations"] == [1, 2]
+    assert found["messages"] == 2 * 2 * len(SIZES) * 2 * 2  # 2 counted iterations, 2 workers, per key 2 RPCs of 2 messages
+    assert found["latency_ns"] == pytest.approx(L, rel=1e-12) and found["ns_per_byte"] == pytest.approx(K, rel=1e-12)
+    assert found["worker_bytes"] == sum(SIZES.values())  # a worker's pushes (and its pull responses) per iteration
+    # sizes alike (all 0) or a slope below 0: the mean, slope 0
+    same = training_message_latency(event_log_from_rows(ps_rows(per_byte=0), metadata=metadata()))
+    assert (same["latency_ns"], same["ns_per_byte"]) == (pytest.approx(L, rel=1e-12), 0.0)
+    falling = event_log_from_rows(ps_rows(latency=5_000 * US, per_byte=-10), metadata=metadata())
+    found = training_message_latency(falling)
+    assert found["ns_per_byte"] == 0.0 and found["latency_ns"] == pytest.approx(found["mean_ns"], rel=1e-12)
+    # not a PS capture, no RPC rows, or messages that took no time: nothing
+    assert training_message_latency(event_log_from_rows(ps_rows(latency=0, per_byte=0), metadata=metadata())) is None
+    assert training_message_latency(event_log_from_rows(ps_rows(), metadata=metadata(job="ddp"))) is None
+    bare = [r for r in ps_rows() if r["kind"] == "compute" and "rpc" not in r]
+    assert training_message_latency(event_log_from_rows(bare, metadata=metadata())) is None
+
+
+def _transport(events, rows_kind):
+    """Per (worker, tensor, RPC kind) of iteration 1: request and response transport times summed, ns."""
+    c = {k: np.asarray(events.column(k)) for k in ("iteration", "rank", "kind", "op", "message", "tensor", "start_ns",
+                                                  "end_ns", "peer")}
+    if "clocks" in (events.metadata or {}):
+        from ddlsim.trace.columns import aligned_times
+
+        c["start_ns"], c["end_ns"] = aligned_times(events)
+    recv = {(int(m), int(r)): int(e) for m, r, e, k in zip(c["message"], c["rank"], c["end_ns"], c["kind"]) if k == "recv"}
+    out: dict[tuple[int, int, str], int] = {}
+    for i in np.flatnonzero((c["kind"] == "send") & (c["iteration"] == 1)):
+        op = str(c["op"][i])
+        # the capture's request send row is the worker's rpc_async call (its issue cost); the replay's is the wire
+        leaves = c["end_ns"][i] if rows_kind == "capture" and op.endswith("_request") else c["start_ns"][i]
+        worker = int(c["rank"][i]) if op.endswith("_request") else int(c["peer"][i])
+        key = (worker, int(c["tensor"][i]), op.split("_")[0])
+        out[key] = out.get(key, 0) + recv[(int(c["message"][i]), int(c["peer"][i]))] - int(leaves)
+    return out
+
+
+def test_a_replay_at_the_capture_s_own_link_takes_as_long_per_rpc_as_the_rows_did(tmp_path):
+    """Oracle: the rows' own transport times. Unshaped (10 Gbit/s assumed), so the per-byte term (1 ns per byte:
+    8 Gbit/s) bounds the rate. One worker whose requests leave 1 ms apart (its issue cost, longer than any
+    message's bytes take), so no message queues behind another and each replayed one takes latency + its bytes
+    at that rate, as its row did."""
+    rows = ps_rows(workers=1, per_byte=1, issue=1_000 * US)
+    path = ps_capture(tmp_path / "ps.parquet", rows=rows, workers=1)
+    r = ddlsim.replay(path, network="analytic")
+    assert r.scenario.network.latency_ns == L and r.scenario.network.bandwidth_bps == pytest.approx(8e9, rel=1e-12)
+    assert any(n.startswith(f"replay: latency {L}ns per message = what the capture's own RPC messages took while "
+                            "training") for n in r.notes), r.notes
+    assert not any("4-byte RPC round trip" in n for n in r.notes), r.notes
+    measured = _transport(read_event_log(path), "capture")
+    replayed = _transport(r.events, "replay")
+    assert len(measured) == 2 * len(SIZES) and replayed == measured
+
+
+def test_old_values_where_the_rows_do_not_give_it_or_are_overridden(tmp_path):
+    """The fallbacks keep the old replay: half the round trip (450 us) as latency, the link model's rate."""
+    bare_rows = [r for r in ps_rows() if r["kind"] == "compute" and "rpc" not in r]
+    bare = ps_capture(tmp_path / "bare.parquet", rows=bare_rows)
+    plain = ddlsim.replay(bare)
+    assert plain.scenario.network.latency_ns == 450_000
+    assert any(n.startswith("replay: latency 450000ns per message = half the capture's 4-byte RPC round trip")
+               for n in plain.notes)
+    assert not any("while training" in n for n in plain.notes)
+    same = ddlsim.replay(bare, latency="450000ns")
+    assert plain.events.table.equals(same.events.table)  # the rows add nothing where there are none
+    path = ps_capture(tmp_path / "ps.parquet")
+    default = ddlsim.Scenario().network.bandwidth_bps
+    for kw, latency, bandwidth in ((dict(overheads=False), 450_000, default), (dict(latency="1us"), 1_000, default),
+                                   (dict(bandwidth="1Gbps"), 450_000, 1e9)):
+        r = ddlsim.replay(path, **kw)
+        assert (r.scenario.network.latency_ns, r.scenario.network.bandwidth_bps) == (latency, bandwidth), kw
+        assert not any("while training" in n for n in r.notes), kw
+    # a shaped link that bound (a worker's 246,824 bytes per iteration exceed tbf's 64 KiB bucket at 100 Mbit/s):
+    # the transport times hold the link's own queueing, so the round trip stays
+    shaped = ddlsim.replay(ps_capture(tmp_path / "shaped.parquet", bandwidth="100Mbps"))
+    assert shaped.scenario.network.latency_ns == 450_000
+    assert not any("while training" in n for n in shaped.notes)
+    # one that did not bind (1 Gbit/s: a 500 kB bucket): the rows' latency; the per-byte term (8 ns/byte) is not
+    # slower than the link model's payload rate (1 Gbit/s x 0.9564), so that rate stays
+    fast = ddlsim.replay(ps_capture(tmp_path / "fast.parquet", bandwidth="1Gbps"))
+    assert fast.scenario.network.latency_ns == L
+    assert fast.scenario.network.bandwidth_bps == pytest.approx(1e9 * 1448 / 1514, rel=1e-12)
