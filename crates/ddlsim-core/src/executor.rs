@@ -184,6 +184,19 @@ struct LiveCollective {
     machine: Box<dyn Collective>,
     /// Graph op of each member (u32::MAX until it joins).
     ops: Vec<u32>,
+    /// What a [`RingLane`] needs of each member, built at its first delivery (every member joined by then).
+    lane: Vec<LaneMember>,
+}
+
+/// A ring member as its [`RingLane`] sends: its op, rank, band, tenant, and
+/// whether its stream is FIFO or none (the lane starts only such sends).
+#[derive(Debug, Clone, Copy)]
+struct LaneMember {
+    op: u32,
+    rank: u32,
+    tenant: u32,
+    band: u8,
+    plain: bool,
 }
 
 /// The executor's event queue seen by a network model.
@@ -225,12 +238,11 @@ pub fn with_direct_paths<T>(on: bool, f: impl FnOnce() -> T) -> T {
 /// cannot take (a send on another stream policy, a member done: finishing
 /// an op may start anything) on, it keeps the actions, in order, for
 /// `apply_batch`. The tests `ring_lane_*` compare both paths.
-struct RingLane<'a, 'g> {
+struct RingLane<'a> {
     c: u32,
     now: Time,
-    graph: &'g Graph,
-    ops: &'a [u32],
-    network: &'a mut dyn NetworkModel,
+    members: &'a [LaneMember],
+    network: LaneNet<'a>,
     queue: &'a mut BucketQueue<Event>,
     flights: &'a mut Vec<StepInFlight>,
     transfer_owner: &'a mut Vec<Owner>,
@@ -244,13 +256,12 @@ struct RingLane<'a, 'g> {
     error: Option<Error>,
 }
 
-impl crate::collective::ring::RingSink for RingLane<'_, '_> {
+impl crate::collective::ring::RingSink for RingLane<'_> {
     #[inline(always)]
     fn send(&mut self, from: u32, to: u32, bytes: u64, step: u32, meta: impl FnOnce() -> (Time, [Cause; 4])) {
         let tag = (from as u64) << 32 | step as u64;
-        let op = self.ops[from as usize];
-        let o = &self.graph.ops[op as usize];
-        if self.deferred || (o.stream != NO_STREAM && self.graph.streams[o.stream as usize].policy != PolicyKind::Fifo) {
+        let me = self.members[from as usize];
+        if self.deferred || !me.plain {
             self.deferred = true;
             let (ready, causes) = meta();
             self.rest.push(Action::Send { from, to, bytes, tag, step, ready, causes });
@@ -258,9 +269,8 @@ impl crate::collective::ring::RingSink for RingLane<'_, '_> {
         }
         // `send_step` at a detail below step, on a FIFO stream.
         let c = self.c as usize;
-        let spec = &self.graph.collectives[c];
-        let (src, dst) = (spec.members[from as usize], spec.members[to as usize]);
-        let (band, tenant) = (o.band, o.tenant);
+        let (op, src, dst) = (me.op, me.rank, self.members[to as usize].rank);
+        let (band, tenant) = (me.band, me.tenant);
         let message = *self.next_message;
         *self.next_message += 1;
         *self.transfers += 1;
@@ -280,13 +290,23 @@ impl crate::collective::ring::RingSink for RingLane<'_, '_> {
         }
         self.flights[id as usize] = StepInFlight { collective: c as u32, op, to_rank: dst, tag, bytes };
         let req = TransferRequest { id, message: message as u64, src, dst, bytes, band, tenant };
-        let started = match self.network.start_lone(self.now, req) {
-            Ok(Some((at, token))) => {
-                self.queue.push(at, Event::Net(token));
-                Ok(())
-            }
-            Ok(None) => self.network.start(self.now, req, &mut NetQueue(self.queue)),
-            Err(e) => Err(e),
+        let started = match &mut self.network {
+            LaneNet::Flow(flow) => match flow.start_lone(self.now, req) {
+                Ok(Some((at, token))) => {
+                    self.queue.push(at, Event::Net(token));
+                    Ok(())
+                }
+                Ok(None) => flow.start(self.now, req, &mut NetQueue(self.queue)),
+                Err(e) => Err(e),
+            },
+            LaneNet::Any(network) => match network.start_lone(self.now, req) {
+                Ok(Some((at, token))) => {
+                    self.queue.push(at, Event::Net(token));
+                    Ok(())
+                }
+                Ok(None) => network.start(self.now, req, &mut NetQueue(self.queue)),
+                Err(e) => Err(e),
+            },
         };
         if let Err(e) = started {
             self.deferred = true;
@@ -299,6 +319,28 @@ impl crate::collective::ring::RingSink for RingLane<'_, '_> {
         self.deferred = true;
         self.rest.push(Action::Done { member });
     }
+}
+
+/// The network a [`RingLane`] starts its sends on: the flow-level model
+/// itself (its direct paths inlined), or any model through the trait.
+enum LaneNet<'a> {
+    Flow(&'a mut crate::network::Flow),
+    Any(&'a mut dyn NetworkModel),
+}
+
+/// The [`LaneMember`]s of collective `c`, whose members all joined (`ops`).
+#[cold]
+#[inline(never)]
+fn lane_members(graph: &Graph, c: usize, ops: &[u32]) -> Vec<LaneMember> {
+    let spec = &graph.collectives[c];
+    ops.iter()
+        .zip(&spec.members)
+        .map(|(&op, &rank)| {
+            let o = &graph.ops[op as usize];
+            let plain = o.stream == NO_STREAM || graph.streams[o.stream as usize].policy == PolicyKind::Fifo;
+            LaneMember { op, rank, tenant: o.tenant, band: o.band, plain }
+        })
+        .collect()
 }
 
 const PARKED: u64 = 1 << 63;
@@ -590,7 +632,14 @@ impl<'g> Executor<'g> {
                 Event::FanStart(f) => self.launch_fan(f as usize, now)?,
                 Event::Wake(slot) => self.wake(slot, now)?,
                 Event::Net(token) => {
-                    if let Some(delivery) = if self.direct { self.network.lone_delivery(now, token) } else { None } {
+                    let lone = match self.direct {
+                        false => None,
+                        true => match self.network.as_flow() {
+                            Some(flow) => flow.lone_delivery(now, token),
+                            None => self.network.lone_delivery(now, token),
+                        },
+                    };
+                    if let Some(delivery) = lone {
                         if let Some(d) = delivery {
                             self.delivered(d, now)?;
                         }
@@ -1176,6 +1225,7 @@ impl<'g> Executor<'g> {
                 track,
             ),
             ops: vec![u32::MAX; spec.members.len()],
+            lane: Vec::new(),
         });
         if live.ops[member as usize] != u32::MAX {
             return Err(format!("collective {c}: member {member} joined twice (ops {} and {id})", live.ops[member as usize]).into());
@@ -1214,21 +1264,27 @@ impl<'g> Executor<'g> {
     #[inline(always)]
     fn step_delivered(&mut self, f: StepInFlight, id: u32, tx_end: Time, now: Time) -> Result<(), Error> {
         let c = f.collective as usize;
-        let stream = self.graph.ops[f.op as usize].stream;
-        // Sends in flight are counted for the policies that look at them (a FIFO stream neither preempts nor yields).
-        let counted = stream != NO_STREAM && self.graph.streams[stream as usize].policy != PolicyKind::Fifo;
         let recv_row = NO_CAUSE;
-        if self.direct && !counted && self.detail != TraceDetail::Step && self.parked.is_empty() {
-            let LiveCollective { machine, ops } = self.collectives[c].as_mut().expect("collective live while steps fly");
+        if self.direct && self.detail != TraceDetail::Step && self.parked.is_empty() {
+            let LiveCollective { machine, ops, lane } = self.collectives[c].as_mut().expect("collective live while steps fly");
             if let Some(ring) = machine.as_ring() {
+                if lane.is_empty() {
+                    *lane = lane_members(self.graph, c, ops);
+                }
+                // Sends in flight are counted for the policies that look at them (a FIFO stream neither preempts nor yields).
+                if !lane[(f.tag >> 32) as usize].plain {
+                    return self.step_delivered_general(f, id, tx_end, now);
+                }
                 // The ring's sends go straight to the network as the machine makes them (see `RingLane`).
                 let mut rest = std::mem::take(&mut self.lane_rest);
                 let mut lane = RingLane {
                     c: c as u32,
                     now,
-                    graph: self.graph,
-                    ops,
-                    network: &mut *self.network,
+                    members: lane,
+                    network: match self.network.as_flow() {
+                        Some(flow) => LaneNet::Flow(flow),
+                        None => LaneNet::Any(&mut *self.network),
+                    },
                     queue: &mut self.queue,
                     flights: &mut self.flights,
                     transfer_owner: &mut self.transfer_owner,

@@ -162,6 +162,14 @@ pub trait NetworkModel {
     fn lone_delivery(&mut self, _now: Time, _token: u64) -> Option<Option<Delivery>> {
         None
     }
+    /// The flow-level model itself (`None` for every other model), so that
+    /// the executor's direct paths call its `start_lone` and `lone_delivery`
+    /// inlined instead of through the trait object.
+    #[doc(hidden)]
+    #[inline]
+    fn as_flow(&mut self) -> Option<&mut Flow> {
+        None
+    }
     fn stats(&self) -> NetworkStats;
     fn take_flows(&mut self) -> Vec<FlowRecord>;
     /// Queue occupancy samples (packet level; empty otherwise).
@@ -234,7 +242,7 @@ impl Common {
         Common { record, slots: Vec::new(), requests: Vec::new(), records: Vec::new(), recorded: 0 }
     }
 
-    #[inline]
+    #[inline(always)]
     fn check(&self, req: &TransferRequest, ranks: u32) -> Result<(), Error> {
         if req.src >= ranks || req.dst >= ranks {
             return Err(Self::outside(req, ranks));
@@ -248,7 +256,7 @@ impl Common {
         Error::internal(format!("internal error, please report: transfer {} -> {} outside the {ranks} placed ranks", req.src, req.dst))
     }
 
-    #[inline]
+    #[inline(always)]
     fn begin(&mut self, now: Time, req: TransferRequest) -> &mut Slot {
         let id = req.id as usize;
         if self.slots.len() <= id {
@@ -472,7 +480,8 @@ const DELIVER: u64 = 1 << 63;
 /// Strict-priority max-min flows ([`FlowNetwork`]). Tokens: a delivery is
 /// `DELIVER | generation << 32 | transfer id` (a cancelled direct end is
 /// stale through the generation); a class completion is `version << 32 | class`.
-struct Flow {
+#[doc(hidden)]
+pub struct Flow {
     net: FlowNetwork,
     common: Common,
     out: Vec<Reschedule>,
@@ -515,8 +524,12 @@ impl NetworkModel for Flow {
     fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), Error> {
         self.on_event_flow(now, token, sched, out)
     }
-    /// `on_event`'s branch for a delivery token.
     #[inline]
+    fn as_flow(&mut self) -> Option<&mut Flow> {
+        Some(self)
+    }
+    /// `on_event`'s branch for a delivery token.
+    #[inline(always)]
     fn lone_delivery(&mut self, now: Time, token: u64) -> Option<Option<Delivery>> {
         if token & DELIVER == 0 {
             return None;
@@ -537,7 +550,7 @@ impl NetworkModel for Flow {
     /// `start` through [`FlowNetwork::restart_lone_class`]: no class
     /// resolved, nothing cancelled, no reschedule (`out` and `cancelled`
     /// are empty between calls), one delivery scheduled.
-    #[inline]
+    #[inline(always)]
     fn start_lone(&mut self, now: Time, req: TransferRequest) -> Result<Option<(Time, u64)>, Error> {
         let Some(class) = self.net.lone_restartable(now, req.src, req.dst, req.band) else { return Ok(None) };
         debug_assert!(self.out.is_empty() && self.cancelled.is_empty());
