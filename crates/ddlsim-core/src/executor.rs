@@ -55,7 +55,7 @@ pub struct RunOutput {
     pub packet: Option<(crate::network::packet::Totals, bool)>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
     OpDone(u32),
     Net(u64),
@@ -65,6 +65,57 @@ enum Event {
     FanStart(u32),
     /// A collective member's wake-up (index into `Executor::wakes`).
     Wake(u32),
+}
+
+impl Event {
+    /// The event in one `u128`: the kind in the low word, its argument in
+    /// the high one (built in registers and stored as two words; an enum
+    /// copied into the queue went through the stack, a 16-byte load of two
+    /// narrower stores).
+    #[inline(always)]
+    fn pack(self) -> u128 {
+        let (kind, arg) = match self {
+            Event::OpDone(op) => (0, op as u64),
+            Event::Net(token) => (1, token),
+            Event::FanRecv(op) => (2, op as u64),
+            Event::FanStart(f) => (3, f as u64),
+            Event::Wake(slot) => (4, slot as u64),
+        };
+        (arg as u128) << 64 | kind
+    }
+
+    #[inline(always)]
+    fn unpack(x: u128) -> Event {
+        let arg = (x >> 64) as u64;
+        match x as u64 {
+            0 => Event::OpDone(arg as u32),
+            1 => Event::Net(arg),
+            2 => Event::FanRecv(arg as u32),
+            3 => Event::FanStart(arg as u32),
+            _ => Event::Wake(arg as u32),
+        }
+    }
+}
+
+/// The executor's event queue ([`BucketQueue`] of packed [`Event`]s).
+struct Queue(BucketQueue<u128>);
+
+impl Queue {
+    #[inline(always)]
+    fn push(&mut self, time: Time, event: Event) {
+        self.0.push(time, event.pack());
+    }
+    #[inline(always)]
+    fn pop(&mut self) -> Option<(Time, Event)> {
+        self.0.pop().map(|(t, x)| (t, Event::unpack(x)))
+    }
+    #[inline(always)]
+    fn peek_time(&self) -> Option<Time> {
+        self.0.peek_time()
+    }
+    fn processed(&self) -> u64 {
+        self.0.processed()
+    }
 }
 
 /// A collective member reducing until its wake-up.
@@ -200,7 +251,7 @@ struct LaneMember {
 }
 
 /// The executor's event queue seen by a network model.
-struct NetQueue<'a>(&'a mut BucketQueue<Event>);
+struct NetQueue<'a>(&'a mut Queue);
 
 impl Scheduler for NetQueue<'_> {
     fn schedule(&mut self, at: Time, token: u64) {
@@ -243,7 +294,7 @@ struct RingLane<'a> {
     now: Time,
     members: &'a [LaneMember],
     network: LaneNet<'a>,
-    queue: &'a mut BucketQueue<Event>,
+    queue: &'a mut Queue,
     flights: &'a mut Vec<StepInFlight>,
     transfer_owner: &'a mut Vec<Owner>,
     free_transfers: &'a mut Vec<u32>,
@@ -364,7 +415,7 @@ struct Executor<'g> {
     parked: HashMap<u32, Option<Held>>,
     /// Parked members per collective.
     parked_in: Vec<u32>,
-    queue: BucketQueue<Event>,
+    queue: Queue,
     network: Box<dyn NetworkModel>,
     transfer_owner: Vec<Owner>,
     free_transfers: Vec<u32>,
@@ -536,7 +587,7 @@ impl<'g> Executor<'g> {
             streams,
             parked: HashMap::default(),
             parked_in: vec![0; graph.collectives.len()],
-            queue: BucketQueue::new(),
+            queue: Queue(BucketQueue::new()),
             network,
             transfer_owner: Vec::new(),
             free_transfers: Vec::new(),
@@ -2045,6 +2096,20 @@ impl<'g> Executor<'g> {
             run_names,
             row_base,
             clock,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Event;
+
+    #[test]
+    fn a_packed_event_unpacks_to_itself() {
+        for x in [0u32, 1, 2, 0x7fff_ffff, u32::MAX] {
+            for e in [Event::OpDone(x), Event::FanRecv(x), Event::FanStart(x), Event::Wake(x), Event::Net(x as u64), Event::Net((x as u64) << 32 | 5), Event::Net(u64::MAX)] {
+                assert_eq!(Event::unpack(e.pack()), e);
+            }
         }
     }
 }
