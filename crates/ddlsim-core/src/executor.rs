@@ -298,6 +298,9 @@ struct RingLane<'a> {
     flights: &'a mut Vec<StepInFlight>,
     transfer_owner: &'a mut Vec<Owner>,
     free_transfers: &'a mut Vec<u32>,
+    /// The id of the step just delivered, held back from `free_transfers`
+    /// (whose top it would be) for the lane's first send.
+    spare: Option<u32>,
     bytes_sent: &'a mut [u64],
     next_message: &'a mut i64,
     transfers: &'a mut u64,
@@ -326,15 +329,19 @@ impl crate::collective::ring::RingSink for RingLane<'_> {
         *self.next_message += 1;
         *self.transfers += 1;
         self.bytes_sent[src as usize] += bytes;
-        let id = match self.free_transfers.pop() {
-            Some(id) => {
-                self.transfer_owner[id as usize] = Owner::Step;
-                id
-            }
-            None => {
-                self.transfer_owner.push(Owner::Step);
-                (self.transfer_owner.len() - 1) as u32
-            }
+        let id = match self.spare.take() {
+            // Freed by a step: its owner is `Step` already.
+            Some(id) => id,
+            None => match self.free_transfers.pop() {
+                Some(id) => {
+                    self.transfer_owner[id as usize] = Owner::Step;
+                    id
+                }
+                None => {
+                    self.transfer_owner.push(Owner::Step);
+                    (self.transfer_owner.len() - 1) as u32
+                }
+            },
         };
         if self.flights.len() <= id as usize {
             self.flights.resize(id as usize + 1, StepInFlight::default());
@@ -1201,17 +1208,21 @@ impl<'g> Executor<'g> {
     }
 
     fn delivered(&mut self, d: Delivery, now: Time) -> Result<(), Error> {
-        self.free_transfers.push(d.id);
         match self.transfer_owner[d.id as usize] {
             Owner::Op(op) => {
+                self.free_transfers.push(d.id);
                 let o = &self.graph.ops[op as usize];
                 self.bytes_received[o.peer as usize] += o.bytes;
                 self.tx_end[op as usize] = d.tx_end;
                 self.recv_row[op as usize] = self.new_row();
                 self.finish_op(op, now)
             }
-            Owner::Fan(f) => self.fan_transmitted(f, d.tx_end, now),
+            Owner::Fan(f) => {
+                self.free_transfers.push(d.id);
+                self.fan_transmitted(f, d.tx_end, now)
+            }
             Owner::Step => {
+                // `step_delivered` frees the id (a ring lane first offers it to its sends).
                 let f = self.flights[d.id as usize];
                 self.bytes_received[f.to_rank as usize] += f.bytes;
                 self.step_delivered(f, d.id, d.tx_end, now)
@@ -1324,10 +1335,10 @@ impl<'g> Executor<'g> {
                 }
                 // Sends in flight are counted for the policies that look at them (a FIFO stream neither preempts nor yields).
                 if !lane[(f.tag >> 32) as usize].plain {
+                    self.free_transfers.push(id);
                     return self.step_delivered_general(f, id, tx_end, now);
                 }
                 // The ring's sends go straight to the network as the machine makes them (see `RingLane`).
-                let mut rest = std::mem::take(&mut self.lane_rest);
                 let mut lane = RingLane {
                     c: c as u32,
                     now,
@@ -1340,24 +1351,32 @@ impl<'g> Executor<'g> {
                     flights: &mut self.flights,
                     transfer_owner: &mut self.transfer_owner,
                     free_transfers: &mut self.free_transfers,
+                    spare: Some(id),
                     bytes_sent: &mut self.bytes_sent,
                     next_message: &mut self.next_message,
                     transfers: &mut self.transfers,
-                    rest: &mut rest,
+                    rest: &mut self.lane_rest,
                     deferred: false,
                     error: None,
                 };
                 ring.delivered_into(now, f.tag, &mut lane);
-                let result = match lane.error.take() {
-                    Some(e) => Err(e),
-                    None if rest.is_empty() => Ok(()),
-                    None => self.apply_batch(c, &rest, now, recv_row),
-                };
-                rest.clear();
+                if let Some(id) = lane.spare {
+                    lane.free_transfers.push(id);
+                }
+                if let Some(e) = lane.error {
+                    return Err(e);
+                }
+                if self.lane_rest.is_empty() {
+                    return Ok(());
+                }
+                let rest = std::mem::take(&mut self.lane_rest);
+                let result = self.apply_batch(c, &rest, now, recv_row);
                 self.lane_rest = rest;
+                self.lane_rest.clear();
                 return result;
             }
         }
+        self.free_transfers.push(id);
         self.step_delivered_general(f, id, tx_end, now)
     }
 
