@@ -88,8 +88,8 @@ impl Event {
     fn unpack(x: u128) -> Event {
         let arg = (x >> 64) as u64;
         match x as u64 {
-            0 => Event::OpDone(arg as u32),
             1 => Event::Net(arg),
+            0 => Event::OpDone(arg as u32),
             2 => Event::FanRecv(arg as u32),
             3 => Event::FanStart(arg as u32),
             _ => Event::Wake(arg as u32),
@@ -347,22 +347,22 @@ impl crate::collective::ring::RingSink for RingLane<'_> {
             self.flights.resize(id as usize + 1, StepInFlight::default());
         }
         self.flights[id as usize] = StepInFlight { collective: c as u32, op, to_rank: dst, tag, bytes };
-        let req = TransferRequest { id, message: message as u64, src, dst, bytes, band, tenant };
+        let req = || TransferRequest { id, message: message as u64, src, dst, bytes, band, tenant };
         let started = match &mut self.network {
-            LaneNet::Flow(flow) => match flow.start_lone(self.now, req) {
+            LaneNet::Flow(flow) => match flow.start_lone_parts(self.now, id, src, dst, bytes, band, req) {
                 Ok(Some((at, token))) => {
                     self.queue.push(at, Event::Net(token));
                     Ok(())
                 }
-                Ok(None) => flow.start(self.now, req, &mut NetQueue(self.queue)),
+                Ok(None) => flow.start(self.now, req(), &mut NetQueue(self.queue)),
                 Err(e) => Err(e),
             },
-            LaneNet::Any(network) => match network.start_lone(self.now, req) {
+            LaneNet::Any(network) => match network.start_lone(self.now, req()) {
                 Ok(Some((at, token))) => {
                     self.queue.push(at, Event::Net(token));
                     Ok(())
                 }
-                Ok(None) => network.start(self.now, req, &mut NetQueue(self.queue)),
+                Ok(None) => network.start(self.now, req(), &mut NetQueue(self.queue)),
                 Err(e) => Err(e),
             },
         };
@@ -709,7 +709,7 @@ impl<'g> Executor<'g> {
                     let mut delivered = std::mem::take(&mut self.deliveries);
                     self.network.on_event(now, token, &mut NetQueue(&mut self.queue), &mut delivered)?;
                     for d in delivered.drain(..) {
-                        self.delivered(d, now)?;
+                        self.delivered_out_of_line(d, now)?;
                     }
                     self.deliveries = delivered;
                     if self.finished_ops == self.graph.len() && self.network.background_only(now) {
@@ -1207,6 +1207,13 @@ impl<'g> Executor<'g> {
         }
     }
 
+    /// [`Executor::delivered`] for the network's general event path (the lone one has it inlined).
+    #[inline(never)]
+    fn delivered_out_of_line(&mut self, d: Delivery, now: Time) -> Result<(), Error> {
+        self.delivered(d, now)
+    }
+
+    #[inline(always)]
     fn delivered(&mut self, d: Delivery, now: Time) -> Result<(), Error> {
         match self.transfer_owner[d.id as usize] {
             Owner::Op(op) => {

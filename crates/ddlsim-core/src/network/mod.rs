@@ -552,16 +552,7 @@ impl NetworkModel for Flow {
     /// are empty between calls), one delivery scheduled.
     #[inline(always)]
     fn start_lone(&mut self, now: Time, req: TransferRequest) -> Result<Option<(Time, u64)>, Error> {
-        let Some(class) = self.net.lone_restartable(now, req.src, req.dst, req.band) else { return Ok(None) };
-        debug_assert!(self.out.is_empty() && self.cancelled.is_empty());
-        // No `check`: the class was the sender's last, to the same receiver, so both were checked then.
-        debug_assert!(self.common.check(&req, self.net.topology().ranks()).is_ok());
-        self.common.begin(now, req);
-        let (tx_end, latency) = self.net.restart_lone_class(now, class, req.id, req.bytes)?;
-        let delivered = at(tx_end, latency)?;
-        let slot = &mut self.common.slots[req.id as usize];
-        slot.tx_end = tx_end;
-        Ok(Some((delivered, Self::delivery_token(slot.generation, req.id))))
+        self.start_lone_parts(now, req.id, req.src, req.dst, req.bytes, req.band, || req)
     }
     fn stats(&self) -> NetworkStats {
         NetworkStats { recomputations: self.net.recomputations(), flows: self.common.recorded }
@@ -572,6 +563,29 @@ impl NetworkModel for Flow {
 }
 
 impl Flow {
+    /// [`NetworkModel::start_lone`] of the request `req` would build, built
+    /// only where it is needed (flows recorded).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn start_lone_parts(&mut self, now: Time, id: u32, src: u32, dst: u32, bytes: u64, band: u8, req: impl FnOnce() -> TransferRequest) -> Result<Option<(Time, u64)>, Error> {
+        let Some(class) = self.net.lone_restartable(now, src, dst, band) else { return Ok(None) };
+        debug_assert!(self.out.is_empty() && self.cancelled.is_empty());
+        // No `check`: the class was the sender's last, to the same receiver, so both were checked then.
+        debug_assert!(src < self.net.topology().ranks() && dst < self.net.topology().ranks());
+        // `Common::begin`.
+        if self.common.slots.len() <= id as usize {
+            self.common.slots.resize(id as usize + 1, Slot::default());
+        }
+        if self.common.record {
+            self.common.remember(now, req());
+        }
+        let (tx_end, latency) = self.net.restart_lone_class(now, class, id, bytes)?;
+        let delivered = at(tx_end, latency)?;
+        let slot = &mut self.common.slots[id as usize];
+        slot.tx_end = tx_end;
+        Ok(Some((delivered, Self::delivery_token(slot.generation, id))))
+    }
+
     #[inline(always)]
     fn started(&mut self, req: TransferRequest, started: FlowStart, sched: &mut dyn Scheduler) -> Result<(), Error> {
         if !self.cancelled.is_empty() {
