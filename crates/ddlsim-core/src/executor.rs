@@ -2128,7 +2128,52 @@ impl<'g> Executor<'g> {
 
 #[cfg(test)]
 mod tests {
-    use super::Event;
+    use super::{with_direct_paths, Event, Executor, TraceDetail};
+
+    /// The ring lane hands the delivered step's transfer id to its first
+    /// send instead of the free list (whose top it would be): the ids taken
+    /// and the free list left at the end must be the general path's (an id
+    /// kept back, pushed late or lost would change them). Rings of several
+    /// sizes, uneven chunks, several tensors at once, with the lane's
+    /// actions left for `apply_batch` at every ring's end.
+    #[test]
+    fn the_ring_lane_takes_the_general_paths_transfer_ids() {
+        use crate::lower::training::{AlgorithmName, GroupSpec, LayerSpec, SyncSpec, TrainingSpec};
+        use crate::network::{Fidelity, NetworkSpec, TopologySpec};
+        for workers in [2u32, 3, 5, 8] {
+            let layers: Vec<LayerSpec> = (0..4).map(|i| LayerSpec { fwd_ns: 1000 * i, bwd_ns: 3000 + 700 * i }).collect();
+            let groups: Vec<GroupSpec> =
+                (0..6u32).map(|t| GroupSpec { layers: vec![t % 4], tensor: t as i32, bytes: 1000 + 333 * t as u64, server: 0, update_ns: 0 }).collect();
+            let spec = TrainingSpec { seed: 1, ..TrainingSpec::new(workers, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }, layers, groups) };
+            for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
+                let net = NetworkSpec {
+                    fidelity,
+                    bandwidth_bps: 10e9,
+                    latency_ns: 10_000,
+                    topology: TopologySpec::Star,
+                    intra_host_bandwidth_bps: None,
+                    intra_host_latency_ns: 0,
+                    record_flows: false,
+                    packet: None,
+                    hosts: None,
+                    tenants: Vec::new(),
+                };
+                let graph = crate::training_graph(&spec, &net).expect("graph");
+                let ids = |direct: bool| {
+                    with_direct_paths(direct, || {
+                        let model = crate::network::build_network(&net, &graph.hosts()).expect("network");
+                        let mut ex = Executor::new(&graph, model, TraceDetail::Collective, None).expect("executor");
+                        ex.advance(crate::engine::Time::MAX, &mut None).expect("run");
+                        assert_eq!(ex.finished_ops, graph.len());
+                        (ex.transfer_owner.len(), ex.free_transfers.clone(), ex.transfers)
+                    })
+                };
+                let (direct, general) = (ids(true), ids(false));
+                assert!(direct.2 > 0);
+                assert_eq!(direct, general, "{workers} workers, {fidelity:?}");
+            }
+        }
+    }
 
     #[test]
     fn a_packed_event_unpacks_to_itself() {
