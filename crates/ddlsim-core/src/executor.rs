@@ -232,11 +232,46 @@ impl StreamState {
 }
 
 struct LiveCollective {
-    machine: Box<dyn Collective>,
+    machine: Machine,
     /// Graph op of each member (u32::MAX until it joins).
     ops: Vec<u32>,
     /// What a [`RingLane`] needs of each member, built at its first delivery (every member joined by then).
     lane: Vec<LaneMember>,
+}
+
+/// A live collective's machine: a ring held as itself (its [`RingLane`]
+/// calls no trait object), or any machine; everything else sees a `dyn Collective`.
+enum Machine {
+    Ring(Box<crate::collective::ring::RingMachine>),
+    Any(Box<dyn Collective>),
+}
+
+impl Machine {
+    fn new(machine: Box<dyn Collective>) -> Self {
+        match machine.into_ring() {
+            Ok(ring) => Machine::Ring(ring),
+            Err(machine) => Machine::Any(machine),
+        }
+    }
+}
+
+impl std::ops::Deref for Machine {
+    type Target = dyn Collective;
+    fn deref(&self) -> &(dyn Collective + 'static) {
+        match self {
+            Machine::Ring(ring) => &**ring,
+            Machine::Any(machine) => &**machine,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Machine {
+    fn deref_mut(&mut self) -> &mut (dyn Collective + 'static) {
+        match self {
+            Machine::Ring(ring) => &mut **ring,
+            Machine::Any(machine) => &mut **machine,
+        }
+    }
 }
 
 /// A ring member as its [`RingLane`] sends: its op, rank, band, tenant, and
@@ -379,6 +414,51 @@ impl crate::collective::ring::RingSink for RingLane<'_> {
     }
 }
 
+/// The executor's network model: the flow-level model held as itself (its
+/// direct paths inlined, no call through the trait object), or any model.
+/// Everything else sees a `dyn NetworkModel`.
+enum Network {
+    Flow(Box<crate::network::Flow>),
+    Any(Box<dyn NetworkModel>),
+}
+
+impl Network {
+    fn new(model: Box<dyn NetworkModel>) -> Self {
+        match model.into_flow() {
+            Ok(flow) => Network::Flow(flow),
+            Err(model) => Network::Any(model),
+        }
+    }
+
+    /// Where a [`RingLane`] starts its sends.
+    #[inline(always)]
+    fn lane(&mut self) -> LaneNet<'_> {
+        match self {
+            Network::Flow(flow) => LaneNet::Flow(flow),
+            Network::Any(model) => LaneNet::Any(&mut **model),
+        }
+    }
+}
+
+impl std::ops::Deref for Network {
+    type Target = dyn NetworkModel;
+    fn deref(&self) -> &(dyn NetworkModel + 'static) {
+        match self {
+            Network::Flow(flow) => &**flow,
+            Network::Any(model) => &**model,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Network {
+    fn deref_mut(&mut self) -> &mut (dyn NetworkModel + 'static) {
+        match self {
+            Network::Flow(flow) => &mut **flow,
+            Network::Any(model) => &mut **model,
+        }
+    }
+}
+
 /// The network a [`RingLane`] starts its sends on: the flow-level model
 /// itself (its direct paths inlined), or any model through the trait.
 enum LaneNet<'a> {
@@ -423,7 +503,7 @@ struct Executor<'g> {
     /// Parked members per collective.
     parked_in: Vec<u32>,
     queue: Queue,
-    network: Box<dyn NetworkModel>,
+    network: Network,
     transfer_owner: Vec<Owner>,
     free_transfers: Vec<u32>,
     collectives: Vec<Option<LiveCollective>>,
@@ -595,7 +675,7 @@ impl<'g> Executor<'g> {
             parked: HashMap::default(),
             parked_in: vec![0; graph.collectives.len()],
             queue: Queue(BucketQueue::new()),
-            network,
+            network: Network::new(network),
             transfer_owner: Vec::new(),
             free_transfers: Vec::new(),
             collectives: (0..graph.collectives.len()).map(|_| None).collect(),
@@ -692,9 +772,9 @@ impl<'g> Executor<'g> {
                 Event::Net(token) => {
                     let lone = match self.direct {
                         false => None,
-                        true => match self.network.as_flow() {
-                            Some(flow) => flow.lone_delivery(now, token),
-                            None => self.network.lone_delivery(now, token),
+                        true => match &mut self.network {
+                            Network::Flow(flow) => flow.lone_delivery(now, token),
+                            Network::Any(model) => model.lone_delivery(now, token),
                         },
                     };
                     if let Some(delivery) = lone {
@@ -1284,7 +1364,7 @@ impl<'g> Executor<'g> {
         let spec = &self.graph.collectives[c];
         let track = self.detail == TraceDetail::Step;
         let live = self.collectives[c].get_or_insert_with(|| LiveCollective {
-            machine: crate::collective::new_collective_for(
+            machine: Machine::new(crate::collective::new_collective_for(
                 spec,
                 &match &self.graph.rank_classes {
                     Some(classes) => classes.params(spec, &self.graph.host_of_rank),
@@ -1292,7 +1372,7 @@ impl<'g> Executor<'g> {
                 },
                 self.graph.closed_form.as_ref(),
                 track,
-            ),
+            )),
             ops: vec![u32::MAX; spec.members.len()],
             lane: Vec::new(),
         });
@@ -1336,7 +1416,7 @@ impl<'g> Executor<'g> {
         let recv_row = NO_CAUSE;
         if self.direct && self.detail != TraceDetail::Step && self.parked.is_empty() {
             let LiveCollective { machine, ops, lane } = self.collectives[c].as_mut().expect("collective live while steps fly");
-            if let Some(ring) = machine.as_ring() {
+            if let Machine::Ring(ring) = machine {
                 if lane.is_empty() {
                     *lane = lane_members(self.graph, c, ops);
                 }
@@ -1350,10 +1430,7 @@ impl<'g> Executor<'g> {
                     c: c as u32,
                     now,
                     members: lane,
-                    network: match self.network.as_flow() {
-                        Some(flow) => LaneNet::Flow(flow),
-                        None => LaneNet::Any(&mut *self.network),
-                    },
+                    network: self.network.lane(),
                     queue: &mut self.queue,
                     flights: &mut self.flights,
                     transfer_owner: &mut self.transfer_owner,

@@ -118,7 +118,20 @@ pub struct PortRecord {
     pub max_bytes: u64,
 }
 
-pub trait NetworkModel {
+/// Any sized model as a trait object (implemented for every model; lets
+/// [`NetworkModel::into_flow`] hand back a model that is not [`Flow`]).
+#[doc(hidden)]
+pub trait IntoDynNetwork {
+    fn into_dyn(self: Box<Self>) -> Box<dyn NetworkModel>;
+}
+
+impl<T: NetworkModel + 'static> IntoDynNetwork for T {
+    fn into_dyn(self: Box<Self>) -> Box<dyn NetworkModel> {
+        self
+    }
+}
+
+pub trait NetworkModel: IntoDynNetwork {
     /// The topology the model routes over (switches, links, routes).
     fn topology(&self) -> &Topology;
     fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), Error>;
@@ -169,6 +182,13 @@ pub trait NetworkModel {
     #[inline]
     fn as_flow(&mut self) -> Option<&mut Flow> {
         None
+    }
+    /// The model as the flow-level model itself, or back as it was: the
+    /// executor keeps a flow model apart so that its direct paths need no
+    /// call through the trait object at all.
+    #[doc(hidden)]
+    fn into_flow(self: Box<Self>) -> Result<Box<Flow>, Box<dyn NetworkModel>> {
+        Err(self.into_dyn())
     }
     fn stats(&self) -> NetworkStats;
     fn take_flows(&mut self) -> Vec<FlowRecord>;
@@ -527,6 +547,9 @@ impl NetworkModel for Flow {
     #[inline]
     fn as_flow(&mut self) -> Option<&mut Flow> {
         Some(self)
+    }
+    fn into_flow(self: Box<Self>) -> Result<Box<Flow>, Box<dyn NetworkModel>> {
+        Ok(self)
     }
     /// `on_event`'s branch for a delivery token.
     #[inline(always)]
