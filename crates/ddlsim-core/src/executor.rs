@@ -55,7 +55,7 @@ pub struct RunOutput {
     pub packet: Option<(crate::network::packet::Totals, bool)>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
     OpDone(u32),
     Net(u64),
@@ -65,6 +65,57 @@ enum Event {
     FanStart(u32),
     /// A collective member's wake-up (index into `Executor::wakes`).
     Wake(u32),
+}
+
+impl Event {
+    /// The event in one `u128`: the kind in the low word, its argument in
+    /// the high one (built in registers and stored as two words; an enum
+    /// copied into the queue went through the stack, a 16-byte load of two
+    /// narrower stores).
+    #[inline(always)]
+    fn pack(self) -> u128 {
+        let (kind, arg) = match self {
+            Event::OpDone(op) => (0, op as u64),
+            Event::Net(token) => (1, token),
+            Event::FanRecv(op) => (2, op as u64),
+            Event::FanStart(f) => (3, f as u64),
+            Event::Wake(slot) => (4, slot as u64),
+        };
+        (arg as u128) << 64 | kind
+    }
+
+    #[inline(always)]
+    fn unpack(x: u128) -> Event {
+        let arg = (x >> 64) as u64;
+        match x as u64 {
+            1 => Event::Net(arg),
+            0 => Event::OpDone(arg as u32),
+            2 => Event::FanRecv(arg as u32),
+            3 => Event::FanStart(arg as u32),
+            _ => Event::Wake(arg as u32),
+        }
+    }
+}
+
+/// The executor's event queue ([`BucketQueue`] of packed [`Event`]s).
+struct Queue(BucketQueue<u128>);
+
+impl Queue {
+    #[inline(always)]
+    fn push(&mut self, time: Time, event: Event) {
+        self.0.push(time, event.pack());
+    }
+    #[inline(always)]
+    fn pop(&mut self) -> Option<(Time, Event)> {
+        self.0.pop().map(|(t, x)| (t, Event::unpack(x)))
+    }
+    #[inline(always)]
+    fn peek_time(&self) -> Option<Time> {
+        self.0.peek_time()
+    }
+    fn processed(&self) -> u64 {
+        self.0.processed()
+    }
 }
 
 /// A collective member reducing until its wake-up.
@@ -181,13 +232,61 @@ impl StreamState {
 }
 
 struct LiveCollective {
-    machine: Box<dyn Collective>,
+    machine: Machine,
     /// Graph op of each member (u32::MAX until it joins).
     ops: Vec<u32>,
+    /// What a [`RingLane`] needs of each member, built at its first delivery (every member joined by then).
+    lane: Vec<LaneMember>,
+}
+
+/// A live collective's machine: a ring held as itself (its [`RingLane`]
+/// calls no trait object), or any machine; everything else sees a `dyn Collective`.
+enum Machine {
+    Ring(Box<crate::collective::ring::RingMachine>),
+    Any(Box<dyn Collective>),
+}
+
+impl Machine {
+    fn new(machine: Box<dyn Collective>) -> Self {
+        match machine.into_ring() {
+            Ok(ring) => Machine::Ring(ring),
+            Err(machine) => Machine::Any(machine),
+        }
+    }
+}
+
+impl std::ops::Deref for Machine {
+    type Target = dyn Collective;
+    fn deref(&self) -> &(dyn Collective + 'static) {
+        match self {
+            Machine::Ring(ring) => &**ring,
+            Machine::Any(machine) => &**machine,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Machine {
+    fn deref_mut(&mut self) -> &mut (dyn Collective + 'static) {
+        match self {
+            Machine::Ring(ring) => &mut **ring,
+            Machine::Any(machine) => &mut **machine,
+        }
+    }
+}
+
+/// A ring member as its [`RingLane`] sends: its op, rank, band, tenant, and
+/// whether its stream is FIFO or none (the lane starts only such sends).
+#[derive(Debug, Clone, Copy)]
+struct LaneMember {
+    op: u32,
+    rank: u32,
+    tenant: u32,
+    band: u8,
+    plain: bool,
 }
 
 /// The executor's event queue seen by a network model.
-struct NetQueue<'a>(&'a mut BucketQueue<Event>);
+struct NetQueue<'a>(&'a mut Queue);
 
 impl Scheduler for NetQueue<'_> {
     fn schedule(&mut self, at: Time, token: u64) {
@@ -225,16 +324,18 @@ pub fn with_direct_paths<T>(on: bool, f: impl FnOnce() -> T) -> T {
 /// cannot take (a send on another stream policy, a member done: finishing
 /// an op may start anything) on, it keeps the actions, in order, for
 /// `apply_batch`. The tests `ring_lane_*` compare both paths.
-struct RingLane<'a, 'g> {
+struct RingLane<'a> {
     c: u32,
     now: Time,
-    graph: &'g Graph,
-    ops: &'a [u32],
-    network: &'a mut dyn NetworkModel,
-    queue: &'a mut BucketQueue<Event>,
+    members: &'a [LaneMember],
+    network: LaneNet<'a>,
+    queue: &'a mut Queue,
     flights: &'a mut Vec<StepInFlight>,
     transfer_owner: &'a mut Vec<Owner>,
     free_transfers: &'a mut Vec<u32>,
+    /// The id of the step just delivered, held back from `free_transfers`
+    /// (whose top it would be) for the lane's first send.
+    spare: Option<u32>,
     bytes_sent: &'a mut [u64],
     next_message: &'a mut i64,
     transfers: &'a mut u64,
@@ -244,13 +345,12 @@ struct RingLane<'a, 'g> {
     error: Option<Error>,
 }
 
-impl crate::collective::ring::RingSink for RingLane<'_, '_> {
+impl crate::collective::ring::RingSink for RingLane<'_> {
     #[inline(always)]
     fn send(&mut self, from: u32, to: u32, bytes: u64, step: u32, meta: impl FnOnce() -> (Time, [Cause; 4])) {
         let tag = (from as u64) << 32 | step as u64;
-        let op = self.ops[from as usize];
-        let o = &self.graph.ops[op as usize];
-        if self.deferred || (o.stream != NO_STREAM && self.graph.streams[o.stream as usize].policy != PolicyKind::Fifo) {
+        let me = self.members[from as usize];
+        if self.deferred || !me.plain {
             self.deferred = true;
             let (ready, causes) = meta();
             self.rest.push(Action::Send { from, to, bytes, tag, step, ready, causes });
@@ -258,35 +358,48 @@ impl crate::collective::ring::RingSink for RingLane<'_, '_> {
         }
         // `send_step` at a detail below step, on a FIFO stream.
         let c = self.c as usize;
-        let spec = &self.graph.collectives[c];
-        let (src, dst) = (spec.members[from as usize], spec.members[to as usize]);
-        let (band, tenant) = (o.band, o.tenant);
+        let (op, src, dst) = (me.op, me.rank, self.members[to as usize].rank);
+        let (band, tenant) = (me.band, me.tenant);
         let message = *self.next_message;
         *self.next_message += 1;
         *self.transfers += 1;
         self.bytes_sent[src as usize] += bytes;
-        let id = match self.free_transfers.pop() {
-            Some(id) => {
-                self.transfer_owner[id as usize] = Owner::Step;
-                id
-            }
-            None => {
-                self.transfer_owner.push(Owner::Step);
-                (self.transfer_owner.len() - 1) as u32
-            }
+        let id = match self.spare.take() {
+            // Freed by a step: its owner is `Step` already.
+            Some(id) => id,
+            None => match self.free_transfers.pop() {
+                Some(id) => {
+                    self.transfer_owner[id as usize] = Owner::Step;
+                    id
+                }
+                None => {
+                    self.transfer_owner.push(Owner::Step);
+                    (self.transfer_owner.len() - 1) as u32
+                }
+            },
         };
         if self.flights.len() <= id as usize {
             self.flights.resize(id as usize + 1, StepInFlight::default());
         }
         self.flights[id as usize] = StepInFlight { collective: c as u32, op, to_rank: dst, tag, bytes };
-        let req = TransferRequest { id, message: message as u64, src, dst, bytes, band, tenant };
-        let started = match self.network.start_lone(self.now, req) {
-            Ok(Some((at, token))) => {
-                self.queue.push(at, Event::Net(token));
-                Ok(())
-            }
-            Ok(None) => self.network.start(self.now, req, &mut NetQueue(self.queue)),
-            Err(e) => Err(e),
+        let req = || TransferRequest { id, message: message as u64, src, dst, bytes, band, tenant };
+        let started = match &mut self.network {
+            LaneNet::Flow(flow) => match flow.start_lone_parts(self.now, id, src, dst, bytes, band, req) {
+                Ok(Some((at, token))) => {
+                    self.queue.push(at, Event::Net(token));
+                    Ok(())
+                }
+                Ok(None) => flow.start(self.now, req(), &mut NetQueue(self.queue)),
+                Err(e) => Err(e),
+            },
+            LaneNet::Any(network) => match network.start_lone(self.now, req()) {
+                Ok(Some((at, token))) => {
+                    self.queue.push(at, Event::Net(token));
+                    Ok(())
+                }
+                Ok(None) => network.start(self.now, req(), &mut NetQueue(self.queue)),
+                Err(e) => Err(e),
+            },
         };
         if let Err(e) = started {
             self.deferred = true;
@@ -299,6 +412,73 @@ impl crate::collective::ring::RingSink for RingLane<'_, '_> {
         self.deferred = true;
         self.rest.push(Action::Done { member });
     }
+}
+
+/// The executor's network model: the flow-level model held as itself (its
+/// direct paths inlined, no call through the trait object), or any model.
+/// Everything else sees a `dyn NetworkModel`.
+enum Network {
+    Flow(Box<crate::network::Flow>),
+    Any(Box<dyn NetworkModel>),
+}
+
+impl Network {
+    fn new(model: Box<dyn NetworkModel>) -> Self {
+        match model.into_flow() {
+            Ok(flow) => Network::Flow(flow),
+            Err(model) => Network::Any(model),
+        }
+    }
+
+    /// Where a [`RingLane`] starts its sends.
+    #[inline(always)]
+    fn lane(&mut self) -> LaneNet<'_> {
+        match self {
+            Network::Flow(flow) => LaneNet::Flow(flow),
+            Network::Any(model) => LaneNet::Any(&mut **model),
+        }
+    }
+}
+
+impl std::ops::Deref for Network {
+    type Target = dyn NetworkModel;
+    fn deref(&self) -> &(dyn NetworkModel + 'static) {
+        match self {
+            Network::Flow(flow) => &**flow,
+            Network::Any(model) => &**model,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Network {
+    fn deref_mut(&mut self) -> &mut (dyn NetworkModel + 'static) {
+        match self {
+            Network::Flow(flow) => &mut **flow,
+            Network::Any(model) => &mut **model,
+        }
+    }
+}
+
+/// The network a [`RingLane`] starts its sends on: the flow-level model
+/// itself (its direct paths inlined), or any model through the trait.
+enum LaneNet<'a> {
+    Flow(&'a mut crate::network::Flow),
+    Any(&'a mut dyn NetworkModel),
+}
+
+/// The [`LaneMember`]s of collective `c`, whose members all joined (`ops`).
+#[cold]
+#[inline(never)]
+fn lane_members(graph: &Graph, c: usize, ops: &[u32]) -> Vec<LaneMember> {
+    let spec = &graph.collectives[c];
+    ops.iter()
+        .zip(&spec.members)
+        .map(|(&op, &rank)| {
+            let o = &graph.ops[op as usize];
+            let plain = o.stream == NO_STREAM || graph.streams[o.stream as usize].policy == PolicyKind::Fifo;
+            LaneMember { op, rank, tenant: o.tenant, band: o.band, plain }
+        })
+        .collect()
 }
 
 const PARKED: u64 = 1 << 63;
@@ -322,8 +502,8 @@ struct Executor<'g> {
     parked: HashMap<u32, Option<Held>>,
     /// Parked members per collective.
     parked_in: Vec<u32>,
-    queue: BucketQueue<Event>,
-    network: Box<dyn NetworkModel>,
+    queue: Queue,
+    network: Network,
     transfer_owner: Vec<Owner>,
     free_transfers: Vec<u32>,
     collectives: Vec<Option<LiveCollective>>,
@@ -494,8 +674,8 @@ impl<'g> Executor<'g> {
             streams,
             parked: HashMap::default(),
             parked_in: vec![0; graph.collectives.len()],
-            queue: BucketQueue::new(),
-            network,
+            queue: Queue(BucketQueue::new()),
+            network: Network::new(network),
             transfer_owner: Vec::new(),
             free_transfers: Vec::new(),
             collectives: (0..graph.collectives.len()).map(|_| None).collect(),
@@ -590,7 +770,14 @@ impl<'g> Executor<'g> {
                 Event::FanStart(f) => self.launch_fan(f as usize, now)?,
                 Event::Wake(slot) => self.wake(slot, now)?,
                 Event::Net(token) => {
-                    if let Some(delivery) = if self.direct { self.network.lone_delivery(now, token) } else { None } {
+                    let lone = match self.direct {
+                        false => None,
+                        true => match &mut self.network {
+                            Network::Flow(flow) => flow.lone_delivery(now, token),
+                            Network::Any(model) => model.lone_delivery(now, token),
+                        },
+                    };
+                    if let Some(delivery) = lone {
                         if let Some(d) = delivery {
                             self.delivered(d, now)?;
                         }
@@ -602,7 +789,7 @@ impl<'g> Executor<'g> {
                     let mut delivered = std::mem::take(&mut self.deliveries);
                     self.network.on_event(now, token, &mut NetQueue(&mut self.queue), &mut delivered)?;
                     for d in delivered.drain(..) {
-                        self.delivered(d, now)?;
+                        self.delivered_out_of_line(d, now)?;
                     }
                     self.deliveries = delivered;
                     if self.finished_ops == self.graph.len() && self.network.background_only(now) {
@@ -1100,18 +1287,29 @@ impl<'g> Executor<'g> {
         }
     }
 
+    /// [`Executor::delivered`] for the network's general event path (the lone one has it inlined).
+    #[inline(never)]
+    fn delivered_out_of_line(&mut self, d: Delivery, now: Time) -> Result<(), Error> {
+        self.delivered(d, now)
+    }
+
+    #[inline(always)]
     fn delivered(&mut self, d: Delivery, now: Time) -> Result<(), Error> {
-        self.free_transfers.push(d.id);
         match self.transfer_owner[d.id as usize] {
             Owner::Op(op) => {
+                self.free_transfers.push(d.id);
                 let o = &self.graph.ops[op as usize];
                 self.bytes_received[o.peer as usize] += o.bytes;
                 self.tx_end[op as usize] = d.tx_end;
                 self.recv_row[op as usize] = self.new_row();
                 self.finish_op(op, now)
             }
-            Owner::Fan(f) => self.fan_transmitted(f, d.tx_end, now),
+            Owner::Fan(f) => {
+                self.free_transfers.push(d.id);
+                self.fan_transmitted(f, d.tx_end, now)
+            }
             Owner::Step => {
+                // `step_delivered` frees the id (a ring lane first offers it to its sends).
                 let f = self.flights[d.id as usize];
                 self.bytes_received[f.to_rank as usize] += f.bytes;
                 self.step_delivered(f, d.id, d.tx_end, now)
@@ -1166,7 +1364,7 @@ impl<'g> Executor<'g> {
         let spec = &self.graph.collectives[c];
         let track = self.detail == TraceDetail::Step;
         let live = self.collectives[c].get_or_insert_with(|| LiveCollective {
-            machine: crate::collective::new_collective_for(
+            machine: Machine::new(crate::collective::new_collective_for(
                 spec,
                 &match &self.graph.rank_classes {
                     Some(classes) => classes.params(spec, &self.graph.host_of_rank),
@@ -1174,8 +1372,9 @@ impl<'g> Executor<'g> {
                 },
                 self.graph.closed_form.as_ref(),
                 track,
-            ),
+            )),
             ops: vec![u32::MAX; spec.members.len()],
+            lane: Vec::new(),
         });
         if live.ops[member as usize] != u32::MAX {
             return Err(format!("collective {c}: member {member} joined twice (ops {} and {id})", live.ops[member as usize]).into());
@@ -1214,43 +1413,54 @@ impl<'g> Executor<'g> {
     #[inline(always)]
     fn step_delivered(&mut self, f: StepInFlight, id: u32, tx_end: Time, now: Time) -> Result<(), Error> {
         let c = f.collective as usize;
-        let stream = self.graph.ops[f.op as usize].stream;
-        // Sends in flight are counted for the policies that look at them (a FIFO stream neither preempts nor yields).
-        let counted = stream != NO_STREAM && self.graph.streams[stream as usize].policy != PolicyKind::Fifo;
         let recv_row = NO_CAUSE;
-        if self.direct && !counted && self.detail != TraceDetail::Step && self.parked.is_empty() {
-            let LiveCollective { machine, ops } = self.collectives[c].as_mut().expect("collective live while steps fly");
-            if let Some(ring) = machine.as_ring() {
+        if self.direct && self.detail != TraceDetail::Step && self.parked.is_empty() {
+            let LiveCollective { machine, ops, lane } = self.collectives[c].as_mut().expect("collective live while steps fly");
+            if let Machine::Ring(ring) = machine {
+                if lane.is_empty() {
+                    *lane = lane_members(self.graph, c, ops);
+                }
+                // Sends in flight are counted for the policies that look at them (a FIFO stream neither preempts nor yields).
+                if !lane[(f.tag >> 32) as usize].plain {
+                    self.free_transfers.push(id);
+                    return self.step_delivered_general(f, id, tx_end, now);
+                }
                 // The ring's sends go straight to the network as the machine makes them (see `RingLane`).
-                let mut rest = std::mem::take(&mut self.lane_rest);
                 let mut lane = RingLane {
                     c: c as u32,
                     now,
-                    graph: self.graph,
-                    ops,
-                    network: &mut *self.network,
+                    members: lane,
+                    network: self.network.lane(),
                     queue: &mut self.queue,
                     flights: &mut self.flights,
                     transfer_owner: &mut self.transfer_owner,
                     free_transfers: &mut self.free_transfers,
+                    spare: Some(id),
                     bytes_sent: &mut self.bytes_sent,
                     next_message: &mut self.next_message,
                     transfers: &mut self.transfers,
-                    rest: &mut rest,
+                    rest: &mut self.lane_rest,
                     deferred: false,
                     error: None,
                 };
                 ring.delivered_into(now, f.tag, &mut lane);
-                let result = match lane.error.take() {
-                    Some(e) => Err(e),
-                    None if rest.is_empty() => Ok(()),
-                    None => self.apply_batch(c, &rest, now, recv_row),
-                };
-                rest.clear();
+                if let Some(id) = lane.spare {
+                    lane.free_transfers.push(id);
+                }
+                if let Some(e) = lane.error {
+                    return Err(e);
+                }
+                if self.lane_rest.is_empty() {
+                    return Ok(());
+                }
+                let rest = std::mem::take(&mut self.lane_rest);
+                let result = self.apply_batch(c, &rest, now, recv_row);
                 self.lane_rest = rest;
+                self.lane_rest.clear();
                 return result;
             }
         }
+        self.free_transfers.push(id);
         self.step_delivered_general(f, id, tx_end, now)
     }
 
@@ -1989,6 +2199,65 @@ impl<'g> Executor<'g> {
             run_names,
             row_base,
             clock,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{with_direct_paths, Event, Executor, TraceDetail};
+
+    /// The ring lane hands the delivered step's transfer id to its first
+    /// send instead of the free list (whose top it would be): the ids taken
+    /// and the free list left at the end must be the general path's (an id
+    /// kept back, pushed late or lost would change them). Rings of several
+    /// sizes, uneven chunks, several tensors at once, with the lane's
+    /// actions left for `apply_batch` at every ring's end.
+    #[test]
+    fn the_ring_lane_takes_the_general_paths_transfer_ids() {
+        use crate::lower::training::{AlgorithmName, GroupSpec, LayerSpec, SyncSpec, TrainingSpec};
+        use crate::network::{Fidelity, NetworkSpec, TopologySpec};
+        for workers in [2u32, 3, 5, 8] {
+            let layers: Vec<LayerSpec> = (0..4).map(|i| LayerSpec { fwd_ns: 1000 * i, bwd_ns: 3000 + 700 * i }).collect();
+            let groups: Vec<GroupSpec> =
+                (0..6u32).map(|t| GroupSpec { layers: vec![t % 4], tensor: t as i32, bytes: 1000 + 333 * t as u64, server: 0, update_ns: 0 }).collect();
+            let spec = TrainingSpec { seed: 1, ..TrainingSpec::new(workers, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }, layers, groups) };
+            for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
+                let net = NetworkSpec {
+                    fidelity,
+                    bandwidth_bps: 10e9,
+                    latency_ns: 10_000,
+                    topology: TopologySpec::Star,
+                    intra_host_bandwidth_bps: None,
+                    intra_host_latency_ns: 0,
+                    record_flows: false,
+                    packet: None,
+                    hosts: None,
+                    tenants: Vec::new(),
+                };
+                let graph = crate::training_graph(&spec, &net).expect("graph");
+                let ids = |direct: bool| {
+                    with_direct_paths(direct, || {
+                        let model = crate::network::build_network(&net, &graph.hosts()).expect("network");
+                        let mut ex = Executor::new(&graph, model, TraceDetail::Collective, None).expect("executor");
+                        ex.advance(crate::engine::Time::MAX, &mut None).expect("run");
+                        assert_eq!(ex.finished_ops, graph.len());
+                        (ex.transfer_owner.len(), ex.free_transfers.clone(), ex.transfers)
+                    })
+                };
+                let (direct, general) = (ids(true), ids(false));
+                assert!(direct.2 > 0);
+                assert_eq!(direct, general, "{workers} workers, {fidelity:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_packed_event_unpacks_to_itself() {
+        for x in [0u32, 1, 2, 0x7fff_ffff, u32::MAX] {
+            for e in [Event::OpDone(x), Event::FanRecv(x), Event::FanStart(x), Event::Wake(x), Event::Net(x as u64), Event::Net((x as u64) << 32 | 5), Event::Net(u64::MAX)] {
+                assert_eq!(Event::unpack(e.pack()), e);
+            }
         }
     }
 }

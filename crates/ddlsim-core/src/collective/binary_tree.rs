@@ -202,7 +202,7 @@ impl<A: Plan, B: Plan> Both<A, B> {
     }
 }
 
-impl<A: Plan, B: Plan> Collective for Both<A, B> {
+impl<A: Plan + 'static, B: Plan + 'static> Collective for Both<A, B> {
     fn join(&mut self, now: Time, member: u32, cause: Cause, out: &mut Vec<Action>) {
         let mut scratch = std::mem::take(&mut self.scratch);
         self.a.join(now, member, cause, &mut scratch);

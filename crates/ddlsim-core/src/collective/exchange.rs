@@ -364,7 +364,7 @@ impl<P: Plan> Exchange<P> {
     }
 }
 
-impl<P: Plan> Collective for Exchange<P> {
+impl<P: Plan + 'static> Collective for Exchange<P> {
     fn join(&mut self, now: Time, member: u32, cause: Cause, out: &mut Vec<Action>) {
         let me = &mut self.members[member as usize];
         debug_assert_eq!(me.joined_at, NOT_JOINED, "member joined twice");

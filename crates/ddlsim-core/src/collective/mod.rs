@@ -67,7 +67,20 @@ pub enum Action {
     Wake { member: u32, at: Time, tag: u64, bytes: u64, causes: [Cause; 2] },
 }
 
-pub trait Collective {
+/// Any sized machine as a trait object (lets [`Collective::into_ring`]
+/// hand back a machine that is not a ring).
+#[doc(hidden)]
+pub trait IntoDynCollective {
+    fn into_dyn(self: Box<Self>) -> Box<dyn Collective>;
+}
+
+impl<T: Collective + 'static> IntoDynCollective for T {
+    fn into_dyn(self: Box<Self>) -> Box<dyn Collective> {
+        self
+    }
+}
+
+pub trait Collective: IntoDynCollective {
     /// Member `member` joined at `now`; `cause` stands for its join.
     fn join(&mut self, now: Time, member: u32, cause: Cause, out: &mut Vec<Action>);
     /// The transfer `tag` was delivered at `now`; `cause` is its recv row.
@@ -79,6 +92,11 @@ pub trait Collective {
     /// The machine as a [`ring::RingMachine`], for the executor's direct path.
     fn as_ring(&mut self) -> Option<&mut ring::RingMachine> {
         None
+    }
+    /// The machine as a [`ring::RingMachine`] itself, or back as it was (the
+    /// executor keeps a ring apart: its direct path calls no trait object).
+    fn into_ring(self: Box<Self>) -> Result<Box<ring::RingMachine>, Box<dyn Collective>> {
+        Err(self.into_dyn())
     }
     /// True once every member is done. It turns true only in a call that
     /// outputs a [`Action::Done`] or [`Action::DoneAt`] (the executor asks only then).

@@ -325,6 +325,10 @@ impl Collective for RingMachine {
         Some(self)
     }
 
+    fn into_ring(self: Box<Self>) -> Result<Box<RingMachine>, Box<dyn Collective>> {
+        Ok(self)
+    }
+
     fn complete(&self) -> bool {
         self.finished == self.n
     }

@@ -118,7 +118,20 @@ pub struct PortRecord {
     pub max_bytes: u64,
 }
 
-pub trait NetworkModel {
+/// Any sized model as a trait object (implemented for every model; lets
+/// [`NetworkModel::into_flow`] hand back a model that is not [`Flow`]).
+#[doc(hidden)]
+pub trait IntoDynNetwork {
+    fn into_dyn(self: Box<Self>) -> Box<dyn NetworkModel>;
+}
+
+impl<T: NetworkModel + 'static> IntoDynNetwork for T {
+    fn into_dyn(self: Box<Self>) -> Box<dyn NetworkModel> {
+        self
+    }
+}
+
+pub trait NetworkModel: IntoDynNetwork {
     /// The topology the model routes over (switches, links, routes).
     fn topology(&self) -> &Topology;
     fn start(&mut self, now: Time, req: TransferRequest, sched: &mut dyn Scheduler) -> Result<(), Error>;
@@ -161,6 +174,21 @@ pub trait NetworkModel {
     #[inline]
     fn lone_delivery(&mut self, _now: Time, _token: u64) -> Option<Option<Delivery>> {
         None
+    }
+    /// The flow-level model itself (`None` for every other model), so that
+    /// the executor's direct paths call its `start_lone` and `lone_delivery`
+    /// inlined instead of through the trait object.
+    #[doc(hidden)]
+    #[inline]
+    fn as_flow(&mut self) -> Option<&mut Flow> {
+        None
+    }
+    /// The model as the flow-level model itself, or back as it was: the
+    /// executor keeps a flow model apart so that its direct paths need no
+    /// call through the trait object at all.
+    #[doc(hidden)]
+    fn into_flow(self: Box<Self>) -> Result<Box<Flow>, Box<dyn NetworkModel>> {
+        Err(self.into_dyn())
     }
     fn stats(&self) -> NetworkStats;
     fn take_flows(&mut self) -> Vec<FlowRecord>;
@@ -234,7 +262,7 @@ impl Common {
         Common { record, slots: Vec::new(), requests: Vec::new(), records: Vec::new(), recorded: 0 }
     }
 
-    #[inline]
+    #[inline(always)]
     fn check(&self, req: &TransferRequest, ranks: u32) -> Result<(), Error> {
         if req.src >= ranks || req.dst >= ranks {
             return Err(Self::outside(req, ranks));
@@ -248,7 +276,7 @@ impl Common {
         Error::internal(format!("internal error, please report: transfer {} -> {} outside the {ranks} placed ranks", req.src, req.dst))
     }
 
-    #[inline]
+    #[inline(always)]
     fn begin(&mut self, now: Time, req: TransferRequest) -> &mut Slot {
         let id = req.id as usize;
         if self.slots.len() <= id {
@@ -472,7 +500,8 @@ const DELIVER: u64 = 1 << 63;
 /// Strict-priority max-min flows ([`FlowNetwork`]). Tokens: a delivery is
 /// `DELIVER | generation << 32 | transfer id` (a cancelled direct end is
 /// stale through the generation); a class completion is `version << 32 | class`.
-struct Flow {
+#[doc(hidden)]
+pub struct Flow {
     net: FlowNetwork,
     common: Common,
     out: Vec<Reschedule>,
@@ -515,8 +544,15 @@ impl NetworkModel for Flow {
     fn on_event(&mut self, now: Time, token: u64, sched: &mut dyn Scheduler, out: &mut Vec<Delivery>) -> Result<(), Error> {
         self.on_event_flow(now, token, sched, out)
     }
-    /// `on_event`'s branch for a delivery token.
     #[inline]
+    fn as_flow(&mut self) -> Option<&mut Flow> {
+        Some(self)
+    }
+    fn into_flow(self: Box<Self>) -> Result<Box<Flow>, Box<dyn NetworkModel>> {
+        Ok(self)
+    }
+    /// `on_event`'s branch for a delivery token.
+    #[inline(always)]
     fn lone_delivery(&mut self, now: Time, token: u64) -> Option<Option<Delivery>> {
         if token & DELIVER == 0 {
             return None;
@@ -537,17 +573,9 @@ impl NetworkModel for Flow {
     /// `start` through [`FlowNetwork::restart_lone_class`]: no class
     /// resolved, nothing cancelled, no reschedule (`out` and `cancelled`
     /// are empty between calls), one delivery scheduled.
-    #[inline]
+    #[inline(always)]
     fn start_lone(&mut self, now: Time, req: TransferRequest) -> Result<Option<(Time, u64)>, Error> {
-        let Some(class) = self.net.lone_restartable(now, req.src, req.dst, req.band) else { return Ok(None) };
-        debug_assert!(self.out.is_empty() && self.cancelled.is_empty());
-        self.common.check(&req, self.net.topology().ranks())?;
-        self.common.begin(now, req);
-        let (tx_end, latency) = self.net.restart_lone_class(now, class, req.id, req.bytes)?;
-        let delivered = at(tx_end, latency)?;
-        let slot = &mut self.common.slots[req.id as usize];
-        slot.tx_end = tx_end;
-        Ok(Some((delivered, Self::delivery_token(slot.generation, req.id))))
+        self.start_lone_parts(now, req.id, req.src, req.dst, req.bytes, req.band, || req)
     }
     fn stats(&self) -> NetworkStats {
         NetworkStats { recomputations: self.net.recomputations(), flows: self.common.recorded }
@@ -558,6 +586,29 @@ impl NetworkModel for Flow {
 }
 
 impl Flow {
+    /// [`NetworkModel::start_lone`] of the request `req` would build, built
+    /// only where it is needed (flows recorded).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn start_lone_parts(&mut self, now: Time, id: u32, src: u32, dst: u32, bytes: u64, band: u8, req: impl FnOnce() -> TransferRequest) -> Result<Option<(Time, u64)>, Error> {
+        let Some(class) = self.net.lone_restartable(now, src, dst, band) else { return Ok(None) };
+        debug_assert!(self.out.is_empty() && self.cancelled.is_empty());
+        // No `check`: the class was the sender's last, to the same receiver, so both were checked then.
+        debug_assert!(src < self.net.topology().ranks() && dst < self.net.topology().ranks());
+        // `Common::begin`.
+        if self.common.slots.len() <= id as usize {
+            self.common.slots.resize(id as usize + 1, Slot::default());
+        }
+        if self.common.record {
+            self.common.remember(now, req());
+        }
+        let (tx_end, latency) = self.net.restart_lone_class(now, class, id, bytes)?;
+        let delivered = at(tx_end, latency)?;
+        let slot = &mut self.common.slots[id as usize];
+        slot.tx_end = tx_end;
+        Ok(Some((delivered, Self::delivery_token(slot.generation, id))))
+    }
+
     #[inline(always)]
     fn started(&mut self, req: TransferRequest, started: FlowStart, sched: &mut dyn Scheduler) -> Result<(), Error> {
         if !self.cancelled.is_empty() {
