@@ -66,30 +66,69 @@ def test_buckets_that_run_side_by_side_are_counted_once_and_one_kind_of_point_de
     assert fit_allreduce([(1, 4, 1e5)]) is None
 
 
-def test_a_plan_from_a_capture_takes_alpha_from_it_unless_a_latency_is_given(tmp_path):
-    import ddlsim
+def alpha_capture(tmp_path, a, b, sizes=(200_000,), buckets=None, bandwidth=None, seed=0):
+    """A lenet5 DDP capture (tests.test_replay_overheads.synthetic_capture, 2 workers) whose all-reduces take
+    a + b M (synthetic_rows), with its 4-byte all-reduce, gamma 0.25 and, given, its buckets (lists of parameter
+    indices) and shaped link."""
     from tests.test_replay_overheads import synthetic_capture
 
-    path, _, _, _ = synthetic_capture(tmp_path / "syn.parquet", workers=2)
+    path, _, _, _ = synthetic_capture(tmp_path / "syn.parquet", workers=2, rng_seed=seed, bandwidth=bandwidth)
     log = read_event_log(path)
-    a, b = 400e3, 9.0
     rows = [r for r in log.to_pandas().to_dict("records") if r["kind"] != "collective"]
-    rows += synthetic_rows(a, b, [200_000], workers=2, iterations=4)
+    rows += synthetic_rows(a, b, list(sizes), workers=2, iterations=4, seed=seed)
     for i, row in enumerate(rows):
         row["id"] = i
         row.pop("deps", None)
     meta = {**log.metadata, "allreduce_small_ns": a + 4 * b, "workers": 2, "gamma_ns_per_byte": 0.25}
+    if buckets is not None:
+        params = meta["parameters"]
+        meta["buckets"] = [{"tensors": list(t), "bytes": sum(params[i]["bytes"] for i in t)} for t in buckets]
     write_event_log(event_log_from_rows(rows, metadata=meta), path)
+    return path
+
+
+def test_capture_alpha_reads_the_fit_of_a_capture(tmp_path):
+    a, b = 400e3, 9.0
+    path = alpha_capture(tmp_path, a, b)
     found = capture_alpha(str(path))
     assert found["alpha_ns"] == pytest.approx(a, rel=1e-6) and found["step_ns"] == pytest.approx(a / 2, rel=1e-6)
     assert found["b_ns_per_byte"] == pytest.approx(b, rel=1e-6) and found["gamma_ns_per_byte"] == 0.25
-    plan = ddlsim.make_plan(model="lenet5", profile=str(path), workers=2, bucket_caps_mb=(25,), slice_bytes=(),
-                            credit_bytes=())
-    assert plan.scenario.network.latency_ns == round(a / 2)
-    assert plan.scenario.strategy.gamma_ns_per_byte == 0.25
-    assert any(note.startswith("alpha = 400 us per all-reduce call, measured in the capture") for note in plan.notes)
-    given = ddlsim.make_plan(model="lenet5", profile=str(path), workers=2, latency="10us", bucket_caps_mb=(25,),
-                             slice_bytes=(), credit_bytes=())
-    assert given.scenario.network.latency_ns == 10_000 and not any("alpha =" in n for n in given.notes)
     # a profile that is not a DDP capture changes nothing
     assert capture_alpha(str(tmp_path / "none.parquet")) is None
+
+
+def test_a_plan_from_a_ddp_capture_simulates_it_as_replay_does_to_the_last_digit(tmp_path):
+    """Oracle: ``ddlsim replay`` of the same capture. The plan's scenario is the replay's (its rate while training,
+    latency, gamma, framework gaps), and its "captured" entry (the capture's own buckets) takes the replay's
+    iteration time exactly, at the capture's own link and at another rate; a given latency is the one simulated."""
+    import ddlsim
+    from ddlsim.simulation.replay import replay_scenario
+
+    rng = np.random.default_rng(24)
+    # lenet5's parameters in registration order: conv1.w, conv1.b, conv2.w, conv2.b, fc1.w, fc1.b, fc2.w, ...
+    layouts = [[list(range(10))[::-1]], [[9, 8, 7, 6], [5, 4, 3, 2, 1, 0]], [[9, 8], [7, 6, 5, 4], [3, 2, 1, 0]]]
+    for trial in range(4):
+        a, b = float(rng.uniform(100e3, 3e6)), float(rng.uniform(5.0, 90.0))
+        buckets = layouts[trial % len(layouts)]
+        bandwidth = ["1Gbps", "100Mbps", None, "1Gbps"][trial]
+        sub = tmp_path / str(trial)
+        sub.mkdir()
+        path = alpha_capture(sub, a, b, sizes=[200_000] * len(buckets), buckets=buckets, bandwidth=bandwidth,
+                             seed=trial)
+        options = dict(model="lenet5", profile=str(path), workers=2, bucket_caps_mb=(1, 25), slice_bytes=(),
+                       credit_bytes=())
+        plan = ddlsim.make_plan(**options, **({"bandwidth": bandwidth} if bandwidth else {}))
+        replayed = ddlsim.replay(path)
+        assert plan.captured is not None and plan.captured.iteration_time_s == replayed.iteration_time_s
+        assert plan.to_dict()["captured"]["iteration_time_s"] == replayed.iteration_time_s
+        own = replay_scenario(path)
+        assert plan.scenario.network == own.network and plan.scenario.strategy.gamma_ns_per_byte == 0.25
+        assert sorted(map(sorted, plan.captured.grouping["groups"])) == sorted(
+            sorted(plan.tensor_names[i] for i in g) for g in buckets)
+        assert any(n.startswith("replay: payload rate") for n in plan.notes)
+        # another rate: the replay at that rate
+        other = ddlsim.make_plan(**options, bandwidth="37Mbps")
+        assert other.captured.iteration_time_s == ddlsim.replay(path, bandwidth="37Mbps").iteration_time_s
+        given = ddlsim.make_plan(**options, latency="10us")
+        assert given.scenario.network.latency_ns == 10_000
+        assert given.captured.iteration_time_s == ddlsim.replay(path, latency="10us").iteration_time_s

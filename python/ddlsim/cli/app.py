@@ -802,6 +802,8 @@ def plan(
     rows += [(f"DDP {c.bucket_cap_mb:g} MB" + (" [best]" if c is result.best_ddp else ""), c) for c in result.ddp_sweep
              if c.bucket_cap_mb != result.ddp_default.bucket_cap_mb or c is result.best_ddp]
     rows.append(("MG-WFBP", result.mg_wfbp))
+    if result.captured is not None:  # planned from a DDP capture: the job as captured (ddlsim replay's time)
+        rows.insert(3, (result.captured.label, result.captured))
     rows += [(c.label + (" [best]" if c is result.best_p3 else ""), c) for c in result.p3_sweep]
     rows += [(c.label + (" [best]" if c is result.best_bytescheduler else ""), c) for c in result.bytescheduler_sweep]
     for label, c in rows:
