@@ -93,6 +93,16 @@ def test_capture_alpha_reads_the_fit_of_a_capture(tmp_path):
     found = capture_alpha(str(path))
     assert found["alpha_ns"] == pytest.approx(a, rel=1e-6) and found["step_ns"] == pytest.approx(a / 2, rel=1e-6)
     assert found["b_ns_per_byte"] == pytest.approx(b, rel=1e-6) and found["gamma_ns_per_byte"] == 0.25
+    # a scenario file naming the capture as its profile is no replay: the planner takes alpha and gamma from it
+    import ddlsim
+
+    scenario = {"model": {"name": "lenet5", "profile": str(path)}, "workers": 2}
+    plan = ddlsim.make_plan(scenario, bucket_caps_mb=(25,), slice_bytes=(), credit_bytes=())
+    assert plan.scenario.network.latency_ns == round(a / 2) and plan.scenario.strategy.gamma_ns_per_byte == 0.25
+    assert plan.captured is None
+    assert any(note.startswith("alpha = 400 us per all-reduce call, measured in the capture") for note in plan.notes)
+    given = ddlsim.make_plan(scenario, latency="10us", bucket_caps_mb=(25,), slice_bytes=(), credit_bytes=())
+    assert given.scenario.network.latency_ns == 10_000 and not any("alpha =" in n for n in given.notes)
     # a profile that is not a DDP capture changes nothing
     assert capture_alpha(str(tmp_path / "none.parquet")) is None
 
