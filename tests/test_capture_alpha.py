@@ -66,7 +66,7 @@ def test_buckets_that_run_side_by_side_are_counted_once_and_one_kind_of_point_de
     assert fit_allreduce([(1, 4, 1e5)]) is None
 
 
-def alpha_capture(tmp_path, a, b, sizes=(200_000,), buckets=None, bandwidth=None, seed=0):
+def alpha_capture(tmp_path, a, b, sizes=(200_000,), buckets=None, bandwidth=None, seed=0, bucket_cap_mb=None):
     """A lenet5 DDP capture (tests.test_replay_overheads.synthetic_capture, 2 workers) whose all-reduces take
     a + b M (synthetic_rows), with its 4-byte all-reduce, gamma 0.25 and, given, its buckets (lists of parameter
     indices) and shaped link."""
@@ -83,6 +83,8 @@ def alpha_capture(tmp_path, a, b, sizes=(200_000,), buckets=None, bandwidth=None
     if buckets is not None:
         params = meta["parameters"]
         meta["buckets"] = [{"tensors": list(t), "bytes": sum(params[i]["bytes"] for i in t)} for t in buckets]
+    if bucket_cap_mb is not None:
+        meta["bucket_cap_mb"] = bucket_cap_mb
     write_event_log(event_log_from_rows(rows, metadata=meta), path)
     return path
 
@@ -142,3 +144,35 @@ def test_a_plan_from_a_ddp_capture_simulates_it_as_replay_does_to_the_last_digit
         given = ddlsim.make_plan(**options, latency="10us")
         assert given.scenario.network.latency_ns == 10_000
         assert given.captured.iteration_time_s == ddlsim.replay(path, latency="10us").iteration_time_s
+
+
+def test_the_sweep_builds_ddps_buckets_as_the_capture_shows_its_torch_builds_them(tmp_path):
+    """Oracle: torch's DDP given bucket_cap_mb (as a plan's ddp_kwargs and capture ddp give it) makes the first
+    bucket as large as the others (torch/nn/parallel/distributed.py: a small first bucket only for the default).
+    LeNet-5 at 0.1 MB: in the ready order fc3.bias .. fc1.bias hold 44536 bytes, fc1.weight 192000 more, so that
+    rule closes the first bucket after fc1.weight (2 buckets), where a 1 MiB first bucket holds all 10 tensors."""
+    import ddlsim
+    from ddlsim.simulation import grouping as gp
+
+    model = ddlsim.load_model("lenet5")
+    as_cap = gp.ddp(model, 0.1, first_bucket_bytes=int(0.1 * 1024 * 1024))
+    assert [sorted(g["tensors"]) for g in sorted(as_cap, key=lambda g: -max(g["tensors"]))] == [
+        [4, 5, 6, 7, 8, 9], [0, 1, 2, 3]]
+    assert len(gp.ddp(model, 0.1)) == 1
+    options = dict(model="lenet5", workers=2, bucket_caps_mb=(0.1, 25), slice_bytes=(), credit_bytes=())
+    shown = alpha_capture(tmp_path, 300e3, 20.0, sizes=[200_000, 40_000], bucket_cap_mb=0.1,
+                          buckets=[[9, 8, 7, 6, 5, 4], [3, 2, 1, 0]])
+    plan = ddlsim.make_plan(profile=str(shown), **options)
+    sweep = {c.bucket_cap_mb: c for c in plan.ddp_sweep}
+    assert sorted(sorted(g["tensors"]) for g in sweep[0.1].groups) == [[0, 1, 2, 3], [4, 5, 6, 7, 8, 9]]
+    assert sweep[0.1].iteration_time_s == plan.captured.iteration_time_s == ddlsim.replay(shown).iteration_time_s
+    assert sweep[0.1].grouping["kind"] == "groups"  # the plan's grouping reproduces it in a scenario
+    assert ddlsim.simulate(plan.scenario, grouping=sweep[0.1].grouping).iteration_time_s == sweep[0.1].iteration_time_s
+    assert any(n.startswith("DDP's buckets for each bucket_cap_mb: the first as large") for n in plan.notes)
+    # a capture whose buckets are DDP's with the 1 MiB first bucket keeps that rule
+    sub = tmp_path / "default"
+    sub.mkdir()
+    default = alpha_capture(sub, 300e3, 20.0, bucket_cap_mb=0.1, buckets=[list(range(10))[::-1]])
+    plan = ddlsim.make_plan(profile=str(default), **options)
+    assert [len(c.groups) for c in plan.ddp_sweep] == [1, 1] and plan.ddp_sweep[0].grouping == {"kind": "ddp", "bucket_cap_mb": 0.1}
+    assert not any(n.startswith("DDP's buckets for each") for n in plan.notes)

@@ -269,6 +269,26 @@ def _ddp_capture_meta(profile: Any) -> Optional[dict]:
     return meta if meta.get("source") == "capture" and meta.get("job") == "ddp" else None
 
 
+def _first_bucket_is_cap(model: Model, own_groups: Sequence[dict], profile: Any, notes: list[str]) -> bool:
+    """Whether the DDP capture at `profile` built its buckets (`own_groups`) with a first bucket as large as the
+    others (torch's DDP does so when it is given ``bucket_cap_mb``, as a plan's ``ddp_kwargs`` and ``capture ddp``
+    give it, in the versions whose first small bucket is only for the default) rather than DDP's 1 MiB first bucket
+    (:func:`ddlsim.simulation.grouping.ddp`); `notes` gets a line when it did."""
+    meta = _ddp_capture_meta(profile) or {}
+    cap = meta.get("bucket_cap_mb")
+    if not isinstance(cap, (int, float)) or isinstance(cap, bool) or cap <= 0:
+        return False
+    mine = _signature(own_groups)
+    if mine == _signature(gp.ddp(model, float(cap))):
+        return False
+    if mine != _signature(gp.ddp(model, float(cap), first_bucket_bytes=int(cap * 1024 * 1024))):
+        return False
+    notes.append(f"DDP's buckets for each bucket_cap_mb: the first as large as the others, as the capture's "
+                 f"{len(own_groups)} buckets at bucket_cap_mb={cap:g} show (the torch that ran it gives a given "
+                 f"bucket_cap_mb no {gp.DDP_FIRST_BUCKET_BYTES >> 20} MiB first bucket)")
+    return True
+
+
 def _replay_of_capture(overrides: dict[str, Any], notes: Optional[list[str]]) -> Optional[Scenario]:
     """Planned from a DDP capture (``profile``, no scenario, no cost model): the scenario ``ddlsim replay`` builds
     from it (:func:`ddlsim.simulation.replay.replay_plan`: the capture's own buckets, framework gaps, optimizer step,
@@ -376,13 +396,18 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
          [gp.make_group([t], "per-tensor") for t in gp.tensor_infos(model)], None),
         ("synceasgd", "SyncEASGD", {"kind": "synceasgd"}, gp.synceasgd(model), None),
     ]
-    for cap in sorted(set(caps) | {float(gp.DDP_BUCKET_CAP_MB)}):
-        jobs.append((f"ddp:{cap:g}", f"DDP {cap:g} MB", {"kind": "ddp", "bucket_cap_mb": cap}, gp.ddp(model, cap), cap))
-    jobs.append(("mg-wfbp", "MG-WFBP", _names_grouping(model, mg_groups), mg_groups, None))
     own = sc.strategy.grouping if replayed is not None else None
-    if own is not None and getattr(own, "kind", None) == "groups":  # the capture's own buckets, as replay runs them
-        own_groups = gp.user_groups(model, own.groups)
-        jobs.append(("captured", f"as captured ({len(own.groups)} DDP buckets)", _names_grouping(model, own_groups),
+    own_groups = gp.user_groups(model, own.groups) if own is not None and getattr(own, "kind", None) == "groups" else None
+    first_is_cap = own_groups is not None and _first_bucket_is_cap(model, own_groups, overrides.get("profile"), notes)
+    for cap in sorted(set(caps) | {float(gp.DDP_BUCKET_CAP_MB)}):
+        if first_is_cap:  # DDP's buckets as the capture's torch builds them for a bucket_cap_mb it is given
+            groups = gp.ddp(model, cap, first_bucket_bytes=int(cap * 1024 * 1024))
+            jobs.append((f"ddp:{cap:g}", f"DDP {cap:g} MB", _names_grouping(model, groups), groups, cap))
+        else:
+            jobs.append((f"ddp:{cap:g}", f"DDP {cap:g} MB", {"kind": "ddp", "bucket_cap_mb": cap}, gp.ddp(model, cap), cap))
+    jobs.append(("mg-wfbp", "MG-WFBP", _names_grouping(model, mg_groups), mg_groups, None))
+    if own_groups is not None:  # the capture's own buckets, as replay runs them
+        jobs.append(("captured", f"as captured ({len(own_groups)} DDP buckets)", _names_grouping(model, own_groups),
                      own_groups, None))
 
     wfbp_groups = jobs[0][3]
