@@ -22,6 +22,12 @@ network's alpha and beta and prices all-reduces for the planner) the planner
    iteration times and speed-ups. The planner's own estimate for MG-WFBP is
    reported beside it for comparison only.
 
+Planned from a DDP capture (``profile`` an events.parquet of ``ddlsim capture ddp``, no scenario, no cost
+model), the scenario is the one ``ddlsim replay`` builds from it
+(:func:`ddlsim.simulation.replay.replay_plan`), and the plan has a ``captured`` entry: the job with the
+capture's own buckets, whose time is the replay's exactly. DDP's buckets for each size are then built as the
+capture shows its torch builds them (:func:`_first_bucket_is_cap`).
+
 Candidates with the same groups are simulated once. The JSON
 (:meth:`Plan.to_dict`) holds the scenario that was simulated and, for each
 plan, a scenario ``grouping`` that reproduces it, so that
