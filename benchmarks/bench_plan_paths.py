@@ -88,7 +88,8 @@ def _run(args, out: Path) -> int:
     report = {"model": args.model, "workers": args.workers, "iterations": args.iterations,
               "batch_size": args.batch_size, "path_for_this_plan": own["plan"]["path"],
               "why": own["plan"].get("why"), "plan_notes": plan.notes,
-              "predicted_ms": {"ddp_default": data["baselines"]["ddp_default"]["iteration_time_s"] * 1e3,
+              "predicted_ms": {"captured": data["captured"]["iteration_time_s"] * 1e3 if data.get("captured") else None,
+                               "ddp_default": data["baselines"]["ddp_default"]["iteration_time_s"] * 1e3,
                                "mg_wfbp": data["mg_wfbp"]["iteration_time_s"] * 1e3},
               "plan_groups": len(data["mg_wfbp"]["plan"]), "runs": runs}
     print(json.dumps(report, indent=1))

@@ -802,6 +802,8 @@ def plan(
     rows += [(f"DDP {c.bucket_cap_mb:g} MB" + (" [best]" if c is result.best_ddp else ""), c) for c in result.ddp_sweep
              if c.bucket_cap_mb != result.ddp_default.bucket_cap_mb or c is result.best_ddp]
     rows.append(("MG-WFBP", result.mg_wfbp))
+    if result.captured is not None:  # planned from a DDP capture: the job as captured (ddlsim replay's time)
+        rows.insert(3, (result.captured.label, result.captured))
     rows += [(c.label + (" [best]" if c is result.best_p3 else ""), c) for c in result.p3_sweep]
     rows += [(c.label + (" [best]" if c is result.best_bytescheduler else ""), c) for c in result.bytescheduler_sweep]
     for label, c in rows:
@@ -852,8 +854,8 @@ def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optiona
     out.print(f"{model}, {workers} workers{', ' + bandwidth if bandwidth else ', unshaped'}: plan entry {report['entry']} "
               f"({report['after']['all_reduces']} all-reduces per iteration, before {report['before']['all_reduces']})",
               highlight=False)
-    out.print(f"predicted: {p['before_s'] * 1e3:.1f} -> {p['after_s'] * 1e3:.1f} ms per iteration ({-p['gain']:+.1%})",
-              highlight=False)
+    out.print(f"predicted: {p['before_s'] * 1e3:.1f} -> {p['after_s'] * 1e3:.1f} ms per iteration ({-p['gain']:+.1%}; "
+              "before = ddlsim replay of the before capture)", highlight=False)
     out.print(f"measured:  {m['before_s'] * 1e3:.1f} -> {m['after_s'] * 1e3:.1f} ms per iteration ({-m['gain']:+.1%}; "
               f"{report['after']['definition']})", highlight=False)
     out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'plan.json'}, {apply_dir / 'before'}, {apply_dir / 'after'}",

@@ -7,8 +7,11 @@ measured gain beside the predicted one.
    rate the captures are shaped to, when one is given).
 3. ``DIR/after``: the same job with the plan applied (:mod:`ddlsim.capture.ddp_plan`).
 4. ``DIR/apply.json``: measured mean iteration of both captures (one definition:
-   :func:`ddlsim.analyze.breakdown.iteration_mean`), the plan's predictions for DDP 25 MB and for the applied entry,
-   and both gains, with the capture's own replay of step 1 (what ddlsim predicts for the "before" job itself).
+   :func:`ddlsim.analyze.breakdown.iteration_mean`), the plan's predictions for the job as captured in step 1 and
+   for the applied entry, and both gains. The plan simulates the capture as ``ddlsim replay`` does (the same
+   scenario, :func:`ddlsim.simulation.replay.replay_plan`), so the predicted "before" is the replay of step 1 to
+   the last digit: its own buckets, framework gaps, optimizer step, wait for the slower rank, and the ring's rate
+   while training.
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
         raise DdlsimError(f"the capture with the plan failed: {failure}")
 
     before, after = _measured(before_log), _measured(after_log)
-    predicted_before = data["baselines"]["ddp_default"]["iteration_time_s"]
+    captured = data.get("captured") or data["baselines"]["ddp_default"]  # the replay of the "before" capture
+    predicted_before = captured["iteration_time_s"]
     predicted_after = data[chosen]["iteration_time_s"]
     report = {
         "ddlsim_plan_apply": 1,
@@ -90,7 +94,8 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
         "after": {"capture": str(out / "after" / "events.parquet"), "bucket_cap_mb": config["bucket_cap_mb"],
                   "bucket_cap_mb_list": config.get("bucket_cap_mb_list"), "all_reduces": len(after_log.metadata.get("buckets") or []), "groups": captured_groups(after_log), **after},
         "predicted": {"before_s": predicted_before, "after_s": predicted_after,
-                      "gain": 1.0 - predicted_after / predicted_before},
+                      "gain": 1.0 - predicted_after / predicted_before,
+                      "ddp_default_s": data["baselines"]["ddp_default"]["iteration_time_s"]},
         "measured": {"before_s": before["mean_s"], "after_s": after["mean_s"],
                      "gain": 1.0 - after["mean_s"] / before["mean_s"]},
         "same_weights": before_log.metadata.get("parameter_sha256") == after_log.metadata.get("parameter_sha256"),

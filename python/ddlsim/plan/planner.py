@@ -22,6 +22,12 @@ network's alpha and beta and prices all-reduces for the planner) the planner
    iteration times and speed-ups. The planner's own estimate for MG-WFBP is
    reported beside it for comparison only.
 
+Planned from a DDP capture (``profile`` an events.parquet of ``ddlsim capture ddp``, no scenario, no cost
+model), the scenario is the one ``ddlsim replay`` builds from it
+(:func:`ddlsim.simulation.replay.replay_plan`), and the plan has a ``captured`` entry: the job with the
+capture's own buckets, whose time is the replay's exactly. DDP's buckets for each size are then built as the
+capture shows its torch builds them (:func:`_first_bucket_is_cap`).
+
 Candidates with the same groups are simulated once. The JSON
 (:meth:`Plan.to_dict`) holds the scenario that was simulated and, for each
 plan, a scenario ``grouping`` that reproduces it, so that
@@ -97,6 +103,8 @@ class Plan:
     best_bytescheduler: Optional[Candidate] = None
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # planned from a DDP capture: the job as it was captured, with its own buckets (ddlsim replay's time exactly)
+    captured: Optional[Candidate] = None
 
     def speedups(self, c: Candidate) -> dict[str, float]:
         """Speed-up of `c` against each baseline: baseline time / c's time."""
@@ -183,6 +191,7 @@ class Plan:
             "ddp": ddp,
             "p3": p3,
             "bytescheduler": bytescheduler,
+            "captured": None if self.captured is None else self._entry(self.captured),
             "simulations": self.simulations,
             "wall_s": self.wall_s,
             "notes": list(self.notes),
@@ -226,7 +235,9 @@ def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_mod
     alpha the capture measured (:func:`ddlsim.plan.capture_cost.capture_alpha`)
     as the ring's per-step latency, and its reduction cost gamma unless one is
     given; `notes` gets a line saying so."""
-    sc = _resolve(scenario, {k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    replayed = _replay_of_capture(given, notes) if scenario is None and cost_model is None else None
+    sc = replayed if replayed is not None else _resolve(scenario, given)
     same = sc.jitter == 0 and sc.model.rank_times == "median" and all(s.rank is not None for s in sc.straggler)
     if "iterations" not in sc.model_fields_set and sc.barrier and same:
         # with a barrier and no jitter every iteration is the same: one is enough
@@ -245,9 +256,72 @@ def plan_scenario(scenario: Scenario | dict | str | Path | None = None, cost_mod
     if cost_model is not None:
         sc = with_overrides(sc, cost_model.network(sc.workers), origin="cost model")
     else:
-        sc = _capture_alpha(sc, notes)
+        if replayed is None:  # a replay's scenario already holds what its capture measured
+            sc = _capture_alpha(sc, notes)
         cost_model = CostModel.from_network(sc.network.latency_ns, sc.network.bandwidth_bps, sc.strategy.algorithm)
     return sc, cost_model
+
+
+def _ddp_capture_meta(profile: Any) -> Optional[dict]:
+    """The metadata of the DDP capture (an events.parquet) at `profile`; None for anything else."""
+    if not profile or not str(profile).endswith(".parquet") or not Path(profile).is_file():
+        return None
+    from ..simulation.replay import recorded_metadata
+
+    try:
+        meta = recorded_metadata(Path(profile))
+    except Exception:  # not a parquet event log: the profile is read (and refused) elsewhere
+        return None
+    return meta if meta.get("source") == "capture" and meta.get("job") == "ddp" else None
+
+
+def _first_bucket_is_cap(model: Model, own_groups: Sequence[dict], profile: Any, notes: list[str]) -> bool:
+    """Whether the DDP capture at `profile` built its buckets (`own_groups`) with a first bucket as large as the
+    others (torch's DDP does so when it is given ``bucket_cap_mb``, as a plan's ``ddp_kwargs`` and ``capture ddp``
+    give it, in the versions whose first small bucket is only for the default) rather than DDP's 1 MiB first bucket
+    (:func:`ddlsim.simulation.grouping.ddp`); `notes` gets a line when it did."""
+    meta = _ddp_capture_meta(profile) or {}
+    cap = meta.get("bucket_cap_mb")
+    if not isinstance(cap, (int, float)) or isinstance(cap, bool) or cap <= 0:
+        return False
+    mine = _signature(own_groups)
+    if mine == _signature(gp.ddp(model, float(cap))):
+        return False
+    if mine != _signature(gp.ddp(model, float(cap), first_bucket_bytes=int(cap * 1024 * 1024))):
+        return False
+    notes.append(f"DDP's buckets for each bucket_cap_mb: the first as large as the others, as the capture's "
+                 f"{len(own_groups)} buckets at bucket_cap_mb={cap:g} show (the torch that ran it gives a given "
+                 f"bucket_cap_mb no {gp.DDP_FIRST_BUCKET_BYTES >> 20} MiB first bucket)")
+    return True
+
+
+def _replay_of_capture(overrides: dict[str, Any], notes: Optional[list[str]]) -> Optional[Scenario]:
+    """Planned from a DDP capture (``profile``, no scenario, no cost model): the scenario ``ddlsim replay`` builds
+    from it (:func:`ddlsim.simulation.replay.replay_plan`: the capture's own buckets, framework gaps, optimizer step,
+    the wait for the slower rank, the ring's rate while training, the per-call cost, gamma and latency), with the
+    other `overrides`, so that the plan's simulation of the job as captured is the replay's, to the last digit. A
+    bandwidth equal to the capture's own shaped link is not passed on (the replay then takes the rate the ring got
+    there while training); `notes` gets the replay's notes. None for any other profile."""
+    profile = overrides.get("profile")
+    meta = _ddp_capture_meta(profile)
+    if meta is None:
+        return None
+    from ..simulation.replay import replay_plan
+
+    rest = {k: v for k, v in overrides.items() if k not in ("profile", "model")}
+    if "bandwidth" in rest and meta.get("bandwidth"):
+        from ..units import parse_bandwidth
+
+        try:
+            same = parse_bandwidth(str(rest["bandwidth"])) == parse_bandwidth(str(meta["bandwidth"]))
+        except ValueError:
+            same = False
+        if same:
+            del rest["bandwidth"]
+    sc, replay_notes = replay_plan(profile, model=overrides.get("model"), **rest)
+    if notes is not None:
+        notes.extend(replay_notes)
+    return sc
 
 
 def _capture_alpha(sc: Scenario, notes: Optional[list[str]]) -> Scenario:
@@ -295,7 +369,9 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
         raise PlanError(f"ByteScheduler credits and the partition size must be > 0 bytes, got credits {list(credit_bytes)}, "
                         f"partition {partition_bytes}")
     notes: list[str] = []
+    from_capture = scenario is None and cost_model is None and _ddp_capture_meta(overrides.get("profile")) is not None
     sc, cost_model = plan_scenario(scenario, cost_model, notes, **overrides)
+    replayed = sc if from_capture else None
     if credits and sc.network.collective_model == "closed-form":
         notes.append("ByteScheduler runs all-reduces side by side, which the closed-form collective model cannot time; no credit sweep")
         credits = []
@@ -326,9 +402,19 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
          [gp.make_group([t], "per-tensor") for t in gp.tensor_infos(model)], None),
         ("synceasgd", "SyncEASGD", {"kind": "synceasgd"}, gp.synceasgd(model), None),
     ]
+    own = sc.strategy.grouping if replayed is not None else None
+    own_groups = gp.user_groups(model, own.groups) if own is not None and getattr(own, "kind", None) == "groups" else None
+    first_is_cap = own_groups is not None and _first_bucket_is_cap(model, own_groups, overrides.get("profile"), notes)
     for cap in sorted(set(caps) | {float(gp.DDP_BUCKET_CAP_MB)}):
-        jobs.append((f"ddp:{cap:g}", f"DDP {cap:g} MB", {"kind": "ddp", "bucket_cap_mb": cap}, gp.ddp(model, cap), cap))
+        if first_is_cap:  # DDP's buckets as the capture's torch builds them for a bucket_cap_mb it is given
+            groups = gp.ddp(model, cap, first_bucket_bytes=int(cap * 1024 * 1024))
+            jobs.append((f"ddp:{cap:g}", f"DDP {cap:g} MB", _names_grouping(model, groups), groups, cap))
+        else:
+            jobs.append((f"ddp:{cap:g}", f"DDP {cap:g} MB", {"kind": "ddp", "bucket_cap_mb": cap}, gp.ddp(model, cap), cap))
     jobs.append(("mg-wfbp", "MG-WFBP", _names_grouping(model, mg_groups), mg_groups, None))
+    if own_groups is not None:  # the capture's own buckets, as replay runs them
+        jobs.append(("captured", f"as captured ({len(own_groups)} DDP buckets)", _names_grouping(model, own_groups),
+                     own_groups, None))
 
     wfbp_groups = jobs[0][3]
     p3_jobs = [(f"p3:{s}", f"P3 {format_binary_size(s)} slices",
@@ -386,6 +472,7 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
         p3_sweep=p3_sweep, best_p3=min(p3_sweep, key=lambda c: (c.iteration_time_s, c.slice_bytes)) if p3_sweep else None,
         bytescheduler_sweep=bs_sweep,
         best_bytescheduler=min(bs_sweep, key=lambda c: (c.iteration_time_s, c.credit_bytes)) if bs_sweep else None,
+        captured=candidates.get("captured"),
     )
     plan.notes.extend(sc.migration_notes)
     plan.notes.extend(notes)
