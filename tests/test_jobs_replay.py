@@ -283,3 +283,15 @@ def test_the_shell_lines_of_docs_jobs_replaying_section_run(tmp_path):
     for expected in shown.strip().splitlines():
         assert expected in outputs[1], expected
     assert "1009.845 ms" in outputs[2] and "554.763 ms" in outputs[2] and "3247.685 ms" in outputs[2]
+
+
+@pytest.mark.parametrize("override", [{"workers": 3}, {"strategy": "ps"}])
+def test_a_job_recorded_on_an_explicit_host_list_is_placed_again_when_it_needs_other_hosts(tmp_path, override):
+    """docs/jobs.md: a job that needs another number of hosts (other workers, separate servers) is placed again.
+    Jobs a and b were recorded on explicit lists ([0, 2], [1, 3]): a list of the old length cannot place 3 hosts,
+    so they take the free hosts in order (packed) on the fabric grown to what they need: 0-2 and 3-5."""
+    path = _bottleneck_log(tmp_path)
+    r = ddlsim.replay(path, **override)
+    assert [j.placement for j in r.scenario.job] == ["packed", "packed"]
+    assert [j["hosts"] for j in r.jobs()] == [[0, 1, 2], [3, 4, 5]]
+    assert sum("placed again by its rule ('packed')" in n for n in r.notes) == 2, r.notes

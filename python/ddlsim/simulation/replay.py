@@ -255,7 +255,9 @@ def replay_jobs_plan(path: Path, meta: dict[str, Any], picked: Optional[list[str
         if hosts_needed(sub) == len(hosts):
             table["placement"] = hosts
         else:  # other workers or servers: the job's recorded placement rule places it again
-            rule = tables[e["job"]].get("placement", "packed")
+            rule = tables[e["job"]].get("placement") or "packed"
+            if not isinstance(rule, str):  # an explicit host list of the recorded length: the free hosts, in order
+                rule = "packed"
             table["placement"] = rule
             if tables[e["job"]].get("placement_seed") is not None:
                 table["placement_seed"] = tables[e["job"]]["placement_seed"]
