@@ -166,6 +166,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
     groups = len(group_bytes)
     compute = 2 * layers * n
     serves = 0
+    updates_ops = 0  # the servers' update ops (and distribution's barrier): an event each, with no transfer
     if strategy.kind == "ps":
         # The lowering's messages: one per group, per server share with placement "split", each cut
         # into chunk_bytes pieces (crates/ddlsim-core/src/lower/training.rs, ps_pieces).
@@ -173,6 +174,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         updates = n if strategy.asynchronous else 1
         sync_ops = pieces * (4 * n + updates)  # push, update(s), push ack, pull request, pull response
         sync_ops += 1 if strategy.distribution != "immediate" and scenario.barrier else 0  # distribution's server barrier
+        updates_ops = pieces * updates + (1 if strategy.distribution != "immediate" and scenario.barrier else 0)
         if strategy.server_cost.a_ns or strategy.server_cost.b_ns:
             serves = pieces * 2 * n  # a server cost: one serve op per push and pull request (lower/server_cost.rs)
         client = strategy.client_cost  # the workers' own cost (lower/client_cost.rs): an issue op per push and pull
@@ -196,7 +198,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
     per_transfer = 1.0
     if scenario.network.fidelity == "flow" and strategy.kind == "ps":
         per_transfer = max(1.0, 1.4 * n)
-    events = int(iters * (compute + serves + barrier) + transfers * per_transfer)  # the barrier: an event an iteration
+    events = int(iters * (compute + serves + updates_ops + barrier) + transfers * per_transfer)  # the barrier: an event an iteration
     memory = BASE_BYTES + rows * BYTES_PER_ROW
     if rank_classes:
         memory += scenario.workers * CLASS_RANK_BYTES
