@@ -295,3 +295,15 @@ def test_a_job_recorded_on_an_explicit_host_list_is_placed_again_when_it_needs_o
     assert [j.placement for j in r.scenario.job] == ["packed", "packed"]
     assert [j["hosts"] for j in r.jobs()] == [[0, 1, 2], [3, 4, 5]]
     assert sum("placed again by its rule ('packed')" in n for n in r.notes) == 2, r.notes
+
+
+def test_one_job_named_as_a_string_is_that_job_not_its_letters(tmp_path):
+    """ddlsim.replay(log, jobs="left") picks the job "left", as jobs=["left"] does; before, the string was taken
+    letter by letter ("--job l: no such job"), and a name that held other names' letters picked those jobs too."""
+    data = {"workers": 2, "iterations": 1, "model": ONE_LAYER, "network": {"fidelity": "analytic", "hosts": 4},
+            "job": [{"name": "left"}, {"name": "l"}]}
+    run_jobs(data, alone=False).save(tmp_path / "run", timeline=False)
+    path = tmp_path / "run" / "events.parquet"
+    one = ddlsim.replay(path, jobs="left")
+    assert [j["name"] for j in one.jobs()] == ["left"]
+    assert one.jobs()[0]["iteration_times_s"] == ddlsim.replay(path, jobs=["left"]).jobs()[0]["iteration_times_s"]

@@ -149,7 +149,7 @@ def simulate_jobs(scenario: Scenario | dict | str | Path, alone: bool = True, **
     return run_jobs(scenario, alone=alone, **overrides)
 
 
-def replay(events: str | Path, model: str | None = None, jobs: list[str] | None = None, **overrides: Any) -> SimulationResult:
+def replay(events: str | Path, model: str | None = None, jobs: list[str] | str | None = None, **overrides: Any) -> SimulationResult:
     """Replays the run an event log recorded (its model, workers and measured
     layer times; see ddlsim.simulation.replay), with `overrides` applied:
     ``replay("run/events.parquet", bandwidth="25Gbps", strategy="ps", servers=4)``.

@@ -39,7 +39,7 @@ def replay_scenario(log_path: str | Path, model: Optional[str] = None, jobs: Opt
     return replay_plan(log_path, model=model, jobs=jobs, **overrides)[0]
 
 
-def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optional[list[str]] = None,
+def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optional[list[str] | str] = None,
                 **overrides: Any) -> tuple[Scenario, list[str]]:
     """:func:`replay_scenario`, with the notes that say what the replay took
     from the log and what it assumed (its gradient groups and link bandwidth):
@@ -47,6 +47,8 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     result's notes."""
     path = Path(log_path)
     wire = overrides.pop("wire", None)
+    if isinstance(jobs, str):  # one job's name (not its characters)
+        jobs = [jobs]
     if not path.is_file():
         raise DdlsimError(f"{path}: event log not found; give the events.parquet of a run (ddlsim simulate --out, a capture, "
                           "or ddlsim convert)")
