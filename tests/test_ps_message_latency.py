@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import ddlsim
+from ddlsim.errors import DdlsimError
 from ddlsim.simulation.overheads import training_message_latency
 from ddlsim.trace import event_log_from_rows, read_event_log, write_event_log
 
@@ -159,3 +160,18 @@ def test_old_values_where_the_rows_do_not_give_it_or_are_overridden(tmp_path):
     fast = ddlsim.replay(ps_capture(tmp_path / "fast.parquet", bandwidth="1Gbps"))
     assert fast.scenario.network.latency_ns == L
     assert fast.scenario.network.bandwidth_bps == pytest.approx(1e9 * 1448 / 1514, rel=1e-12)
+
+
+def test_a_ps_capture_replayed_as_a_ring_does_not_take_its_rpc_latency_for_a_ring_step(tmp_path):
+    """The latency the capture's RPC messages got while training is a PS message's; a what-if with another
+    strategy keeps the recorded latency (the link's), not the RPC transport's."""
+    path = ps_capture(tmp_path / "ps.parquet", rows=ps_rows(workers=2, per_byte=1, issue=1_000 * US), workers=2)
+    ring = ddlsim.replay(path, network="analytic", strategy="ring", iterations=1)
+    assert ring.scenario.strategy.kind == "ring" and ring.scenario.network.latency_ns != L
+    assert not any("what the capture's own RPC messages took while training" in n for n in ring.notes), ring.notes
+
+
+def test_job_stagger_on_a_log_of_one_job_is_refused_in_one_line(tmp_path):
+    path = ps_capture(tmp_path / "ps.parquet", rows=ps_rows(workers=2), workers=2)
+    with pytest.raises(DdlsimError, match="--job-stagger .* holds one job; leave it out"):
+        ddlsim.replay(path, network="analytic", job_stagger="10ms")

@@ -66,6 +66,9 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     if jobs:
         raise DdlsimError(f"{path}: --job (jobs=) picks jobs of a log of several jobs, but this log holds one job; "
                           "leave it out")
+    if overrides.get("job_stagger") is not None:
+        raise DdlsimError(f"{path}: --job-stagger (job_stagger=) staggers the jobs of a log of several jobs, but this "
+                          "log holds one job; leave it out")
     recorded = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else None
     notes: list[str] = []
     if recorded is not None and (model is None or model == recorded.get("model", {}).get("name")):
@@ -138,6 +141,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     if wire_note:
         notes.append(wire_note)
     if (not given and wire is None and meta.get("source") == "capture" and meta.get("job") == "ps"
+            and scenario.strategy.kind == "ps"  # the RPC messages' own latency: not a ring step's (--strategy ring)
             and scenario.model.overheads and "latency" not in overrides
             and not (isinstance(overrides.get("network"), dict) and "latency" in overrides["network"])):
         scenario, message_note = _ps_training_latency(scenario, path, meta)
