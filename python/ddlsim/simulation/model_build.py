@@ -70,7 +70,7 @@ def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
             from .overheads import framework_overheads, with_overheads
 
             log = read_event_log(path)
-            model = with_overheads(model, framework_overheads(log, log.metadata))
+            model = with_overheads(model, framework_overheads(log, log.metadata, job=config.profile_job))
     return model
 
 

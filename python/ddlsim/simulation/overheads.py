@@ -77,26 +77,31 @@ def wire_fraction(wire: str, mtu: int = 1500) -> float:
     return 1.0 if spec is None else payload_fraction(mtu, **spec)
 
 
-def _worker_rows(log) -> dict[str, np.ndarray]:
+def _worker_rows(log, job: int | None = None) -> dict[str, np.ndarray]:
+    """The workers' rows (all rows where no row says worker); `job`: only that job's (a log of several jobs, whose
+    jobs number their ranks from 0 each)."""
     from ..trace.coerce import as_columns
 
     log = as_columns(log)
     cols = {k: log.column(k) for k in ("rank", "role", "iteration", "kind", "op", "name", "start_ns", "end_ns")}
     keep = cols["role"] == "worker" if (cols["role"] == "worker").any() else np.ones(len(cols["rank"]), dtype=bool)
+    if job is not None:
+        keep = keep & (np.asarray(log.column("job")) == job)
     return {k: np.asarray(v)[keep] for k, v in cols.items()}
 
 
-def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool = True) -> dict[str, Any]:
+def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool = True,
+                        job: int | None = None) -> dict[str, Any]:
     """What a captured log's worker iterations spend outside their layers:
     ``layers`` (per layer name: (forward s, backward s) of gap before its
     rows), ``optimizer_s`` (the optimizer step per iteration), ``gap_s``
     (all gaps per iteration) and ``samples`` (the (rank, iteration) pairs
     averaged). Means over worker ranks and the counted iterations.
     `tails`: also the layers' mean less median times (``tail_s``; not for
-    sampled rank times, whose draws hold their slow steps already)."""
+    sampled rank times, whose draws hold their slow steps already). `job`: only that job's rows."""
     from ..analyze.breakdown import warmup_iterations
 
-    rows = _worker_rows(log)
+    rows = _worker_rows(log, job)
     meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
     iterations = np.unique(rows["iteration"][rows["iteration"] >= 0])
     skip = warmup_iterations(meta, len(iterations))
@@ -247,13 +252,14 @@ def with_overheads(model, overheads: dict[str, Any]):
     return dataclasses.replace(model, layers=tuple(layers))
 
 
-def overheads_ns(path, model) -> np.ndarray:
+def overheads_ns(path, model, job: int | None = None) -> np.ndarray:
     """The capture at `path`'s overheads per layer of `model`, in its layer order: (layers, 2) int64 ns
-    (forward, backward), the optimizer step in the first layer's forward; what :func:`with_overheads` adds."""
+    (forward, backward), the optimizer step in the first layer's forward; what :func:`with_overheads` adds.
+    `job`: of a log of several jobs, that job's."""
     from ..trace.parquet import read_event_log
 
     log = read_event_log(path)
-    found = framework_overheads(log, log.metadata, tails=False)  # the drawn steps hold their own slow ones
+    found = framework_overheads(log, log.metadata, tails=False, job=job)  # the drawn steps hold their own slow ones
     out = np.zeros((len(model.layers), 2), dtype=np.int64)
     for index, layer in enumerate(model.layers):
         fwd, bwd = found["layers"].get(layer.name, (0.0, 0.0))

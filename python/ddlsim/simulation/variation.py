@@ -116,7 +116,8 @@ def variation_document(scenario: "Scenario", model: "Model", times_ns: list[tupl
         if scenario.model.overheads:  # the capture's framework gaps and optimizer step, as the median replay has them
             from .overheads import overheads_ns
 
-            pool = dataclasses.replace(pool, vectors=pool.vectors + overheads_ns(Path(str(scenario.model.profile)), model))
+            pool = dataclasses.replace(pool, vectors=pool.vectors + overheads_ns(Path(str(scenario.model.profile)), model,
+                                                                               scenario.model.profile_job))
         out["compute_pool"] = [{"fwd_ns": v[:, 0].tolist(), "bwd_ns": v[:, 1].tolist()} for v in pool.vectors]
         assign = pool.assignment(scenario.workers)
         if assign:
