@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use ddlsim_core::lower::training::{AlgorithmName, GroupSpec, LayerSpec, SyncSpec, TrainingSpec};
-use ddlsim_core::network::{Fidelity, NetworkSpec, TopologySpec};
+use ddlsim_core::network::{Fidelity, NetworkSpec};
 use ddlsim_core::{simulate_training, TraceDetail};
 
 fn main() {
@@ -36,18 +36,7 @@ fn main() {
         }
     }
     let spec = TrainingSpec { seed: 1, ..TrainingSpec::new(workers, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }, layers, groups) };
-    let net = NetworkSpec {
-        fidelity,
-        bandwidth_bps: 10e9,
-        latency_ns: 10_000,
-        topology: TopologySpec::Star,
-        intra_host_bandwidth_bps: None,
-        intra_host_latency_ns: 0,
-        record_flows: false,
-        packet: None,
-        hosts: None,
-        tenants: Vec::new(),
-    };
+    let net = NetworkSpec::star(fidelity, 10e9, 10_000);
     let mut best = f64::INFINITY;
     for _ in 0..reps {
         let t0 = Instant::now();

@@ -2216,25 +2216,14 @@ mod tests {
     #[test]
     fn the_ring_lane_takes_the_general_paths_transfer_ids() {
         use crate::lower::training::{AlgorithmName, GroupSpec, LayerSpec, SyncSpec, TrainingSpec};
-        use crate::network::{Fidelity, NetworkSpec, TopologySpec};
+        use crate::network::{Fidelity, NetworkSpec};
         for workers in [2u32, 3, 5, 8] {
             let layers: Vec<LayerSpec> = (0..4).map(|i| LayerSpec { fwd_ns: 1000 * i, bwd_ns: 3000 + 700 * i }).collect();
             let groups: Vec<GroupSpec> =
                 (0..6u32).map(|t| GroupSpec { layers: vec![t % 4], tensor: t as i32, bytes: 1000 + 333 * t as u64, server: 0, update_ns: 0 }).collect();
             let spec = TrainingSpec { seed: 1, ..TrainingSpec::new(workers, SyncSpec::Allreduce { algorithm: AlgorithmName::Ring }, layers, groups) };
             for fidelity in [Fidelity::Flow, Fidelity::Analytic] {
-                let net = NetworkSpec {
-                    fidelity,
-                    bandwidth_bps: 10e9,
-                    latency_ns: 10_000,
-                    topology: TopologySpec::Star,
-                    intra_host_bandwidth_bps: None,
-                    intra_host_latency_ns: 0,
-                    record_flows: false,
-                    packet: None,
-                    hosts: None,
-                    tenants: Vec::new(),
-                };
+                let net = NetworkSpec::star(fidelity, 10e9, 10_000);
                 let graph = crate::training_graph(&spec, &net).expect("graph");
                 let ids = |direct: bool| {
                     with_direct_paths(direct, || {

@@ -57,6 +57,26 @@ pub struct NetworkSpec {
     pub tenants: Vec<TenantSpec>,
 }
 
+impl NetworkSpec {
+    /// A star of the given link rate and latency with every other field at
+    /// its default (no intra-host links, no flow records, no packet options,
+    /// as many hosts as ranks, no tenants).
+    pub fn star(fidelity: Fidelity, bandwidth_bps: f64, latency_ns: u64) -> NetworkSpec {
+        NetworkSpec {
+            fidelity,
+            bandwidth_bps,
+            latency_ns,
+            topology: TopologySpec::Star,
+            intra_host_bandwidth_bps: None,
+            intra_host_latency_ns: 0,
+            record_flows: false,
+            packet: None,
+            hosts: None,
+            tenants: Vec::new(),
+        }
+    }
+}
+
 /// A background tenant: open-loop Poisson flows between hosts with sizes
 /// from an empirical CDF.
 #[derive(Debug, Clone, Deserialize, PartialEq)]

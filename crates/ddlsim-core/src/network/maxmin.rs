@@ -835,7 +835,7 @@ impl FlowNetwork {
 mod tests {
     use super::*;
     use crate::network::topology::Topology;
-    use crate::network::config::{Fidelity, NetworkSpec, TopologySpec};
+    use crate::network::config::{Fidelity, NetworkSpec};
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-12 * b.abs().max(1.0)
@@ -928,18 +928,7 @@ mod tests {
     }
 
     fn star(hosts: u32) -> FlowNetwork {
-        let spec = NetworkSpec {
-            fidelity: Fidelity::Flow,
-            bandwidth_bps: 8e9, // 1 byte/ns
-            latency_ns: 0,
-            topology: TopologySpec::Star,
-            intra_host_bandwidth_bps: None,
-            intra_host_latency_ns: 0,
-            record_flows: false,
-            packet: None,
-            hosts: None,
-            tenants: Vec::new(),
-        };
+        let spec = NetworkSpec::star(Fidelity::Flow, 8e9, 0); // 1 byte/ns
         FlowNetwork::new(Topology::with_hosts(&spec, hosts).unwrap())
     }
 

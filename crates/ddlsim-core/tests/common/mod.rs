@@ -4,21 +4,10 @@
 use ddlsim_core::collective::Algorithm;
 use ddlsim_core::graph::{CollectiveSpec, CollectiveType, Graph, Kind, Op, NO_STREAM};
 use ddlsim_core::log::EventLog;
-use ddlsim_core::network::{Fidelity, NetworkSpec, TopologySpec};
+use ddlsim_core::network::{Fidelity, NetworkSpec};
 
 pub fn net(fidelity: Fidelity, bandwidth_bps: f64, latency_ns: u64) -> NetworkSpec {
-    NetworkSpec {
-        fidelity,
-        bandwidth_bps,
-        latency_ns,
-        topology: TopologySpec::Star,
-        intra_host_bandwidth_bps: None,
-        intra_host_latency_ns: 0,
-        record_flows: false,
-        packet: None,
-        hosts: None,
-        tenants: Vec::new(),
-    }
+    NetworkSpec::star(fidelity, bandwidth_bps, latency_ns)
 }
 
 pub fn compute(g: &mut Graph, rank: u32, ns: u64, stream: u32) -> Op {
