@@ -8,7 +8,7 @@ use ddlsim_core::log::{EventLog, KIND_COMPUTE, KIND_RECV, KIND_SEND};
 use ddlsim_core::lower::client_cost::ClientCost;
 use ddlsim_core::lower::training::{build_graph, GroupSpec, LayerSpec, SyncSpec, TrainingSpec};
 use ddlsim_core::network::Fidelity;
-use ddlsim_core::{simulate_training, RunOutput, TraceDetail};
+use ddlsim_core::{simulate_training, TraceDetail};
 
 /// `workers` workers, one server, one layer (forward 1 us, backward 2 us: every gradient is ready at
 /// t0 = 3 us), `groups` tensors of `bytes` each on that layer, no update time.
@@ -19,11 +19,6 @@ fn spec(workers: u32, groups: u32, bytes: u64, cost: ClientCost) -> TrainingSpec
 }
 
 const T0: u64 = 3_000;
-
-fn rows(out: &RunOutput, name: &str, kind: u8) -> Vec<usize> {
-    let code = out.op_names.iter().position(|n| n == name).map_or(u32::MAX, |c| c as u32);
-    (0..out.log.len()).filter(|&i| out.log.op[i] == code && out.log.kind[i] == kind).collect()
-}
 
 fn starts(log: &EventLog, rows: &[usize]) -> Vec<u64> {
     let mut v: Vec<u64> = rows.iter().map(|&i| log.start_ns[i] as u64).collect();
@@ -64,13 +59,13 @@ fn w_requests_issued_back_to_back_leave_at_t0_plus_k_c() {
         assert!(tx <= c && long == (tx + 2 * lat >= (w as u64 - 1) * c));
         let out = simulate_training(&spec(1, w, m, ClientCost { issue_ns: c, ..Default::default() }), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
         let log = &out.log;
-        let pushes = rows(&out, "push_request", KIND_SEND);
+        let pushes = op_rows(&out, "push_request", KIND_SEND);
         let expected: Vec<u64> = (1..=w as u64).map(|k| T0 + k * c).collect();
         assert_eq!(starts(log, &pushes), expected, "W={w} L={lat}");
-        let issues = rows(&out, "issue", KIND_COMPUTE);
+        let issues = op_rows(&out, "issue", KIND_COMPUTE);
         assert_eq!(issues.len(), 2 * w as usize, "one issue row per push and per pull");
         assert!(issues.iter().all(|&i| log.rank[i] == 0 && (log.end_ns[i] - log.start_ns[i]) as u64 == c));
-        let pulls = starts(log, &rows(&out, "pull_request", KIND_SEND));
+        let pulls = starts(log, &op_rows(&out, "pull_request", KIND_SEND));
         let expected: Vec<u64> =
             (1..=w as u64).map(|k| if long { T0 + k * c + tx + 2 * lat + c } else { T0 + (w as u64 + k) * c }).collect();
         assert_eq!(pulls, expected, "W={w} L={lat}");
@@ -89,7 +84,7 @@ fn each_worker_has_its_own_issuer() {
     // Two workers, two pushes each: both issuers run at once, each worker's k-th push leaves at t0 + k c.
     let c = 4_000u64;
     let out = simulate_training(&spec(2, 2, 1_250, ClientCost { issue_ns: c, ..Default::default() }), &net(Fidelity::Flow, 10e9, 100), TraceDetail::Step).unwrap();
-    let pushes = rows(&out, "push_request", KIND_SEND);
+    let pushes = op_rows(&out, "push_request", KIND_SEND);
     for w in 0..2 {
         assert_eq!(starts(&out.log, &on_rank(&out.log, &pushes, w)), vec![T0 + c, T0 + 2 * c], "worker {w}");
     }
@@ -107,7 +102,7 @@ fn per_byte_terms_and_the_handling_of_responses_add_up_on_one_request() {
     let out = simulate_training(&spec(1, 1, m, cost), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
     assert_eq!(out.makespan, T0 + 2 * 3_000 + 1_000 + 2 * 500 + 2_500 + 2 * tx + 4 * lat);
     let log = &out.log;
-    let handle = rows(&out, "handle", KIND_COMPUTE);
+    let handle = op_rows(&out, "handle", KIND_COMPUTE);
     let mut durations: Vec<i64> = handle.iter().map(|&i| log.end_ns[i] - log.start_ns[i]).collect();
     durations.sort();
     assert_eq!(durations, vec![500, 3_000]);
@@ -117,21 +112,14 @@ fn per_byte_terms_and_the_handling_of_responses_add_up_on_one_request() {
         let recv = (0..log.len()).find(|&j| log.kind[j] == KIND_RECV && log.rpc[j] == log.rpc[i] && log.rank[j] == 0).unwrap();
         assert_eq!(log.start_ns[i], log.end_ns[recv]);
     }
-    let mut issue: Vec<i64> = rows(&out, "issue", KIND_COMPUTE).iter().map(|&i| log.end_ns[i] - log.start_ns[i]).collect();
+    let mut issue: Vec<i64> = op_rows(&out, "issue", KIND_COMPUTE).iter().map(|&i| log.end_ns[i] - log.start_ns[i]).collect();
     issue.sort();
     assert_eq!(issue, vec![3_000, 4_000]);
     assert_deps_explain_every_start(log);
 }
 
 fn three_layers(extra: &str) -> TrainingSpec {
-    let text = format!(
-        r#"{{"workers": 3, "iterations": 3, "seed": 7, "sync": {{"kind": "ps", "servers": 2}},
-        "layers": [{{"fwd_ns": 1000, "bwd_ns": 2000}}, {{"fwd_ns": 3000, "bwd_ns": 6000}}, {{"fwd_ns": 500, "bwd_ns": 1000}}],
-        "groups": [{{"layers": [0], "tensor": 0, "bytes": 1000, "server": 0, "update_ns": 100}},
-                   {{"layers": [1], "tensor": 1, "bytes": 8000, "server": 1, "update_ns": 800}},
-                   {{"layers": [2], "tensor": 2, "bytes": 64, "server": 0, "update_ns": 7}}]{extra}}}"#
-    );
-    TrainingSpec::from_json(&text).unwrap()
+    ps_three_layers(extra)
 }
 
 #[test]
@@ -171,7 +159,7 @@ fn what_follows_a_response_waits_for_its_handling_under_every_distribution() {
         let spec = three_layers(&format!(r#"{extra}, "client_cost": {{"issue_ns": 700, "receive_ns": 2000}}"#));
         let out = simulate_training(&spec, &net(Fidelity::Flow, 8e9, 1000), TraceDetail::Step).unwrap();
         let log = &out.log;
-        let handle = rows(&out, "handle", KIND_COMPUTE);
+        let handle = op_rows(&out, "handle", KIND_COMPUTE);
         // 3 workers x 3 iterations x 3 tensors x (ack + pull response)
         assert_eq!(handle.len(), 3 * 3 * 3 * 2, "{extra}");
         for &i in &handle {
@@ -179,7 +167,7 @@ fn what_follows_a_response_waits_for_its_handling_under_every_distribution() {
         }
         // a tensor's last handled response (its pull's) ends before its worker's forward of that layer (tensor t
         // is layer t here) in the next iteration starts
-        let forwards = rows(&out, "forward", KIND_COMPUTE);
+        let forwards = op_rows(&out, "forward", KIND_COMPUTE);
         for w in 0..3 {
             for it in 1..3 {
                 for t in 0..3 {
@@ -190,7 +178,7 @@ fn what_follows_a_response_waits_for_its_handling_under_every_distribution() {
                 }
             }
         }
-        assert_eq!(ends(log, &rows(&out, "pull_response", KIND_RECV)).len(), 27);
+        assert_eq!(ends(log, &op_rows(&out, "pull_response", KIND_RECV)).len(), 27);
         assert_deps_explain_every_start(log);
     }
 }
@@ -224,7 +212,7 @@ fn the_issuer_is_the_training_thread_the_last_push_leaves_after_the_whole_backwa
         let spec = TrainingSpec { seed: 1, client_cost: ClientCost { issue_ns: c, ..Default::default() }, ..TrainingSpec::new(1, SyncSpec::Ps { servers: 1 }, layers.clone(), groups.clone()) };
         let out = simulate_training(&spec, &net(Fidelity::Flow, 10e9, 1_000_000), TraceDetail::Step).unwrap();
         let log = &out.log;
-        let pushes = starts(log, &rows(&out, "push_request", KIND_SEND));
+        let pushes = starts(log, &op_rows(&out, "push_request", KIND_SEND));
         assert_eq!(*pushes.last().unwrap(), compute + 4 * c, "c={c}");
         // the worker's rows on its compute stream (forward, backward, issue; no handle rows: no receive cost)
         let mut spans: Vec<(i64, i64)> = (0..log.len()).filter(|&i| log.rank[i] == 0 && log.kind[i] == KIND_COMPUTE).map(|i| (log.start_ns[i], log.end_ns[i])).collect();

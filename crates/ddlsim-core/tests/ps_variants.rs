@@ -9,15 +9,7 @@ use ddlsim_core::network::Fidelity;
 use ddlsim_core::{simulate_training, RunOutput, TraceDetail, TrainingSpec};
 
 fn spec(extra: &str) -> TrainingSpec {
-    // 3 layers, one tensor each (sizes 1000, 8000, 64 bytes), 3 workers, 2 servers.
-    let text = format!(
-        r#"{{"workers": 3, "iterations": 3, "seed": 7, "sync": {{"kind": "ps", "servers": 2}},
-        "layers": [{{"fwd_ns": 1000, "bwd_ns": 2000}}, {{"fwd_ns": 3000, "bwd_ns": 6000}}, {{"fwd_ns": 500, "bwd_ns": 1000}}],
-        "groups": [{{"layers": [0], "tensor": 0, "bytes": 1000, "server": 0, "update_ns": 100}},
-                   {{"layers": [1], "tensor": 1, "bytes": 8000, "server": 1, "update_ns": 800}},
-                   {{"layers": [2], "tensor": 2, "bytes": 64, "server": 0, "update_ns": 7}}]{extra}}}"#
-    );
-    TrainingSpec::from_json(&text).unwrap()
+    common::ps_three_layers(extra)
 }
 
 fn run(s: &TrainingSpec) -> RunOutput {

@@ -16,11 +16,6 @@ fn one_group(workers: u32, bytes: u64, cost: ServerCost) -> TrainingSpec {
     TrainingSpec { seed: 1, server_cost: cost, ..TrainingSpec::new(workers, SyncSpec::Ps { servers: 1 }, layers, groups) }
 }
 
-fn rows(out: &RunOutput, name: &str, kind: u8) -> Vec<usize> {
-    let code = out.op_names.iter().position(|n| n == name).map_or(u32::MAX, |c| c as u32);
-    (0..out.log.len()).filter(|&i| out.log.op[i] == code && out.log.kind[i] == kind).collect()
-}
-
 fn ends(log: &EventLog, rows: &[usize]) -> Vec<u64> {
     let mut v: Vec<u64> = rows.iter().map(|&i| log.end_ns[i] as u64).collect();
     v.sort_unstable();
@@ -45,17 +40,17 @@ fn w_requests_at_once_are_served_one_after_another_at_a_plus_b_w_each() {
         assert!(s >= tx);
         let out = simulate_training(&one_group(w, m, ServerCost { a_ns: a, b_ns: b }), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
         let t1 = w as u64 * tx + lat;
-        let pushes = rows(&out, "push_request", KIND_RECV);
+        let pushes = op_rows(&out, "push_request", KIND_RECV);
         assert!(pushes.iter().all(|&i| out.log.end_ns[i] as u64 == t1), "W={w}");
-        let serve = rows(&out, "serve", KIND_COMPUTE);
+        let serve = op_rows(&out, "serve", KIND_COMPUTE);
         assert_eq!(serve.len(), 2 * w as usize, "one serve row per push and per pull");
         assert!(serve.iter().all(|&i| out.log.rank[i] == w as i32 && (out.log.end_ns[i] - out.log.start_ns[i]) as u64 == s));
         let t3 = t1 + w as u64 * s + 2 * lat;
         let expected: Vec<u64> = (1..=w as u64).map(|k| t1 + k * s).chain((1..=w as u64).map(|k| t3 + k * s)).collect();
         assert_eq!(ends(&out.log, &serve), expected, "W={w} a={a} b={b}");
-        let update = rows(&out, "update", KIND_COMPUTE)[0];
+        let update = op_rows(&out, "update", KIND_COMPUTE)[0];
         assert_eq!(out.log.ready_ns[update] as u64, t1 + w as u64 * (a + b * w as u64), "W={w}");
-        let last = *ends(&out.log, &rows(&out, "pull_response", KIND_RECV)).last().unwrap();
+        let last = *ends(&out.log, &op_rows(&out, "pull_response", KIND_RECV)).last().unwrap();
         assert_eq!(last, t3 + w as u64 * s + tx + lat, "W={w}");
         assert_eq!(out.makespan, w as u64 * tx + 4 * lat + 2 * w as u64 * s + tx, "W={w}");
         assert_deps_explain_every_start(&out.log);
@@ -68,7 +63,7 @@ fn served(out: &RunOutput) -> std::collections::BTreeMap<i32, Vec<(i64, i64, i64
     let end_of: std::collections::HashMap<i64, i64> = (0..log.len()).map(|i| (log.id[i], log.end_ns[i])).collect();
     let kind_of: std::collections::HashMap<i64, u8> = (0..log.len()).map(|i| (log.id[i], log.kind[i])).collect();
     let mut per: std::collections::BTreeMap<i32, Vec<(i64, i64, i64, i64)>> = Default::default();
-    for i in rows(out, "serve", KIND_COMPUTE) {
+    for i in op_rows(out, "serve", KIND_COMPUTE) {
         // the request is its only graph dependency that is a receive; a queued row also records what freed the stream
         let arrival = log.deps_of(i).iter().filter(|d| kind_of[d] == KIND_RECV).map(|d| end_of[d]).max().unwrap();
         per.entry(log.rank[i]).or_default().push((log.start_ns[i], log.end_ns[i], arrival, log.id[i]));
@@ -80,15 +75,7 @@ fn served(out: &RunOutput) -> std::collections::BTreeMap<i32, Vec<(i64, i64, i64
 }
 
 fn three_layers(cost: &str) -> TrainingSpec {
-    // 3 layers, one tensor each, 3 workers, 2 servers: requests arrive at many different times.
-    let text = format!(
-        r#"{{"workers": 3, "iterations": 3, "seed": 7, "sync": {{"kind": "ps", "servers": 2}},
-        "layers": [{{"fwd_ns": 1000, "bwd_ns": 2000}}, {{"fwd_ns": 3000, "bwd_ns": 6000}}, {{"fwd_ns": 500, "bwd_ns": 1000}}],
-        "groups": [{{"layers": [0], "tensor": 0, "bytes": 1000, "server": 0, "update_ns": 100}},
-                   {{"layers": [1], "tensor": 1, "bytes": 8000, "server": 1, "update_ns": 800}},
-                   {{"layers": [2], "tensor": 2, "bytes": 64, "server": 0, "update_ns": 7}}]{cost}}}"#
-    );
-    TrainingSpec::from_json(&text).unwrap()
+    ps_three_layers(cost)
 }
 
 #[test]
@@ -144,11 +131,11 @@ fn ordered_distribution_and_asynchronous_updates_wait_for_their_requests_to_be_s
         let spec = three_layers(&format!(r#"{extra}, "server_cost": {{"a_ns": 4000, "b_ns": 0}}"#));
         let out = simulate_training(&spec, &net(Fidelity::Flow, 8e9, 1000), TraceDetail::Step).unwrap();
         let log = &out.log;
-        let serve_ids: std::collections::HashSet<i64> = rows(&out, "serve", KIND_COMPUTE).iter().map(|&i| log.id[i]).collect();
+        let serve_ids: std::collections::HashSet<i64> = op_rows(&out, "serve", KIND_COMPUTE).iter().map(|&i| log.id[i]).collect();
         // every update and every pull response depends on a serve row
         for name in ["update", "pull_response"] {
             let kind = if name == "update" { KIND_COMPUTE } else { ddlsim_core::log::KIND_SEND };
-            for i in rows(&out, name, kind) {
+            for i in op_rows(&out, name, kind) {
                 assert!(log.deps_of(i).iter().any(|d| serve_ids.contains(d)), "{extra}: {name} row {} waits for no serve row", log.id[i]);
             }
         }

@@ -65,3 +65,22 @@ pub fn assert_deps_explain_every_start(log: &EventLog) {
         }
     }
 }
+
+/// A parameter-server job small enough to reason about by hand: 3 layers, one tensor each (1000, 8000 and 64
+/// bytes), 3 workers, 2 servers, 3 iterations; `extra` adds JSON fields (it starts with a comma).
+pub fn ps_three_layers(extra: &str) -> ddlsim_core::TrainingSpec {
+    let text = format!(
+        r#"{{"workers": 3, "iterations": 3, "seed": 7, "sync": {{"kind": "ps", "servers": 2}},
+        "layers": [{{"fwd_ns": 1000, "bwd_ns": 2000}}, {{"fwd_ns": 3000, "bwd_ns": 6000}}, {{"fwd_ns": 500, "bwd_ns": 1000}}],
+        "groups": [{{"layers": [0], "tensor": 0, "bytes": 1000, "server": 0, "update_ns": 100}},
+                   {{"layers": [1], "tensor": 1, "bytes": 8000, "server": 1, "update_ns": 800}},
+                   {{"layers": [2], "tensor": 2, "bytes": 64, "server": 0, "update_ns": 7}}]{extra}}}"#
+    );
+    ddlsim_core::TrainingSpec::from_json(&text).unwrap()
+}
+
+/// The rows of a run whose op is named `name` and whose kind is `kind` (a `KIND_*` code).
+pub fn op_rows(out: &ddlsim_core::RunOutput, name: &str, kind: u8) -> Vec<usize> {
+    let code = out.op_names.iter().position(|n| n == name).map_or(u32::MAX, |c| c as u32);
+    (0..out.log.len()).filter(|&i| out.log.op[i] == code && out.log.kind[i] == kind).collect()
+}
