@@ -39,3 +39,27 @@ def test_each_jobs_overheads_are_those_of_its_own_rows(job):
     assert found["layers"] == oracle["layers"] and found["optimizer_s"] == pytest.approx(oracle["optimizer_s"], abs=1e-15)
     assert found["gap_s"] == pytest.approx(oracle["gap_s"], abs=1e-15) and oracle["gap_s"] > 0
     assert framework_overheads(both)["layers"] != oracle["layers"]  # mixing the jobs' ranks differs
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_rows_grouped_by_rank_and_iteration_are_what_a_mask_over_all_rows_selects(seed):
+    """The overheads look at each (rank, iteration) through one grouping of the rows (linear in the log, where a
+    mask over all rows per (rank, iteration) grew with the square of the iterations): every group equals the
+    brute-force mask's selection, in its order, and no other (rank, iteration) has rows."""
+    import numpy as np
+
+    from ddlsim.simulation.overheads import _by_rank_iteration
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 400))
+    rows = {"rank": rng.integers(0, 4, n), "iteration": rng.integers(-1, 6, n)}
+    idx = np.flatnonzero(rng.random(n) < 0.7)
+    groups = _by_rank_iteration(rows, idx)
+    for rank in range(4):
+        for it in range(-1, 6):
+            expected = idx[(rows["rank"][idx] == rank) & (rows["iteration"][idx] == it)]
+            got = groups.get((rank, it))
+            if len(expected):
+                assert got is not None and got.tolist() == expected.tolist()
+            else:
+                assert got is None

@@ -90,6 +90,22 @@ def _worker_rows(log, job: int | None = None) -> dict[str, np.ndarray]:
     return {k: np.asarray(v)[keep] for k, v in cols.items()}
 
 
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _by_rank_iteration(rows: dict[str, np.ndarray], idx: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
+    """The row indices `idx` grouped by (rank, iteration), each group in ascending index order (the order a mask
+    over all rows gives): one sort, so a log's every (rank, iteration) is looked at in time linear in its rows."""
+    if not len(idx):
+        return {}
+    rank, iteration = rows["rank"][idx], rows["iteration"][idx]
+    order = np.lexsort((idx, iteration, rank))
+    idx, rank, iteration = idx[order], rank[order], iteration[order]
+    cut = np.flatnonzero((rank[1:] != rank[:-1]) | (iteration[1:] != iteration[:-1])) + 1
+    bounds = np.concatenate(([0], cut, [len(idx)]))
+    return {(int(rank[a]), int(iteration[a])): idx[a:b] for a, b in zip(bounds[:-1], bounds[1:])}
+
+
 def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool = True,
                         job: int | None = None) -> dict[str, Any]:
     """What a captured log's worker iterations spend outside their layers:
@@ -112,20 +128,19 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
     communication = np.isin(rows["kind"], ["send", "recv", "collective"])
     gaps: dict[tuple[str, str], float] = {}
     optimizer_total, samples = 0.0, 0
+    # (rank, iteration) -> end of its last compute row; its layer and optimizer rows
+    last_end = {key: int(rows["end_ns"][g].max()) for key, g in _by_rank_iteration(rows, np.flatnonzero(compute)).items()}
+    steps = _by_rank_iteration(rows, np.flatnonzero(layer_op | optimizer))
     for rank in np.unique(rows["rank"]):
         mine = rows["rank"] == rank
         comm_ends = np.sort(rows["end_ns"][mine & communication])
-        last_end: dict[int, int] = {}  # iteration -> end of its last compute row
-        for it in np.unique(rows["iteration"][mine & compute]):
-            sel = mine & compute & (rows["iteration"] == it)
-            last_end[int(it)] = int(rows["end_ns"][sel].max())
         for it in sorted(counted):
-            sel = np.flatnonzero(mine & (layer_op | optimizer) & (rows["iteration"] == it))
-            if not len(sel) or it - 1 not in last_end:
+            sel = steps.get((int(rank), it), _NONE)
+            if not len(sel) or (int(rank), it - 1) not in last_end:
                 continue
             sel = sel[np.argsort(rows["start_ns"][sel], kind="stable")]
             samples += 1
-            previous = last_end[it - 1]
+            previous = last_end[(int(rank), it - 1)]
             first = True
             for i in sel:
                 start, end = int(rows["start_ns"][i]), int(rows["end_ns"][i])
@@ -185,12 +200,13 @@ def bucket_skew(rows: dict[str, np.ndarray], counted: set[int], launches: np.nda
         return []
     skews: list[list[float]] = []
     layers: list[Counter] = []
+    launched, backwards = _by_rank_iteration(rows, coll), _by_rank_iteration(rows, backward)
     for it in sorted(counted):
         per_rank = []
         for rank in ranks:
-            mine = coll[(rows["rank"][coll] == rank) & (rows["iteration"][coll] == it)]
+            mine = launched.get((int(rank), it), _NONE)
             per_rank.append(np.sort(rows["start_ns"][mine]))
-            before = backward[(rows["rank"][backward] == rank) & (rows["iteration"][backward] == it)]
+            before = backwards.get((int(rank), it), _NONE)
             ends = rows["end_ns"][before]
             for k, start in enumerate(per_rank[-1]):
                 done = np.flatnonzero(ends <= start)
@@ -203,8 +219,7 @@ def bucket_skew(rows: dict[str, np.ndarray], counted: set[int], launches: np.nda
         starts = np.array(per_rank, dtype=float)  # (ranks, buckets)
         # each rank's rows are measured from its own last all-reduce end of the previous iteration, but the replay's
         # ranks all resume at the latest one: a rank that ended late (and so launches late) is not waited for twice
-        ends = [rows["end_ns"][coll[(rows["rank"][coll] == rank) & (rows["iteration"][coll] == it - 1)]]
-                for rank in ranks]
+        ends = [rows["end_ns"][launched.get((int(rank), it - 1), _NONE)] for rank in ranks]
         late = 0.0
         if ddp and all(len(e) for e in ends):
             last = np.array([float(e.max()) for e in ends])
