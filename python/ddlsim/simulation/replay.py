@@ -14,7 +14,7 @@ on another network, or with another synchronisation?".
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import DdlsimError
 from .scenario import Scenario, scenario_from_dict, with_overrides
@@ -71,6 +71,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                           "log holds one job; leave it out")
     recorded = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else None
     notes: list[str] = []
+    rows = _read_once(path)  # the log's rows, read when a measurement first needs them
     if recorded is not None and (model is None or model == recorded.get("model", {}).get("name")):
         data = {k: v for k, v in recorded.items() if k != "base_dir"}
         data["model"] = {k: v for k, v in data.get("model", {}).items() if k not in _TIME_FIELDS}
@@ -111,7 +112,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                              "the cost at the capture's C); --no-overheads leaves it out")
             client, origin_of = (settings.get("strategy") or {}).pop("client_cost", None), "measured by the capture"
             if client is None and meta.get("job") == "ps" and "client_cost" not in meta:
-                client, origin_of = _client_cost_from_rows(path), "measured from the capture's rows (made before captures recorded it)"
+                client, origin_of = _client_cost_from_rows(rows), "measured from the capture's rows (made before captures recorded it)"
             if client is not None and overrides.get("overheads") is not False and "client_cost" not in overrides:
                 settings["strategy"]["client_cost"] = client
                 notes.append(f"replay: the workers' own per-request cost, {origin_of}: each request issued holds its "
@@ -127,11 +128,11 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                 and isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0)
     own_job = meta.get("source") == "capture" and meta.get("job") == "ddp"
     own = not given and wire is None and own_job and scenario.model.overheads
-    training = _training_rate(scenario, path, meta) if own else None
+    training = _training_rate(scenario, rows) if own else None
     if not ((measured or training is not None) and origin is None):  # an unshaped capture's measured rate is no assumption
         notes.append(_bandwidth_note(scenario, overrides, origin))
     if scenario.model.overheads:
-        notes.append(_overheads_note(path, scenario))
+        notes.append(_overheads_note(rows, scenario))
     if training is not None:
         scenario, wire_note = training
     elif measured:
@@ -144,12 +145,12 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
             and scenario.strategy.kind == "ps"  # the RPC messages' own latency: not a ring step's (--strategy ring)
             and scenario.model.overheads and "latency" not in overrides
             and not (isinstance(overrides.get("network"), dict) and "latency" in overrides["network"])):
-        scenario, message_note = _ps_training_latency(scenario, path, meta)
+        scenario, message_note = _ps_training_latency(scenario, rows, meta)
         if message_note:  # in place of the round trip's note
             notes = [n for n in notes if not (n.startswith("replay: latency ") and "4-byte RPC round trip" in n)]
             notes.append(message_note)
     if training is None and own_job and scenario.model.overheads and "latency" not in overrides:
-        scenario, call_note = _unbound_call_cost(scenario, path)
+        scenario, call_note = _unbound_call_cost(scenario, rows)
         if call_note:
             notes.append(call_note)
     if scenario.model.rank_times == "sampled":
@@ -337,13 +338,21 @@ def _netop_refusal(path: Path) -> str:
             f"instead: ddlsim simulate --model MODEL --strategy ps --workers {max(workers, 1)} --servers {max(servers, 1)}")
 
 
-def _overheads_note(path: Path, scenario: Scenario) -> str:
+def _read_once(path: Path) -> Callable[[], Any]:
+    """The event log at `path`, read on the first call and kept for the next ones (one replay's measurements)."""
+    from functools import cache
+
     from ..trace.parquet import read_event_log
+
+    return cache(lambda: read_event_log(path))
+
+
+def _overheads_note(rows: Callable[[], Any], scenario: Scenario) -> str:
     from .overheads import framework_overheads
 
     if scenario.model.rank_times != "median":
         return "replay: the capture's framework gaps and optimizer step are not added to sampled rank times"
-    log = read_event_log(path)
+    log = rows()
     found = framework_overheads(log, log.metadata)
     skew = ""
     if found.get("buckets"):
@@ -380,14 +389,13 @@ def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) 
     return scenario, note
 
 
-def _training_rate(scenario: Scenario, path: Path, meta: dict[str, Any]) -> Optional[tuple[Scenario, str]]:
+def _training_rate(scenario: Scenario, rows: Callable[[], Any]) -> Optional[tuple[Scenario, str]]:
     """A DDP capture replayed at its own links with its overheads: the payload rate its ring all-reduces got while
     training, from its own bucket rows (:func:`ddlsim.simulation.overheads.training_ring_rate`); None when the
     capture does not determine it (the rate measured after training, or the closed form, is used then)."""
-    from ..trace.parquet import read_event_log
     from .overheads import training_ring_rate
 
-    log = read_event_log(path)
+    log = rows()
     found = training_ring_rate(log, log.metadata)
     if found is None:
         return None
@@ -398,7 +406,7 @@ def _training_rate(scenario: Scenario, path: Path, meta: dict[str, Any]) -> Opti
     return with_overrides(scenario, {"bandwidth": f"{found['rate_bps']:.17g}bps"}), note
 
 
-def _ps_training_latency(scenario: Scenario, path: Path, meta: dict[str, Any]) -> tuple[Scenario, Optional[str]]:
+def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict[str, Any]) -> tuple[Scenario, Optional[str]]:
     """A PS capture replayed at its own link with its overheads: the message latency its own RPC messages got
     while training (:func:`ddlsim.simulation.overheads.training_message_latency`: the intercept of latency +
     per-byte over their transport times), instead of half the 4-byte round trip measured before training; the
@@ -406,10 +414,9 @@ def _ps_training_latency(scenario: Scenario, path: Path, meta: dict[str, Any]) -
     the rows do not give it, or where the shaped link bound (a worker's wire bytes per iteration exceed tbf's
     bucket: the transport times then hold the link's own queueing, which the engine simulates itself)."""
     from ..capture.shaping import default_burst_bytes
-    from ..trace.parquet import read_event_log
     from .overheads import training_message_latency, wire_fraction
 
-    log = read_event_log(path)
+    log = rows()
     found = training_message_latency(log, log.metadata)
     if found is None:
         return scenario, None
@@ -435,14 +442,13 @@ def _ps_training_latency(scenario: Scenario, path: Path, meta: dict[str, Any]) -
     return with_overrides(scenario, update), note
 
 
-def _unbound_call_cost(scenario: Scenario, path: Path) -> tuple[Scenario, Optional[str]]:
+def _unbound_call_cost(scenario: Scenario, rows: Callable[[], Any]) -> tuple[Scenario, Optional[str]]:
     """A DDP capture whose shaped link did not bind, replayed at another rate: each all-reduce call also costs what
     it cost the capturing machine while training (:func:`ddlsim.simulation.overheads.unbound_call_cost`), spread over
     the ring's 2 (N - 1) steps as latency. Unchanged, with no note, for any other capture."""
-    from ..trace.parquet import read_event_log
     from .overheads import unbound_call_cost
 
-    log = read_event_log(path)
+    log = rows()
     found = unbound_call_cost(log, log.metadata)
     if found is None or found["call_ns"] <= 0 or scenario.workers < 2:
         return scenario, None
@@ -614,12 +620,11 @@ def captured_client_cost(fit: Any) -> Optional[dict[str, Any]]:
             "receive": f"{round(fit['receive_ns'])}ns", "receive_ns_per_byte": float(fit["receive_ns_per_byte"])}
 
 
-def _client_cost_from_rows(path: Path) -> Optional[dict[str, Any]]:
+def _client_cost_from_rows(rows: Callable[[], Any]) -> Optional[dict[str, Any]]:
     """:func:`captured_client_cost` of the fit made from a PS capture's own rows (a capture without the metadata)."""
     from ..capture.ps_client_cost import client_cost_metadata
-    from ..trace.parquet import read_event_log
 
-    return captured_client_cost(client_cost_metadata(read_event_log(path)))
+    return captured_client_cost(client_cost_metadata(rows()))
 
 
 def _workers_and_iterations(path: Path) -> tuple[int, int]:
