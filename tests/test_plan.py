@@ -14,6 +14,7 @@ from ddlsim.errors import PlanError
 from ddlsim.plan.cost import CostModel, fit, fit_tables, point_to_point, read_table, table2
 from ddlsim.plan.planner import make_plan
 from ddlsim.simulation import grouping as gp
+from ddlsim.simulation import grouping as gp
 from ddlsim.simulation.model_build import build_model, layer_times_ns
 from ddlsim.simulation.scenario import scenario_from_dict
 
@@ -200,13 +201,73 @@ def test_plan_reports_speedups_and_the_best_bucket(resnet_plan):
     assert s["wfbp"] == p.wfbp.iteration_time_s / p.mg_wfbp.iteration_time_s
     assert s["synceasgd"] == p.synceasgd.iteration_time_s / p.mg_wfbp.iteration_time_s
     assert s["ddp_default"] == p.ddp_default.iteration_time_s / p.mg_wfbp.iteration_time_s
-    assert p.ddp_default.bucket_cap_mb == 25 and p.ddp_default is p.ddp_sweep[2]
+    assert p.ddp_default.bucket_cap_mb == 25 and p.ddp_default.grouping == {"kind": "ddp", "bucket_cap_mb": 25}
     # merged gradients beat one all-reduce per tensor here (161 tensors, 70 us startup per all-reduce)
     assert s["wfbp"] > 1 and s["synceasgd"] > 1
     assert p.simulations == len({frozenset(frozenset(g["tensors"]) for g in c.groups)
-                                 for c in [p.wfbp, p.synceasgd, p.mg_wfbp, *p.ddp_sweep]}) + len(p.p3_sweep) + len(p.bytescheduler_sweep)
+                                 for c in [p.wfbp, p.synceasgd, p.ddp_default, p.mg_wfbp, *p.ddp_sweep]}) + len(p.p3_sweep) + len(p.bytescheduler_sweep)
     assert len(p.bytescheduler_sweep) == 1 and p.best_bytescheduler.credit_bytes == 16_000_000  # ByteScheduler's default
     assert p.scenario.iterations == 1 and p.scenario.trace_detail == "collective"
+
+
+def _ddp_buckets_given_a_cap(sizes_in_ready_order, cap_bytes):
+    """Oracle, written apart from ddlsim's grouping: DDP given bucket_cap_mb (torch/nn/parallel/distributed.py keeps
+    its small first bucket for the default only) appends tensors in ready order to the open bucket and closes it as
+    soon as it holds at least the cap."""
+    buckets, open_, held = [], [], 0
+    for i, size in enumerate(sizes_in_ready_order):
+        open_.append(i)
+        held += size
+        if held >= cap_bytes:
+            buckets.append(open_)
+            open_, held = [], 0
+    return buckets + ([open_] if open_ else [])
+
+
+def test_a_plan_without_a_capture_builds_ddps_buckets_for_a_given_cap_as_torch_does(resnet_plan):
+    """The plan's ddp_kwargs pass bucket_cap_mb, so each swept size is DDP's buckets with the first as large as the
+    others; only DDP's default (no bucket_cap_mb) has the 1 MiB first bucket. Before, every swept size had the 1 MiB
+    first bucket, so the plan simulated buckets its own ddp_kwargs do not build (ResNet-50 at 25 MB: 5 planned, 4
+    built; at 50 MB: 3 planned, 2 built)."""
+    p = resnet_plan
+    tensors = list(reversed(p.model.tensors))  # ready order: the last layer's gradients first
+    last = len(tensors) - 1
+    for c in p.ddp_sweep:
+        want = sorted(sorted(last - i for i in b) for b in _ddp_buckets_given_a_cap([t.bytes for t in tensors],
+                                                                                     int(c.bucket_cap_mb * 1024 * 1024)))
+        assert sorted(sorted(g["tensors"]) for g in c.groups) == want, c.bucket_cap_mb
+        assert ddlsim.simulate(p.scenario, grouping=c.grouping).iteration_time_s == c.iteration_time_s
+    assert p.ddp_default.groups == gp.ddp(p.model)
+    assert any(n.startswith("DDP's buckets for each bucket_cap_mb: the first as large") for n in p.notes)
+
+
+def test_the_plan_says_when_ddps_default_beats_every_bucket_cap_it_swept(resnet_plan):
+    p = resnet_plan
+    default_wins = p.ddp_default.iteration_time_s < p.best_ddp.iteration_time_s
+    said = [n for n in p.notes if n.startswith("DDP's default (1 MiB first bucket")]
+    assert bool(said) == default_wins
+    one = make_plan(model="resnet50", workers=8, bandwidth="10Gbps", latency="10us", bucket_caps_mb=(100,),
+                    slice_bytes=(), credit_bytes=())
+    # one bucket of all 102 MB after the backward pass against DDP's default's 5 overlapping ones
+    assert one.ddp_default.iteration_time_s < one.best_ddp.iteration_time_s
+    assert any(n.startswith("DDP's default (1 MiB first bucket") and n.endswith("give DDP no bucket_cap_mb")
+               for n in one.notes)
+
+
+def test_torch_gives_a_given_bucket_cap_no_small_first_bucket(tmp_path):
+    """The rule the planner assumes without a capture, checked on the torch installed here."""
+    torch = pytest.importorskip("torch")
+    dist = pytest.importorskip("torch.distributed")
+    from torch.nn.parallel import DistributedDataParallel
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        module = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+        default, given = DistributedDataParallel(module), DistributedDataParallel(module, bucket_cap_mb=5)
+        if not hasattr(given, "bucket_bytes_cap_default"):
+            pytest.skip("this torch does not expose whether it uses the small first bucket")
+        assert default.bucket_bytes_cap_default and not given.bucket_bytes_cap_default
+    finally:
+        dist.destroy_process_group()
 
 
 def test_plan_ddp_json_configures_ddp_and_round_trips(resnet_plan):

@@ -800,7 +800,7 @@ def plan(
         table.add_column(col, justify="left" if col == "plan" else "right")
     rows = [("WFBP (per tensor)", result.wfbp), ("SyncEASGD", result.synceasgd), ("DDP 25 MB (default)", result.ddp_default)]
     rows += [(f"DDP {c.bucket_cap_mb:g} MB" + (" [best]" if c is result.best_ddp else ""), c) for c in result.ddp_sweep
-             if c.bucket_cap_mb != result.ddp_default.bucket_cap_mb or c is result.best_ddp]
+             if c.groups != result.ddp_default.groups or c is result.best_ddp]
     rows.append(("MG-WFBP", result.mg_wfbp))
     if result.captured is not None:  # planned from a DDP capture: the job as captured (ddlsim replay's time)
         rows.insert(3, (result.captured.label, result.captured))

@@ -404,9 +404,20 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
     ]
     own = sc.strategy.grouping if replayed is not None else None
     own_groups = gp.user_groups(model, own.groups) if own is not None and getattr(own, "kind", None) == "groups" else None
-    first_is_cap = own_groups is not None and _first_bucket_is_cap(model, own_groups, overrides.get("profile"), notes)
-    for cap in sorted(set(caps) | {float(gp.DDP_BUCKET_CAP_MB)}):
-        if first_is_cap:  # DDP's buckets as the capture's torch builds them for a bucket_cap_mb it is given
+    if own_groups is not None:
+        first_is_cap = _first_bucket_is_cap(model, own_groups, overrides.get("profile"), notes)
+    else:  # no capture to show which rule the job's torch follows: the one of the torch versions in use today
+        first_is_cap = True
+        notes.append(f"DDP's buckets for each bucket_cap_mb: the first as large as the others, as torch's DDP builds "
+                     f"them when it is given bucket_cap_mb (torch 2.11 and 2.15 checked; the plan's ddp_kwargs give "
+                     f"it); DDP's default (no bucket_cap_mb) keeps its {gp.DDP_FIRST_BUCKET_BYTES >> 20} MiB first "
+                     f"bucket. Plan from a capture (--profile) to follow the rule of the torch that ran it")
+    # DDP as it runs when given no bucket_cap_mb: a 1 MiB first bucket, then 25 MB (every torch version)
+    jobs.append(("ddp-default", f"DDP {gp.DDP_BUCKET_CAP_MB:g} MB (default)",
+                 {"kind": "ddp", "bucket_cap_mb": float(gp.DDP_BUCKET_CAP_MB)}, gp.ddp(model, gp.DDP_BUCKET_CAP_MB),
+                 float(gp.DDP_BUCKET_CAP_MB)))
+    for cap in sorted(set(caps)):
+        if first_is_cap:  # DDP's buckets as torch builds them for a bucket_cap_mb it is given
             groups = gp.ddp(model, cap, first_bucket_bytes=int(cap * 1024 * 1024))
             jobs.append((f"ddp:{cap:g}", f"DDP {cap:g} MB", _names_grouping(model, groups), groups, cap))
         else:
@@ -467,7 +478,7 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
     plan = Plan(
         scenario=sc, model=model, cost_model=cost_model, cost=cost,
         wfbp=candidates["wfbp"], synceasgd=candidates["synceasgd"],
-        ddp_default=candidates[f"ddp:{gp.DDP_BUCKET_CAP_MB:g}"], mg_wfbp=candidates["mg-wfbp"],
+        ddp_default=candidates["ddp-default"], mg_wfbp=candidates["mg-wfbp"],
         mg_wfbp_estimate_s=estimate_s, ddp_sweep=sweep, best_ddp=best, simulations=len(results),
         p3_sweep=p3_sweep, best_p3=min(p3_sweep, key=lambda c: (c.iteration_time_s, c.slice_bytes)) if p3_sweep else None,
         bytescheduler_sweep=bs_sweep,
@@ -475,6 +486,11 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
         captured=candidates.get("captured"),
     )
     plan.notes.extend(sc.migration_notes)
+    if plan.ddp_default.iteration_time_s < best.iteration_time_s:
+        notes.append(f"DDP's default ({gp.DDP_FIRST_BUCKET_BYTES >> 20} MiB first bucket, then "
+                     f"{gp.DDP_BUCKET_CAP_MB:g} MB; {plan.ddp_default.iteration_time_s * 1e3:.2f} ms) is faster than "
+                     f"every bucket_cap_mb swept (best {best.bucket_cap_mb:g} MB, {best.iteration_time_s * 1e3:.2f} ms): "
+                     f"give DDP no bucket_cap_mb")
     plan.notes.extend(notes)
     plan.wall_s = time.perf_counter() - t0
     return plan
