@@ -38,7 +38,7 @@ fn w_requests_at_once_are_served_one_after_another_at_a_plus_b_w_each() {
     for (w, a, b) in [(1u32, 20_000u64, 5_000u64), (2, 20_000, 5_000), (3, 9_000, 1_000), (5, 8_000, 0), (4, 0, 2_500)] {
         let s = a + b * w as u64;
         assert!(s >= tx);
-        let out = simulate_training(&one_group(w, m, ServerCost { a_ns: a, b_ns: b }), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
+        let out = simulate_training(&one_group(w, m, ServerCost { a_ns: a, b_ns: b, ..Default::default() }), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
         let t1 = w as u64 * tx + lat;
         let pushes = op_rows(&out, "push_request", KIND_RECV);
         assert!(pushes.iter().all(|&i| out.log.end_ns[i] as u64 == t1), "W={w}");
@@ -146,7 +146,7 @@ fn ordered_distribution_and_asynchronous_updates_wait_for_their_requests_to_be_s
 #[test]
 fn a_server_cost_needs_a_plain_parameter_server() {
     let ring = TrainingSpec {
-        server_cost: ServerCost { a_ns: 1, b_ns: 0 },
+        server_cost: ServerCost { a_ns: 1, ..Default::default() },
         ..TrainingSpec::new(2, SyncSpec::Allreduce { algorithm: ddlsim_core::lower::training::AlgorithmName::Ring }, vec![LayerSpec { fwd_ns: 1, bwd_ns: 1 }], vec![GroupSpec { layers: vec![0], tensor: 0, bytes: 8, server: 0, update_ns: 0 }])
     };
     assert!(build_graph(&ring).unwrap_err().contains("server_cost"));

@@ -175,7 +175,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         sync_ops = pieces * (4 * n + updates)  # push, update(s), push ack, pull request, pull response
         sync_ops += 1 if strategy.distribution != "immediate" and scenario.barrier else 0  # distribution's server barrier
         updates_ops = pieces * updates + (1 if strategy.distribution != "immediate" and scenario.barrier else 0)
-        if strategy.server_cost.a_ns or strategy.server_cost.b_ns:
+        if not strategy.server_cost.is_zero():
             serves = pieces * 2 * n  # a server cost: one serve op per push and pull request (lower/server_cost.rs)
         client = strategy.client_cost  # the workers' own cost (lower/client_cost.rs): an issue op per push and pull
         if parse_duration_ns(client.issue) or client.issue_ns_per_byte:  # request, a handle op per ack and pull

@@ -270,7 +270,7 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
             extra["ps_split"] = True
         if strategy.distribution != "immediate":
             extra["distribution"] = strategy.distribution.replace("-", "_")
-        if strategy.server_cost.a_ns or strategy.server_cost.b_ns:
+        if not strategy.server_cost.is_zero():
             extra["server_cost"] = strategy.server_cost.engine()
         if not strategy.client_cost.is_zero():
             extra["client_cost"] = strategy.client_cost.engine()

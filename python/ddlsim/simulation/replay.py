@@ -119,6 +119,12 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                              f"worker {client['issue']} + {client['issue_ns_per_byte']:.4g} ns/byte, each response "
                              f"handled {client['receive']} + {client['receive_ns_per_byte']:.4g} ns/byte, one after "
                              "another on the worker; --no-overheads leaves it out")
+            update = _server_update_from_rows(rows) if meta.get("job") == "ps" else None
+            if update is not None and overrides.get("overheads") is not False and "server_cost" not in overrides:
+                settings["strategy"]["server_cost"] = {**(settings["strategy"].get("server_cost") or {}), **update}
+                notes.append(f"replay: the server's update, measured from the capture's update rows, "
+                             f"{update['update']} + {update['update_ns_per_byte']:.4g} ns/byte, runs on the server's "
+                             "one thread with its requests (a serial update); --no-overheads leaves it out")
         origin = "the capture's shaped" if "bandwidth" in settings.get("network", {}) else None
     data["model"]["profile"] = str(path.resolve())
     scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
@@ -618,6 +624,17 @@ def captured_client_cost(fit: Any) -> Optional[dict[str, Any]]:
         return None
     return {"issue": f"{round(fit['issue_ns'])}ns", "issue_ns_per_byte": float(fit["issue_ns_per_byte"]),
             "receive": f"{round(fit['receive_ns'])}ns", "receive_ns_per_byte": float(fit["receive_ns_per_byte"])}
+
+
+def _server_update_from_rows(rows: Callable[[], Any]) -> Optional[dict[str, Any]]:
+    """A PS capture's serial update (``strategy.server_cost``'s ``update`` and ``update_ns_per_byte``) fitted from
+    its server's update rows (:func:`ddlsim.capture.ps_server_queue.server_update_fit`); None without such rows."""
+    from ..capture.ps_server_queue import server_update_fit
+
+    fit = server_update_fit(rows())
+    if fit is None or not (fit["update_ns"] > 0 or fit["update_ns_per_byte"] > 0):
+        return None
+    return {"update": f"{round(fit['update_ns'])}ns", "update_ns_per_byte": float(fit["update_ns_per_byte"])}
 
 
 def _client_cost_from_rows(rows: Callable[[], Any]) -> Optional[dict[str, Any]]:

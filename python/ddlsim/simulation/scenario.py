@@ -940,10 +940,18 @@ class ServerCost(_Strict):
     """The parameter server's per-request cost a + b C (the RPC paper's PS_proc
     growing with C concurrent connections; C = the workers): each push or
     pull request occupies its server's request processor that long, and
-    requests queue there first come, first served. Both 0 (default): none."""
+    requests queue there first come, first served. Both 0 (default): none.
+    ``update`` + ``update_ns_per_byte`` x payload bytes (either above 0): the
+    server is one thread, so each update also runs on that processor, for that
+    long, queued with the requests (docs/parameter-server.md)."""
 
     a: Duration = "0s"
     b: Duration = "0s"
+    update: Duration = "0s"
+    update_ns_per_byte: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False)
+
+    def is_zero(self) -> bool:
+        return not (self.a_ns or self.b_ns or parse_duration_ns(self.update) or self.update_ns_per_byte)
 
     @property
     def a_ns(self) -> int:
@@ -953,8 +961,11 @@ class ServerCost(_Strict):
     def b_ns(self) -> int:
         return parse_duration_ns(self.b)
 
-    def engine(self) -> dict[str, int]:
-        return {"a_ns": self.a_ns, "b_ns": self.b_ns}
+    def engine(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"a_ns": self.a_ns, "b_ns": self.b_ns}
+        if parse_duration_ns(self.update) or self.update_ns_per_byte:  # absent: the spec of before, unchanged
+            out.update(update_ns=parse_duration_ns(self.update), update_ns_per_byte=float(self.update_ns_per_byte))
+        return out
 
 
 class ClientCost(_Strict):
@@ -1026,7 +1037,7 @@ class PSStrategy(_StrategyBase):
                         "asynchronous": (self.asynchronous, self.asynchronous),
                         "chunk_bytes": (self.chunk_bytes, self.chunk_bytes != 0),
                         "server_cost": ({"a": self.server_cost.a, "b": self.server_cost.b},
-                                        bool(self.server_cost.a_ns or self.server_cost.b_ns)),
+                                        not self.server_cost.is_zero()),
                         "client_cost": (self.client_cost.engine(), not self.client_cost.is_zero())}
             clash = [(name, value) for name, (value, on) in variants.items() if on]
             if clash:

@@ -105,11 +105,13 @@ pub fn lower_ps_message(g: &mut Graph, spec: &TrainingSpec, names: &PsNames, tag
     update.stream = m.server_stream;
     let update_of = |g: &mut Graph, w: u32| -> u32 {
         let mut u = update.clone();
+        u.duration = if spec.asynchronous { m.update_ns / n as u64 } else { m.update_ns };
+        if let Some(p) = m.processors {
+            p.serial_update(&mut u, n, m.server, m.bytes.saturating_sub(header)); // one server thread: on its processor
+        }
         if spec.asynchronous {
-            u.duration = m.update_ns / n as u64;
             g.add(u, &[pushes[w as usize]])
         } else {
-            u.duration = m.update_ns;
             g.add(u, &pushes)
         }
     };

@@ -13,26 +13,50 @@
 //! (the update for a push, the pull response for a pull) waits for its
 //! `serve` compute row.
 //!
-//! `a = b = 0` (the default) adds no stream and no op: the graph, and so
-//! every output, is the one built without this part.
+//! **Serial update** (`update_ns`, `update_ns_per_byte`): a server that is
+//! one thread (the PS capture's: `capture/ps_server.py` queues every request
+//! and one processing thread serves the queue, updates and answers) also runs
+//! each update on its request processor, for `update_ns + update_ns_per_byte
+//! * bytes` (the message's payload) instead of the modelled update time. The
+//! update queues there with the requests, first come, first served: requests
+//! that arrive while it runs wait for it, and it waits for the requests ahead
+//! of it. An asynchronous server runs one such update per push.
+//!
+//! `a = b = 0` and no update cost (the default) add no stream and no op: the
+//! graph, and so every output, is the one built without this part.
 
 use serde::Deserialize;
 
 use crate::graph::{Graph, Kind, Op, PolicyKind};
 
-/// `a_ns + b_ns * C` ns per request (C: the server's concurrent connections).
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+/// `a_ns + b_ns * C` ns per request (C: the server's concurrent connections); a serial update of
+/// `update_ns + update_ns_per_byte * bytes` on the same processor where either is above 0.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ServerCost {
     #[serde(default)]
     pub a_ns: u64,
     #[serde(default)]
     pub b_ns: u64,
+    #[serde(default)]
+    pub update_ns: u64,
+    #[serde(default)]
+    pub update_ns_per_byte: f64,
 }
 
 impl ServerCost {
     pub fn is_zero(&self) -> bool {
-        self.a_ns == 0 && self.b_ns == 0
+        self.a_ns == 0 && self.b_ns == 0 && !self.serial_update()
+    }
+
+    /// Whether the update runs on the request processor (see the module docs).
+    pub fn serial_update(&self) -> bool {
+        self.update_ns > 0 || self.update_ns_per_byte > 0.0
+    }
+
+    /// The time a serial update of a message of `bytes` (payload) holds the processor.
+    pub fn update_ns_for(&self, bytes: u64) -> u64 {
+        self.update_ns.saturating_add((self.update_ns_per_byte * bytes as f64).round() as u64)
     }
 
     /// The time one request holds the processor when the server has `connections` clients.
@@ -44,6 +68,10 @@ impl ServerCost {
 /// Checks a server cost against the strategy it is lowered with (`servers`: 0 for all-reduce; `in_network`:
 /// whether an in-network mode is on).
 pub fn validate(cost: &ServerCost, servers: u32, in_network: bool) -> Result<(), String> {
+    let v = cost.update_ns_per_byte;
+    if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
+        return Err(format!("server_cost.update_ns_per_byte = {v}: give a number of ns per byte from 0 to 1e9"));
+    }
     if cost.is_zero() {
         return Ok(());
     }
@@ -64,6 +92,7 @@ pub struct RequestProcessors {
     streams: Vec<u32>,
     name: u32,
     per_request_ns: u64,
+    cost: ServerCost,
 }
 
 impl RequestProcessors {
@@ -74,12 +103,21 @@ impl RequestProcessors {
             return None;
         }
         let streams = (0..servers).map(|s| g.new_stream(workers + s, "rpc", PolicyKind::Fifo)).collect();
-        Some(RequestProcessors { streams, name: g.op_name("serve"), per_request_ns: cost.per_request_ns(workers) })
+        Some(RequestProcessors { streams, name: g.op_name("serve"), per_request_ns: cost.per_request_ns(workers), cost })
     }
 
     /// The time one request holds a processor.
     pub fn per_request_ns(&self) -> u64 {
         self.per_request_ns
+    }
+
+    /// Places `update` (an update op of server rank `server`, of `workers` workers, for a message of `bytes`
+    /// payload) on the server's processor with the serial update's duration; unchanged without a serial update.
+    pub fn serial_update(&self, update: &mut Op, workers: u32, server: u32, bytes: u64) {
+        if self.cost.serial_update() {
+            update.stream = self.streams[(server - workers) as usize];
+            update.duration = self.cost.update_ns_for(bytes);
+        }
     }
 
     /// Server rank `server` (of `workers` workers) handles the request that
