@@ -226,6 +226,17 @@ def test_validation_names_column_row_and_fix(change, expected):
     assert expected in str(caught.value)
 
 
+@pytest.mark.parametrize("message", [5, 5_000_000])
+def test_a_recv_in_a_log_without_any_send_gets_the_one_line_error(message):
+    """A log with recv rows and no send row at all: a large message id took the sorted lookup, which indexed an empty
+    array (IndexError traceback) instead of naming the recv."""
+    rows = [dict(id=0, rank=2, role="server", kind="recv", op="x", peer=0, message=message, start_ns=0, end_ns=0),
+            dict(id=1, rank=0, role="worker", kind="compute", op="y", start_ns=0, end_ns=1)]
+    with pytest.raises(TraceError) as caught:
+        event_log_from_rows(rows, source="my log")
+    assert f"column 'message', row 0 (id=0): recv of message {message} has no send row with that message" in str(caught.value)
+
+
 def test_validation_of_whole_columns():
     log = small_log()
     table = log.table

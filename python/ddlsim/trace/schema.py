@@ -1126,6 +1126,8 @@ def _check_messages(log, kind, start, end, offset, problem: _Problem) -> None:
     if not len(recv_rows):
         return
     send_rows = np.flatnonzero(is_send)
+    if not len(send_rows):  # no send at all: the first recv has none (the lookups below need one send)
+        _message_problems(np.zeros(len(recv_rows), dtype=bool), None, None, recv_rows, message, offset, problem)
     send_start = start[send_rows] if offset is None else start[send_rows] + offset[send_rows]
     recv_end = end[recv_rows] if offset is None else end[recv_rows] + offset[recv_rows]
     if _dense(message[send_rows]) and int(message[recv_rows].max()) < 4 * len(send_rows) + 1024:
