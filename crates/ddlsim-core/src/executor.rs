@@ -113,6 +113,16 @@ impl Queue {
     fn peek_time(&self) -> Option<Time> {
         self.0.peek_time()
     }
+    /// The next event if it is at `time` (see [`BucketQueue::peek_at`]).
+    #[inline(always)]
+    fn peek_at(&self, time: Time) -> Option<Event> {
+        self.0.peek_at(time).map(Event::unpack)
+    }
+    /// Pops the event `peek_at` gave (its time is the clock's already).
+    #[inline(always)]
+    fn pop_peeked(&mut self) {
+        self.0.pop_peeked();
+    }
     fn processed(&self) -> u64 {
         self.0.processed()
     }
@@ -524,6 +534,8 @@ struct Executor<'g> {
     lane_rest: Vec<Action>,
     /// The direct paths are taken (see [`with_direct_paths`]).
     direct: bool,
+    /// Events a ring lane took from the queue itself since the main loop last looked (its clock countdown).
+    drained: u32,
     deliveries: Vec<Delivery>,
     next_row: i64,
     next_message: i64,
@@ -690,6 +702,7 @@ impl<'g> Executor<'g> {
             action_pool: Vec::new(),
             lane_rest: Vec::new(),
             direct: DIRECT_PATHS.with(|d| d.get()),
+            drained: 0,
             deliveries: Vec::new(),
             next_row: row_base,
             next_message: 0,
@@ -780,6 +793,9 @@ impl<'g> Executor<'g> {
                     if let Some(delivery) = lone {
                         if let Some(d) = delivery {
                             self.delivered(d, now)?;
+                            if self.drained != 0 {
+                                countdown = countdown.saturating_sub(std::mem::take(&mut self.drained)).max(1);
+                            }
                         }
                         if self.finished_ops == self.graph.len() && self.network.background_only(now) {
                             break;
@@ -1443,9 +1459,34 @@ impl<'g> Executor<'g> {
                     deferred: false,
                     error: None,
                 };
-                ring.delivered_into(now, f.tag, &mut lane);
-                if let Some(id) = lane.spare {
-                    lane.free_transfers.push(id);
+                let mut tag = f.tag;
+                loop {
+                    ring.delivered_into(now, tag, &mut lane);
+                    if let Some(id) = lane.spare.take() {
+                        lane.free_transfers.push(id);
+                    }
+                    if lane.deferred {
+                        break;
+                    }
+                    // The next event, if it is this ring's next lone delivery at
+                    // this instant, is taken here: the main loop would do the
+                    // same (no release is due, no op finished, see `advance`).
+                    let LaneNet::Flow(flow) = &mut lane.network else { break };
+                    let Some(Event::Net(token)) = lane.queue.peek_at(now) else { break };
+                    let Some(id) = flow.live_delivery(token) else { break };
+                    if !matches!(lane.transfer_owner[id as usize], Owner::Step) {
+                        break;
+                    }
+                    let g = lane.flights[id as usize];
+                    if g.collective != c as u32 || !lane.members[(g.tag >> 32) as usize].plain {
+                        break;
+                    }
+                    lane.queue.pop_peeked();
+                    flow.take_live_delivery(now, id);
+                    self.bytes_received[g.to_rank as usize] += g.bytes;
+                    self.drained += 1;
+                    lane.spare = Some(id);
+                    tag = g.tag;
                 }
                 if let Some(e) = lane.error {
                     return Err(e);
@@ -2129,6 +2170,7 @@ impl<'g> Executor<'g> {
             action_pool,
             lane_rest,
             direct,
+            drained,
             deliveries,
             next_row,
             next_message,
@@ -2180,6 +2222,7 @@ impl<'g> Executor<'g> {
             action_pool,
             lane_rest,
             direct,
+            drained,
             deliveries,
             next_row,
             next_message,
