@@ -424,6 +424,42 @@ impl crate::collective::ring::RingSink for RingLane<'_> {
     }
 }
 
+/// A ring's delivery of step `tag` through `lane`, and then each of the
+/// ring's next lone deliveries of the same instant, taken from the queue
+/// here: the main loop would handle them the same way (no release is due
+/// within an instant, no op finished while the lane takes every action, see
+/// [`Executor::advance`]). Returns how many events it took from the queue.
+#[inline(never)]
+fn run_lane(ring: &mut crate::collective::ring::RingMachine, lane: &mut RingLane<'_>, mut tag: u64, bytes_received: &mut [u64]) -> u32 {
+    let (c, now) = (lane.c, lane.now);
+    let mut drained = 0;
+    loop {
+        ring.delivered_into(now, tag, lane);
+        if let Some(id) = lane.spare.take() {
+            lane.free_transfers.push(id);
+        }
+        if lane.deferred {
+            return drained;
+        }
+        let LaneNet::Flow(flow) = &mut lane.network else { return drained };
+        let Some(Event::Net(token)) = lane.queue.peek_at(now) else { return drained };
+        let Some(id) = flow.live_delivery(token) else { return drained };
+        if !matches!(lane.transfer_owner[id as usize], Owner::Step) {
+            return drained;
+        }
+        let g = lane.flights[id as usize];
+        if g.collective != c || !lane.members[(g.tag >> 32) as usize].plain {
+            return drained;
+        }
+        lane.queue.pop_peeked();
+        flow.take_live_delivery(now, id);
+        bytes_received[g.to_rank as usize] += g.bytes;
+        drained += 1;
+        lane.spare = Some(id);
+        tag = g.tag;
+    }
+}
+
 /// The executor's network model: the flow-level model held as itself (its
 /// direct paths inlined, no call through the trait object), or any model.
 /// Everything else sees a `dyn NetworkModel`.
@@ -1459,35 +1495,7 @@ impl<'g> Executor<'g> {
                     deferred: false,
                     error: None,
                 };
-                let mut tag = f.tag;
-                loop {
-                    ring.delivered_into(now, tag, &mut lane);
-                    if let Some(id) = lane.spare.take() {
-                        lane.free_transfers.push(id);
-                    }
-                    if lane.deferred {
-                        break;
-                    }
-                    // The next event, if it is this ring's next lone delivery at
-                    // this instant, is taken here: the main loop would do the
-                    // same (no release is due, no op finished, see `advance`).
-                    let LaneNet::Flow(flow) = &mut lane.network else { break };
-                    let Some(Event::Net(token)) = lane.queue.peek_at(now) else { break };
-                    let Some(id) = flow.live_delivery(token) else { break };
-                    if !matches!(lane.transfer_owner[id as usize], Owner::Step) {
-                        break;
-                    }
-                    let g = lane.flights[id as usize];
-                    if g.collective != c as u32 || !lane.members[(g.tag >> 32) as usize].plain {
-                        break;
-                    }
-                    lane.queue.pop_peeked();
-                    flow.take_live_delivery(now, id);
-                    self.bytes_received[g.to_rank as usize] += g.bytes;
-                    self.drained += 1;
-                    lane.spare = Some(id);
-                    tag = g.tag;
-                }
+                self.drained += run_lane(ring, &mut lane, f.tag, &mut self.bytes_received);
                 if let Some(e) = lane.error {
                     return Err(e);
                 }
