@@ -247,6 +247,8 @@ struct LiveCollective {
     ops: Vec<u32>,
     /// What a [`RingLane`] needs of each member, built at its first delivery (every member joined by then).
     lane: Vec<LaneMember>,
+    /// Every member of `lane` is plain (FIFO stream or none).
+    lane_plain: bool,
 }
 
 /// A live collective's machine: a ring held as itself (its [`RingLane`]
@@ -338,6 +340,8 @@ struct RingLane<'a> {
     c: u32,
     now: Time,
     members: &'a [LaneMember],
+    /// Every member is plain.
+    all_plain: bool,
     network: LaneNet<'a>,
     queue: &'a mut Queue,
     flights: &'a mut Vec<StepInFlight>,
@@ -448,7 +452,7 @@ fn run_lane(ring: &mut crate::collective::ring::RingMachine, lane: &mut RingLane
             return drained;
         }
         let g = lane.flights[id as usize];
-        if g.collective != c || !lane.members[(g.tag >> 32) as usize].plain {
+        if g.collective != c || !(lane.all_plain || lane.members[(g.tag >> 32) as usize].plain) {
             return drained;
         }
         lane.queue.pop_peeked();
@@ -1427,6 +1431,7 @@ impl<'g> Executor<'g> {
             )),
             ops: vec![u32::MAX; spec.members.len()],
             lane: Vec::new(),
+            lane_plain: false,
         });
         if live.ops[member as usize] != u32::MAX {
             return Err(format!("collective {c}: member {member} joined twice (ops {} and {id})", live.ops[member as usize]).into());
@@ -1467,10 +1472,11 @@ impl<'g> Executor<'g> {
         let c = f.collective as usize;
         let recv_row = NO_CAUSE;
         if self.direct && self.detail != TraceDetail::Step && self.parked.is_empty() {
-            let LiveCollective { machine, ops, lane } = self.collectives[c].as_mut().expect("collective live while steps fly");
+            let LiveCollective { machine, ops, lane, lane_plain } = self.collectives[c].as_mut().expect("collective live while steps fly");
             if let Machine::Ring(ring) = machine {
                 if lane.is_empty() {
                     *lane = lane_members(self.graph, c, ops);
+                    *lane_plain = lane.iter().all(|m| m.plain);
                 }
                 // Sends in flight are counted for the policies that look at them (a FIFO stream neither preempts nor yields).
                 if !lane[(f.tag >> 32) as usize].plain {
@@ -1482,6 +1488,7 @@ impl<'g> Executor<'g> {
                     c: c as u32,
                     now,
                     members: lane,
+                    all_plain: *lane_plain,
                     network: self.network.lane(),
                     queue: &mut self.queue,
                     flights: &mut self.flights,
