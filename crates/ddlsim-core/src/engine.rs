@@ -223,7 +223,7 @@ impl<E: Copy> BucketQueue<E> {
 
     /// The earliest event if it is at `time`, without popping it (a
     /// caller that handles a run of events of one instant in a loop of its
-    /// own looks at the next one with it, then takes it with [`Self::pop`]).
+    /// own looks at the next one with it, then takes it with [`Self::pop_peeked`]).
     #[inline(always)]
     pub fn peek_at(&self, time: Time) -> Option<E> {
         let r = self.runs.peek()?;
