@@ -331,7 +331,15 @@ mod tests {
                 } else {
                     let (&(t, s), _) = reference.iter().next().unwrap();
                     reference.remove(&(t, s));
-                    assert_eq!(q.pop(), Some((t, s)));
+                    // `peek_at` gives the head only at the head's own time.
+                    assert_eq!(q.peek_at(q.now()), (t == q.now()).then_some(s));
+                    assert_eq!(q.peek_at(t), Some(s));
+                    if t == q.now() && next() % 2 == 0 {
+                        // Taken at the clock's time, as a ring lane takes it.
+                        q.pop_peeked();
+                    } else {
+                        assert_eq!(q.pop(), Some((t, s)));
+                    }
                     assert_eq!(heap.pop(), Some((t, s)));
                 }
                 assert_eq!(q.len(), reference.len());
