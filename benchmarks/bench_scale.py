@@ -23,6 +23,16 @@ on the machine than the engine's wall time).
     python benchmarks/bench_scale.py --quick    # skip 1024 workers
     python benchmarks/bench_scale.py --speed --baseline-commit a0263f6 --repeat 3
 
+`--baseline-python DIR` compares against another build's python package
+directory instead of building a commit (DIR holds `ddlsim/` with its built
+`_core.abi3.so`, e.g. a copy of the scratch worktree's `python/` that
+`--baseline-commit` builds, `/tmp/ddlsim-bench-<sha>/python`). `--case
+STRATEGY:WORKERS:FIDELITY` (repeatable) runs only the cases named, e.g. the
+1024-rank flow case alone:
+
+    python benchmarks/bench_scale.py --speed --large --case ring:1024:flow \
+        --baseline-python .bench-base --repeat 3
+
 `--process` times whole processes instead: `ddlsim simulate ... --json` of
 one ResNet-50 iteration in the closed-form model (analytic star, 10 Gbit/s,
 10 us) at 1,024 workers (`--large`: also 4,096, 16,384 and 65,536), Python
@@ -198,7 +208,10 @@ def main() -> None:
     parser.add_argument("--baseline-commit", metavar="REV", help="build REV in a scratch worktree and compare against it")
     parser.add_argument("--repeat", type=int, default=1, help="runs per case and build; the minimum engine time counts")
     parser.add_argument("--baseline-python", metavar="DIR",
-                        help="with --process: also run the python/ directory of another tree (its extension built)")
+                        help="compare against the python/ directory of another tree (its extension built) "
+                        "instead of building --baseline-commit")
+    parser.add_argument("--case", action="append", metavar="STRATEGY:WORKERS:FIDELITY",
+                        help="run only this case (repeatable), e.g. ring:1024:flow")
     parser.add_argument("--process", action="store_true",
                         help="whole-process time of closed-form simulate --json (with --large: up to 65,536 workers)")
     args = parser.parse_args()
@@ -209,8 +222,21 @@ def main() -> None:
         cases = [c for c in SPEED_CASES if args.large or c[1] < 1024]
     else:
         cases = [c for c in CASES if not (args.quick and c[1] >= 1024)]
+    if args.case:
+        wanted = set(args.case)
+        cases = [c for c in cases if f"{c[0]}:{c[1]}:{c[4]}" in wanted]
+        if not cases:
+            sys.exit(f"bench_scale: no case matches --case {' '.join(args.case)} (STRATEGY:WORKERS:FIDELITY, e.g. "
+                     f"ring:1024:flow, with --speed --large for the 1024-worker engine cases)")
     here = ROOT / "python"
-    baseline = build_baseline(args.baseline_commit) if args.baseline_commit else None
+    baseline = build_baseline(args.baseline_commit) if args.baseline_commit and not args.baseline_python else None
+    base_name = args.baseline_commit
+    if args.baseline_python:
+        baseline = Path(args.baseline_python).resolve()
+        if not (baseline / "ddlsim" / "__init__.py").is_file():
+            sys.exit(f"bench_scale: --baseline-python {args.baseline_python}: no ddlsim package there "
+                     f"(give the python/ directory of a tree whose extension is built)")
+        base_name = args.baseline_python
     save = not args.speed and baseline is None
     header = (f"{'case':<16}{'network':>9}{'detail':>11}{'engine s':>10}{'simulate s':>11}{'save s':>8}{'process s':>10}"
               f"{'events':>13}{'events/s':>12}{'transfers':>13}{'peak MiB':>10}{'ns/transfer':>13}{'vs first':>9}{'iter ms':>10}")
@@ -225,7 +251,7 @@ def main() -> None:
         for _ in range(args.repeat):
             rows.append(("", run_case(case, here, save)))
             if baseline is not None:
-                rows.append((f" @{args.baseline_commit}", run_case(case, baseline, False)))
+                rows.append((f" @{base_name}", run_case(case, baseline, False)))
         by_build: dict[str, dict] = {}
         for tag, r in rows:
             if tag not in by_build or r["engine_s"] < by_build[tag]["engine_s"]:
@@ -239,12 +265,12 @@ def main() -> None:
                   f"{r['events'] / r['engine_s']:>12,.0f}{r['transfers']:>13,}{r['peak_mib']:>10.0f}"
                   f"{per_transfer:>13.1f}{per_transfer / first:>9.2f}{r['iteration_s'] * 1e3:>10.2f}", flush=True)
         if baseline is not None:
-            new, old = by_build[""], by_build[f" @{args.baseline_commit}"]
+            new, old = by_build[""], by_build[f" @{base_name}"]
             if new["events"] != old["events"]:
                 print(f"  note: the builds processed different events ({new['events']:,} vs {old['events']:,}); compare events/s")
             compared.append((f"{label} {fidelity}", new, old))
     if compared:
-        print(f"\nevents/s, this tree vs {args.baseline_commit} (same machine, same run; > 1: this tree is faster)")
+        print(f"\nevents/s, this tree vs {base_name} (same machine, same run; > 1: this tree is faster)")
         for label, new, old in compared:
             ratio = (new["events"] / new["engine_s"]) / (old["events"] / old["engine_s"])
             print(f"  {label:<24} {new['engine_s']:8.3f} s vs {old['engine_s']:8.3f} s engine, "

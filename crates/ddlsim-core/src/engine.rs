@@ -221,6 +221,32 @@ impl<E: Copy> BucketQueue<E> {
         Some((time, event))
     }
 
+    /// The earliest event if it is at `time`, without popping it (a
+    /// caller that handles a run of events of one instant in a loop of its
+    /// own looks at the next one with it, then takes it with [`Self::pop_peeked`]).
+    #[inline(always)]
+    pub fn peek_at(&self, time: Time) -> Option<E> {
+        let r = self.runs.peek()?;
+        if (r.key >> 64) as Time != time {
+            return None;
+        }
+        let bucket = &self.buckets[r.event as usize];
+        Some(bucket.events[bucket.read])
+    }
+
+    /// Pops the event [`Self::peek_at`] just gave (there is one).
+    #[inline(always)]
+    pub fn pop_peeked(&mut self) {
+        let b = self.runs.peek().expect("an event was peeked").event;
+        let bucket = &mut self.buckets[b as usize];
+        bucket.read += 1;
+        if bucket.read == bucket.events.len() {
+            self.retire(b);
+        }
+        self.len -= 1;
+        self.popped += 1;
+    }
+
     /// Run `b` (at the heap's top) is drained: back to the free list.
     #[inline(never)]
     fn retire(&mut self, b: u32) {
@@ -305,7 +331,15 @@ mod tests {
                 } else {
                     let (&(t, s), _) = reference.iter().next().unwrap();
                     reference.remove(&(t, s));
-                    assert_eq!(q.pop(), Some((t, s)));
+                    // `peek_at` gives the head only at the head's own time.
+                    assert_eq!(q.peek_at(q.now()), (t == q.now()).then_some(s));
+                    assert_eq!(q.peek_at(t), Some(s));
+                    if t == q.now() && next() % 2 == 0 {
+                        // Taken at the clock's time, as a ring lane takes it.
+                        q.pop_peeked();
+                    } else {
+                        assert_eq!(q.pop(), Some((t, s)));
+                    }
                     assert_eq!(heap.pop(), Some((t, s)));
                 }
                 assert_eq!(q.len(), reference.len());

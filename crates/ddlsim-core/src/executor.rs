@@ -113,6 +113,16 @@ impl Queue {
     fn peek_time(&self) -> Option<Time> {
         self.0.peek_time()
     }
+    /// The next event if it is at `time` (see [`BucketQueue::peek_at`]).
+    #[inline(always)]
+    fn peek_at(&self, time: Time) -> Option<Event> {
+        self.0.peek_at(time).map(Event::unpack)
+    }
+    /// Pops the event `peek_at` gave (its time is the clock's already).
+    #[inline(always)]
+    fn pop_peeked(&mut self) {
+        self.0.pop_peeked();
+    }
     fn processed(&self) -> u64 {
         self.0.processed()
     }
@@ -237,6 +247,8 @@ struct LiveCollective {
     ops: Vec<u32>,
     /// What a [`RingLane`] needs of each member, built at its first delivery (every member joined by then).
     lane: Vec<LaneMember>,
+    /// Every member of `lane` is plain (FIFO stream or none).
+    lane_plain: bool,
 }
 
 /// A live collective's machine: a ring held as itself (its [`RingLane`]
@@ -328,6 +340,8 @@ struct RingLane<'a> {
     c: u32,
     now: Time,
     members: &'a [LaneMember],
+    /// Every member is plain.
+    all_plain: bool,
     network: LaneNet<'a>,
     queue: &'a mut Queue,
     flights: &'a mut Vec<StepInFlight>,
@@ -411,6 +425,42 @@ impl crate::collective::ring::RingSink for RingLane<'_> {
     fn done(&mut self, member: u32) {
         self.deferred = true;
         self.rest.push(Action::Done { member });
+    }
+}
+
+/// A ring's delivery of step `tag` through `lane`, and then each of the
+/// ring's next lone deliveries of the same instant, taken from the queue
+/// here: the main loop would handle them the same way (no release is due
+/// within an instant, no op finished while the lane takes every action, see
+/// [`Executor::advance`]). Returns how many events it took from the queue.
+#[inline(never)]
+fn run_lane(ring: &mut crate::collective::ring::RingMachine, lane: &mut RingLane<'_>, mut tag: u64, bytes_received: &mut [u64]) -> u32 {
+    let (c, now) = (lane.c, lane.now);
+    let mut drained = 0;
+    loop {
+        ring.delivered_into(now, tag, lane);
+        if let Some(id) = lane.spare.take() {
+            lane.free_transfers.push(id);
+        }
+        if lane.deferred {
+            return drained;
+        }
+        let LaneNet::Flow(flow) = &mut lane.network else { return drained };
+        let Some(Event::Net(token)) = lane.queue.peek_at(now) else { return drained };
+        let Some(id) = flow.live_delivery(token) else { return drained };
+        if !matches!(lane.transfer_owner[id as usize], Owner::Step) {
+            return drained;
+        }
+        let g = lane.flights[id as usize];
+        if g.collective != c || !(lane.all_plain || lane.members[(g.tag >> 32) as usize].plain) {
+            return drained;
+        }
+        lane.queue.pop_peeked();
+        flow.take_live_delivery(now, id);
+        bytes_received[g.to_rank as usize] += g.bytes;
+        drained += 1;
+        lane.spare = Some(id);
+        tag = g.tag;
     }
 }
 
@@ -524,6 +574,8 @@ struct Executor<'g> {
     lane_rest: Vec<Action>,
     /// The direct paths are taken (see [`with_direct_paths`]).
     direct: bool,
+    /// Events a ring lane took from the queue itself since the main loop last looked (its clock countdown).
+    drained: u32,
     deliveries: Vec<Delivery>,
     next_row: i64,
     next_message: i64,
@@ -690,6 +742,7 @@ impl<'g> Executor<'g> {
             action_pool: Vec::new(),
             lane_rest: Vec::new(),
             direct: DIRECT_PATHS.with(|d| d.get()),
+            drained: 0,
             deliveries: Vec::new(),
             next_row: row_base,
             next_message: 0,
@@ -780,6 +833,9 @@ impl<'g> Executor<'g> {
                     if let Some(delivery) = lone {
                         if let Some(d) = delivery {
                             self.delivered(d, now)?;
+                            if self.drained != 0 {
+                                countdown = countdown.saturating_sub(std::mem::take(&mut self.drained)).max(1);
+                            }
                         }
                         if self.finished_ops == self.graph.len() && self.network.background_only(now) {
                             break;
@@ -1375,6 +1431,7 @@ impl<'g> Executor<'g> {
             )),
             ops: vec![u32::MAX; spec.members.len()],
             lane: Vec::new(),
+            lane_plain: false,
         });
         if live.ops[member as usize] != u32::MAX {
             return Err(format!("collective {c}: member {member} joined twice (ops {} and {id})", live.ops[member as usize]).into());
@@ -1415,10 +1472,11 @@ impl<'g> Executor<'g> {
         let c = f.collective as usize;
         let recv_row = NO_CAUSE;
         if self.direct && self.detail != TraceDetail::Step && self.parked.is_empty() {
-            let LiveCollective { machine, ops, lane } = self.collectives[c].as_mut().expect("collective live while steps fly");
+            let LiveCollective { machine, ops, lane, lane_plain } = self.collectives[c].as_mut().expect("collective live while steps fly");
             if let Machine::Ring(ring) = machine {
                 if lane.is_empty() {
                     *lane = lane_members(self.graph, c, ops);
+                    *lane_plain = lane.iter().all(|m| m.plain);
                 }
                 // Sends in flight are counted for the policies that look at them (a FIFO stream neither preempts nor yields).
                 if !lane[(f.tag >> 32) as usize].plain {
@@ -1430,6 +1488,7 @@ impl<'g> Executor<'g> {
                     c: c as u32,
                     now,
                     members: lane,
+                    all_plain: *lane_plain,
                     network: self.network.lane(),
                     queue: &mut self.queue,
                     flights: &mut self.flights,
@@ -1443,10 +1502,7 @@ impl<'g> Executor<'g> {
                     deferred: false,
                     error: None,
                 };
-                ring.delivered_into(now, f.tag, &mut lane);
-                if let Some(id) = lane.spare {
-                    lane.free_transfers.push(id);
-                }
+                self.drained += run_lane(ring, &mut lane, f.tag, &mut self.bytes_received);
                 if let Some(e) = lane.error {
                     return Err(e);
                 }
@@ -2129,6 +2185,7 @@ impl<'g> Executor<'g> {
             action_pool,
             lane_rest,
             direct,
+            drained,
             deliveries,
             next_row,
             next_message,
@@ -2180,6 +2237,7 @@ impl<'g> Executor<'g> {
             action_pool,
             lane_rest,
             direct,
+            drained,
             deliveries,
             next_row,
             next_message,

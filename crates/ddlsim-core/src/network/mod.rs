@@ -609,6 +609,29 @@ impl Flow {
         Ok(Some((delivered, Self::delivery_token(slot.generation, id))))
     }
 
+    /// The transfer a token delivers if [`NetworkModel::lone_delivery`]
+    /// would deliver it now (a delivery token, not stale); looks only.
+    #[inline(always)]
+    pub(crate) fn live_delivery(&self, token: u64) -> Option<u32> {
+        if token & DELIVER == 0 {
+            return None;
+        }
+        let id = (token & 0xffff_ffff) as u32;
+        let generation = ((token >> 32) & 0x7fff_ffff) as u32;
+        (self.common.slots[id as usize].generation & 0x7fff_ffff == generation).then_some(id)
+    }
+
+    /// [`NetworkModel::lone_delivery`] of a token [`Flow::live_delivery`] took.
+    #[inline(always)]
+    pub(crate) fn take_live_delivery(&mut self, now: Time, id: u32) {
+        let slot = &mut self.common.slots[id as usize];
+        slot.generation = slot.generation.wrapping_add(1);
+        if self.common.record {
+            let tx_end = slot.tx_end;
+            self.common.write_record(id, tx_end, now);
+        }
+    }
+
     #[inline(always)]
     fn started(&mut self, req: TransferRequest, started: FlowStart, sched: &mut dyn Scheduler) -> Result<(), Error> {
         if !self.cancelled.is_empty() {
