@@ -536,6 +536,8 @@ const UNSET: Time = Time::MAX;
 
 struct Executor<'g> {
     graph: &'g Graph,
+    /// How often (wall clock) a run with a hook calls it ([`PROGRESS_INTERVAL`] unless a test asks for another).
+    progress_interval: std::time::Duration,
     succ_offsets: Vec<u32>,
     succ: Vec<u32>,
     waiting_deps: Vec<u32>,
@@ -642,8 +644,22 @@ pub fn run(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail) -
 /// [`run`] that calls `hook` about every [`PROGRESS_INTERVAL`] (checked
 /// every [`CLOCK_EVERY`] events) and stops with the error [`INTERRUPTED`]
 /// when it returns `false`. Without a hook the loop never reads the clock.
-pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail, mut hook: Option<ProgressHook<'_>>) -> Result<RunOutput, Error> {
+pub fn run_with_hook(graph: &Graph, network: Box<dyn NetworkModel>, detail: TraceDetail, hook: Option<ProgressHook<'_>>) -> Result<RunOutput, Error> {
+    run_with_hook_every(graph, network, detail, hook, PROGRESS_INTERVAL)
+}
+
+/// [`run_with_hook`] with the hook called about every `interval` of wall-clock time instead of
+/// [`PROGRESS_INTERVAL`] (still at most once per [`CLOCK_EVERY`] events): `Duration::ZERO` calls it at every look,
+/// whatever the machine's speed, which makes a test of the hook independent of the wall clock.
+pub fn run_with_hook_every(
+    graph: &Graph,
+    network: Box<dyn NetworkModel>,
+    detail: TraceDetail,
+    mut hook: Option<ProgressHook<'_>>,
+    interval: std::time::Duration,
+) -> Result<RunOutput, Error> {
     let mut ex = Executor::new(graph, network, detail, None)?;
+    ex.progress_interval = interval;
     ex.advance(Time::MAX, &mut hook)?;
     ex.finish()
 }
@@ -713,6 +729,7 @@ impl<'g> Executor<'g> {
         let row_base = row_base.unwrap_or(n as i64);
         let mut ex = Executor {
             graph,
+            progress_interval: PROGRESS_INTERVAL,
             succ_offsets,
             succ,
             waiting_deps,
@@ -803,7 +820,7 @@ impl<'g> Executor<'g> {
             if countdown == 0 {
                 countdown = CLOCK_EVERY;
                 if let Some(hook) = hook.as_mut() {
-                    if last_call.elapsed() >= PROGRESS_INTERVAL {
+                    if last_call.elapsed() >= self.progress_interval {
                         let progress = Progress { now, events: self.queue.processed(), ops_done: self.finished_ops as u64, ops_total: self.graph.len() as u64 };
                         if !hook(&progress) {
                             return Err(Error::new(ErrorKind::Interrupted, INTERRUPTED));
@@ -2156,6 +2173,7 @@ impl<'g> Executor<'g> {
     fn rebind<'h>(self, graph: &'h Graph) -> Executor<'h> {
         let Executor {
             graph: _,
+            progress_interval,
             succ_offsets,
             succ,
             waiting_deps,
@@ -2208,6 +2226,7 @@ impl<'g> Executor<'g> {
         } = self;
         Executor {
             graph,
+            progress_interval,
             succ_offsets,
             succ,
             waiting_deps,

@@ -63,6 +63,20 @@ pub fn run_graph_with_hook(graph: &graph::Graph, network: &NetworkSpec, detail: 
     Ok(out)
 }
 
+/// [`run_graph_with_hook`] with the hook called about every `interval` (see [`executor::run_with_hook_every`]).
+pub fn run_graph_with_hook_every(
+    graph: &graph::Graph,
+    network: &NetworkSpec,
+    detail: TraceDetail,
+    hook: Option<ProgressHook<'_>>,
+    interval: std::time::Duration,
+) -> Result<RunOutput, Error> {
+    let model = network::build_network(network, &graph.hosts())?;
+    let mut out = executor::run_with_hook_every(graph, model, detail, hook, interval)?;
+    lower::classes::expand_output(&mut out, graph);
+    Ok(out)
+}
+
 /// Several jobs' graphs merged into one, ready to run on `network` (see [`lower::jobs`]).
 pub fn jobs_graph(spec: &lower::jobs::JobsSpec, network: &NetworkSpec) -> Result<lower::jobs::JobsGraph, Error> {
     lower::jobs::build_jobs_graph(spec, Some(network))

@@ -209,12 +209,13 @@ fn a_compute_time_beyond_the_clock_is_refused() {
     assert_eq!(err.kind, ddlsim_core::ErrorKind::OutOfRange);
 }
 
-/// Enough independent ops on one stream that a run lasts well past one
-/// progress interval (50 ms), even in an optimized build.
+/// Enough independent ops on one stream for many looks at the clock (one per 1,024 events); the hook tests ask
+/// for an interval of zero, so the hook is called at every look whatever the machine's speed (with the default
+/// 50 ms an optimized build finished this graph before the first call).
 fn long_graph() -> Graph {
     let mut g = Graph::new();
     let s = g.new_stream(0, "compute", PolicyKind::Fifo);
-    for _ in 0..1_000_000 {
+    for _ in 0..100_000 {
         let op = compute(&mut g, 0, 10, s);
         g.add(op, &[]);
     }
@@ -230,10 +231,10 @@ fn a_progress_hook_that_returns_false_stops_the_run_as_interrupted() {
         assert!(p.ops_done < p.ops_total && p.events > 0);
         false
     };
-    let err = ddlsim_core::run_graph_with_hook(&g, &star(Fidelity::Analytic), TraceDetail::Step, Some(&mut hook)).err();
+    let err = ddlsim_core::run_graph_with_hook_every(&g, &star(Fidelity::Analytic), TraceDetail::Step, Some(&mut hook), std::time::Duration::ZERO).err();
     assert_eq!(err.as_deref(), Some(ddlsim_core::INTERRUPTED));
     assert_eq!(err.map(|e| e.kind), Some(ddlsim_core::ErrorKind::Interrupted));
-    // stopped at the first call (about 50 ms in), with work left
+    // stopped at the first call (after 1,024 events), with work left
     assert_eq!(calls, 1);
 }
 
@@ -245,7 +246,7 @@ fn a_progress_hook_sees_time_and_work_advance_and_changes_nothing() {
         seen.push(*p);
         true
     };
-    let with = ddlsim_core::run_graph_with_hook(&g, &star(Fidelity::Analytic), TraceDetail::Step, Some(&mut hook)).unwrap();
+    let with = ddlsim_core::run_graph_with_hook_every(&g, &star(Fidelity::Analytic), TraceDetail::Step, Some(&mut hook), std::time::Duration::ZERO).unwrap();
     let without = run_graph(&g, &star(Fidelity::Analytic), TraceDetail::Step).unwrap();
     assert!(!seen.is_empty(), "a run this long calls its hook");
     for pair in seen.windows(2) {
@@ -253,5 +254,7 @@ fn a_progress_hook_sees_time_and_work_advance_and_changes_nothing() {
     }
     assert!(seen.iter().all(|p| p.ops_total == g.len() as u64 && p.ops_done <= p.ops_total));
     assert_eq!((with.makespan, with.events), (without.makespan, without.events));
+    // interval zero: one call at every look at the clock, which comes after each 1,024 events
+    assert_eq!(seen.len() as u64, with.events / 1024);
     assert_eq!(with.log.end_ns, without.log.end_ns);
 }
