@@ -209,3 +209,12 @@ def test_no_update_cost_changes_no_byte_of_the_output(tmp_path):
 def test_the_scenario_names_a_bad_update_cost(bad):
     with pytest.raises(DdlsimError, match="server_cost"):
         ddlsim.simulate(model="lenet5", workers=2, strategy="ps", server_cost=bad)
+
+
+@pytest.mark.parametrize("cost", [{"update": "5us"}, {"update_ns_per_byte": 0.1}])
+def test_an_in_network_ps_names_the_update_cost_it_refuses(cost):
+    """In-network modes refuse a server cost; with only an update cost set, the message showed
+    server_cost = {'a': '0s', 'b': '0s'} (nothing the user gave) instead of the update cost that clashes."""
+    with pytest.raises(DdlsimError, match="in_network") as err:
+        ddlsim.simulate(model="lenet5", workers=2, strategy="ps", in_network="aggregation", server_cost=cost)
+    assert str(next(iter(cost))) in str(err.value) and "'a': '0s'" not in str(err.value), str(err.value)

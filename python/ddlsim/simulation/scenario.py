@@ -1036,7 +1036,7 @@ class PSStrategy(_StrategyBase):
                         "distribution": (self.distribution, self.distribution != "immediate"),
                         "asynchronous": (self.asynchronous, self.asynchronous),
                         "chunk_bytes": (self.chunk_bytes, self.chunk_bytes != 0),
-                        "server_cost": ({"a": self.server_cost.a, "b": self.server_cost.b},
+                        "server_cost": (self.server_cost.model_dump(exclude_defaults=True),
                                         not self.server_cost.is_zero()),
                         "client_cost": (self.client_cost.engine(), not self.client_cost.is_zero())}
             clash = [(name, value) for name, (value, on) in variants.items() if on]
