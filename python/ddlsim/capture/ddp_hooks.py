@@ -17,6 +17,15 @@ ready; the rebuilt buckets are the ones that last, so they keep ``group`` =
 bucket index and the provisional ones are numbered from ``P`` (the number of
 parameter tensors) up: ``group = P + index``.
 
+With sampled layer rows (``layer_every=K > 1``, see :mod:`.layer_hooks`) an
+un-sampled iteration has no per-layer rows; its forward and backward pass
+are one ``forward`` and one ``backward`` compute row each with no layer
+name (``name`` "", ``layer`` -1; the per-layer readers skip unnamed rows),
+timed by a forward pre/post hook on the DDP module and, for the backward,
+a hook on the autograd node of its output and a callback autograd runs at
+the end of the backward pass: four calls per iteration, not per layer.
+The bucket, optimizer and marker rows are the same on every iteration.
+
 On a GPU (``cuda=True``, NCCL) every row is timed by CUDA events (see
 :mod:`.layer_hooks`): an all-reduce from an event on the compute stream when
 DDP hands the bucket over to the completion of its future.
@@ -24,7 +33,7 @@ DDP hands the bucket over to the completion of its future.
 
 from __future__ import annotations
 
-from .layer_hooks import LayerHooks
+from .layer_hooks import LayerHooks, _first_grad_node
 from .recorder import RankRecorder, now_ns
 
 
@@ -38,12 +47,21 @@ def reducer_facts(ddp_model) -> dict:
 class DdpHooks(LayerHooks):
     """Installs the recording hooks on `ddp_model` (see the module docstring); :meth:`remove` takes them off."""
 
-    def __init__(self, ddp_model, recorder: RankRecorder, *, process_group=None, merger=None, cuda: bool = False):
+    def __init__(self, ddp_model, recorder: RankRecorder, *, process_group=None, merger=None, cuda: bool = False,
+                 layer_every: int = 1, layer_warmup: int = 1):
         """`merger`: a :class:`~ddlsim.capture.ddp_plan.PlanMerger` to all-reduce plan groups instead of DDP's buckets
-        (one ``collective`` row per group; ``group`` is the plan group's index)."""
+        (one ``collective`` row per group; ``group`` is the plan group's index). `layer_every`, `layer_warmup`:
+        layer rows on the first `layer_warmup` iterations and every `layer_every`-th after them only (see
+        :mod:`.layer_hooks`)."""
         import torch.distributed as dist
 
-        super().__init__(ddp_model.module, recorder, cuda=cuda, defer=True)
+        super().__init__(ddp_model.module, recorder, cuda=cuda, defer=True, layer_every=layer_every,
+                         layer_warmup=layer_warmup)
+        self._pass_handles = []
+        self._pass_start = None
+        if self.layer_every > 1:  # the passes of un-sampled iterations: two module hooks on the DDP wrapper
+            self._pass_handles = [ddp_model.register_forward_pre_hook(self._pass_pre_forward),
+                                  ddp_model.register_forward_hook(self._pass_post_forward)]
         self.ddp = ddp_model
         self.world_size = dist.get_world_size(process_group)
         self._collective_ids: list[int] = []
@@ -85,11 +103,43 @@ class DdpHooks(LayerHooks):
         return changed
 
     def facts(self) -> dict:
-        """Parameter names and sizes, layer names and bucket layouts (the DDP sidecar's content)."""
+        """Parameter names and sizes, layer names and bucket layouts (the DDP sidecar's content); with sampled layer
+        rows also ``layer_every`` and ``layer_iterations`` (the iterations that carry layer rows)."""
         with self._lock:
             layouts = list(self.layouts)
-        return {"parameters": [{"name": n, "elements": p.numel(), "bytes": p.numel() * p.element_size()} for n, p in self.params],
-                "layers": [n for n, _ in self.layers], "layouts": layouts}
+        facts = {"parameters": [{"name": n, "elements": p.numel(), "bytes": p.numel() * p.element_size()} for n, p in self.params],
+                 "layers": [n for n, _ in self.layers], "layouts": layouts}
+        if self.layer_every > 1:
+            facts.update(layer_every=self.layer_every, layer_iterations=list(self.layer_iterations))
+        return facts
+
+    # -- the passes of un-sampled iterations -----------------------------------------------------------------------
+    def _pass_pre_forward(self, module, args):
+        if not self.sampled:
+            self._pass_start = self.mark()
+
+    def _pass_post_forward(self, module, args, output):
+        if self.sampled:
+            return
+        end = self.mark()
+        start, self._pass_start = self._pass_start, None
+        self.compute_row("forward", end if start is None else start, end)
+        node = _first_grad_node(output)
+        if node is not None:
+            node.register_prehook(self._pass_pre_backward)
+
+    def _pass_pre_backward(self, grad_outputs):
+        from torch.autograd import Variable
+
+        start = self.mark()
+        # runs once the whole backward pass (every layer's gradient) is done
+        Variable._execution_engine.queue_callback(lambda: self.compute_row("backward", start, self.mark()))
+
+    def remove(self) -> None:
+        super().remove()
+        for h in self._pass_handles:
+            h.remove()
+        self._pass_handles = []
 
     def optimizer_step_row(self, start_ns: int, end_ns: int) -> int:
         with self._lock:

@@ -81,6 +81,9 @@ def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dic
         meta["bucket_layouts"] = [{"from_iteration": c["from_iteration"],
                                    "buckets": [{k: b[k] for k in ("bucket", "group", "tensors", "bytes")} for b in c["buckets"]]}
                                   for c in layouts]
+        if "layer_every" in facts:  # sampled layer rows: which iterations carry them
+            meta["layer_every"] = facts["layer_every"]
+            meta["layer_iterations"] = facts.get("layer_iterations", [])
         if "reducer" in facts:
             meta["ddp_reducer"] = facts["reducer"]
         meta["buckets"] = meta["bucket_layouts"][-1]["buckets"] if layouts else []

@@ -29,6 +29,13 @@ converted and written at the end of the next iteration (its events are
 complete by then: the next iteration began with a synchronisation), or by
 :meth:`LayerHooks.resolve_gpu_rows` (which synchronises) when the recorder
 closes.
+
+**Sampled layer rows** (``layer_every=K``, the way ``torch.profiler``'s schedule samples): only the *sampled*
+iterations get layer rows: the first ``layer_warmup`` iterations (the warm-up that analyze and replay leave
+out) and from then on every K-th one (``layer_warmup``, ``layer_warmup + K``, ...; :func:`layer_sampled`). On the
+other iterations no per-layer hook is installed at all (the module hooks are removed before such an iteration and
+put back before the next sampled one), so they pay no per-layer cost; :attr:`LayerHooks.layer_iterations` lists
+the iterations that carry layer rows. ``K = 1`` (the default) is every iteration, the hooks installed once.
 """
 
 from __future__ import annotations
@@ -43,6 +50,20 @@ from .recorder import RankRecorder, now_ns
 def parameterised_layers(module) -> list[tuple[str, Any]]:
     """(name, module) of the modules that own parameters directly, in registration order."""
     return [(name, m) for name, m in module.named_modules() if next(m.parameters(recurse=False), None) is not None]
+
+
+def layer_sampled(iteration: int, every: int, warmup: int) -> bool:
+    """Whether `iteration` carries layer rows when they are sampled every `every` iterations after `warmup`
+    warm-up iterations (which are all sampled): ``iteration < warmup or (iteration - warmup) % every == 0``."""
+    return iteration < warmup or (iteration - warmup) % every == 0
+
+
+def check_layer_every(value) -> int:
+    """`value` as a sampling period (a positive integer); raises ValueError naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"layer_every must be a positive integer (1: layer rows on every iteration; K: on every K-th), "
+                         f"got {value!r}")
+    return value
 
 
 def _first_grad_node(output):
@@ -68,7 +89,9 @@ _LAYER_LINE = '{"id":%d,"kind":"compute","op":"%s","start_ns":%d,"end_ns":%d,"de
 class LayerHooks:
     """Records `module`'s per-layer forward and backward rows into `recorder`; :meth:`remove` takes the hooks off."""
 
-    def __init__(self, module, recorder: RankRecorder, *, cuda: bool = False, defer: bool = False):
+    def __init__(self, module, recorder: RankRecorder, *, cuda: bool = False, defer: bool = False,
+                 layer_every: int = 1, layer_warmup: int = 1):
+        """`layer_every`, `layer_warmup`: sampled layer rows (see the module docstring)."""
         import torch
 
         self.rec = recorder
@@ -99,11 +122,23 @@ class LayerHooks:
         self._backward_start: list = [None] * len(self.layers)
         self._tensor = torch.Tensor
         self._backward_hooks = [(self._pre_backward(index), self._post_backward(index)) for index in range(len(self.layers))]
+        self.layer_every = check_layer_every(layer_every)
+        self.layer_warmup = max(0, int(layer_warmup))
+        self.layer_iterations: list[int] = []  # the iterations begun with layer rows
+        self.sampled = True  # whether the current iteration records layer rows
+        self._module_hooks = [(m, self._pre_forward(index), self._post_forward(index))
+                              for index, (_, m) in enumerate(self.layers)]
         self._handles = []
-        for index, (name, m) in enumerate(self.layers):
-            self._handles.append(m.register_forward_pre_hook(self._pre_forward(index)))
-            self._handles.append(m.register_forward_hook(self._post_forward(index)))
+        self._install()
         recorder.before_close(self._finish)
+
+    def _install(self) -> None:
+        """Puts the per-layer module hooks on (once; taken off again for un-sampled iterations)."""
+        if self._handles:
+            return
+        for m, pre, post in self._module_hooks:
+            self._handles.append(m.register_forward_pre_hook(pre))
+            self._handles.append(m.register_forward_hook(post))
 
     # -- time points -----------------------------------------------------------------------------------------------
     def mark(self):
@@ -148,8 +183,15 @@ class LayerHooks:
             self._stream = torch.cuda.current_stream()
             host = now_ns()
             self._anchor = (host, self.mark())
+        sampled = layer_sampled(int(iteration), self.layer_every, self.layer_warmup)
+        if sampled:
+            self._install()
+            self.layer_iterations.append(int(iteration))
+        else:
+            self._uninstall()  # no per-layer hook runs in this iteration
         with self._lock:
             self.iteration = int(iteration)
+            self.sampled = sampled
             self._backward_ids = {}
             self._waits = list(waits)
 
@@ -331,7 +373,10 @@ class LayerHooks:
                 self.write_rows()
         return post
 
-    def remove(self) -> None:
+    def _uninstall(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []
+
+    def remove(self) -> None:
+        self._uninstall()
