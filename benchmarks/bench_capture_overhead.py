@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"capture overhead: {(median['recorded'] / median['plain'] - 1) * 100:+.2f} % (ratio of medians), "
           f"{(paired - 1) * 100:+.2f} % (median of paired ratios); target < 3 %")
     sampled_ratio = None
-    if args.layer_every > 1:
+    if args.layer_every > 1 and on:
         sampled_ratio = (statistics.mean(times["recorded"][k] for k in on) / statistics.mean(times["plain"][k] for k in on))
         print(f"layer rows on {len(on)} of {len(times['plain'])} timed iterations (--layer-every {args.layer_every}): "
               f"those cost {(sampled_ratio - 1) * 100:+.2f} % (ratio of means); the median hides them, so:")

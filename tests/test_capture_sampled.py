@@ -227,3 +227,61 @@ def test_the_python_api_refuses_a_bad_layer_every(value):
         check_layer_every(value)
     with pytest.raises(ValueError, match="layer_every"):
         job_config({"layer_every": value})
+
+
+class FakeCudaEvent:
+    """A GPU clock that ticks 0.5 ms per recorded event."""
+
+    ticks = 0
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.t_ms = None
+
+    def record(self, stream=None):
+        FakeCudaEvent.ticks += 1
+        self.t_ms = 0.5 * FakeCudaEvent.ticks
+
+    def synchronize(self):
+        assert self.t_ms is not None
+
+    def elapsed_time(self, other):
+        return other.t_ms - self.t_ms
+
+
+def test_gpu_sampled_iterations_are_timed_by_events_and_written_one_iteration_behind(tmp_path, one_rank, monkeypatch):
+    """On a GPU (CUDA events, faked here) an un-sampled iteration's passes are event-timed rows on the iteration's
+    clock like the rest: within the marker, on the 0.5 ms tick grid; each iteration's rows complete."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: None)
+    ddp = DistributedDataParallel(_model())
+    rec = RankRecorder(tmp_path, 0, "worker")
+    hooks = DdpHooks(ddp, rec, cuda=True, layer_every=K, layer_warmup=1)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x, y = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(1)), torch.tensor([0, 2])
+    for iteration in range(ITERATIONS):
+        hooks.begin_iteration(iteration)
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        start = hooks.mark()
+        optimizer.step()
+        hooks.optimizer_step_row(start, hooks.mark())
+        hooks.end_iteration()
+    rec.close()
+    rows = [json.loads(line) for line in rec.path.read_text().splitlines() if line.startswith('{"id"')]
+    for iteration in range(ITERATIONS):
+        mine = sorted((r for r in rows if r["iteration"] == iteration), key=lambda r: r["id"])
+        compute = sorted((r for r in mine if r["kind"] == "compute"), key=lambda r: r["start_ns"])
+        named = [r for r in compute if r.get("name") not in (None, "optimizer")]
+        assert len(named) == (8 if iteration in SAMPLED else 0)
+        assert [r["op"] for r in compute if "name" not in r] == ([] if iteration in SAMPLED else ["forward", "backward"])
+        marker = mine[-1]
+        assert marker["kind"] == "marker"
+        for row in mine:
+            assert marker["start_ns"] <= row["start_ns"] <= row["end_ns"] <= marker["end_ns"]
+            assert (row["start_ns"] - marker["start_ns"]) % 500_000 == 0
+        for before, row in zip(compute, compute[1:]):
+            assert row["deps"][0] == before["id"] and before["end_ns"] <= row["start_ns"]
