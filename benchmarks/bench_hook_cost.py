@@ -44,7 +44,7 @@ class _Variant:
     def __init__(self, name: str, model, out_dir: str, cuda: bool, every: int = 1):
         import torch
 
-        self.name, self.model, self.hooks = name, model, None
+        self.name, self.model, self.hooks, self.cuda = name, model, None, cuda
         layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         if name == "capture" or name.startswith("sampled"):
             from ddlsim.capture.layer_hooks import LayerHooks
@@ -69,6 +69,10 @@ class _Variant:
                 p.register_post_accumulate_grad_hook(lambda param: None)
 
     def step(self, iteration: int, x) -> None:
+        if self.cuda and self.hooks is None:  # the capture synchronises at each iteration's start: every variant does
+            import torch
+
+            torch.cuda.synchronize()
         if self.hooks is not None:
             self.hooks.begin_iteration(iteration)
         self.model(x).sum().backward()
