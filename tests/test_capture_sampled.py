@@ -194,6 +194,8 @@ def test_analyze_replay_and_simulate_profile_read_the_sampled_log(capture):
     assert "nan" not in text.lower()
     result = runner.invoke(app, ["analyze", str(capture)])
     assert result.exit_code == 0 and f"{ITERATIONS} iterations" in result.output
+    assert "layer rows on 4 iterations only (0, 1, 4, 7; --layer-every 3)" in " ".join(result.output.split())
+    assert any("--layer-every 3" in n for n in data.get("notes", data.get("headline", {}).get("notes", [])))
     from ddlsim.analyze.breakdown import iteration_arrays
 
     arrays = iteration_arrays(read_event_log(capture))
