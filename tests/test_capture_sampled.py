@@ -128,6 +128,7 @@ def capture(tmp_path_factory):
     result = CliRunner().invoke(app, ["capture", "ddp", "--model", "lenet5", "--workers", "1", "--iterations",
                                       str(ITERATIONS), "--layer-every", str(K), "--bucket-cap-mb", "0.05", "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert "layer rows on 4 of 8 iterations (0, 1, 4, 7; --layer-every 3)" in " ".join(result.output.split())
     return out / "events.parquet"
 
 
@@ -287,3 +288,38 @@ def test_gpu_sampled_iterations_are_timed_by_events_and_written_one_iteration_be
             assert (row["start_ns"] - marker["start_ns"]) % 500_000 == 0
         for before, row in zip(compute, compute[1:]):
             assert row["deps"][0] == before["id"] and before["end_ns"] <= row["start_ns"]
+
+
+def test_attach_samples_the_layer_rows_of_your_own_script(tmp_path, one_rank):
+    """``ddlsim.capture.attach(..., layer_every=K)``: the same sampling in a user's own training loop."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    import ddlsim.capture
+
+    ddp = DistributedDataParallel(_model())
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x, y = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(1)), torch.tensor([0, 2])
+    with pytest.raises(ValueError, match="layer_every must be a positive integer"):
+        ddlsim.capture.attach(ddp, tmp_path / "bad", layer_every=0)
+    rec = ddlsim.capture.attach(ddp, tmp_path / "run", layer_every=2)
+    for _ in range(5):
+        with rec.iteration():
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+            with rec.optimizer_step():
+                optimizer.step()
+    log = read_event_log(rec.close())
+    assert log.metadata["layer_every"] == 2 and log.metadata["layer_iterations"] == [0, 1, 3]
+    df = log.to_pandas()
+    assert sorted(set(df[(df.kind == "compute") & (df.name != "") & (df.op == "forward")].iteration)) == [0, 1, 3]
+    assert sorted(df[df.op == "iteration"].iteration) == list(range(5))
+
+
+@pytest.mark.parametrize("first", ["import ddlsim.capture as c", "from ddlsim.capture.attach import DdpCapture\nimport ddlsim.capture as c"])
+def test_ddlsim_capture_attach_stays_callable(first):
+    """``ddlsim.capture.attach`` is callable on every use, however the package was imported (it was the submodule
+    of the same name from its second use on)."""
+    code = f"{first}\nfor _ in range(3):\n    assert callable(c.attach), c.attach\nprint('ok')"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "python")})
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]

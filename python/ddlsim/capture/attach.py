@@ -22,6 +22,8 @@ uses provisional buckets, recorded as such) and before any other comm hook
 from __future__ import annotations
 
 import contextlib
+import sys
+import types
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -106,3 +108,15 @@ def attach(ddp_model, out_dir: str | Path, *, model: Optional[str] = None, metad
     check_layer_every(layer_every)
     return DdpCapture(ddp_model, out_dir, model=model, metadata=metadata, process_group=process_group,
                       layer_every=layer_every)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as :func:`attach`: ``ddlsim.capture.attach`` names the function, but once something
+    imported this module first (``from ddlsim.capture.attach import DdpCapture``) the package's attribute is the
+    module."""
+
+    def __call__(self, *args, **kwargs) -> DdpCapture:
+        return attach(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

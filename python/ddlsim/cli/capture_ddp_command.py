@@ -130,6 +130,11 @@ def _summary(log, target: Path) -> None:
                      if int(i) in mean["warmup"])
     out.print(f"iteration time: {mean['mean_s'] * 1e3:.1f} ms ({mean['definition']}{warmup})", highlight=False)
     out.print(f"buckets: {len(buckets)} all-reduces per iteration ({sizes} MiB)", highlight=False)
+    sampled = log.metadata.get("layer_iterations")
+    if log.metadata.get("layer_every", 1) > 1 and isinstance(sampled, list):
+        out.print(f"layer rows on {len(sampled)} of {log.metadata.get('iterations')} iterations "
+                  f"({', '.join(str(i) for i in sampled[:8])}{', ...' if len(sampled) > 8 else ''}; "
+                  f"--layer-every {log.metadata['layer_every']}); the others: one row per pass", highlight=False)
     applied = log.metadata.get("plan")
     if isinstance(applied, dict) and applied.get("predicted_iteration_s") is not None:
         out.print(f"plan {applied.get('file')} ({applied.get('entry')}): predicted "
