@@ -19,7 +19,8 @@ complete (every layer's forward and backward row in every iteration).
 
 `--layer-every K` records layer rows on the warm-up iterations and every K-th timed iteration from the first
 only (``ddlsim capture ddp --layer-every K``); the median then hides the sampled iterations, so the overhead over
-all timed iterations (ratio of means) is printed too, and that of the sampled iterations alone.
+all timed iterations (ratio of means) is printed too, and that of the sampled iterations alone. Given several
+times (``--layer-every 1 --layer-every 10``), one recorded copy per K runs in the same alternation.
 
 `--comm-hook` adds a third copy with torch's default ``allreduce_hook`` (a Python comm hook that records
 nothing), which separates the cost of any Python comm hook from the recording's.
@@ -57,13 +58,15 @@ def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
     ids = [dev.index] if cuda else None
     torch.manual_seed(0)
     plain = DistributedDataParallel(build_model(args.model).to(dev), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
-    torch.manual_seed(0)
-    recorded = DistributedDataParallel(build_model(args.model).to(dev), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
-    # layer rows on the warm-up iterations and every K-th from the first timed one (capture ddp --layer-every K)
-    hooks = DdpHooks(recorded, RankRecorder(out_dir, rank, "worker"), cuda=cuda, layer_every=args.layer_every,
-                     layer_warmup=args.warmup)
-    models = {"plain": (plain, torch.optim.SGD(plain.parameters(), lr=0.01), None),
-              "recorded": (recorded, torch.optim.SGD(recorded.parameters(), lr=0.01), hooks)}
+    models = {"plain": (plain, torch.optim.SGD(plain.parameters(), lr=0.01), None)}
+    for every in args.layer_every:  # one recorded copy per K, each with its own rank file
+        torch.manual_seed(0)
+        recorded = DistributedDataParallel(build_model(args.model).to(dev), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
+        # layer rows on the warm-up iterations and every K-th from the first timed one (capture ddp --layer-every K)
+        copy_dir = os.path.join(out_dir, f"k{every}")
+        hooks = DdpHooks(recorded, RankRecorder(copy_dir, rank, "worker"), cuda=cuda, layer_every=every,
+                         layer_warmup=args.warmup)
+        models[_copy_name(args, every)] = (recorded, torch.optim.SGD(recorded.parameters(), lr=0.01), hooks)
     if args.comm_hook:
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
@@ -100,11 +103,20 @@ def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
             if iteration >= args.warmup:
                 times[mode].append(time.perf_counter() - start)
                 cpu[mode].append(time.process_time() - start_cpu)
-    hooks.rec.close()
+    recorded_copies = {mode: h for mode, (_, _, h) in models.items() if h is not None}
+    for h in recorded_copies.values():
+        h.rec.close()
     if rank == 0:
         device = torch.cuda.get_device_name(dev) if cuda else "cpu"
-        queue.put((times, cpu, device, _check_rows(hooks, args.warmup + args.iterations), list(hooks.layer_iterations)))
+        checks = {mode: (_check_rows(h, args.warmup + args.iterations), list(h.layer_iterations))
+                  for mode, h in recorded_copies.items()}
+        queue.put((times, cpu, device, checks))
     dist.destroy_process_group()
+
+
+def _copy_name(args, every: int) -> str:
+    """The recorded copy's name: "recorded" with one --layer-every, "recorded K=k" with several."""
+    return "recorded" if len(args.layer_every) == 1 else f"recorded K={every}"
 
 
 def _check_rows(hooks, iterations: int) -> str:
@@ -139,13 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
     parser.add_argument("--json", type=str, default=None, help="also write the times to this JSON file")
     parser.add_argument("--comm-hook", action="store_true", help="also time a copy with torch's default allreduce_hook")
-    parser.add_argument("--layer-every", type=int, default=1,
+    parser.add_argument("--layer-every", type=int, action="append", default=None,
                         help="layer rows on the warm-up iterations and every K-th timed one from the first (capture ddp "
-                        "--layer-every K); the overhead is then over all timed iterations (ratio of means)")
+                        "--layer-every K; default 1); repeated: one recorded copy per K, all in the same alternation")
     args = parser.parse_args(argv)
     args.workers = args.workers or (1 if args.device == "cuda" else 2)
-    if args.layer_every < 1:
-        parser.error(f"--layer-every must be a positive integer, got {args.layer_every}")
+    args.layer_every = args.layer_every or [1]
+    if min(args.layer_every) < 1 or len(set(args.layer_every)) != len(args.layer_every):
+        parser.error(f"--layer-every must be distinct positive integers, got {args.layer_every}")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -153,39 +166,50 @@ def main(argv: list[str] | None = None) -> int:
     queue = ctx.SimpleQueue()
     with tempfile.TemporaryDirectory() as out_dir:
         mp.start_processes(_rank, args=(args, port, out_dir, queue), nprocs=args.workers, start_method="spawn")
-        times, cpu, device, rows, sampled = queue.get()
+        times, cpu, device, checks = queue.get()
     median = {mode: statistics.median(v) for mode, v in times.items()}
     mean = {mode: statistics.mean(v) for mode, v in times.items()}
-    paired = statistics.median(r / p for r, p in zip(times["recorded"], times["plain"]))
     timed = range(args.warmup, args.warmup + args.iterations)
-    on = [k for k, i in enumerate(timed) if i in set(sampled)]  # the timed iterations with layer rows
     backend = "NCCL, GPU, CUDA-event timings" if args.device == "cuda" else "gloo, CPU"
     print(f"{args.model} on {device}, {args.workers} rank(s) ({backend}), batch {args.batch_size}, {args.image_size}x{args.image_size}, "
           f"{len(times['plain'])} timed iterations each (alternating, after {args.warmup} warm-up)")
-    for mode, label in (("plain", "plain DDP"), ("comm hook", "DDP + torch's allreduce_hook"), ("recorded", "DDP + ddlsim's capture")):
+    labels = {"plain": "plain DDP", "comm hook": "DDP + torch's allreduce_hook"}
+    labels.update({_copy_name(args, k): "DDP + ddlsim's capture" + ("" if len(args.layer_every) == 1 else f", K={k}")
+                   for k in args.layer_every})
+    for mode, label in labels.items():
         if mode not in times:
             continue
-        print(f"  {label:28s} median {median[mode] * 1e3:8.2f} ms   mean {statistics.mean(times[mode]) * 1e3:8.2f} ms"
+        print(f"  {label:36s} median {median[mode] * 1e3:8.2f} ms   mean {mean[mode] * 1e3:8.2f} ms"
               f"   rank 0's CPU time median {statistics.median(cpu[mode]) * 1e3:8.2f} ms")
-    print(f"  recorded log: {rows}")
-    cpu_ratio = statistics.median(cpu["recorded"]) / statistics.median(cpu["plain"])
-    print(f"rank 0's CPU time: {(cpu_ratio - 1) * 100:+.2f} % (ratio of medians; the host work the recording adds, less "
-          f"sensitive to other jobs' load than the wall time)")
-    print(f"capture overhead: {(median['recorded'] / median['plain'] - 1) * 100:+.2f} % (ratio of medians), "
-          f"{(paired - 1) * 100:+.2f} % (median of paired ratios); target < 3 %")
-    sampled_ratio = None
-    if args.layer_every > 1 and on:
-        sampled_ratio = (statistics.mean(times["recorded"][k] for k in on) / statistics.mean(times["plain"][k] for k in on))
-        print(f"layer rows on {len(on)} of {len(times['plain'])} timed iterations (--layer-every {args.layer_every}): "
-              f"those cost {(sampled_ratio - 1) * 100:+.2f} % (ratio of means); the median hides them, so:")
-    print(f"capture overhead over all timed iterations: {(mean['recorded'] / mean['plain'] - 1) * 100:+.2f} % "
-          f"(ratio of means, every timed iteration counted)")
+    report = {}
+    for every in args.layer_every:
+        mode = _copy_name(args, every)
+        rows, sampled = checks[mode]
+        tag = "" if len(args.layer_every) == 1 else f"[K={every}] "
+        paired = statistics.median(r / p for r, p in zip(times[mode], times["plain"]))
+        on = [k for k, i in enumerate(timed) if i in set(sampled)]  # the timed iterations with layer rows
+        print(f"{tag}recorded log: {rows}")
+        cpu_ratio = statistics.median(cpu[mode]) / statistics.median(cpu["plain"])
+        print(f"{tag}rank 0's CPU time: {(cpu_ratio - 1) * 100:+.2f} % (ratio of medians; the host work the recording "
+              f"adds, less sensitive to other jobs' load than the wall time)")
+        print(f"{tag}capture overhead: {(median[mode] / median['plain'] - 1) * 100:+.2f} % (ratio of medians), "
+              f"{(paired - 1) * 100:+.2f} % (median of paired ratios); target < 3 %")
+        sampled_ratio = None
+        if every > 1 and on:
+            sampled_ratio = (statistics.mean(times[mode][k] for k in on) / statistics.mean(times["plain"][k] for k in on))
+            print(f"{tag}layer rows on {len(on)} of {len(times['plain'])} timed iterations (--layer-every {every}): "
+                  f"those cost {(sampled_ratio - 1) * 100:+.2f} % (ratio of means); the median hides them, so:")
+        print(f"{tag}capture overhead over all timed iterations: {(mean[mode] / mean['plain'] - 1) * 100:+.2f} % "
+              f"(ratio of means, every timed iteration counted)")
+        report[mode] = {"layer_every": every, "recorded_log": rows, "overhead_ratio_of_medians": median[mode] / median["plain"],
+                        "overhead_paired_median": paired, "overhead_ratio_of_means": mean[mode] / mean["plain"],
+                        "cpu_ratio_of_medians": cpu_ratio, "layer_iterations": sampled,
+                        "overhead_sampled_iterations_ratio_of_means": sampled_ratio}
     if args.json:
+        first = report[_copy_name(args, args.layer_every[0])]  # the keys of a one-copy run, as before
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"args": vars(args), "device": device, "recorded_log": rows, "times_s": times, "cpu_times_s": cpu, "overhead_ratio_of_medians": median["recorded"] / median["plain"],
-                       "overhead_paired_median": paired, "overhead_ratio_of_means": mean["recorded"] / mean["plain"],
-                       "layer_iterations": sampled, "overhead_sampled_iterations_ratio_of_means": sampled_ratio},
-                      fh, indent=1)
+            json.dump({"args": vars(args), "device": device, "times_s": times, "cpu_times_s": cpu, **first,
+                       "copies": report}, fh, indent=1)
     return 0
 
 
