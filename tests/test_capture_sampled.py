@@ -323,3 +323,22 @@ def test_ddlsim_capture_attach_stays_callable(first):
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "python")})
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+def test_replay_says_how_long_the_sampled_iterations_took_against_the_others(capture):
+    """The note's two means are the marker rows' (pandas here) of the counted iterations with and without layer rows."""
+    from ddlsim.simulation.replay import replay_plan
+    from ddlsim.simulation.sampled import sampled_iteration_times
+
+    log = read_event_log(capture)
+    df = log.to_pandas()
+    markers = df[(df.kind == "marker") & (df.iteration >= 1)].assign(t=lambda d: (d.end_ns - d.start_ns) / 1e9)
+    on = markers[markers.iteration.isin([1, 4, 7])].t.mean()
+    off = markers[~markers.iteration.isin([1, 4, 7])].t.mean()
+    found = sampled_iteration_times(log)
+    assert found["sampled"] == 3 and found["others"] == 4 and found["every"] == K
+    assert found["sampled_s"] == pytest.approx(on, rel=1e-12) and found["others_s"] == pytest.approx(off, rel=1e-12)
+    _, notes = replay_plan(capture)
+    assert any(n.startswith("replay: layer times and gaps from the 3 counted iterations with layer rows") and
+               f"{off * 1e3:.4g} ms for the 4 others" in n for n in notes), notes
+    assert sampled_iteration_times(log, {**log.metadata, "layer_every": 1}) is None
