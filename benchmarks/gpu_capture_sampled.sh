@@ -26,3 +26,5 @@ echo "== hook-cost" >> "$log"
 timeout 40 "$py" benchmarks/bench_hook_cost.py --device cuda --layers 100 --iterations 20 --repeats 3 --every 10 \
   --json "$out/hook-cost.json" >> "$log" 2>&1 || echo "== hook-cost: exit $?" >> "$log"
 uptime >> "$log"
+echo "== summary (docs/capture.md table)" >> "$log"
+"$py" benchmarks/summarize_capture_overhead.py "$out/r50-a.json" "$out/r50-b.json" "$out/r18.json" >> "$log" 2>&1
