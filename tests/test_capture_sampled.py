@@ -342,3 +342,18 @@ def test_replay_says_how_long_the_sampled_iterations_took_against_the_others(cap
     assert any(n.startswith("replay: layer times and gaps from the 3 counted iterations with layer rows") and
                f"{off * 1e3:.4g} ms for the 4 others" in n for n in notes), notes
     assert sampled_iteration_times(log, {**log.metadata, "layer_every": 1}) is None
+
+
+def test_a_failed_rank_leaves_the_sampled_iterations_its_rows_hold_in_the_metadata(tmp_path):
+    """The facts a rank writes go stale after a failure (written at iteration 0 and on bucket changes): the merge
+    takes the iterations with layer rows from the rows themselves."""
+    from ddlsim.capture.ddp_run import run_ddp_capture
+
+    config = {"model": "lenet5", "iterations": 8, "batch_size": 4, "bucket_cap_mb": 0.05, "layer_every": 2,
+              "crash_rank": 1, "crash_after_iteration": 5}
+    log, failure = run_ddp_capture(config, 2, tmp_path / "run", timeout_s=120)
+    assert failure is not None and log.metadata["partial"]
+    df = read_event_log(tmp_path / "run" / "events.parquet").to_pandas()
+    named = df[(df.kind == "compute") & df.op.isin(["forward", "backward"]) & (df.name != "")]
+    assert log.metadata["layer_iterations"] == sorted(set(named.iteration)) and {0, 1, 3, 5} <= set(named.iteration)
+    assert read_event_log(tmp_path / "run" / "events.parquet").metadata["layer_iterations"] == log.metadata["layer_iterations"]
