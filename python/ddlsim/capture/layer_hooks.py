@@ -84,6 +84,12 @@ def _first_grad_node(output):
 # A layer row as a JSON line, the same bytes as ``json.dumps(row, separators=(",", ":"))`` of the row
 # {id, kind, op, start_ns, end_ns, deps, iteration, stream, name, layer} (checked by the tests).
 _LAYER_LINE = '{"id":%d,"kind":"compute","op":"%s","start_ns":%d,"end_ns":%d,"deps":[%s],"iteration":%d,"stream":"compute"%s'
+# Other rows made every iteration, formatted the same way (a row's extra is (template, values): the template takes
+# id, start_ns, end_ns, deps, then the values), so that nothing but these templates formats an iteration's rows.
+COLLECTIVE_LINE = ('{"id":%d,"kind":"collective","op":"allreduce","start_ns":%d,"end_ns":%d,"deps":[%s],"iteration":%d,'
+                   '"stream":"comm","group":%d,"bytes":%d,"collective":%d,"coll_type":"allreduce","algorithm":"","name":%s}')
+MARKER_LINE = ('{"id":%d,"kind":"marker","op":"iteration","start_ns":%d,"end_ns":%d,"deps":[%s],"iteration":%d,'
+               '"name":"iteration %d"}')
 
 
 class LayerHooks:
@@ -118,6 +124,7 @@ class LayerHooks:
         self._backward_ids: dict[int, int] = {}  # layer -> this iteration's backward row
         self._waits: list[int] = []  # deps of the next compute row (e.g. parameters it must have received)
         self._tails = [',"name":%s,"layer":%d}' % (json.dumps(name), index) for index, (name, _) in enumerate(self.layers)]
+        self._field_tails: dict[tuple, str] = {}  # compute_row's fields -> their JSON tail
         self._forward_start: list = [None] * len(self.layers)
         self._backward_start: list = [None] * len(self.layers)
         self._tensor = torch.Tensor
@@ -214,12 +221,16 @@ class LayerHooks:
         """A compute row on this rank, depending on the previous one (and `extra_deps`); on a GPU start and end are
         events and the row is written at the end of the next iteration (see the module docstring)."""
         rid = self.rec.new_id()
+        key = tuple(fields.items())
+        tail = self._field_tails.get(key)
+        if tail is None:  # the fields' JSON after "stream", as json.dumps writes them
+            tail = self._field_tails[key] = "".join(",%s:%s" % (json.dumps(k), json.dumps(v, separators=(",", ":")))
+                                                    for k, v in key) + "}"
         with self._lock:
             deps = self._compute_deps(start_ns)
             deps += extra_deps
             self._last_compute = (rid, end_ns)
-            self._rows.append((rid, op, start_ns, end_ns, deps, None,
-                               {"kind": "compute", "iteration": self.iteration, "stream": "compute", **fields}))
+            self._rows.append((rid, op, start_ns, end_ns, deps, self.iteration, tail))
         if not self.defer:
             self.write_rows()
         return rid
@@ -239,7 +250,9 @@ class LayerHooks:
             if time_of is not None:
                 start, end = time_of(start), time_of(end)
                 end = max(start, end)
-            if iteration is None:
+            if type(extra) is tuple:  # (template, values)
+                lines.append(extra[0] % ((rid, start, end, ",".join(map(str, deps))) + extra[1]))
+            elif iteration is None:
                 fields = dict(extra)
                 lines.append(encode(fields.pop("kind"), op, start, end, deps=deps, row_id=rid, **fields))
             else:
