@@ -17,6 +17,11 @@ complete (every layer's forward and backward row in every iteration).
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead.py              # CPU, gloo, 2 ranks
     PYTHONPATH=python python benchmarks/bench_capture_overhead.py --device cuda --workers 1      # GPU, NCCL, CUDA events
 
+`--layer-every K` records layer rows on the warm-up iterations and every K-th timed iteration from the first
+only (``ddlsim capture ddp --layer-every K``); the median then hides the sampled iterations, so the overhead over
+all timed iterations (ratio of means) is printed too, and that of the sampled iterations alone. Given several
+times (``--layer-every 1 --layer-every 10``), one recorded copy per K runs in the same alternation.
+
 `--comm-hook` adds a third copy with torch's default ``allreduce_hook`` (a Python comm hook that records
 nothing), which separates the cost of any Python comm hook from the recording's.
 """
@@ -53,11 +58,15 @@ def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
     ids = [dev.index] if cuda else None
     torch.manual_seed(0)
     plain = DistributedDataParallel(build_model(args.model).to(dev), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
-    torch.manual_seed(0)
-    recorded = DistributedDataParallel(build_model(args.model).to(dev), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
-    hooks = DdpHooks(recorded, RankRecorder(out_dir, rank, "worker"), cuda=cuda)
-    models = {"plain": (plain, torch.optim.SGD(plain.parameters(), lr=0.01), None),
-              "recorded": (recorded, torch.optim.SGD(recorded.parameters(), lr=0.01), hooks)}
+    models = {"plain": (plain, torch.optim.SGD(plain.parameters(), lr=0.01), None)}
+    for every in args.layer_every:  # one recorded copy per K, each with its own rank file
+        torch.manual_seed(0)
+        recorded = DistributedDataParallel(build_model(args.model).to(dev), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
+        # layer rows on the warm-up iterations and every K-th from the first timed one (capture ddp --layer-every K)
+        copy_dir = os.path.join(out_dir, f"k{every}")
+        hooks = DdpHooks(recorded, RankRecorder(copy_dir, rank, "worker"), cuda=cuda, layer_every=every,
+                         layer_warmup=args.warmup)
+        models[_copy_name(args, every)] = (recorded, torch.optim.SGD(recorded.parameters(), lr=0.01), hooks)
     if args.comm_hook:
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
@@ -94,27 +103,55 @@ def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
             if iteration >= args.warmup:
                 times[mode].append(time.perf_counter() - start)
                 cpu[mode].append(time.process_time() - start_cpu)
-    hooks.rec.close()
+    recorded_copies = {mode: h for mode, (_, _, h) in models.items() if h is not None}
+    for h in recorded_copies.values():
+        h.rec.close()
     if rank == 0:
         device = torch.cuda.get_device_name(dev) if cuda else "cpu"
-        queue.put((times, cpu, device, _check_rows(hooks, args.warmup + args.iterations)))
+        checks = {mode: (_check_rows(h, args.warmup + args.iterations), list(h.layer_iterations))
+                  for mode, h in recorded_copies.items()}
+        queue.put((times, cpu, device, checks))
     dist.destroy_process_group()
 
 
+def robust_overhead(recorded: list[float], plain: list[float], sampled: set[int]) -> tuple[float, dict]:
+    """The overhead over all timed iterations, robust to the other jobs' spikes: the timed iterations (positions)
+    fall in three kinds, those with layer rows (`sampled`), the one right after each (it converts their rows) and
+    the others; per kind the median of the paired differences (recorded - plain), weighted by how many timed
+    iterations are of that kind, over the plain median times their number. A mean would let one 90 ms spike of
+    either copy move 50 iterations' result by 4 %. Returns (ratio, {kind: (count, median difference s)})."""
+    import statistics
+
+    kinds: dict[str, list[float]] = {"sampled": [], "after": [], "other": []}
+    for k, (r, p) in enumerate(zip(recorded, plain)):
+        kind = "sampled" if k in sampled else "after" if k - 1 in sampled else "other"
+        kinds[kind].append(r - p)
+    parts = {kind: (len(v), statistics.median(v)) for kind, v in kinds.items() if v}
+    extra = sum(n * m for n, m in parts.values())
+    return 1 + extra / (len(plain) * statistics.median(plain)), parts
+
+
+def _copy_name(args, every: int) -> str:
+    """The recorded copy's name: "recorded" with one --layer-every, "recorded K=k" with several."""
+    return "recorded" if len(args.layer_every) == 1 else f"recorded K={every}"
+
+
 def _check_rows(hooks, iterations: int) -> str:
-    """The recorded copy's log is complete: every iteration has one forward and one backward row per layer, its
-    all-reduces, optimizer and marker rows, and every row ends after it starts."""
+    """The recorded copy's log is complete: every sampled iteration (all with --layer-every 1) has one forward and
+    one backward row per layer, every other one a forward and a backward row of the whole pass; every iteration its
+    all-reduces, optimizer and marker rows; and every row ends after it starts."""
     from collections import Counter
 
     with open(hooks.rec.path, encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh if line.startswith('{"id"')]
     count = Counter((r["iteration"], r["op"]) for r in rows)
-    layers = len(hooks.layers)
-    complete = all(count[(i, "forward")] == layers and count[(i, "backward")] == layers and count[(i, "allreduce")] >= 1
-                   and count[(i, "optimizer_step")] == 1 and count[(i, "iteration")] == 1 for i in range(iterations))
+    sampled = set(hooks.layer_iterations)
+    complete = all(count[(i, "forward")] == count[(i, "backward")] == (len(hooks.layers) if i in sampled else 1)
+                   and count[(i, "allreduce")] >= 1 and count[(i, "optimizer_step")] == 1 and count[(i, "iteration")] == 1
+                   for i in range(iterations))
     ordered = all(r["start_ns"] <= r["end_ns"] for r in rows)
     return (f"{'complete' if complete and ordered else 'INCOMPLETE'}: {len(rows)} rows over {iterations} iterations "
-            f"({layers} layers)")
+            f"({len(hooks.layers)} layers; layer rows on {len(sampled)} of them)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,8 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
     parser.add_argument("--json", type=str, default=None, help="also write the times to this JSON file")
     parser.add_argument("--comm-hook", action="store_true", help="also time a copy with torch's default allreduce_hook")
+    parser.add_argument("--layer-every", type=int, action="append", default=None,
+                        help="layer rows on the warm-up iterations and every K-th timed one from the first (capture ddp "
+                        "--layer-every K; default 1); repeated: one recorded copy per K, all in the same alternation")
     args = parser.parse_args(argv)
     args.workers = args.workers or (1 if args.device == "cuda" else 2)
+    args.layer_every = args.layer_every or [1]
+    if min(args.layer_every) < 1 or len(set(args.layer_every)) != len(args.layer_every):
+        parser.error(f"--layer-every must be distinct positive integers, got {args.layer_every}")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -140,27 +183,55 @@ def main(argv: list[str] | None = None) -> int:
     queue = ctx.SimpleQueue()
     with tempfile.TemporaryDirectory() as out_dir:
         mp.start_processes(_rank, args=(args, port, out_dir, queue), nprocs=args.workers, start_method="spawn")
-        times, cpu, device, rows = queue.get()
+        times, cpu, device, checks = queue.get()
     median = {mode: statistics.median(v) for mode, v in times.items()}
-    paired = statistics.median(r / p for r, p in zip(times["recorded"], times["plain"]))
+    mean = {mode: statistics.mean(v) for mode, v in times.items()}
+    timed = range(args.warmup, args.warmup + args.iterations)
     backend = "NCCL, GPU, CUDA-event timings" if args.device == "cuda" else "gloo, CPU"
     print(f"{args.model} on {device}, {args.workers} rank(s) ({backend}), batch {args.batch_size}, {args.image_size}x{args.image_size}, "
           f"{len(times['plain'])} timed iterations each (alternating, after {args.warmup} warm-up)")
-    for mode, label in (("plain", "plain DDP"), ("comm hook", "DDP + torch's allreduce_hook"), ("recorded", "DDP + ddlsim's capture")):
+    labels = {"plain": "plain DDP", "comm hook": "DDP + torch's allreduce_hook"}
+    labels.update({_copy_name(args, k): "DDP + ddlsim's capture" + ("" if len(args.layer_every) == 1 else f", K={k}")
+                   for k in args.layer_every})
+    for mode, label in labels.items():
         if mode not in times:
             continue
-        print(f"  {label:28s} median {median[mode] * 1e3:8.2f} ms   mean {statistics.mean(times[mode]) * 1e3:8.2f} ms"
+        print(f"  {label:36s} median {median[mode] * 1e3:8.2f} ms   mean {mean[mode] * 1e3:8.2f} ms"
               f"   rank 0's CPU time median {statistics.median(cpu[mode]) * 1e3:8.2f} ms")
-    print(f"  recorded log: {rows}")
-    cpu_ratio = statistics.median(cpu["recorded"]) / statistics.median(cpu["plain"])
-    print(f"rank 0's CPU time: {(cpu_ratio - 1) * 100:+.2f} % (ratio of medians; the host work the recording adds, less "
-          f"sensitive to other jobs' load than the wall time)")
-    print(f"capture overhead: {(median['recorded'] / median['plain'] - 1) * 100:+.2f} % (ratio of medians), "
-          f"{(paired - 1) * 100:+.2f} % (median of paired ratios); target < 3 %")
+    report = {}
+    for every in args.layer_every:
+        mode = _copy_name(args, every)
+        rows, sampled = checks[mode]
+        tag = "" if len(args.layer_every) == 1 else f"[K={every}] "
+        paired = statistics.median(r / p for r, p in zip(times[mode], times["plain"]))
+        on = [k for k, i in enumerate(timed) if i in set(sampled)]  # the timed iterations with layer rows
+        print(f"{tag}recorded log: {rows}")
+        cpu_ratio = statistics.median(cpu[mode]) / statistics.median(cpu["plain"])
+        print(f"{tag}rank 0's CPU time: {(cpu_ratio - 1) * 100:+.2f} % (ratio of medians; the host work the recording "
+              f"adds, less sensitive to other jobs' load than the wall time)")
+        print(f"{tag}capture overhead: {(median[mode] / median['plain'] - 1) * 100:+.2f} % (ratio of medians), "
+              f"{(paired - 1) * 100:+.2f} % (median of paired ratios); target < 3 %")
+        sampled_ratio = None
+        if every > 1 and on:
+            sampled_ratio = (statistics.mean(times[mode][k] for k in on) / statistics.mean(times["plain"][k] for k in on))
+            print(f"{tag}layer rows on {len(on)} of {len(times['plain'])} timed iterations (--layer-every {every}): "
+                  f"those cost {(sampled_ratio - 1) * 100:+.2f} % (ratio of means); the median hides them, so:")
+        print(f"{tag}capture overhead over all timed iterations: {(mean[mode] / mean['plain'] - 1) * 100:+.2f} % "
+              f"(ratio of means, every timed iteration counted)")
+        robust, parts = robust_overhead(times[mode], times["plain"], set(on))
+        print(f"{tag}capture overhead over all timed iterations, robust to spikes: {(robust - 1) * 100:+.2f} % (per kind "
+              "of iteration the median paired difference x its count: "
+              + ", ".join(f"{kind} {n} x {m * 1e3:+.2f} ms" for kind, (n, m) in parts.items()) + ")")
+        report[mode] = {"layer_every": every, "recorded_log": rows, "overhead_ratio_of_medians": median[mode] / median["plain"],
+                        "overhead_paired_median": paired, "overhead_ratio_of_means": mean[mode] / mean["plain"],
+                        "cpu_ratio_of_medians": cpu_ratio, "layer_iterations": sampled, "overhead_robust": robust,
+                        "overhead_robust_parts_s": parts,
+                        "overhead_sampled_iterations_ratio_of_means": sampled_ratio}
     if args.json:
+        first = report[_copy_name(args, args.layer_every[0])]  # the keys of a one-copy run, as before
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"args": vars(args), "device": device, "recorded_log": rows, "times_s": times, "cpu_times_s": cpu, "overhead_ratio_of_medians": median["recorded"] / median["plain"],
-                       "overhead_paired_median": paired}, fh, indent=1)
+            json.dump({"args": vars(args), "device": device, "times_s": times, "cpu_times_s": cpu, **first,
+                       "copies": report}, fh, indent=1)
     return 0
 
 

@@ -66,6 +66,11 @@ def test_ddp_rows_keep_their_structure_and_bytes(tmp_path, one_rank):
     lines = _lines(rec.path)
     rows = [json.loads(line) for line in lines]
     assert lines == [json.dumps(r, separators=(",", ":")) for r in rows]  # the fast formatter writes json's bytes
+    head = ["id", "kind", "op", "start_ns", "end_ns", "deps", "iteration"]
+    orders = {"forward": head + ["stream", "name", "layer"], "backward": head + ["stream", "name", "layer"],
+              "optimizer_step": head + ["stream", "name"], "iteration": head + ["name"],
+              "allreduce": head + ["stream", "group", "bytes", "collective", "coll_type", "algorithm", "name"]}
+    assert all(list(r) == orders[r["op"]] for r in rows)  # the keys in the order json.dumps of the row dict had them
     names = [n for n, _ in hooks.layers]
     assert names == ["0", "1", "4", "6"]
     ids = [r["id"] for r in rows]
@@ -116,8 +121,8 @@ def test_nothing_is_formatted_or_written_while_the_iteration_runs(tmp_path, one_
     rec.close()
     per_iteration = len(_lines(rec.path)) // ITERATIONS
     assert written == [k * per_iteration for k in range(ITERATIONS)]  # only earlier iterations' rows
-    # layer rows are formatted without building a dict: only the bucket, optimizer and marker rows go through json
-    assert len(encoded) == len(_lines(rec.path)) - ITERATIONS * 2 * len(hooks.layers)
+    # every row of an iteration (layers, buckets, optimizer, marker) is formatted by a template, none through json
+    assert encoded == [] and len(_lines(rec.path)) > ITERATIONS * 2 * len(hooks.layers)
 
 
 class FakeCudaEvent:

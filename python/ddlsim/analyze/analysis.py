@@ -95,6 +95,17 @@ class Analysis:
         self.notes: list[str] = []
         self._cache: dict[str, Any] = {}
         self._expand_rank_classes()
+        self._note_sampled_layers()
+
+    def _note_sampled_layers(self) -> None:
+        """A capture with sampled layer rows (``capture ddp --layer-every K``) says so: its other iterations' compute
+        is each pass as one row, framework gaps included, where the sampled ones count the layers' rows only."""
+        every, sampled = self.log.metadata.get("layer_every"), self.log.metadata.get("layer_iterations")
+        if isinstance(every, int) and every > 1 and isinstance(sampled, list):
+            shown = ", ".join(str(i) for i in sampled[:8]) + (", ..." if len(sampled) > 8 else "")
+            self.notes.append(f"layer rows on {len(sampled)} iterations only ({shown}; --layer-every {every}); in the "
+                              "others compute is the forward and the backward pass as one row each, the gaps between "
+                              "layers included (idle in the sampled iterations)")
 
     def _expand_rank_classes(self) -> None:
         """A log of rank classes (ddlsim.trace.classes) is analysed as the

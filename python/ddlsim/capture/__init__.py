@@ -24,6 +24,14 @@ _HOME = {
 }
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _HOME, globals())
+_lazy_getattr, __dir__ = lazy_exports(__name__, _HOME, globals())
+
+
+def __getattr__(name: str):
+    value = _lazy_getattr(name)
+    # kept: importing the submodule .attach just bound the package's `attach` to that module, which would shadow
+    # the function of the same name from the second use on
+    globals()[name] = value
+    return value
 
 __all__ = sorted(_HOME)

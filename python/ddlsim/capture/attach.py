@@ -22,6 +22,8 @@ uses provisional buckets, recorded as such) and before any other comm hook
 from __future__ import annotations
 
 import contextlib
+import sys
+import types
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -33,7 +35,7 @@ class DdpCapture:
     """The handle :func:`attach` returns."""
 
     def __init__(self, ddp_model, out_dir: str | Path, *, model: Optional[str] = None, metadata: Optional[dict] = None,
-                 process_group=None):
+                 process_group=None, layer_every: int = 1):
         import torch
         import torch.distributed as dist
 
@@ -48,7 +50,7 @@ class DdpCapture:
         offset, measured = estimate_offset_ns(self.rank, self.world_size)
         self.recorder = RankRecorder(self.out, self.rank, "worker", clock_offset_ns=offset,
                                      meta={"clock_offset_measured_ns": measured})
-        self.hooks = DdpHooks(ddp_model, self.recorder, process_group=process_group)
+        self.hooks = DdpHooks(ddp_model, self.recorder, process_group=process_group, layer_every=layer_every)
         self._ddp = ddp_model
         self._iterations = 0
         self.job = {"job": "ddp", "model": model or type(ddp_model.module).__name__, "workers": self.world_size,
@@ -94,9 +96,27 @@ class DdpCapture:
 
 
 def attach(ddp_model, out_dir: str | Path, *, model: Optional[str] = None, metadata: Optional[dict] = None,
-           process_group=None) -> DdpCapture:
+           process_group=None, layer_every: int = 1) -> DdpCapture:
     """Installs the recording hooks on a DistributedDataParallel model (every rank calls it); see the module docstring.
 
     `model`: a zoo name (``ddlsim models``) if the model is one, so ``ddlsim replay`` can use the log.
+    `layer_every`: per-layer rows on iteration 0 and every `layer_every`-th iteration from 1 on only (``ddlsim
+    capture ddp --layer-every``; the other iterations pay no per-layer cost).
     """
-    return DdpCapture(ddp_model, out_dir, model=model, metadata=metadata, process_group=process_group)
+    from .layer_hooks import check_layer_every
+
+    check_layer_every(layer_every)
+    return DdpCapture(ddp_model, out_dir, model=model, metadata=metadata, process_group=process_group,
+                      layer_every=layer_every)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as :func:`attach`: ``ddlsim.capture.attach`` names the function, but once something
+    imported this module first (``from ddlsim.capture.attach import DdpCapture``) the package's attribute is the
+    module."""
+
+    def __call__(self, *args, **kwargs) -> DdpCapture:
+        return attach(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -9,7 +9,10 @@ batch_size, image_size, bucket_cap_mb, seed, lr, merge (rank 0 merges into
 ``OUT/events.parquet`` once all ranks finished), timeout_s, merge_groups and plan (a ``ddlsim plan`` applied:
 :mod:`~ddlsim.capture.ddp_plan`); test-only fault
 injection: crash_rank, crash_after_iteration (that rank exits with status 3
-right after recording that iteration); device: "cpu" (gloo, host-clock
+right after recording that iteration); layer_every (K: per-layer rows on the
+warm-up iteration 0 and every K-th iteration from 1 on, 1, 1 + K, ...; the
+others record their forward and backward pass as one row each, see
+:mod:`.ddp_hooks`); device: "cpu" (gloo, host-clock
 timings) or "cuda" (NCCL, one GPU per rank by local rank, every row timed
 by CUDA events, see :mod:`.layer_hooks`).
 """
@@ -22,11 +25,12 @@ from pathlib import Path
 
 from .ddp_merge import merge_ddp, write_sidecar
 from .ddp_models import build_model, check_model_config, synthetic_batches
+from .layer_hooks import check_layer_every
 from .recorder import RankRecorder
 
 DEFAULTS = {"model": "lenet5", "iterations": 5, "batch_size": 8, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0,
             "lr": 0.01, "merge": True, "timeout_s": 300, "crash_rank": -1, "crash_after_iteration": -1,
-            "merge_groups": None, "plan": None, "device": "cpu", "bucket_cap_mb_list": None}
+            "merge_groups": None, "plan": None, "device": "cpu", "bucket_cap_mb_list": None, "layer_every": 1}
 CRASH_STATUS = 3
 
 
@@ -47,6 +51,7 @@ def job_config(config: dict) -> dict:
     if caps is not None and not (isinstance(caps, list) and caps and all(
             isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in caps)):
         raise ValueError(f"bucket_cap_mb_list must be a non-empty list of positive MiB, got {caps!r}")
+    check_layer_every(cfg["layer_every"])
     if cfg["device"] not in ("cpu", "cuda"):
         raise ValueError(f"device must be \"cpu\" or \"cuda\", got {cfg['device']!r}")
     check_model_config(cfg["model"], cfg["image_size"])
@@ -127,7 +132,8 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
         from .ddp_plan import PlanMerger
 
         merger = PlanMerger(cfg["merge_groups"])
-    hooks = DdpHooks(ddp_model, recorder, merger=merger, cuda=cuda)
+    # layer rows sampled after the one warm-up iteration that analyze and replay leave out (warmup_iterations)
+    hooks = DdpHooks(ddp_model, recorder, merger=merger, cuda=cuda, layer_every=cfg["layer_every"], layer_warmup=1)
     for iteration, (images, labels) in enumerate(batches):
         if cuda:
             images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)

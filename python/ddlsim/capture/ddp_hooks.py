@@ -17,6 +17,15 @@ ready; the rebuilt buckets are the ones that last, so they keep ``group`` =
 bucket index and the provisional ones are numbered from ``P`` (the number of
 parameter tensors) up: ``group = P + index``.
 
+With sampled layer rows (``layer_every=K > 1``, see :mod:`.layer_hooks`) an
+un-sampled iteration has no per-layer rows; its forward and backward pass
+are one ``forward`` and one ``backward`` compute row each with no layer
+name (``name`` "", ``layer`` -1; the per-layer readers skip unnamed rows),
+timed by a forward pre/post hook on the DDP module and, for the backward,
+a hook on the autograd node of its output and a callback autograd runs at
+the end of the backward pass: four calls per iteration, not per layer.
+The bucket, optimizer and marker rows are the same on every iteration.
+
 On a GPU (``cuda=True``, NCCL) every row is timed by CUDA events (see
 :mod:`.layer_hooks`): an all-reduce from an event on the compute stream when
 DDP hands the bucket over to the completion of its future.
@@ -24,7 +33,9 @@ DDP hands the bucket over to the completion of its future.
 
 from __future__ import annotations
 
-from .layer_hooks import LayerHooks
+import json
+
+from .layer_hooks import COLLECTIVE_LINE, MARKER_LINE, LayerHooks, _first_grad_node
 from .recorder import RankRecorder, now_ns
 
 
@@ -38,12 +49,21 @@ def reducer_facts(ddp_model) -> dict:
 class DdpHooks(LayerHooks):
     """Installs the recording hooks on `ddp_model` (see the module docstring); :meth:`remove` takes them off."""
 
-    def __init__(self, ddp_model, recorder: RankRecorder, *, process_group=None, merger=None, cuda: bool = False):
+    def __init__(self, ddp_model, recorder: RankRecorder, *, process_group=None, merger=None, cuda: bool = False,
+                 layer_every: int = 1, layer_warmup: int = 1):
         """`merger`: a :class:`~ddlsim.capture.ddp_plan.PlanMerger` to all-reduce plan groups instead of DDP's buckets
-        (one ``collective`` row per group; ``group`` is the plan group's index)."""
+        (one ``collective`` row per group; ``group`` is the plan group's index). `layer_every`, `layer_warmup`:
+        layer rows on the first `layer_warmup` iterations and every `layer_every`-th after them only (see
+        :mod:`.layer_hooks`)."""
         import torch.distributed as dist
 
-        super().__init__(ddp_model.module, recorder, cuda=cuda, defer=True)
+        super().__init__(ddp_model.module, recorder, cuda=cuda, defer=True, layer_every=layer_every,
+                         layer_warmup=layer_warmup)
+        self._pass_handles = []
+        self._pass_start = None
+        if self.layer_every > 1:  # the passes of un-sampled iterations: two module hooks on the DDP wrapper
+            self._pass_handles = [ddp_model.register_forward_pre_hook(self._pass_pre_forward),
+                                  ddp_model.register_forward_hook(self._pass_post_forward)]
         self.ddp = ddp_model
         self.world_size = dist.get_world_size(process_group)
         self._collective_ids: list[int] = []
@@ -53,6 +73,9 @@ class DdpHooks(LayerHooks):
         self._iteration_start = 0
         self._groups: dict[tuple[int, ...], int] = {}
         self._bucket_facts: dict[tuple[int, ...], tuple] = {}  # tensors -> (tensor bytes, offsets, layers)
+        self._static_buckets: dict[tuple[int, int, int], tuple] = {}  # (index, buffer address, size) -> _bucket_static
+        self._allreduce_opts = None
+        self._group = None  # the process group the comm hook all-reduces on
         self._provisional = not (ddp_model.find_unused_parameters and not ddp_model.static_graph) \
             and getattr(ddp_model, "num_iterations", 0) == 0
         self.merger = merger
@@ -70,12 +93,12 @@ class DdpHooks(LayerHooks):
     def end_iteration(self) -> bool:
         """Writes the iteration's rows and its marker row (on a GPU: the previous iteration's, with no synchronisation;
         see :mod:`.layer_hooks`), notes a changed bucket layout and flushes; True if the layout changed."""
-        fields = {"kind": "marker", "iteration": self.iteration, "name": f"iteration {self.iteration}"}
         if self.cuda:  # from the anchor to the end of the iteration's work on its stream
             start, end = self._anchor[1] if self._anchor is not None else self.mark(), self.mark()
         else:
             start, end = self._iteration_start, now_ns()
-        self.end_rows((self.rec.new_id(), "iteration", start, end, [], None, fields))
+        self.end_rows((self.rec.new_id(), "iteration", start, end, [], None,
+                       (MARKER_LINE, (self.iteration, self.iteration))))
         with self._lock:
             layout = sorted(self._layout, key=lambda b: b["bucket"])
             changed = bool(layout) and (not self.layouts or [b["group"] for b in self.layouts[-1]["buckets"]] != [b["group"] for b in layout])
@@ -85,11 +108,43 @@ class DdpHooks(LayerHooks):
         return changed
 
     def facts(self) -> dict:
-        """Parameter names and sizes, layer names and bucket layouts (the DDP sidecar's content)."""
+        """Parameter names and sizes, layer names and bucket layouts (the DDP sidecar's content); with sampled layer
+        rows also ``layer_every`` and ``layer_iterations`` (the iterations that carry layer rows)."""
         with self._lock:
             layouts = list(self.layouts)
-        return {"parameters": [{"name": n, "elements": p.numel(), "bytes": p.numel() * p.element_size()} for n, p in self.params],
-                "layers": [n for n, _ in self.layers], "layouts": layouts}
+        facts = {"parameters": [{"name": n, "elements": p.numel(), "bytes": p.numel() * p.element_size()} for n, p in self.params],
+                 "layers": [n for n, _ in self.layers], "layouts": layouts}
+        if self.layer_every > 1:
+            facts.update(layer_every=self.layer_every, layer_iterations=list(self.layer_iterations))
+        return facts
+
+    # -- the passes of un-sampled iterations -----------------------------------------------------------------------
+    def _pass_pre_forward(self, module, args):
+        if not self.sampled:
+            self._pass_start = self.mark()
+
+    def _pass_post_forward(self, module, args, output):
+        if self.sampled:
+            return
+        end = self.mark()
+        start, self._pass_start = self._pass_start, None
+        self.compute_row("forward", end if start is None else start, end)
+        node = _first_grad_node(output)
+        if node is not None:
+            node.register_prehook(self._pass_pre_backward)
+
+    def _pass_pre_backward(self, grad_outputs):
+        from torch.autograd import Variable
+
+        start = self.mark()
+        # runs once the whole backward pass (every layer's gradient) is done
+        Variable._execution_engine.queue_callback(lambda: self.compute_row("backward", start, self.mark()))
+
+    def remove(self) -> None:
+        super().remove()
+        for h in self._pass_handles:
+            h.remove()
+        self._pass_handles = []
 
     def optimizer_step_row(self, start_ns: int, end_ns: int) -> int:
         with self._lock:
@@ -118,44 +173,73 @@ class DdpHooks(LayerHooks):
             facts = self._bucket_facts[tensors] = (sizes, offsets, layers)
         return facts
 
-    def _comm_hook(self, state, bucket):
-        """torch's ``allreduce_hook`` (divide the bucket by the world size, all-reduce it), recorded; on one rank without
-        the division (by 1: the same bytes, one pass over the gradients less)."""
-        import torch.distributed as dist
-
-        start = self.mark()
-        iteration, index = self.iteration, bucket.index()
+    def _bucket_static(self, index: int, bucket, buffer) -> tuple:
+        """What a bucket's rows repeat every iteration: (tensors, bytes, group, layers, layout entry, name); kept per
+        bucket once DDP has rebuilt its buckets (it does so once), keyed by the bucket buffer's address and size."""
+        key = (index, buffer.data_ptr(), buffer.numel())
+        static = self._static_buckets.get(key)
+        if static is not None:
+            return static
         param_index = self.param_index
         tensors = tuple([param_index[p.data_ptr()] for p in bucket.parameters()])
-        buffer = bucket.buffer()
         nbytes = buffer.numel() * buffer.element_size()
         group = self._group_of(index, tensors)
         sizes, offsets, layers = self._facts_of(tensors)
+        layout = {"bucket": index, "group": group, "tensors": list(tensors), "offsets": offsets, "tensor_bytes": sizes,
+                  "bytes": nbytes}
+        static = (tensors, nbytes, group, layers, layout, json.dumps(f"bucket{index}"))
+        if getattr(self.ddp, "_has_rebuilt_buckets", False):  # DDP's lasting buckets: the same every iteration
+            self._static_buckets[key] = static
+        return static
+
+    def _all_reduce(self, buffer):
+        """``dist.all_reduce(buffer, group, async_op=True)``'s future, through the process group itself (what
+        ``all_reduce`` calls, without its per-call checks; it falls back to ``all_reduce`` where that fails)."""
+        import torch.distributed as dist
+
+        group = self._group
+        if group is None:
+            group = self._group = self.process_group if self.process_group is not None else dist.group.WORLD
+        if self._allreduce_opts is None:
+            opts = dist.AllreduceOptions()
+            opts.reduceOp = dist.ReduceOp.SUM
+            if hasattr(opts, "asyncOp"):
+                opts.asyncOp = True
+            self._allreduce_opts = opts
+        try:
+            return group.allreduce([buffer], self._allreduce_opts).get_future()
+        except (AttributeError, TypeError, RuntimeError):
+            self._allreduce_opts = None
+            return dist.all_reduce(buffer, group=group, async_op=True).get_future()
+
+    def _comm_hook(self, state, bucket):
+        """torch's ``allreduce_hook`` (divide the bucket by the world size, all-reduce it), recorded; on one rank without
+        the division (by 1: the same bytes, one pass over the gradients less)."""
+        start = self.mark()
+        iteration, index, buffer = self.iteration, bucket.index(), bucket.buffer()
+        tensors, nbytes, group, layers, layout, name = self._bucket_static(index, bucket, buffer)
         rid = self.rec.new_id()
         with self._lock:
             self._collective_seq += 1
             collective = self._collective_seq
             self._collective_ids.append(rid)
             backward = self._backward_ids
-            deps = sorted({backward[layer] for layer in layers if layer in backward})
-            self._layout.append({"bucket": index, "group": group, "tensors": list(tensors), "offsets": offsets,
-                                 "tensor_bytes": sizes, "bytes": nbytes})
-            if bucket.is_last():
+            deps = sorted({backward[layer] for layer in layers if layer in backward}) if backward else []
+            self._layout.append(layout)
+            if self._provisional and bucket.is_last():
                 self._provisional = False
-        fields = {"kind": "collective", "iteration": iteration, "stream": "comm", "group": group, "bytes": nbytes,
-                  "collective": collective, "coll_type": "allreduce", "algorithm": "", "name": f"bucket{index}"}
+        line = (COLLECTIVE_LINE, (iteration, group, nbytes, collective, name))
 
         def done(fut):
             # on a GPU this callback runs on a stream that waits for the NCCL work: the event marks its completion
             end = self.mark_current()
             with self._lock:
-                self._rows.append((rid, "allreduce", start, end, deps, None, fields))
+                self._rows.append((rid, "allreduce", start, end, deps, None, line))
             return fut.value()[0]
 
         if self.world_size > 1:
             buffer.div_(self.world_size)
-        group = self.process_group if self.process_group is not None else dist.group.WORLD
-        return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(done)
+        return self._all_reduce(buffer).then(done)
 
     def _merge_hook(self, state, bucket):
         """Plan groups: holds buckets until their group is complete, then records and launches the group's all-reduce."""

@@ -65,6 +65,18 @@ def groups_table(layouts: list[dict]) -> dict[str, list]:
     return columns
 
 
+def layer_row_iterations(log) -> list[int]:
+    """The iterations with layer rows (forward or backward compute rows that name a layer), ascending."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = log.table
+    layer = pc.and_(pc.and_(pc.equal(table.column("kind"), "compute"), pc.not_equal(table.column("name"), "")),
+                    pc.is_in(table.column("op"), value_set=pa.array(["forward", "backward"])))
+    iterations = pc.unique(pc.filter(table.column("iteration"), layer)).to_pylist()
+    return sorted(int(i) for i in iterations if i is not None and i >= 0)
+
+
 def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dict] = None):
     """Merges a DDP capture directory; writes ``OUT/events.parquet`` unless `write` is false. Returns the EventLog."""
     from ..trace import write_event_log
@@ -81,6 +93,9 @@ def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dic
         meta["bucket_layouts"] = [{"from_iteration": c["from_iteration"],
                                    "buckets": [{k: b[k] for k in ("bucket", "group", "tensors", "bytes")} for b in c["buckets"]]}
                                   for c in layouts]
+        if "layer_every" in facts:  # sampled layer rows: which iterations carry them
+            meta["layer_every"] = facts["layer_every"]
+            meta["layer_iterations"] = facts.get("layer_iterations", [])
         if "reducer" in facts:
             meta["ddp_reducer"] = facts["reducer"]
         meta["buckets"] = meta["bucket_layouts"][-1]["buckets"] if layouts else []
@@ -88,6 +103,8 @@ def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dic
             groups = groups_table(layouts)
     meta.update(metadata or {})
     log = merge_capture(out_dir, metadata=meta, groups=groups)
+    if "layer_every" in meta:  # from the rows: a rank that failed wrote its facts before its last sampled iterations
+        log.metadata["layer_iterations"] = layer_row_iterations(log)
     if write:
         write_event_log(log, Path(out_dir) / EVENTS_FILE)
     return log

@@ -29,6 +29,13 @@ converted and written at the end of the next iteration (its events are
 complete by then: the next iteration began with a synchronisation), or by
 :meth:`LayerHooks.resolve_gpu_rows` (which synchronises) when the recorder
 closes.
+
+**Sampled layer rows** (``layer_every=K``, the way ``torch.profiler``'s schedule samples): only the *sampled*
+iterations get layer rows: the first ``layer_warmup`` iterations (the warm-up that analyze and replay leave
+out) and from then on every K-th one (``layer_warmup``, ``layer_warmup + K``, ...; :func:`layer_sampled`). On the
+other iterations no per-layer hook is installed at all (the module hooks are removed before such an iteration and
+put back before the next sampled one), so they pay no per-layer cost; :attr:`LayerHooks.layer_iterations` lists
+the iterations that carry layer rows. ``K = 1`` (the default) is every iteration, the hooks installed once.
 """
 
 from __future__ import annotations
@@ -43,6 +50,20 @@ from .recorder import RankRecorder, now_ns
 def parameterised_layers(module) -> list[tuple[str, Any]]:
     """(name, module) of the modules that own parameters directly, in registration order."""
     return [(name, m) for name, m in module.named_modules() if next(m.parameters(recurse=False), None) is not None]
+
+
+def layer_sampled(iteration: int, every: int, warmup: int) -> bool:
+    """Whether `iteration` carries layer rows when they are sampled every `every` iterations after `warmup`
+    warm-up iterations (which are all sampled): ``iteration < warmup or (iteration - warmup) % every == 0``."""
+    return iteration < warmup or (iteration - warmup) % every == 0
+
+
+def check_layer_every(value) -> int:
+    """`value` as a sampling period (a positive integer); raises ValueError naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"layer_every must be a positive integer (1: layer rows on every iteration; K: on every K-th), "
+                         f"got {value!r}")
+    return value
 
 
 def _first_grad_node(output):
@@ -63,12 +84,20 @@ def _first_grad_node(output):
 # A layer row as a JSON line, the same bytes as ``json.dumps(row, separators=(",", ":"))`` of the row
 # {id, kind, op, start_ns, end_ns, deps, iteration, stream, name, layer} (checked by the tests).
 _LAYER_LINE = '{"id":%d,"kind":"compute","op":"%s","start_ns":%d,"end_ns":%d,"deps":[%s],"iteration":%d,"stream":"compute"%s'
+# Other rows made every iteration, formatted the same way (a row's extra is (template, values): the template takes
+# id, start_ns, end_ns, deps, then the values), so that nothing but these templates formats an iteration's rows.
+COLLECTIVE_LINE = ('{"id":%d,"kind":"collective","op":"allreduce","start_ns":%d,"end_ns":%d,"deps":[%s],"iteration":%d,'
+                   '"stream":"comm","group":%d,"bytes":%d,"collective":%d,"coll_type":"allreduce","algorithm":"","name":%s}')
+MARKER_LINE = ('{"id":%d,"kind":"marker","op":"iteration","start_ns":%d,"end_ns":%d,"deps":[%s],"iteration":%d,'
+               '"name":"iteration %d"}')
 
 
 class LayerHooks:
     """Records `module`'s per-layer forward and backward rows into `recorder`; :meth:`remove` takes the hooks off."""
 
-    def __init__(self, module, recorder: RankRecorder, *, cuda: bool = False, defer: bool = False):
+    def __init__(self, module, recorder: RankRecorder, *, cuda: bool = False, defer: bool = False,
+                 layer_every: int = 1, layer_warmup: int = 1):
+        """`layer_every`, `layer_warmup`: sampled layer rows (see the module docstring)."""
         import torch
 
         self.rec = recorder
@@ -95,15 +124,28 @@ class LayerHooks:
         self._backward_ids: dict[int, int] = {}  # layer -> this iteration's backward row
         self._waits: list[int] = []  # deps of the next compute row (e.g. parameters it must have received)
         self._tails = [',"name":%s,"layer":%d}' % (json.dumps(name), index) for index, (name, _) in enumerate(self.layers)]
+        self._field_tails: dict[tuple, str] = {}  # compute_row's fields -> their JSON tail
         self._forward_start: list = [None] * len(self.layers)
         self._backward_start: list = [None] * len(self.layers)
         self._tensor = torch.Tensor
         self._backward_hooks = [(self._pre_backward(index), self._post_backward(index)) for index in range(len(self.layers))]
+        self.layer_every = check_layer_every(layer_every)
+        self.layer_warmup = max(0, int(layer_warmup))
+        self.layer_iterations: list[int] = []  # the iterations begun with layer rows
+        self.sampled = True  # whether the current iteration records layer rows
+        self._module_hooks = [(m, self._pre_forward(index), self._post_forward(index))
+                              for index, (_, m) in enumerate(self.layers)]
         self._handles = []
-        for index, (name, m) in enumerate(self.layers):
-            self._handles.append(m.register_forward_pre_hook(self._pre_forward(index)))
-            self._handles.append(m.register_forward_hook(self._post_forward(index)))
+        self._install()
         recorder.before_close(self._finish)
+
+    def _install(self) -> None:
+        """Puts the per-layer module hooks on (once; taken off again for un-sampled iterations)."""
+        if self._handles:
+            return
+        for m, pre, post in self._module_hooks:
+            self._handles.append(m.register_forward_pre_hook(pre))
+            self._handles.append(m.register_forward_hook(post))
 
     # -- time points -----------------------------------------------------------------------------------------------
     def mark(self):
@@ -148,8 +190,15 @@ class LayerHooks:
             self._stream = torch.cuda.current_stream()
             host = now_ns()
             self._anchor = (host, self.mark())
+        sampled = layer_sampled(int(iteration), self.layer_every, self.layer_warmup)
+        if sampled:
+            self._install()
+            self.layer_iterations.append(int(iteration))
+        else:
+            self._uninstall()  # no per-layer hook runs in this iteration
         with self._lock:
             self.iteration = int(iteration)
+            self.sampled = sampled
             self._backward_ids = {}
             self._waits = list(waits)
 
@@ -172,12 +221,16 @@ class LayerHooks:
         """A compute row on this rank, depending on the previous one (and `extra_deps`); on a GPU start and end are
         events and the row is written at the end of the next iteration (see the module docstring)."""
         rid = self.rec.new_id()
+        key = tuple(fields.items())
+        tail = self._field_tails.get(key)
+        if tail is None:  # the fields' JSON after "stream", as json.dumps writes them
+            tail = self._field_tails[key] = "".join(",%s:%s" % (json.dumps(k), json.dumps(v, separators=(",", ":")))
+                                                    for k, v in key) + "}"
         with self._lock:
             deps = self._compute_deps(start_ns)
             deps += extra_deps
             self._last_compute = (rid, end_ns)
-            self._rows.append((rid, op, start_ns, end_ns, deps, None,
-                               {"kind": "compute", "iteration": self.iteration, "stream": "compute", **fields}))
+            self._rows.append((rid, op, start_ns, end_ns, deps, self.iteration, tail))
         if not self.defer:
             self.write_rows()
         return rid
@@ -197,7 +250,9 @@ class LayerHooks:
             if time_of is not None:
                 start, end = time_of(start), time_of(end)
                 end = max(start, end)
-            if iteration is None:
+            if type(extra) is tuple:  # (template, values)
+                lines.append(extra[0] % ((rid, start, end, ",".join(map(str, deps))) + extra[1]))
+            elif iteration is None:
                 fields = dict(extra)
                 lines.append(encode(fields.pop("kind"), op, start, end, deps=deps, row_id=rid, **fields))
             else:
@@ -331,7 +386,10 @@ class LayerHooks:
                 self.write_rows()
         return post
 
-    def remove(self) -> None:
+    def _uninstall(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []
+
+    def remove(self) -> None:
+        self._uninstall()

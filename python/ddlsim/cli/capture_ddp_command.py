@@ -32,6 +32,9 @@ def ddp(
     plan_entry: str = typer.Option(
         "best", "--plan-entry", help="With --plan: best (what the plan predicts faster) | ddp (bucket_cap_mb) | mg_wfbp (merges)."),
     device: str = typer.Option("cpu", "--device", help="cpu (gloo, host clock) | cuda (NCCL, one GPU per rank, CUDA events)."),
+    layer_every: int = typer.Option(
+        1, "--layer-every", help="Per-layer rows on iteration 0 and every K-th iteration from 1 on (1, 1+K, ...) only; "
+        "the others record each pass as one row and pay no per-layer cost (the capture overhead). 1: every iteration."),
 ) -> None:
     """Run PyTorch DDP training on CPU (gloo) or GPUs (NCCL) and record every layer's forward/backward and every bucket's all-reduce."""
     from ..capture.ddp import job_config
@@ -41,6 +44,9 @@ def ddp(
         raise DdlsimError("ddlsim capture needs PyTorch, which is not installed; pip install ddlsim[capture]")
     if workers < 1:
         raise DdlsimError(f"--workers must be at least 1, got {workers}")
+    if layer_every < 1:
+        raise DdlsimError(f"--layer-every must be a positive integer (1: layer rows on every iteration, K: on every "
+                          f"K-th), got {layer_every}")
     from ..safe_io import check_directory_target
 
     check_directory_target(out_dir)
@@ -57,7 +63,7 @@ def ddp(
     if timeout <= 0:
         raise DdlsimError(f"--timeout must be positive, got {timeout}")
     config = {"model": model, "iterations": iterations, "batch_size": batch_size, "image_size": image_size,
-              "bucket_cap_mb": bucket_cap_mb, "seed": seed, "device": device}
+              "bucket_cap_mb": bucket_cap_mb, "seed": seed, "device": device, "layer_every": layer_every}
     try:
         config = job_config(config)
         rate = None if bandwidth is None else parse_bandwidth(bandwidth)
@@ -87,8 +93,9 @@ def ddp(
               f"plan {plan} ({config['plan']['entry']}: {len(config['bucket_cap_mb_list'])} merged all-reduces as DDP's own "
               "buckets, bucket_cap_mb_list)" if config.get("bucket_cap_mb_list") else f"buckets {bucket_cap_mb:g} MiB"
               + (f" (plan {plan}, {config['plan']['entry']})" if config.get("plan") else ""))
+    sampled = "" if layer_every == 1 else f", layer rows on iteration 0 and every {layer_every}th from 1"
     err.print(f"capturing DDP {model}: {workers} ranks x {iterations} iterations, batch {batch_size}, "
-              f"{image_size}x{image_size} images, {layout} ...", highlight=False)
+              f"{image_size}x{image_size} images, {layout}{sampled} ...", highlight=False)
     log, failure = run_ddp_capture(config, workers, out_dir, timeout_s=timeout, bandwidth_bps=rate,
                                    on_note=lambda note: err.print(f"note: {note}", highlight=False))
     target = out_dir / "events.parquet"
@@ -123,6 +130,11 @@ def _summary(log, target: Path) -> None:
                      if int(i) in mean["warmup"])
     out.print(f"iteration time: {mean['mean_s'] * 1e3:.1f} ms ({mean['definition']}{warmup})", highlight=False)
     out.print(f"buckets: {len(buckets)} all-reduces per iteration ({sizes} MiB)", highlight=False)
+    sampled = log.metadata.get("layer_iterations")
+    if log.metadata.get("layer_every", 1) > 1 and isinstance(sampled, list):
+        out.print(f"layer rows on {len(sampled)} of {log.metadata.get('iterations')} iterations "
+                  f"({', '.join(str(i) for i in sampled[:8])}{', ...' if len(sampled) > 8 else ''}; "
+                  f"--layer-every {log.metadata['layer_every']}); the others: one row per pass", highlight=False)
     applied = log.metadata.get("plan")
     if isinstance(applied, dict) and applied.get("predicted_iteration_s") is not None:
         out.print(f"plan {applied.get('file')} ({applied.get('entry')}): predicted "

@@ -112,7 +112,9 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
     ``layers`` (per layer name: (forward s, backward s) of gap before its
     rows), ``optimizer_s`` (the optimizer step per iteration), ``gap_s``
     (all gaps per iteration) and ``samples`` (the (rank, iteration) pairs
-    averaged). Means over worker ranks and the counted iterations.
+    averaged). Means over worker ranks and the counted iterations; the
+    layers' gaps over those with layer rows only (a capture with
+    ``--layer-every K`` has them on every K-th iteration).
     `tails`: also the layers' mean less median times (``tail_s``; not for
     sampled rank times, whose draws hold their slow steps already). `job`: only that job's rows."""
     from ..analyze.breakdown import warmup_iterations
@@ -128,6 +130,7 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
     communication = np.isin(rows["kind"], ["send", "recv", "collective"])
     gaps: dict[tuple[str, str], float] = {}
     optimizer_total, samples = 0.0, 0
+    layer_samples = 0  # the (rank, iteration)s with layer rows (a capture with --layer-every K: the sampled ones)
     # (rank, iteration) -> end of its last compute row; its layer and optimizer rows
     last_end = {key: int(rows["end_ns"][g].max()) for key, g in _by_rank_iteration(rows, np.flatnonzero(compute)).items()}
     steps = _by_rank_iteration(rows, np.flatnonzero(layer_op | optimizer))
@@ -140,6 +143,7 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
                 continue
             sel = sel[np.argsort(rows["start_ns"][sel], kind="stable")]
             samples += 1
+            layer_samples += bool(layer_op[sel].any())
             previous = last_end[(int(rank), it - 1)]
             first = True
             for i in sel:
@@ -160,7 +164,7 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
                 previous = max(previous, end)
     layers: dict[str, list[float]] = {}
     for (name, op), total in gaps.items():
-        layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] = total / samples / 1e9
+        layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] = total / layer_samples / 1e9
     tail = _mean_over_median(rows, layer_op, counted) if tails else {}
     for (name, op), extra in tail.items():
         layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] += extra
@@ -173,7 +177,7 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
         previous = bucket["skew_s"]
     return {"layers": {k: (v[0], v[1]) for k, v in layers.items()},
             "optimizer_s": optimizer_total / samples / 1e9 if samples else 0.0,
-            "gap_s": sum(gaps.values()) / samples / 1e9 if samples else 0.0,
+            "gap_s": sum(gaps.values()) / layer_samples / 1e9 if layer_samples else 0.0,
             "tail_s": sum(tail.values()),
             "skew_s": previous,
             "buckets": skew,

@@ -139,6 +139,10 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
         notes.append(_bandwidth_note(scenario, overrides, origin))
     if scenario.model.overheads:
         notes.append(_overheads_note(rows, scenario))
+    if meta.get("layer_every", 1) != 1:  # a capture with sampled layer rows (capture ddp --layer-every K)
+        from .sampled import sampled_layers_note
+
+        notes.extend(n for n in [sampled_layers_note(rows())] if n)
     if training is not None:
         scenario, wire_note = training
     elif measured:
