@@ -165,7 +165,10 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
     layers: dict[str, list[float]] = {}
     for (name, op), total in gaps.items():
         layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] = total / layer_samples / 1e9
-    tail = _mean_over_median(rows, layer_op, counted) if tails else {}
+    every = meta.get("layer_every")
+    sampled = isinstance(every, int) and not isinstance(every, bool) and every > 1
+    warmup = set(int(i) for i in iterations[:skip]) if sampled else set()  # left out of the median there too
+    tail = _mean_over_median(rows, layer_op, counted, warmup) if tails else {}
     for (name, op), extra in tail.items():
         layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] += extra
     skew = bucket_skew(rows, counted) if tails and meta.get("job") == "ddp" else []
@@ -235,11 +238,12 @@ def bucket_skew(rows: dict[str, np.ndarray], counted: set[int], launches: np.nda
     return [{"bucket": k, "skew_s": float(mean[k]), "layer": layers[k].most_common(1)[0][0]} for k in range(len(mean))]
 
 
-def _mean_over_median(rows: dict[str, np.ndarray], layer_op: np.ndarray, counted: set[int]) -> dict[tuple[str, str], float]:
+def _mean_over_median(rows: dict[str, np.ndarray], layer_op: np.ndarray, counted: set[int],
+                      warmup: frozenset[int] | set[int] = frozenset()) -> dict[tuple[str, str], float]:
     """Per (layer, forward | backward): the mean of its per-(rank, iteration) time over the counted iterations less
-    the median over all of them (what the replay's layer times are, see
-    :func:`ddlsim.workload.profile.layer_times_from_log`), in s: a mean iteration holds the layers' mean times,
-    slow steps (a descheduled rank, a cache miss) included."""
+    the median over all of them but `warmup` unless nothing else is left (what the replay's layer times are, see
+    :func:`ddlsim.workload.profile.layer_times_from_log`, which leaves a sampled capture's warm-up out), in s: a mean
+    iteration holds the layers' mean times, slow steps (a descheduled rank, a cache miss) included."""
     sel = np.flatnonzero(layer_op)
     steps: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
     for i in sel:
@@ -251,7 +255,8 @@ def _mean_over_median(rows: dict[str, np.ndarray], layer_op: np.ndarray, counted
     for key, per in steps.items():
         kept = [v for (_, it), v in per.items() if it in counted]
         if kept:
-            out[key] = (float(np.mean(kept)) - float(np.median(list(per.values())))) / 1e9
+            median_of = [v for (_, it), v in per.items() if it not in warmup] or list(per.values())
+            out[key] = (float(np.mean(kept)) - float(np.median(median_of))) / 1e9
     return out
 
 

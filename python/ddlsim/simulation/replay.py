@@ -142,7 +142,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     if meta.get("layer_every", 1) != 1:  # a capture with sampled layer rows (capture ddp --layer-every K)
         from .sampled import sampled_layers_note
 
-        notes.extend(n for n in [sampled_layers_note(rows())] if n)
+        notes.extend(n for n in [sampled_layers_note(rows(), gaps=scenario.model.overheads)] if n)
     if training is not None:
         scenario, wire_note = training
     elif measured:

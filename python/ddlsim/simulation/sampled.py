@@ -45,13 +45,14 @@ def sampled_iteration_times(log, metadata: Optional[dict[str, Any]] = None) -> O
             "every": every}
 
 
-def sampled_layers_note(log) -> Optional[str]:
-    """The replay's note on a capture with sampled layer rows, or None for any other log."""
+def sampled_layers_note(log, gaps: bool = True) -> Optional[str]:
+    """The replay's note on a capture with sampled layer rows, or None for any other log. `gaps`: whether the replay
+    takes the framework's gaps from them too (not with ``--no-overheads``)."""
     found = sampled_iteration_times(log)
     if found is None:
         return None
     extra = (found["sampled_s"] / found["others_s"] - 1) * 100 if found["others_s"] > 0 else 0.0
-    return (f"replay: layer times and gaps from the {found['sampled']} counted iterations with layer rows "
+    return (f"replay: layer times{' and gaps' if gaps else ''} from the {found['sampled']} counted iterations with layer rows "
             f"(--layer-every {found['every']}); they took {found['sampled_s'] * 1e3:.4g} ms on average against "
             f"{found['others_s'] * 1e3:.4g} ms for the {found['others']} others ({extra:+.1f} %; the per-layer "
             "recording's own cost shows here where the iteration is host-bound), and the replayed iteration follows "

@@ -64,6 +64,7 @@ def layer_times_from_log(log_or_path, job: int | None = None) -> dict[str, tuple
                              "layer times for it; give a job the log holds")
     if (role == "worker").any():
         rows &= role == "worker"
+    rows = _without_sampled_warmup(log, rows)
     if not rows.any():
         raise ModelError(f"{source}: no forward/backward compute rows with a layer name, so no layer times; "
                          "give a log that records per-layer compute (ddlsim simulate, a capture, or a Chakra file whose "
@@ -77,6 +78,28 @@ def layer_times_from_log(log_or_path, job: int | None = None) -> dict[str, tuple
     for (layer, direction, _rank, _iteration), ns in zip(unique.tolist(), per_step.tolist()):
         times.setdefault(layer, [[], []])[0 if direction == "forward" else 1].append(ns)
     return {layer: tuple(float(np.median(v)) / 1e9 if v else 0.0 for v in fb) for layer, fb in times.items()}
+
+
+def _without_sampled_warmup(log, rows):
+    """`rows` without the warm-up iterations' layer rows in a capture with sampled layer rows (``layer_every`` > 1,
+    ``ddlsim capture ddp --layer-every``), where the warm-up is always sampled: there it would be a large share of
+    a layer's few samples (two of them when K is at least the iterations), so the median would be the warm-up's.
+    The warm-up is :func:`ddlsim.analyze.breakdown.warmup_iterations` of the log's iterations, as everywhere else.
+    Kept when no other iteration has layer rows. Any other log: `rows` as they are (the median over all iterations
+    keeps one slow one from setting the profile)."""
+    import numpy as np
+
+    from ..analyze.breakdown import warmup_iterations
+
+    meta = getattr(log, "metadata", None) or {}
+    every = meta.get("layer_every")
+    if not isinstance(every, int) or isinstance(every, bool) or every <= 1:
+        return rows
+    iteration = np.asarray(log.column("iteration"))
+    iterations = np.unique(iteration[iteration >= 0])
+    warmup = iterations[:warmup_iterations(meta, len(iterations))]
+    kept = rows & ~np.isin(iteration, warmup)
+    return kept if kept.any() else rows
 
 
 def _read_csv(path: Path) -> dict[str, tuple[float, float]]:
