@@ -19,49 +19,17 @@ from ddlsim.capture.recorder import RankRecorder  # noqa: E402
 ITERATIONS = 3
 
 
-@pytest.fixture
-def one_rank(tmp_path):
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-def _model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(),
-                               torch.nn.Linear(4 * 6 * 6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
-
-
 def _lines(path):
     return [line for line in path.read_text().splitlines() if line.startswith('{"id"')]
 
 
-def _train(ddp, hooks, check_between=None):
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    x, y = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(1)), torch.tensor([0, 2])
-    for iteration in range(ITERATIONS):
-        hooks.begin_iteration(iteration)
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(ddp(x), y).backward()
-        start = hooks.mark()
-        optimizer.step()
-        hooks.optimizer_step_row(start, hooks.mark())
-        if check_between is not None:
-            check_between(iteration)
-        hooks.end_iteration()
-
-
-def test_ddp_rows_keep_their_structure_and_bytes(tmp_path, one_rank):
+def test_ddp_rows_keep_their_structure_and_bytes(tmp_path, one_rank, small_cnn, train_small):
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(_model(), bucket_cap_mb=0.002)  # several buckets
+    ddp = DistributedDataParallel(small_cnn(), bucket_cap_mb=0.002)  # several buckets
     rec = RankRecorder(tmp_path, 0, "worker")
     hooks = DdpHooks(ddp, rec)
-    _train(ddp, hooks)
+    train_small(ddp, hooks, ITERATIONS)
     rec.close()
     lines = _lines(rec.path)
     rows = [json.loads(line) for line in lines]
@@ -102,10 +70,10 @@ def test_ddp_rows_keep_their_structure_and_bytes(tmp_path, one_rank):
         assert all(d < row["id"] and by_id[d]["end_ns"] <= row["end_ns"] for d in row["deps"])  # causal order
 
 
-def test_nothing_is_formatted_or_written_while_the_iteration_runs(tmp_path, one_rank, monkeypatch):
+def test_nothing_is_formatted_or_written_while_the_iteration_runs(tmp_path, one_rank, monkeypatch, small_cnn, train_small):
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(_model())
+    ddp = DistributedDataParallel(small_cnn())
     rec = RankRecorder(tmp_path, 0, "worker")
     hooks = DdpHooks(ddp, rec)
     written = []
@@ -117,7 +85,7 @@ def test_nothing_is_formatted_or_written_while_the_iteration_runs(tmp_path, one_
     encoded = []
     encode = getattr(rec, "_encode", None)
     monkeypatch.setattr(rec, "_encode", lambda obj: ("id" in obj and encoded.append(obj)) or encode(obj), raising=False)
-    _train(ddp, hooks, check_between=between)
+    train_small(ddp, hooks, ITERATIONS, check_between=between)
     rec.close()
     per_iteration = len(_lines(rec.path)) // ITERATIONS
     assert written == [k * per_iteration for k in range(ITERATIONS)]  # only earlier iterations' rows
@@ -125,38 +93,13 @@ def test_nothing_is_formatted_or_written_while_the_iteration_runs(tmp_path, one_
     assert encoded == [] and len(_lines(rec.path)) > ITERATIONS * 2 * len(hooks.layers)
 
 
-class FakeCudaEvent:
-    """A GPU clock that ticks 0.5 ms per recorded event; counts the calls the capture makes."""
-
-    ticks = 0
-    synchronized = 0
-
-    def __init__(self, enable_timing=False):
-        assert enable_timing
-        self.t_ms = None
-
-    def record(self, stream=None):
-        FakeCudaEvent.ticks += 1
-        self.t_ms = 0.5 * FakeCudaEvent.ticks
-
-    def synchronize(self):
-        assert self.t_ms is not None
-        FakeCudaEvent.synchronized += 1
-
-    def elapsed_time(self, other):
-        return other.t_ms - self.t_ms
-
-
-def test_a_gpu_iteration_ends_without_a_device_synchronisation(tmp_path, one_rank, monkeypatch):
+def test_a_gpu_iteration_ends_without_a_device_synchronisation(tmp_path, one_rank, monkeypatch, small_cnn, fake_gpu, train_small):
     """The rows of iteration k are written at the end of iteration k + 1 (the events completed by then: k + 1 began
     with a synchronisation) or when the recorder closes, with the same rows as written at once."""
     from torch.nn.parallel import DistributedDataParallel
 
-    syncs = []
-    monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: syncs.append(1))
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: None)
-    ddp = DistributedDataParallel(_model())
+    syncs = fake_gpu
+    ddp = DistributedDataParallel(small_cnn())
     rec = RankRecorder(tmp_path, 0, "worker")
     hooks = DdpHooks(ddp, rec, cuda=True)
     seen = []
@@ -174,7 +117,7 @@ def test_a_gpu_iteration_ends_without_a_device_synchronisation(tmp_path, one_ran
         return changed
 
     monkeypatch.setattr(hooks, "end_iteration", end_iteration)
-    _train(ddp, hooks, check_between=between)
+    train_small(ddp, hooks, ITERATIONS, check_between=between)
     assert seen == [1, 2, 3]  # one synchronisation per iteration: at its beginning
     assert [s for s, _ in optimizer_ends] == [1, 2, 3]  # none at its end
     written = [n for _, n in optimizer_ends]
@@ -196,7 +139,7 @@ def test_a_gpu_iteration_ends_without_a_device_synchronisation(tmp_path, one_ran
             assert row["deps"][0] == before["id"] and before["end_ns"] <= row["start_ns"]
 
 
-def test_a_plan_groups_all_reduce_rows_are_on_the_gpu_clock_with_the_layers(tmp_path, one_rank, monkeypatch):
+def test_a_plan_groups_all_reduce_rows_are_on_the_gpu_clock_with_the_layers(tmp_path, one_rank, monkeypatch, small_cnn, fake_gpu, train_small):
     """With a merge plan (the hook path of `capture ddp --plan`) on a GPU, each plan group's all-reduce row is timed by
     events on the iteration's clock like the layer rows, and written with them: within the iteration's marker, on
     the 0.5 ms tick grid, after the backward rows it depends on."""
@@ -204,15 +147,12 @@ def test_a_plan_groups_all_reduce_rows_are_on_the_gpu_clock_with_the_layers(tmp_
 
     from ddlsim.capture.ddp_plan import PlanMerger
 
-    monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: None)
-    model = _model()
+    model = small_cnn()
     count = len(list(model.parameters()))
     ddp = DistributedDataParallel(model, bucket_cap_mb=1e-6)  # a bucket per parameter, as the hook path runs DDP
     rec = RankRecorder(tmp_path, 0, "worker")
     hooks = DdpHooks(ddp, rec, cuda=True, merger=PlanMerger([list(range(count // 2, count)), list(range(count // 2))]))
-    _train(ddp, hooks)
+    train_small(ddp, hooks, ITERATIONS)
     rec.close()
     rows = [json.loads(line) for line in _lines(rec.path)]
     by_id = {r["id"]: r for r in rows}

@@ -35,27 +35,10 @@ def test_the_schedule_samples_the_warm_up_and_every_kth_iteration_after_it():
     assert [i for i in range(9) if layer_sampled(i, 4, 2)] == [0, 1, 2, 6]
 
 
-@pytest.fixture
-def one_rank(tmp_path):
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-def _model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(),
-                               torch.nn.Linear(4 * 6 * 6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
-
-
-def test_unsampled_iterations_install_no_layer_hook_and_keep_the_cheap_rows(tmp_path, one_rank, monkeypatch):
+def test_unsampled_iterations_install_no_layer_hook_and_keep_the_cheap_rows(tmp_path, one_rank, monkeypatch, small_cnn):
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(_model(), bucket_cap_mb=0.002)  # several buckets
+    ddp = DistributedDataParallel(small_cnn(), bucket_cap_mb=0.002)  # several buckets
     rec = RankRecorder(tmp_path, 0, "worker")
     hooks = DdpHooks(ddp, rec, layer_every=K, layer_warmup=1)
     layers = [m for _, m in hooks.layers]
@@ -106,11 +89,11 @@ def test_unsampled_iterations_install_no_layer_hook_and_keep_the_cheap_rows(tmp_
         assert all(d < row["id"] and by_id[d]["end_ns"] <= row["end_ns"] for d in row["deps"])
 
 
-def test_layer_every_one_records_as_before(tmp_path, one_rank):
+def test_layer_every_one_records_as_before(tmp_path, one_rank, small_cnn):
     """K = 1 (the default) installs the hooks once and writes no sampling metadata: the log of before."""
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(_model())
+    ddp = DistributedDataParallel(small_cnn())
     hooks = DdpHooks(ddp, RankRecorder(tmp_path, 0, "worker"))
     assert hooks._pass_handles == [] and "layer_every" not in hooks.facts()
     handles = list(hooks._handles)
@@ -232,47 +215,16 @@ def test_the_python_api_refuses_a_bad_layer_every(value):
         job_config({"layer_every": value})
 
 
-class FakeCudaEvent:
-    """A GPU clock that ticks 0.5 ms per recorded event."""
-
-    ticks = 0
-
-    def __init__(self, enable_timing=False):
-        assert enable_timing
-        self.t_ms = None
-
-    def record(self, stream=None):
-        FakeCudaEvent.ticks += 1
-        self.t_ms = 0.5 * FakeCudaEvent.ticks
-
-    def synchronize(self):
-        assert self.t_ms is not None
-
-    def elapsed_time(self, other):
-        return other.t_ms - self.t_ms
-
-
-def test_gpu_sampled_iterations_are_timed_by_events_and_written_one_iteration_behind(tmp_path, one_rank, monkeypatch):
+def test_gpu_sampled_iterations_are_timed_by_events_and_written_one_iteration_behind(tmp_path, one_rank, monkeypatch, small_cnn, fake_gpu,
+                                                                                      train_small):
     """On a GPU (CUDA events, faked here) an un-sampled iteration's passes are event-timed rows on the iteration's
     clock like the rest: within the marker, on the 0.5 ms tick grid; each iteration's rows complete."""
     from torch.nn.parallel import DistributedDataParallel
 
-    monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: None)
-    ddp = DistributedDataParallel(_model())
+    ddp = DistributedDataParallel(small_cnn())
     rec = RankRecorder(tmp_path, 0, "worker")
     hooks = DdpHooks(ddp, rec, cuda=True, layer_every=K, layer_warmup=1)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    x, y = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(1)), torch.tensor([0, 2])
-    for iteration in range(ITERATIONS):
-        hooks.begin_iteration(iteration)
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(ddp(x), y).backward()
-        start = hooks.mark()
-        optimizer.step()
-        hooks.optimizer_step_row(start, hooks.mark())
-        hooks.end_iteration()
+    train_small(ddp, hooks, ITERATIONS)
     rec.close()
     rows = [json.loads(line) for line in rec.path.read_text().splitlines() if line.startswith('{"id"')]
     for iteration in range(ITERATIONS):
@@ -290,13 +242,13 @@ def test_gpu_sampled_iterations_are_timed_by_events_and_written_one_iteration_be
             assert row["deps"][0] == before["id"] and before["end_ns"] <= row["start_ns"]
 
 
-def test_attach_samples_the_layer_rows_of_your_own_script(tmp_path, one_rank):
+def test_attach_samples_the_layer_rows_of_your_own_script(tmp_path, one_rank, small_cnn):
     """``ddlsim.capture.attach(..., layer_every=K)``: the same sampling in a user's own training loop."""
     from torch.nn.parallel import DistributedDataParallel
 
     import ddlsim.capture
 
-    ddp = DistributedDataParallel(_model())
+    ddp = DistributedDataParallel(small_cnn())
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     x, y = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(1)), torch.tensor([0, 2])
     with pytest.raises(ValueError, match="layer_every must be a positive integer"):
