@@ -6,6 +6,7 @@ generic convolution shapes, per precision (docs/compute-model.md,
 
     PYTHONPATH=python python benchmarks/conv_shapes.py --out conv.json               # on a CUDA machine, <= 120 s
     PYTHONPATH=python python benchmarks/conv_shapes.py --device cpu --quick --out /tmp/conv.json
+    python benchmarks/conv_shapes.py --table conv.json --out python/ddlsim/data/kernels/conv_classes_h100.json
 
 The grid: shape classes by kernel and stride (1x1, 1x1 stride 2, 3x3, 3x3
 stride 2, 5x5, 1x7 / 7x1, 1x3 / 3x1, and stems with 3 input channels: 3x3,
@@ -116,15 +117,63 @@ def flops(s: dict) -> int:
     return 2 * s["batch"] * s["c_out"] * h_out * w_out * s["c_in"] * s["kh"] * s["kw"]
 
 
+TABLE_COLUMNS = ["class", "kh", "kw", "stride", "c_in", "c_out", "hw", "batch", "h_out", "w_out", "precision",
+                 "fwd_tflops", "dgrad_tflops", "wgrad_tflops"]
+
+
+def to_table(doc: dict, source: str) -> dict:
+    """The roofline's convolution table (python/ddlsim/data/kernels/conv_classes_<device>.json) from a run's JSON:
+    one row per measured point (points with an error or without any rate left out), rates to 5 significant
+    digits."""
+    rows = []
+    for p in doc["points"]:
+        if "error" in p or not any(p.get(f"{d}_tflops") for d in DIRECTIONS):
+            continue
+        h_out = out_size(p["hw"], p["kh"], p["stride"], p["pad_h"])
+        w_out = out_size(p["hw"], p["kw"], p["stride"], p["pad_w"])
+        rows.append([p["class"], p["kh"], p["kw"], p["stride"], p["c_in"], p["c_out"], p["hw"], p["batch"], h_out,
+                     w_out, p["precision"]] + [float(f'{p[f"{d}_tflops"]:.5g}') if p.get(f"{d}_tflops") else None
+                                               for d in DIRECTIONS])
+    return {"generator": "benchmarks/conv_shapes.py --table", "source": source, "device": doc.get("device"),
+            "torch": doc.get("torch"), "cudnn": doc.get("cudnn"), "stopped_early": doc.get("stopped_early"),
+            "units": "TFLOP/s (1e12 FLOP/s) per direction; FLOPs = 2 x batch x C_out x H_out x W_out x C_in x kh x kw",
+            "columns": TABLE_COLUMNS, "points": rows}
+
+
+def write_table(raw: Path, out: Path, source: str) -> int:
+    try:
+        doc = json.loads(raw.read_text())
+        table = to_table(doc, source or f"benchmarks/conv_shapes.py on {doc.get('device')}, torch {doc.get('torch')}")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: --table {raw}: not a benchmarks/conv_shapes.py result ({type(exc).__name__}: {exc}); "
+              f"name the JSON a run wrote", file=sys.stderr)
+        return 2
+    if out.exists() and not out.is_file():
+        print(f"error: --out {out} exists and is not a regular file; name a file", file=sys.stderr)
+        return 2
+    tmp = out.with_name(out.name + ".tmp")
+    lines = ",\n  ".join(json.dumps(r) for r in table["points"])
+    head = json.dumps({k: v for k, v in table.items() if k != "points"}, indent=1, sort_keys=True)
+    tmp.write_text(head[:-2] + ',\n "points": [\n  ' + lines + "\n ]\n}\n")
+    tmp.replace(out)
+    print(f"wrote {out}: {len(table['points'])} points", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    ap.add_argument("--table", type=Path, default=None,
+                    help="convert this run's JSON into the roofline's table (no torch needed) instead of measuring")
+    ap.add_argument("--source", default="", help="with --table: the table's source line")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--quick", action="store_true", help="a few tiny shapes at batch 2 (a smoke test)")
     ap.add_argument("--repeats", type=int, default=None, help="timed calls per point and direction (default 7)")
     ap.add_argument("--budget-s", type=float, default=110.0, help="start no new shape after this many seconds")
     ap.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
     args = ap.parse_args(argv)
+    if args.table is not None:
+        return write_table(args.table, args.out, args.source)
     if args.out.exists() and not args.out.is_file():
         print(f"error: --out {args.out} exists and is not a regular file; name a file", file=sys.stderr)
         return 2

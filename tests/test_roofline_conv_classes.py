@@ -1,0 +1,228 @@
+"""Convolutions costed by shape class (docs/compute-model.md, "Convolutions by shape class"): a convolution's
+geometry recovered from the kernel tables' counts (checked on paper for layers whose shapes are known), the class
+names shared with benchmarks/conv_shapes.py's grid, the table's interpolation rule against a brute-force
+computation written separately, the table wired into the roofline, and no table = the model as before."""
+
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddlsim.workload import roofline
+from ddlsim.workload.devices import DEVICES
+from ddlsim.workload.zoo import load_model
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("conv_shapes_bench", ROOT / "benchmarks" / "conv_shapes.py")
+conv_shapes = importlib.util.module_from_spec(_spec)
+sys.modules["conv_shapes_bench"] = conv_shapes
+_spec.loader.exec_module(conv_shapes)
+
+CNNS = ["alexnet", "vgg16", "resnet18", "resnet50", "resnet101", "resnet152", "inception_v3", "googlenet"]
+
+
+def _fwd_conv(model: str, layer: str):
+    return next(k for k in roofline.kernel_table(model)[layer][0] if k.op == "convolution")
+
+
+# --- geometry from the counts -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model,layer,expected", [
+    # (kh, kw, stride, C_in, C_out, H_in, H_out, W_out), from the torchvision definitions
+    ("resnet50", "conv1", (7, 7, 2, 3, 64, 224, 112, 112)),
+    ("resnet50", "layer1.0.conv2", (3, 3, 1, 64, 64, 56, 56, 56)),
+    ("resnet50", "layer2.0.conv2", (3, 3, 2, 128, 128, 56, 28, 28)),  # torchvision's v1.5: stride in the 3x3
+    ("resnet50", "layer2.0.downsample.0", (1, 1, 2, 256, 512, 56, 28, 28)),
+    ("resnet50", "layer4.2.conv3", (1, 1, 1, 512, 2048, 7, 7, 7)),
+    ("alexnet", "features.0", (11, 11, 4, 3, 64, 224, 55, 55)),  # padding 2, with a bias
+    ("alexnet", "features.3", (5, 5, 1, 64, 192, 27, 27, 27)),
+    ("vgg16", "features.0", (3, 3, 1, 3, 64, 224, 224, 224)),
+    ("inception_v3", "Conv2d_2a_3x3.conv", (3, 3, 1, 32, 32, 149, 147, 147)),  # no padding
+    ("inception_v3", "Mixed_6a.branch3x3.conv", (3, 3, 2, 288, 384, 35, 17, 17)),
+    ("inception_v3", "Mixed_6b.branch7x7_2.conv", (1, 7, 1, 128, 128, 17, 17, 17)),
+    ("inception_v3", "Mixed_7b.branch3x3_2a.conv", (1, 3, 1, 384, 384, 8, 8, 8)),
+])
+def test_geometry_of_known_layers(model, layer, expected):
+    g = roofline.conv_geometry(_fwd_conv(model, layer))
+    assert (g.kh, g.kw, g.stride, g.c_in, g.c_out, g.hw_in, g.h_out, g.w_out) == expected
+
+
+def test_every_zoo_convolution_has_a_geometry_consistent_with_its_counts_and_a_measured_class():
+    grid_classes = {s["class"] for s in conv_shapes.grid()}
+    for model in CNNS:
+        for name, (fwd, _) in roofline.kernel_table(model).items():
+            for k in fwd:
+                if k.op != "convolution":
+                    continue
+                g = roofline.conv_geometry(k)
+                assert g is not None, (model, name)
+                # the counts back from the geometry
+                assert k.flops[1] == 2 * g.c_in * g.kh * g.kw * g.c_out * g.h_out * g.w_out
+                assert k.read[1] == g.c_in * g.hw_in ** 2 and k.write[1] == g.c_out * g.h_out * g.w_out
+                assert g.shape_class in grid_classes, (model, name, g)
+
+
+def test_class_names_agree_with_the_benchmark_grid():
+    for s in conv_shapes.grid():
+        assert roofline.conv_class_name(s["kh"], s["kw"], s["stride"], s["c_in"]) == s["class"], s
+    assert roofline.conv_class_name(7, 1, 1, 128) == roofline.conv_class_name(1, 7, 1, 128) == "1x7"
+
+
+# --- the interpolation rule against a brute force ----------------------------------------------------------------
+
+def _random_table(rng, classes=("3x3", "1x1"), n=12):
+    rows = []
+    for cls in classes:
+        for _ in range(n):
+            c_in, c_out = rng.choice([16, 32, 48, 64, 96, 128, 256, 384, 512]), rng.choice([16, 32, 64, 128, 512])
+            hw, batch = rng.choice([7, 13, 14, 28, 56]), rng.choice([8, 32, 128])
+            for prec in ("fp32", "fp16"):
+                rates = [rng.uniform(5, 300) for _ in range(3)]
+                rows.append([cls, 3, 3, 1, c_in, c_out, hw, batch, hw, hw, prec] + rates)
+    return {"columns": conv_shapes.TABLE_COLUMNS, "points": rows, "source": "random"}
+
+
+def _brute_force(doc, cls, prec, direction, c_in, c_out, m):
+    """Written apart from ConvTable: natural logs (a common scale of the distances leaves the neighbours and the
+    inverse-square weights' ratios unchanged), every point's distance, the 4 nearest, the weighted geometric mean
+    of their rates (1e12 x TFLOP/s)."""
+    col = {c: i for i, c in enumerate(doc["columns"])}
+    cands = []
+    for i, r in enumerate(doc["points"]):
+        if r[col["class"]] != cls or r[col["precision"]] != prec or not r[col[f"{direction}_tflops"]]:
+            continue
+        rm = r[col["batch"]] * r[col["h_out"]] * r[col["w_out"]]
+        d2 = ((math.log(c_in) - math.log(r[col["c_in"]])) ** 2 + (math.log(c_out) - math.log(r[col["c_out"]])) ** 2
+              + (math.log(m) - math.log(rm)) ** 2)
+        cands.append((d2, i, r[col[f"{direction}_tflops"]] * 1e12))
+    if not cands:
+        return None
+    cands.sort()
+    near = cands[:4]
+    if near[0][0] == 0:
+        same = [rate for d2, _, rate in near if d2 == 0]
+        return math.prod(same) ** (1 / len(same))
+    wsum = sum(1 / d2 for d2, _, _ in near)
+    return math.exp(sum(math.log(rate) / d2 for d2, _, rate in near) / wsum)
+
+
+def test_rate_matches_a_brute_force_on_seeded_random_tables():
+    rng = random.Random(2025)
+    for trial in range(30):
+        doc = _random_table(rng)
+        table = roofline.ConvTable.from_doc(doc)
+        for _ in range(20):
+            g = roofline.ConvGeometry(3, 3, 1, rng.choice([5, 20, 64, 100, 300, 700]), rng.choice([8, 64, 200, 1000]),
+                                      0, rng.choice([5, 14, 30]), rng.choice([5, 14, 30]))
+            batch = rng.choice([1, 32, 128, 256])
+            for prec in ("fp32", "fp16", "bf16"):
+                for direction in ("fwd", "dgrad", "wgrad"):
+                    got = table.rate(g, batch, prec, direction)
+                    want = _brute_force(doc, "3x3", "fp16" if prec == "bf16" else prec, direction, g.c_in, g.c_out,
+                                        batch * g.h_out * g.w_out)
+                    assert got == pytest.approx(want, rel=1e-9), (trial, g, batch, prec, direction)
+
+
+def test_rate_on_paper():
+    # two points, query midway in log space (C_in 64 between 32 and 128; C_out and M equal): equal weights, the
+    # geometric mean of 10 and 40 TFLOP/s = 20
+    rows = [["3x3", 3, 3, 1, 32, 64, 14, 32, 14, 14, "fp32", 10.0, 1.0, None],
+            ["3x3", 3, 3, 1, 128, 64, 14, 32, 14, 14, "fp32", 40.0, 4.0, None]]
+    table = roofline.ConvTable.from_doc({"columns": conv_shapes.TABLE_COLUMNS, "points": rows})
+    g = roofline.ConvGeometry(3, 3, 1, 64, 64, 14, 14, 14)
+    assert table.rate(g, 32, "fp32", "fwd") == pytest.approx(20e12, rel=1e-12)
+    assert table.rate(g, 32, "fp32", "dgrad") == pytest.approx(2e12, rel=1e-12)
+    assert table.rate(g, 32, "fp32", "wgrad") is None  # no point has the direction
+    # on a measured point: that point's rate exactly
+    assert table.rate(dataclasses.replace(g, c_in=128), 32, "fp32", "fwd") == pytest.approx(40e12, rel=1e-12)
+    # a third of the way (log2 distance 1/3 and 2/3 of C_in 32 -> 128... weights 9 and 9/4): 2^((9 log 10 + 2.25
+    # log 40) / 11.25)
+    g2 = dataclasses.replace(g, c_in=round(32 * 2 ** (2 / 3)))
+    d1, d2 = math.log2(g2.c_in / 32), math.log2(128 / g2.c_in)
+    want = 2 ** ((math.log2(10) / d1 ** 2 + math.log2(40) / d2 ** 2) / (1 / d1 ** 2 + 1 / d2 ** 2)) * 1e12
+    assert table.rate(g2, 32, "fp32", "fwd") == pytest.approx(want, rel=1e-12)
+    # another class or precision: no point, None (the roofline falls back to the median share)
+    assert table.rate(dataclasses.replace(g, kh=1, kw=1), 32, "fp32", "fwd") is None
+    assert table.rate(g, 32, "tf32", "fwd") is None
+
+
+# --- the table in the roofline ------------------------------------------------------------------------------------
+
+def _constant_table(cls_rates: dict) -> roofline.ConvTable:
+    """A table whose class has one point per precision with the given (fwd, dgrad, wgrad) TFLOP/s."""
+    rows = [[cls, 3, 3, 1, 64, 64, 56, 32, 56, 56, prec] + list(r) for (cls, prec), r in cls_rates.items()]
+    return roofline.ConvTable.from_doc({"columns": conv_shapes.TABLE_COLUMNS, "points": rows})
+
+
+def test_the_roofline_costs_a_convolution_by_its_class_rate(monkeypatch):
+    table = _constant_table({("3x3", "tf32"): (100.0, 50.0, 25.0)})
+    monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: table if name == "H100" else None)
+    model = load_model("resnet50")
+    conv3 = next(layer for layer in model.layers if layer.name == "layer1.0.conv2")
+    fwd, bwd = roofline.layer_costs(model, conv3, "H100", "tf32", 128)
+    flops = 2 * 64 * 64 * 9 * 56 * 56 * 128
+    assert fwd[0].op == "convolution" and fwd[0].compute_s == pytest.approx(flops / 100e12, rel=1e-12)
+    dgrad = next(c for c in bwd if c.op == "convolution_backward_input")
+    wgrad = next(c for c in bwd if c.op.startswith("convolution_backward_weight"))
+    assert dgrad.compute_s == pytest.approx(flops / 50e12, rel=1e-12)
+    assert wgrad.compute_s == pytest.approx(flops / 25e12, rel=1e-12)
+    # a 1x1 convolution: its class is not in the table, so the median share as before
+    conv1x1 = next(layer for layer in model.layers if layer.name == "layer1.0.conv1")
+    with_table = roofline.layer_costs(model, conv1x1, "H100", "tf32", 128)
+    monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None)
+    assert roofline.layer_costs(model, conv1x1, "H100", "tf32", 128) == with_table
+    assert roofline.layer_costs(model, conv3, "H100", "tf32", 128)[0][0].compute_s != fwd[0].compute_s
+
+
+def test_without_a_table_the_model_is_unchanged(monkeypatch):
+    # per-layer forward and backward times of every zoo CNN on H100, H200, B200, A100 in every precision at batch
+    # 32 and 128, hashed: the values of the model before convolution tables existed (branch gpu25's base, 0055438)
+    monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None)
+    rows = []
+    for m in CNNS + ["lenet5"]:
+        model = load_model(m)
+        for dev in ["H100", "H200", "B200", "A100"]:
+            for p in ["fp32", "tf32", "fp16", "bf16"]:
+                for b in [32, 128]:
+                    rows.append([m, dev, p, b, [list(t) for t in roofline.layer_times_s(model, dev, p, b)]])
+    digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+    assert digest == "47f5b9454d30e853d9a94c3bf8ec59b7600efdf74a425a0e8e6d5d2307cc0e4c"
+
+
+def test_table_file_lookup_and_the_shared_die(tmp_path):
+    doc = _random_table(random.Random(1))
+    (tmp_path / "conv_classes_h100.json").write_text(json.dumps(doc))
+    h100 = roofline.conv_table("H100", str(tmp_path))
+    assert h100 is not None and roofline.conv_table("H200", str(tmp_path)) == h100  # the same GH100 die
+    assert roofline.conv_table("B200", str(tmp_path)) is None and roofline.conv_table("A100", str(tmp_path)) is None
+
+
+def test_quick_cpu_run_to_table_to_rate(tmp_path):
+    pytest.importorskip("torch")
+    raw, table_path = tmp_path / "raw.json", tmp_path / "conv_classes_cpu.json"
+    assert conv_shapes.main(["--device", "cpu", "--quick", "--out", str(raw)]) == 0
+    assert conv_shapes.main(["--table", str(raw), "--out", str(table_path)]) == 0
+    doc = json.loads(raw.read_text())
+    table = roofline.ConvTable.from_doc(json.loads(table_path.read_text()))
+    for p in doc["points"]:
+        h_out = (p["hw"] + 2 * p["pad_h"] - p["kh"]) // p["stride"] + 1
+        w_out = (p["hw"] + 2 * p["pad_w"] - p["kw"]) // p["stride"] + 1
+        g = roofline.ConvGeometry(p["kh"], p["kw"], p["stride"], p["c_in"], p["c_out"], p["hw"], h_out, w_out)
+        for d in ("fwd", "dgrad", "wgrad"):
+            assert table.rate(g, p["batch"], p["precision"], d) == pytest.approx(p[f"{d}_tflops"] * 1e12, rel=1e-4)
+
+
+def test_table_of_a_file_that_is_not_a_run_is_refused(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\"x\": 1}")
+    out = tmp_path / "t.json"
+    assert conv_shapes.main(["--table", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--table" in err and "not a benchmarks/conv_shapes.py result" in err and len(err.splitlines()) == 1
+    assert not out.exists()
