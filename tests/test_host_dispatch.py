@@ -298,3 +298,26 @@ def test_the_h200_preset_is_its_stored_measurement():
     assert h200.conv_3x3_share == conv_3x3_share_from_benchmark(doc, DEVICES["H200"])
     assert h200.gemm_share == h100.gemm_share and h200.conv_fwd_share == h100.conv_fwd_share
     assert "H200" in doc["device"]
+
+
+def test_a_host_dispatch_run_becomes_a_preset_the_same_way_for_any_device():
+    """host_microbench: the H200's path, usable for the H100 (data/kernels/host_dispatch_h100.json): the base
+    preset's kernel shares kept, the run's host dispatch, BatchNorm and 3x3 shares taken (the H200 run's JSON as a
+    stand-in for an H100 run: the shares are divided by the H100's datasheet numbers)."""
+    import json
+    from pathlib import Path
+
+    from ddlsim.workload.devices import (DEVICES, conv_3x3_share_from_benchmark, host_microbench,
+                                         norm_share_from_benchmark)
+
+    doc = json.loads((Path(__file__).resolve().parent.parent / "python" / "ddlsim" / "data" / "kernels"
+                      / "host_dispatch_h200.json").read_text())
+    base = dataclasses.replace(MICROBENCH["H100"], host_dispatch=None, norm_share=None, conv_3x3_share=None)
+    mb = host_microbench(base, DEVICES["H100"], doc, "a test")
+    assert mb.source == "a test" and mb.gemm_share == base.gemm_share and mb.copy_share == base.copy_share
+    assert mb.host_dispatch.fwd_us == host_dispatch_from_benchmark(doc).fwd_us
+    assert mb.host_dispatch.kernel_floor_us == doc["tiny_kernel_gpu_us"]
+    # BatchNorm: GB/s over the H100's 3,350 GB/s
+    assert mb.norm_share["fp16"][0] == doc["batchnorm_bandwidth"]["fp16"]["fwd_gbps"] / 3350.0
+    assert mb.norm_share == norm_share_from_benchmark(doc, DEVICES["H100"])
+    assert mb.conv_3x3_share == conv_3x3_share_from_benchmark(doc, DEVICES["H100"])
