@@ -162,7 +162,8 @@ def test_the_h100_preset_host_dispatch_is_off_or_the_stored_measurement():
     import json
     from pathlib import Path
 
-    doc = json.loads((Path(__file__).resolve().parent.parent / "docs" / "data" / "host-dispatch-h100.json").read_text())
+    doc = json.loads((Path(__file__).resolve().parent.parent / "python" / "ddlsim" / "data" / "kernels"
+                      / "host_dispatch_h100.json").read_text())
     ref = host_dispatch_from_benchmark(doc)
     assert hd.fwd_us == ref.fwd_us and hd.bwd_us == ref.bwd_us
     assert hd.zero_grad_us_per_param == ref.zero_grad_us_per_param and hd.kernel_floor_us == ref.kernel_floor_us
