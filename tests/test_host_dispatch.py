@@ -263,6 +263,7 @@ def test_3x3_convolutions_at_their_class_share(monkeypatch):
            for (c, hw), (f, b) in zip([(64, 224), (128, 112), (256, 56), (512, 28), (512, 14)],
                                       [(60, 50), (70, 55), (65, 52), (62, 51), (40, 30)])
            for p in ("fp32", "tf32", "fp16")}
+    monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None)  # the rule without a table
     share = conv_3x3_share_from_benchmark({"vgg_conv_b32": vgg}, DEVICES["H100"])
     # fp32 forward: the median of 60, 70, 65, 62, 40 and the H100's two batch-128 shapes 39.51, 83.87 -> 62
     assert share["fwd"]["fp32"] == pytest.approx(62 / 67.0)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddlsim.workload import roofline
-from ddlsim.workload.devices import DEVICES
+from ddlsim.workload.devices import DEVICES, MICROBENCH
 from ddlsim.workload.zoo import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,7 +183,10 @@ def test_the_roofline_costs_a_convolution_by_its_class_rate(monkeypatch):
 def test_without_a_table_the_model_is_unchanged(monkeypatch):
     # per-layer forward and backward times of every zoo CNN on H100, H200, B200, A100 in every precision at batch
     # 32 and 128, hashed: the values of the model before convolution tables existed (branch gpu25's base, 0055438)
+    # (and the H100 preset as it was then: no host-dispatch run of its own, which came with the table)
     monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None)
+    monkeypatch.setitem(MICROBENCH, "H100", dataclasses.replace(MICROBENCH["H100"], host_dispatch=None,
+                                                                norm_share=None, conv_3x3_share=None))
     rows = []
     for m in CNNS + ["lenet5"]:
         model = load_model(m)
@@ -226,3 +229,24 @@ def test_table_of_a_file_that_is_not_a_run_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--table" in err and "not a benchmarks/conv_shapes.py result" in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_the_h100_and_h200_presets_use_the_stored_h100_table():
+    """conv_classes_h100.json: benchmarks/conv_shapes.py's full grid on the H100 (382 shapes x 3 precisions),
+    read by the H100 and by the H200 (the same die); the B200 and older parts have none."""
+    doc = json.loads((ROOT / "python" / "ddlsim" / "data" / "kernels" / "conv_classes_h100.json").read_text())
+    assert doc["columns"] == conv_shapes.TABLE_COLUMNS and len(doc["points"]) == len(conv_shapes.grid()) * 3
+    assert "H100" in doc["device"] and doc["stopped_early"] is False
+    table = roofline.conv_table("H100")
+    assert table is not None and roofline.conv_table("H200") == table
+    assert roofline.conv_table("B200") is None and roofline.conv_table("A100") is None
+    # every grid point of the file is returned exactly at its own coordinates
+    col = {c: i for i, c in enumerate(doc["columns"])}
+    for row in doc["points"][::37]:
+        g = roofline.ConvGeometry(row[col["kh"]], row[col["kw"]], row[col["stride"]], row[col["c_in"]],
+                                  row[col["c_out"]], row[col["hw"]], row[col["h_out"]], row[col["w_out"]])
+        same = [r for r in doc["points"] if r[col["class"]] == row[col["class"]] and r[col["precision"]] ==
+                row[col["precision"]] and (r[col["c_in"]], r[col["c_out"]], r[col["batch"]] * r[col["h_out"]] *
+                r[col["w_out"]]) == (g.c_in, g.c_out, row[col["batch"]] * g.h_out * g.w_out)]
+        want = math.prod(r[col["fwd_tflops"]] for r in same) ** (1 / len(same)) * 1e12
+        assert table.rate(g, row[col["batch"]], row[col["precision"]], "fwd") == pytest.approx(want, rel=1e-9)
