@@ -6,6 +6,7 @@ generic convolution shapes, per precision (docs/compute-model.md,
 
     PYTHONPATH=python python benchmarks/conv_shapes.py --out conv.json               # on a CUDA machine, <= 120 s
     PYTHONPATH=python python benchmarks/conv_shapes.py --device cpu --quick --out /tmp/conv.json
+    PYTHONPATH=python python benchmarks/conv_shapes.py --norm --out norm.json        # the BatchNorm grid, ~15 s
     python benchmarks/conv_shapes.py --table conv.json --out python/ddlsim/data/kernels/conv_classes_h100.json
 
 The grid: shape classes by kernel and stride (1x1, 1x1 stride 2, 3x3, 3x3
@@ -111,6 +112,23 @@ def grid(quick: bool = False) -> list[dict]:
     return out
 
 
+NORM_PRECISIONS = ("fp32", "fp16")  # tf32 changes no BatchNorm kernel
+MAX_NORM_ELEMENTS_PER_SAMPLE = 1_700_000  # the zoo's largest BatchNorm input: 64 x 147 x 147 (Inception-v3)
+
+
+def norm_grid(quick: bool = False) -> list[dict]:
+    """BatchNorm2d shapes (training mode), in run order: per spatial size, channel counts (powers of two and the
+    multiples of 32 and 96 that Inception and GoogLeNet use) at batch 32 and 128, up to the zoo's largest input."""
+    if quick:
+        return [{"channels": c, "hw": hw, "batch": 2} for c, hw in ((8, 8), (16, 4))]
+    out = []
+    for hw in (1, 5, 7, 8, 14, 17, 28, 35, 56, 73, 112, 149):
+        for c in (16, 32, 64, 96, 192, 256, 384, 512, 768, 1024, 2048):
+            if c * hw * hw <= MAX_NORM_ELEMENTS_PER_SAMPLE:
+                out += [{"channels": c, "hw": hw, "batch": b} for b in (32, 128)]
+    return out
+
+
 def flops(s: dict) -> int:
     h_out = out_size(s["hw"], s["kh"], s["stride"], s["pad_h"])
     w_out = out_size(s["hw"], s["kw"], s["stride"], s["pad_w"])
@@ -119,6 +137,21 @@ def flops(s: dict) -> int:
 
 TABLE_COLUMNS = ["class", "kh", "kw", "stride", "c_in", "c_out", "hw", "batch", "h_out", "w_out", "precision",
                  "fwd_tflops", "dgrad_tflops", "wgrad_tflops"]
+
+
+NORM_TABLE_COLUMNS = ["channels", "hw", "batch", "precision", "fwd_gbps", "bwd_gbps"]
+
+
+def to_norm_table(doc: dict, source: str) -> dict:
+    """The roofline's BatchNorm table (python/ddlsim/data/kernels/norm_classes_<device>.json) from a ``--norm``
+    run's JSON: one row per measured point, bandwidths to 5 significant digits."""
+    rows = [[p["channels"], p["hw"], p["batch"], p["precision"], float(f"{p['fwd_gbps']:.5g}"),
+             float(f"{p['bwd_gbps']:.5g}")] for p in doc["points"]
+            if "error" not in p and p.get("fwd_gbps") and p.get("bwd_gbps")]
+    return {"generator": "benchmarks/conv_shapes.py --norm, --table", "source": source, "device": doc.get("device"),
+            "torch": doc.get("torch"), "cudnn": doc.get("cudnn"), "stopped_early": doc.get("stopped_early"),
+            "units": "GB/s (1e9 bytes/s) with the roofline's accounting: forward 3, backward 5 elements moved per "
+                     "input element", "columns": NORM_TABLE_COLUMNS, "points": rows}
 
 
 def to_table(doc: dict, source: str) -> dict:
@@ -143,7 +176,8 @@ def to_table(doc: dict, source: str) -> dict:
 def write_table(raw: Path, out: Path, source: str) -> int:
     try:
         doc = json.loads(raw.read_text())
-        table = to_table(doc, source or f"benchmarks/conv_shapes.py on {doc.get('device')}, torch {doc.get('torch')}")
+        src = source or f"benchmarks/conv_shapes.py on {doc.get('device')}, torch {doc.get('torch')}"
+        table = to_norm_table(doc, src) if doc.get("kind") == "batchnorm" else to_table(doc, src)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"error: --table {raw}: not a benchmarks/conv_shapes.py result ({type(exc).__name__}: {exc}); "
               f"name the JSON a run wrote", file=sys.stderr)
@@ -171,6 +205,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="timed calls per point and direction (default 7)")
     ap.add_argument("--budget-s", type=float, default=110.0, help="start no new shape after this many seconds")
     ap.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
+    ap.add_argument("--norm", action="store_true",
+                    help="the BatchNorm2d grid instead (training mode, forward and backward bandwidth, fp32/fp16)")
     args = ap.parse_args(argv)
     if args.table is not None:
         return write_table(args.table, args.out, args.source)
@@ -227,6 +263,8 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         return statistics.median(a.elapsed_time(b) for a, b in evs)
 
+    if args.norm:
+        return run_norm(args, torch, dev, cuda, doc, write, time_ms, t_start)
     conv = torch.ops.aten.convolution.default
     conv_bwd = torch.ops.aten.convolution_backward.default
     for s in shapes:
@@ -271,6 +309,50 @@ def main(argv=None) -> int:
     write()
     print(f"wrote {args.out}: {len(doc['points'])} points, {doc['shapes_done']} of {len(shapes)} shapes in "
           f"{doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}", file=sys.stderr)
+    return 0
+
+
+def run_norm(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
+    """The BatchNorm2d grid: F.batch_norm in training mode (the path nn.BatchNorm2d takes: cuDNN's kernels on a
+    GPU), fp32 and fp16 inputs (fp32 weights, as under autocast); forward, and the backward alone (autograd.grad of
+    a kept graph); effective bandwidth with the roofline's accounting (forward 3, backward 5 elements moved per
+    input element)."""
+    import torch.nn.functional as F
+
+    shapes = norm_grid(args.quick)
+    doc.update(kind="batchnorm", shapes_planned=len(shapes),
+               units="ms per call (median of repeats, CUDA events); gbps = bytes / ms / 1e6 with forward 3 and "
+                     "backward 5 elements moved per input element")
+    for s in shapes:
+        if time.monotonic() - t_start > args.budget_s:
+            doc["stopped_early"] = True
+            break
+        for prec in NORM_PRECISIONS:
+            row = dict(s, precision=prec)
+            try:
+                dtype = torch.float16 if prec == "fp16" else torch.float32
+                c = s["channels"]
+                x = torch.randn(s["batch"], c, s["hw"], s["hw"], device=dev, dtype=dtype, requires_grad=True)
+                w = torch.ones(c, device=dev, requires_grad=True)
+                b = torch.zeros(c, device=dev, requires_grad=True)
+                rm, rv = torch.zeros(c, device=dev), torch.ones(c, device=dev)
+                fwd_ms = time_ms(lambda: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5))
+                y = F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
+                dy = torch.randn_like(y)
+                bwd_ms = time_ms(lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True))
+                size = 2 if prec == "fp16" else 4
+                elems = x.numel()
+                row.update(fwd_ms=fwd_ms, bwd_ms=bwd_ms, fwd_gbps=3 * elems * size / fwd_ms / 1e6,
+                           bwd_gbps=5 * elems * size / bwd_ms / 1e6)
+                del x, y, dy
+            except Exception as exc:  # noqa: BLE001 -- a shape that fails is recorded, the others still run
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            doc["points"].append(row)
+        write()
+    doc["shapes_done"] = len({(p["channels"], p["hw"], p["batch"]) for p in doc["points"]})
+    write()
+    print(f"wrote {args.out}: {len(doc['points'])} BatchNorm points, {doc['shapes_done']} of {len(shapes)} shapes "
+          f"in {doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}", file=sys.stderr)
     return 0
 
 

@@ -35,6 +35,8 @@ def _h100_per_kernel_host_and_median_shares(monkeypatch):
                                                                 norm_share=None, conv_3x3_share=None))
     table = roofline.conv_table
     monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None if name == "H100" else table(name))
+    norms = roofline.norm_table
+    monkeypatch.setattr(roofline, "norm_table", lambda name, data_dir=None: None if name == "H100" else norms(name))
 
 
 def one_layer(model_name: str, layer_name: str) -> Model:

@@ -185,6 +185,7 @@ def test_without_a_table_the_model_is_unchanged(monkeypatch):
     # 32 and 128, hashed: the values of the model before convolution tables existed (branch gpu25's base, 0055438)
     # (and the H100 preset as it was then: no host-dispatch run of its own, which came with the table)
     monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None)
+    monkeypatch.setattr(roofline, "norm_table", lambda name, data_dir=None: None)
     monkeypatch.setitem(MICROBENCH, "H100", dataclasses.replace(MICROBENCH["H100"], host_dispatch=None,
                                                                 norm_share=None, conv_3x3_share=None))
     rows = []
@@ -250,3 +251,91 @@ def test_the_h100_and_h200_presets_use_the_stored_h100_table():
                 r[col["w_out"]]) == (g.c_in, g.c_out, row[col["batch"]] * g.h_out * g.w_out)]
         want = math.prod(r[col["fwd_tflops"]] for r in same) ** (1 / len(same)) * 1e12
         assert table.rate(g, row[col["batch"]], row[col["precision"]], "fwd") == pytest.approx(want, rel=1e-9)
+
+
+# --- BatchNorm by shape (conv_shapes.py --norm) -------------------------------------------------------------------
+
+def test_batch_norm_shape_of_known_layers_and_every_zoo_batch_norm():
+    bn1 = roofline.kernel_table("resnet50")["bn1"]
+    assert [roofline.batch_norm_shape(k) for k in bn1[0] + bn1[1] if "batch_norm" in k.op] == [(64, 112 * 112)] * 2
+    stem = roofline.kernel_table("inception_v3")["Conv2d_2a_3x3.bn"]
+    assert roofline.batch_norm_shape(next(k for k in stem[0] if "batch_norm" in k.op)) == (32, 147 * 147)
+    grid = conv_shapes.norm_grid()
+    c_range = (min(s["channels"] for s in grid), max(s["channels"] for s in grid))
+    hw_range = (min(s["hw"] for s in grid), max(s["hw"] for s in grid))
+    for model in CNNS:
+        for name, (fwd, bwd) in roofline.kernel_table(model).items():
+            shapes = {roofline.batch_norm_shape(k) for k in fwd + bwd if "batch_norm" in k.op}
+            assert None not in shapes and len(shapes) <= 1, (model, name, shapes)
+            for c, hw2 in shapes:  # inside the grid's ranges: interpolation, not extrapolation
+                hw = math.isqrt(hw2)
+                assert hw * hw == hw2 and c_range[0] <= c <= c_range[1] and hw_range[0] <= hw <= hw_range[1]
+                assert c * hw2 <= conv_shapes.MAX_NORM_ELEMENTS_PER_SAMPLE
+
+
+def _random_norm_doc(rng):
+    rows = []
+    for _ in range(15):
+        c, hw, b = rng.choice([32, 64, 96, 192, 512, 2048]), rng.choice([7, 8, 17, 35, 56]), rng.choice([32, 128])
+        for prec in ("fp32", "fp16"):
+            rows.append([c, hw, b, prec, rng.uniform(200, 3000), rng.uniform(200, 3000)])
+    return {"columns": conv_shapes.NORM_TABLE_COLUMNS, "points": rows}
+
+
+def test_norm_bandwidth_matches_a_brute_force():
+    rng = random.Random(7)
+    for _ in range(30):
+        doc = _random_norm_doc(rng)
+        table = roofline.NormTable.from_doc(doc)
+        for _ in range(20):
+            c, m = rng.choice([20, 64, 100, 800, 3000]), rng.choice([32 * 49, 5000, 128 * 35 * 35, 10 ** 6])
+            for size, prec in ((4, "fp32"), (2, "fp16")):
+                for d in ("fwd", "bwd"):
+                    cands = sorted(((math.log(c) - math.log(r[0])) ** 2 + (math.log(m) - math.log(r[2] * r[1] ** 2))
+                                    ** 2, i, r[4 if d == "fwd" else 5] * 1e9)
+                                   for i, r in enumerate(doc["points"]) if r[3] == prec)[:4]
+                    if cands[0][0] == 0:
+                        same = [v for d2, _, v in cands if d2 == 0]
+                        want = math.prod(same) ** (1 / len(same))
+                    else:
+                        want = math.exp(sum(math.log(v) / d2 for d2, _, v in cands) / sum(1 / d2 for d2, _, _ in cands))
+                    assert table.bandwidth(c, m, size, d) == pytest.approx(want, rel=1e-9)
+
+
+def test_the_roofline_moves_batch_norm_bytes_at_the_tables_bandwidth(monkeypatch):
+    rows = [[64, 112, 32, "fp32", 1000.0, 500.0]]
+    table = roofline.NormTable.from_doc({"columns": conv_shapes.NORM_TABLE_COLUMNS, "points": rows})
+    monkeypatch.setattr(roofline, "norm_table", lambda name, data_dir=None: table if name == "H100" else None)
+    model = load_model("resnet50")
+    bn1 = next(layer for layer in model.layers if layer.name == "bn1")
+    fwd, bwd = roofline.layer_costs(model, bn1, "H100", "fp32", 32)
+    f = next(c for c in fwd if "batch_norm" in c.op)
+    b = next(c for c in bwd if "batch_norm" in c.op)
+    elems = 32 * 64 * 112 * 112
+    # forward: x read twice, y written (+ the 4 C parameters read and 2 C statistics written): 3 elements of 4 bytes
+    assert f.bytes == 4 * (3 * elems + 6 * 64) and f.memory_s == pytest.approx(f.bytes / 1000e9, rel=1e-12)
+    assert b.memory_s == pytest.approx(b.bytes / 500e9, rel=1e-12)
+    # only a precision the table has: fp16 keeps the device's BatchNorm share
+    monkeypatch.setattr(roofline, "norm_table", lambda name, data_dir=None: None)
+    without = roofline.layer_costs(model, bn1, "H100", "fp16", 32)
+    monkeypatch.setattr(roofline, "norm_table", lambda name, data_dir=None: table if name == "H100" else None)
+    assert roofline.layer_costs(model, bn1, "H100", "fp16", 32) == without
+
+
+def test_quick_cpu_norm_run_to_table_to_bandwidth(tmp_path):
+    pytest.importorskip("torch")
+    raw, table_path = tmp_path / "raw.json", tmp_path / "norm_classes_cpu.json"
+    assert conv_shapes.main(["--norm", "--device", "cpu", "--quick", "--out", str(raw)]) == 0
+    assert conv_shapes.main(["--table", str(raw), "--out", str(table_path)]) == 0
+    doc = json.loads(raw.read_text())
+    assert doc["kind"] == "batchnorm" and doc["shapes_done"] == len(conv_shapes.norm_grid(quick=True))
+    table = roofline.NormTable.from_doc(json.loads(table_path.read_text()))
+    for p in doc["points"]:
+        size = 2 if p["precision"] == "fp16" else 4
+        elems = p["batch"] * p["channels"] * p["hw"] ** 2
+        assert p["fwd_gbps"] == pytest.approx(3 * elems * size / p["fwd_ms"] / 1e6)
+        for d in ("fwd", "bwd"):
+            got = table.bandwidth(p["channels"], p["batch"] * p["hw"] ** 2, size, d)
+            assert got == pytest.approx(p[f"{d}_gbps"] * 1e9, rel=1e-4)
+    (tmp_path / "norm_classes_h100.json").write_text(table_path.read_text())
+    assert roofline.norm_table("H200", str(tmp_path)) == roofline.norm_table("H100", str(tmp_path)) is not None

@@ -228,12 +228,78 @@ class ConvTable:
         if not pts:
             return None
         q = (math.log2(geometry.c_in), math.log2(geometry.c_out), math.log2(batch * geometry.h_out * geometry.w_out))
-        dist = sorted((math.dist(q, pt[:3]), i) for i, pt in enumerate(pts))[:CONV_NEIGHBOURS]
-        exact = [pts[i][3][direction] for d, i in dist if d == 0.0]
-        if exact:
-            return 2.0 ** (sum(exact) / len(exact))
-        weights = [(1.0 / (d * d), pts[i][3][direction]) for d, i in dist]
-        return 2.0 ** (sum(w * r for w, r in weights) / sum(w for w, _ in weights))
+        return idw_log2(pts, q, direction)
+
+
+def idw_log2(pts, q: tuple, key: str) -> float:
+    """2 ** (inverse-square-distance weighted mean of the log2 values `pt[-1][key]` of the CONV_NEIGHBOURS points
+    of `pts` nearest to `q` in their leading coordinates); a point at distance 0 alone (several: their mean)."""
+    n = len(q)
+    dist = sorted((math.dist(q, pt[:n]), i) for i, pt in enumerate(pts))[:CONV_NEIGHBOURS]
+    exact = [pts[i][-1][key] for d, i in dist if d == 0.0]
+    if exact:
+        return 2.0 ** (sum(exact) / len(exact))
+    weights = [(1.0 / (d * d), pts[i][-1][key]) for d, i in dist]
+    return 2.0 ** (sum(w * r for w, r in weights) / sum(w for w, _ in weights))
+
+
+@dataclass(frozen=True)
+class NormTable:
+    """The bandwidth a device's BatchNorm kernels reach by shape (benchmarks/conv_shapes.py --norm, converted with
+    ``--table``), with the roofline's byte accounting: per precision ("fp32" for fp32 and tf32, "fp16" for fp16
+    and bf16) the measured points as (log2 C, log2 M, {"fwd" | "bwd": log2 bytes/s}), M = batch x H x W."""
+
+    points: dict  # precision -> tuple of (x1, x2, {"fwd" | "bwd": log2 bytes/s})
+    source: str
+
+    @staticmethod
+    def from_doc(doc: dict) -> "NormTable":
+        cols = doc["columns"]
+        idx = {c: cols.index(c) for c in ("channels", "hw", "batch", "precision", "fwd_gbps", "bwd_gbps")}
+        points: dict = {}
+        for row in doc["points"]:
+            rates = {d: math.log2(row[idx[f"{d}_gbps"]] * 1e9) for d in ("fwd", "bwd") if row[idx[f"{d}_gbps"]]}
+            m = row[idx["batch"]] * row[idx["hw"]] ** 2
+            points.setdefault(row[idx["precision"]], []).append((math.log2(row[idx["channels"]]), math.log2(m), rates))
+        return NormTable({k: tuple(v) for k, v in points.items()}, str(doc.get("source", "")))
+
+    def bandwidth(self, channels: int, m: int, size: int, direction: str) -> float | None:
+        """Bytes/s of a BatchNorm of `channels` over M = batch x H x W elements per channel, elements of `size`
+        bytes, `direction` "fwd" or "bwd": the same interpolation as :meth:`ConvTable.rate` in (log2 C, log2 M);
+        None without points."""
+        pts = [pt for pt in self.points.get("fp16" if size == 2 else "fp32", ()) if direction in pt[2]]
+        if not pts or channels <= 0 or m <= 0:
+            return None
+        return idw_log2(pts, (math.log2(channels), math.log2(m)), direction)
+
+
+def batch_norm_shape(kernel: Kernel) -> tuple[int, int] | None:
+    """(C, H x W) of a batch-norm kernel of a kernel table: the forward reads weight, bias and the running mean and
+    variance (4 C constant elements) and writes the running statistics (2 C); the backward writes the weight and
+    bias gradients (2 C); per sample it writes C x H x W elements."""
+    if "batch_norm" not in kernel.op:
+        return None
+    c = kernel.read[0] // 4 if kernel.op in NORM_FWD else kernel.write[0] // 2
+    if c <= 0 or not kernel.write[1] or kernel.write[1] % c:
+        return None
+    return c, kernel.write[1] // c
+
+
+@lru_cache(maxsize=None)
+def norm_table(device_name: str, data_dir: str | None = None) -> NormTable | None:
+    """The device's BatchNorm table, ``ddlsim/data/kernels/norm_classes_<device>.json`` (or that of the device whose
+    die it shares), or None: BatchNorm then moves its bytes at the device's one BatchNorm share (or the copy
+    share), as before."""
+    from pathlib import Path
+
+    folder = resources.files(_DATA) if data_dir is None else Path(data_dir)
+    for name in (device_name, CONV_TABLE_SAME_DIE.get(device_name)):
+        if name is None:
+            continue
+        path = folder.joinpath(f"norm_classes_{name.lower()}.json")
+        if path.is_file():
+            return NormTable.from_doc(json.loads(path.read_text(encoding="utf-8")))
+    return None
 
 
 @lru_cache(maxsize=None)
@@ -297,6 +363,12 @@ def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phas
     bandwidth = device.memory_bytes_per_s * mb.copy_share
     if mb.norm_share is not None and kernel.op in NORM_FWD + NORM_BWD:
         bandwidth = device.memory_bytes_per_s * mb.norm_share["fp16" if size == 2 else "fp32"][0 if kernel.op in NORM_FWD else 1]
+    if kernel.op in NORM_FWD + NORM_BWD:
+        shape = batch_norm_shape(kernel)
+        table = norm_table(device.name) if shape is not None else None
+        if table is not None:
+            bandwidth = table.bandwidth(shape[0], batch * shape[1], size, "fwd" if kernel.op in NORM_FWD else "bwd") \
+                or bandwidth
     rate = None
     if conv_geom is not None and flops and kernel.op in CONV_DIRECTIONS:
         table = conv_table(device.name)
