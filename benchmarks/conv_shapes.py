@@ -47,9 +47,11 @@ def out_size(hw: int, k: int, stride: int, pad: int) -> int:
     return (hw + 2 * pad - k) // stride + 1
 
 
-def grid(quick: bool = False) -> list[dict]:
+def grid(quick: bool = False, extra: bool = False) -> list[dict]:
     """The shapes, as dicts (class, kh, kw, stride, pad, c_in, c_out, hw, batch), in run order: round-robin over the
-    classes, smaller shapes of a class first, so that an early stop trims every class from its large end."""
+    classes, smaller shapes of a class first, so that an early stop trims every class from its large end. `extra`:
+    instead, 1x1 convolutions with channel counts that are not powers of two (multiples of 16 to 64, as inception
+    blocks have them) at odd spatial sizes, a second run whose points join the first's in one table."""
     per_class: dict[str, list[dict]] = {}
 
     def add(cls, kh, kw, stride, c_in, c_out, hw, pad=None):
@@ -60,7 +62,18 @@ def grid(quick: bool = False) -> list[dict]:
         per_class.setdefault(cls, []).append({"class": cls, "kh": kh, "kw": kw, "stride": stride, "pad_h": ph,
                                               "pad_w": pw, "c_in": c_in, "c_out": c_out, "hw": hw})
 
-    if quick:
+    if extra:
+        for hw in (8, 17, 28, 35):
+            for ci in (48, 192, 288, 480, 768, 1280):
+                for co in (32, 96, 160, 384):
+                    add("1x1", 1, 1, 1, ci, co, hw)
+        batches = (2,) if quick else (32, 128)
+        if quick:
+            per_class = {"1x1": per_class["1x1"][:2]}
+            for shapes in per_class.values():
+                for sh in shapes:
+                    sh["hw"] = 8
+    elif quick:
         add("1x1", 1, 1, 1, 8, 16, 8)
         add("3x3", 3, 3, 1, 8, 8, 8)
         add("3x3s2", 3, 3, 2, 8, 16, 8)
@@ -173,9 +186,18 @@ def to_table(doc: dict, source: str) -> dict:
             "columns": TABLE_COLUMNS, "points": rows}
 
 
-def write_table(raw: Path, out: Path, source: str) -> int:
+def write_table(raws: list[Path], out: Path, source: str) -> int:
+    raw = raws[0]
     try:
         doc = json.loads(raw.read_text())
+        for more in raws[1:]:  # further runs of the same kind: their points join the first's
+            raw = more
+            other = json.loads(more.read_text())
+            if other.get("kind") != doc.get("kind"):
+                raise ValueError("a run of another kind (convolution and --norm runs make separate tables)")
+            doc["points"] = doc["points"] + other["points"]
+            doc["stopped_early"] = bool(doc.get("stopped_early")) or bool(other.get("stopped_early"))
+        raw = raws[0] if len(raws) == 1 else raw
         src = source or f"benchmarks/conv_shapes.py on {doc.get('device')}, torch {doc.get('torch')}"
         table = to_norm_table(doc, src) if doc.get("kind") == "batchnorm" else to_table(doc, src)
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -197,8 +219,11 @@ def write_table(raw: Path, out: Path, source: str) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
-    ap.add_argument("--table", type=Path, default=None,
-                    help="convert this run's JSON into the roofline's table (no torch needed) instead of measuring")
+    ap.add_argument("--table", type=Path, nargs="+", default=None,
+                    help="convert these runs' JSON (of one kind: convolution or --norm) into the roofline's table (no "
+                         "torch needed) instead of measuring")
+    ap.add_argument("--extra", action="store_true",
+                    help="the extra 1x1 grid (channel counts that are not powers of two) instead of the main grid")
     ap.add_argument("--source", default="", help="with --table: the table's source line")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--quick", action="store_true", help="a few tiny shapes at batch 2 (a smoke test)")
@@ -225,7 +250,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     reps = args.repeats or (2 if args.quick else 7)
     t_start = time.monotonic()
-    shapes = grid(args.quick)
+    shapes = grid(args.quick, args.extra)
     doc = {"generator": "benchmarks/conv_shapes.py", "torch": torch.__version__,
            "device": torch.cuda.get_device_name(0) if cuda else "cpu",
            "cudnn": torch.backends.cudnn.version() if cuda else None, "cudnn_benchmark": False,

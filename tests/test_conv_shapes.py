@@ -66,3 +66,24 @@ def test_budget_stops_early_and_still_writes(tmp_path):
 def test_out_that_is_a_directory_is_refused(tmp_path, capsys):
     assert conv_shapes.main(["--device", "cpu", "--quick", "--out", str(tmp_path)]) == 2
     assert "not a regular file" in capsys.readouterr().err
+
+
+def test_extra_grid_is_1x1_with_channels_that_are_not_powers_of_two_and_tables_merge(tmp_path, capsys):
+    pytest.importorskip("torch")
+    extra = conv_shapes.grid(extra=True)
+    assert {s["class"] for s in extra} == {"1x1"} and {s["batch"] for s in extra} == {32, 128}
+    assert any(s["c_in"] & (s["c_in"] - 1) for s in extra) and any(s["c_out"] & (s["c_out"] - 1) for s in extra)
+    main_run, extra_run, norm_run = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "n.json"
+    assert conv_shapes.main(["--device", "cpu", "--quick", "--out", str(main_run)]) == 0
+    assert conv_shapes.main(["--device", "cpu", "--quick", "--extra", "--out", str(extra_run)]) == 0
+    table = tmp_path / "t.json"
+    assert conv_shapes.main(["--table", str(main_run), str(extra_run), "--out", str(table)]) == 0
+    n_main = len(json.loads(main_run.read_text())["points"])
+    n_extra = len(json.loads(extra_run.read_text())["points"])
+    assert n_extra == 2 * 3 and len(json.loads(table.read_text())["points"]) == n_main + n_extra
+    # a convolution run and a BatchNorm run make separate tables
+    assert conv_shapes.main(["--norm", "--device", "cpu", "--quick", "--out", str(norm_run)]) == 0
+    capsys.readouterr()
+    assert conv_shapes.main(["--table", str(main_run), str(norm_run), "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert "another kind" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
