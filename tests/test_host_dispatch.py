@@ -274,7 +274,7 @@ def test_3x3_convolutions_at_their_class_share(monkeypatch):
     flops = 2 * 64 * 64 * 9 * 224 * 224 * 32
     assert fwd[0].flops == flops and fwd[0].compute_s == pytest.approx(flops / 62e12)
     # input and weight gradient: the forward's FLOPs each, at the backward share
-    assert [c.compute_s for c in bwd if c.op.startswith("convolution")] == [pytest.approx(flops / 50e12)] * 2
+    assert [c.compute_s for c in bwd if c.op.startswith("convolution_backward")] == [pytest.approx(flops / 50e12)] * 2
     # a 1x1 convolution keeps the median of the four typical shapes
     one = one_layer("resnet50", "layer1.0.conv1")
     (c1,), _ = roofline.layer_costs(one, one.layers[0], "H100", "fp32", 32)

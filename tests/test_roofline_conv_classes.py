@@ -186,6 +186,7 @@ def test_without_a_table_the_model_is_unchanged(monkeypatch):
     # (and the H100 preset as it was then: no host-dispatch run of its own, which came with the table)
     monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None)
     monkeypatch.setattr(roofline, "norm_table", lambda name, data_dir=None: None)
+    monkeypatch.setattr(roofline, "BIAS_KERNELS", False)  # (and without the bias kernels, test_bias_kernels)
     monkeypatch.setitem(MICROBENCH, "H100", dataclasses.replace(MICROBENCH["H100"], host_dispatch=None,
                                                                 norm_share=None, conv_3x3_share=None))
     rows = []
@@ -339,3 +340,27 @@ def test_quick_cpu_norm_run_to_table_to_bandwidth(tmp_path):
             assert got == pytest.approx(p[f"{d}_gbps"] * 1e9, rel=1e-4)
     (tmp_path / "norm_classes_h100.json").write_text(table_path.read_text())
     assert roofline.norm_table("H200", str(tmp_path)) == roofline.norm_table("H100", str(tmp_path)) is not None
+
+
+# --- the convolution bias's own kernels ---------------------------------------------------------------------------
+
+def test_bias_kernels_of_a_convolution_with_a_bias_and_none_without():
+    model = load_model("vgg16")
+    layer = next(layer for layer in model.layers if layer.name == "features.2")  # 64 -> 64, 3x3, 224x224, bias
+    fwd, bwd = roofline.layer_kernels(model, layer, "fp32")
+    assert [k.op for k in fwd][:2] == ["convolution", "convolution_bias_add"]
+    assert [k.op for k in bwd][-3:] == ["convolution_bias_grad", "convolution_backward_input",
+                                        "convolution_backward_weight_after_input"]
+    costs_f, costs_b = roofline.layer_costs(model, layer, "H200", "fp32", 32)
+    out = 32 * 64 * 224 * 224
+    add = next(c for c in costs_f if c.op == "convolution_bias_add")
+    grad = next(c for c in costs_b if c.op == "convolution_bias_grad")
+    # the add reads the output and the 64 biases and writes the output; the gradient reads dy and writes 64 values
+    assert add.bytes == 4 * (2 * out + 64) and grad.bytes == 4 * (out + 64)
+    bw = DEVICES["H200"].memory_bytes_per_s * MICROBENCH["H200"].copy_share
+    assert add.gpu_s == pytest.approx(add.bytes / bw, rel=1e-12) and add.host_s == 0 == grad.host_s
+    # every VGG-16 and AlexNet convolution has a bias, no ResNet-50 or Inception-v3 one has
+    for name, n in (("vgg16", 13), ("alexnet", 5), ("resnet50", 0), ("inception_v3", 0)):
+        m = load_model(name)
+        ops = [k.op for layer in m.layers for k in roofline.layer_kernels(m, layer, "fp16")[0]]
+        assert ops.count("convolution_bias_add") == n, name

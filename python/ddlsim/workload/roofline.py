@@ -140,6 +140,7 @@ class ConvGeometry:
     hw_in: int  # square input, hw_in x hw_in
     h_out: int
     w_out: int
+    bias: bool = False
 
     @property
     def shape_class(self) -> str:
@@ -190,7 +191,7 @@ def conv_geometry(kernel: Kernel) -> ConvGeometry | None:
                 for pw in range(kw // 2 + 1):
                     h_out, w_out = (hw + 2 * ph - kh) // stride + 1, (hw + 2 * pw - kw) // stride + 1
                     if h_out * w_out == p_out:
-                        return ConvGeometry(kh, kw, stride, c_in, c_out, hw, h_out, w_out)
+                        return ConvGeometry(kh, kw, stride, c_in, c_out, hw, h_out, w_out, bool(bias))
     return None
 
 
@@ -339,6 +340,8 @@ def _host_s(kernel: Kernel, device: Device, phase: str) -> float:
         return 0.0  # BatchNorm's integer step counter: part of the BatchNorm call the microbenchmark timed
     if op == "convolution_backward_weight_after_input":
         return 0.0  # the same autograd node as the input gradient, which carries its host time
+    if op in BIAS_OPS:
+        return 0.0  # issued inside the convolution's call (forward) or autograd node (backward), which carry it
     if op.startswith("convolution_backward"):
         return mb.host_us["convolution_backward"] * 1e-6
     if op in mb.host_us:
@@ -403,6 +406,30 @@ def kernel_table(model_name: str) -> dict[str, tuple[tuple[Kernel, ...], tuple[K
             for layer in doc["layers"]}
 
 
+# PyTorch's cuDNN path adds a convolution's bias in a kernel of its own after the convolution (cuDNN convolutions do
+# not take a bias, ATen's cudnn/ConvShared.cpp) and reduces the output gradient for the bias gradient; the kernel
+# tables, traced on the meta device, have one aten convolution per layer and show neither
+BIAS_KERNELS = True
+BIAS_OPS = ("convolution_bias_add", "convolution_bias_grad")
+
+
+def _bias_kernels(fwd: list[Kernel], bwd: list[Kernel]) -> tuple[list[Kernel], list[Kernel]]:
+    """A convolution with a bias (conv_geometry finds one): after the forward convolution, an in-place add of the
+    bias to the output (reads the output and the bias, writes the output); in the backward, before the input and
+    weight gradients, the bias gradient, a sum of the output gradient over batch and pixels (reads it, writes C_out).
+    Both are element-wise work costed by their bytes."""
+    conv = next((k for k in fwd if k.op == "convolution"), None)
+    geom = conv_geometry(conv) if conv is not None else None
+    if geom is None or not geom.bias:
+        return fwd, bwd
+    out = conv.write[1]
+    i = fwd.index(conv) + 1
+    fwd = fwd[:i] + [Kernel("convolution_bias_add", (0, 0), (geom.c_out, out), (0, out))] + fwd[i:]
+    j = next((n for n, k in enumerate(bwd) if k.op.startswith("convolution_backward")), len(bwd))
+    bwd = bwd[:j] + [Kernel("convolution_bias_grad", (0, 0), (0, out), (geom.c_out, 0))] + bwd[j:]
+    return fwd, bwd
+
+
 def layer_kernels(model, layer, precision: str) -> tuple[list[Kernel], list[Kernel]]:
     """(forward, backward) kernels of `layer` of `model`, autocast casts included."""
     table = kernel_table(model.name)
@@ -412,6 +439,8 @@ def layer_kernels(model, layer, precision: str) -> tuple[list[Kernel], list[Kern
         params = sum(t.elements for t in layer.tensors)
         fwd = [Kernel("mm", (0, layer.fwd_flops), (params, 0), (0, 0))] if (layer.fwd_flops or params) else []
         bwd = [Kernel("mm", (0, layer.bwd_flops), (params, 0), (params, 0))] if (layer.bwd_flops or params) else []
+    if BIAS_KERNELS:
+        fwd, bwd = _bias_kernels(fwd, bwd)
     if dtype_size(precision) == 2:
         fwd += _cast_kernels(fwd, "fwd")
         bwd += _cast_kernels(fwd, "bwd")
