@@ -7,7 +7,9 @@ generic convolution shapes, per precision (docs/compute-model.md,
     PYTHONPATH=python python benchmarks/conv_shapes.py --out conv.json               # on a CUDA machine, <= 120 s
     PYTHONPATH=python python benchmarks/conv_shapes.py --device cpu --quick --out /tmp/conv.json
     PYTHONPATH=python python benchmarks/conv_shapes.py --norm --out norm.json        # the BatchNorm grid, ~15 s
-    python benchmarks/conv_shapes.py --table conv.json --out python/ddlsim/data/kernels/conv_classes_h100.json
+    PYTHONPATH=python python benchmarks/conv_shapes.py --extra --out extra.json      # 1x1, odd channel counts, ~20 s
+    python benchmarks/conv_shapes.py --table conv.json extra.json --out python/ddlsim/data/kernels/conv_classes_h100.json
+    python benchmarks/conv_shapes.py --table norm.json --out python/ddlsim/data/kernels/norm_classes_h100.json
 
 The grid: shape classes by kernel and stride (1x1, 1x1 stride 2, 3x3, 3x3
 stride 2, 5x5, 1x7 / 7x1, 1x3 / 3x1, and stems with 3 input channels: 3x3,
@@ -27,6 +29,14 @@ count, the kernel tables' too).
 long and still writes the JSON (``stopped_early``); shapes are ordered so
 that an early stop loses the largest shapes of each class last-first, not a
 whole class. The JSON is rewritten after every shape (atomically).
+
+``--extra``: 1x1 convolutions with channel counts that are not powers of two
+(48 to 1280 in, 32 to 384 out, 8 to 35 pixels), points that join the main
+grid's in one table. ``--norm``: BatchNorm2d in training mode (the cuDNN
+kernels nn.BatchNorm2d runs), forward and backward alone, 16 to 2048
+channels, 1 to 149 pixels, batch 32 and 128, fp32 and fp16 inputs; the
+effective bandwidth with the roofline's byte accounting. ``--table`` turns
+runs into the data files ddlsim.workload.roofline reads (no torch needed).
 """
 from __future__ import annotations
 
