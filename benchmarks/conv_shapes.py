@@ -198,6 +198,9 @@ def to_table(doc: dict, source: str) -> dict:
 
 def write_table(raws: list[Path], out: Path, source: str) -> int:
     raw = raws[0]
+    if any(out.resolve() == r.resolve() for r in raws):
+        print(f"error: --out {out} is one of the --table inputs; name another file for the table", file=sys.stderr)
+        return 2
     try:
         doc = json.loads(raw.read_text())
         for more in raws[1:]:  # further runs of the same kind: their points join the first's
@@ -210,7 +213,7 @@ def write_table(raws: list[Path], out: Path, source: str) -> int:
         raw = raws[0] if len(raws) == 1 else raw
         src = source or f"benchmarks/conv_shapes.py on {doc.get('device')}, torch {doc.get('torch')}"
         table = to_norm_table(doc, src) if doc.get("kind") == "batchnorm" else to_table(doc, src)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         print(f"error: --table {raw}: not a benchmarks/conv_shapes.py result ({type(exc).__name__}: {exc}); "
               f"name the JSON a run wrote", file=sys.stderr)
         return 2
@@ -220,8 +223,14 @@ def write_table(raws: list[Path], out: Path, source: str) -> int:
     tmp = out.with_name(out.name + ".tmp")
     lines = ",\n  ".join(json.dumps(r) for r in table["points"])
     head = json.dumps({k: v for k, v in table.items() if k != "points"}, indent=1, sort_keys=True)
-    tmp.write_text(head[:-2] + ',\n "points": [\n  ' + lines + "\n ]\n}\n")
-    tmp.replace(out)
+    try:
+        tmp.write_text(head[:-2] + ',\n "points": [\n  ' + lines + "\n ]\n}\n")
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        print(f"error: --out {out}: cannot write ({exc.strerror or exc}); name a file in an existing, writable "
+              f"folder", file=sys.stderr)
+        return 2
     print(f"wrote {out}: {len(table['points'])} points", file=sys.stderr)
     return 0
 

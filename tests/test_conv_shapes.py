@@ -87,3 +87,25 @@ def test_extra_grid_is_1x1_with_channels_that_are_not_powers_of_two_and_tables_m
     assert conv_shapes.main(["--table", str(main_run), str(norm_run), "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
     assert "another kind" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
+
+
+def test_table_refuses_its_own_input_a_list_and_an_unwritable_out(tmp_path, capsys):
+    pytest.importorskip("torch")
+    run = tmp_path / "run.json"
+    assert conv_shapes.main(["--device", "cpu", "--quick", "--out", str(run)]) == 0
+    before = run.read_bytes()
+    capsys.readouterr()
+    # the table over its own input: refused, the input untouched
+    assert conv_shapes.main(["--table", str(run), "--out", str(tmp_path / "." / "run.json")]) == 2
+    assert "one of the --table inputs" in capsys.readouterr().err and run.read_bytes() == before
+    # a JSON whose top level is a list
+    lst = tmp_path / "list.json"
+    lst.write_text("[1, 2]")
+    assert conv_shapes.main(["--table", str(lst), "--out", str(tmp_path / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --table") and len(err.strip().splitlines()) == 1
+    # an --out in a folder that does not exist: one line, no file, no leftover
+    assert conv_shapes.main(["--table", str(run), "--out", str(tmp_path / "nodir" / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "nodir").exists() and not (tmp_path / "t.json").exists()

@@ -323,3 +323,18 @@ def test_a_host_dispatch_run_becomes_a_preset_the_same_way_for_any_device():
     assert mb.norm_share["fp16"][0] == doc["batchnorm_bandwidth"]["fp16"]["fwd_gbps"] / 3350.0
     assert mb.norm_share == norm_share_from_benchmark(doc, DEVICES["H100"])
     assert mb.conv_3x3_share == conv_3x3_share_from_benchmark(doc, DEVICES["H100"])
+
+
+def test_a_damaged_host_dispatch_file_is_one_clear_error(tmp_path):
+    from ddlsim.errors import ModelError
+    from ddlsim.workload.devices import DEVICES, measured_host_microbench
+
+    base = MICROBENCH["H100"]
+    assert measured_host_microbench(base, DEVICES["H100"], "x", tmp_path) is None  # no file: no measurement
+    (tmp_path / "host_dispatch_h100.json").write_text("{\"host_us\": {}}")
+    with pytest.raises(ModelError, match="host_dispatch_h100.json") as info:
+        measured_host_microbench(base, DEVICES["H100"], "x", tmp_path)
+    assert "\n" not in str(info.value)
+    (tmp_path / "host_dispatch_h100.json").write_text("not json")
+    with pytest.raises(ModelError, match="host_dispatch.py"):
+        measured_host_microbench(base, DEVICES["H100"], "x", tmp_path)

@@ -364,3 +364,25 @@ def test_bias_kernels_of_a_convolution_with_a_bias_and_none_without():
         m = load_model(name)
         ops = [k.op for layer in m.layers for k in roofline.layer_kernels(m, layer, "fp16")[0]]
         assert ops.count("convolution_bias_add") == n, name
+
+
+def test_geometry_never_has_an_empty_output():
+    # a 3x3 convolution (padding 1) on a 1x1 map, 8 -> 16 channels: without padding the output would be -1 x -1,
+    # whose product is the right 1: the geometry must take padding 1
+    k = roofline.Kernel("convolution", (0, 2 * 8 * 9 * 16), (16 * 72, 8), (0, 16))
+    g = roofline.conv_geometry(k)
+    assert (g.kh, g.kw, g.c_in, g.c_out, g.hw_in, g.h_out, g.w_out) == (3, 3, 8, 16, 1, 1, 1)
+
+
+@pytest.mark.parametrize("name,loader", [("conv_classes_h100.json", "conv_table"),
+                                         ("norm_classes_h100.json", "norm_table")])
+def test_a_damaged_table_file_is_one_clear_error(tmp_path, name, loader):
+    from ddlsim.errors import ModelError
+
+    (tmp_path / name).write_text("{\"columns\": [\"x\"]")  # cut short
+    with pytest.raises(ModelError, match=name) as info:
+        getattr(roofline, loader)("H100", str(tmp_path))
+    assert "\n" not in str(info.value) and "conv_shapes.py --table" in str(info.value)
+    (tmp_path / name).write_text("[1, 2]")
+    with pytest.raises(ModelError, match=name):
+        getattr(roofline, loader)("H200", str(tmp_path))

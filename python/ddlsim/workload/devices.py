@@ -235,13 +235,24 @@ def host_microbench(base: Microbench, device: "Device", doc: dict, source: str) 
                                conv_3x3_share=conv_3x3_share_from_benchmark(doc, device), source=source)
 
 
-def _host_doc(name: str) -> dict | None:
-    """data/kernels/host_dispatch_<name>.json (a benchmarks/host_dispatch.py run on that device), or None."""
+def measured_host_microbench(base: Microbench, device: "Device", source: str, folder=None) -> Microbench | None:
+    """`base` with the host constants of ``host_dispatch_<device>.json`` in `folder` (default: ddlsim's
+    data/kernels), or None when there is no such file; a file that is not a benchmarks/host_dispatch.py result is a
+    ModelError naming it."""
     import json
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "data" / "kernels" / f"host_dispatch_{name.lower()}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    from ..errors import ModelError
+
+    folder = Path(__file__).resolve().parent.parent / "data" / "kernels" if folder is None else Path(folder)
+    path = folder / f"host_dispatch_{device.name.lower()}.json"
+    if not path.is_file():
+        return None
+    try:
+        return host_microbench(base, device, json.loads(path.read_text()), source)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelError(f"{path}: not a valid benchmarks/host_dispatch.py result ({type(exc).__name__}: {exc}); "
+                         f"restore it from the ddlsim package or run benchmarks/host_dispatch.py again") from None
 
 
 def _h200_microbench() -> Microbench:
@@ -249,16 +260,15 @@ def _h200_microbench() -> Microbench:
     shares that benchmarks/host_dispatch.py measured on one H200 machine (data/kernels/host_dispatch_h200.json:
     its card and its host CPU; docs/compute-model.md)."""
     source = "H100 kernel shares; host dispatch, BatchNorm and 3x3 shares measured on one H200 machine"
-    return host_microbench(MICROBENCH["H100"], DEVICES["H200"], _host_doc("H200"), source)
+    return measured_host_microbench(MICROBENCH["H100"], DEVICES["H200"], source) or MICROBENCH["H100"]
 
 
 # The H100's host constants, where benchmarks/host_dispatch.py has run on the H100 machine
 # (data/kernels/host_dispatch_h100.json); without that file the H100 preset keeps the per-kernel host times.
-if _host_doc("H100") is not None:
-    MICROBENCH["H100"] = host_microbench(
-        MICROBENCH["H100"], DEVICES["H100"], _host_doc("H100"),
-        "microbenchmarks on one H100 SXM5 80GB, PyTorch 2.11; host dispatch, BatchNorm and 3x3 shares from "
-        "benchmarks/host_dispatch.py on the H100 machine (data/kernels/host_dispatch_h100.json)")
+MICROBENCH["H100"] = measured_host_microbench(
+    MICROBENCH["H100"], DEVICES["H100"],
+    "microbenchmarks on one H100 SXM5 80GB, PyTorch 2.11; host dispatch, BatchNorm and 3x3 shares from "
+    "benchmarks/host_dispatch.py on the H100 machine (data/kernels/host_dispatch_h100.json)") or MICROBENCH["H100"]
 MICROBENCH["H200"] = _h200_microbench()
 
 

@@ -163,7 +163,7 @@ def conv_geometry(kernel: Kernel) -> ConvGeometry | None:
     sample FLOPs F = 2 x C_in kh kw x output elements O, so K = C_in kh kw = F / (2 O); C_out = weight elements /
     K (/ (K + 1) with a bias); then for each (kh, kw, stride) of CONV_CANDIDATES in turn, C_in = K / (kh kw) must
     divide the input elements into a square H x H, and some padding p_h <= kh/2, p_w <= kw/2 must give
-    H_out W_out = O / C_out with H_out = (H + 2 p_h - kh) // stride + 1. The first candidate that fits wins (1x7 and
+    H_out W_out = O / C_out with H_out = (H + 2 p_h - kh) // stride + 1 >= 1 (W_out alike). The first fit wins (1x7 and
     7x1 cannot be told apart from counts: the same class). None when nothing fits."""
     if kernel.op != "convolution":
         return None
@@ -190,7 +190,7 @@ def conv_geometry(kernel: Kernel) -> ConvGeometry | None:
             for ph in range(kh // 2 + 1):
                 for pw in range(kw // 2 + 1):
                     h_out, w_out = (hw + 2 * ph - kh) // stride + 1, (hw + 2 * pw - kw) // stride + 1
-                    if h_out * w_out == p_out:
+                    if h_out >= 1 and w_out >= 1 and h_out * w_out == p_out:
                         return ConvGeometry(kh, kw, stride, c_in, c_out, hw, h_out, w_out, bool(bias))
     return None
 
@@ -286,6 +286,18 @@ def batch_norm_shape(kernel: Kernel) -> tuple[int, int] | None:
     return c, kernel.write[1] // c
 
 
+def _read_table(path, kind):
+    """A packaged (or `data_dir`) table file through `kind.from_doc`; a file that is not one is a ModelError naming
+    it."""
+    from ..errors import ModelError
+
+    try:
+        return kind.from_doc(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise ModelError(f"{path}: not a valid {kind.__name__} file ({type(exc).__name__}: {exc}); restore it from "
+                         f"the ddlsim package or write it again with benchmarks/conv_shapes.py --table") from None
+
+
 @lru_cache(maxsize=None)
 def norm_table(device_name: str, data_dir: str | None = None) -> NormTable | None:
     """The device's BatchNorm table, ``ddlsim/data/kernels/norm_classes_<device>.json`` (or that of the device whose
@@ -299,7 +311,7 @@ def norm_table(device_name: str, data_dir: str | None = None) -> NormTable | Non
             continue
         path = folder.joinpath(f"norm_classes_{name.lower()}.json")
         if path.is_file():
-            return NormTable.from_doc(json.loads(path.read_text(encoding="utf-8")))
+            return _read_table(path, NormTable)
     return None
 
 
@@ -316,7 +328,7 @@ def conv_table(device_name: str, data_dir: str | None = None) -> ConvTable | Non
             continue
         path = folder.joinpath(f"conv_classes_{name.lower()}.json")
         if path.is_file():
-            return ConvTable.from_doc(json.loads(path.read_text(encoding="utf-8")))
+            return _read_table(path, ConvTable)
     return None
 
 
