@@ -377,6 +377,13 @@ def rescore(run_dir: Path, device: str = "H100") -> str:
         for label, errs in (("the run's roofline", before), ("the roofline now", after)):
             lines.append(f"\n{label}: {sum(e <= 0.15 for e in errs)} of {len(errs)} cases within 15 %; median |error| "
                          f"{statistics.median(errs) * 100:.1f} %, largest {max(errs) * 100:.1f} %.")
+        lines += ["", "| model | within 15 % (run's) | median abs error (run's) | within 15 % (now) | "
+                  "median abs error (now) |", "| --- | ---: | ---: | ---: | ---: |"]
+        for model in dict.fromkeys(r["model"] for r in rows):
+            idx = [i for i, r in enumerate(rows) if r["model"] == model]
+            b, a = [before[i] for i in idx], [after[i] for i in idx]
+            lines.append(f"| {model} | {sum(e <= 0.15 for e in b)} of {len(b)} | {statistics.median(b) * 100:.1f} % | "
+                         f"{sum(e <= 0.15 for e in a)} of {len(a)} | {statistics.median(a) * 100:.1f} % |")
     return "\n".join(lines)
 
 

@@ -32,3 +32,6 @@ def test_bad_input_is_one_line_and_exit_2(args):
 def test_the_stored_run_rescores():
     run = _run("--rescore", "docs/data/gpu-layer-times-h100-summary.csv")
     assert run.returncode == 0 and "of 48 cases within 15 %" in run.stdout, run.stderr
+    # per model: 6 cases each (2 batches x 3 precisions)
+    per_model = [line for line in run.stdout.splitlines() if line.startswith("| resnet50 | ") and " of 6 |" in line]
+    assert len(per_model) == 1 and per_model[0].count(" of 6 |") == 2

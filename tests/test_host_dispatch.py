@@ -162,7 +162,8 @@ def test_the_h100_preset_host_dispatch_is_off_or_the_stored_measurement():
     import json
     from pathlib import Path
 
-    doc = json.loads((Path(__file__).resolve().parent.parent / "docs" / "data" / "host-dispatch-h100.json").read_text())
+    doc = json.loads((Path(__file__).resolve().parent.parent / "python" / "ddlsim" / "data" / "kernels"
+                      / "host_dispatch_h100.json").read_text())
     ref = host_dispatch_from_benchmark(doc)
     assert hd.fwd_us == ref.fwd_us and hd.bwd_us == ref.bwd_us
     assert hd.zero_grad_us_per_param == ref.zero_grad_us_per_param and hd.kernel_floor_us == ref.kernel_floor_us
@@ -262,6 +263,7 @@ def test_3x3_convolutions_at_their_class_share(monkeypatch):
            for (c, hw), (f, b) in zip([(64, 224), (128, 112), (256, 56), (512, 28), (512, 14)],
                                       [(60, 50), (70, 55), (65, 52), (62, 51), (40, 30)])
            for p in ("fp32", "tf32", "fp16")}
+    monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None)  # the rule without a table
     share = conv_3x3_share_from_benchmark({"vgg_conv_b32": vgg}, DEVICES["H100"])
     # fp32 forward: the median of 60, 70, 65, 62, 40 and the H100's two batch-128 shapes 39.51, 83.87 -> 62
     assert share["fwd"]["fp32"] == pytest.approx(62 / 67.0)
@@ -272,7 +274,7 @@ def test_3x3_convolutions_at_their_class_share(monkeypatch):
     flops = 2 * 64 * 64 * 9 * 224 * 224 * 32
     assert fwd[0].flops == flops and fwd[0].compute_s == pytest.approx(flops / 62e12)
     # input and weight gradient: the forward's FLOPs each, at the backward share
-    assert [c.compute_s for c in bwd if c.op.startswith("convolution")] == [pytest.approx(flops / 50e12)] * 2
+    assert [c.compute_s for c in bwd if c.op.startswith("convolution_backward")] == [pytest.approx(flops / 50e12)] * 2
     # a 1x1 convolution keeps the median of the four typical shapes
     one = one_layer("resnet50", "layer1.0.conv1")
     (c1,), _ = roofline.layer_costs(one, one.layers[0], "H100", "fp32", 32)
@@ -298,3 +300,41 @@ def test_the_h200_preset_is_its_stored_measurement():
     assert h200.conv_3x3_share == conv_3x3_share_from_benchmark(doc, DEVICES["H200"])
     assert h200.gemm_share == h100.gemm_share and h200.conv_fwd_share == h100.conv_fwd_share
     assert "H200" in doc["device"]
+
+
+def test_a_host_dispatch_run_becomes_a_preset_the_same_way_for_any_device():
+    """host_microbench: the H200's path, usable for the H100 (data/kernels/host_dispatch_h100.json): the base
+    preset's kernel shares kept, the run's host dispatch, BatchNorm and 3x3 shares taken (the H200 run's JSON as a
+    stand-in for an H100 run: the shares are divided by the H100's datasheet numbers)."""
+    import json
+    from pathlib import Path
+
+    from ddlsim.workload.devices import (DEVICES, conv_3x3_share_from_benchmark, host_microbench,
+                                         norm_share_from_benchmark)
+
+    doc = json.loads((Path(__file__).resolve().parent.parent / "python" / "ddlsim" / "data" / "kernels"
+                      / "host_dispatch_h200.json").read_text())
+    base = dataclasses.replace(MICROBENCH["H100"], host_dispatch=None, norm_share=None, conv_3x3_share=None)
+    mb = host_microbench(base, DEVICES["H100"], doc, "a test")
+    assert mb.source == "a test" and mb.gemm_share == base.gemm_share and mb.copy_share == base.copy_share
+    assert mb.host_dispatch.fwd_us == host_dispatch_from_benchmark(doc).fwd_us
+    assert mb.host_dispatch.kernel_floor_us == doc["tiny_kernel_gpu_us"]
+    # BatchNorm: GB/s over the H100's 3,350 GB/s
+    assert mb.norm_share["fp16"][0] == doc["batchnorm_bandwidth"]["fp16"]["fwd_gbps"] / 3350.0
+    assert mb.norm_share == norm_share_from_benchmark(doc, DEVICES["H100"])
+    assert mb.conv_3x3_share == conv_3x3_share_from_benchmark(doc, DEVICES["H100"])
+
+
+def test_a_damaged_host_dispatch_file_is_one_clear_error(tmp_path):
+    from ddlsim.errors import ModelError
+    from ddlsim.workload.devices import DEVICES, measured_host_microbench
+
+    base = MICROBENCH["H100"]
+    assert measured_host_microbench(base, DEVICES["H100"], "x", tmp_path) is None  # no file: no measurement
+    (tmp_path / "host_dispatch_h100.json").write_text("{\"host_us\": {}}")
+    with pytest.raises(ModelError, match="host_dispatch_h100.json") as info:
+        measured_host_microbench(base, DEVICES["H100"], "x", tmp_path)
+    assert "\n" not in str(info.value)
+    (tmp_path / "host_dispatch_h100.json").write_text("not json")
+    with pytest.raises(ModelError, match="host_dispatch.py"):
+        measured_host_microbench(base, DEVICES["H100"], "x", tmp_path)

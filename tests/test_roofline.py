@@ -26,6 +26,19 @@ HOST_CONV_FWD, HOST_CONV_BWD, HOST_BN_FWD, HOST_BN_BWD = 26.15e-6, 56.84e-6, 31.
 HOST_RELU_FWD, HOST_RELU_BWD = 7.90e-6, 21.05e-6
 
 
+@pytest.fixture(autouse=True)
+def _h100_per_kernel_host_and_median_shares(monkeypatch):
+    """The closed forms below are of the H100's kernel shares with per-kernel launch costs and the median
+    convolution share: its host-dispatch, BatchNorm and convolution-table measurements are left out here (they
+    have tests of their own: test_host_dispatch.py, test_roofline_conv_classes.py)."""
+    monkeypatch.setitem(MICROBENCH, "H100", dataclasses.replace(MICROBENCH["H100"], host_dispatch=None,
+                                                                norm_share=None, conv_3x3_share=None))
+    table = roofline.conv_table
+    monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None if name == "H100" else table(name))
+    norms = roofline.norm_table
+    monkeypatch.setattr(roofline, "norm_table", lambda name, data_dir=None: None if name == "H100" else norms(name))
+
+
 def one_layer(model_name: str, layer_name: str) -> Model:
     model = load_model(model_name)
     layer = next(layer for layer in model.layers if layer.name == layer_name)

@@ -225,21 +225,50 @@ MICROBENCH: dict[str, Microbench] = {
 }
 
 
+def host_microbench(base: Microbench, device: "Device", doc: dict, source: str) -> Microbench:
+    """`base` (the device's kernel shares) with the host dispatch, BatchNorm bandwidth and 3x3-convolution shares
+    of a benchmarks/host_dispatch.py run on `device` (its card and its host CPU)."""
+    import dataclasses
+
+    return dataclasses.replace(base, host_dispatch=host_dispatch_from_benchmark(doc, source),
+                               norm_share=norm_share_from_benchmark(doc, device),
+                               conv_3x3_share=conv_3x3_share_from_benchmark(doc, device), source=source)
+
+
+def measured_host_microbench(base: Microbench, device: "Device", source: str, folder=None) -> Microbench | None:
+    """`base` with the host constants of ``host_dispatch_<device>.json`` in `folder` (default: ddlsim's
+    data/kernels), or None when there is no such file; a file that is not a benchmarks/host_dispatch.py result is a
+    ModelError naming it."""
+    import json
+    from pathlib import Path
+
+    from ..errors import ModelError
+
+    folder = Path(__file__).resolve().parent.parent / "data" / "kernels" if folder is None else Path(folder)
+    path = folder / f"host_dispatch_{device.name.lower()}.json"
+    if not path.is_file():
+        return None
+    try:
+        return host_microbench(base, device, json.loads(path.read_text()), source)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelError(f"{path}: not a valid benchmarks/host_dispatch.py result ({type(exc).__name__}: {exc}); "
+                         f"restore it from the ddlsim package or run benchmarks/host_dispatch.py again") from None
+
+
 def _h200_microbench() -> Microbench:
     """The H100's kernel shares (the same die) with the host dispatch, BatchNorm bandwidth and 3x3-convolution
     shares that benchmarks/host_dispatch.py measured on one H200 machine (data/kernels/host_dispatch_h200.json:
     its card and its host CPU; docs/compute-model.md)."""
-    import dataclasses
-    import json
-    from pathlib import Path
-
-    doc = json.loads((Path(__file__).resolve().parent.parent / "data" / "kernels" / "host_dispatch_h200.json").read_text())
     source = "H100 kernel shares; host dispatch, BatchNorm and 3x3 shares measured on one H200 machine"
-    return dataclasses.replace(MICROBENCH["H100"], host_dispatch=host_dispatch_from_benchmark(doc, source),
-                               norm_share=norm_share_from_benchmark(doc, DEVICES["H200"]),
-                               conv_3x3_share=conv_3x3_share_from_benchmark(doc, DEVICES["H200"]), source=source)
+    return measured_host_microbench(MICROBENCH["H100"], DEVICES["H200"], source) or MICROBENCH["H100"]
 
 
+# The H100's host constants, where benchmarks/host_dispatch.py has run on the H100 machine
+# (data/kernels/host_dispatch_h100.json); without that file the H100 preset keeps the per-kernel host times.
+MICROBENCH["H100"] = measured_host_microbench(
+    MICROBENCH["H100"], DEVICES["H100"],
+    "microbenchmarks on one H100 SXM5 80GB, PyTorch 2.11; host dispatch, BatchNorm and 3x3 shares from "
+    "benchmarks/host_dispatch.py on the H100 machine (data/kernels/host_dispatch_h100.json)") or MICROBENCH["H100"]
 MICROBENCH["H200"] = _h200_microbench()
 
 

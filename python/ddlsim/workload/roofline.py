@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -119,6 +120,218 @@ def conv_shape_class(kernel: Kernel) -> str:
     return "3x3" if round(k2) == 9 else "other"
 
 
+# (kh, kw, stride) a convolution of a kernel table may have, in the order they are tried
+CONV_CANDIDATES = ((1, 1, 1), (3, 3, 1), (1, 1, 2), (3, 3, 2), (5, 5, 1), (1, 7, 1), (7, 1, 1), (1, 3, 1), (3, 1, 1),
+                   (7, 7, 2), (11, 11, 4), (7, 7, 1), (5, 5, 2))
+# a device without a convolution table of its own uses the table of the device whose die it shares
+CONV_TABLE_SAME_DIE = {"H200": "H100"}
+CONV_DIRECTIONS = {"convolution": "fwd", "convolution_backward_input": "dgrad", "convolution_backward_weight": "wgrad",
+                   "convolution_backward_weight_after_input": "wgrad"}
+CONV_NEIGHBOURS = 4
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    kh: int
+    kw: int
+    stride: int
+    c_in: int
+    c_out: int
+    hw_in: int  # square input, hw_in x hw_in
+    h_out: int
+    w_out: int
+    bias: bool = False
+
+    @property
+    def shape_class(self) -> str:
+        return conv_class_name(self.kh, self.kw, self.stride, self.c_in)
+
+
+def conv_class_name(kh: int, kw: int, stride: int, c_in: int) -> str:
+    """The shape class of a convolution, as benchmarks/conv_shapes.py names its grid: "KxK" for a square kernel,
+    "1xK" for 1xK and Kx1 alike, "sS" appended for a stride S > 1, "stem" in front for an image input (<= 4
+    channels): "1x1", "1x1s2", "3x3", "3x3s2", "5x5", "1x7", "1x3", "stem7x7s2", "stem11x11s4", ..."""
+    k = max(kh, kw)
+    name = f"{k}x{k}" if kh == kw else f"1x{k}"
+    if stride > 1:
+        name += f"s{stride}"
+    return ("stem" + name) if c_in <= 4 else name
+
+
+def conv_geometry(kernel: Kernel) -> ConvGeometry | None:
+    """A forward convolution's geometry recovered from its kernel table counts (square inputs, as in the zoo): per
+    sample FLOPs F = 2 x C_in kh kw x output elements O, so K = C_in kh kw = F / (2 O); C_out = weight elements /
+    K (/ (K + 1) with a bias); then for each (kh, kw, stride) of CONV_CANDIDATES in turn, C_in = K / (kh kw) must
+    divide the input elements into a square H x H, and some padding p_h <= kh/2, p_w <= kw/2 must give
+    H_out W_out = O / C_out with H_out = (H + 2 p_h - kh) // stride + 1 >= 1 (W_out alike). The first fit wins (1x7 and
+    7x1 cannot be told apart from counts: the same class). None when nothing fits."""
+    if kernel.op != "convolution":
+        return None
+    fs, out_s, in_s, weights = kernel.flops[1], kernel.write[1], kernel.read[1], kernel.read[0]
+    if not fs or not out_s or not in_s or not weights or fs % (2 * out_s):
+        return None
+    k_dim = fs // (2 * out_s)
+    for bias in (0, 1):
+        if weights % (k_dim + bias):
+            continue
+        c_out = weights // (k_dim + bias)
+        if not c_out or out_s % c_out:
+            continue
+        p_out = out_s // c_out
+        for kh, kw, stride in CONV_CANDIDATES:
+            if k_dim % (kh * kw):
+                continue
+            c_in = k_dim // (kh * kw)
+            if in_s % c_in:
+                continue
+            hw = math.isqrt(in_s // c_in)
+            if hw * hw != in_s // c_in:
+                continue
+            for ph in range(kh // 2 + 1):
+                for pw in range(kw // 2 + 1):
+                    h_out, w_out = (hw + 2 * ph - kh) // stride + 1, (hw + 2 * pw - kw) // stride + 1
+                    if h_out >= 1 and w_out >= 1 and h_out * w_out == p_out:
+                        return ConvGeometry(kh, kw, stride, c_in, c_out, hw, h_out, w_out, bool(bias))
+    return None
+
+
+@dataclass(frozen=True)
+class ConvTable:
+    """The FLOP rates a device's convolutions reach by shape class (benchmarks/conv_shapes.py, converted with its
+    ``--table``): per (class, precision) the measured points as (log2 C_in, log2 C_out, log2 M, {direction: log2
+    FLOP/s}) with M = batch x H_out x W_out (the implicit GEMM's rows)."""
+
+    points: dict  # (class, precision) -> tuple of (x1, x2, x3, {"fwd" | "dgrad" | "wgrad": log2 rate})
+    source: str
+
+    @staticmethod
+    def from_doc(doc: dict) -> "ConvTable":
+        cols = doc["columns"]
+        idx = {c: cols.index(c) for c in ("class", "c_in", "c_out", "batch", "h_out", "w_out", "precision",
+                                          "fwd_tflops", "dgrad_tflops", "wgrad_tflops")}
+        points: dict = {}
+        for row in doc["points"]:
+            rates = {d: math.log2(row[idx[f"{d}_tflops"]] * 1e12) for d in ("fwd", "dgrad", "wgrad")
+                     if row[idx[f"{d}_tflops"]]}
+            m = row[idx["batch"]] * row[idx["h_out"]] * row[idx["w_out"]]
+            points.setdefault((row[idx["class"]], row[idx["precision"]]), []).append(
+                (math.log2(row[idx["c_in"]]), math.log2(row[idx["c_out"]]), math.log2(m), rates))
+        return ConvTable({k: tuple(v) for k, v in points.items()}, str(doc.get("source", "")))
+
+    def rate(self, geometry: ConvGeometry, batch: int, precision: str, direction: str) -> float | None:
+        """FLOP/s of a convolution of `geometry` at `batch`: among the measured points of its class and precision
+        (bf16 as fp16) that have `direction`, the CONV_NEIGHBOURS nearest in (log2 C_in, log2 C_out, log2 M)
+        (Euclidean; ties by table order), their log2 rates averaged with weights 1 / distance^2; a point at
+        distance 0 is used alone (several: their plain mean). None when the class has no point (then the
+        device's median convolution share applies)."""
+        p = "fp16" if precision.lower() == "bf16" else precision.lower()
+        pts = [pt for pt in self.points.get((geometry.shape_class, p), ()) if direction in pt[3]]
+        if not pts:
+            return None
+        q = (math.log2(geometry.c_in), math.log2(geometry.c_out), math.log2(batch * geometry.h_out * geometry.w_out))
+        return idw_log2(pts, q, direction)
+
+
+def idw_log2(pts, q: tuple, key: str) -> float:
+    """2 ** (inverse-square-distance weighted mean of the log2 values `pt[-1][key]` of the CONV_NEIGHBOURS points
+    of `pts` nearest to `q` in their leading coordinates); a point at distance 0 alone (several: their mean)."""
+    n = len(q)
+    dist = sorted((math.dist(q, pt[:n]), i) for i, pt in enumerate(pts))[:CONV_NEIGHBOURS]
+    exact = [pts[i][-1][key] for d, i in dist if d == 0.0]
+    if exact:
+        return 2.0 ** (sum(exact) / len(exact))
+    weights = [(1.0 / (d * d), pts[i][-1][key]) for d, i in dist]
+    return 2.0 ** (sum(w * r for w, r in weights) / sum(w for w, _ in weights))
+
+
+@dataclass(frozen=True)
+class NormTable:
+    """The bandwidth a device's BatchNorm kernels reach by shape (benchmarks/conv_shapes.py --norm, converted with
+    ``--table``), with the roofline's byte accounting: per precision ("fp32" for fp32 and tf32, "fp16" for fp16
+    and bf16) the measured points as (log2 C, log2 M, {"fwd" | "bwd": log2 bytes/s}), M = batch x H x W."""
+
+    points: dict  # precision -> tuple of (x1, x2, {"fwd" | "bwd": log2 bytes/s})
+    source: str
+
+    @staticmethod
+    def from_doc(doc: dict) -> "NormTable":
+        cols = doc["columns"]
+        idx = {c: cols.index(c) for c in ("channels", "hw", "batch", "precision", "fwd_gbps", "bwd_gbps")}
+        points: dict = {}
+        for row in doc["points"]:
+            rates = {d: math.log2(row[idx[f"{d}_gbps"]] * 1e9) for d in ("fwd", "bwd") if row[idx[f"{d}_gbps"]]}
+            m = row[idx["batch"]] * row[idx["hw"]] ** 2
+            points.setdefault(row[idx["precision"]], []).append((math.log2(row[idx["channels"]]), math.log2(m), rates))
+        return NormTable({k: tuple(v) for k, v in points.items()}, str(doc.get("source", "")))
+
+    def bandwidth(self, channels: int, m: int, size: int, direction: str) -> float | None:
+        """Bytes/s of a BatchNorm of `channels` over M = batch x H x W elements per channel, elements of `size`
+        bytes, `direction` "fwd" or "bwd": the same interpolation as :meth:`ConvTable.rate` in (log2 C, log2 M);
+        None without points."""
+        pts = [pt for pt in self.points.get("fp16" if size == 2 else "fp32", ()) if direction in pt[2]]
+        if not pts or channels <= 0 or m <= 0:
+            return None
+        return idw_log2(pts, (math.log2(channels), math.log2(m)), direction)
+
+
+def batch_norm_shape(kernel: Kernel) -> tuple[int, int] | None:
+    """(C, H x W) of a batch-norm kernel of a kernel table: the forward reads weight, bias and the running mean and
+    variance (4 C constant elements) and writes the running statistics (2 C); the backward writes the weight and
+    bias gradients (2 C); per sample it writes C x H x W elements."""
+    if "batch_norm" not in kernel.op:
+        return None
+    c = kernel.read[0] // 4 if kernel.op in NORM_FWD else kernel.write[0] // 2
+    if c <= 0 or not kernel.write[1] or kernel.write[1] % c:
+        return None
+    return c, kernel.write[1] // c
+
+
+def _read_table(path, kind):
+    """A packaged (or `data_dir`) table file through `kind.from_doc`; a file that is not one is a ModelError naming
+    it."""
+    from ..errors import ModelError
+
+    try:
+        return kind.from_doc(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise ModelError(f"{path}: not a valid {kind.__name__} file ({type(exc).__name__}: {exc}); restore it from "
+                         f"the ddlsim package or write it again with benchmarks/conv_shapes.py --table") from None
+
+
+@lru_cache(maxsize=None)
+def norm_table(device_name: str, data_dir: str | None = None) -> NormTable | None:
+    """The device's BatchNorm table, ``ddlsim/data/kernels/norm_classes_<device>.json`` (or that of the device whose
+    die it shares), or None: BatchNorm then moves its bytes at the device's one BatchNorm share (or the copy
+    share), as before."""
+    from pathlib import Path
+
+    folder = resources.files(_DATA) if data_dir is None else Path(data_dir)
+    for name in (device_name, CONV_TABLE_SAME_DIE.get(device_name)):
+        if name is None:
+            continue
+        path = folder.joinpath(f"norm_classes_{name.lower()}.json")
+        if path.is_file():
+            return _read_table(path, NormTable)
+    return None
+
+
+@lru_cache(maxsize=None)
+def conv_table(device_name: str, data_dir: str | None = None) -> ConvTable | None:
+    """The device's convolution table, ``ddlsim/data/kernels/conv_classes_<device>.json`` (or that of the device
+    whose die it shares, CONV_TABLE_SAME_DIE), or None: every convolution then costs as before (the median share,
+    and the 3x3 share where the device has one). `data_dir`: another folder to look in (tests)."""
+    from pathlib import Path
+
+    folder = resources.files(_DATA) if data_dir is None else Path(data_dir)
+    for name in (device_name, CONV_TABLE_SAME_DIE.get(device_name)):
+        if name is None:
+            continue
+        path = folder.joinpath(f"conv_classes_{name.lower()}.json")
+        if path.is_file():
+            return _read_table(path, ConvTable)
+    return None
+
+
 def _rate(op: str, device: Device, precision: str, phase: str, conv_class: str = "other") -> float:
     mb = microbench(device)
     p = precision.lower()
@@ -139,6 +352,8 @@ def _host_s(kernel: Kernel, device: Device, phase: str) -> float:
         return 0.0  # BatchNorm's integer step counter: part of the BatchNorm call the microbenchmark timed
     if op == "convolution_backward_weight_after_input":
         return 0.0  # the same autograd node as the input gradient, which carries its host time
+    if op in BIAS_OPS:
+        return 0.0  # issued inside the convolution's call (forward) or autograd node (backward), which carry it
     if op.startswith("convolution_backward"):
         return mb.host_us["convolution_backward"] * 1e-6
     if op in mb.host_us:
@@ -147,9 +362,10 @@ def _host_s(kernel: Kernel, device: Device, phase: str) -> float:
 
 
 def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phase: str = "fwd",
-                conv_class: str = "other") -> KernelCost:
+                conv_class: str = "other", conv_geom: ConvGeometry | None = None) -> KernelCost:
     """Time of one kernel at `batch` on `device` in `precision` (phase "fwd" or "bwd"; a convolution of shape
-    class `conv_class`, see :func:`conv_shape_class`)."""
+    class `conv_class`, see :func:`conv_shape_class`, and of geometry `conv_geom`, which the device's convolution
+    table, where it has one, costs by its shape class: :meth:`ConvTable.rate`)."""
     mb = microbench(device)
     size = dtype_size(precision)
     flops = _at(kernel.flops, batch)
@@ -162,7 +378,20 @@ def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phas
     bandwidth = device.memory_bytes_per_s * mb.copy_share
     if mb.norm_share is not None and kernel.op in NORM_FWD + NORM_BWD:
         bandwidth = device.memory_bytes_per_s * mb.norm_share["fp16" if size == 2 else "fp32"][0 if kernel.op in NORM_FWD else 1]
-    return KernelCost(kernel.op, flops, nbytes, flops / _rate(kernel.op, device, precision, phase, conv_class) if flops else 0.0,
+    if kernel.op in NORM_FWD + NORM_BWD:
+        shape = batch_norm_shape(kernel)
+        table = norm_table(device.name) if shape is not None else None
+        if table is not None:
+            bandwidth = table.bandwidth(shape[0], batch * shape[1], size, "fwd" if kernel.op in NORM_FWD else "bwd") \
+                or bandwidth
+    rate = None
+    if conv_geom is not None and flops and kernel.op in CONV_DIRECTIONS:
+        table = conv_table(device.name)
+        if table is not None:
+            rate = table.rate(conv_geom, batch, precision, CONV_DIRECTIONS[kernel.op])
+    if rate is None:
+        rate = _rate(kernel.op, device, precision, phase, conv_class) if flops else 0.0
+    return KernelCost(kernel.op, flops, nbytes, flops / rate if flops else 0.0,
                       nbytes / bandwidth if bandwidth else 0.0, _host_s(kernel, device, phase))
 
 
@@ -189,6 +418,30 @@ def kernel_table(model_name: str) -> dict[str, tuple[tuple[Kernel, ...], tuple[K
             for layer in doc["layers"]}
 
 
+# PyTorch's cuDNN path adds a convolution's bias in a kernel of its own after the convolution (cuDNN convolutions do
+# not take a bias, ATen's cudnn/ConvShared.cpp) and reduces the output gradient for the bias gradient; the kernel
+# tables, traced on the meta device, have one aten convolution per layer and show neither
+BIAS_KERNELS = True
+BIAS_OPS = ("convolution_bias_add", "convolution_bias_grad")
+
+
+def _bias_kernels(fwd: list[Kernel], bwd: list[Kernel]) -> tuple[list[Kernel], list[Kernel]]:
+    """A convolution with a bias (conv_geometry finds one): after the forward convolution, an in-place add of the
+    bias to the output (reads the output and the bias, writes the output); in the backward, before the input and
+    weight gradients, the bias gradient, a sum of the output gradient over batch and pixels (reads it, writes C_out).
+    Both are element-wise work costed by their bytes."""
+    conv = next((k for k in fwd if k.op == "convolution"), None)
+    geom = conv_geometry(conv) if conv is not None else None
+    if geom is None or not geom.bias:
+        return fwd, bwd
+    out = conv.write[1]
+    i = fwd.index(conv) + 1
+    fwd = fwd[:i] + [Kernel("convolution_bias_add", (0, 0), (geom.c_out, out), (0, out))] + fwd[i:]
+    j = next((n for n, k in enumerate(bwd) if k.op.startswith("convolution_backward")), len(bwd))
+    bwd = bwd[:j] + [Kernel("convolution_bias_grad", (0, 0), (0, out), (geom.c_out, 0))] + bwd[j:]
+    return fwd, bwd
+
+
 def layer_kernels(model, layer, precision: str) -> tuple[list[Kernel], list[Kernel]]:
     """(forward, backward) kernels of `layer` of `model`, autocast casts included."""
     table = kernel_table(model.name)
@@ -198,6 +451,8 @@ def layer_kernels(model, layer, precision: str) -> tuple[list[Kernel], list[Kern
         params = sum(t.elements for t in layer.tensors)
         fwd = [Kernel("mm", (0, layer.fwd_flops), (params, 0), (0, 0))] if (layer.fwd_flops or params) else []
         bwd = [Kernel("mm", (0, layer.bwd_flops), (params, 0), (params, 0))] if (layer.bwd_flops or params) else []
+    if BIAS_KERNELS:
+        fwd, bwd = _bias_kernels(fwd, bwd)
     if dtype_size(precision) == 2:
         fwd += _cast_kernels(fwd, "fwd")
         bwd += _cast_kernels(fwd, "bwd")
@@ -213,8 +468,9 @@ def layer_costs(model, layer, device: Device | str, precision: str, batch: int) 
     fwd, bwd = layer_kernels(model, layer, precision)
     # the layer's convolution shape class (its input and weight gradients share the forward's shape)
     cls = next((conv_shape_class(k) for k in fwd if k.op == "convolution"), "other")
-    return ([kernel_cost(k, device, precision, batch, "fwd", cls) for k in fwd],
-            [kernel_cost(k, device, precision, batch, "bwd", cls) for k in bwd])
+    geom = next((conv_geometry(k) for k in fwd if k.op == "convolution"), None)
+    return ([kernel_cost(k, device, precision, batch, "fwd", cls, geom) for k in fwd],
+            [kernel_cost(k, device, precision, batch, "bwd", cls, geom) for k in bwd])
 
 
 def host_mode(precision: str) -> str:

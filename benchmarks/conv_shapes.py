@@ -1,0 +1,404 @@
+#!/usr/bin/env python3
+"""Convolution shape-class microbenchmark: the FLOP rate cuDNN reaches for
+forward, input gradient (dgrad) and weight gradient (wgrad) over a grid of
+generic convolution shapes, per precision (docs/compute-model.md,
+"Convolutions by shape class"). Never a model's own layers or time.
+
+    PYTHONPATH=python python benchmarks/conv_shapes.py --out conv.json               # on a CUDA machine, <= 120 s
+    PYTHONPATH=python python benchmarks/conv_shapes.py --device cpu --quick --out /tmp/conv.json
+    PYTHONPATH=python python benchmarks/conv_shapes.py --norm --out norm.json        # the BatchNorm grid, ~15 s
+    PYTHONPATH=python python benchmarks/conv_shapes.py --extra --out extra.json      # 1x1, odd channel counts, ~20 s
+    python benchmarks/conv_shapes.py --table conv.json extra.json --out python/ddlsim/data/kernels/conv_classes_h100.json
+    python benchmarks/conv_shapes.py --table norm.json --out python/ddlsim/data/kernels/norm_classes_h100.json
+
+The grid: shape classes by kernel and stride (1x1, 1x1 stride 2, 3x3, 3x3
+stride 2, 5x5, 1x7 / 7x1, 1x3 / 3x1, and stems with 3 input channels: 3x3,
+3x3 stride 2, 7x7 stride 2, 11x11 stride 4), each over channel counts (32 to
+2048) and spatial sizes (7 to 224) that span the zoo's CNNs, at batch 32 and
+128; fp32 (TF32 off), tf32 (TF32 on) and fp16 (half tensors: the kernels
+autocast runs, without its weight casts). Per point and direction the
+kernel is issued once untimed (cuDNN's heuristics, allocator), then the
+stream is held by a GPU sleep while `--repeats` timed calls, each between
+two CUDA events, are queued behind it (so the GPU, not the host, sets the
+pace); the median is kept. ``cudnn.benchmark`` stays off (PyTorch's
+default), as in benchmarks/gpu_layer_times.py. FLOPs per direction are
+2 x batch x C_out x H_out x W_out x C_in x kh x kw (torch.utils.flop_counter's
+count, the kernel tables' too).
+
+``--budget-s`` (default 110) stops before a shape once the run has taken that
+long and still writes the JSON (``stopped_early``); shapes are ordered so
+that an early stop loses the largest shapes of each class last-first, not a
+whole class. The JSON is rewritten after every shape (atomically).
+
+``--extra``: 1x1 convolutions with channel counts that are not powers of two
+(48 to 1280 in, 32 to 384 out, 8 to 35 pixels), points that join the main
+grid's in one table. ``--norm``: BatchNorm2d in training mode (the cuDNN
+kernels nn.BatchNorm2d runs), forward and backward alone, 16 to 2048
+channels, 1 to 149 pixels, batch 32 and 128, fp32 and fp16 inputs; the
+effective bandwidth with the roofline's byte accounting. ``--table`` turns
+runs into the data files ddlsim.workload.roofline reads (no torch needed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+PRECISIONS = ("fp32", "tf32", "fp16")
+DIRECTIONS = ("fwd", "dgrad", "wgrad")
+MAX_FLOPS_PER_SAMPLE = 4.0e9  # VGG-16's largest convolution is 3.7 GFLOP per sample
+
+
+def out_size(hw: int, k: int, stride: int, pad: int) -> int:
+    return (hw + 2 * pad - k) // stride + 1
+
+
+def grid(quick: bool = False, extra: bool = False) -> list[dict]:
+    """The shapes, as dicts (class, kh, kw, stride, pad, c_in, c_out, hw, batch), in run order: round-robin over the
+    classes, smaller shapes of a class first, so that an early stop trims every class from its large end. `extra`:
+    instead, 1x1 convolutions with channel counts that are not powers of two (multiples of 16 to 64, as inception
+    blocks have them) at odd spatial sizes, a second run whose points join the first's in one table."""
+    per_class: dict[str, list[dict]] = {}
+
+    def add(cls, kh, kw, stride, c_in, c_out, hw, pad=None):
+        ph, pw = (kh // 2, kw // 2) if pad is None else (pad, pad)
+        h_out, w_out = out_size(hw, kh, stride, ph), out_size(hw, kw, stride, pw)
+        if 2 * c_in * c_out * kh * kw * h_out * w_out > MAX_FLOPS_PER_SAMPLE:
+            return
+        per_class.setdefault(cls, []).append({"class": cls, "kh": kh, "kw": kw, "stride": stride, "pad_h": ph,
+                                              "pad_w": pw, "c_in": c_in, "c_out": c_out, "hw": hw})
+
+    if extra:
+        for hw in (8, 17, 28, 35):
+            for ci in (48, 192, 288, 480, 768, 1280):
+                for co in (32, 96, 160, 384):
+                    add("1x1", 1, 1, 1, ci, co, hw)
+        batches = (2,) if quick else (32, 128)
+        if quick:
+            per_class = {"1x1": per_class["1x1"][:2]}
+            for shapes in per_class.values():
+                for sh in shapes:
+                    sh["hw"] = 8
+    elif quick:
+        add("1x1", 1, 1, 1, 8, 16, 8)
+        add("3x3", 3, 3, 1, 8, 8, 8)
+        add("3x3s2", 3, 3, 2, 8, 16, 8)
+        add("1x7", 1, 7, 1, 8, 8, 8)
+        add("stem7x7s2", 7, 7, 2, 3, 8, 16)
+        batches = (2,)
+    else:
+        chans = (32, 128, 512, 2048)
+        for hw in (7, 14, 28, 56):
+            for ci in chans:
+                for co in chans:
+                    add("1x1", 1, 1, 1, ci, co, hw)
+        for hw in (14, 28, 56):
+            for ci, co in ((64, 128), (256, 512), (512, 1024), (1024, 2048)):
+                add("1x1s2", 1, 1, 2, ci, co, hw, pad=0)
+        for hw in (7, 14, 28, 56, 112, 224):
+            for c in (32, 64, 128, 256, 512):
+                add("3x3", 3, 3, 1, c, c, hw)
+        for hw in (8, 17, 35):
+            add("3x3", 3, 3, 1, 96, 192, hw)
+            add("3x3", 3, 3, 1, 384, 384, hw)
+        for hw in (14, 28, 56, 112):
+            for c in (64, 128, 256, 512):
+                add("3x3s2", 3, 3, 2, c, c, hw)
+                add("3x3s2", 3, 3, 2, c, 2 * c, hw)
+        for hw in (14, 27, 35):
+            for c in (32, 64, 192):
+                add("5x5", 5, 5, 1, c, c, hw)
+        for hw in (8, 17, 35):
+            for c in (64, 128, 192, 384):
+                add("1x7", 1, 7, 1, c, c, hw)
+                add("1x7", 7, 1, 1, c, c, hw)
+                add("1x3", 1, 3, 1, c, c, hw)
+                add("1x3", 3, 1, 1, c, c, hw)
+        add("stem3x3", 3, 3, 1, 3, 64, 224)
+        add("stem3x3s2", 3, 3, 2, 3, 32, 299, pad=0)
+        add("stem7x7s2", 7, 7, 2, 3, 64, 224)
+        add("stem11x11s4", 11, 11, 4, 3, 64, 224, pad=2)
+        batches = (32, 128)
+    for shapes in per_class.values():
+        shapes.sort(key=lambda s: (2 * s["c_in"] * s["c_out"] * s["kh"] * s["kw"] * s["hw"] ** 2, s["hw"], s["c_in"]))
+    out = []
+    longest = max(len(v) for v in per_class.values())
+    for i in range(longest):
+        for cls in per_class:
+            if i < len(per_class[cls]):
+                for b in batches:
+                    out.append(dict(per_class[cls][i], batch=b))
+    return out
+
+
+NORM_PRECISIONS = ("fp32", "fp16")  # tf32 changes no BatchNorm kernel
+MAX_NORM_ELEMENTS_PER_SAMPLE = 1_700_000  # the zoo's largest BatchNorm input: 64 x 147 x 147 (Inception-v3)
+
+
+def norm_grid(quick: bool = False) -> list[dict]:
+    """BatchNorm2d shapes (training mode), in run order: per spatial size, channel counts (powers of two and the
+    multiples of 32 and 96 that Inception and GoogLeNet use) at batch 32 and 128, up to the zoo's largest input."""
+    if quick:
+        return [{"channels": c, "hw": hw, "batch": 2} for c, hw in ((8, 8), (16, 4))]
+    out = []
+    for hw in (1, 5, 7, 8, 14, 17, 28, 35, 56, 73, 112, 149):
+        for c in (16, 32, 64, 96, 192, 256, 384, 512, 768, 1024, 2048):
+            if c * hw * hw <= MAX_NORM_ELEMENTS_PER_SAMPLE:
+                out += [{"channels": c, "hw": hw, "batch": b} for b in (32, 128)]
+    return out
+
+
+def flops(s: dict) -> int:
+    h_out = out_size(s["hw"], s["kh"], s["stride"], s["pad_h"])
+    w_out = out_size(s["hw"], s["kw"], s["stride"], s["pad_w"])
+    return 2 * s["batch"] * s["c_out"] * h_out * w_out * s["c_in"] * s["kh"] * s["kw"]
+
+
+TABLE_COLUMNS = ["class", "kh", "kw", "stride", "c_in", "c_out", "hw", "batch", "h_out", "w_out", "precision",
+                 "fwd_tflops", "dgrad_tflops", "wgrad_tflops"]
+
+
+NORM_TABLE_COLUMNS = ["channels", "hw", "batch", "precision", "fwd_gbps", "bwd_gbps"]
+
+
+def to_norm_table(doc: dict, source: str) -> dict:
+    """The roofline's BatchNorm table (python/ddlsim/data/kernels/norm_classes_<device>.json) from a ``--norm``
+    run's JSON: one row per measured point, bandwidths to 5 significant digits."""
+    rows = [[p["channels"], p["hw"], p["batch"], p["precision"], float(f"{p['fwd_gbps']:.5g}"),
+             float(f"{p['bwd_gbps']:.5g}")] for p in doc["points"]
+            if "error" not in p and p.get("fwd_gbps") and p.get("bwd_gbps")]
+    return {"generator": "benchmarks/conv_shapes.py --norm, --table", "source": source, "device": doc.get("device"),
+            "torch": doc.get("torch"), "cudnn": doc.get("cudnn"), "stopped_early": doc.get("stopped_early"),
+            "units": "GB/s (1e9 bytes/s) with the roofline's accounting: forward 3, backward 5 elements moved per "
+                     "input element", "columns": NORM_TABLE_COLUMNS, "points": rows}
+
+
+def to_table(doc: dict, source: str) -> dict:
+    """The roofline's convolution table (python/ddlsim/data/kernels/conv_classes_<device>.json) from a run's JSON:
+    one row per measured point (points with an error or without any rate left out), rates to 5 significant
+    digits."""
+    rows = []
+    for p in doc["points"]:
+        if "error" in p or not any(p.get(f"{d}_tflops") for d in DIRECTIONS):
+            continue
+        h_out = out_size(p["hw"], p["kh"], p["stride"], p["pad_h"])
+        w_out = out_size(p["hw"], p["kw"], p["stride"], p["pad_w"])
+        rows.append([p["class"], p["kh"], p["kw"], p["stride"], p["c_in"], p["c_out"], p["hw"], p["batch"], h_out,
+                     w_out, p["precision"]] + [float(f'{p[f"{d}_tflops"]:.5g}') if p.get(f"{d}_tflops") else None
+                                               for d in DIRECTIONS])
+    return {"generator": "benchmarks/conv_shapes.py --table", "source": source, "device": doc.get("device"),
+            "torch": doc.get("torch"), "cudnn": doc.get("cudnn"), "stopped_early": doc.get("stopped_early"),
+            "units": "TFLOP/s (1e12 FLOP/s) per direction; FLOPs = 2 x batch x C_out x H_out x W_out x C_in x kh x kw",
+            "columns": TABLE_COLUMNS, "points": rows}
+
+
+def write_table(raws: list[Path], out: Path, source: str) -> int:
+    raw = raws[0]
+    if any(out.resolve() == r.resolve() for r in raws):
+        print(f"error: --out {out} is one of the --table inputs; name another file for the table", file=sys.stderr)
+        return 2
+    try:
+        doc = json.loads(raw.read_text())
+        for more in raws[1:]:  # further runs of the same kind: their points join the first's
+            raw = more
+            other = json.loads(more.read_text())
+            if other.get("kind") != doc.get("kind"):
+                raise ValueError("a run of another kind (convolution and --norm runs make separate tables)")
+            doc["points"] = doc["points"] + other["points"]
+            doc["stopped_early"] = bool(doc.get("stopped_early")) or bool(other.get("stopped_early"))
+        raw = raws[0] if len(raws) == 1 else raw
+        src = source or f"benchmarks/conv_shapes.py on {doc.get('device')}, torch {doc.get('torch')}"
+        table = to_norm_table(doc, src) if doc.get("kind") == "batchnorm" else to_table(doc, src)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        print(f"error: --table {raw}: not a benchmarks/conv_shapes.py result ({type(exc).__name__}: {exc}); "
+              f"name the JSON a run wrote", file=sys.stderr)
+        return 2
+    if out.exists() and not out.is_file():
+        print(f"error: --out {out} exists and is not a regular file; name a file", file=sys.stderr)
+        return 2
+    tmp = out.with_name(out.name + ".tmp")
+    lines = ",\n  ".join(json.dumps(r) for r in table["points"])
+    head = json.dumps({k: v for k, v in table.items() if k != "points"}, indent=1, sort_keys=True)
+    try:
+        tmp.write_text(head[:-2] + ',\n "points": [\n  ' + lines + "\n ]\n}\n")
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        print(f"error: --out {out}: cannot write ({exc.strerror or exc}); name a file in an existing, writable "
+              f"folder", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: {len(table['points'])} points", file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    ap.add_argument("--table", type=Path, nargs="+", default=None,
+                    help="convert these runs' JSON (of one kind: convolution or --norm) into the roofline's table (no "
+                         "torch needed) instead of measuring")
+    ap.add_argument("--extra", action="store_true",
+                    help="the extra 1x1 grid (channel counts that are not powers of two) instead of the main grid")
+    ap.add_argument("--source", default="", help="with --table: the table's source line")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--quick", action="store_true", help="a few tiny shapes at batch 2 (a smoke test)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed calls per point and direction (default 7)")
+    ap.add_argument("--budget-s", type=float, default=110.0, help="start no new shape after this many seconds")
+    ap.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
+    ap.add_argument("--norm", action="store_true",
+                    help="the BatchNorm2d grid instead (training mode, forward and backward bandwidth, fp32/fp16)")
+    args = ap.parse_args(argv)
+    if args.table is not None:
+        return write_table(args.table, args.out, args.source)
+    if args.out.exists() and not args.out.is_file():
+        print(f"error: --out {args.out} exists and is not a regular file; name a file", file=sys.stderr)
+        return 2
+
+    import torch
+
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print("error: --device cuda but torch sees no GPU; use --device cpu --quick for a smoke test", file=sys.stderr)
+        return 2
+    dev = torch.device(args.device)
+    torch.backends.cudnn.benchmark = False
+    torch.manual_seed(0)
+    reps = args.repeats or (2 if args.quick else 7)
+    t_start = time.monotonic()
+    shapes = grid(args.quick, args.extra)
+    doc = {"generator": "benchmarks/conv_shapes.py", "torch": torch.__version__,
+           "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+           "cudnn": torch.backends.cudnn.version() if cuda else None, "cudnn_benchmark": False,
+           "python": platform.python_version(), "repeats": reps, "budget_s": args.budget_s,
+           "shapes_planned": len(shapes), "stopped_early": False,
+           "units": "ms per call (median of repeats, CUDA events); tflops = flops / ms / 1e9",
+           "points": []}
+
+    def write():
+        doc["wall_s"] = round(time.monotonic() - t_start, 3)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        tmp.replace(args.out)
+
+    def time_ms(fn) -> float:
+        fn()  # untimed: cuDNN's heuristics, the allocator
+        if not cuda:
+            vals = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                fn()
+                vals.append((time.perf_counter() - t0) * 1e3)
+            return statistics.median(vals)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(4e6))  # ~2 ms of GPU cycles: the timed calls queue behind it, back to back
+        evs = []
+        for _ in range(reps):
+            a = torch.cuda.Event(enable_timing=True)
+            b = torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            evs.append((a, b))
+        torch.cuda.synchronize()
+        return statistics.median(a.elapsed_time(b) for a, b in evs)
+
+    if args.norm:
+        return run_norm(args, torch, dev, cuda, doc, write, time_ms, t_start)
+    conv = torch.ops.aten.convolution.default
+    conv_bwd = torch.ops.aten.convolution_backward.default
+    for s in shapes:
+        if time.monotonic() - t_start > args.budget_s:
+            doc["stopped_early"] = True
+            break
+        f = flops(s)
+        stride, pad = [s["stride"]] * 2, [s["pad_h"], s["pad_w"]]
+        for prec in args.precisions:
+            row = dict(s, precision=prec, flops=f)
+            try:
+                if cuda:
+                    torch.backends.cudnn.allow_tf32 = prec == "tf32"
+                    torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
+                dtype = torch.float16 if prec == "fp16" else torch.float32
+                x = torch.randn(s["batch"], s["c_in"], s["hw"], s["hw"], device=dev, dtype=dtype)
+                w = torch.randn(s["c_out"], s["c_in"], s["kh"], s["kw"], device=dev, dtype=dtype) * 0.01
+                with torch.no_grad():
+                    y = conv(x, w, None, stride, pad, [1, 1], False, [0, 0], 1)
+                    dy = torch.randn_like(y)
+                    calls = {
+                        "fwd": lambda: conv(x, w, None, stride, pad, [1, 1], False, [0, 0], 1),
+                        "dgrad": lambda: conv_bwd(dy, x, w, None, stride, pad, [1, 1], False, [0, 0], 1,
+                                                  [True, False, False]),
+                        "wgrad": lambda: conv_bwd(dy, x, w, None, stride, pad, [1, 1], False, [0, 0], 1,
+                                                  [False, True, False]),
+                    }
+                    for d in DIRECTIONS:
+                        ms = time_ms(calls[d])
+                        row[f"{d}_ms"] = ms
+                        row[f"{d}_tflops"] = f / ms / 1e9 if ms > 0 else None
+                del x, w, y, dy
+            except Exception as exc:  # noqa: BLE001 -- a shape that fails is recorded, the others still run
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            doc["points"].append(row)
+        write()
+    if cuda:
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+    doc["shapes_done"] = len({json.dumps({k: p[k] for k in ("class", "kh", "kw", "stride", "c_in", "c_out", "hw",
+                                                             "batch")}, sort_keys=True) for p in doc["points"]})
+    write()
+    print(f"wrote {args.out}: {len(doc['points'])} points, {doc['shapes_done']} of {len(shapes)} shapes in "
+          f"{doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}", file=sys.stderr)
+    return 0
+
+
+def run_norm(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
+    """The BatchNorm2d grid: F.batch_norm in training mode (the path nn.BatchNorm2d takes: cuDNN's kernels on a
+    GPU), fp32 and fp16 inputs (fp32 weights, as under autocast); forward, and the backward alone (autograd.grad of
+    a kept graph); effective bandwidth with the roofline's accounting (forward 3, backward 5 elements moved per
+    input element)."""
+    import torch.nn.functional as F
+
+    shapes = norm_grid(args.quick)
+    doc.update(kind="batchnorm", shapes_planned=len(shapes),
+               units="ms per call (median of repeats, CUDA events); gbps = bytes / ms / 1e6 with forward 3 and "
+                     "backward 5 elements moved per input element")
+    for s in shapes:
+        if time.monotonic() - t_start > args.budget_s:
+            doc["stopped_early"] = True
+            break
+        for prec in NORM_PRECISIONS:
+            row = dict(s, precision=prec)
+            try:
+                dtype = torch.float16 if prec == "fp16" else torch.float32
+                c = s["channels"]
+                x = torch.randn(s["batch"], c, s["hw"], s["hw"], device=dev, dtype=dtype, requires_grad=True)
+                w = torch.ones(c, device=dev, requires_grad=True)
+                b = torch.zeros(c, device=dev, requires_grad=True)
+                rm, rv = torch.zeros(c, device=dev), torch.ones(c, device=dev)
+                fwd_ms = time_ms(lambda: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5))
+                y = F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
+                dy = torch.randn_like(y)
+                bwd_ms = time_ms(lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True))
+                size = 2 if prec == "fp16" else 4
+                elems = x.numel()
+                row.update(fwd_ms=fwd_ms, bwd_ms=bwd_ms, fwd_gbps=3 * elems * size / fwd_ms / 1e6,
+                           bwd_gbps=5 * elems * size / bwd_ms / 1e6)
+                del x, y, dy
+            except Exception as exc:  # noqa: BLE001 -- a shape that fails is recorded, the others still run
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            doc["points"].append(row)
+        write()
+    doc["shapes_done"] = len({(p["channels"], p["hw"], p["batch"]) for p in doc["points"]})
+    write()
+    print(f"wrote {args.out}: {len(doc['points'])} BatchNorm points, {doc['shapes_done']} of {len(shapes)} shapes "
+          f"in {doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
