@@ -213,6 +213,8 @@ def test_batchnorm_at_its_measured_bandwidth(monkeypatch, precision, size):
 
     doc = {"batchnorm_bandwidth": {"fp32": {"fwd_gbps": 2400.0, "bwd_gbps": 2000.0},
                                    "fp16": {"fwd_gbps": 1200.0, "bwd_gbps": 1000.0}}}
+    # the one measured BatchNorm share, as a device without a BatchNorm table (norm_classes_<device>.json) uses it
+    monkeypatch.setattr(roofline, "norm_table", lambda name, data_dir=None: None)
     monkeypatch.setitem(MICROBENCH, "H100", dataclasses.replace(MICROBENCH["H100"],
                                                                 norm_share=norm_share_from_benchmark(doc, DEVICES["H100"])))
     batch = 128

@@ -234,10 +234,14 @@ def test_table_of_a_file_that_is_not_a_run_is_refused(tmp_path, capsys):
 
 
 def test_the_h100_and_h200_presets_use_the_stored_h100_table():
-    """conv_classes_h100.json: benchmarks/conv_shapes.py's full grid on the H100 (382 shapes x 3 precisions),
-    read by the H100 and by the H200 (the same die); the B200 and older parts have none."""
+    """conv_classes_h100.json: benchmarks/conv_shapes.py's full grid and its --extra grid on the H100 (382 + 192
+    shapes x 3 precisions), read by the H100 and by the H200 (the same die); the B200 and older parts have none.
+    norm_classes_h100.json: the --norm grid (216 shapes x fp32 / fp16), read by both too."""
     doc = json.loads((ROOT / "python" / "ddlsim" / "data" / "kernels" / "conv_classes_h100.json").read_text())
-    assert doc["columns"] == conv_shapes.TABLE_COLUMNS and len(doc["points"]) == len(conv_shapes.grid()) * 3
+    assert doc["columns"] == conv_shapes.TABLE_COLUMNS
+    assert len(doc["points"]) == (len(conv_shapes.grid()) + len(conv_shapes.grid(extra=True))) * 3
+    norm = roofline.norm_table("H100")
+    assert norm is not None and roofline.norm_table("H200") == norm and roofline.norm_table("A100") is None
     assert "H100" in doc["device"] and doc["stopped_early"] is False
     table = roofline.conv_table("H100")
     assert table is not None and roofline.conv_table("H200") == table
