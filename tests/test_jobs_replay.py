@@ -282,7 +282,7 @@ def test_the_shell_lines_of_docs_jobs_replaying_section_run(tmp_path):
     assert argv[1] == "replay" and "--job" in argv
     for expected in shown.strip().splitlines():
         assert expected in outputs[1], expected
-    assert "1009.845 ms" in outputs[2] and "554.763 ms" in outputs[2] and "3247.685 ms" in outputs[2]
+    assert "1008.434 ms" in outputs[2] and "554.763 ms" in outputs[2] and "3250.616 ms" in outputs[2]
 
 
 @pytest.mark.parametrize("override", [{"workers": 3}, {"strategy": "ps"}])
