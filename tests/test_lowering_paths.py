@@ -105,7 +105,7 @@ def test_a_closed_form_description_needs_the_network_to_lower():
 def test_old_graph_columns_without_the_new_tables_still_run():
     training, net, detail = engine_documents({"kind": "ring"}, {"fidelity": "flow"})
     columns = _core.lower_training_json(training, net)
-    for key in ("fan_kind", "fan_offsets", "fan_ops", "closed_form", "preempt_at_messages", "release_ops", "release_ns"):
+    for key in ("fan_kind", "fan_offsets", "fan_ops", "closed_form", "preempt_at_messages", "release_ops", "release_ns", "wakeup_ops", "wakeup_ns"):
         columns.pop(key)
     assert comparable(_core.run_graph_columns(columns, net, detail)) == comparable(_core.simulate_training_json(training, net, detail))
 
