@@ -350,3 +350,24 @@ fn a_zero_wake_up_builds_the_same_graph_and_log_as_none() {
         assert!(g.wakeups.iter().all(|&(op, w)| w == 5000 && g.ops[op as usize].duration == 0));
     }
 }
+
+#[test]
+fn a_graph_refuses_a_wake_up_on_anything_but_a_compute_op_on_a_stream_or_twice() {
+    let mut g = build_graph(&three_layers(r#", "client_cost": {"wakeup_ns": 5000}"#)).unwrap();
+    g.check().unwrap();
+    let (op, w) = g.wakeups[0];
+    let transfer = g.ops.iter().position(|o| o.kind == ddlsim_core::graph::Kind::Transfer).unwrap() as u32;
+    for (bad, needle) in [((transfer, 1), "compute op on a stream"), ((op, w), "two wake-ups"), ((g.ops.len() as u32, 1), "names op"),
+                          ((op, u64::MAX), "")] {
+        let mut h = g.clone();
+        if bad == (op, u64::MAX) {
+            h.wakeups[0].1 = u64::MAX; // past the engine's clock
+        } else {
+            h.wakeups.push(bad);
+        }
+        let e = h.check().unwrap_err();
+        assert!(e.contains(needle) || (needle.is_empty() && e.contains("past the engine's clock")), "{e}");
+    }
+    g.wakeups.clear();
+    g.check().unwrap();
+}
