@@ -10,9 +10,10 @@ prints from the capture's own rows (counted iterations; :mod:`ddlsim.capture.ps_
 and the same from the capture's replay without the serial update (the per-request cost a + b C only: the
 replay before it) and with it (``ddlsim replay`` now), with both replayed iteration times beside the measured
 one. A Markdown table, one row per capture (docs/validation.md). A second table splits each response's wait in
-its worker's receive queue (W_queue) by whether the worker's training loop was idle when the response arrived (no
-compute or send row of the worker spans its arrival: the loop was blocked waiting for it, so the wait is its
-wake-up) or busy (the wait is the queue behind the loop's work).
+its worker's receive queue (W_queue) by whether the worker's training loop was idle when the response arrived (it
+arrived after the end of the loop's last row before it took it: the loop was blocked waiting for it, so the wait
+is its wake-up) or busy (the wait is the queue behind the loop's work; ``ddlsim.capture.ps_client_cost.
+response_waits``), measured and in the capture's replay, which simulates the wake-up (``client_cost.wakeup``).
 
     python benchmarks/ps_push_queue.py ps-grid/captures
 """
@@ -62,37 +63,52 @@ def main(argv: list[str] | None = None) -> int:
               f"{measured['update_busy_ns'] / 1e6:.2f} | {b['update_busy_ns'] / 1e6:.3f} | {n['update_busy_ns'] / 1e6:.2f} | "
               f"{mean_ms:.1f} | {before.iteration_time_s * 1e3:.1f} | {now.iteration_time_s * 1e3:.1f} |")
     print()
-    print("| capture | push responses: W_queue µs when the loop was idle (n) | busy (n) | pull responses: idle (n) | busy (n) |")
-    print("|---|---:|---:|---:|---:|")
+    print("| capture | push responses: W_queue µs when the loop was idle (n) | busy (n) | pull responses: idle (n) | "
+          "busy (n) | wake-up fit µs (median) | replayed idle W_queue µs (n) | measured ms | replayed ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    from ddlsim.capture.ps_client_cost import wakeup_fit
+
     for path in paths:
         log = read_event_log(path)
-        if log.metadata.get("job") == "ps":
-            print(f"| {path.parent.name} | " + " | ".join(f"{mean / 1e3:,.0f} ({n})" for mean, n in response_waits(log)) + " |")
+        if log.metadata.get("job") != "ps":
+            continue
+        fit, replayed = wakeup_fit(log), ddlsim.replay(path)
+        again = response_waits(replayed.events, log.metadata)
+        mean_ms = iteration_mean(iteration_arrays(log), log.metadata)["mean_s"] * 1e3
+        idle = [w for w in again if w[1]]
+        print(f"| {path.parent.name} | " + " | ".join(f"{mean / 1e3:,.0f} ({n})" for mean, n in response_wait_means(log))
+              + (f" | {fit['wakeup_ns'] / 1e3:,.0f} ({fit['wakeup_median_ns'] / 1e3:,.0f})" if fit else " | none")
+              + f" | {sum(w[0] for w in idle) / max(1, len(idle)) / 1e3:,.0f} ({len(idle)})"
+              + f" | {mean_ms:.1f} | {replayed.iteration_time_s * 1e3:.1f} |")
     return 0
 
 
-def response_waits(log) -> list[tuple[float, int]]:
+def response_waits(log, metadata=None) -> list[tuple[float, bool, str]]:
+    """(W_queue ns, idle, kind) of the counted iterations' handled responses
+    (:func:`ddlsim.capture.ps_client_cost.response_waits`)."""
+    import numpy as np
+
+    from ddlsim.analyze.breakdown import warmup_iterations
+    from ddlsim.capture.ps_client_cost import response_waits as waits
+
+    role, iteration = np.asarray(log.column("role")), np.asarray(log.column("iteration"))
+    iterations = np.unique(iteration[(role == "worker") & (iteration >= 0)])
+    counted = set(int(i) for i in iterations[warmup_iterations(metadata or log.metadata, len(iterations)):])
+    rows = waits(log)
+    return [(float(r["wait_ns"]), bool(r["idle"]), r["kind"]) for r in rows if r["iteration"] in counted]
+
+
+def response_wait_means(log) -> list[tuple[float, int]]:
     """(mean W_queue ns, responses) of the counted iterations' push responses that reached an idle worker loop,
     of those that reached a busy one, then the same for pull responses."""
     import numpy as np
 
-    from ddlsim.analyze.breakdown import warmup_iterations
-    from ddlsim.analyze.rpc import rpc_table
-
-    table = rpc_table(log)
-    iterations = sorted(set(table.iteration))
-    table = table[table.iteration.isin(iterations[warmup_iterations(log.metadata, len(iterations)):])]
-    c = {k: np.asarray(log.column(k)) for k in ("rank", "role", "kind", "start_ns", "end_ns")}
-    loop = (c["role"] == "worker") & np.isin(c["kind"], ["compute", "send"])
+    rows = response_waits(log)
     out = []
-    for kind in ("push", "pull"):
-        rows = table[(table.kind == kind) & table.t1_ns.notna()]
-        waits = {True: [], False: []}
-        for worker, t1, wait in zip(rows.worker, rows.t1_ns.astype("int64"), rows.w_queue_ns.astype("float64")):
-            mine = loop & (c["rank"] == worker)
-            busy = bool(((c["start_ns"][mine] <= t1) & (c["end_ns"][mine] > t1)).any())
-            waits[busy].append(wait)
-        out += [(float(np.mean(waits[b])) if waits[b] else float("nan"), len(waits[b])) for b in (False, True)]
+    for kind in ("push_response", "pull_response"):
+        for idle in (True, False):
+            w = [wait for wait, i, k in rows if k == kind and i == idle]
+            out.append((float(np.mean(w)) if w else float("nan"), len(w)))
     return out
 
 

@@ -309,6 +309,8 @@ fn graph_columns<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, PyDict>
     column(py, &d, "fan_ops", "<u4", &fan_ops)?;
     column(py, &d, "release_ops", "<u4", &g.releases.iter().map(|r| r.0).collect::<Vec<_>>())?;
     column(py, &d, "release_ns", "<u8", &g.releases.iter().map(|r| r.1).collect::<Vec<_>>())?;
+    column(py, &d, "wakeup_ops", "<u4", &g.wakeups.iter().map(|r| r.0).collect::<Vec<_>>())?;
+    column(py, &d, "wakeup_ns", "<u8", &g.wakeups.iter().map(|r| r.1).collect::<Vec<_>>())?;
     d.set_item("preempt_at_messages", g.preempt_at_messages)?;
     d.set_item("closed_form", g.closed_form.map(|c| (c.latency_ns, c.bandwidth_bps, c.intra)))?;
     d.set_item("op_names", g.op_names.clone())?;
@@ -440,6 +442,13 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
             return Err(err("release_ops and release_ns have one entry per released op".into()));
         }
         g.releases = ops.into_iter().zip(times).collect();
+    }
+    if d.contains("wakeup_ops")? {
+        let (ops, times): (Vec<u32>, Vec<u64>) = (read(d, "wakeup_ops")?, read(d, "wakeup_ns")?);
+        if ops.len() != times.len() {
+            return Err(err("wakeup_ops and wakeup_ns have one entry per woken op".into()));
+        }
+        g.wakeups = ops.into_iter().zip(times).collect();
     }
     if let Some(flag) = d.get_item("preempt_at_messages")? {
         g.preempt_at_messages = flag.extract()?;

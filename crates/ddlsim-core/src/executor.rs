@@ -598,6 +598,8 @@ struct Executor<'g> {
     fan_message: Vec<i64>,
     /// Release times still to come, earliest (then lowest op) first; each counts as a dep of its op.
     releases: BinaryHeap<Reverse<(Time, u32)>>,
+    /// Per op: its wake-up (see [`Graph::wakeups`]); empty when the graph has none.
+    wakeup: Vec<Time>,
     /// Successors added after the start (a graph grown at run time), per op; empty otherwise.
     extra_succ: Vec<Vec<u32>>,
     /// The `op` vocabulary of the rows the executor makes (graph names, then step names).
@@ -783,6 +785,7 @@ impl<'g> Executor<'g> {
             fan_started: vec![0; graph.fans.len()],
             fan_message: vec![-1; graph.fans.len()],
             releases,
+            wakeup: wakeups(graph),
             extra_succ: Vec::new(),
             run_names,
             row_base,
@@ -954,6 +957,18 @@ impl<'g> Executor<'g> {
 }
 
 /// CSR of each collective's member ops, in member order.
+/// Each op's wake-up (see [`Graph::wakeups`]), by op id; empty when the graph has none.
+fn wakeups(graph: &Graph) -> Vec<Time> {
+    if graph.wakeups.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![0; graph.len()];
+    for &(op, w) in &graph.wakeups {
+        out[op as usize] = w;
+    }
+    out
+}
+
 fn collective_members(graph: &Graph) -> (Vec<u32>, Vec<u32>) {
     let mut offsets = vec![0u32; graph.collectives.len() + 1];
     for (c, spec) in graph.collectives.iter().enumerate() {
@@ -998,8 +1013,13 @@ impl<'g> Executor<'g> {
         let s = self.graph.ops[op as usize].stream as usize;
         let st = &self.streams[s];
         if st.running.is_empty() || (st.has_room() && st.policy.peek_key().is_none()) {
+            let wakeup = if st.running.is_empty() { self.wakeup.get(op as usize).copied().unwrap_or(0) } else { 0 };
             self.streams[s].occupy(op, self.graph.ops[op as usize].bytes);
             self.stream_dep[op as usize] = arrival;
+            if wakeup > 0 {
+                // An idle stream is woken first: it holds the op from now and runs it `wakeup` later.
+                return self.start_compute(op, later(now, wakeup)?);
+            }
             return self.start_op(op, now);
         }
         self.queue_item(s, op as u64);
@@ -1203,10 +1223,7 @@ impl<'g> Executor<'g> {
         self.start[id as usize] = now;
         let op = &self.graph.ops[id as usize];
         match op.kind {
-            Kind::Compute => {
-                let t = later(now, op.duration)?;
-                self.queue.push(t, Event::OpDone(id));
-            }
+            Kind::Compute => self.start_compute(id, now)?,
             Kind::Barrier | Kind::Marker => self.queue.push(now, Event::OpDone(id)),
             Kind::Transfer if self.fan_of[id as usize] != NO_FAN => self.start_fan_member(id, now)?,
             Kind::Transfer => {
@@ -1217,6 +1234,14 @@ impl<'g> Executor<'g> {
             }
             Kind::Collective => self.join_collective(id, now)?,
         }
+        Ok(())
+    }
+
+    /// Starts compute op `id` at `at` (now, or after its stream's wake-up): it ends `duration` later.
+    fn start_compute(&mut self, id: u32, at: Time) -> Result<(), Error> {
+        self.start[id as usize] = at;
+        let t = later(at, self.graph.ops[id as usize].duration)?;
+        self.queue.push(t, Event::OpDone(id));
         Ok(())
     }
 
@@ -2137,6 +2162,7 @@ impl<'g> Executor<'g> {
         self.tx_end.resize(n, 0);
         self.message_of.resize(n, -1);
         self.fan_of.resize(n, NO_FAN);
+        self.wakeup = wakeups(g);
         let last = *self.succ_offsets.last().expect("CSR has a first entry");
         self.succ_offsets.resize(n + 1, last);
         self.extra_succ.resize_with(n, Vec::new);
@@ -2219,6 +2245,7 @@ impl<'g> Executor<'g> {
             fan_started,
             fan_message,
             releases,
+            wakeup,
             extra_succ,
             run_names,
             row_base,
@@ -2272,6 +2299,7 @@ impl<'g> Executor<'g> {
             fan_started,
             fan_message,
             releases,
+            wakeup,
             extra_succ,
             run_names,
             row_base,

@@ -179,6 +179,13 @@ pub struct Graph {
     /// Release times: (op, t) makes the op not ready before t (a job or a
     /// background flow that arrives at t), whatever its dependencies.
     pub releases: Vec<(u32, Time)>,
+    /// Wake-ups: (op, w) makes a compute op that becomes ready while its
+    /// stream is idle (nothing running) start w ns later, holding the stream
+    /// from the moment it was ready; one that finds the stream busy waits its
+    /// turn as before and starts as the stream frees (a thread that must be
+    /// woken to take work it was blocked waiting for: a PS worker's training
+    /// loop taking a response, [`crate::lower::client_cost`]).
+    pub wakeups: Vec<(u32, Time)>,
     /// Rank classes (closed form): each worker of the graph stands for its
     /// class (see [`crate::lower::classes`]); None: every rank is its own.
     pub rank_classes: Option<Box<RankClasses>>,
@@ -198,6 +205,7 @@ pub(crate) static EMPTY: Graph = Graph {
     fans: Vec::new(),
     preempt_at_messages: false,
     releases: Vec::new(),
+    wakeups: Vec::new(),
     rank_classes: None,
 };
 
@@ -218,7 +226,7 @@ impl Graph {
         op_names: Vec<String>,
         stream_names: Vec<String>,
     ) -> Result<Self, String> {
-        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false, releases: Vec::new(), rank_classes: None };
+        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false, releases: Vec::new(), wakeups: Vec::new(), rank_classes: None };
         g.check()?;
         Ok(g)
     }
@@ -248,6 +256,16 @@ impl Graph {
     pub fn add_released(&mut self, op: Op, deps: &[u32], release: Time) -> u32 {
         let id = self.add(op, deps);
         self.releases.push((id, release));
+        id
+    }
+
+    /// [`Graph::add`] of a compute op on a stream that starts `wakeup` ns after it became ready when it finds its
+    /// stream idle (see [`Graph::wakeups`]); a zero wake-up adds the op alone.
+    pub fn add_woken(&mut self, op: Op, deps: &[u32], wakeup: Time) -> u32 {
+        let id = self.add(op, deps);
+        if wakeup > 0 {
+            self.wakeups.push((id, wakeup));
+        }
         id
     }
 
@@ -392,6 +410,21 @@ impl Graph {
             }
             if t > MAX_TIME {
                 return Err(format!("op {op}: release time {t} ns is past the engine's clock ({MAX_TIME} ns)"));
+            }
+        }
+        let mut woken = vec![false; n];
+        for &(op, w) in &self.wakeups {
+            let Some(o) = self.ops.get(op as usize) else {
+                return Err(format!("a wake-up names op {op}, but the graph has {n} ops"));
+            };
+            if o.kind != Kind::Compute || o.stream == NO_STREAM {
+                return Err(format!("op {op}: a wake-up applies to a compute op on a stream"));
+            }
+            if std::mem::replace(&mut woken[op as usize], true) {
+                return Err(format!("op {op} has two wake-ups"));
+            }
+            if w > MAX_TIME {
+                return Err(format!("op {op}: wake-up {w} ns is past the engine's clock ({MAX_TIME} ns)"));
             }
         }
         Ok(())

@@ -98,7 +98,7 @@ fn per_byte_terms_and_the_handling_of_responses_add_up_on_one_request() {
     // makespan = t0 + 2 c0 + beta M + 2 r0 + rho M + 2 tx + 4 L.
     let (m, lat) = (1_250u64, 700u64);
     let tx = m * 8 / 10;
-    let cost = ClientCost { issue_ns: 3_000, issue_ns_per_byte: 0.8, receive_ns: 500, receive_ns_per_byte: 2.0 };
+    let cost = ClientCost { issue_ns: 3_000, issue_ns_per_byte: 0.8, receive_ns: 500, receive_ns_per_byte: 2.0, ..Default::default() };
     let out = simulate_training(&spec(1, 1, m, cost), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
     assert_eq!(out.makespan, T0 + 2 * 3_000 + 1_000 + 2 * 500 + 2_500 + 2 * tx + 4 * lat);
     let log = &out.log;
@@ -220,4 +220,154 @@ fn the_issuer_is_the_training_thread_the_last_push_leaves_after_the_whole_backwa
         assert!(spans.windows(2).all(|p| p[0].1 <= p[1].0), "c={c}: the training thread runs one op at a time");
         assert_deps_explain_every_start(log);
     }
+}
+
+/// `assert_deps_explain_every_start`, except that a `handle` row may start its wake-up `w` after its latest dep's
+/// end (the response's arrival, its ready time): the only rows a wake-up may delay.
+fn assert_deps_or_wakeup_explain_every_start(out: &ddlsim_core::RunOutput, w: u64) {
+    let log = &out.log;
+    let handle = out.op_names.iter().position(|n| n == "handle").map(|i| i as u32);
+    let end_of: std::collections::HashMap<i64, i64> = (0..log.len()).map(|i| (log.id[i], log.end_ns[i])).collect();
+    for i in 0..log.len() {
+        let deps = log.deps_of(i);
+        assert!(log.ready_ns[i] <= log.start_ns[i] && log.start_ns[i] <= log.end_ns[i], "row {} times out of order", log.id[i]);
+        if deps.is_empty() {
+            assert_eq!(log.start_ns[i], log.ready_ns[i]);
+            continue;
+        }
+        let latest = deps.iter().map(|d| end_of[d]).max().unwrap();
+        let woken = Some(log.op[i]) == handle && log.kind[i] == KIND_COMPUTE && log.start_ns[i] == latest + w as i64;
+        assert!(log.start_ns[i] == latest || woken, "row {} (op {}) starts at {}: neither its latest dep's end {latest} nor {w} ns after it", log.id[i], log.op[i], log.start_ns[i]);
+    }
+}
+
+#[test]
+fn a_response_that_reaches_an_idle_worker_is_handled_its_wake_up_later() {
+    // One worker, one tensor of M bytes, receive cost r, wake-up w, no issue cost. The backward ends at t0 and
+    // the worker's training thread is then idle until each response arrives: the push leaves at t0 (tx + L), its
+    // ack (0 bytes) arrives at t = t0 + tx + 2 L and is handled from t + w to t + w + r; the pull request leaves
+    // then (L), its response (tx + L) arrives at t' = t + w + r + tx + 2 L, handled from t' + w:
+    // makespan = t0 + 2 tx + 4 L + 2 w + 2 r, i.e. the makespan without a wake-up + 2 w.
+    let (m, lat) = (1_250u64, 700u64);
+    let tx = m * 8 / 10;
+    for (r, w) in [(500u64, 0u64), (500, 1), (500, 3_000), (0, 4_000), (2_000, 250_000)] {
+        let cost = ClientCost { receive_ns: r, wakeup_ns: w, ..Default::default() };
+        let out = simulate_training(&spec(1, 1, m, cost), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
+        assert_eq!(out.makespan, T0 + 2 * tx + 4 * lat + 2 * w + 2 * r, "r={r} w={w}");
+        let log = &out.log;
+        let handle = op_rows(&out, "handle", KIND_COMPUTE);
+        assert_eq!(handle.len(), 2, "a handle row per response, of r ns (0 with a wake-up alone)");
+        for &i in &handle {
+            let recv = (0..log.len()).find(|&j| log.kind[j] == KIND_RECV && log.rpc[j] == log.rpc[i] && log.rank[j] == 0).unwrap();
+            assert_eq!(log.start_ns[i], log.end_ns[recv] + w as i64, "r={r} w={w}");
+            assert_eq!(log.ready_ns[i], log.end_ns[recv], "ready at the arrival: W_queue = w");
+            assert_eq!(log.end_ns[i] - log.start_ns[i], r as i64);
+        }
+        assert_deps_or_wakeup_explain_every_start(&out, w);
+    }
+}
+
+#[test]
+fn a_response_that_reaches_a_busy_worker_starts_when_the_thread_frees_without_a_wake_up() {
+    // One worker, two tensors ready at t0, issue cost c with tx + 2 L < c: push k leaves at t0 + k c, so ack 1
+    // arrives at t = t0 + c + tx + 2 L, while push 2 is being issued (the thread is busy until b = t0 + 2 c > t):
+    // ack 1 is handled from b, whatever the wake-up. Ack 2 arrives at t0 + 2 c + tx + 2 L; with r > tx + 2 L the
+    // thread is still handling ack 1 (until b + r), so ack 2 is handled from b + r, then the pull-1 issue (ready at
+    // b + r, queued after it) runs, all without a wake-up.
+    let (m, lat, c, r) = (1_250u64, 100u64, 5_000u64, 2_000u64);
+    let tx = m * 8 / 10;
+    assert!(tx + 2 * lat < c && tx + 2 * lat < r);
+    let b = T0 + 2 * c;
+    for w in [0u64, 700, 40_000] {
+        let cost = ClientCost { issue_ns: c, receive_ns: r, wakeup_ns: w, ..Default::default() };
+        let out = simulate_training(&spec(1, 2, m, cost), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
+        let log = &out.log;
+        let acks: Vec<usize> = op_rows(&out, "handle", KIND_COMPUTE).into_iter().filter(|&i| {
+            (0..log.len()).any(|j| log.kind[j] == KIND_RECV && log.rpc[j] == log.rpc[i] && log.op[j] == out.op_names.iter().position(|n| n == "push_response").unwrap() as u32)
+        }).collect();
+        assert_eq!(starts(log, &acks), vec![b, b + r], "w={w}");
+        assert_deps_or_wakeup_explain_every_start(&out, w);
+    }
+}
+
+#[test]
+fn with_a_wake_up_every_response_is_handled_w_after_it_reached_an_idle_thread_or_when_the_busy_one_freed() {
+    // The property behind both closed forms, on every distribution: a handle row that found its worker's thread
+    // idle (no compute row of the worker running at its arrival, no other response waking it) starts w after the
+    // arrival; one that found it busy starts at the end of a compute row of its worker; a wake-up never makes a
+    // run shorter.
+    for extra in ["", r#", "distribution": "block""#, r#", "distribution": "round_robin", "barrier": false"#, r#", "asynchronous": true"#] {
+        let plain = simulate_training(&three_layers(&format!(r#"{extra}, "client_cost": {{"issue_ns": 700, "receive_ns": 2000}}"#)), &net(Fidelity::Flow, 8e9, 1000), TraceDetail::Step).unwrap();
+        for w in [1u64, 900, 15_000] {
+            let spec = three_layers(&format!(r#"{extra}, "client_cost": {{"issue_ns": 700, "receive_ns": 2000, "wakeup_ns": {w}}}"#));
+            let out = simulate_training(&spec, &net(Fidelity::Flow, 8e9, 1000), TraceDetail::Step).unwrap();
+            assert!(out.makespan > plain.makespan, "{extra} w={w}");
+            let log = &out.log;
+            let compute: Vec<usize> = (0..log.len()).filter(|&i| log.kind[i] == KIND_COMPUTE).collect();
+            let handles = op_rows(&out, "handle", KIND_COMPUTE);
+            // a woken handle row holds its thread from its response's arrival (its ready time)
+            let woke = |i: usize| handles.contains(&i) && log.start_ns[i] - log.ready_ns[i] == w as i64;
+            let (mut idle, mut busy) = (0, 0);
+            for &h in &handles {
+                let (rank, t) = (log.rank[h], log.ready_ns[h]);
+                let mine: Vec<usize> = compute.iter().copied().filter(|&i| log.rank[i] == rank && i != h).collect();
+                // the thread is held from an op's ready time (its wake-up included) to its end
+                let hold_from = |i: usize| if woke(i) { log.ready_ns[i] } else { log.start_ns[i] };
+                let held = mine.iter().any(|&i| hold_from(i) <= t && t < log.end_ns[i]);
+                if held {
+                    busy += 1;
+                    assert!(mine.iter().any(|&i| log.end_ns[i] == log.start_ns[h]), "{extra} w={w}: a busy thread's response starts as a row ends");
+                } else if mine.iter().any(|&i| log.end_ns[i] == t) {
+                    // a row that ends at the very instant the response arrives: the engine takes the events of one
+                    // instant in order, so the thread was busy (start at t) or idle (t + w) by that order
+                    assert!(log.start_ns[h] == t || log.start_ns[h] == t + w as i64, "{extra} w={w}: a tie at {t}");
+                } else {
+                    idle += 1;
+                    assert_eq!(log.start_ns[h], t + w as i64, "{extra} w={w}: an idle thread's response starts its wake-up later");
+                }
+            }
+            assert!(idle > 0 && busy > 0, "{extra} w={w}: responses reach idle ({idle}) and busy ({busy}) threads");
+            assert_deps_or_wakeup_explain_every_start(&out, w);
+        }
+    }
+}
+
+#[test]
+fn a_zero_wake_up_builds_the_same_graph_and_log_as_none() {
+    for extra in ["", r#", "distribution": "round_robin""#, r#", "asynchronous": true"#, r#", "ps_split": true, "chunk_bytes": 300"#] {
+        let plain = three_layers(&format!(r#"{extra}, "client_cost": {{"issue_ns": 700, "receive_ns": 2000}}"#));
+        let zero = three_layers(&format!(r#"{extra}, "client_cost": {{"issue_ns": 700, "receive_ns": 2000, "wakeup_ns": 0}}"#));
+        let (g0, g1) = (build_graph(&plain).unwrap(), build_graph(&zero).unwrap());
+        assert_eq!(format!("{:?}", g0.ops), format!("{:?}", g1.ops));
+        assert!(g0.wakeups.is_empty() && g1.wakeups.is_empty());
+        let net = net(Fidelity::Flow, 8e9, 1000);
+        let (a, b) = (simulate_training(&plain, &net, TraceDetail::Step).unwrap(), simulate_training(&zero, &net, TraceDetail::Step).unwrap());
+        assert_eq!(format!("{:?}", a.log), format!("{:?}", b.log), "{extra}");
+        // and a wake-up alone (no receive cost) adds a 0 ns handle row per response
+        let woken = three_layers(&format!(r#"{extra}, "client_cost": {{"wakeup_ns": 5000}}"#));
+        let g = build_graph(&woken).unwrap();
+        assert_eq!(g.wakeups.len(), g.ops.iter().filter(|o| g.op_names[o.name as usize] == "handle").count());
+        assert!(g.wakeups.iter().all(|&(op, w)| w == 5000 && g.ops[op as usize].duration == 0));
+    }
+}
+
+#[test]
+fn a_graph_refuses_a_wake_up_on_anything_but_a_compute_op_on_a_stream_or_twice() {
+    let mut g = build_graph(&three_layers(r#", "client_cost": {"wakeup_ns": 5000}"#)).unwrap();
+    g.check().unwrap();
+    let (op, w) = g.wakeups[0];
+    let transfer = g.ops.iter().position(|o| o.kind == ddlsim_core::graph::Kind::Transfer).unwrap() as u32;
+    for (bad, needle) in [((transfer, 1), "compute op on a stream"), ((op, w), "two wake-ups"), ((g.ops.len() as u32, 1), "names op"),
+                          ((op, u64::MAX), "")] {
+        let mut h = g.clone();
+        if bad == (op, u64::MAX) {
+            h.wakeups[0].1 = u64::MAX; // past the engine's clock
+        } else {
+            h.wakeups.push(bad);
+        }
+        let e = h.check().unwrap_err();
+        assert!(e.contains(needle) || (needle.is_empty() && e.contains("past the engine's clock")), "{e}");
+    }
+    g.wakeups.clear();
+    g.check().unwrap();
 }

@@ -13,7 +13,23 @@ A worker's training loop is one Python thread. It is held
   receive queue to the end of its processing (the Future's value, the
   bookkeeping, the copy into the model).
 
-Both are fitted as ``a + b * bytes`` by least squares over the rows of the
+and, before handling a response that reached it **idle** (blocked waiting
+for one), for the loop's **wake-up**: the RPC thread's callback queues the
+response, and the training thread must be scheduled and take the GIL
+before it takes it. A response reached an idle loop when it arrived (its
+``recv`` row, t1) after the loop's last row before taking it ended (no
+compute or send row of the worker, nor the handling of an earlier
+response, was running or still to come before it); its wait w0 - t1 (w0:
+its ``ack`` / ``apply`` row's start) is then the wake-up alone
+(:func:`response_waits`). ``wakeup_ns`` is the **mean** of these waits:
+the replay adds a constant per response that reaches an idle worker, and
+only the mean makes their sum the measured sum (the waits have a long tail
+on a loaded machine: a thread that waits for a core; the median would
+leave that tail out of the predicted mean iteration). The median is kept
+beside it (``wakeup_median_ns``). A response that reached a busy loop
+waits behind the loop's work, which the replay simulates itself.
+
+Both costs are fitted as ``a + b * bytes`` by least squares over the rows of the
 counted iterations (:func:`ddlsim.analyze.breakdown.warmup_iterations`
 leaves the warm-up iteration out, as the capture's mean does), bytes being
 the request's (a pull request has none) or the response's (an ack has
@@ -49,9 +65,71 @@ def _fit(bytes_: np.ndarray, ns: np.ndarray) -> tuple[float, float]:
     return a, b
 
 
+def response_waits(log) -> list[dict[str, Any]]:
+    """Per response a worker's loop handled (an ``ack`` / ``apply`` row, or a replay's ``handle`` row, with the rpc
+    of a response's ``recv`` row on the same worker), in the order of the log: ``worker``, ``rpc``, ``iteration``, ``kind`` (``push_response`` /
+    ``pull_response``), ``arrival_ns`` (the recv row's end, t1), ``taken_ns`` (the handling row's start, w0),
+    ``wait_ns`` (w0 - t1, W_queue) and ``idle``: whether the response arrived at or after the end of the worker's
+    last compute or send row that ended before w0 (the loop was blocked waiting for it, so the wait is its wake-up),
+    else it reached a busy loop. All on the worker's own clock; every iteration (see :func:`wakeup_fit`)."""
+    from ..trace.coerce import as_columns
+
+    log = as_columns(log)
+    names = ("rank", "role", "iteration", "kind", "op", "rpc", "start_ns", "end_ns")
+    c = {k: np.asarray(log.column(k)) for k in names}
+    worker = c["role"] == "worker"
+    received = worker & (c["kind"] == "recv") & np.isin(c["op"], list(RESPONSES.values()))
+    arrival = {(int(r), int(p)): (str(o), int(e)) for r, p, o, e in
+               zip(c["rank"][received], c["rpc"][received], c["op"][received], c["end_ns"][received])}
+    loop = worker & np.isin(c["kind"], ["compute", "send"])
+    ends: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per worker: its loop rows' ends, sorted, and their rows
+    for rank in np.unique(c["rank"][loop]):
+        rows = np.flatnonzero(loop & (c["rank"] == rank))
+        order = np.argsort(c["end_ns"][rows], kind="stable")
+        ends[int(rank)] = (c["end_ns"][rows][order].astype(np.int64), rows[order])
+    out = []
+    # a capture's ack / apply rows, or a replay's handle rows (lower/client_cost.rs)
+    for i in np.flatnonzero(worker & (c["kind"] == "compute") & np.isin(c["op"], [*RESPONSES, "handle"])):
+        rank = int(c["rank"][i])
+        if (rank, int(c["rpc"][i])) not in arrival:
+            continue
+        kind, t1 = arrival[(rank, int(c["rpc"][i]))]
+        w0 = int(c["start_ns"][i])
+        e, which = ends[rank]
+        k = int(np.searchsorted(e, w0, side="right")) - 1  # the last row that ended by w0, other than this one
+        while k >= 0 and which[k] == i:
+            k -= 1
+        last = int(e[k]) if k >= 0 else None
+        out.append({"worker": rank, "rpc": int(c["rpc"][i]), "iteration": int(c["iteration"][i]), "kind": kind,
+                    "arrival_ns": t1, "taken_ns": w0, "wait_ns": max(0, w0 - t1), "idle": last is None or t1 >= last})
+    return out
+
+
+def wakeup_fit(log) -> Optional[dict[str, Any]]:
+    """The workers' loop wake-up from the responses of the counted iterations that reached an idle loop
+    (:func:`response_waits`): ``wakeup_ns`` (their mean wait, see the module docs), ``wakeup_median_ns``,
+    ``idle_responses`` and ``busy_responses`` (how many reached an idle and a busy loop); None when no counted
+    response was handled."""
+    from ..analyze.breakdown import warmup_iterations
+    from ..trace.coerce import as_columns
+
+    log = as_columns(log)
+    meta = getattr(log, "metadata", {}) or {}
+    c = {k: np.asarray(log.column(k)) for k in ("role", "iteration")}
+    iterations = np.unique(c["iteration"][(c["role"] == "worker") & (c["iteration"] >= 0)])
+    counted = set(int(i) for i in iterations[warmup_iterations(meta, len(iterations)):])
+    rows = [r for r in response_waits(log) if r["iteration"] in counted]
+    if not rows:
+        return None
+    idle = np.array([r["wait_ns"] for r in rows if r["idle"]], dtype=np.float64)
+    return {"wakeup_ns": float(idle.mean()) if len(idle) else 0.0,
+            "wakeup_median_ns": float(np.median(idle)) if len(idle) else 0.0,
+            "idle_responses": int(len(idle)), "busy_responses": int(len(rows) - len(idle))}
+
+
 def client_cost_metadata(log) -> Optional[dict[str, Any]]:
     """The ``client_cost`` metadata of a PS capture's event log (see the module docs): ``issue_ns``,
-    ``issue_ns_per_byte``, ``receive_ns``, ``receive_ns_per_byte``, ``per_kind`` (per request and response kind:
+    ``issue_ns_per_byte``, ``receive_ns``, ``receive_ns_per_byte``, the wake-up (:func:`wakeup_fit`'s fields), ``per_kind`` (per request and response kind:
     rows, mean ns, mean bytes) and ``iterations`` (those counted); None when the log has no worker request rows in
     its counted iterations."""
     from ..analyze.breakdown import warmup_iterations
@@ -90,7 +168,9 @@ def client_cost_metadata(log) -> Optional[dict[str, Any]]:
         if len(sel):
             per_kind[response] = {"rows": int(len(sel)), "mean_ns": float(took[sel].mean()),
                                   "mean_bytes": float(response_bytes[c["op"][handled] == handler].mean())}
+    wakeup = wakeup_fit(log) or {"wakeup_ns": 0.0, "wakeup_median_ns": 0.0, "idle_responses": 0, "busy_responses": 0}
     return {"issue_ns": issue[0], "issue_ns_per_byte": issue[1], "receive_ns": receive[0], "receive_ns_per_byte": receive[1],
-            "per_kind": per_kind, "iterations": [int(i) for i in counted],
+            **wakeup, "per_kind": per_kind, "iterations": [int(i) for i in counted],
             "model": "per request issued: issue_ns + issue_ns_per_byte x request bytes; per response handled: receive_ns + "
-                     "receive_ns_per_byte x response bytes (least squares over the workers' rows of the counted iterations)"}
+                     "receive_ns_per_byte x response bytes (least squares over the workers' rows of the counted iterations); "
+                     "per response that reached an idle loop, before its handling: wakeup_ns (the mean of those waits)"}

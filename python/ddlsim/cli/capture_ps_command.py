@@ -135,7 +135,8 @@ def _add_client_cost(log) -> None:
         return
     log.metadata["client_cost"] = cost
     err.print(f"  worker per-request cost: issue {cost['issue_ns'] / 1e3:.1f} us + {cost['issue_ns_per_byte']:.3g} ns/byte, "
-              f"handling {cost['receive_ns'] / 1e3:.1f} us + {cost['receive_ns_per_byte']:.3g} ns/byte", highlight=False)
+              f"handling {cost['receive_ns'] / 1e3:.1f} us + {cost['receive_ns_per_byte']:.3g} ns/byte, wake-up "
+              f"{cost['wakeup_ns'] / 1e3:.1f} us ({cost['idle_responses']} responses reached an idle loop)", highlight=False)
 
 
 def _print_breakdown(log) -> None:

@@ -180,7 +180,7 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
         client = strategy.client_cost  # the workers' own cost (lower/client_cost.rs): an issue op per push and pull
         if parse_duration_ns(client.issue) or client.issue_ns_per_byte:  # request, a handle op per ack and pull
             serves += pieces * 2 * n                                       # response
-        if parse_duration_ns(client.receive) or client.receive_ns_per_byte:
+        if parse_duration_ns(client.receive) or client.receive_ns_per_byte or parse_duration_ns(client.wakeup):
             serves += pieces * 2 * n
         sync_ops += serves
         transfers = pieces * 4 * n

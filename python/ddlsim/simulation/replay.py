@@ -113,12 +113,23 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
             client, origin_of = (settings.get("strategy") or {}).pop("client_cost", None), "measured by the capture"
             if client is None and meta.get("job") == "ps" and "client_cost" not in meta:
                 client, origin_of = _client_cost_from_rows(rows), "measured from the capture's rows (made before captures recorded it)"
+            wakeup_of = origin_of
+            if (client is not None and meta.get("job") == "ps" and isinstance(meta.get("client_cost"), dict)
+                    and "wakeup_ns" not in meta["client_cost"]):
+                woken = _wakeup_from_rows(rows)  # a capture made before the wake-up was recorded
+                if woken is not None:
+                    client = {**client, "wakeup": woken}
+                wakeup_of = "measured from the capture's rows (made before captures recorded it)"
             if client is not None and overrides.get("overheads") is not False and "client_cost" not in overrides:
                 settings["strategy"]["client_cost"] = client
                 notes.append(f"replay: the workers' own per-request cost, {origin_of}: each request issued holds its "
                              f"worker {client['issue']} + {client['issue_ns_per_byte']:.4g} ns/byte, each response "
                              f"handled {client['receive']} + {client['receive_ns_per_byte']:.4g} ns/byte, one after "
                              "another on the worker; --no-overheads leaves it out")
+                if client.get("wakeup"):
+                    notes.append(f"replay: the workers' wake-up, {wakeup_of}: a response that reaches a worker whose "
+                                 f"training thread is idle is taken {client['wakeup']} after it arrives (the mean wait "
+                                 "of the counted responses that reached an idle loop); --no-overheads leaves it out")
             update = _server_update_from_rows(rows) if meta.get("job") == "ps" else None
             if update is not None and overrides.get("overheads") is not False and "server_cost" not in overrides:
                 settings["strategy"]["server_cost"] = {**(settings["strategy"].get("server_cost") or {}), **update}
@@ -626,8 +637,12 @@ def captured_client_cost(fit: Any) -> Optional[dict[str, Any]]:
         return None
     if not all(0 <= float(fit[k]) < 1e9 for k in keys):
         return None
-    return {"issue": f"{round(fit['issue_ns'])}ns", "issue_ns_per_byte": float(fit["issue_ns_per_byte"]),
-            "receive": f"{round(fit['receive_ns'])}ns", "receive_ns_per_byte": float(fit["receive_ns_per_byte"])}
+    out = {"issue": f"{round(fit['issue_ns'])}ns", "issue_ns_per_byte": float(fit["issue_ns_per_byte"]),
+           "receive": f"{round(fit['receive_ns'])}ns", "receive_ns_per_byte": float(fit["receive_ns_per_byte"])}
+    wakeup = fit.get("wakeup_ns")  # absent in a capture made before it was measured (replay fits it from the rows)
+    if isinstance(wakeup, (int, float)) and not isinstance(wakeup, bool) and 0 < float(wakeup) < 1e9:
+        out["wakeup"] = f"{round(wakeup)}ns"
+    return out
 
 
 def _server_update_from_rows(rows: Callable[[], Any]) -> Optional[dict[str, Any]]:
@@ -639,6 +654,17 @@ def _server_update_from_rows(rows: Callable[[], Any]) -> Optional[dict[str, Any]
     if fit is None or not (fit["update_ns"] > 0 or fit["update_ns_per_byte"] > 0):
         return None
     return {"update": f"{round(fit['update_ns'])}ns", "update_ns_per_byte": float(fit["update_ns_per_byte"])}
+
+
+def _wakeup_from_rows(rows: Callable[[], Any]) -> Optional[str]:
+    """A PS capture's workers' wake-up (``strategy.client_cost.wakeup``) fitted from its rows
+    (:func:`ddlsim.capture.ps_client_cost.wakeup_fit`); None where no counted response reached an idle loop."""
+    from ..capture.ps_client_cost import wakeup_fit
+
+    fit = wakeup_fit(rows())
+    if fit is None or not 0 < fit["wakeup_ns"] < 1e9:
+        return None
+    return f"{round(fit['wakeup_ns'])}ns"
 
 
 def _client_cost_from_rows(rows: Callable[[], Any]) -> Optional[dict[str, Any]]:

@@ -33,7 +33,7 @@ The strategy is a tagged section::
     distribution = "immediate"   # "immediate" | "round-robin" | "block" (one send at a time per server)
     asynchronous = false         # no cross-worker barrier; staleness = s bounds how far ahead
     server_cost = {a = "0s", b = "0s"}   # per-request server cost a + b x workers, requests queue FIFO per server
-    client_cost = {issue = "0s", receive = "0s"}   # worker's own cost per request issued / response handled (+ _ns_per_byte)
+    client_cost = {issue = "0s", receive = "0s"}   # worker's own cost per request issued / response handled (+ _ns_per_byte, wakeup)
     in_network = "none"          # "none" | "multicast" | "aggregation" | "multiagg" (switch aggregation + multicast)
     switch_memory = "10MB"       # aggregation memory of the switch (omit: unlimited)
     stream_policy = "fifo"
@@ -972,20 +972,25 @@ class ClientCost(_Strict):
     """The parameter-server workers' own per-request cost (docs/parameter-server.md): each request a worker
     sends holds its training thread (its compute stream) ``issue + issue_ns_per_byte x request bytes`` before it
     goes on the wire, and each response it receives holds it ``receive + receive_ns_per_byte x response bytes``
-    before what follows it; one op at a time, first come, first served. All 0 (default): none."""
+    before what follows it; one op at a time, first come, first served. A response that reaches a worker whose
+    thread is idle (waiting for it) is taken ``wakeup`` later: the thread's wake-up. All 0 (default): none."""
 
     issue: Duration = "0s"
     issue_ns_per_byte: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False)
     receive: Duration = "0s"
     receive_ns_per_byte: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False)
+    wakeup: Duration = "0s"
 
     def is_zero(self) -> bool:
         return not (parse_duration_ns(self.issue) or parse_duration_ns(self.receive) or self.issue_ns_per_byte
-                    or self.receive_ns_per_byte)
+                    or self.receive_ns_per_byte or parse_duration_ns(self.wakeup))
 
     def engine(self) -> dict[str, Any]:
-        return {"issue_ns": parse_duration_ns(self.issue), "issue_ns_per_byte": float(self.issue_ns_per_byte),
-                "receive_ns": parse_duration_ns(self.receive), "receive_ns_per_byte": float(self.receive_ns_per_byte)}
+        out = {"issue_ns": parse_duration_ns(self.issue), "issue_ns_per_byte": float(self.issue_ns_per_byte),
+               "receive_ns": parse_duration_ns(self.receive), "receive_ns_per_byte": float(self.receive_ns_per_byte)}
+        if parse_duration_ns(self.wakeup):  # absent: the spec of before, unchanged
+            out["wakeup_ns"] = parse_duration_ns(self.wakeup)
+        return out
 
 
 class PSStrategy(_StrategyBase):

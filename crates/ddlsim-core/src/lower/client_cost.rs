@@ -18,6 +18,16 @@
 //! and responses that find it busy wait in the order they became ready, so
 //! W requests ready at t0 on an idle thread leave at t0 + k c (k = 1..W).
 //!
+//! A response that reaches a worker whose training thread is idle (blocked
+//! waiting for it: nothing running on the compute stream) is taken
+//! `wakeup_ns` later: the loop's wake-up (the RPC thread's callback queues
+//! the response; the training thread must be scheduled and take the GIL).
+//! Its `handle` row starts then, holding the thread from the arrival on
+//! ([`Graph::wakeups`]). A response that finds the thread busy waits its turn
+//! as before, with no wake-up: a response arriving at an idle worker at t is
+//! handled from t + w, one arriving while the thread is busy until b > t from
+//! b. A wake-up without a receive cost adds a `handle` row of 0 ns.
+//!
 //! A zero cost (the default) adds no stream and no op: the graph, and so
 //! every output, is the one built without this part. Measured by
 //! `ddlsim capture ps` (`client_cost` in its metadata).
@@ -38,6 +48,9 @@ pub struct ClientCost {
     pub receive_ns: u64,
     #[serde(default)]
     pub receive_ns_per_byte: f64,
+    /// The wake-up of an idle worker's training thread before it takes a response (see the module docs).
+    #[serde(default)]
+    pub wakeup_ns: u64,
 }
 
 fn per_byte(ns: u64, per_byte: f64, bytes: u64) -> u64 {
@@ -53,8 +66,9 @@ impl ClientCost {
         self.issue_ns > 0 || self.issue_ns_per_byte > 0.0
     }
 
+    /// Whether a response gets a `handle` row: a receive cost or a wake-up.
     fn receives(&self) -> bool {
-        self.receive_ns > 0 || self.receive_ns_per_byte > 0.0
+        self.receive_ns > 0 || self.receive_ns_per_byte > 0.0 || self.wakeup_ns > 0
     }
 
     /// The time issuing a request of `bytes` holds the worker.
@@ -109,10 +123,10 @@ impl RequestIssuers {
         Some(RequestIssuers { streams: compute_streams.to_vec(), issue: g.op_name("issue"), handle: g.op_name("handle"), cost })
     }
 
-    fn row(&self, g: &mut Graph, mut op: Op, duration: u64, after: u32) -> u32 {
+    fn row(&self, g: &mut Graph, mut op: Op, duration: u64, after: u32, wakeup: u64) -> u32 {
         op.stream = self.streams[op.rank as usize];
         op.duration = duration;
-        g.add(op, &[after])
+        g.add_woken(op, &[after], wakeup)
     }
 
     /// Worker `worker` issues a request of `bytes` once `after` is done: its `issue` row (`tag` fills the
@@ -124,11 +138,12 @@ impl RequestIssuers {
             return after;
         }
         let op = tag(Op::new(Kind::Compute, self.issue, worker));
-        self.row(g, op, self.cost.issue_ns_for(bytes), after)
+        self.row(g, op, self.cost.issue_ns_for(bytes), after, 0)
     }
 
     /// The worker that response transfer `arrived` goes to handles it: a `handle` row with the response's
-    /// fields, which what follows the response waits for; `arrived` itself without a receive cost.
+    /// fields, which what follows the response waits for, woken `wakeup_ns` after the arrival where the worker's
+    /// thread is idle; `arrived` itself without a receive cost or wake-up.
     pub fn receive(&self, g: &mut Graph, arrived: u32) -> u32 {
         if !self.cost.receives() {
             return arrived;
@@ -139,6 +154,6 @@ impl RequestIssuers {
             response.iteration, response.layer, response.tensor, response.group, response.priority, response.band, response.tenant, response.rpc,
         );
         let duration = self.cost.receive_ns_for(response.bytes);
-        self.row(g, op, duration, arrived)
+        self.row(g, op, duration, arrived, self.cost.wakeup_ns)
     }
 }

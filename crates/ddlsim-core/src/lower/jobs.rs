@@ -163,6 +163,7 @@ fn append(dst: &mut Graph, src: &Graph, rank_offset: u32, rpc_offset: i64, start
     for f in &src.fans {
         dst.fans.push(FanSpec { kind: f.kind, ops: f.ops.iter().map(|&o| o + op_base).collect() });
     }
+    dst.wakeups.extend(src.wakeups.iter().map(|&(op, w)| (op + op_base, w)));
     Ok(())
 }
 
