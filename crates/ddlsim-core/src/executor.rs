@@ -956,7 +956,6 @@ impl<'g> Executor<'g> {
     }
 }
 
-/// CSR of each collective's member ops, in member order.
 /// Each op's wake-up (see [`Graph::wakeups`]), by op id; empty when the graph has none.
 fn wakeups(graph: &Graph) -> Vec<Time> {
     if graph.wakeups.is_empty() {
@@ -969,6 +968,7 @@ fn wakeups(graph: &Graph) -> Vec<Time> {
     out
 }
 
+/// CSR of each collective's member ops, in member order.
 fn collective_members(graph: &Graph) -> (Vec<u32>, Vec<u32>) {
     let mut offsets = vec![0u32; graph.collectives.len() + 1];
     for (c, spec) in graph.collectives.iter().enumerate() {
