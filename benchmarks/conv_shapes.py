@@ -10,6 +10,9 @@ generic convolution shapes, per precision (docs/compute-model.md,
     PYTHONPATH=python python benchmarks/conv_shapes.py --extra --out extra.json      # 1x1, odd channel counts, ~20 s
     python benchmarks/conv_shapes.py --table conv.json extra.json --out python/ddlsim/data/kernels/conv_classes_h100.json
     python benchmarks/conv_shapes.py --table norm.json --out python/ddlsim/data/kernels/norm_classes_h100.json
+    PYTHONPATH=python python benchmarks/conv_shapes.py --linear --budget-s 55 --out linear.json  # GEMMs, ~40 s
+    python benchmarks/conv_shapes.py --table linear.json --out python/ddlsim/data/kernels/linear_classes_h100.json
+    python benchmarks/conv_shapes.py --linear --dry-run --out /dev/null                # list the shapes, no torch
 
 The grid: shape classes by kernel and stride (1x1, 1x1 stride 2, 3x3, 3x3
 stride 2, 5x5, 1x7 / 7x1, 1x3 / 3x1, and stems with 3 input channels: 3x3,
@@ -35,8 +38,14 @@ whole class. The JSON is rewritten after every shape (atomically).
 grid's in one table. ``--norm``: BatchNorm2d in training mode (the cuDNN
 kernels nn.BatchNorm2d runs), forward and backward alone, 16 to 2048
 channels, 1 to 149 pixels, batch 32 and 128, fp32 and fp16 inputs; the
-effective bandwidth with the roofline's byte accounting. ``--table`` turns
-runs into the data files ddlsim.workload.roofline reads (no torch needed).
+effective bandwidth with the roofline's byte accounting. ``--linear``: GEMMs
+as a Linear layer runs them (cuBLAS): forward ``addmm(bias, x, W^T)``, input
+gradient ``dy @ W``, weight gradient ``x^T @ dy``, over a generic grid of
+M (rows: 8 to 4096) and K, N (features: 256 to 27552, log-spaced by 2^0.75,
+rounded to multiples of 8, so mostly not powers of two), up to 2^38 FLOPs a
+call; FLOPs 2 M K N per direction. ``--table`` turns runs into the data
+files ddlsim.workload.roofline reads (no torch needed); ``--dry-run`` lists
+a grid's shapes without measuring.
 """
 from __future__ import annotations
 
@@ -152,6 +161,23 @@ def norm_grid(quick: bool = False) -> list[dict]:
     return out
 
 
+LINEAR_ROWS = (8, 32, 128, 512, 2048, 4096)
+# K and N: 256 x 2^(0.75 i), i = 0..9, rounded to multiples of 8: 256, 432, 728, ..., 16384, 27552
+LINEAR_FEATURES = tuple(sorted({round(256 * 2 ** (0.75 * i) / 8) * 8 for i in range(10)}))
+MAX_LINEAR_FLOPS = 2 ** 38  # per call: ~5 ms in fp32
+
+
+def linear_grid(quick: bool = False) -> list[dict]:
+    """GEMM shapes (m rows, k input and n output features), in run order: by FLOPs, smallest first, so that an early
+    stop loses the largest shapes."""
+    if quick:
+        return [{"m": m, "k": k, "n": n} for m, k, n in ((4, 24, 16), (8, 40, 24))]
+    out = [{"m": m, "k": k, "n": n} for m in LINEAR_ROWS for k in LINEAR_FEATURES for n in LINEAR_FEATURES
+           if 2 * m * k * n <= MAX_LINEAR_FLOPS]
+    out.sort(key=lambda s: (s["m"] * s["k"] * s["n"], s["m"], s["k"]))
+    return out
+
+
 def flops(s: dict) -> int:
     h_out = out_size(s["hw"], s["kh"], s["stride"], s["pad_h"])
     w_out = out_size(s["hw"], s["kw"], s["stride"], s["pad_w"])
@@ -163,6 +189,22 @@ TABLE_COLUMNS = ["class", "kh", "kw", "stride", "c_in", "c_out", "hw", "batch", 
 
 
 NORM_TABLE_COLUMNS = ["channels", "hw", "batch", "precision", "fwd_gbps", "bwd_gbps"]
+
+
+LINEAR_TABLE_COLUMNS = ["m", "k", "n", "precision", "fwd_tflops", "dgrad_tflops", "wgrad_tflops"]
+
+
+def to_linear_table(doc: dict, source: str) -> dict:
+    """The roofline's GEMM table (python/ddlsim/data/kernels/linear_classes_<device>.json) from a ``--linear`` run's
+    JSON: one row per measured point (points with an error or without any rate left out), rates to 5 significant
+    digits."""
+    rows = [[p["m"], p["k"], p["n"], p["precision"]] + [float(f'{p[f"{d}_tflops"]:.5g}') if p.get(f"{d}_tflops")
+                                                       else None for d in DIRECTIONS]
+            for p in doc["points"] if "error" not in p and any(p.get(f"{d}_tflops") for d in DIRECTIONS)]
+    return {"generator": "benchmarks/conv_shapes.py --linear, --table", "source": source, "device": doc.get("device"),
+            "torch": doc.get("torch"), "cudnn": doc.get("cudnn"), "stopped_early": doc.get("stopped_early"),
+            "units": "TFLOP/s (1e12 FLOP/s) per direction; FLOPs = 2 x M x K x N (fwd: addmm with a bias; dgrad: "
+                     "dy @ W; wgrad: x^T @ dy)", "columns": LINEAR_TABLE_COLUMNS, "points": rows}
 
 
 def to_norm_table(doc: dict, source: str) -> dict:
@@ -207,12 +249,14 @@ def write_table(raws: list[Path], out: Path, source: str) -> int:
             raw = more
             other = json.loads(more.read_text())
             if other.get("kind") != doc.get("kind"):
-                raise ValueError("a run of another kind (convolution and --norm runs make separate tables)")
+                raise ValueError("a run of another kind (convolution, --norm and --linear runs make separate "
+                                 "tables)")
             doc["points"] = doc["points"] + other["points"]
             doc["stopped_early"] = bool(doc.get("stopped_early")) or bool(other.get("stopped_early"))
         raw = raws[0] if len(raws) == 1 else raw
         src = source or f"benchmarks/conv_shapes.py on {doc.get('device')}, torch {doc.get('torch')}"
-        table = to_norm_table(doc, src) if doc.get("kind") == "batchnorm" else to_table(doc, src)
+        convert = {"batchnorm": to_norm_table, "linear": to_linear_table}.get(doc.get("kind"), to_table)
+        table = convert(doc, src)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         print(f"error: --table {raw}: not a benchmarks/conv_shapes.py result ({type(exc).__name__}: {exc}); "
               f"name the JSON a run wrote", file=sys.stderr)
@@ -251,15 +295,33 @@ def main(argv=None) -> int:
     ap.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
     ap.add_argument("--norm", action="store_true",
                     help="the BatchNorm2d grid instead (training mode, forward and backward bandwidth, fp32/fp16)")
+    ap.add_argument("--linear", action="store_true",
+                    help="the GEMM grid instead (a Linear layer's forward, input and weight gradients, by M, K, N)")
+    ap.add_argument("--dry-run", action="store_true", help="list the grid's shapes (one JSON line each) and stop")
     args = ap.parse_args(argv)
+    if sum((args.norm, args.linear, args.extra)) > 1:
+        print("error: --norm, --linear and --extra name different grids; give one of them", file=sys.stderr)
+        return 2
     if args.table is not None:
         return write_table(args.table, args.out, args.source)
+    if args.dry_run:
+        shapes = (norm_grid(args.quick) if args.norm else linear_grid(args.quick) if args.linear
+                  else grid(args.quick, args.extra))
+        for sh in shapes:
+            print(json.dumps(sh, sort_keys=True))
+        print(f"{len(shapes)} shapes x {len(NORM_PRECISIONS if args.norm else args.precisions)} precisions",
+              file=sys.stderr)
+        return 0
     if args.out.exists() and not args.out.is_file():
         print(f"error: --out {args.out} exists and is not a regular file; name a file", file=sys.stderr)
         return 2
 
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        print("error: measuring needs torch, which this Python cannot import; run it with the Python that has "
+              "torch (--table and --dry-run need none)", file=sys.stderr)
+        return 2
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
         print("error: --device cuda but torch sees no GPU; use --device cpu --quick for a smoke test", file=sys.stderr)
@@ -309,6 +371,8 @@ def main(argv=None) -> int:
 
     if args.norm:
         return run_norm(args, torch, dev, cuda, doc, write, time_ms, t_start)
+    if args.linear:
+        return run_linear(args, torch, dev, cuda, doc, write, time_ms, t_start)
     conv = torch.ops.aten.convolution.default
     conv_bwd = torch.ops.aten.convolution_backward.default
     for s in shapes:
@@ -397,6 +461,48 @@ def run_norm(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
     write()
     print(f"wrote {args.out}: {len(doc['points'])} BatchNorm points, {doc['shapes_done']} of {len(shapes)} shapes "
           f"in {doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}", file=sys.stderr)
+    return 0
+
+
+def run_linear(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
+    """The GEMM grid: per shape and precision, the three matmuls of a Linear layer with a bias, as autograd issues
+    them (fp32 with TF32 off, tf32 with it on, fp16 on half tensors: the kernels autocast runs, without its casts)."""
+    shapes = linear_grid(args.quick)
+    doc.update(kind="linear", shapes_planned=len(shapes),
+               units="ms per call (median of repeats, CUDA events); tflops = 2 m k n / ms / 1e9")
+    for s in shapes:
+        if time.monotonic() - t_start > args.budget_s:
+            doc["stopped_early"] = True
+            break
+        f = 2 * s["m"] * s["k"] * s["n"]
+        for prec in args.precisions:
+            row = dict(s, precision=prec, flops=f)
+            try:
+                if cuda:
+                    torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
+                dtype = torch.float16 if prec == "fp16" else torch.float32
+                x = torch.randn(s["m"], s["k"], device=dev, dtype=dtype)
+                w = torch.randn(s["n"], s["k"], device=dev, dtype=dtype) * 0.01
+                b = torch.randn(s["n"], device=dev, dtype=dtype)
+                dy = torch.randn(s["m"], s["n"], device=dev, dtype=dtype)
+                with torch.no_grad():
+                    calls = {"fwd": lambda: torch.addmm(b, x, w.t()), "dgrad": lambda: torch.mm(dy, w),
+                             "wgrad": lambda: torch.mm(x.t(), dy)}
+                    for d in DIRECTIONS:
+                        ms = time_ms(calls[d])
+                        row[f"{d}_ms"] = ms
+                        row[f"{d}_tflops"] = f / ms / 1e9 if ms > 0 else None
+                del x, w, b, dy
+            except Exception as exc:  # noqa: BLE001 -- a shape that fails is recorded, the others still run
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            doc["points"].append(row)
+        write()
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+    doc["shapes_done"] = len({(p["m"], p["k"], p["n"]) for p in doc["points"]})
+    write()
+    print(f"wrote {args.out}: {len(doc['points'])} GEMM points, {doc['shapes_done']} of {len(shapes)} shapes in "
+          f"{doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}", file=sys.stderr)
     return 0
 
 
