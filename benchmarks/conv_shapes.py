@@ -178,6 +178,51 @@ def linear_grid(quick: bool = False) -> list[dict]:
     return out
 
 
+# element-wise, pooling and concatenation kernels, by the aten names of the kernel tables; pooling by its stride
+POINTWISE_OPS = ("relu_", "threshold_backward", "add", "add_", "mul", "div_", "bernoulli_", "cat",
+                 "max_pool2d_with_indices/s2", "max_pool2d_with_indices_backward/s2",
+                 "max_pool2d_with_indices/s1", "max_pool2d_with_indices_backward/s1",
+                 "avg_pool2d/s1", "avg_pool2d_backward/s1")
+POINTWISE_PRECISIONS = ("fp32", "fp16")  # tf32 changes none of these kernels
+MAX_POINTWISE_ELEMENTS_PER_SAMPLE = 3_300_000  # VGG-16's largest activation: 64 x 224 x 224
+
+
+def pointwise_grid(quick: bool = False) -> list[dict]:
+    """Activation shapes (channels, hw, batch) for the element-wise / pooling grid, in run order: smallest tensors
+    first. Spatial sizes from 7 to 224 (odd ones as Inception has them), channel counts 64 to 1024, batch 32 and
+    128, up to the zoo's largest activation."""
+    if quick:
+        return [{"channels": 8, "hw": 8, "batch": 2}, {"channels": 16, "hw": 6, "batch": 2}]
+    out = [{"channels": c, "hw": hw, "batch": b} for hw in (7, 17, 35, 56, 112, 224) for c in (64, 192, 512, 1024)
+           for b in (32, 128) if c * hw * hw <= MAX_POINTWISE_ELEMENTS_PER_SAMPLE]
+    out.sort(key=lambda s: (s["channels"] * s["hw"] ** 2 * s["batch"], s["hw"]))
+    return out
+
+
+def pool_out(hw: int, k: int, stride: int, pad: int) -> int:
+    return out_size(hw, k, stride, pad)
+
+
+def pointwise_counts(op: str, n_in: int, n_out: int) -> tuple[int, int, int]:
+    """(floating elements read, written, integer bytes) of `op` on an input of n_in elements (a pooling: output
+    n_out), with the kernel tables' accounting (tools/gen_kernel_table.py: every floating tensor argument read,
+    every output written, integer tensors such as pooling indices as bytes)."""
+    base = op.split("/")[0]
+    if base in ("relu_", "div_", "bernoulli_", "cat"):
+        return n_in, n_in, 0
+    if base in ("threshold_backward", "add", "add_", "mul"):
+        return 2 * n_in, n_in, 0
+    if base == "max_pool2d_with_indices":
+        return n_in, n_out, 8 * n_out
+    if base == "max_pool2d_with_indices_backward":
+        return n_in + n_out, n_in, 8 * n_out
+    if base == "avg_pool2d":
+        return n_in, n_out, 0
+    if base == "avg_pool2d_backward":
+        return n_in + n_out, n_in, 0
+    raise ValueError(f"unknown pointwise op {op}")
+
+
 def flops(s: dict) -> int:
     h_out = out_size(s["hw"], s["kh"], s["stride"], s["pad_h"])
     w_out = out_size(s["hw"], s["kw"], s["stride"], s["pad_w"])
@@ -189,6 +234,22 @@ TABLE_COLUMNS = ["class", "kh", "kw", "stride", "c_in", "c_out", "hw", "batch", 
 
 
 NORM_TABLE_COLUMNS = ["channels", "hw", "batch", "precision", "fwd_gbps", "bwd_gbps"]
+
+
+POINTWISE_TABLE_COLUMNS = ["op", "channels", "hw", "batch", "precision", "bytes", "gbps"]
+
+
+def to_pointwise_table(doc: dict, source: str) -> dict:
+    """The roofline's element-wise / pooling table (python/ddlsim/data/kernels/pointwise_h100.json) from a
+    ``--pointwise`` run's JSON: one row per measured point and op, bandwidths to 5 significant digits."""
+    rows = [[p["op"], p["channels"], p["hw"], p["batch"], p["precision"], p["bytes"], float(f"{p['gbps']:.5g}")]
+            for p in doc["points"] if "error" not in p and p.get("gbps")]
+    return {"generator": "benchmarks/conv_shapes.py --pointwise, --table", "source": source,
+            "device": doc.get("device"), "torch": doc.get("torch"), "cudnn": doc.get("cudnn"),
+            "stopped_early": doc.get("stopped_early"),
+            "units": "GB/s (1e9 bytes/s) with the kernel tables' byte accounting (floating elements read and "
+                     "written x the element size, plus integer bytes); bytes per call",
+            "columns": POINTWISE_TABLE_COLUMNS, "points": rows}
 
 
 LINEAR_TABLE_COLUMNS = ["m", "k", "n", "precision", "fwd_tflops", "dgrad_tflops", "wgrad_tflops"]
@@ -255,7 +316,8 @@ def write_table(raws: list[Path], out: Path, source: str) -> int:
             doc["stopped_early"] = bool(doc.get("stopped_early")) or bool(other.get("stopped_early"))
         raw = raws[0] if len(raws) == 1 else raw
         src = source or f"benchmarks/conv_shapes.py on {doc.get('device')}, torch {doc.get('torch')}"
-        convert = {"batchnorm": to_norm_table, "linear": to_linear_table}.get(doc.get("kind"), to_table)
+        convert = {"batchnorm": to_norm_table, "linear": to_linear_table,
+                   "pointwise": to_pointwise_table}.get(doc.get("kind"), to_table)
         table = convert(doc, src)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         print(f"error: --table {raw}: not a benchmarks/conv_shapes.py result ({type(exc).__name__}: {exc}); "
@@ -297,20 +359,24 @@ def main(argv=None) -> int:
                     help="the BatchNorm2d grid instead (training mode, forward and backward bandwidth, fp32/fp16)")
     ap.add_argument("--linear", action="store_true",
                     help="the GEMM grid instead (a Linear layer's forward, input and weight gradients, by M, K, N)")
+    ap.add_argument("--pointwise", action="store_true",
+                    help="the element-wise / pooling / concatenation grid instead (bandwidth by op and tensor size)")
     ap.add_argument("--dry-run", action="store_true", help="list the grid's shapes (one JSON line each) and stop")
     args = ap.parse_args(argv)
-    if sum((args.norm, args.linear, args.extra)) > 1:
-        print("error: --norm, --linear and --extra name different grids; give one of them", file=sys.stderr)
+    if sum((args.norm, args.linear, args.extra, args.pointwise)) > 1:
+        print("error: --norm, --linear, --pointwise and --extra name different grids; give one of them",
+              file=sys.stderr)
         return 2
     if args.table is not None:
         return write_table(args.table, args.out, args.source)
     if args.dry_run:
         shapes = (norm_grid(args.quick) if args.norm else linear_grid(args.quick) if args.linear
-                  else grid(args.quick, args.extra))
+                  else pointwise_grid(args.quick) if args.pointwise else grid(args.quick, args.extra))
         for sh in shapes:
             print(json.dumps(sh, sort_keys=True))
-        print(f"{len(shapes)} shapes x {len(NORM_PRECISIONS if args.norm else args.precisions)} precisions",
-              file=sys.stderr)
+        precs = NORM_PRECISIONS if args.norm else POINTWISE_PRECISIONS if args.pointwise else args.precisions
+        print(f"{len(shapes)} shapes x {len(precs)} precisions" + (f" x {len(POINTWISE_OPS)} ops" if args.pointwise
+                                                                   else ""), file=sys.stderr)
         return 0
     if args.out.exists() and not args.out.is_file():
         print(f"error: --out {args.out} exists and is not a regular file; name a file", file=sys.stderr)
@@ -373,6 +439,8 @@ def main(argv=None) -> int:
         return run_norm(args, torch, dev, cuda, doc, write, time_ms, t_start)
     if args.linear:
         return run_linear(args, torch, dev, cuda, doc, write, time_ms, t_start)
+    if args.pointwise:
+        return run_pointwise(args, torch, dev, cuda, doc, write, time_ms, t_start)
     conv = torch.ops.aten.convolution.default
     conv_bwd = torch.ops.aten.convolution_backward.default
     for s in shapes:
@@ -503,6 +571,77 @@ def run_linear(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
     write()
     print(f"wrote {args.out}: {len(doc['points'])} GEMM points, {doc['shapes_done']} of {len(shapes)} shapes in "
           f"{doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}", file=sys.stderr)
+    return 0
+
+
+def run_pointwise(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
+    """The element-wise grid: per activation shape and precision, each of POINTWISE_OPS as the zoo's layers issue it
+    (NCHW tensors; pooling 3x3 with padding 1, stride 2 and 1, and 2x2 stride 2 as a second stride-2 point; the
+    concatenation of four equal channel slices; the backward kernels called alone on kept inputs); the bandwidth
+    with the kernel tables' byte accounting (pointwise_counts)."""
+    import torch.nn.functional as F
+
+    aten = torch.ops.aten
+    shapes = pointwise_grid(args.quick)
+    doc.update(kind="pointwise", shapes_planned=len(shapes),
+               units="ms per call (median of repeats, CUDA events); gbps = bytes / ms / 1e6")
+    for s in shapes:
+        if time.monotonic() - t_start > args.budget_s:
+            doc["stopped_early"] = True
+            break
+        for prec in POINTWISE_PRECISIONS:
+            dtype = torch.float16 if prec == "fp16" else torch.float32
+            size = 2 if prec == "fp16" else 4
+            shape = (s["batch"], s["channels"], s["hw"], s["hw"])
+            try:
+                x = torch.randn(shape, device=dev, dtype=dtype)
+                y = torch.randn(shape, device=dev, dtype=dtype)
+                parts = list(torch.randn(shape, device=dev, dtype=dtype).chunk(4, dim=1))
+                parts = [t.contiguous() for t in parts]
+                pools = {}
+                for name, k, st, pad in (("s2", 3, 2, 1), ("s2k2", 2, 2, 0), ("s1", 3, 1, 1)):
+                    out, idx = aten.max_pool2d_with_indices(x, [k, k], [st, st], [pad, pad])
+                    pools[name] = (k, st, pad, out, idx, torch.randn_like(out))
+                avg = F.avg_pool2d(x, 3, 1, 1)
+                davg = torch.randn_like(avg)
+                calls = {
+                    "relu_": (lambda: x.relu_(), x.numel()),
+                    "threshold_backward": (lambda: aten.threshold_backward(y, x, 0), x.numel()),
+                    "add": (lambda: x + y, x.numel()),
+                    "add_": (lambda: x.add_(y), x.numel()),
+                    "mul": (lambda: x * y, x.numel()),
+                    "div_": (lambda: x.div_(1.0), x.numel()),
+                    "bernoulli_": (lambda: y.bernoulli_(0.5), x.numel()),
+                    "cat": (lambda: torch.cat(parts, 1), x.numel()),
+                    "avg_pool2d/s1": (lambda: F.avg_pool2d(x, 3, 1, 1), x.numel()),
+                    "avg_pool2d_backward/s1": (lambda: aten.avg_pool2d_backward(davg, x, [3, 3], [1, 1], [1, 1],
+                                                                                False, True, None), x.numel()),
+                }
+                for name, (k, st, pad, out, idx, dout) in pools.items():
+                    cls = "s2" if st == 2 else "s1"
+                    calls[f"max_pool2d_with_indices/{cls}" + ("" if name != "s2k2" else "#k2")] = (
+                        lambda k=k, st=st, pad=pad: aten.max_pool2d_with_indices(x, [k, k], [st, st], [pad, pad]),
+                        out.numel())
+                    calls[f"max_pool2d_with_indices_backward/{cls}" + ("" if name != "s2k2" else "#k2")] = (
+                        lambda k=k, st=st, pad=pad, idx=idx, dout=dout: aten.max_pool2d_with_indices_backward(
+                            dout, x, [k, k], [st, st], [pad, pad], [1, 1], False, idx), out.numel())
+                with torch.no_grad():
+                    for key, (fn, n_out) in calls.items():
+                        op = key.split("#")[0]
+                        r, w, other = pointwise_counts(op, x.numel(), n_out)
+                        nbytes = (r + w) * size + other
+                        ms = time_ms(fn)
+                        doc["points"].append(dict(s, op=op, variant=key, precision=prec, bytes=nbytes, ms=ms,
+                                                  gbps=nbytes / ms / 1e6 if ms > 0 else None))
+                del x, y, parts, pools, avg, davg
+            except Exception as exc:  # noqa: BLE001 -- a shape that fails is recorded, the others still run
+                doc["points"].append(dict(s, precision=prec, error=f"{type(exc).__name__}: {exc}"[:300]))
+        write()
+    doc["shapes_done"] = len({(p["channels"], p["hw"], p["batch"]) for p in doc["points"]})
+    write()
+    print(f"wrote {args.out}: {len(doc['points'])} element-wise points, {doc['shapes_done']} of {len(shapes)} "
+          f"shapes in {doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}",
+          file=sys.stderr)
     return 0
 
 

@@ -320,6 +320,62 @@ class LinearTable:
         return idw_log2(pts, (math.log2(m), math.log2(k), math.log2(n)), direction)
 
 
+# element-wise, pooling and concatenation kernels the device's pointwise table may have (benchmarks/conv_shapes.py
+# --pointwise), by their kernel-table names; a pooling's class also has its stride (1 or 2, from its counts)
+POINTWISE_OPS = ("relu_", "threshold_backward", "add", "add_", "mul", "div_", "bernoulli_", "cat")
+POOL_OPS = ("max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward")
+
+
+def pointwise_class(kernel: Kernel) -> str | None:
+    """The pointwise table's class of a kernel: its op for an element-wise one or a concatenation; for a pooling,
+    its op and "/s1" or "/s2": stride 1 when the output has more than half the input's elements (a forward reads
+    the input, n_in per sample, and writes the output, n_out; a backward reads both and writes the input's
+    gradient, n_in); None for any other kernel."""
+    if kernel.flops != (0, 0) or not kernel.write[1]:
+        return None
+    if kernel.op in POINTWISE_OPS:
+        return kernel.op
+    if kernel.op not in POOL_OPS:
+        return None
+    if kernel.op.endswith("_backward"):
+        n_in, n_out = kernel.write[1], kernel.read[1] - kernel.write[1]
+    else:
+        n_in, n_out = kernel.read[1], kernel.write[1]
+    if n_in <= 0 or n_out <= 0:
+        return None
+    return f"{kernel.op}/s1" if 2 * n_out > n_in else f"{kernel.op}/s2"
+
+
+@dataclass(frozen=True)
+class PointwiseTable:
+    """The bandwidth a device's element-wise, pooling and concatenation kernels reach by class and size
+    (benchmarks/conv_shapes.py --pointwise, converted with ``--table``), with the kernel tables' byte accounting:
+    per (class, precision) ("fp32" for fp32 and tf32, "fp16" for fp16 and bf16) the measured points as
+    (log2 bytes, {"bw": log2 bytes/s})."""
+
+    points: dict  # (class, precision) -> tuple of (log2 bytes, {"bw": log2 bytes/s})
+    source: str
+
+    @staticmethod
+    def from_doc(doc: dict) -> "PointwiseTable":
+        cols = doc["columns"]
+        idx = {c: cols.index(c) for c in ("op", "precision", "bytes", "gbps")}
+        points: dict = {}
+        for row in doc["points"]:
+            if row[idx["gbps"]] and row[idx["bytes"]]:
+                points.setdefault((row[idx["op"]], row[idx["precision"]]), []).append(
+                    (math.log2(row[idx["bytes"]]), {"bw": math.log2(row[idx["gbps"]] * 1e9)}))
+        return PointwiseTable({k: tuple(v) for k, v in points.items()}, str(doc.get("source", "")))
+
+    def bandwidth(self, cls: str, nbytes: float, size: int) -> float | None:
+        """Bytes/s of a kernel of class `cls` moving `nbytes` bytes with elements of `size` bytes: the interpolation
+        of :meth:`ConvTable.rate` (:func:`idw_log2`) in log2 bytes; None without points."""
+        pts = self.points.get((cls, "fp16" if size == 2 else "fp32"), ())
+        if not pts or nbytes <= 0:
+            return None
+        return idw_log2(pts, (math.log2(nbytes),), "bw")
+
+
 @dataclass(frozen=True)
 class NormTable:
     """The bandwidth a device's BatchNorm kernels reach by shape (benchmarks/conv_shapes.py --norm, converted with
@@ -407,6 +463,13 @@ def conv_table(device_name: str, data_dir: str | None = None) -> ConvTable | Non
 
 
 @lru_cache(maxsize=None)
+def pointwise_table(device_name: str, data_dir: str | None = None) -> "PointwiseTable | None":
+    """The device's element-wise / pooling table, ``ddlsim/data/kernels/pointwise_<device>.json`` (or that of the
+    device whose die it shares), or None: those kernels then move their bytes at the copy share, as before."""
+    return _device_table("pointwise", PointwiseTable, device_name, data_dir)
+
+
+@lru_cache(maxsize=None)
 def linear_table(device_name: str, data_dir: str | None = None) -> "LinearTable | None":
     """The device's GEMM table, ``ddlsim/data/kernels/linear_classes_<device>.json`` (or that of the device whose
     die it shares), or None: a Linear layer's matmuls then cost as before (the device's GEMM share)."""
@@ -467,6 +530,11 @@ def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phas
         if table is not None:
             bandwidth = table.bandwidth(shape[0], batch * shape[1], size, "fwd" if kernel.op in NORM_FWD else "bwd") \
                 or bandwidth
+    pointwise = pointwise_class(kernel)
+    if pointwise is not None:
+        table = pointwise_table(device.name)
+        if table is not None:
+            bandwidth = table.bandwidth(pointwise, nbytes, size) or bandwidth
     rate = None
     if conv_geom is not None and flops and kernel.op in CONV_DIRECTIONS:
         table = conv_table(device.name)
