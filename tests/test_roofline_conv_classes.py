@@ -187,6 +187,7 @@ def test_without_a_table_the_model_is_unchanged(monkeypatch):
     monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None)
     monkeypatch.setattr(roofline, "norm_table", lambda name, data_dir=None: None)
     monkeypatch.setattr(roofline, "linear_table", lambda name, data_dir=None: None)
+    monkeypatch.setattr(roofline, "pointwise_table", lambda name, data_dir=None: None)
     monkeypatch.setattr(roofline, "BIAS_KERNELS", False)  # (and without the bias kernels, test_bias_kernels)
     monkeypatch.setitem(MICROBENCH, "H100", dataclasses.replace(MICROBENCH["H100"], host_dispatch=None,
                                                                 norm_share=None, conv_3x3_share=None))

@@ -152,8 +152,9 @@ def without_conv(monkeypatch, table, model, conv):
 
 def test_without_a_linear_table_the_model_is_unchanged(monkeypatch):
     # per-layer forward and backward times of every zoo CNN on H100, H200, B200, A100 in every precision at batch
-    # 32 and 128, hashed: the model before GEMM tables existed (branch roof26's base, 9907d0c)
+    # 32 and 128, hashed: the model before GEMM and pointwise tables existed (branch roof26's base, 9907d0c)
     monkeypatch.setattr(roofline, "linear_table", lambda name, data_dir=None: None)
+    monkeypatch.setattr(roofline, "pointwise_table", lambda name, data_dir=None: None)
     rows = []
     for m in CNNS + ["lenet5"]:
         model = load_model(m)
