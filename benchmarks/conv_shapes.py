@@ -10,6 +10,7 @@ generic convolution shapes, per precision (docs/compute-model.md,
     PYTHONPATH=python python benchmarks/conv_shapes.py --extra --out extra.json      # 1x1, odd channel counts, ~20 s
     python benchmarks/conv_shapes.py --table conv.json extra.json --out python/ddlsim/data/kernels/conv_classes_h100.json
     python benchmarks/conv_shapes.py --table norm.json --out python/ddlsim/data/kernels/norm_classes_h100.json
+    PYTHONPATH=python python benchmarks/conv_shapes.py --unequal --out unequal.json  # 3x3/5x5, C_out != C_in
     PYTHONPATH=python python benchmarks/conv_shapes.py --linear --budget-s 55 --out linear.json  # GEMMs, ~40 s
     python benchmarks/conv_shapes.py --table linear.json --out python/ddlsim/data/kernels/linear_classes_h100.json
     python benchmarks/conv_shapes.py --linear --dry-run --out /dev/null                # list the shapes, no torch
@@ -66,11 +67,13 @@ def out_size(hw: int, k: int, stride: int, pad: int) -> int:
     return (hw + 2 * pad - k) // stride + 1
 
 
-def grid(quick: bool = False, extra: bool = False) -> list[dict]:
+def grid(quick: bool = False, extra: bool = False, unequal: bool = False) -> list[dict]:
     """The shapes, as dicts (class, kh, kw, stride, pad, c_in, c_out, hw, batch), in run order: round-robin over the
     classes, smaller shapes of a class first, so that an early stop trims every class from its large end. `extra`:
     instead, 1x1 convolutions with channel counts that are not powers of two (multiples of 16 to 64, as inception
-    blocks have them) at odd spatial sizes, a second run whose points join the first's in one table."""
+    blocks have them) at odd spatial sizes, a second run whose points join the first's in one table. `unequal`:
+    instead, 3x3 and 5x5 stride-1 convolutions whose output channels are 2x, 1.5x, 3x or half their input
+    channels (the main grid's 3x3 and 5x5 keep them equal), a third such run."""
     per_class: dict[str, list[dict]] = {}
 
     def add(cls, kh, kw, stride, c_in, c_out, hw, pad=None):
@@ -81,7 +84,21 @@ def grid(quick: bool = False, extra: bool = False) -> list[dict]:
         per_class.setdefault(cls, []).append({"class": cls, "kh": kh, "kw": kw, "stride": stride, "pad_h": ph,
                                               "pad_w": pw, "c_in": c_in, "c_out": c_out, "hw": hw})
 
-    if extra:
+    if unequal:
+        for hw in (7, 14, 28, 56, 112):
+            for ci, co in ((32, 64), (64, 128), (128, 256), (256, 512), (64, 32), (128, 64), (256, 128), (512, 256),
+                           (64, 96), (128, 192), (256, 384)):
+                add("3x3", 3, 3, 1, ci, co, hw)
+        for hw in (14, 27, 35):
+            for ci, co in ((16, 32), (32, 64), (64, 128), (16, 48), (32, 96), (64, 192)):
+                add("5x5", 5, 5, 1, ci, co, hw)
+        batches = (2,) if quick else (32, 128)
+        if quick:
+            per_class = {"3x3": per_class["3x3"][:1], "5x5": per_class["5x5"][:1]}
+            for shapes in per_class.values():
+                for sh in shapes:
+                    sh["hw"] = 8
+    elif extra:
         for hw in (8, 17, 28, 35):
             for ci in (48, 192, 288, 480, 768, 1280):
                 for co in (32, 96, 160, 384):
@@ -349,6 +366,8 @@ def main(argv=None) -> int:
                          "torch needed) instead of measuring")
     ap.add_argument("--extra", action="store_true",
                     help="the extra 1x1 grid (channel counts that are not powers of two) instead of the main grid")
+    ap.add_argument("--unequal", action="store_true",
+                    help="the 3x3 / 5x5 grid with output channels unlike the input's instead of the main grid")
     ap.add_argument("--source", default="", help="with --table: the table's source line")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--quick", action="store_true", help="a few tiny shapes at batch 2 (a smoke test)")
@@ -363,15 +382,15 @@ def main(argv=None) -> int:
                     help="the element-wise / pooling / concatenation grid instead (bandwidth by op and tensor size)")
     ap.add_argument("--dry-run", action="store_true", help="list the grid's shapes (one JSON line each) and stop")
     args = ap.parse_args(argv)
-    if sum((args.norm, args.linear, args.extra, args.pointwise)) > 1:
-        print("error: --norm, --linear, --pointwise and --extra name different grids; give one of them",
+    if sum((args.norm, args.linear, args.extra, args.pointwise, args.unequal)) > 1:
+        print("error: --norm, --linear, --pointwise, --extra and --unequal name different grids; give one of them",
               file=sys.stderr)
         return 2
     if args.table is not None:
         return write_table(args.table, args.out, args.source)
     if args.dry_run:
         shapes = (norm_grid(args.quick) if args.norm else linear_grid(args.quick) if args.linear
-                  else pointwise_grid(args.quick) if args.pointwise else grid(args.quick, args.extra))
+                  else pointwise_grid(args.quick) if args.pointwise else grid(args.quick, args.extra, args.unequal))
         for sh in shapes:
             print(json.dumps(sh, sort_keys=True))
         precs = NORM_PRECISIONS if args.norm else POINTWISE_PRECISIONS if args.pointwise else args.precisions
@@ -397,7 +416,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     reps = args.repeats or (2 if args.quick else 7)
     t_start = time.monotonic()
-    shapes = grid(args.quick, args.extra)
+    shapes = grid(args.quick, args.extra, args.unequal)
     doc = {"generator": "benchmarks/conv_shapes.py", "torch": torch.__version__,
            "device": torch.cuda.get_device_name(0) if cuda else "cpu",
            "cudnn": torch.backends.cudnn.version() if cuda else None, "cudnn_benchmark": False,

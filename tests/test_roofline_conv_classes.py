@@ -392,3 +392,18 @@ def test_a_damaged_table_file_is_one_clear_error(tmp_path, name, loader):
     (tmp_path / name).write_text("[1, 2]")
     with pytest.raises(ModelError, match=name):
         getattr(roofline, loader)("H200", str(tmp_path))
+
+
+def test_the_unequal_grid_has_unequal_channels_and_joins_the_main_runs_table(tmp_path):
+    shapes = conv_shapes.grid(unequal=True)
+    assert shapes and all(s["c_in"] != s["c_out"] and s["stride"] == 1 and s["class"] in ("3x3", "5x5")
+                          for s in shapes)
+    assert {s["batch"] for s in shapes} == {32, 128}
+    pytest.importorskip("torch")
+    main, unequal, table_path = tmp_path / "main.json", tmp_path / "unequal.json", tmp_path / "t.json"
+    assert conv_shapes.main(["--device", "cpu", "--quick", "--out", str(main)]) == 0
+    assert conv_shapes.main(["--unequal", "--device", "cpu", "--quick", "--out", str(unequal)]) == 0
+    assert conv_shapes.main(["--table", str(main), str(unequal), "--out", str(table_path)]) == 0
+    doc = json.loads(table_path.read_text())
+    raw = json.loads(main.read_text())["points"] + json.loads(unequal.read_text())["points"]
+    assert len(doc["points"]) == len(raw) and any(p["c_in"] != p["c_out"] and p["class"] == "5x5" for p in raw)
