@@ -24,7 +24,11 @@ autocast runs, without its weight casts). Per point and direction the
 kernel is issued once untimed (cuDNN's heuristics, allocator), then the
 stream is held by a GPU sleep while `--repeats` timed calls, each between
 two CUDA events, are queued behind it (so the GPU, not the host, sets the
-pace); the median is kept. ``cudnn.benchmark`` stays off (PyTorch's
+pace); the median is kept. With ``--cold-l2`` (always for ``--linear`` and
+``--pointwise``) a 256 MiB buffer is written before every timed call,
+outside its events: the call reads its inputs from device memory, as a
+layer of a training step reads its weights and most of its activations,
+not from the L2 cache that the call before it filled. ``cudnn.benchmark`` stays off (PyTorch's
 default), as in benchmarks/gpu_layer_times.py. FLOPs per direction are
 2 x batch x C_out x H_out x W_out x C_in x kh x kw (torch.utils.flop_counter's
 count, the kernel tables' too).
@@ -59,6 +63,7 @@ import time
 from pathlib import Path
 
 PRECISIONS = ("fp32", "tf32", "fp16")
+L2_FLUSH_BYTES = 256 * 2 ** 20  # written between timed calls with --cold-l2: 5x the H100's and H200's 50 MB L2
 DIRECTIONS = ("fwd", "dgrad", "wgrad")
 MAX_FLOPS_PER_SAMPLE = 4.0e9  # VGG-16's largest convolution is 3.7 GFLOP per sample
 
@@ -366,6 +371,9 @@ def main(argv=None) -> int:
                          "torch needed) instead of measuring")
     ap.add_argument("--extra", action="store_true",
                     help="the extra 1x1 grid (channel counts that are not powers of two) instead of the main grid")
+    ap.add_argument("--cold-l2", action="store_true",
+                    help="write a 256 MiB buffer before every timed call (outside its events), so that no call finds "
+                         "its inputs in the L2 cache; always on for --linear and --pointwise")
     ap.add_argument("--unequal", action="store_true",
                     help="the 3x3 / 5x5 grid with output channels unlike the input's instead of the main grid")
     ap.add_argument("--source", default="", help="with --table: the table's source line")
@@ -432,6 +440,10 @@ def main(argv=None) -> int:
         tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
         tmp.replace(args.out)
 
+    cold = args.cold_l2 or args.linear or args.pointwise
+    doc["cold_l2"] = cold
+    flush_buf = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=dev) if cold and cuda else None
+
     def time_ms(fn) -> float:
         fn()  # untimed: cuDNN's heuristics, the allocator
         if not cuda:
@@ -447,6 +459,8 @@ def main(argv=None) -> int:
         for _ in range(reps):
             a = torch.cuda.Event(enable_timing=True)
             b = torch.cuda.Event(enable_timing=True)
+            if flush_buf is not None:
+                flush_buf.zero_()  # outside the events: the call finds its inputs in device memory, not in L2
             a.record()
             fn()
             b.record()
