@@ -399,8 +399,14 @@ def main(argv=None) -> int:
     if args.dry_run:
         shapes = (norm_grid(args.quick) if args.norm else linear_grid(args.quick) if args.linear
                   else pointwise_grid(args.quick) if args.pointwise else grid(args.quick, args.extra, args.unequal))
-        for sh in shapes:
-            print(json.dumps(sh, sort_keys=True))
+        try:
+            for sh in shapes:
+                print(json.dumps(sh, sort_keys=True), flush=True)
+        except BrokenPipeError:  # the reader stopped early (| head): not an error
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
         precs = NORM_PRECISIONS if args.norm else POINTWISE_PRECISIONS if args.pointwise else args.precisions
         print(f"{len(shapes)} shapes x {len(precs)} precisions" + (f" x {len(POINTWISE_OPS)} ops" if args.pointwise
                                                                    else ""), file=sys.stderr)
