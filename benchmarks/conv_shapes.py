@@ -62,6 +62,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/gpu_setup.py, also when loaded by path
+from gpu_setup import torch_on  # noqa: E402
+
 PRECISIONS = ("fp32", "tf32", "fp16")
 L2_FLUSH_BYTES = 256 * 2 ** 20  # written between timed calls with --cold-l2: 5x the H100's and H200's 50 MB L2
 DIRECTIONS = ("fwd", "dgrad", "wgrad")
@@ -363,6 +366,14 @@ def write_table(raws: list[Path], out: Path, source: str) -> int:
     return 0
 
 
+def time_directions(row: dict, calls: dict, f: int, time_ms) -> None:
+    """Time each direction's call (`calls`: direction -> function) into `row`: its ms and its TFLOP/s at `f` FLOPs."""
+    for d in DIRECTIONS:
+        ms = time_ms(calls[d])
+        row[f"{d}_ms"] = ms
+        row[f"{d}_tflops"] = f / ms / 1e9 if ms > 0 else None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
@@ -415,19 +426,10 @@ def main(argv=None) -> int:
         print(f"error: --out {args.out} exists and is not a regular file; name a file", file=sys.stderr)
         return 2
 
-    try:
-        import torch
-    except ImportError:
-        print("error: measuring needs torch, which this Python cannot import; run it with the Python that has "
-              "torch (--table and --dry-run need none)", file=sys.stderr)
+    setup = torch_on(args.device, " (--table and --dry-run need none)")
+    if setup is None:
         return 2
-    cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        print("error: --device cuda but torch sees no GPU; use --device cpu --quick for a smoke test", file=sys.stderr)
-        return 2
-    dev = torch.device(args.device)
-    torch.backends.cudnn.benchmark = False
-    torch.manual_seed(0)
+    torch, dev, cuda = setup
     reps = args.repeats or (2 if args.quick else 7)
     t_start = time.monotonic()
     shapes = grid(args.quick, args.extra, args.unequal)
@@ -507,10 +509,7 @@ def main(argv=None) -> int:
                         "wgrad": lambda: conv_bwd(dy, x, w, None, stride, pad, [1, 1], False, [0, 0], 1,
                                                   [False, True, False]),
                     }
-                    for d in DIRECTIONS:
-                        ms = time_ms(calls[d])
-                        row[f"{d}_ms"] = ms
-                        row[f"{d}_tflops"] = f / ms / 1e9 if ms > 0 else None
+                    time_directions(row, calls, f, time_ms)
                 del x, w, y, dy
             except Exception as exc:  # noqa: BLE001 -- a shape that fails is recorded, the others still run
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -595,10 +594,7 @@ def run_linear(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
                 with torch.no_grad():
                     calls = {"fwd": lambda: torch.addmm(b, x, w.t()), "dgrad": lambda: torch.mm(dy, w),
                              "wgrad": lambda: torch.mm(x.t(), dy)}
-                    for d in DIRECTIONS:
-                        ms = time_ms(calls[d])
-                        row[f"{d}_ms"] = ms
-                        row[f"{d}_tflops"] = f / ms / 1e9 if ms > 0 else None
+                    time_directions(row, calls, f, time_ms)
                 del x, w, b, dy
             except Exception as exc:  # noqa: BLE001 -- a shape that fails is recorded, the others still run
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
