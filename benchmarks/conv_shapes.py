@@ -484,44 +484,57 @@ def main(argv=None) -> int:
         return run_pointwise(args, torch, dev, cuda, doc, write, time_ms, t_start)
     conv = torch.ops.aten.convolution.default
     conv_bwd = torch.ops.aten.convolution_backward.default
+
+    def measure(s, prec, row):
+        f = flops(s)
+        row["flops"] = f
+        stride, pad = [s["stride"]] * 2, [s["pad_h"], s["pad_w"]]
+        if cuda:
+            torch.backends.cudnn.allow_tf32 = prec == "tf32"
+            torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
+        dtype = torch.float16 if prec == "fp16" else torch.float32
+        x = torch.randn(s["batch"], s["c_in"], s["hw"], s["hw"], device=dev, dtype=dtype)
+        w = torch.randn(s["c_out"], s["c_in"], s["kh"], s["kw"], device=dev, dtype=dtype) * 0.01
+        with torch.no_grad():
+            y = conv(x, w, None, stride, pad, [1, 1], False, [0, 0], 1)
+            dy = torch.randn_like(y)
+            calls = {
+                "fwd": lambda: conv(x, w, None, stride, pad, [1, 1], False, [0, 0], 1),
+                "dgrad": lambda: conv_bwd(dy, x, w, None, stride, pad, [1, 1], False, [0, 0], 1, [True, False, False]),
+                "wgrad": lambda: conv_bwd(dy, x, w, None, stride, pad, [1, 1], False, [0, 0], 1, [False, True, False]),
+            }
+            time_directions(row, calls, f, time_ms)
+
+    try:
+        return run_grid(args, doc, write, t_start, shapes, args.precisions, measure, "points",
+                        lambda p: tuple(p[k] for k in ("class", "kh", "kw", "stride", "c_in", "c_out", "hw", "batch")))
+    finally:
+        if cuda:
+            torch.backends.cudnn.allow_tf32 = True
+            torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def run_grid(args, doc, write, t_start, shapes, precisions, measure, label, key) -> int:
+    """The measuring loop every grid shares: per shape (none started after ``--budget-s``: ``stopped_early``) and
+    precision, `measure(shape, precision, row)` fills the row (a dict of the shape and precision) or returns the
+    rows to record instead; a shape that fails is recorded with its error and the others still run. The JSON is
+    rewritten after every shape; `key` names a point's shape for ``shapes_done``."""
     for s in shapes:
         if time.monotonic() - t_start > args.budget_s:
             doc["stopped_early"] = True
             break
-        f = flops(s)
-        stride, pad = [s["stride"]] * 2, [s["pad_h"], s["pad_w"]]
-        for prec in args.precisions:
-            row = dict(s, precision=prec, flops=f)
+        for prec in precisions:
+            row = dict(s, precision=prec)
             try:
-                if cuda:
-                    torch.backends.cudnn.allow_tf32 = prec == "tf32"
-                    torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
-                dtype = torch.float16 if prec == "fp16" else torch.float32
-                x = torch.randn(s["batch"], s["c_in"], s["hw"], s["hw"], device=dev, dtype=dtype)
-                w = torch.randn(s["c_out"], s["c_in"], s["kh"], s["kw"], device=dev, dtype=dtype) * 0.01
-                with torch.no_grad():
-                    y = conv(x, w, None, stride, pad, [1, 1], False, [0, 0], 1)
-                    dy = torch.randn_like(y)
-                    calls = {
-                        "fwd": lambda: conv(x, w, None, stride, pad, [1, 1], False, [0, 0], 1),
-                        "dgrad": lambda: conv_bwd(dy, x, w, None, stride, pad, [1, 1], False, [0, 0], 1,
-                                                  [True, False, False]),
-                        "wgrad": lambda: conv_bwd(dy, x, w, None, stride, pad, [1, 1], False, [0, 0], 1,
-                                                  [False, True, False]),
-                    }
-                    time_directions(row, calls, f, time_ms)
-                del x, w, y, dy
+                rows = measure(s, prec, row)
             except Exception as exc:  # noqa: BLE001 -- a shape that fails is recorded, the others still run
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            doc["points"].append(row)
+                rows = None
+            doc["points"] += [row] if rows is None else rows
         write()
-    if cuda:
-        torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cuda.matmul.allow_tf32 = False
-    doc["shapes_done"] = len({json.dumps({k: p[k] for k in ("class", "kh", "kw", "stride", "c_in", "c_out", "hw",
-                                                             "batch")}, sort_keys=True) for p in doc["points"]})
+    doc["shapes_done"] = len({key(p) for p in doc["points"]})
     write()
-    print(f"wrote {args.out}: {len(doc['points'])} points, {doc['shapes_done']} of {len(shapes)} shapes in "
+    print(f"wrote {args.out}: {len(doc['points'])} {label}, {doc['shapes_done']} of {len(shapes)} shapes in "
           f"{doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}", file=sys.stderr)
     return 0
 
@@ -537,37 +550,25 @@ def run_norm(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
     doc.update(kind="batchnorm", shapes_planned=len(shapes),
                units="ms per call (median of repeats, CUDA events); gbps = bytes / ms / 1e6 with forward 3 and "
                      "backward 5 elements moved per input element")
-    for s in shapes:
-        if time.monotonic() - t_start > args.budget_s:
-            doc["stopped_early"] = True
-            break
-        for prec in NORM_PRECISIONS:
-            row = dict(s, precision=prec)
-            try:
-                dtype = torch.float16 if prec == "fp16" else torch.float32
-                c = s["channels"]
-                x = torch.randn(s["batch"], c, s["hw"], s["hw"], device=dev, dtype=dtype, requires_grad=True)
-                w = torch.ones(c, device=dev, requires_grad=True)
-                b = torch.zeros(c, device=dev, requires_grad=True)
-                rm, rv = torch.zeros(c, device=dev), torch.ones(c, device=dev)
-                fwd_ms = time_ms(lambda: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5))
-                y = F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
-                dy = torch.randn_like(y)
-                bwd_ms = time_ms(lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True))
-                size = 2 if prec == "fp16" else 4
-                elems = x.numel()
-                row.update(fwd_ms=fwd_ms, bwd_ms=bwd_ms, fwd_gbps=3 * elems * size / fwd_ms / 1e6,
-                           bwd_gbps=5 * elems * size / bwd_ms / 1e6)
-                del x, y, dy
-            except Exception as exc:  # noqa: BLE001 -- a shape that fails is recorded, the others still run
-                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            doc["points"].append(row)
-        write()
-    doc["shapes_done"] = len({(p["channels"], p["hw"], p["batch"]) for p in doc["points"]})
-    write()
-    print(f"wrote {args.out}: {len(doc['points'])} BatchNorm points, {doc['shapes_done']} of {len(shapes)} shapes "
-          f"in {doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}", file=sys.stderr)
-    return 0
+
+    def measure(s, prec, row):
+        dtype = torch.float16 if prec == "fp16" else torch.float32
+        c = s["channels"]
+        x = torch.randn(s["batch"], c, s["hw"], s["hw"], device=dev, dtype=dtype, requires_grad=True)
+        w = torch.ones(c, device=dev, requires_grad=True)
+        b = torch.zeros(c, device=dev, requires_grad=True)
+        rm, rv = torch.zeros(c, device=dev), torch.ones(c, device=dev)
+        fwd_ms = time_ms(lambda: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5))
+        y = F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
+        dy = torch.randn_like(y)
+        bwd_ms = time_ms(lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True))
+        size = 2 if prec == "fp16" else 4
+        elems = x.numel()
+        row.update(fwd_ms=fwd_ms, bwd_ms=bwd_ms, fwd_gbps=3 * elems * size / fwd_ms / 1e6,
+                   bwd_gbps=5 * elems * size / bwd_ms / 1e6)
+
+    return run_grid(args, doc, write, t_start, shapes, NORM_PRECISIONS, measure, "BatchNorm points",
+                    lambda p: (p["channels"], p["hw"], p["batch"]))
 
 
 def run_linear(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
@@ -576,37 +577,28 @@ def run_linear(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
     shapes = linear_grid(args.quick)
     doc.update(kind="linear", shapes_planned=len(shapes),
                units="ms per call (median of repeats, CUDA events); tflops = 2 m k n / ms / 1e9")
-    for s in shapes:
-        if time.monotonic() - t_start > args.budget_s:
-            doc["stopped_early"] = True
-            break
+
+    def measure(s, prec, row):
         f = 2 * s["m"] * s["k"] * s["n"]
-        for prec in args.precisions:
-            row = dict(s, precision=prec, flops=f)
-            try:
-                if cuda:
-                    torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
-                dtype = torch.float16 if prec == "fp16" else torch.float32
-                x = torch.randn(s["m"], s["k"], device=dev, dtype=dtype)
-                w = torch.randn(s["n"], s["k"], device=dev, dtype=dtype) * 0.01
-                b = torch.randn(s["n"], device=dev, dtype=dtype)
-                dy = torch.randn(s["m"], s["n"], device=dev, dtype=dtype)
-                with torch.no_grad():
-                    calls = {"fwd": lambda: torch.addmm(b, x, w.t()), "dgrad": lambda: torch.mm(dy, w),
-                             "wgrad": lambda: torch.mm(x.t(), dy)}
-                    time_directions(row, calls, f, time_ms)
-                del x, w, b, dy
-            except Exception as exc:  # noqa: BLE001 -- a shape that fails is recorded, the others still run
-                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            doc["points"].append(row)
-        write()
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = False
-    doc["shapes_done"] = len({(p["m"], p["k"], p["n"]) for p in doc["points"]})
-    write()
-    print(f"wrote {args.out}: {len(doc['points'])} GEMM points, {doc['shapes_done']} of {len(shapes)} shapes in "
-          f"{doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}", file=sys.stderr)
-    return 0
+        row["flops"] = f
+        if cuda:
+            torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
+        dtype = torch.float16 if prec == "fp16" else torch.float32
+        x = torch.randn(s["m"], s["k"], device=dev, dtype=dtype)
+        w = torch.randn(s["n"], s["k"], device=dev, dtype=dtype) * 0.01
+        b = torch.randn(s["n"], device=dev, dtype=dtype)
+        dy = torch.randn(s["m"], s["n"], device=dev, dtype=dtype)
+        with torch.no_grad():
+            calls = {"fwd": lambda: torch.addmm(b, x, w.t()), "dgrad": lambda: torch.mm(dy, w),
+                     "wgrad": lambda: torch.mm(x.t(), dy)}
+            time_directions(row, calls, f, time_ms)
+
+    try:
+        return run_grid(args, doc, write, t_start, shapes, args.precisions, measure, "GEMM points",
+                        lambda p: (p["m"], p["k"], p["n"]))
+    finally:
+        if cuda:
+            torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def run_pointwise(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
@@ -620,64 +612,55 @@ def run_pointwise(args, torch, dev, cuda, doc, write, time_ms, t_start) -> int:
     shapes = pointwise_grid(args.quick)
     doc.update(kind="pointwise", shapes_planned=len(shapes),
                units="ms per call (median of repeats, CUDA events); gbps = bytes / ms / 1e6")
-    for s in shapes:
-        if time.monotonic() - t_start > args.budget_s:
-            doc["stopped_early"] = True
-            break
-        for prec in POINTWISE_PRECISIONS:
-            dtype = torch.float16 if prec == "fp16" else torch.float32
-            size = 2 if prec == "fp16" else 4
-            shape = (s["batch"], s["channels"], s["hw"], s["hw"])
-            try:
-                x = torch.randn(shape, device=dev, dtype=dtype)
-                y = torch.randn(shape, device=dev, dtype=dtype)
-                parts = list(torch.randn(shape, device=dev, dtype=dtype).chunk(4, dim=1))
-                parts = [t.contiguous() for t in parts]
-                pools = {}
-                for name, k, st, pad in (("s2", 3, 2, 1), ("s2k2", 2, 2, 0), ("s1", 3, 1, 1)):
-                    out, idx = aten.max_pool2d_with_indices(x, [k, k], [st, st], [pad, pad])
-                    pools[name] = (k, st, pad, out, idx, torch.randn_like(out))
-                avg = F.avg_pool2d(x, 3, 1, 1)
-                davg = torch.randn_like(avg)
-                calls = {
-                    "relu_": (lambda: x.relu_(), x.numel()),
-                    "threshold_backward": (lambda: aten.threshold_backward(y, x, 0), x.numel()),
-                    "add": (lambda: x + y, x.numel()),
-                    "add_": (lambda: x.add_(y), x.numel()),
-                    "mul": (lambda: x * y, x.numel()),
-                    "div_": (lambda: x.div_(1.0), x.numel()),
-                    "bernoulli_": (lambda: y.bernoulli_(0.5), x.numel()),
-                    "cat": (lambda: torch.cat(parts, 1), x.numel()),
-                    "avg_pool2d/s1": (lambda: F.avg_pool2d(x, 3, 1, 1), x.numel()),
-                    "avg_pool2d_backward/s1": (lambda: aten.avg_pool2d_backward(davg, x, [3, 3], [1, 1], [1, 1],
-                                                                                False, True, None), x.numel()),
-                }
-                for name, (k, st, pad, out, idx, dout) in pools.items():
-                    cls = "s2" if st == 2 else "s1"
-                    calls[f"max_pool2d_with_indices/{cls}" + ("" if name != "s2k2" else "#k2")] = (
-                        lambda k=k, st=st, pad=pad: aten.max_pool2d_with_indices(x, [k, k], [st, st], [pad, pad]),
-                        out.numel())
-                    calls[f"max_pool2d_with_indices_backward/{cls}" + ("" if name != "s2k2" else "#k2")] = (
-                        lambda k=k, st=st, pad=pad, idx=idx, dout=dout: aten.max_pool2d_with_indices_backward(
-                            dout, x, [k, k], [st, st], [pad, pad], [1, 1], False, idx), out.numel())
-                with torch.no_grad():
-                    for key, (fn, n_out) in calls.items():
-                        op = key.split("#")[0]
-                        r, w, other = pointwise_counts(op, x.numel(), n_out)
-                        nbytes = (r + w) * size + other
-                        ms = time_ms(fn)
-                        doc["points"].append(dict(s, op=op, variant=key, precision=prec, bytes=nbytes, ms=ms,
-                                                  gbps=nbytes / ms / 1e6 if ms > 0 else None))
-                del x, y, parts, pools, avg, davg
-            except Exception as exc:  # noqa: BLE001 -- a shape that fails is recorded, the others still run
-                doc["points"].append(dict(s, precision=prec, error=f"{type(exc).__name__}: {exc}"[:300]))
-        write()
-    doc["shapes_done"] = len({(p["channels"], p["hw"], p["batch"]) for p in doc["points"]})
-    write()
-    print(f"wrote {args.out}: {len(doc['points'])} element-wise points, {doc['shapes_done']} of {len(shapes)} "
-          f"shapes in {doc['wall_s']:.1f} s{' (stopped early: budget)' if doc['stopped_early'] else ''}",
-          file=sys.stderr)
-    return 0
+
+    def measure(s, prec, row):
+        dtype = torch.float16 if prec == "fp16" else torch.float32
+        size = 2 if prec == "fp16" else 4
+        shape = (s["batch"], s["channels"], s["hw"], s["hw"])
+        rows = []
+        x = torch.randn(shape, device=dev, dtype=dtype)
+        y = torch.randn(shape, device=dev, dtype=dtype)
+        parts = list(torch.randn(shape, device=dev, dtype=dtype).chunk(4, dim=1))
+        parts = [t.contiguous() for t in parts]
+        pools = {}
+        for name, k, st, pad in (("s2", 3, 2, 1), ("s2k2", 2, 2, 0), ("s1", 3, 1, 1)):
+            out, idx = aten.max_pool2d_with_indices(x, [k, k], [st, st], [pad, pad])
+            pools[name] = (k, st, pad, out, idx, torch.randn_like(out))
+        avg = F.avg_pool2d(x, 3, 1, 1)
+        davg = torch.randn_like(avg)
+        calls = {
+            "relu_": (lambda: x.relu_(), x.numel()),
+            "threshold_backward": (lambda: aten.threshold_backward(y, x, 0), x.numel()),
+            "add": (lambda: x + y, x.numel()),
+            "add_": (lambda: x.add_(y), x.numel()),
+            "mul": (lambda: x * y, x.numel()),
+            "div_": (lambda: x.div_(1.0), x.numel()),
+            "bernoulli_": (lambda: y.bernoulli_(0.5), x.numel()),
+            "cat": (lambda: torch.cat(parts, 1), x.numel()),
+            "avg_pool2d/s1": (lambda: F.avg_pool2d(x, 3, 1, 1), x.numel()),
+            "avg_pool2d_backward/s1": (lambda: aten.avg_pool2d_backward(davg, x, [3, 3], [1, 1], [1, 1],
+                                                                        False, True, None), x.numel()),
+        }
+        for name, (k, st, pad, out, idx, dout) in pools.items():
+            cls = "s2" if st == 2 else "s1"
+            calls[f"max_pool2d_with_indices/{cls}" + ("" if name != "s2k2" else "#k2")] = (
+                lambda k=k, st=st, pad=pad: aten.max_pool2d_with_indices(x, [k, k], [st, st], [pad, pad]),
+                out.numel())
+            calls[f"max_pool2d_with_indices_backward/{cls}" + ("" if name != "s2k2" else "#k2")] = (
+                lambda k=k, st=st, pad=pad, idx=idx, dout=dout: aten.max_pool2d_with_indices_backward(
+                    dout, x, [k, k], [st, st], [pad, pad], [1, 1], False, idx), out.numel())
+        with torch.no_grad():
+            for key, (fn, n_out) in calls.items():
+                op = key.split("#")[0]
+                r, w, other = pointwise_counts(op, x.numel(), n_out)
+                nbytes = (r + w) * size + other
+                ms = time_ms(fn)
+                rows.append(dict(row, op=op, variant=key, bytes=nbytes, ms=ms,
+                                 gbps=nbytes / ms / 1e6 if ms > 0 else None))
+        return rows
+
+    return run_grid(args, doc, write, t_start, shapes, POINTWISE_PRECISIONS, measure, "element-wise points",
+                    lambda p: (p["channels"], p["hw"], p["batch"]))
 
 
 if __name__ == "__main__":
