@@ -16,7 +16,7 @@ import pytest
 from ddlsim.workload import roofline
 from ddlsim.workload.devices import DEVICES, MICROBENCH
 from ddlsim.workload.zoo import load_model
-from roofline_zoo_digest import zoo_digest
+from roofline_helpers import zoo_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("conv_shapes_bench", ROOT / "benchmarks" / "conv_shapes.py")

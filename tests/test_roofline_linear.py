@@ -3,24 +3,16 @@ M, K, N recovered from the kernel tables' counts, the table's interpolation (the
 against a brute-force computation written separately, the table wired into the roofline for the forward, input and
 weight gradient matmuls, and no table = the model exactly as before."""
 
-import importlib.util
 import json
 import math
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
 from ddlsim.workload import roofline
 from ddlsim.workload.zoo import load_model
-from roofline_zoo_digest import zoo_digest
+from roofline_helpers import conv_shapes, zoo_digest
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("conv_shapes_bench_linear", ROOT / "benchmarks" / "conv_shapes.py")
-conv_shapes = importlib.util.module_from_spec(_spec)
-sys.modules["conv_shapes_bench_linear"] = conv_shapes
-_spec.loader.exec_module(conv_shapes)
 
 CNNS = ["alexnet", "vgg16", "resnet18", "resnet50", "resnet101", "resnet152", "inception_v3", "googlenet"]
 

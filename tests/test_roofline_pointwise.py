@@ -3,23 +3,16 @@
 convolution table's idw_log2) against a brute force written apart, the table in the roofline, and the byte
 accounting of benchmarks/conv_shapes.py --pointwise equal to the kernel tables' own."""
 
-import importlib.util
 import json
 import math
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
 from ddlsim.workload import roofline
 from ddlsim.workload.zoo import load_model
+from roofline_helpers import conv_shapes
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("conv_shapes_bench_pw", ROOT / "benchmarks" / "conv_shapes.py")
-conv_shapes = importlib.util.module_from_spec(_spec)
-sys.modules["conv_shapes_bench_pw"] = conv_shapes
-_spec.loader.exec_module(conv_shapes)
 
 
 def _kernel(model, layer, op, phase):
