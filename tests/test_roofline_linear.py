@@ -202,3 +202,20 @@ def test_runs_of_different_kinds_do_not_join_and_two_grids_are_refused(tmp_path,
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "another kind" in err[0] and "--linear" in err[1]
     assert not out.exists()
+
+
+def test_dry_run_lists_the_grid_and_measuring_without_a_gpu_is_one_clear_error(tmp_path, capsys):
+    out = tmp_path / "linear.json"
+    assert conv_shapes.main(["--linear", "--dry-run", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert [json.loads(line) for line in captured.out.splitlines()] == conv_shapes.linear_grid()
+    assert not out.exists()
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():  # a GPU machine: the error case cannot happen there
+        return
+    assert conv_shapes.main(["--linear", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --device cuda but torch sees no GPU") and len(err.splitlines()) == 1
+    assert not out.exists()
