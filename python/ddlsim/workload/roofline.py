@@ -11,7 +11,11 @@ kernel takes
 with P the peak of the precision (tensor cores for convolutions and matmuls
 in tf32/fp16/bf16, CUDA cores in fp32) times the share a convolution / a
 large GEMM reaches in the device's microbenchmarks, and BW the datasheet
-memory bandwidth times the share a large copy reaches. Bytes are elements x
+memory bandwidth times the share a large copy reaches. Where the device has
+measured tables (``data/kernels/<kind>_<device>.json`` from
+benchmarks/conv_shapes.py) convolutions, Linear layers' matmuls, BatchNorm and
+element-wise / pooling kernels take their rate or bandwidth from them,
+interpolated by shape (:func:`idw_log2`). Bytes are elements x
 4 (fp32, tf32) or x 2 (fp16, bf16 autocast) plus integer tensors (pooling
 indices); batch normalisation reads its input twice in the forward
 (statistics, then normalisation) and its input and output gradient twice in
