@@ -40,6 +40,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/gpu_setup.py, also when loaded by path
+from gpu_setup import torch_on  # noqa: E402
+
 
 def _cpu_name() -> str:
     try:
@@ -105,17 +108,13 @@ def main(argv=None) -> int:
     ap.add_argument("--no-model-check", action="store_true", help="leave out the whole-model host check (GPU only)")
     args = ap.parse_args(argv)
 
-    import torch
+    setup = torch_on(args.device)
+    if setup is None:
+        return 2
+    torch, dev, cuda = setup
     import torch.nn.functional as F
     from torch import nn
 
-    cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        print("error: --device cuda but torch sees no GPU; use --device cpu --quick for a smoke test", file=sys.stderr)
-        return 2
-    dev = torch.device(args.device)
-    torch.backends.cudnn.benchmark = False
-    torch.manual_seed(0)
     n = 20 if args.quick else 100
     reps = 2 if args.quick else 7
     sync = torch.cuda.synchronize if cuda else (lambda: None)

@@ -37,6 +37,8 @@ def _h100_per_kernel_host_and_median_shares(monkeypatch):
     monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None if name == "H100" else table(name))
     norms = roofline.norm_table
     monkeypatch.setattr(roofline, "norm_table", lambda name, data_dir=None: None if name == "H100" else norms(name))
+    monkeypatch.setattr(roofline, "linear_table", lambda name, data_dir=None: None)  # test_roofline_linear.py
+    monkeypatch.setattr(roofline, "pointwise_table", lambda name, data_dir=None: None)  # test_roofline_pointwise.py
 
 
 def one_layer(model_name: str, layer_name: str) -> Model:

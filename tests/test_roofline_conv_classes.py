@@ -4,7 +4,6 @@ names shared with benchmarks/conv_shapes.py's grid, the table's interpolation ru
 computation written separately, the table wired into the roofline, and no table = the model as before."""
 
 import dataclasses
-import hashlib
 import importlib.util
 import json
 import math
@@ -17,6 +16,7 @@ import pytest
 from ddlsim.workload import roofline
 from ddlsim.workload.devices import DEVICES, MICROBENCH
 from ddlsim.workload.zoo import load_model
+from roofline_helpers import zoo_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("conv_shapes_bench", ROOT / "benchmarks" / "conv_shapes.py")
@@ -186,18 +186,12 @@ def test_without_a_table_the_model_is_unchanged(monkeypatch):
     # (and the H100 preset as it was then: no host-dispatch run of its own, which came with the table)
     monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: None)
     monkeypatch.setattr(roofline, "norm_table", lambda name, data_dir=None: None)
+    monkeypatch.setattr(roofline, "linear_table", lambda name, data_dir=None: None)
+    monkeypatch.setattr(roofline, "pointwise_table", lambda name, data_dir=None: None)
     monkeypatch.setattr(roofline, "BIAS_KERNELS", False)  # (and without the bias kernels, test_bias_kernels)
     monkeypatch.setitem(MICROBENCH, "H100", dataclasses.replace(MICROBENCH["H100"], host_dispatch=None,
                                                                 norm_share=None, conv_3x3_share=None))
-    rows = []
-    for m in CNNS + ["lenet5"]:
-        model = load_model(m)
-        for dev in ["H100", "H200", "B200", "A100"]:
-            for p in ["fp32", "tf32", "fp16", "bf16"]:
-                for b in [32, 128]:
-                    rows.append([m, dev, p, b, [list(t) for t in roofline.layer_times_s(model, dev, p, b)]])
-    digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
-    assert digest == "47f5b9454d30e853d9a94c3bf8ec59b7600efdf74a425a0e8e6d5d2307cc0e4c"
+    assert zoo_digest() == "47f5b9454d30e853d9a94c3bf8ec59b7600efdf74a425a0e8e6d5d2307cc0e4c"
 
 
 def test_table_file_lookup_and_the_shared_die(tmp_path):
@@ -390,3 +384,18 @@ def test_a_damaged_table_file_is_one_clear_error(tmp_path, name, loader):
     (tmp_path / name).write_text("[1, 2]")
     with pytest.raises(ModelError, match=name):
         getattr(roofline, loader)("H200", str(tmp_path))
+
+
+def test_the_unequal_grid_has_unequal_channels_and_joins_the_main_runs_table(tmp_path):
+    shapes = conv_shapes.grid(unequal=True)
+    assert shapes and all(s["c_in"] != s["c_out"] and s["stride"] == 1 and s["class"] in ("3x3", "5x5")
+                          for s in shapes)
+    assert {s["batch"] for s in shapes} == {32, 128}
+    pytest.importorskip("torch")
+    main, unequal, table_path = tmp_path / "main.json", tmp_path / "unequal.json", tmp_path / "t.json"
+    assert conv_shapes.main(["--device", "cpu", "--quick", "--out", str(main)]) == 0
+    assert conv_shapes.main(["--unequal", "--device", "cpu", "--quick", "--out", str(unequal)]) == 0
+    assert conv_shapes.main(["--table", str(main), str(unequal), "--out", str(table_path)]) == 0
+    doc = json.loads(table_path.read_text())
+    raw = json.loads(main.read_text())["points"] + json.loads(unequal.read_text())["points"]
+    assert len(doc["points"]) == len(raw) and any(p["c_in"] != p["c_out"] and p["class"] == "5x5" for p in raw)

@@ -11,7 +11,11 @@ kernel takes
 with P the peak of the precision (tensor cores for convolutions and matmuls
 in tf32/fp16/bf16, CUDA cores in fp32) times the share a convolution / a
 large GEMM reaches in the device's microbenchmarks, and BW the datasheet
-memory bandwidth times the share a large copy reaches. Bytes are elements x
+memory bandwidth times the share a large copy reaches. Where the device has
+measured tables (``data/kernels/<kind>_<device>.json`` from
+benchmarks/conv_shapes.py) convolutions, Linear layers' matmuls, BatchNorm and
+element-wise / pooling kernels take their rate or bandwidth from them,
+interpolated by shape (:func:`idw_log2`). Bytes are elements x
 4 (fp32, tf32) or x 2 (fp16, bf16 autocast) plus integer tensors (pooling
 indices); batch normalisation reads its input twice in the forward
 (statistics, then normalisation) and its input and output gradient twice in
@@ -244,6 +248,138 @@ def idw_log2(pts, q: tuple, key: str) -> float:
     return 2.0 ** (sum(w * r for w, r in weights) / sum(w for w, _ in weights))
 
 
+# a Linear layer's matmuls: the forward (addmm with a bias, mm without), and in the backward the input gradient
+# (mm reading the weight) and the weight gradient (mm writing it)
+LINEAR_OPS = ("addmm", "mm")
+
+
+@dataclass(frozen=True)
+class LinearGeometry:
+    k: int  # input features
+    n: int  # output features
+    tokens: int = 1  # rows per sample (M = batch x tokens)
+    bias: bool = False
+
+
+def linear_geometry(kernel: Kernel) -> LinearGeometry | None:
+    """A Linear layer's geometry from its forward matmul's counts: per sample it reads T x K input elements, writes
+    T x N outputs and does 2 T K N FLOPs, so T = 2 x reads x writes / FLOPs, K = reads / T, N = writes / T; its
+    constant reads are the weight, K x N (+ N with a bias). None when the counts are not those of a matmul."""
+    if kernel.op not in LINEAR_OPS or kernel.flops[0] or kernel.write[0]:
+        return None
+    fs, rs, ws, weights = kernel.flops[1], kernel.read[1], kernel.write[1], kernel.read[0]
+    if fs <= 0 or rs <= 0 or ws <= 0 or (2 * rs * ws) % fs:
+        return None
+    t = 2 * rs * ws // fs
+    if not t or rs % t or ws % t:
+        return None
+    k, n = rs // t, ws // t
+    if 2 * t * k * n != fs or weights not in (k * n, k * n + n):
+        return None
+    return LinearGeometry(k, n, t, weights == k * n + n)
+
+
+def linear_direction(kernel: Kernel, phase: str) -> str | None:
+    """"fwd" for a Linear layer's forward matmul, "dgrad" for the backward's matmul that reads the weight (the input
+    gradient), "wgrad" for the one that writes it (the weight gradient); None for any other kernel."""
+    if kernel.op not in LINEAR_OPS:
+        return None
+    if phase == "fwd":
+        return "fwd"
+    if kernel.write[0] and not kernel.read[0]:
+        return "wgrad"
+    if kernel.read[0] and not kernel.write[0]:
+        return "dgrad"
+    return None
+
+
+@dataclass(frozen=True)
+class LinearTable:
+    """The FLOP rates a device's GEMMs reach by shape (benchmarks/conv_shapes.py --linear, converted with
+    ``--table``): per precision the measured points as (log2 M, log2 K, log2 N, {"fwd" | "dgrad" | "wgrad": log2
+    FLOP/s}), M the rows (batch x tokens), K the input and N the output features."""
+
+    points: dict  # precision -> tuple of (x1, x2, x3, {direction: log2 rate})
+    source: str
+
+    @staticmethod
+    def from_doc(doc: dict) -> "LinearTable":
+        cols = doc["columns"]
+        idx = {c: cols.index(c) for c in ("m", "k", "n", "precision", "fwd_tflops", "dgrad_tflops", "wgrad_tflops")}
+        points: dict = {}
+        for row in doc["points"]:
+            rates = {d: math.log2(row[idx[f"{d}_tflops"]] * 1e12) for d in ("fwd", "dgrad", "wgrad")
+                     if row[idx[f"{d}_tflops"]]}
+            points.setdefault(row[idx["precision"]], []).append(
+                (math.log2(row[idx["m"]]), math.log2(row[idx["k"]]), math.log2(row[idx["n"]]), rates))
+        return LinearTable({k: tuple(v) for k, v in points.items()}, str(doc.get("source", "")))
+
+    def rate(self, m: int, k: int, n: int, precision: str, direction: str) -> float | None:
+        """FLOP/s of an M x K by K x N matmul's `direction` in `precision` (bf16 as fp16): the interpolation of
+        :meth:`ConvTable.rate` (:func:`idw_log2`) in (log2 M, log2 K, log2 N); None without points."""
+        p = "fp16" if precision.lower() == "bf16" else precision.lower()
+        pts = [pt for pt in self.points.get(p, ()) if direction in pt[3]]
+        if not pts or m <= 0 or k <= 0 or n <= 0:
+            return None
+        return idw_log2(pts, (math.log2(m), math.log2(k), math.log2(n)), direction)
+
+
+# element-wise, pooling and concatenation kernels the device's pointwise table may have (benchmarks/conv_shapes.py
+# --pointwise), by their kernel-table names; a pooling's class also has its stride (1 or 2, from its counts)
+POINTWISE_OPS = ("relu_", "threshold_backward", "add", "add_", "mul", "div_", "bernoulli_", "cat")
+POOL_OPS = ("max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward")
+
+
+def pointwise_class(kernel: Kernel) -> str | None:
+    """The pointwise table's class of a kernel: its op for an element-wise one or a concatenation; for a pooling,
+    its op and "/s1" or "/s2": stride 1 when the output has more than half the input's elements (a forward reads
+    the input, n_in per sample, and writes the output, n_out; a backward reads both and writes the input's
+    gradient, n_in); None for any other kernel."""
+    if kernel.flops != (0, 0) or not kernel.write[1]:
+        return None
+    if kernel.op in POINTWISE_OPS:
+        return kernel.op
+    if kernel.op not in POOL_OPS:
+        return None
+    if kernel.op.endswith("_backward"):
+        n_in, n_out = kernel.write[1], kernel.read[1] - kernel.write[1]
+    else:
+        n_in, n_out = kernel.read[1], kernel.write[1]
+    if n_in <= 0 or n_out <= 0:
+        return None
+    return f"{kernel.op}/s1" if 2 * n_out > n_in else f"{kernel.op}/s2"
+
+
+@dataclass(frozen=True)
+class PointwiseTable:
+    """The bandwidth a device's element-wise, pooling and concatenation kernels reach by class and size
+    (benchmarks/conv_shapes.py --pointwise, converted with ``--table``), with the kernel tables' byte accounting:
+    per (class, precision) ("fp32" for fp32 and tf32, "fp16" for fp16 and bf16) the measured points as
+    (log2 bytes, {"bw": log2 bytes/s})."""
+
+    points: dict  # (class, precision) -> tuple of (log2 bytes, {"bw": log2 bytes/s})
+    source: str
+
+    @staticmethod
+    def from_doc(doc: dict) -> "PointwiseTable":
+        cols = doc["columns"]
+        idx = {c: cols.index(c) for c in ("op", "precision", "bytes", "gbps")}
+        points: dict = {}
+        for row in doc["points"]:
+            if row[idx["gbps"]] and row[idx["bytes"]]:
+                points.setdefault((row[idx["op"]], row[idx["precision"]]), []).append(
+                    (math.log2(row[idx["bytes"]]), {"bw": math.log2(row[idx["gbps"]] * 1e9)}))
+        return PointwiseTable({k: tuple(v) for k, v in points.items()}, str(doc.get("source", "")))
+
+    def bandwidth(self, cls: str, nbytes: float, size: int) -> float | None:
+        """Bytes/s of a kernel of class `cls` moving `nbytes` bytes with elements of `size` bytes: the interpolation
+        of :meth:`ConvTable.rate` (:func:`idw_log2`) in log2 bytes; None without points."""
+        pts = self.points.get((cls, "fp16" if size == 2 else "fp32"), ())
+        if not pts or nbytes <= 0:
+            return None
+        return idw_log2(pts, (math.log2(nbytes),), "bw")
+
+
 @dataclass(frozen=True)
 class NormTable:
     """The bandwidth a device's BatchNorm kernels reach by shape (benchmarks/conv_shapes.py --norm, converted with
@@ -298,21 +434,28 @@ def _read_table(path, kind):
                          f"the ddlsim package or write it again with benchmarks/conv_shapes.py --table") from None
 
 
-@lru_cache(maxsize=None)
-def norm_table(device_name: str, data_dir: str | None = None) -> NormTable | None:
-    """The device's BatchNorm table, ``ddlsim/data/kernels/norm_classes_<device>.json`` (or that of the device whose
-    die it shares), or None: BatchNorm then moves its bytes at the device's one BatchNorm share (or the copy
-    share), as before."""
+def _device_table(stem: str, kind, device_name: str, data_dir: str | None):
+    """The device's table ``ddlsim/data/kernels/<stem>_<device>.json`` (or that of the device whose die it shares,
+    CONV_TABLE_SAME_DIE) read through `kind`, or None when neither file exists. `data_dir`: another folder to look
+    in (tests)."""
     from pathlib import Path
 
     folder = resources.files(_DATA) if data_dir is None else Path(data_dir)
     for name in (device_name, CONV_TABLE_SAME_DIE.get(device_name)):
         if name is None:
             continue
-        path = folder.joinpath(f"norm_classes_{name.lower()}.json")
+        path = folder.joinpath(f"{stem}_{name.lower()}.json")
         if path.is_file():
-            return _read_table(path, NormTable)
+            return _read_table(path, kind)
     return None
+
+
+@lru_cache(maxsize=None)
+def norm_table(device_name: str, data_dir: str | None = None) -> NormTable | None:
+    """The device's BatchNorm table, ``ddlsim/data/kernels/norm_classes_<device>.json`` (or that of the device whose
+    die it shares), or None: BatchNorm then moves its bytes at the device's one BatchNorm share (or the copy
+    share), as before."""
+    return _device_table("norm_classes", NormTable, device_name, data_dir)
 
 
 @lru_cache(maxsize=None)
@@ -320,16 +463,21 @@ def conv_table(device_name: str, data_dir: str | None = None) -> ConvTable | Non
     """The device's convolution table, ``ddlsim/data/kernels/conv_classes_<device>.json`` (or that of the device
     whose die it shares, CONV_TABLE_SAME_DIE), or None: every convolution then costs as before (the median share,
     and the 3x3 share where the device has one). `data_dir`: another folder to look in (tests)."""
-    from pathlib import Path
+    return _device_table("conv_classes", ConvTable, device_name, data_dir)
 
-    folder = resources.files(_DATA) if data_dir is None else Path(data_dir)
-    for name in (device_name, CONV_TABLE_SAME_DIE.get(device_name)):
-        if name is None:
-            continue
-        path = folder.joinpath(f"conv_classes_{name.lower()}.json")
-        if path.is_file():
-            return _read_table(path, ConvTable)
-    return None
+
+@lru_cache(maxsize=None)
+def pointwise_table(device_name: str, data_dir: str | None = None) -> "PointwiseTable | None":
+    """The device's element-wise / pooling table, ``ddlsim/data/kernels/pointwise_<device>.json`` (or that of the
+    device whose die it shares), or None: those kernels then move their bytes at the copy share, as before."""
+    return _device_table("pointwise", PointwiseTable, device_name, data_dir)
+
+
+@lru_cache(maxsize=None)
+def linear_table(device_name: str, data_dir: str | None = None) -> "LinearTable | None":
+    """The device's GEMM table, ``ddlsim/data/kernels/linear_classes_<device>.json`` (or that of the device whose
+    die it shares), or None: a Linear layer's matmuls then cost as before (the device's GEMM share)."""
+    return _device_table("linear_classes", LinearTable, device_name, data_dir)
 
 
 def _rate(op: str, device: Device, precision: str, phase: str, conv_class: str = "other") -> float:
@@ -362,10 +510,12 @@ def _host_s(kernel: Kernel, device: Device, phase: str) -> float:
 
 
 def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phase: str = "fwd",
-                conv_class: str = "other", conv_geom: ConvGeometry | None = None) -> KernelCost:
+                conv_class: str = "other", conv_geom: ConvGeometry | None = None,
+                linear_geom: LinearGeometry | None = None) -> KernelCost:
     """Time of one kernel at `batch` on `device` in `precision` (phase "fwd" or "bwd"; a convolution of shape
     class `conv_class`, see :func:`conv_shape_class`, and of geometry `conv_geom`, which the device's convolution
-    table, where it has one, costs by its shape class: :meth:`ConvTable.rate`)."""
+    table, where it has one, costs by its shape class: :meth:`ConvTable.rate`; a Linear layer's matmul of geometry
+    `linear_geom`, which the device's GEMM table, where it has one, costs by its shape: :meth:`LinearTable.rate`)."""
     mb = microbench(device)
     size = dtype_size(precision)
     flops = _at(kernel.flops, batch)
@@ -384,11 +534,21 @@ def kernel_cost(kernel: Kernel, device: Device, precision: str, batch: int, phas
         if table is not None:
             bandwidth = table.bandwidth(shape[0], batch * shape[1], size, "fwd" if kernel.op in NORM_FWD else "bwd") \
                 or bandwidth
+    pointwise = pointwise_class(kernel)
+    if pointwise is not None:
+        table = pointwise_table(device.name)
+        if table is not None:
+            bandwidth = table.bandwidth(pointwise, nbytes, size) or bandwidth
     rate = None
     if conv_geom is not None and flops and kernel.op in CONV_DIRECTIONS:
         table = conv_table(device.name)
         if table is not None:
             rate = table.rate(conv_geom, batch, precision, CONV_DIRECTIONS[kernel.op])
+    direction = linear_direction(kernel, phase) if linear_geom is not None and flops else None
+    if direction is not None:
+        table = linear_table(device.name)
+        if table is not None:
+            rate = table.rate(batch * linear_geom.tokens, linear_geom.k, linear_geom.n, precision, direction)
     if rate is None:
         rate = _rate(kernel.op, device, precision, phase, conv_class) if flops else 0.0
     return KernelCost(kernel.op, flops, nbytes, flops / rate if flops else 0.0,
@@ -469,8 +629,10 @@ def layer_costs(model, layer, device: Device | str, precision: str, batch: int) 
     # the layer's convolution shape class (its input and weight gradients share the forward's shape)
     cls = next((conv_shape_class(k) for k in fwd if k.op == "convolution"), "other")
     geom = next((conv_geometry(k) for k in fwd if k.op == "convolution"), None)
-    return ([kernel_cost(k, device, precision, batch, "fwd", cls, geom) for k in fwd],
-            [kernel_cost(k, device, precision, batch, "bwd", cls, geom) for k in bwd])
+    # a Linear layer's geometry from its forward matmul (its input and weight gradients have the same M, K, N)
+    lin = next((linear_geometry(k) for k in fwd if k.op in LINEAR_OPS), None) if geom is None else None
+    return ([kernel_cost(k, device, precision, batch, "fwd", cls, geom, lin) for k in fwd],
+            [kernel_cost(k, device, precision, batch, "bwd", cls, geom, lin) for k in bwd])
 
 
 def host_mode(precision: str) -> str:

@@ -1,0 +1,25 @@
+"""The set-up the device microbenchmarks share (benchmarks/conv_shapes.py, benchmarks/host_dispatch.py): torch on
+the named device, refused in one line when it is "cuda" and torch sees no GPU; cuDNN's autotuner off (PyTorch's
+default, as in benchmarks/gpu_layer_times.py) and the random generator seeded."""
+from __future__ import annotations
+
+import sys
+
+
+def torch_on(device: str, note: str = ""):
+    """(torch, torch.device, is CUDA) for `device` ("cuda" or "cpu"), or None after a one-line error on stderr
+    when this Python cannot import torch (`note` appended to it) or `device` is "cuda" and torch sees no GPU."""
+    try:
+        import torch
+    except ImportError:
+        print(f"error: measuring needs torch, which this Python cannot import; run it with the Python that has torch"
+              f"{note}", file=sys.stderr)
+        return None
+
+    cuda = device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print("error: --device cuda but torch sees no GPU; use --device cpu --quick for a smoke test", file=sys.stderr)
+        return None
+    torch.backends.cudnn.benchmark = False
+    torch.manual_seed(0)
+    return torch, torch.device(device), cuda
