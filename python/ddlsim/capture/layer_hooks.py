@@ -128,6 +128,8 @@ class LayerHooks:
         self._stream = None  # GPU: the stream the events are recorded on
         self._events_free: list = []
         self._events_used: list = []
+        self._events_side: list = []  # this iteration's events recorded off the training stream (mark_current)
+        self._last_mark = None  # the last event recorded on the training stream
         self.params = list(module.named_parameters())
         self.param_index = {p.data_ptr(): i for i, (_, p) in enumerate(self.params)}
         self.layers = parameterised_layers(module)
@@ -179,6 +181,7 @@ class LayerHooks:
         else:
             event.record(stream)
         self._events_used.append(event)
+        self._last_mark = event
         return event
 
     @staticmethod
@@ -195,6 +198,7 @@ class LayerHooks:
         event = free.pop() if free else self._new_event()
         event.record()
         self._events_used.append(event)
+        self._events_side.append(event)
         return event
 
     # -- iterations ------------------------------------------------------------------------------------------------
@@ -219,6 +223,7 @@ class LayerHooks:
             used = self._events_used
             if used and used[-1] is event:
                 used.pop()  # the anchor lives on past its iteration's rows: see _convert
+            self._last_mark = None
             self._anchor = (host, event)
         if sampled:
             self._install()
@@ -304,10 +309,15 @@ class LayerHooks:
         with self._lock:
             rows, self._rows = self._rows, []
             events, self._events_used = self._events_used, []
+            side, self._events_side = self._events_side, []
         if not rows and not events:
             return
         host, anchor = self._anchor if self._anchor is not None else (now_ns(), None)
-        self._pending.append([host, anchor, rows, events, 0])
+        # the batch has completed when the last event on the training stream (they complete in order: the anchor
+        # before it) and each event off it have
+        checks = side if self._last_mark is None else side + [self._last_mark]
+        self._last_mark = None
+        self._pending.append([host, anchor, rows, events, 0, checks])
 
     def _convert(self, budget: float) -> None:
         """GPU: writes up to `budget` rows of the queued iterations, oldest first, as far as their events completed
@@ -315,8 +325,8 @@ class LayerHooks:
         pending, lines = self._pending, []
         while pending and budget > 0:
             batch = pending[0]
-            host, anchor, rows, events, done = batch
-            if anchor is not None and done == 0:
+            host, anchor, rows, events, done, checks = batch
+            if done == 0 and anchor is not None:
                 relay = self._relay
                 if relay is not None and relay[1] is anchor:
                     host = relay[0]
@@ -329,13 +339,15 @@ class LayerHooks:
                     if relay is not None:
                         self._events_free.append(relay[1])
                     self._relay = (host, anchor)
-            stop = min(len(rows), done + int(min(budget, len(rows))))
-            end = done
-            while end < stop:
-                row = rows[end]
-                if anchor is not None and not (row[2].query() and row[3].query()):
+            if checks:  # once: have all its events completed? (event.query(): no synchronisation)
+                for event in checks:
+                    if not event.query():
+                        break
+                else:
+                    batch[5] = checks = None
+                if checks:
                     break
-                end += 1
+            end = min(len(rows), done + int(min(budget, len(rows))))
             if end > done:
                 if anchor is None:
                     lines += self._lines(rows[done:end], lambda event: host)
