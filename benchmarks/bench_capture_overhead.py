@@ -22,6 +22,10 @@ only (``ddlsim capture ddp --layer-every K``); the median then hides the sampled
 all timed iterations (ratio of means) is printed too, and that of the sampled iterations alone. Given several
 times (``--layer-every 1 --layer-every 10``), one recorded copy per K runs in the same alternation.
 
+`--block B` times blocks of B consecutive iterations per copy with no synchronisation between them (the host runs
+ahead of the GPU as in training, so a synchronisation inside the capture shows; the times are per iteration, one
+per block, and "sampled" means a block holding a sampled iteration).
+
 `--comm-hook` adds a third copy with torch's default ``allreduce_hook`` (a Python comm hook that records
 nothing), which separates the cost of any Python comm hook from the recording's.
 """
