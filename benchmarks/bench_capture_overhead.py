@@ -22,6 +22,10 @@ only (``ddlsim capture ddp --layer-every K``); the median then hides the sampled
 all timed iterations (ratio of means) is printed too, and that of the sampled iterations alone. Given several
 times (``--layer-every 1 --layer-every 10``), one recorded copy per K runs in the same alternation.
 
+`--block B` times blocks of B consecutive iterations per copy with no synchronisation between them (the host runs
+ahead of the GPU as in training, so a synchronisation inside the capture shows; the times are per iteration, one
+per block, and "sampled" means a block holding a sampled iteration).
+
 `--comm-hook` adds a third copy with torch's default ``allreduce_hook`` (a Python comm hook that records
 nothing), which separates the cost of any Python comm hook from the recording's.
 """
@@ -79,30 +83,34 @@ def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
     loss_fn = torch.nn.CrossEntropyLoss()
     times = {mode: [] for mode in models}
     cpu = {mode: [] for mode in models}  # this process's CPU time (all its threads) per iteration
-    for iteration, (x, y) in enumerate(batches):
-        order = list(models) if iteration % 2 == 0 else list(reversed(models))
+    block = args.block
+    for first in range(0, total, block):  # a block of `block` iterations per copy (1: each iteration timed alone)
+        chunk = list(range(first, min(first + block, total)))
+        order = list(models) if (first // block) % 2 == 0 else list(reversed(models))
         for mode in order:
             model, optimizer, h = models[mode]
             if cuda:
                 torch.cuda.synchronize()
             dist.barrier()
             start, start_cpu = time.perf_counter(), time.process_time()
-            if h is not None:
-                h.begin_iteration(iteration)
-            optimizer.zero_grad(set_to_none=True)
-            loss_fn(model(x), y).backward()
-            if h is not None:
-                step_start = h.mark()
-                optimizer.step()
-                h.optimizer_step_row(step_start, h.mark())
-                h.end_iteration()
-            else:
-                optimizer.step()
+            for iteration in chunk:  # no synchronisation inside a block: the host runs ahead as in training
+                x, y = batches[iteration]
+                if h is not None:
+                    h.begin_iteration(iteration)
+                optimizer.zero_grad(set_to_none=True)
+                loss_fn(model(x), y).backward()
+                if h is not None:
+                    step_start = h.mark()
+                    optimizer.step()
+                    h.optimizer_step_row(step_start, h.mark())
+                    h.end_iteration()
+                else:
+                    optimizer.step()
             if cuda:
                 torch.cuda.synchronize()
-            if iteration >= args.warmup:
-                times[mode].append(time.perf_counter() - start)
-                cpu[mode].append(time.process_time() - start_cpu)
+            if chunk[0] >= args.warmup:  # one entry per block: its time per iteration
+                times[mode].append((time.perf_counter() - start) / len(chunk))
+                cpu[mode].append((time.process_time() - start_cpu) / len(chunk))
     recorded_copies = {mode: h for mode, (_, _, h) in models.items() if h is not None}
     for h in recorded_copies.values():
         h.rec.close()
@@ -167,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
     parser.add_argument("--json", type=str, default=None, help="also write the times to this JSON file")
+    parser.add_argument("--block", type=int, default=1,
+                        help="time blocks of this many consecutive iterations per copy, with no synchronisation between "
+                        "them (as in training; default 1: every iteration timed alone, behind a barrier and a device "
+                        "synchronisation); --warmup and --iterations must be multiples of it; the times are per "
+                        "iteration, one per block")
     parser.add_argument("--comm-hook", action="store_true", help="also time a copy with torch's default allreduce_hook")
     parser.add_argument("--layer-every", type=int, action="append", default=None,
                         help="layer rows on the warm-up iterations and every K-th timed one from the first (capture ddp "
@@ -176,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     args.layer_every = args.layer_every or [1]
     if min(args.layer_every) < 1 or len(set(args.layer_every)) != len(args.layer_every):
         parser.error(f"--layer-every must be distinct positive integers, got {args.layer_every}")
+    if args.block < 1 or args.warmup % args.block or args.iterations % args.block:
+        parser.error(f"--block must be a positive divisor of --warmup and --iterations, got {args.block}")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -186,10 +201,10 @@ def main(argv: list[str] | None = None) -> int:
         times, cpu, device, checks = queue.get()
     median = {mode: statistics.median(v) for mode, v in times.items()}
     mean = {mode: statistics.mean(v) for mode, v in times.items()}
-    timed = range(args.warmup, args.warmup + args.iterations)
     backend = "NCCL, GPU, CUDA-event timings" if args.device == "cuda" else "gloo, CPU"
     print(f"{args.model} on {device}, {args.workers} rank(s) ({backend}), batch {args.batch_size}, {args.image_size}x{args.image_size}, "
-          f"{len(times['plain'])} timed iterations each (alternating, after {args.warmup} warm-up)")
+          f"{len(times['plain'])} timed {'iterations' if args.block == 1 else f'blocks of {args.block} iterations'} each "
+          f"(alternating, after {args.warmup} warm-up)")
     labels = {"plain": "plain DDP", "comm hook": "DDP + torch's allreduce_hook"}
     labels.update({_copy_name(args, k): "DDP + ddlsim's capture" + ("" if len(args.layer_every) == 1 else f", K={k}")
                    for k in args.layer_every})
@@ -204,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         rows, sampled = checks[mode]
         tag = "" if len(args.layer_every) == 1 else f"[K={every}] "
         paired = statistics.median(r / p for r, p in zip(times[mode], times["plain"]))
-        on = [k for k, i in enumerate(timed) if i in set(sampled)]  # the timed iterations with layer rows
+        # the timed entries (iterations, or blocks of --block) with layer rows
+        on = sorted({(i - args.warmup) // args.block for i in sampled if i >= args.warmup})
         print(f"{tag}recorded log: {rows}")
         cpu_ratio = statistics.median(cpu[mode]) / statistics.median(cpu["plain"])
         print(f"{tag}rank 0's CPU time: {(cpu_ratio - 1) * 100:+.2f} % (ratio of medians; the host work the recording "

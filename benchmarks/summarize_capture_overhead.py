@@ -23,7 +23,8 @@ def rows(path: str) -> list[str]:
         data = json.load(fh)
     args, times = data["args"], data["times_s"]
     plain_mean = statistics.mean(times["plain"])
-    what = f"{args['model']}, {args['batch_size']} ({path.rsplit('/', 1)[-1]}, {data['device']})"
+    blocks = "" if args.get("block", 1) == 1 else f", blocks of {args['block']}"
+    what = f"{args['model']}, {args['batch_size']} ({path.rsplit('/', 1)[-1]}, {data['device']}{blocks})"
     out = [f"| {what} | plain DDP | {statistics.median(times['plain']) * 1e3:.2f} ms | - | - | - | - |"]
     if "comm hook" in times:
         ratio = statistics.mean(times["comm hook"]) / plain_mean
@@ -36,7 +37,8 @@ def rows(path: str) -> list[str]:
     warmup = args.get("warmup", 2)
     for mode, copy in copies.items():
         sampled = copy.get("overhead_sampled_iterations_ratio_of_means")
-        on = {i - warmup for i in copy.get("layer_iterations", []) if i >= warmup}
+        block = args.get("block", 1)  # --block B: one time per block of B iterations
+        on = {(i - warmup) // block for i in copy.get("layer_iterations", []) if i >= warmup}
         robust, _ = robust_overhead(times[mode], times["plain"], on)
         out.append(f"| {what} | capture, K = {copy['layer_every']} | {statistics.median(times[mode]) * 1e3:.2f} ms | "
                    f"**{(robust - 1) * 100:+.1f} %** | {(copy['overhead_ratio_of_means'] - 1) * 100:+.1f} % | "

@@ -41,34 +41,76 @@ def small_cnn():
     return make
 
 
+class FakeGpu(list):
+    """The fake GPU's record: one item per device synchronisation (the list), and
+
+    * ``lag``: when an event completes: None (the default) only at a device synchronisation; n >= 0 also once n
+      events were recorded after it (the GPU n events behind the host);
+    * ``event_syncs``: calls of ``Event.synchronize``; ``elapsed``: calls of ``Event.elapsed_time``;
+    * converting an event that has not completed (``elapsed_time``) raises AssertionError (a real GPU raises too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lag = None
+        self.event_syncs = 0
+        self.elapsed = 0
+        self.ticks = 0  # events recorded so far: the GPU clock is 0.5 ms per event
+        self.synced_to = 0  # the tick up to which a synchronisation completed the events
+
+    def complete(self, tick):
+        return tick <= self.synced_to or (self.lag is not None and self.ticks - tick >= self.lag)
+
+
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """torch.cuda as the capture uses it, without a GPU: Event a clock that ticks 0.5 ms per recorded event,
-    synchronize counted (the list returned), current_stream None."""
+    """torch.cuda as the capture uses it, without a GPU: Event a clock that ticks 0.5 ms per recorded event, an event
+    complete at a synchronisation (or `lag` events later, see FakeGpu), synchronize counted (the list returned),
+    current_stream a stream whose query() says whether every event recorded completed."""
     import torch
 
-    class FakeCudaEvent:
-        ticks = 0
+    gpu = FakeGpu()
 
+    class FakeCudaEvent:
         def __init__(self, enable_timing=False):
             assert enable_timing
-            self.t_ms = None
+            self.tick = None
+
+        @property
+        def t_ms(self):
+            return None if self.tick is None else 0.5 * self.tick
 
         def record(self, stream=None):
-            FakeCudaEvent.ticks += 1
-            self.t_ms = 0.5 * FakeCudaEvent.ticks
+            gpu.ticks += 1
+            self.tick = gpu.ticks
+
+        def query(self):
+            assert self.tick is not None
+            return gpu.complete(self.tick)
 
         def synchronize(self):
-            assert self.t_ms is not None
+            assert self.tick is not None
+            gpu.event_syncs += 1
+            gpu.synced_to = max(gpu.synced_to, self.tick)
 
         def elapsed_time(self, other):
+            gpu.elapsed += 1
+            assert self.tick is not None and other.tick is not None
+            assert gpu.complete(self.tick) and gpu.complete(other.tick), "elapsed_time of an event not completed"
             return other.t_ms - self.t_ms
 
-    syncs = []
+    class FakeStream:
+        def query(self):
+            return gpu.complete(gpu.ticks)
+
+    def synchronize(*args, **kwargs):
+        gpu.append(1)
+        gpu.synced_to = gpu.ticks
+
+    stream = FakeStream()
     monkeypatch.setattr(torch.cuda, "Event", FakeCudaEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: syncs.append(1))
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: None)
-    return syncs
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: stream)
+    return gpu
 
 
 @pytest.fixture

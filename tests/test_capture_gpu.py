@@ -25,6 +25,9 @@ class FakeEvent:
     def __init__(self, t_ms: float):
         self.t_ms = t_ms
 
+    def query(self) -> bool:  # complete: the test resolves after synchronising
+        return True
+
     def elapsed_time(self, other: "FakeEvent") -> float:
         return other.t_ms - self.t_ms
 
@@ -79,6 +82,9 @@ def test_gpu_events_are_recorded_in_order_and_reused_across_iterations(tmp_path,
             FakeCudaEvent.ticks += 1
             self.t_ms = 0.25 * FakeCudaEvent.ticks
 
+        def query(self):  # complete: each iteration is resolved after a synchronisation
+            return True
+
         def elapsed_time(self, other):
             return other.t_ms - self.t_ms
 
@@ -95,7 +101,8 @@ def test_gpu_events_are_recorded_in_order_and_reused_across_iterations(tmp_path,
         hooks.resolve_gpu_rows()
         per_iteration.append(len(created))
     rec.close()
-    assert per_iteration[0] == 9 and per_iteration[1] == per_iteration[2] == 9  # anchor + 8: created once, then reused
+    # anchor + 8, then one more: the last converted anchor is held (a later anchor's host time may be relayed from it)
+    assert per_iteration == [9, 10, 10]  # created once, then reused
     rows = _rows(rec.path)
     assert len(rows) == 12
     for iteration in range(3):

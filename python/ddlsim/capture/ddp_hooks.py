@@ -61,6 +61,7 @@ class DdpHooks(LayerHooks):
                          layer_warmup=layer_warmup)
         self._pass_handles = []
         self._pass_start = None
+        self._queue_callback = None  # autograd's queue_callback, looked up once
         if self.layer_every > 1:  # the passes of un-sampled iterations: two module hooks on the DDP wrapper
             self._pass_handles = [ddp_model.register_forward_pre_hook(self._pass_pre_forward),
                                   ddp_model.register_forward_hook(self._pass_post_forward)]
@@ -134,11 +135,14 @@ class DdpHooks(LayerHooks):
             node.register_prehook(self._pass_pre_backward)
 
     def _pass_pre_backward(self, grad_outputs):
-        from torch.autograd import Variable
+        queue = self._queue_callback
+        if queue is None:
+            from torch.autograd import Variable
 
+            queue = self._queue_callback = Variable._execution_engine.queue_callback
         start = self.mark()
         # runs once the whole backward pass (every layer's gradient) is done
-        Variable._execution_engine.queue_callback(lambda: self.compute_row("backward", start, self.mark()))
+        queue(lambda: self.compute_row("backward", start, self.mark()))
 
     def remove(self) -> None:
         super().remove()

@@ -22,13 +22,22 @@ that was current at :meth:`LayerHooks.begin_iteration` (the training
 stream; a comm hook's completion callback records on its own current
 stream, see :meth:`LayerHooks.mark_current`); the rows get their ids at
 once (so other rows can depend on them) and are written on the host clock
-through an anchor (an event recorded at :meth:`LayerHooks.begin_iteration`
-right after a device synchronisation, when the idle GPU runs it at once).
-There is no synchronisation inside the iteration: an iteration's rows are
-converted and written at the end of the next iteration (its events are
-complete by then: the next iteration began with a synchronisation), or by
-:meth:`LayerHooks.resolve_gpu_rows` (which synchronises) when the recorder
-closes.
+through the iteration's *anchor*: an event recorded at
+:meth:`LayerHooks.begin_iteration` (the marker row's start). Its host time
+is known when the training stream was idle as it was recorded (the GPU runs
+it at once): always on a sampled iteration (it begins with a device
+synchronisation), and on an un-sampled one when ``stream.query()`` says the
+stream's work is done (a host-bound run); otherwise (the GPU still busy,
+no synchronisation on an un-sampled iteration) its host time is relayed
+from the previous iteration's anchor: that one's host time plus the GPU
+time between the two anchors. Given the same event timings the rows are
+the same either way. Events are converted lazily, without a
+synchronisation: at the end of each iteration the rows whose events
+``event.query()`` reports complete are written, oldest first, at most
+:attr:`LayerHooks.convert_rows` rows (or the ending iteration's row count,
+if larger) per iteration, so a sampled iteration's hundreds of events are
+converted over the following iterations; :meth:`LayerHooks.resolve_gpu_rows`
+(which synchronises) writes what is left when the recorder closes.
 
 **Sampled layer rows** (``layer_every=K``, the way ``torch.profiler``'s schedule samples): only the *sampled*
 iterations get layer rows: the first ``layer_warmup`` iterations (the warm-up that analyze and replay leave
@@ -42,6 +51,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 from typing import Any, Iterable, Optional
 
 from .recorder import RankRecorder, now_ns
@@ -95,6 +105,9 @@ MARKER_LINE = ('{"id":%d,"kind":"marker","op":"iteration","start_ns":%d,"end_ns"
 class LayerHooks:
     """Records `module`'s per-layer forward and backward rows into `recorder`; :meth:`remove` takes the hooks off."""
 
+    #: GPU: the least number of rows converted (and written) at the end of an iteration when that many are complete
+    convert_rows = 64
+
     def __init__(self, module, recorder: RankRecorder, *, cuda: bool = False, defer: bool = False,
                  layer_every: int = 1, layer_warmup: int = 1):
         """`layer_every`, `layer_warmup`: sampled layer rows (see the module docstring)."""
@@ -106,11 +119,17 @@ class LayerHooks:
         # rows made and not written yet, in the order they were made: (row id, op, start, end, deps, iteration,
         # layer line tail) for layer rows, (row id, op, start, end, deps, None, fields) for the others
         self._rows: list[tuple] = []
-        self._batch: Optional[tuple] = None  # GPU: the previous iteration's (host ns, anchor, rows, events), unwritten
-        self._anchor: Optional[tuple[int, Any]] = None  # (host ns, event) of this iteration
+        # GPU: the iterations' rows not written yet, oldest first: [host ns of the anchor or None (relayed), anchor event,
+        # rows, events (the anchor not among them), rows written so far]
+        self._pending: deque = deque()
+        self._anchor: Optional[tuple[Optional[int], Any]] = None  # (host ns or None, event) of this iteration
+        self._relay: Optional[tuple[int, Any]] = None  # GPU: (host ns, event) of the last anchor converted
+        self._synced = False  # GPU: whether a device synchronisation gave an anchor yet
         self._stream = None  # GPU: the stream the events are recorded on
         self._events_free: list = []
         self._events_used: list = []
+        self._events_side: list = []  # this iteration's events recorded off the training stream (mark_current)
+        self._last_mark = None  # the last event recorded on the training stream
         self.params = list(module.named_parameters())
         self.param_index = {p.data_ptr(): i for i, (_, p) in enumerate(self.params)}
         self.layers = parameterised_layers(module)
@@ -162,6 +181,7 @@ class LayerHooks:
         else:
             event.record(stream)
         self._events_used.append(event)
+        self._last_mark = event
         return event
 
     @staticmethod
@@ -178,23 +198,37 @@ class LayerHooks:
         event = free.pop() if free else self._new_event()
         event.record()
         self._events_used.append(event)
+        self._events_side.append(event)
         return event
 
     # -- iterations ------------------------------------------------------------------------------------------------
     def begin_iteration(self, iteration: int, waits: Iterable[int] = ()) -> None:
-        """Starts an iteration; the first compute row of it also depends on `waits`."""
+        """Starts an iteration; the first compute row of it also depends on `waits`. On a GPU a sampled iteration (and
+        the first) begins with a device synchronisation; an un-sampled one never synchronises (see the module
+        docstring)."""
+        sampled = layer_sampled(int(iteration), self.layer_every, self.layer_warmup)
         if self.cuda:
             import torch
 
-            torch.cuda.synchronize()
-            self._stream = torch.cuda.current_stream()
-            host = now_ns()
-            self._anchor = (host, self.mark())
-        sampled = layer_sampled(int(iteration), self.layer_every, self.layer_warmup)
+            if sampled or not self._synced:
+                torch.cuda.synchronize()
+                self._synced = True
+                stream = self._stream = torch.cuda.current_stream()
+                host = now_ns()
+            else:
+                stream = self._stream = torch.cuda.current_stream()
+                # the stream's work done: the anchor runs at once, at this host time; else it is relayed
+                host = now_ns() if stream is not None and stream.query() else None
+            event = self.mark()
+            used = self._events_used
+            if used and used[-1] is event:
+                used.pop()  # the anchor lives on past its iteration's rows: see _convert
+            self._last_mark = None
+            self._anchor = (host, event)
         if sampled:
             self._install()
             self.layer_iterations.append(int(iteration))
-        else:
+        elif self._handles:
             self._uninstall()  # no per-layer hook runs in this iteration
         with self._lock:
             self.iteration = int(iteration)
@@ -260,51 +294,87 @@ class LayerHooks:
         return lines
 
     def write_rows(self) -> None:
-        """Writes the rows made so far on the host clock (on a GPU: the previous iteration's, see the module
-        docstring)."""
+        """Writes the rows made so far on the host clock (on a GPU: those of ended iterations whose events completed,
+        see the module docstring)."""
         if self.cuda:
-            batch, self._batch = self._batch, None
-            if batch is not None:
-                self._write_batch(batch)
+            self._convert(self.convert_rows)
             return
         with self._lock:
             rows, self._rows = self._rows, []
         if rows:
             self.rec.write_lines(self._lines(rows))
 
-    def _take_batch(self) -> tuple:
-        """GPU: this iteration's rows and events so far, with their anchor."""
+    def _take_batch(self) -> None:
+        """GPU: queues this iteration's rows and events so far, with their anchor, for conversion."""
         with self._lock:
             rows, self._rows = self._rows, []
             events, self._events_used = self._events_used, []
+            side, self._events_side = self._events_side, []
+        if not rows and not events:
+            return
         host, anchor = self._anchor if self._anchor is not None else (now_ns(), None)
-        return host, anchor, rows, events
+        # the batch has completed when the last event on the training stream (they complete in order: the anchor
+        # before it) and each event off it have
+        checks = side if self._last_mark is None else side + [self._last_mark]
+        self._last_mark = None
+        self._pending.append([host, anchor, rows, events, 0, checks])
 
-    def _write_batch(self, batch: tuple) -> None:
-        """GPU: writes a batch whose events have completed and returns its events to the pool."""
-        host, anchor, rows, events = batch
-        if anchor is None:
-            lines = self._lines(rows, lambda event: host)
-        else:
-            elapsed = anchor.elapsed_time
-            lines = self._lines(rows, lambda event: host + round(elapsed(event) * 1e6))
-        self.rec.write_lines(lines)
-        self._events_free.extend(events)
+    def _convert(self, budget: float) -> None:
+        """GPU: writes up to `budget` rows of the queued iterations, oldest first, as far as their events completed
+        (``event.query()``; no synchronisation), and returns the events of the iterations written to the pool."""
+        pending, lines = self._pending, []
+        while pending and budget > 0:
+            batch = pending[0]
+            host, anchor, rows, events, done, checks = batch
+            if done == 0 and anchor is not None:
+                relay = self._relay
+                if relay is not None and relay[1] is anchor:
+                    host = relay[0]
+                elif not anchor.query():
+                    break
+                elif host is None:  # relayed: the previous anchor's host time plus the GPU time between the two
+                    host = relay[0] + round(relay[1].elapsed_time(anchor) * 1e6)
+                batch[0] = host
+                if relay is None or relay[1] is not anchor:
+                    if relay is not None:
+                        self._events_free.append(relay[1])
+                    self._relay = (host, anchor)
+            if checks:  # once: have all its events completed? (event.query(): no synchronisation)
+                for event in checks:
+                    if not event.query():
+                        break
+                else:
+                    batch[5] = checks = None
+                if checks:
+                    break
+            end = min(len(rows), done + int(min(budget, len(rows))))
+            if end > done:
+                if anchor is None:
+                    lines += self._lines(rows[done:end], lambda event: host)
+                else:
+                    elapsed = anchor.elapsed_time
+                    lines += self._lines(rows[done:end], lambda event: host + round(elapsed(event) * 1e6))
+                budget -= end - done
+                batch[4] = done = end
+            if done < len(rows):
+                break
+            pending.popleft()
+            self._events_free.extend(events)
+        if lines:
+            self.rec.write_lines(lines)
 
     def end_rows(self, extra_row: Optional[tuple] = None) -> None:
-        """Ends the iteration's rows: writes them (on the CPU), or (on a GPU, with no synchronisation) writes the
-        previous iteration's and keeps this one's for the next call. `extra_row` is appended to the iteration's rows."""
+        """Ends the iteration's rows: writes them (on the CPU), or (on a GPU, with no synchronisation) queues them and
+        writes the queued rows whose events completed (see the module docstring). `extra_row` is appended to the
+        iteration's rows."""
         if extra_row is not None:
             self._rows.append(extra_row)
         if not self.cuda:
             self.write_rows()
             return
-        previous, self._batch = self._batch, self._take_batch()
-        if previous is not None:
-            host, anchor, rows, events = previous
-            if events:
-                events[-1].synchronize()  # complete already (this iteration began with a synchronisation): no wait
-            self._write_batch(previous)
+        count = len(self._rows)
+        self._take_batch()
+        self._convert(max(self.convert_rows, count))
 
     def resolve_gpu_rows(self) -> None:
         """Synchronises the device and writes every GPU-timed row made so far on the host clock."""
@@ -313,10 +383,8 @@ class LayerHooks:
         import torch
 
         torch.cuda.synchronize()
-        previous, self._batch = self._batch, None
-        if previous is not None:
-            self._write_batch(previous)
-        self._write_batch(self._take_batch())
+        self._take_batch()
+        self._convert(float("inf"))
 
     def _finish(self) -> None:
         """Before the recorder closes: writes the rows not written yet."""

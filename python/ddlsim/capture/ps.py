@@ -37,7 +37,7 @@ from typing import Any
 
 from ..errors import DdlsimError
 from .dist_clock import best_offset
-from .layer_hooks import LayerHooks
+from .layer_hooks import LayerHooks, check_layer_every, layer_sampled
 from .recorder import RankRecorder, now_ns
 
 MODELS = ("lenet5", "sparse-lr")
@@ -45,7 +45,7 @@ PLACEMENTS = ("round-robin", "size-balanced")
 DEFAULTS = {
     "model": "sparse-lr", "workers": 2, "servers": 1, "iterations": 3, "batch_size": 16, "sync": True, "lr": 0.1,
     "vocab": 1000, "embedding_dim": 8, "features": 4, "zipf_s": 1.1, "seed": 0, "placement": "round-robin",
-    "timeout_s": 60.0, "crash_rank": -1, "crash_after_iteration": -1, "server_start_delay_s": 0.0,
+    "timeout_s": 60.0, "crash_rank": -1, "crash_after_iteration": -1, "server_start_delay_s": 0.0, "layer_every": 1,
 }  # fmt: skip
 
 
@@ -68,7 +68,21 @@ def ps_config(**given: Any) -> dict:
                           f"on every server; use --servers {keys} or fewer")
     if float(c["zipf_s"]) <= 0 or float(c["lr"]) <= 0 or float(c["timeout_s"]) <= 0:
         raise DdlsimError("ps capture: zipf_s, lr and timeout must be > 0")
+    try:
+        check_layer_every(c["layer_every"])
+    except ValueError as exc:
+        raise DdlsimError(f"ps capture: {exc} (--layer-every K)") from None
+    if c["layer_every"] > 1 and c["model"] != "lenet5":
+        raise DdlsimError(f"ps capture: layer_every {c['layer_every']} samples per-layer rows, which only --model lenet5 "
+                          f"records ({c['model']} has one forward and one backward row per iteration); leave out "
+                          "--layer-every or use --model lenet5")
     return c
+
+
+def layer_iterations(config: dict) -> list[int]:
+    """The iterations whose worker rows are per layer with ``layer_every`` K: iteration 0 (the warm-up) and every K-th
+    from 1 on (:func:`~ddlsim.capture.layer_hooks.layer_sampled`, as ``capture ddp --layer-every``)."""
+    return [i for i in range(int(config["iterations"])) if layer_sampled(i, int(config["layer_every"]), 1)]
 
 
 def metadata(config: dict) -> dict:
@@ -79,6 +93,9 @@ def metadata(config: dict) -> dict:
             "placement": config["placement"], "seed": int(config["seed"]), "transport": "tensorpipe-uv-tcp"}
     if config["model"] == "sparse-lr":
         meta["sparse"] = {k: config[k] for k in ("vocab", "embedding_dim", "features", "zipf_s")}
+    if int(config.get("layer_every", 1)) > 1:  # sampled layer rows: which iterations carry them (as a DDP capture's)
+        meta["layer_every"] = int(config["layer_every"])
+        meta["layer_iterations"] = layer_iterations(config)
     return meta
 
 
@@ -197,7 +214,11 @@ class _Worker:
         pulled: list[int] = []
         crash_rank, crash_after = int(self.config["crash_rank"]), int(self.config["crash_after_iteration"])
         # A zoo model gets per-layer rows (what `ddlsim replay` and `--profile` read); the sparse model one row each way.
-        layers = LayerHooks(self.model.net, self.rec) if self.model.kind == "lenet5" else None
+        # With layer_every K the zoo model's layer rows are sampled as in `capture ddp --layer-every K`: on iteration 0
+        # and every K-th from 1 on; the other iterations record each pass as one row (no name) and run no layer hook.
+        layers = None
+        if self.model.kind == "lenet5":
+            layers = LayerHooks(self.model.net, self.rec, layer_every=int(self.config["layer_every"]), layer_warmup=1)
         for iteration in range(int(self.config["iterations"])):
             batch = self.model.batch(self.rank, iteration)
             if layers is not None:
@@ -209,6 +230,10 @@ class _Worker:
             if layers is None:
                 forward = self.rec.row("compute", "forward", f0, f1, deps=pulled, iteration=iteration)
                 backward = self.rec.row("compute", "backward", f1, now_ns(), deps=[forward], iteration=iteration)
+                ready = {key: [backward] for key in grads}
+            elif not layers.sampled:  # one row per pass, chained like the layer rows (the pulls, the previous row)
+                layers.compute_row("forward", f0, f1)
+                backward = layers.compute_row("backward", f1, now_ns())
                 ready = {key: [backward] for key in grads}
             else:
                 ready = {key: [r for r in [layers.backward_row(self.model.keys[key].layer)] if r is not None] for key in grads}

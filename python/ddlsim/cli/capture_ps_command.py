@@ -46,6 +46,9 @@ def ps(
         "auto", "--connections", help="After the job, the connection-scaling microbenchmark at these connection counts "
         "(auto: 1 to max(2, workers); none: skip); its per-request server cost a + b C goes in the metadata for replay."),
     connection_requests: int = typer.Option(200, "--connection-requests", help="RPC requests per connection count."),
+    layer_every: int = typer.Option(
+        1, "--layer-every", help="lenet5: the workers' per-layer rows on iteration 0 and every K-th iteration from 1 on "
+        "(1, 1+K, ...) only, as capture ddp --layer-every; the others record each pass as one row. 1: every iteration."),
 ) -> None:
     """Run a parameter-server job over torch.distributed.rpc (TCP) and record every RPC as an event log."""
     from contextlib import ExitStack
@@ -58,7 +61,7 @@ def ps(
 
     config = ps_config(model=model, workers=workers, servers=servers, iterations=iterations, batch_size=batch_size,
                        sync=not asynchronous, zipf_s=zipf_s, vocab=vocab, seed=seed, placement=placement,
-                       timeout_s=min(timeout, 120.0))
+                       timeout_s=min(timeout, 120.0), layer_every=layer_every)
     world = workers + servers
     counts = _scaling_counts(connection_counts, workers)
     if counts and connection_requests < max(counts):
