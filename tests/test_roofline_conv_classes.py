@@ -228,12 +228,14 @@ def test_table_of_a_file_that_is_not_a_run_is_refused(tmp_path, capsys):
 
 
 def test_the_h100_and_h200_presets_use_the_stored_h100_table():
-    """conv_classes_h100.json: benchmarks/conv_shapes.py's full grid and its --extra grid on the H100 (382 + 192
-    shapes x 3 precisions), read by the H100 and by the H200 (the same die); the B200 and older parts have none.
+    """conv_classes_h100.json: benchmarks/conv_shapes.py's full grid, its --extra grid and its --unequal grid on the
+    H100 (382 + 192 + 128 shapes x 3 precisions), read by the H100 and by the H200 (the same die); the B200 and older
+    parts have none.
     norm_classes_h100.json: the --norm grid (216 shapes x fp32 / fp16), read by both too."""
     doc = json.loads((ROOT / "python" / "ddlsim" / "data" / "kernels" / "conv_classes_h100.json").read_text())
     assert doc["columns"] == conv_shapes.TABLE_COLUMNS
-    assert len(doc["points"]) == (len(conv_shapes.grid()) + len(conv_shapes.grid(extra=True))) * 3
+    assert len(doc["points"]) == (len(conv_shapes.grid()) + len(conv_shapes.grid(extra=True))
+                                   + len(conv_shapes.grid(unequal=True))) * 3
     norm = roofline.norm_table("H100")
     assert norm is not None and roofline.norm_table("H200") == norm and roofline.norm_table("A100") is None
     assert "H100" in doc["device"] and doc["stopped_early"] is False
@@ -250,6 +252,24 @@ def test_the_h100_and_h200_presets_use_the_stored_h100_table():
                 r[col["w_out"]]) == (g.c_in, g.c_out, row[col["batch"]] * g.h_out * g.w_out)]
         want = math.prod(r[col["fwd_tflops"]] for r in same) ** (1 / len(same)) * 1e12
         assert table.rate(g, row[col["batch"]], row[col["precision"]], "fwd") == pytest.approx(want, rel=1e-9)
+
+
+def test_the_stored_h100_gemm_and_pointwise_tables_are_read_by_the_h100_and_h200_and_give_their_points_back():
+    """linear_classes_h100.json (conv_shapes.py --linear on the H100, smallest shapes first: 520 of its 557 shapes
+    before the 30 s budget) and pointwise_h100.json (--pointwise), read by the H100 and the H200 only; a stored GEMM
+    point is returned at its own coordinates (no other point shares them)."""
+    kernels = ROOT / "python" / "ddlsim" / "data" / "kernels"
+    lin = json.loads((kernels / "linear_classes_h100.json").read_text())
+    assert "H100" in lin["device"] and len(lin["points"]) == 520 * 3
+    table = roofline.linear_table("H100")
+    assert table is not None and roofline.linear_table("H200") == table and roofline.linear_table("A100") is None
+    col = {c: i for i, c in enumerate(lin["columns"])}
+    for row in lin["points"][::53]:
+        for direction in ("fwd", "dgrad", "wgrad"):
+            got = table.rate(row[col["m"]], row[col["k"]], row[col["n"]], row[col["precision"]], direction)
+            assert got == pytest.approx(row[col[f"{direction}_tflops"]] * 1e12, rel=1e-9)
+    pw = roofline.pointwise_table("H100")
+    assert pw is not None and roofline.pointwise_table("H200") == pw and roofline.pointwise_table("B200") is None
 
 
 # --- BatchNorm by shape (conv_shapes.py --norm) -------------------------------------------------------------------
