@@ -441,18 +441,33 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
     found = training_message_latency(log, log.metadata)
     if found is None:
         return scenario, None
+    bucket = None
     if meta.get("bandwidth"):
         from ..units import parse_bandwidth
 
-        if found["worker_bytes"] / wire_fraction("tbf") > default_burst_bytes(parse_bandwidth(str(meta["bandwidth"]))):
+        bucket = default_burst_bytes(parse_bandwidth(str(meta["bandwidth"])))
+        if found["worker_bytes"] / wire_fraction("tbf") > bucket:
             return scenario, None  # the shaping binds
     latency = round(found["latency_ns"])
     update = {"latency": f"{latency}ns"}
+    if bucket is not None:
+        # tbf's token bucket holds every byte a worker sends per iteration (and refills in far less than an
+        # iteration): the shaped rate never held a message back, so the link is the unshaped one, as tbf_burst_factor
+        # has it for DDP; what the messages took is the latency and per-byte term measured here
+        from .scenario import Scenario
+
+        unshaped = Scenario().network.bandwidth_bps
+        scenario = with_overrides(scenario, {"bandwidth": f"{unshaped:.17g}bps"})
+        update["bandwidth"] = f"{unshaped:.17g}bps"
     note = (f"replay: latency {latency}ns per message = what the capture's own RPC messages took while training, "
             f"beyond their bytes (the intercept of latency + {found['ns_per_byte']:.4g} ns/byte by least squares over "
             f"{found['messages']} messages of its {len(found['iterations'])} counted iterations: a request from its "
             "rpc_async call's return to the server's receipt, a response from the server's send to the worker's "
             "receive queue), not half the 4-byte round trip measured before training")
+    if bucket is not None:
+        note += (f"; the shaped link does not bind (tbf's {bucket}-byte token bucket holds the "
+                 f"{found['worker_bytes'] / wire_fraction('tbf'):.0f} wire bytes a worker sends per iteration), so the "
+                 f"link is the unshaped {scenario.network.bandwidth_bps / 1e9:g} Gbit/s")
     link = scenario.network.bandwidth_bps
     if found["ns_per_byte"] > 0 and 8e9 / found["ns_per_byte"] < link:
         rate = 8e9 / found["ns_per_byte"]
