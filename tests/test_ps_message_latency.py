@@ -173,6 +173,7 @@ def test_a_shaped_link_that_does_not_bind_replays_as_fast_as_the_rows_messages_w
     r = ddlsim.replay(path, network="analytic")
     assert r.scenario.network.latency_ns == L and r.scenario.network.bandwidth_bps == pytest.approx(4e9, rel=1e-12)
     assert any("the shaped link does not bind" in n for n in r.notes), r.notes
+    assert not any(n.startswith(("replay: payload rate ", "replay: link bandwidth ")) for n in r.notes), r.notes
     measured = _transport(read_event_log(path), "capture")
     replayed = _transport(r.events, "replay")
     assert len(measured) == 2 * len(SIZES) and replayed == measured

@@ -135,7 +135,8 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                 settings["strategy"]["server_cost"] = {**(settings["strategy"].get("server_cost") or {}), **update}
                 notes.append(f"replay: the server's update, measured from the capture's update rows, "
                              f"{update['update']} + {update['update_ns_per_byte']:.4g} ns/byte, runs on the server's "
-                             "one thread with its requests (a serial update); --no-overheads leaves it out")
+                             "one thread with its requests, right after the push that completes it (a serial "
+                             "update); --no-overheads leaves it out")
         origin = "the capture's shaped" if "bandwidth" in settings.get("network", {}) else None
     data["model"]["profile"] = str(path.resolve())
     scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
@@ -169,6 +170,8 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
         scenario, message_note = _ps_training_latency(scenario, rows, meta)
         if message_note:  # in place of the round trip's note
             notes = [n for n in notes if not (n.startswith("replay: latency ") and "4-byte RPC round trip" in n)]
+            if "the shaped link does not bind" in message_note:  # the shaped rate's notes no longer hold
+                notes = [n for n in notes if not n.startswith(("replay: payload rate ", "replay: link bandwidth "))]
             notes.append(message_note)
     if training is None and own_job and scenario.model.overheads and "latency" not in overrides:
         scenario, call_note = _unbound_call_cost(scenario, rows)
