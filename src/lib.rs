@@ -311,6 +311,7 @@ fn graph_columns<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, PyDict>
     column(py, &d, "release_ns", "<u8", &g.releases.iter().map(|r| r.1).collect::<Vec<_>>())?;
     column(py, &d, "wakeup_ops", "<u4", &g.wakeups.iter().map(|r| r.0).collect::<Vec<_>>())?;
     column(py, &d, "wakeup_ns", "<u8", &g.wakeups.iter().map(|r| r.1).collect::<Vec<_>>())?;
+    column(py, &d, "continuation_ops", "<u4", &g.continuations)?;
     d.set_item("preempt_at_messages", g.preempt_at_messages)?;
     d.set_item("closed_form", g.closed_form.map(|c| (c.latency_ns, c.bandwidth_bps, c.intra)))?;
     d.set_item("op_names", g.op_names.clone())?;
@@ -449,6 +450,9 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
             return Err(err("wakeup_ops and wakeup_ns have one entry per woken op".into()));
         }
         g.wakeups = ops.into_iter().zip(times).collect();
+    }
+    if d.contains("continuation_ops")? {
+        g.continuations = read(d, "continuation_ops")?;
     }
     if let Some(flag) = d.get_item("preempt_at_messages")? {
         g.preempt_at_messages = flag.extract()?;

@@ -106,7 +106,8 @@ def test_a_closed_form_description_needs_the_network_to_lower():
 def test_old_graph_columns_without_the_new_tables_still_run():
     training, net, detail = engine_documents({"kind": "ring"}, {"fidelity": "flow"})
     columns = _core.lower_training_json(training, net)
-    for key in ("fan_kind", "fan_offsets", "fan_ops", "closed_form", "preempt_at_messages", "release_ops", "release_ns", "wakeup_ops", "wakeup_ns"):
+    for key in ("fan_kind", "fan_offsets", "fan_ops", "closed_form", "preempt_at_messages", "release_ops", "release_ns", "wakeup_ops", "wakeup_ns",
+                "continuation_ops"):
         columns.pop(key)
     assert comparable(_core.run_graph_columns(columns, net, detail)) == comparable(_core.simulate_training_json(training, net, detail))
 
@@ -144,3 +145,22 @@ def test_the_graph_columns_carry_the_workers_wake_ups():
     for key in ("wakeup_ops", "wakeup_ns"):
         columns.pop(key)
     assert comparable(_core.run_graph_columns(columns, net, detail))["makespan_ns"] < woken["makespan_ns"]
+
+
+def test_the_graph_columns_carry_the_servers_continuations():
+    # a serial update (the server's one thread) is a continuation: continuation_ops lists exactly the update ops;
+    # the columns run as the one call does, and without the continuations each update queues behind the requests
+    # that arrived before its last push was served, so the log changes
+    strategy = {"kind": "ps", "server_cost": {"a": "200us", "update": "300us", "update_ns_per_byte": 0.5}}  # a busy thread
+    training, net, detail = engine_documents(strategy, {"fidelity": "flow"})
+    columns = _core.lower_training_json(training, net)
+    ops = np.frombuffer(columns["continuation_ops"][1], dtype=columns["continuation_ops"][0])
+    names = np.asarray(columns["op_names"])[np.frombuffer(columns["name"][1], dtype=columns["name"][0])]
+    assert len(ops) > 0 and set(names[ops].tolist()) == {"update"} and len(ops) == int((names == "update").sum())
+    direct = comparable(_core.simulate_training_json(training, net, detail))
+    assert comparable(_core.run_graph_columns(columns, net, detail)) == direct
+    columns.pop("continuation_ops")
+    assert comparable(_core.run_graph_columns(columns, net, detail)) != direct
+    # no serial update: no continuation
+    plain = _core.lower_training_json(engine_documents({"kind": "ps", "server_cost": {"a": "20us"}}, {"fidelity": "flow"})[0], net)
+    assert len(np.frombuffer(plain["continuation_ops"][1], dtype=plain["continuation_ops"][0])) == 0

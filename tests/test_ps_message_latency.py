@@ -155,11 +155,31 @@ def test_old_values_where_the_rows_do_not_give_it_or_are_overridden(tmp_path):
     shaped = ddlsim.replay(ps_capture(tmp_path / "shaped.parquet", bandwidth="100Mbps"))
     assert shaped.scenario.network.latency_ns == 450_000
     assert not any("while training" in n for n in shaped.notes)
-    # one that did not bind (1 Gbit/s: a 500 kB bucket): the rows' latency; the per-byte term (8 ns/byte) is not
-    # slower than the link model's payload rate (1 Gbit/s x 0.9564), so that rate stays
+    # one that did not bind (1 Gbit/s: a 500 kB bucket holds a worker's 258,074 wire bytes per iteration): the rows'
+    # latency, and the link is the unshaped one, bounded by the per-byte term (8 ns/byte: 1 Gbit/s)
     fast = ddlsim.replay(ps_capture(tmp_path / "fast.parquet", bandwidth="1Gbps"))
     assert fast.scenario.network.latency_ns == L
-    assert fast.scenario.network.bandwidth_bps == pytest.approx(1e9 * 1448 / 1514, rel=1e-12)
+    assert fast.scenario.network.bandwidth_bps == pytest.approx(1e9, rel=1e-12)
+
+
+def test_a_shaped_link_that_does_not_bind_replays_as_fast_as_the_rows_messages_went(tmp_path):
+    """Oracle: the rows' own transport times. Shaped at 1 Gbit/s, but tbf's 500 kB token bucket holds the 258,074 wire
+    bytes a worker sends per iteration, so no message waited for the shaped rate: the rows' messages took 2 ms + 2 ns
+    per byte (4 Gbit/s, faster than the shaped rate). The replay takes the unshaped link bounded by that per-byte term
+    (before: the shaped 956 Mbit/s payload rate, under which fc1's 192 kB took 1.6 ms instead of 0.38 ms). One worker
+    whose requests leave 1 ms apart, so no message queues behind another."""
+    rows = ps_rows(workers=1, per_byte=2, issue=1_000 * US)
+    path = ps_capture(tmp_path / "ps.parquet", rows=rows, workers=1, bandwidth="1Gbps")
+    r = ddlsim.replay(path, network="analytic")
+    assert r.scenario.network.latency_ns == L and r.scenario.network.bandwidth_bps == pytest.approx(4e9, rel=1e-12)
+    assert any("the shaped link does not bind" in n for n in r.notes), r.notes
+    assert not any(n.startswith(("replay: payload rate ", "replay: link bandwidth ")) for n in r.notes), r.notes
+    measured = _transport(read_event_log(path), "capture")
+    replayed = _transport(r.events, "replay")
+    assert len(measured) == 2 * len(SIZES) and replayed == measured
+    # a link that binds (100 Mbit/s: a 64 KiB bucket) keeps the link model and the round trip
+    shaped = ddlsim.replay(ps_capture(tmp_path / "shaped.parquet", rows=rows, workers=1, bandwidth="100Mbps"))
+    assert shaped.scenario.network.bandwidth_bps == pytest.approx(1e8 * 1448 / 1514, rel=1e-12)
 
 
 def test_a_ps_capture_replayed_as_a_ring_does_not_take_its_rpc_latency_for_a_ring_step(tmp_path):

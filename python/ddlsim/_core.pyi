@@ -74,7 +74,8 @@ def rank_class_sizes(training_json: str, network_json: str) -> Optional[list[int
 def lower_training_json(training_json: str, network_json: Optional[str] = None) -> dict[str, Any]:
     """The workload graph `simulate_training_json` runs, as columns (name ->
     Column, release times as `release_ops`/`release_ns`, wake-ups as
-    `wakeup_ops`/`wakeup_ns`, plus `op_names`,
+    `wakeup_ops`/`wakeup_ns`, continuations (a server thread's update right after
+    its last push) as `continuation_ops`, plus `op_names`,
     `stream_names`, `preempt_at_messages` and
     `closed_form`: None or (latency_ns, bandwidth_bps, None or
     (intra_latency_ns, intra_bandwidth_bps))). The closed-form collective

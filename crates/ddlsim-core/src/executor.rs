@@ -600,6 +600,8 @@ struct Executor<'g> {
     releases: BinaryHeap<Reverse<(Time, u32)>>,
     /// Per op: its wake-up (see [`Graph::wakeups`]); empty when the graph has none.
     wakeup: Vec<Time>,
+    /// Per op: whether it is a continuation (see [`Graph::continuations`]); empty when the graph has none.
+    continuation: Vec<bool>,
     /// Successors added after the start (a graph grown at run time), per op; empty otherwise.
     extra_succ: Vec<Vec<u32>>,
     /// The `op` vocabulary of the rows the executor makes (graph names, then step names).
@@ -786,6 +788,7 @@ impl<'g> Executor<'g> {
             fan_message: vec![-1; graph.fans.len()],
             releases,
             wakeup: wakeups(graph),
+            continuation: continuations(graph),
             extra_succ: Vec::new(),
             run_names,
             row_base,
@@ -964,6 +967,18 @@ fn wakeups(graph: &Graph) -> Vec<Time> {
     let mut out = vec![0; graph.len()];
     for &(op, w) in &graph.wakeups {
         out[op as usize] = w;
+    }
+    out
+}
+
+/// Whether each op is a continuation (see [`Graph::continuations`]), by op id; empty when the graph has none.
+fn continuations(graph: &Graph) -> Vec<bool> {
+    if graph.continuations.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![false; graph.len()];
+    for &op in &graph.continuations {
+        out[op as usize] = true;
     }
     out
 }
@@ -1428,14 +1443,32 @@ impl<'g> Executor<'g> {
         }
         let op = &self.graph.ops[id as usize];
         let stream = op.stream;
+        let (a, b) = (self.succ_offsets[id as usize] as usize, self.succ_offsets[id as usize + 1] as usize);
+        // A continuation this op readies on its own stream runs next there, before the queued ops.
+        let mut next = u32::MAX;
+        if !self.continuation.is_empty() && stream != NO_STREAM {
+            next = self.succ[a..b]
+                .iter()
+                .copied()
+                .find(|&s| self.continuation[s as usize] && self.waiting_deps[s as usize] == 1 && self.graph.ops[s as usize].stream == stream)
+                .unwrap_or(u32::MAX);
+        }
         if stream != NO_STREAM && self.streams[stream as usize].release(id) {
+            if next != u32::MAX {
+                self.waiting_deps[next as usize] = 0;
+                self.make_ready(next, now)?;
+            }
             // A transfer holds its stream until delivery: its recv row frees it.
             let release = if op.kind == Kind::Transfer { self.recv_row[id as usize] } else { id as i64 };
             self.fill(stream as usize, now, release)?;
+        } else {
+            next = u32::MAX;
         }
-        let (a, b) = (self.succ_offsets[id as usize] as usize, self.succ_offsets[id as usize + 1] as usize);
         for k in a..b {
             let s = self.succ[k];
+            if s == next {
+                continue;
+            }
             let w = &mut self.waiting_deps[s as usize];
             *w -= 1;
             if *w == 0 {
@@ -2163,6 +2196,7 @@ impl<'g> Executor<'g> {
         self.message_of.resize(n, -1);
         self.fan_of.resize(n, NO_FAN);
         self.wakeup = wakeups(g);
+        self.continuation = continuations(g);
         let last = *self.succ_offsets.last().expect("CSR has a first entry");
         self.succ_offsets.resize(n + 1, last);
         self.extra_succ.resize_with(n, Vec::new);
@@ -2246,6 +2280,7 @@ impl<'g> Executor<'g> {
             fan_message,
             releases,
             wakeup,
+            continuation,
             extra_succ,
             run_names,
             row_base,
@@ -2300,6 +2335,7 @@ impl<'g> Executor<'g> {
             fan_message,
             releases,
             wakeup,
+            continuation,
             extra_succ,
             run_names,
             row_base,

@@ -186,6 +186,13 @@ pub struct Graph {
     /// woken to take work it was blocked waiting for: a PS worker's training
     /// loop taking a response, [`crate::lower::client_cost`]).
     pub wakeups: Vec<(u32, Time)>,
+    /// Continuations: an op listed here that becomes ready when an op on its
+    /// own stream ends (that op its last dependency) starts there at once,
+    /// ahead of the ops queued on the stream: the thread that ran the op goes
+    /// on with it (a PS server's update, run by the processing thread right
+    /// after the push that completes it, `capture/ps_server.py`). Otherwise
+    /// it queues as any op does.
+    pub continuations: Vec<u32>,
     /// Rank classes (closed form): each worker of the graph stands for its
     /// class (see [`crate::lower::classes`]); None: every rank is its own.
     pub rank_classes: Option<Box<RankClasses>>,
@@ -206,6 +213,7 @@ pub(crate) static EMPTY: Graph = Graph {
     preempt_at_messages: false,
     releases: Vec::new(),
     wakeups: Vec::new(),
+    continuations: Vec::new(),
     rank_classes: None,
 };
 
@@ -226,7 +234,7 @@ impl Graph {
         op_names: Vec<String>,
         stream_names: Vec<String>,
     ) -> Result<Self, String> {
-        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false, releases: Vec::new(), wakeups: Vec::new(), rank_classes: None };
+        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false, releases: Vec::new(), wakeups: Vec::new(), continuations: Vec::new(), rank_classes: None };
         g.check()?;
         Ok(g)
     }
@@ -410,6 +418,14 @@ impl Graph {
             }
             if t > MAX_TIME {
                 return Err(format!("op {op}: release time {t} ns is past the engine's clock ({MAX_TIME} ns)"));
+            }
+        }
+        for &op in &self.continuations {
+            let Some(o) = self.ops.get(op as usize) else {
+                return Err(format!("a continuation names op {op}, but the graph has {n} ops"));
+            };
+            if o.stream == NO_STREAM {
+                return Err(format!("op {op}: a continuation applies to an op on a stream"));
             }
         }
         let mut woken = vec![false; n];

@@ -1,6 +1,7 @@
 //! The parameter server's serial update (`lower::server_cost`, `update_ns` /
 //! `update_ns_per_byte`): one server thread serves the requests and runs the
-//! updates, first come, first served. Against a closed form derived by hand.
+//! updates; requests first come, first served, and each update right after the push that completes it (the
+//! thread updates inside its handling of that push, `capture/ps_server.py`). Against a closed form derived by hand.
 
 mod common;
 
@@ -29,7 +30,7 @@ fn sorted(out: &RunOutput, rows: &[usize], end: bool) -> Vec<u64> {
 }
 
 #[test]
-fn an_update_holds_the_server_thread_and_requests_that_arrive_meanwhile_wait_for_it() {
+fn an_update_runs_right_after_its_last_push_and_holds_the_server_thread_while_requests_wait() {
     // W workers, M bytes per group, 10 Gbit/s (tx = M 8 / 10 ns per push, W pushes share the server's downlink),
     // latency L, acks and pull requests of 0 bytes. One thread: s = a + b W per request, u = update_ns +
     // update_ns_per_byte M per update.
@@ -37,10 +38,11 @@ fn an_update_holds_the_server_thread_and_requests_that_arrive_meanwhile_wait_for
     // - A's update runs [T1 + W s, E], E = T1 + W s + u, on the thread.
     // - B's pushes leave at d = W s + u / 2 (>= W tx: the downlink is free) and arrive at T1 + W s + u / 2,
     //   during A's update: they wait for it and are served [E + (k - 1) s, E + k s].
-    // - A's acks leave at E; its W pull requests arrive at E + 2 L, behind B's requests (2 L < W s): served
-    //   [E + W s + (k - 1) s, E + W s + k s].
-    // - B's update became ready at E + W s, after A's pull requests were queued: it runs [E + 2 W s, E2],
-    //   E2 = E + 2 W s + u; B's pull requests arrive at E2 + 2 L and are served [E2 + 2 L + (k - 1) s, ...].
+    // - A's acks leave at E; its W pull requests arrive at E + 2 L, behind B's requests (2 L < W s).
+    // - B's update runs at once after B's last push is served, [E + W s, F], F = E + W s + u, ahead of A's pull
+    //   requests queued since E + 2 L (the thread that served the push updates; it does not go back to its queue
+    //   first). A's pull requests are then served [F + (k - 1) s, F + k s].
+    // - B's pull requests arrive at F + 2 L, while A's are served (2 L < W s): served [F + W s + (k - 1) s, ...].
     // Without the serial update the update would not hold the thread and B's requests would be served at
     // once on arrival (checked below).
     let (m, lat) = (10_000u64, 3_000u64);
@@ -54,14 +56,14 @@ fn an_update_holds_the_server_thread_and_requests_that_arrive_meanwhile_wait_for
         let out = simulate_training(&two_groups(w, m, d, cost), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
         let t1 = w as u64 * tx + lat;
         let e = t1 + w as u64 * s + u;
-        let e2 = e + 2 * w as u64 * s + u;
+        let f = e + w as u64 * s + u;
         let k = |base: u64| (1..=w as u64).map(move |k| base + k * s);
-        let expected: Vec<u64> = k(t1).chain(k(e)).chain(k(e + w as u64 * s)).chain(k(e2 + 2 * lat)).collect();
+        let expected: Vec<u64> = k(t1).chain(k(e)).chain(k(f)).chain(k(f + w as u64 * s)).collect();
         let serve = op_rows(&out, "serve", KIND_COMPUTE);
         assert_eq!(sorted(&out, &serve, true), expected, "W={w}");
         let updates = op_rows(&out, "update", KIND_COMPUTE);
-        assert_eq!(sorted(&out, &updates, false), vec![t1 + w as u64 * s, e + 2 * w as u64 * s], "W={w}");
-        assert_eq!(sorted(&out, &updates, true), vec![e, e2], "W={w}");
+        assert_eq!(sorted(&out, &updates, false), vec![t1 + w as u64 * s, e + w as u64 * s], "W={w}");
+        assert_eq!(sorted(&out, &updates, true), vec![e, f], "W={w}");
         // the updates run on the same stream as the serve rows: the server's one thread
         let stream = out.log.stream[serve[0]];
         assert!(updates.iter().chain(&serve).all(|&i| out.log.stream[i] == stream && out.log.rank[i] == w as i32));

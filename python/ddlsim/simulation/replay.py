@@ -135,7 +135,8 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                 settings["strategy"]["server_cost"] = {**(settings["strategy"].get("server_cost") or {}), **update}
                 notes.append(f"replay: the server's update, measured from the capture's update rows, "
                              f"{update['update']} + {update['update_ns_per_byte']:.4g} ns/byte, runs on the server's "
-                             "one thread with its requests (a serial update); --no-overheads leaves it out")
+                             "one thread with its requests, right after the push that completes it (a serial "
+                             "update); --no-overheads leaves it out")
         origin = "the capture's shaped" if "bandwidth" in settings.get("network", {}) else None
     data["model"]["profile"] = str(path.resolve())
     scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
@@ -169,6 +170,8 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
         scenario, message_note = _ps_training_latency(scenario, rows, meta)
         if message_note:  # in place of the round trip's note
             notes = [n for n in notes if not (n.startswith("replay: latency ") and "4-byte RPC round trip" in n)]
+            if "the shaped link does not bind" in message_note:  # the shaped rate's notes no longer hold
+                notes = [n for n in notes if not n.startswith(("replay: payload rate ", "replay: link bandwidth "))]
             notes.append(message_note)
     if training is None and own_job and scenario.model.overheads and "latency" not in overrides:
         scenario, call_note = _unbound_call_cost(scenario, rows)
@@ -441,18 +444,33 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
     found = training_message_latency(log, log.metadata)
     if found is None:
         return scenario, None
+    bucket = None
     if meta.get("bandwidth"):
         from ..units import parse_bandwidth
 
-        if found["worker_bytes"] / wire_fraction("tbf") > default_burst_bytes(parse_bandwidth(str(meta["bandwidth"]))):
+        bucket = default_burst_bytes(parse_bandwidth(str(meta["bandwidth"])))
+        if found["worker_bytes"] / wire_fraction("tbf") > bucket:
             return scenario, None  # the shaping binds
     latency = round(found["latency_ns"])
     update = {"latency": f"{latency}ns"}
+    if bucket is not None:
+        # tbf's token bucket holds every byte a worker sends per iteration (and refills in far less than an
+        # iteration): the shaped rate never held a message back, so the link is the unshaped one, as tbf_burst_factor
+        # has it for DDP; what the messages took is the latency and per-byte term measured here
+        from .scenario import Scenario
+
+        unshaped = Scenario().network.bandwidth_bps
+        scenario = with_overrides(scenario, {"bandwidth": f"{unshaped:.17g}bps"})
+        update["bandwidth"] = f"{unshaped:.17g}bps"
     note = (f"replay: latency {latency}ns per message = what the capture's own RPC messages took while training, "
             f"beyond their bytes (the intercept of latency + {found['ns_per_byte']:.4g} ns/byte by least squares over "
             f"{found['messages']} messages of its {len(found['iterations'])} counted iterations: a request from its "
             "rpc_async call's return to the server's receipt, a response from the server's send to the worker's "
             "receive queue), not half the 4-byte round trip measured before training")
+    if bucket is not None:
+        note += (f"; the shaped link does not bind (tbf's {bucket}-byte token bucket holds the "
+                 f"{found['worker_bytes'] / wire_fraction('tbf'):.0f} wire bytes a worker sends per iteration), so the "
+                 f"link is the unshaped {scenario.network.bandwidth_bps / 1e9:g} Gbit/s")
     link = scenario.network.bandwidth_bps
     if found["ns_per_byte"] > 0 and 8e9 / found["ns_per_byte"] < link:
         rate = 8e9 / found["ns_per_byte"]

@@ -164,6 +164,7 @@ fn append(dst: &mut Graph, src: &Graph, rank_offset: u32, rpc_offset: i64, start
         dst.fans.push(FanSpec { kind: f.kind, ops: f.ops.iter().map(|&o| o + op_base).collect() });
     }
     dst.wakeups.extend(src.wakeups.iter().map(|&(op, w)| (op + op_base, w)));
+    dst.continuations.extend(src.continuations.iter().map(|&op| op + op_base));
     Ok(())
 }
 

@@ -109,11 +109,11 @@ pub fn lower_ps_message(g: &mut Graph, spec: &TrainingSpec, names: &PsNames, tag
         if let Some(p) = m.processors {
             p.serial_update(&mut u, n, m.server, m.bytes.saturating_sub(header)); // one server thread: on its processor
         }
-        if spec.asynchronous {
-            g.add(u, &[pushes[w as usize]])
-        } else {
-            g.add(u, &pushes)
+        let id = if spec.asynchronous { g.add(u, &[pushes[w as usize]]) } else { g.add(u, &pushes) };
+        if m.processors.is_some_and(|p| p.serial()) {
+            g.continuations.push(id); // the thread that served the completing push updates at once
         }
+        id
     };
     let shared = if spec.asynchronous { None } else { Some(update_of(g, 0)) };
     let mut out = PsLowered { updates: shared.into_iter().collect(), ends: Vec::new(), held: Vec::new() };

@@ -18,9 +18,11 @@
 //! and one processing thread serves the queue, updates and answers) also runs
 //! each update on its request processor, for `update_ns + update_ns_per_byte
 //! * bytes` (the message's payload) instead of the modelled update time. The
-//! update queues there with the requests, first come, first served: requests
-//! that arrive while it runs wait for it, and it waits for the requests ahead
-//! of it. An asynchronous server runs one such update per push.
+//! update runs there right after the `serve` of the push that completes it
+//! (a continuation, [`Graph::continuations`]): the processing thread updates
+//! inside its handling of that push, so requests that arrived meanwhile wait
+//! for it, and requests that arrive while it runs wait too. An asynchronous
+//! server runs one such update per push.
 //!
 //! `a = b = 0` and no update cost (the default) add no stream and no op: the
 //! graph, and so every output, is the one built without this part.
@@ -104,6 +106,11 @@ impl RequestProcessors {
         }
         let streams = (0..servers).map(|s| g.new_stream(workers + s, "rpc", PolicyKind::Fifo)).collect();
         Some(RequestProcessors { streams, name: g.op_name("serve"), per_request_ns: cost.per_request_ns(workers), cost })
+    }
+
+    /// Whether updates run on the processors (a serial update).
+    pub fn serial(&self) -> bool {
+        self.cost.serial_update()
     }
 
     /// The time one request holds a processor.
