@@ -63,6 +63,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/gpu_setup.py, also when loaded by path
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "python"))  # ddlsim's safe writes, without PYTHONPATH
 from gpu_setup import torch_on  # noqa: E402
 
 PRECISIONS = ("fp32", "tf32", "fp16")
@@ -321,6 +322,20 @@ def to_table(doc: dict, source: str) -> dict:
             "columns": TABLE_COLUMNS, "points": rows}
 
 
+def _write_file(out: Path, text: str, **kwargs) -> bool:
+    """`text` as the file `out` through ddlsim's atomic write (a scratch folder beside it, renamed onto it; never
+    onto a directory, a device, a FIFO or an input); False after a one-line error."""
+    from ddlsim.errors import DdlsimError
+    from ddlsim.safe_io import write_text_file
+
+    try:
+        write_text_file(out, text, **kwargs)
+    except DdlsimError as exc:
+        print(f"error: --out {out}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def write_table(raws: list[Path], out: Path, source: str) -> int:
     raw = raws[0]
     if any(out.resolve() == r.resolve() for r in raws):
@@ -345,19 +360,9 @@ def write_table(raws: list[Path], out: Path, source: str) -> int:
         print(f"error: --table {raw}: not a benchmarks/conv_shapes.py result ({type(exc).__name__}: {exc}); "
               f"name the JSON a run wrote", file=sys.stderr)
         return 2
-    if out.exists() and not out.is_file():
-        print(f"error: --out {out} exists and is not a regular file; name a file", file=sys.stderr)
-        return 2
-    tmp = out.with_name(out.name + ".tmp")
     lines = ",\n  ".join(json.dumps(r) for r in table["points"])
     head = json.dumps({k: v for k, v in table.items() if k != "points"}, indent=1, sort_keys=True)
-    try:
-        tmp.write_text(head[:-2] + ',\n "points": [\n  ' + lines + "\n ]\n}\n")
-        tmp.replace(out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        print(f"error: --out {out}: cannot write ({exc.strerror or exc}); name a file in an existing, writable "
-              f"folder", file=sys.stderr)
+    if not _write_file(out, head[:-2] + ',\n "points": [\n  ' + lines + "\n ]\n}\n", inputs=raws):
         return 2
     print(f"wrote {out}: {len(table['points'])} points", file=sys.stderr)
     return 0
@@ -440,10 +445,8 @@ def main(argv=None) -> int:
 
     def write():
         doc["wall_s"] = round(time.monotonic() - t_start, 3)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        tmp.replace(args.out)
+        if not _write_file(args.out, json.dumps(doc, indent=1, sort_keys=True) + "\n", make_parent=True):
+            raise SystemExit(2)
 
     cold = args.cold_l2 or args.linear or args.pointwise
     doc["cold_l2"] = cold

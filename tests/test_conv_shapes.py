@@ -109,3 +109,18 @@ def test_table_refuses_its_own_input_a_list_and_an_unwritable_out(tmp_path, caps
     err = capsys.readouterr().err
     assert err.startswith("error: --out") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "nodir").exists() and not (tmp_path / "t.json").exists()
+
+
+def test_a_file_beside_the_out_that_the_user_did_not_name_is_kept(tmp_path):
+    """The run and --table write through ddlsim's atomic write: before, both wrote `OUT.tmp` beside `--out` and
+    renamed it, so a user's file of that name was overwritten and then gone."""
+    pytest.importorskip("torch")
+    run, table = tmp_path / "run.json", tmp_path / "table.json"
+    mine = [tmp_path / "run.json.tmp", tmp_path / "table.json.tmp"]
+    for path in mine:
+        path.write_text("mine\n")
+    assert conv_shapes.main(["--device", "cpu", "--quick", "--out", str(run)]) == 0
+    assert conv_shapes.main(["--table", str(run), "--out", str(table)]) == 0
+    assert json.loads(table.read_text())["points"]
+    assert [path.read_text() for path in mine] == ["mine\n", "mine\n"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run.json", "table.json"] + [p.name for p in mine])
