@@ -100,13 +100,120 @@ def model_host_check(torch, dev, sync) -> dict:
     return out
 
 
+def _write_file(out: Path, text: str, **kwargs) -> bool:
+    """`text` as the file `out` through ddlsim's atomic write (a scratch folder beside it, renamed onto it; never onto
+    a directory, a device, a FIFO or an input); False after a one-line error."""
+    from ddlsim.errors import DdlsimError
+    from ddlsim.safe_io import write_text_file
+
+    try:
+        write_text_file(out, text, **kwargs)
+    except DdlsimError as exc:
+        print(f"error: --out {out}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def median_doc(docs: list) -> dict:
+    """Several runs' JSON documents as one: every number (not a bool) that all runs have at the same place is their
+    median (``statistics.median``: the middle one of an odd count); anything else (text, a number some run lacks, a
+    chain that failed in some run) is the first run's. ``median_of`` records how many runs were combined."""
+    def merge(values):
+        first = values[0]
+        if isinstance(first, dict):
+            return {k: merge([v[k] for v in values]) if all(isinstance(v, dict) and k in v for v in values)
+                    else first[k] for k in first}
+        if isinstance(first, (int, float)) and not isinstance(first, bool) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return statistics.median(values)
+        return first
+
+    out = merge(docs)
+    out["median_of"] = len(docs)
+    return out
+
+
+def write_median(runs: list, out: Path) -> int:
+    """--median RUN...: the median document of finished runs to `out`; exit 2 after one line on a file that is not
+    a run of this benchmark."""
+    docs = []
+    for run in runs:
+        try:
+            doc = json.loads(Path(run).read_text())
+            if not isinstance(doc, dict) or not isinstance(doc.get("host_us"), dict):
+                raise ValueError("no host_us object")
+        except (OSError, ValueError) as exc:
+            print(f"error: --median {run}: not a benchmarks/host_dispatch.py result ({type(exc).__name__}: {exc}); "
+                  f"name the JSON files its runs wrote", file=sys.stderr)
+            return 2
+        docs.append(doc)
+    if not _write_file(out, json.dumps(median_doc(docs), indent=1, sort_keys=True) + "\n", inputs=runs):
+        return 2
+    print(f"wrote {out}: the median of {len(docs)} runs", file=sys.stderr)
+    return 0
+
+
+def intercept(t1: float, tn: float, n: int) -> float:
+    """The fixed part of a cost linear in a chain's length, T(L) = S + L m, from T(1) and T(n): S = T(1) - (T(n) -
+    T(1)) / (n - 1)."""
+    return t1 - (tn - t1) / (n - 1)
+
+
+def backward_start(torch, dev, sync, B, C, HW, n, reps) -> dict:
+    """The host time of a ``backward()`` call before its first node: the autograd engine's start (the graph task,
+    the hand-over to the device's worker thread) and the return after the last node. A chain of L multiplications
+    of a leaf, ``backward(grad)`` on its end with a given gradient, timed on the host from the call to its return
+    (synchronised before, not inside) for L = 1 and L = n in alternation, ``reps`` times each after a warm-up; with
+    the medians T(1), T(n) of T(L) = S + L m, the start is S = T(1) - (T(n) - T(1)) / (n - 1) (``start_us``; S also
+    holds the leaf's one gradient accumulation). The same for ``loss.backward()`` on the chain's ``.sum()`` (a
+    scalar: its implicit gradient and the sum's node are part of S there: ``scalar_start_us``, a check)."""
+    x0 = torch.randn(B, C, HW, HW, device=dev)
+
+    def once(length: int, scalar: bool) -> float:
+        x = x0.clone().requires_grad_(True)
+        y = x * 1.0001
+        for _ in range(length - 1):
+            y = y * 1.0001
+        if scalar:
+            y = y.sum()
+            grad = None
+        else:
+            grad = torch.ones_like(y)
+        sync()
+        t0 = time.perf_counter()
+        y.backward(grad)
+        t1 = time.perf_counter()
+        sync()
+        return (t1 - t0) * 1e6
+
+    out: dict = {"n": n, "repeats": reps}
+    for scalar, key in ((False, ""), (True, "scalar_")):
+        t1s, tns = [], []
+        for rep in range(reps + 1):
+            a, b = once(1, scalar), once(n, scalar)
+            if rep:  # the first pair is the warm-up
+                t1s.append(a)
+                tns.append(b)
+        t1, tn = statistics.median(t1s), statistics.median(tns)
+        out.update({f"{key}t1_us": t1, f"{key}tn_us": tn, f"{key}start_us": intercept(t1, tn, n),
+                    f"{key}per_node_us": (tn - t1) / (n - 1)})
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--quick", action="store_true", help="fewer calls and repeats (a smoke test)")
     ap.add_argument("--no-model-check", action="store_true", help="leave out the whole-model host check (GPU only)")
+    ap.add_argument("--median", type=Path, nargs="+", default=None, metavar="RUN",
+                    help="measure nothing: write to --out the median of these runs' JSON files, number by number "
+                         "(no torch needed)")
+    ap.add_argument("--only", nargs="+", default=None, metavar="KIND",
+                    help="run only these call kinds' chains (e.g. conv2d conv2d_bias; the other parts still run)")
     args = ap.parse_args(argv)
+    if args.median is not None:
+        return write_median(args.median, args.out)
 
     setup = torch_on(args.device)
     if setup is None:
@@ -131,6 +238,8 @@ def main(argv=None) -> int:
     # chain element builders: (modules or None, a function y -> y, input factory)
     kinds = {
         "conv2d": (lambda: nn.Conv2d(C, C, 3, padding=1, bias=False), None, x4),
+        # the same convolution with a bias (AlexNet's and VGG-16's): cuDNN takes none, PyTorch adds it after
+        "conv2d_bias": (lambda: nn.Conv2d(C, C, 3, padding=1, bias=True), None, x4),
         "batchnorm2d": (lambda: nn.BatchNorm2d(C), None, x4),
         "relu_module": (lambda: nn.ReLU(), None, x4),
         "batchnorm2d_relu_inplace": (lambda: nn.Sequential(nn.BatchNorm2d(C), nn.ReLU(inplace=True)), None, x4),
@@ -140,7 +249,8 @@ def main(argv=None) -> int:
         "maxpool2d": (lambda: nn.MaxPool2d(3, 1, 1), None, x4),
         "adaptive_avgpool2d": (lambda: nn.AdaptiveAvgPool2d((HW, HW)), None, x4),
         "dropout": (lambda: nn.Dropout(0.2), None, lambda: torch.randn(B, 256, device=dev)),
-        "linear": (lambda: nn.Linear(256, 256), None, lambda: torch.randn(B, 256, device=dev)),
+        "linear": (lambda: nn.Linear(256, 256), None, lambda: torch.randn(B, 256, device=dev)),  # with its bias
+        "linear_nobias": (lambda: nn.Linear(256, 256, bias=False), None, lambda: torch.randn(B, 256, device=dev)),
         "identity_module": (lambda: nn.Identity(), None, x4),
         "mul": (None, lambda y: y * 1.0001, x4),
         "add_inplace": (None, "add_", x4),
@@ -154,6 +264,12 @@ def main(argv=None) -> int:
         "conv2d_8_shapes": ("shapes", None, x4),
     }
     widths = [C, C // 2, C * 2, C // 4, C * 3 // 2, C, C * 2, C // 2]
+    if args.only is not None:
+        unknown = sorted(set(args.only) - set(kinds))
+        if unknown:
+            print(f"error: --only {' '.join(unknown)}: no such call kind; known: {', '.join(kinds)}", file=sys.stderr)
+            return 2
+        kinds = {k: v for k, v in kinds.items() if k in args.only}
 
     def run_chain(kind: str, amp: bool) -> dict:
         make_module, fn, make_input = kinds[kind]
@@ -220,6 +336,11 @@ def main(argv=None) -> int:
                 doc["host_us"][key][kind] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         print(key, json.dumps({k: [round(v.get("fwd_us", -1), 2), round(v.get("bwd_us", -1), 2)]
                                for k, v in doc["host_us"][key].items()}), flush=True)
+
+    doc["backward_start"] = backward_start(torch, dev, sync, B, C, HW, n, reps)
+    doc["backward_start_us"] = doc["backward_start"]["start_us"]
+    print("backward_start", json.dumps({k: round(v, 2) if isinstance(v, float) else v
+                                        for k, v in doc["backward_start"].items()}), flush=True)
 
     # model.zero_grad(set_to_none=True) per parameter (part of every training step)
     seq = nn.Sequential(*[nn.Conv2d(8, 8, 1) for _ in range(n)]).to(dev)
@@ -317,20 +438,19 @@ def main(argv=None) -> int:
                 del x, dy, conv
             torch.cuda.empty_cache()
         doc["vgg_conv_b32"] = conv_doc
-    def write():
+    def write() -> bool:
         doc["wall_s"] = time.monotonic() - t_start
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        tmp.replace(args.out)
+        return _write_file(args.out, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
-    write()  # the constants are safe before the whole-model check runs
+    if not write():  # the constants are safe before the whole-model check runs
+        return 2
     if cuda and not args.no_model_check:
         try:
             doc["model_host_check"] = model_host_check(torch, dev, sync)
         except Exception as exc:  # noqa: BLE001 -- a check; the constants are already written
             doc["model_host_check"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        write()
+        if not write():
+            return 2
     print(f"wrote {args.out} in {doc['wall_s']:.1f} s", file=sys.stderr)
     return 0
 

@@ -82,6 +82,9 @@ HOST_KIND_CHAINS = {
     "linear": ("linear", 1), "identity_module": ("identity_module", 1), "relu_fn": ("relu_fn", 1),
     "add_inplace": ("add_inplace", 1), "cat": ("cat4_split", 1), "view": ("view", 2), "op": ("mul", 1),
 }
+# call kinds a host benchmark may have and older runs lack: a Conv2d with a bias (the conv2d chain has none) and a
+# Linear without one (the linear chain has one); the model uses each only where the run has it
+HOST_KIND_OPTIONAL = {"conv2d_bias": ("conv2d_bias", 1), "linear_nobias": ("linear_nobias", 1)}
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,12 @@ class HostDispatch:
     zero_grad_us_per_param: float
     kernel_floor_us: float
     source: str
+    # the host time of a backward() call before its first node (the autograd engine's start), us; None: not measured
+    backward_start_us: float | None = None
+
+    def has(self, mode: str, kind: str) -> bool:
+        """Whether the run measured call kind `kind` in `mode` (the optional kinds of HOST_KIND_OPTIONAL)."""
+        return kind in self.fwd_us.get(mode, {})
 
     def call_us(self, mode: str, counts: dict) -> tuple[float, float]:
         """(forward us, backward us) of a layer's calls, `counts` {call kind: number}."""
@@ -120,9 +129,16 @@ def host_dispatch_from_benchmark(doc: dict, source: str = "") -> HostDispatch:
                                  f"({(entry or {}).get('error', 'absent')}); rerun benchmarks/host_dispatch.py")
             fwd[mode][kind] = entry["fwd_us"] / per
             bwd[mode][kind] = entry["bwd_us"] / per
+        for kind, (chain, per) in HOST_KIND_OPTIONAL.items():  # where the run has them (a failed one: as absent)
+            entry = chains.get(chain)
+            if isinstance(entry, dict) and "fwd_us" in entry and "bwd_us" in entry:
+                fwd[mode][kind] = entry["fwd_us"] / per
+                bwd[mode][kind] = entry["bwd_us"] / per
+    start = doc.get("backward_start_us")
     return HostDispatch(fwd, bwd, float(doc["zero_grad_us_per_param"]), float(doc.get("tiny_kernel_gpu_us", 0.0)),
                         source or f"benchmarks/host_dispatch.py on {doc.get('device')} ({doc.get('cpu')}), "
-                                  f"torch {doc.get('torch')}")
+                                  f"torch {doc.get('torch')}",
+                        None if start is None else float(start))
 
 
 def norm_share_from_benchmark(doc: dict, device: "Device") -> dict:

@@ -686,7 +686,7 @@ def layer_steps(model, device: Device | str, precision: str, batch: int) -> tupl
     for i, layer in enumerate(model.layers):
         counts = calls.get(layer.name) if calls is not None else None
         if counts is not None:
-            h_fwd, h_bwd = (x * 1e-6 for x in hd.call_us(mode, counts[mode]))
+            h_fwd, h_bwd = (x * 1e-6 for x in hd.call_us(mode, call_counts(hd, mode, counts[mode], model, layer)))
         phases = []
         for phase, kernels in enumerate(costs[i]):
             if counts is None:
@@ -699,7 +699,39 @@ def layer_steps(model, device: Device | str, precision: str, batch: int) -> tupl
             phases.append([(h / len(kernels), max(c.gpu_s, floor)) for c in kernels])
         per_layer.append(phases)
     order = [(i, 0) for i in range(len(costs))] + [(i, 1) for i in reversed(range(len(costs)))]
+    if calls is not None and hd.backward_start_us is not None and costs:
+        # loss.backward(): the autograd engine's start, on the host before the first backward kernel is issued (a
+        # measured start below zero, the noise of a fast host, counts as none)
+        first = next((per_layer[i][1] for i, phase in order if phase == 1 and per_layer[i][1]), None)
+        extra = max(hd.backward_start_us, 0.0) * 1e-6
+        if first is not None:
+            first[0] = (first[0][0] + extra, first[0][1])
+        else:
+            per_layer[len(costs) - 1][1].append((extra, 0.0))
     return [((i, phase), per_layer[i][phase]) for i, phase in order], start
+
+
+def call_counts(hd, mode: str, counts: dict, model, layer) -> dict:
+    """A layer's host calls by kind as the device's host benchmark `hd` can cost them: its Conv2d call counted as a
+    ``conv2d_bias`` where the run measured that kind and the layer's convolution has a bias (its kernel table's
+    counts, :func:`conv_geometry`), its Linear call as ``linear_nobias`` where the run measured that and the layer's
+    Linear has none (:func:`linear_geometry`); otherwise `counts` unchanged."""
+    swap_conv = counts.get("conv2d") and hd.has(mode, "conv2d_bias")
+    swap_linear = counts.get("linear") and hd.has(mode, "linear_nobias")
+    if not swap_conv and not swap_linear:
+        return counts
+    table = kernel_table(model.name)
+    fwd = table[layer.name][0] if table is not None and layer.name in table else ()
+    out = dict(counts)
+    if swap_conv:
+        geom = next((conv_geometry(k) for k in fwd if k.op == "convolution"), None)
+        if geom is not None and geom.bias:
+            out["conv2d_bias"] = out.get("conv2d_bias", 0) + out.pop("conv2d")
+    if swap_linear:
+        geom = next((linear_geometry(k) for k in fwd if k.op in LINEAR_OPS), None)
+        if geom is not None and not geom.bias:
+            out["linear_nobias"] = out.get("linear_nobias", 0) + out.pop("linear")
+    return out
 
 
 def layer_times_s(model, device: Device | str, precision: str, batch: int) -> list[tuple[float, float]]:
