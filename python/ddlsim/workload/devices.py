@@ -251,6 +251,19 @@ def host_microbench(base: Microbench, device: "Device", doc: dict, source: str) 
                                conv_3x3_share=conv_3x3_share_from_benchmark(doc, device), source=source)
 
 
+def measured_on_other_device(recorded, device_name: str) -> str | None:
+    """The preset that a run's recorded device (torch.cuda.get_device_name, e.g. "NVIDIA H100 80GB HBM3") names when
+    it is not `device_name`, else None (the same preset, or a device that names none of them: "cpu", a test's)."""
+    import re
+
+    if not isinstance(recorded, str):
+        return None
+    named = [n for n in DEVICES if re.search(rf"(?<![A-Za-z0-9]){re.escape(n)}(?![0-9])", recorded, re.IGNORECASE)]
+    if not named or device_name.upper() in named:
+        return None
+    return named[0]
+
+
 def measured_host_microbench(base: Microbench, device: "Device", source: str, folder=None) -> Microbench | None:
     """`base` with the host constants of ``host_dispatch_<device>.json`` in `folder` (default: ddlsim's
     data/kernels), or None when there is no such file; a file that is not a benchmarks/host_dispatch.py result is a
@@ -265,10 +278,16 @@ def measured_host_microbench(base: Microbench, device: "Device", source: str, fo
     if not path.is_file():
         return None
     try:
-        return host_microbench(base, device, json.loads(path.read_text()), source)
+        doc = json.loads(path.read_text())
+        mb = host_microbench(base, device, doc, source)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ModelError(f"{path}: not a valid benchmarks/host_dispatch.py result ({type(exc).__name__}: {exc}); "
                          f"restore it from the ddlsim package or run benchmarks/host_dispatch.py again") from None
+    other = measured_on_other_device(doc.get("device"), device.name)
+    if other is not None:
+        raise ModelError(f"{path}: measured on {doc.get('device')!r}, a {other}, not a {device.name}; name the run "
+                         f"after the GPU that ran it (host_dispatch_{other.lower()}.json)")
+    return mb
 
 
 def _h200_microbench() -> Microbench:

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from .devices import Device, find_device, microbench
+from .devices import Device, find_device, measured_on_other_device, microbench
 
 _DATA = "ddlsim.data.kernels"
 MATMUL_OPS = ("convolution", "convolution_backward_input", "convolution_backward_weight", "mm", "addmm", "bmm",
@@ -422,16 +422,23 @@ def batch_norm_shape(kernel: Kernel) -> tuple[int, int] | None:
     return c, kernel.write[1] // c
 
 
-def _read_table(path, kind):
-    """A packaged (or `data_dir`) table file through `kind.from_doc`; a file that is not one is a ModelError naming
-    it."""
+def _read_table(path, kind, device_name: str | None = None):
+    """A packaged (or `data_dir`) table file through `kind.from_doc`; a file that is not one, or one whose recorded
+    ``device`` names another preset's GPU than `device_name` (the file's own, :func:`measured_on_other_device`), is a
+    ModelError naming it."""
     from ..errors import ModelError
 
     try:
-        return kind.from_doc(json.loads(path.read_text(encoding="utf-8")))
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        table = kind.from_doc(doc)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         raise ModelError(f"{path}: not a valid {kind.__name__} file ({type(exc).__name__}: {exc}); restore it from "
                          f"the ddlsim package or write it again with benchmarks/conv_shapes.py --table") from None
+    other = measured_on_other_device(doc.get("device"), device_name) if device_name else None
+    if other is not None:
+        raise ModelError(f"{path}: measured on {doc.get('device')!r}, a {other}, not a {device_name}; name the table "
+                         f"after the GPU that ran it (conv_shapes.py --table ... --out <stem>_{other.lower()}.json)")
+    return table
 
 
 def _device_table(stem: str, kind, device_name: str, data_dir: str | None):
@@ -446,7 +453,7 @@ def _device_table(stem: str, kind, device_name: str, data_dir: str | None):
             continue
         path = folder.joinpath(f"{stem}_{name.lower()}.json")
         if path.is_file():
-            return _read_table(path, kind)
+            return _read_table(path, kind, name)
     return None
 
 
