@@ -8,6 +8,9 @@ device (docs/compute-model.md).
     PYTHONPATH=python python benchmarks/gpu_layer_times.py --report gpu-run/     # markdown table of a finished run
     PYTHONPATH=python python benchmarks/gpu_layer_times.py --rescore gpu-run/    # the same run against today's model
     PYTHONPATH=python python benchmarks/gpu_layer_times.py --rescore docs/data/gpu-layer-times-h100-summary.csv
+    PYTHONPATH=python python benchmarks/gpu_layer_times.py --cases alexnet:32:tf32 googlenet:128:fp16 --out run/
+    PYTHONPATH=python python benchmarks/gpu_layer_times.py --graph-only --cases alexnet:32:tf32 --out graph/
+    PYTHONPATH=python python benchmarks/gpu_layer_times.py --graph-report graph/ --predict-device H100
 
 For every (model, batch, precision): the whole forward + loss + backward
 (no optimizer step) timed with CUDA events around it, after warm-up, the
@@ -19,6 +22,14 @@ kernel tables). Precisions: fp32 (TF32 off), tf32 (TF32 on for matmuls and
 cuDNN), fp16 (autocast). Also measured: microbenchmarks of the device (large
 GEMM per precision, large copy, tiny-kernel issue interval), and a 1-rank
 NCCL DDP capture through ddlsim's own capture (``--skip-ddp`` to leave out).
+
+``--cases MODEL:BATCH:PRECISION ...`` measures just those cases (instead of
+the models x batches x precisions product). ``--graph-only`` measures, per
+case, the step as PyTorch eager runs it (no hooks) and the same step
+captured once as a CUDA graph and replayed: the replay issues no host work,
+so its time is the step's GPU time alone, which tells a host-bound step
+from a GPU-bound one (OUT/graph.csv; ``--graph-report`` sets it beside the
+model's host and GPU totals).
 
 Writes OUT/gpu_layer_times.json (everything), OUT/summary.csv (one row per
 case: measured, predicted, ratio) and OUT/layers.csv (per layer). Needs only
@@ -387,27 +398,158 @@ def rescore(run_dir: Path, device: str = "H100") -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    if argv is None and len(sys.argv) in (3, 5) and sys.argv[1] in ("--report", "--rescore"):
-        # --report RUN | --rescore RUN [--predict-device NAME]
-        device = sys.argv[4] if len(sys.argv) == 5 and sys.argv[3] == "--predict-device" else "H100"
+def parse_case(text: str) -> tuple[str, int, str]:
+    """"MODEL:BATCH:PRECISION" -> (model, batch, precision); ValueError naming what is wrong."""
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise ValueError(f"--cases {text}: not MODEL:BATCH:PRECISION (e.g. alexnet:32:tf32)")
+    model, batch, precision = parts
+    if model not in MODELS:
+        raise ValueError(f"--cases {text}: unknown model {model!r}; known: {', '.join(MODELS)}")
+    if not batch.isdigit() or int(batch) < 1:
+        raise ValueError(f"--cases {text}: batch {batch!r} is not a positive whole number")
+    if precision not in PRECISIONS:
+        raise ValueError(f"--cases {text}: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    return model, int(batch), precision
+
+
+def graph_case(name, batch, precision, args) -> dict:
+    """One case's step as PyTorch eager runs it (no hooks; median of args.repeats after args.warmup) and the same
+    step captured once as a CUDA graph and replayed (median of as many replays): forward, loss and backward with the
+    gradients set to None before the capture, as PyTorch's whole-network capture does (warm-up iterations on a side
+    stream first; autocast without its weight-cast cache, which a capture cannot keep). The replay issues no host
+    work, so its time is the step's GPU time alone."""
+    import contextlib
+
+    import torch
+
+    torch.manual_seed(0)
+    model = build(name).cuda().train()
+    image = IMAGE.get(name, 224)
+    x = torch.randn(batch, 3, image, image, device="cuda")
+    y = torch.randint(0, 1000, (batch,), device="cuda")
+    autocast = set_precision(precision, True)
+    timer = Timer(True)
+    eager = timed(lambda: step(model, x, y, autocast), timer, args.warmup, args.repeats)
+    if precision in ("fp16", "bf16"):
+        dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+        graph_ctx = lambda: torch.autocast("cuda", dtype=dtype, cache_enabled=False)  # noqa: E731
+    else:
+        graph_ctx = contextlib.nullcontext
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step(model, x, y, graph_ctx)
+    torch.cuda.current_stream().wait_stream(side)
+    model.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        with graph_ctx():
+            loss = loss_of(model(x), y)
+        loss.backward()
+    replay = timed(graph.replay, timer, args.warmup, args.repeats)
+    del graph, loss, model, x, y
+    torch.cuda.empty_cache()
+    return {"model": name, "batch": batch, "precision": precision, "image": image,
+            "measured_ms": round(statistics.median(eager), 4), "graph_ms": round(statistics.median(replay), 4),
+            "graph_min_ms": round(min(replay), 4), "graph_max_ms": round(max(replay), 4)}
+
+
+def graph_report(run: Path, device: str = "H100") -> str:
+    """A markdown table of a --graph-only run (its graph.csv): per case the eager step, the CUDA-graph replay (the
+    GPU's time alone) and what is left for the host, beside the model's host, GPU and step totals."""
+    with (run if run.is_file() else run / "graph.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    from ddlsim.workload import roofline
+    from ddlsim.workload.zoo import load_model
+
+    lines = ["| model | batch | precision | eager ms | GPU alone (graph) ms | eager - graph ms | model host ms | "
+             "model GPU ms | model step ms | model GPU error |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if not r.get("graph_ms"):
+            lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | failed: {r.get('error', '')[:80]} "
+                         "| | | | | | |")
+            continue
+        eager, graph = float(r["measured_ms"]), float(r["graph_ms"])
+        host, gpu, total = roofline.step_totals_s(load_model(r["model"]), device, r["precision"], int(r["batch"]))
+        lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {eager:.2f} | {graph:.2f} | "
+                     f"{eager - graph:.2f} | {host * 1e3:.2f} | {gpu * 1e3:.2f} | {total * 1e3:.2f} | "
+                     f"{(gpu * 1e3 / graph - 1) * 100:+.1f} % |")
+    return "\n".join(lines)
+
+
+def graph_only(cases, args) -> int:
+    """--graph-only: graph_case per case (a case that fails is recorded with its error; the others still run),
+    OUT/graph.csv and OUT/graph.json."""
+    import torch
+
+    t0 = time.monotonic()
+    rows, doc = [], {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": []}
+    cols = ["model", "batch", "precision", "image", "measured_ms", "graph_ms", "graph_min_ms", "graph_max_ms", "error"]
+    for name, batch, precision in cases:
+        if time.monotonic() - t0 > args.budget_s:
+            rows.append({"model": name, "batch": batch, "precision": precision, "error": "budget"})
+            continue
         try:
-            print(report(Path(sys.argv[2])) if sys.argv[1] == "--report" else rescore(Path(sys.argv[2]), device))
-        except (OSError, KeyError, ValueError) as exc:  # no such run, a CSV without the columns, an unknown device
-            why = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-            if isinstance(exc, KeyError) and not why.startswith("unknown device"):
-                why = f"no {why!r} column: not a summary.csv of this benchmark"
-            print(f"error: {sys.argv[1]} {sys.argv[2]}: {why}; give a finished run's directory (or its summary.csv) "
-                  "and a known --predict-device", file=sys.stderr)
-            return 2
-        return 0
+            row = graph_case(name, batch, precision, args)
+        except Exception as exc:  # noqa: BLE001 -- a capture that fails is recorded, the other cases still run
+            row = {"model": name, "batch": batch, "precision": precision, "error": f"{type(exc).__name__}: {exc}"[:200]}
+            try:
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001 -- the next case will tell
+                pass
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        args.out.mkdir(parents=True, exist_ok=True)  # written after every case: a timeout keeps what is done
+        with (args.out / "graph.csv").open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=cols)
+            w.writeheader()
+            w.writerows(rows)
+    doc["cases"] = rows
+    doc["elapsed_s"] = time.monotonic() - t0
+    (args.out / "graph.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+    return 0
+
+
+def write_csvs(out: Path, summary: list, layer_rows: list) -> None:
+    for fname, rows in (("summary.csv", summary), ("layers.csv", layer_rows)):
+        with (out / fname).open("w", newline="") as fh:
+            if rows:
+                w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(rows)
+
+
+def _one_line_error(option: str, target: str, exc: Exception) -> int:
+    why = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    if isinstance(exc, KeyError) and not why.startswith("unknown device"):
+        why = f"no {why!r} column: not a {'graph' if option == '--graph-report' else 'summary'}.csv of this benchmark"
+    print(f"error: {option} {target}: {why}; give a finished run's directory (or its CSV) and a known "
+          "--predict-device", file=sys.stderr)
+    return 2
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True, help="directory for the JSON and CSV files (created)")
+    ap.add_argument("--out", type=Path, default=None, help="directory for the JSON and CSV files (created)")
+    ap.add_argument("--report", type=Path, default=None, metavar="RUN",
+                    help="measure nothing: a markdown table of a finished run (its directory or summary.csv)")
+    ap.add_argument("--rescore", type=Path, default=None, metavar="RUN",
+                    help="measure nothing: a finished run's summary.csv against the model as it is now")
+    ap.add_argument("--graph-report", type=Path, default=None, metavar="RUN",
+                    help="measure nothing: a --graph-only run's graph.csv beside the model's host and GPU totals")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--quick", action="store_true", help="one small model, small images, few repeats (a smoke test)")
     ap.add_argument("--models", nargs="*", default=None)
     ap.add_argument("--batches", nargs="*", type=int, default=None)
     ap.add_argument("--precisions", nargs="*", default=None, choices=PRECISIONS)
+    ap.add_argument("--cases", nargs="+", default=None, metavar="MODEL:BATCH:PRECISION",
+                    help="measure just these cases instead of --models x --batches x --precisions")
+    ap.add_argument("--graph-only", action="store_true",
+                    help="per case (--cases) the eager step and its CUDA-graph replay (the GPU's time alone); GPU only")
     ap.add_argument("--predict-device", default="H100", help="ddlsim device preset for the prediction (default H100)")
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=None)
@@ -417,6 +559,28 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-microbench", action="store_true")
     ap.add_argument("--microbench-only", action="store_true", help="only the device microbenchmarks")
     args = ap.parse_args(argv)
+    for option, target, fn in (("--report", args.report, lambda t: report(t)),
+                               ("--rescore", args.rescore, lambda t: rescore(t, args.predict_device)),
+                               ("--graph-report", args.graph_report, lambda t: graph_report(t, args.predict_device))):
+        if target is None:
+            continue
+        try:
+            print(fn(Path(target)))
+        except (OSError, KeyError, ValueError) as exc:  # no such run, a CSV without the columns, an unknown device
+            return _one_line_error(option, str(target), exc)
+        return 0
+    if args.out is None:
+        print("error: --out DIR is needed to measure (or give --report, --rescore or --graph-report RUN)",
+              file=sys.stderr)
+        return 2
+    try:
+        cases = [parse_case(c) for c in args.cases] if args.cases else None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.graph_only and (not cases or args.device != "cuda"):
+        print("error: --graph-only needs --cases and a GPU (--device cuda)", file=sys.stderr)
+        return 2
 
     import torch
 
@@ -432,6 +596,10 @@ def main(argv=None) -> int:
     args.layer_repeats = args.layer_repeats if args.layer_repeats is not None else (1 if args.quick else 3)
     if cuda:
         torch.backends.cudnn.benchmark = False  # PyTorch's default, recorded below
+    if args.graph_only:
+        return graph_only(cases, args)
+    if cases is None:
+        cases = [(m, b, p) for m in models for b in batches for p in precisions]
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     doc = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if cuda else platform.processor() or "cpu",
@@ -446,36 +614,35 @@ def main(argv=None) -> int:
     print(f"{'model':<13}{'batch':>6} {'prec':<5}{'measured ms':>12}{'hooked ms':>10}{'roofline ms':>12}{'ratio':>7}"
           f"{'flat-eff ms':>12}", flush=True)
     summary, layer_rows = [], []
-    for name in models:
-        for batch in batches:
-            for precision in precisions:
-                if time.monotonic() - t0 > args.budget_s:
-                    doc["skipped"].append([name, batch, precision])
-                    continue
-                try:
-                    m = measure_case(name, batch, precision, args, cuda)
-                except RuntimeError as exc:  # e.g. out of memory: record and go on
-                    doc["skipped"].append([name, batch, precision, str(exc)[:200]])
-                    if cuda:
-                        torch.cuda.empty_cache()
-                    continue
-                p = predict(name, batch, precision, args.predict_device)
-                ratio = p["roofline_ms"] / m["measured_ms"]
-                row = {"model": name, "batch": batch, "precision": precision, "image": m["image"],
-                       "measured_ms": round(m["measured_ms"], 4), "hooked_ms": round(m["hooked_ms"], 4),
-                       "roofline_ms": round(p["roofline_ms"], 4), "ratio": round(ratio, 4),
-                       "flat_efficiency_ms": round(p["flat_efficiency_ms"], 4)}
-                summary.append(row)
-                doc["cases"].append({**row, "measured_min_ms": m["measured_min_ms"], "measured_max_ms": m["measured_max_ms"],
-                                     "layers_measured_ms": {f"{k[0]}|{k[1]}": v for k, v in m["layers_ms"].items()},
-                                     "layers_predicted_ms": p["layers"]})
-                for layer, (f, b) in p["layers"].items():
-                    layer_rows.append({"model": name, "batch": batch, "precision": precision, "layer": layer,
-                                       "measured_fwd_ms": round(m["layers_ms"].get((layer, "fwd"), 0.0), 5),
-                                       "measured_bwd_ms": round(m["layers_ms"].get((layer, "bwd"), 0.0), 5),
-                                       "predicted_fwd_ms": round(f, 5), "predicted_bwd_ms": round(b, 5)})
-                print(f"{name:<13}{batch:>6} {precision:<5}{m['measured_ms']:>12.3f}{m['hooked_ms']:>10.3f}"
-                      f"{p['roofline_ms']:>12.3f}{ratio:>7.2f}{p['flat_efficiency_ms']:>12.3f}", flush=True)
+    for name, batch, precision in ([] if args.microbench_only else cases):
+        if time.monotonic() - t0 > args.budget_s:
+            doc["skipped"].append([name, batch, precision])
+            continue
+        try:
+            m = measure_case(name, batch, precision, args, cuda)
+        except RuntimeError as exc:  # e.g. out of memory: record and go on
+            doc["skipped"].append([name, batch, precision, str(exc)[:200]])
+            if cuda:
+                torch.cuda.empty_cache()
+            continue
+        p = predict(name, batch, precision, args.predict_device)
+        ratio = p["roofline_ms"] / m["measured_ms"]
+        row = {"model": name, "batch": batch, "precision": precision, "image": m["image"],
+               "measured_ms": round(m["measured_ms"], 4), "hooked_ms": round(m["hooked_ms"], 4),
+               "roofline_ms": round(p["roofline_ms"], 4), "ratio": round(ratio, 4),
+               "flat_efficiency_ms": round(p["flat_efficiency_ms"], 4)}
+        summary.append(row)
+        doc["cases"].append({**row, "measured_min_ms": m["measured_min_ms"], "measured_max_ms": m["measured_max_ms"],
+                             "layers_measured_ms": {f"{k[0]}|{k[1]}": v for k, v in m["layers_ms"].items()},
+                             "layers_predicted_ms": p["layers"]})
+        for layer, (f, b) in p["layers"].items():
+            layer_rows.append({"model": name, "batch": batch, "precision": precision, "layer": layer,
+                               "measured_fwd_ms": round(m["layers_ms"].get((layer, "fwd"), 0.0), 5),
+                               "measured_bwd_ms": round(m["layers_ms"].get((layer, "bwd"), 0.0), 5),
+                               "predicted_fwd_ms": round(f, 5), "predicted_bwd_ms": round(b, 5)})
+        print(f"{name:<13}{batch:>6} {precision:<5}{m['measured_ms']:>12.3f}{m['hooked_ms']:>10.3f}"
+              f"{p['roofline_ms']:>12.3f}{ratio:>7.2f}{p['flat_efficiency_ms']:>12.3f}", flush=True)
+        write_csvs(args.out, summary, layer_rows)  # after every case: a timeout keeps what is done
     if not args.skip_ddp:
         doc["ddp"] = ddp_check(args.out, cuda, args.quick)
         print("ddp capture:", json.dumps({k: v for k, v in doc["ddp"].items() if k != "stderr_tail"}), flush=True)
@@ -483,12 +650,7 @@ def main(argv=None) -> int:
             print(doc["ddp"].get("stderr_tail", ""), file=sys.stderr)
     doc["elapsed_s"] = time.monotonic() - t0
     (args.out / "gpu_layer_times.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
-    for fname, rows in (("summary.csv", summary), ("layers.csv", layer_rows)):
-        with (args.out / fname).open("w", newline="") as fh:
-            if rows:
-                w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(rows)
+    write_csvs(args.out, summary, layer_rows)
     print(f"wrote {args.out}/gpu_layer_times.json, summary.csv, layers.csv in {doc['elapsed_s']:.0f} s; "
           f"skipped {len(doc['skipped'])} case(s)", flush=True)
     return 0
