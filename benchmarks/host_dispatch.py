@@ -5,9 +5,10 @@ issuing one call of each kind of layer, forward and autograd backward
 
     PYTHONPATH=python python benchmarks/host_dispatch.py --out host.json               # on a CUDA machine, ~20 s
     PYTHONPATH=python python benchmarks/host_dispatch.py --device cpu --quick --out /tmp/host.json
+    PYTHONPATH=python python benchmarks/host_dispatch.py --median host1.json host2.json host3.json --out host.json
 
-For each call kind (a Conv2d module, a BatchNorm2d module, a ReLU module, an
-F.relu, a max pooling, a Linear, a Dropout, an element-wise multiply, an
+For each call kind (a Conv2d module, the same with a bias, a BatchNorm2d
+module, a ReLU module, an F.relu, a max pooling, a Linear (with its bias, and without), a Dropout, an element-wise multiply, an
 in-place add, a view (two per call), a concatenation of four parts
 (torch.split then torch.cat), an empty nn.Identity module call, a
 BatchNorm2d + in-place ReLU pair and a whole Conv-BN-ReLU block as checks, ...) a chain of N
@@ -21,7 +22,8 @@ channels, 14x14) so that the GPU keeps up and the host clock measures the
 host; the GPU time of the same chain is recorded beside it as a check
 (``gpu_ms`` < ``host_ms`` means the host was the bottleneck). Each chain runs
 plain (fp32) and under fp16 autocast. Also: ``model.zero_grad(set_to_none=True)``
-per parameter, the bare tiny-op loop (``add_`` on one element, no autograd),
+per parameter, the start of ``backward()`` (the intercept of its host time over chains of
+1 and N nodes, :func:`backward_start`), the bare tiny-op loop (``add_`` on one element, no autograd),
 the GPU's minimum time per tiny kernel (kernels queued behind a sleep so
 that the GPU, not the host, sets their pace), BatchNorm's effective memory
 bandwidth forward and backward in fp32 and fp16 at a ResNet-sized

@@ -40,8 +40,11 @@ instead: each layer's calls by kind (module calls, containers, functional
 operations; ``ddlsim/data/kernels/host_calls.json``, counted from the real
 model by tools/gen_host_calls.py) times the measured forward / autograd
 backward host cost of a call of that kind, spread evenly over the layer's
-kernels; ``zero_grad`` opens the step on the host, and every kernel takes at
-least the device's shortest kernel time. ``pipeline`` is the max-plus
+kernels; ``zero_grad`` opens the step on the host, the start of ``backward()``
+(where the device's run measured it) comes before the first backward kernel,
+and every kernel takes at least the device's shortest kernel time; a biased
+convolution (an unbiased Linear) costs the call kind measured for it where
+the run has one (:func:`call_counts`). ``pipeline`` is the max-plus
 recurrence; docs/compute-model.md derives its closed form.
 
 Pure Python (json only): importable without numpy, pydantic or torch.
