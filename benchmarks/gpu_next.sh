@@ -10,8 +10,8 @@
 #   5. (CPU, seconds) the tables the roofline reads, named for this card: conv_shapes.py --table, host_dispatch.py
 #      --median -> tables/{norm_classes,pointwise,host_dispatch}_<card>.json
 # Then, on the lead's machine with the returned folder:
-#   bash benchmarks/gpu_next.sh --install DIR   # copies DIR/tables/*.json into python/ddlsim/data/kernels/
-#   bash benchmarks/gpu_next.sh --rescore DIR   # prints the docs' tables: the new run scored blind, the graph
+#   PYTHON=.venv/bin/python bash benchmarks/gpu_next.sh --install DIR   # DIR/tables/*.json -> python/ddlsim/data/kernels/
+#   PYTHON=.venv/bin/python bash benchmarks/gpu_next.sh --rescore DIR   # the docs' tables: the new run scored blind, the graph
 #                                               # report, and the stored runs rescored with the new tables
 # Usage on the GPU machine (the card is detected from nvidia-smi: H200 or H100):
 #   PYTHONPATH=$PWD/python OUT=/tmp/out bash benchmarks/gpu_next.sh
@@ -83,16 +83,24 @@ if [ "$mode" = install ] || [ "$mode" = rescore ]; then
   card=$(cat "$dir/card.txt")
   lc=$(echo "$card" | tr 'A-Z' 'a-z')
   if [ "$mode" = install ]; then
-    n=0
+    # every file must load as the card's before any is copied (a misnamed or damaged one is refused in one line)
+    "$py" -c "
+import sys
+from ddlsim.errors import ModelError
+from ddlsim.workload import roofline, devices
+d = sys.argv[1]
+try:
+    roofline.norm_table('$card', d); roofline.pointwise_table('$card', d)
+    devices.measured_host_microbench(devices.MICROBENCH['H100'], devices.DEVICES['$card'], 'check', d)
+except ModelError as exc:
+    sys.exit(f'error: --install: {exc}')
+" "$dir/tables" || exit 2
     for stem in norm_classes pointwise host_dispatch; do
       f="$dir/tables/${stem}_$lc.json"
       [ -f "$f" ] || { echo "not in the run: $f (left as it is)"; continue; }
       cp "$f" "python/ddlsim/data/kernels/${stem}_$lc.json" && echo "installed python/ddlsim/data/kernels/${stem}_$lc.json"
-      n=$((n + 1))
     done
-    # the preset must load (a misnamed or damaged file is refused in one line)
-    "$py" -c "from ddlsim.workload import roofline, devices; roofline.norm_table('$card'); roofline.pointwise_table('$card'); print('the $card preset loads:', devices.MICROBENCH['$card'].source)"
-    exit $?
+    exit 0
   fi
   glt=benchmarks/gpu_layer_times.py
   echo "## the new run on the $card, blind (its roofline_ms: the tree before the new tables)"

@@ -176,3 +176,30 @@ def test_the_graph_report_on_paper(tmp_path, capsys):
                        f"{step * 1e3:.2f} | {(gpu * 1e3 / 2.0 - 1) * 100:+.1f} % |")
     assert "failed: RuntimeError: capture" in rows[1]
     assert glt.main(["--graph-report", str(tmp_path / "none.csv")]) == 2
+
+
+def test_install_checks_every_file_before_it_copies_any(tmp_path):
+    """--install into a copy of the package: an H100 table under the H200's name is refused in one line and nothing
+    is copied; the run's own files are copied into data/kernels/ under the card's names."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "python" / "ddlsim", tree / "python" / "ddlsim",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    kernels = tree / "python" / "ddlsim" / "data" / "kernels"
+    run = tmp_path / "run"
+    (run / "tables").mkdir(parents=True)
+    (run / "card.txt").write_text("H200\n")
+    host = json.loads((kernels / "host_dispatch_h200.json").read_text())
+    host["backward_start_us"] = 42.0
+    (run / "tables" / "host_dispatch_h200.json").write_text(json.dumps(host))
+    (run / "tables" / "norm_classes_h200.json").write_text((kernels / "norm_classes_h100.json").read_text())
+    before = (kernels / "host_dispatch_h200.json").read_text()
+    res = _bash("--install", str(run), cwd=tree)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "norm_classes_h200.json" in res.stderr and "H100" in res.stderr
+    assert (kernels / "host_dispatch_h200.json").read_text() == before and not (kernels / "norm_classes_h200.json").exists()
+    (run / "tables" / "norm_classes_h200.json").unlink()
+    res = _bash("--install", str(run), cwd=tree)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((kernels / "host_dispatch_h200.json").read_text())["backward_start_us"] == 42.0
