@@ -2,7 +2,7 @@
 # The roofline's next device run (docs/compute-model.md, "The next device run"): what the gaps left after run 3 need
 # measured, in one go, each step under its own timeout (a slow step cannot eat the others), GPU steps 360 s at most
 # in all (about 250 s expected on an H200, 170 s on an H100, which skips the two grids it has):
-#   1. (H200 only) the BatchNorm and pointwise grids:        conv_shapes.py --norm, --pointwise  -> norm.json, pointwise.json
+#   1. (H200 only) the BatchNorm and pointwise grids: conv_shapes.py --norm, --pointwise -> norm.json, pointwise.json
 #   2. the host microbenchmarks 3 times (with the new kinds:  host_dispatch.py                   -> host1..3.json
 #      a Conv2d with a bias, a Linear without, the start of backward()); the first with the whole-model check
 #   3. the layer times of the cases the model still misses on this card, blind: gpu_layer_times.py --cases -> glt/
@@ -10,9 +10,9 @@
 #   5. (CPU, seconds) the tables the roofline reads, named for this card: conv_shapes.py --table, host_dispatch.py
 #      --median -> tables/{norm_classes,pointwise,host_dispatch}_<card>.json
 # Then, on the lead's machine with the returned folder:
-#   PYTHON=.venv/bin/python bash benchmarks/gpu_next.sh --install DIR   # DIR/tables/*.json -> python/ddlsim/data/kernels/
-#   PYTHON=.venv/bin/python bash benchmarks/gpu_next.sh --rescore DIR   # the docs' tables: the new run scored blind, the graph
-#                                               # report, and the stored runs rescored with the new tables
+#   PYTHON=.venv/bin/python bash benchmarks/gpu_next.sh --install DIR   # DIR/tables/*.json -> data/kernels/
+#   PYTHON=.venv/bin/python bash benchmarks/gpu_next.sh --rescore DIR   # the docs' tables: the new run scored
+#     blind, the graph report, and the stored runs rescored with the new tables
 # Usage on the GPU machine (the card is detected from nvidia-smi: H200 or H100):
 #   PYTHONPATH=$PWD/python OUT=/tmp/out bash benchmarks/gpu_next.sh
 #   bash benchmarks/gpu_next.sh --dry-run [--device H200|H100]    # print the steps, run nothing
@@ -130,7 +130,9 @@ else
   mkdir -p "$out/tables"
   log="$out/steps.log"
   echo "$card" > "$out/card.txt"
-  { nvidia-smi -L; nproc; uptime; "$py" -c "import torch, torchvision; print(torch.__version__, torchvision.__version__, torch.backends.cudnn.version())"; git rev-parse HEAD 2>/dev/null; } > "$out/env.txt" 2>&1
+  { nvidia-smi -L; nproc; uptime; git rev-parse HEAD 2>/dev/null
+    "$py" -c "import torch, torchvision; print(torch.__version__, torchvision.__version__, torch.backends.cudnn.version())"
+  } > "$out/env.txt" 2>&1
 fi
 lc=$(echo "$card" | tr 'A-Z' 'a-z')
 if [ "$card" = H200 ]; then cases=$CASES_H200; graph=$GRAPH_H200; else cases=$CASES_H100; graph=$GRAPH_H100; fi
@@ -154,8 +156,8 @@ step graph 55 "$py" benchmarks/gpu_layer_times.py --graph-only --cases $graph --
 # 5. the tables, named for this card (CPU)
 src="on one NVIDIA $card, the device machine of this project ($(date -u +%Y-%m-%d 2>/dev/null), benchmarks/gpu_next.sh)"
 if [ "$card" = H200 ]; then
-  cpu_step tables "$py" benchmarks/conv_shapes.py --table "$out/norm.json" --source "benchmarks/conv_shapes.py --norm $src" \
-    --out "$out/tables/norm_classes_$lc.json"
+  cpu_step tables "$py" benchmarks/conv_shapes.py --table "$out/norm.json" \
+    --source "benchmarks/conv_shapes.py --norm $src" --out "$out/tables/norm_classes_$lc.json"
   cpu_step tables "$py" benchmarks/conv_shapes.py --table "$out/pointwise.json" \
     --source "benchmarks/conv_shapes.py --pointwise $src" --out "$out/tables/pointwise_$lc.json"
 fi

@@ -8,10 +8,11 @@ issuing one call of each kind of layer, forward and autograd backward
     PYTHONPATH=python python benchmarks/host_dispatch.py --median host1.json host2.json host3.json --out host.json
 
 For each call kind (a Conv2d module, the same with a bias, a BatchNorm2d
-module, a ReLU module, an F.relu, a max pooling, a Linear (with its bias, and without), a Dropout, an element-wise multiply, an
-in-place add, a view (two per call), a concatenation of four parts
-(torch.split then torch.cat), an empty nn.Identity module call, a
-BatchNorm2d + in-place ReLU pair and a whole Conv-BN-ReLU block as checks, ...) a chain of N
+module, a ReLU module, an F.relu, a max pooling, a Linear (with its bias,
+and without), a Dropout, an element-wise multiply, an in-place add, a view
+(two per call), a concatenation of four parts (torch.split then
+torch.cat), an empty nn.Identity module call, a BatchNorm2d + in-place ReLU
+pair and a whole Conv-BN-ReLU block as checks, ...) a chain of N
 distinct instances is run in training mode (autograd on): the host clock
 (perf_counter) from a synchronised start to the moment the Python loop has
 issued all N calls, without synchronising, divided by N, is the forward host
