@@ -69,7 +69,7 @@ def model_host_check(torch, dev, sync) -> dict:
         return {"error": str(exc)}
     out = {}
     for name, batch, prec in (("googlenet", 32, "fp32"), ("googlenet", 32, "fp16"), ("resnet50", 32, "fp16"),
-                              ("resnet152", 32, "fp16")):
+                              ("resnet152", 32, "fp16"), ("alexnet", 32, "fp32"), ("alexnet", 32, "fp16")):
         kw = {"aux_logits": True, "init_weights": False} if name == "googlenet" else {}
         model = getattr(tvm, name)(weights=None, **kw).to(dev).train()
         x = torch.randn(batch, 3, 224, 224, device=dev)
