@@ -237,3 +237,53 @@ def test_replays_optimizer_step_and_bucket_skew_follow_the_all_reduce_rows(logs)
     skew = framework_overheads(sampled)["buckets"]
     assert len(skew) == len(framework_overheads(full)["buckets"]) >= 2
     assert bucket_skew(_worker_rows(sampled), {1}) == bucket_skew(_worker_rows(full), {1})
+
+
+def test_gpu_events_with_a_twin_sync_on_sampled_iterations_only(tmp_path, one_rank, small_cnn, fake_gpu):
+    """On a GPU (CUDA events, faked here) the twin changes nothing but the all-reduce rows: only the sampled
+    iterations synchronise the device and carry them, the un-sampled ones keep their event-timed pass rows."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    module = small_cnn()
+    ddp, twin = DistributedDataParallel(module, bucket_cap_mb=0.002), DistributedDataParallel(module, bucket_cap_mb=0.002)
+    rec = RankRecorder(tmp_path, 0, "worker")
+    hooks = DdpHooks(ddp, rec, cuda=True, layer_every=3, layer_warmup=1, plain=twin)
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.01)
+    x, y = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(1)), torch.tensor([0, 2])
+    for iteration in range(ITERATIONS):
+        hooks.begin_iteration(iteration)
+        assert hooks.model is (ddp if iteration in SAMPLED else twin)
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(hooks.model(x), y).backward()
+        start = hooks.mark()
+        optimizer.step()
+        hooks.optimizer_step_row(start, hooks.mark())
+        hooks.end_iteration()
+    assert len(fake_gpu) == len(SAMPLED)  # device synchronisations: the sampled iterations' starts
+    rec.close()
+    rows = _rows(str(rec.path))
+    assert sorted({r["iteration"] for r in rows if r["kind"] == "collective"}) == SAMPLED
+    for iteration in range(ITERATIONS):
+        mine = [r for r in rows if r["iteration"] == iteration]
+        passes = [r["op"] for r in mine if r["kind"] == "compute" and "name" not in r]
+        assert passes == ([] if iteration in SAMPLED else ["forward", "backward"])
+        marker = [r for r in mine if r["kind"] == "marker"][0]
+        assert all(marker["start_ns"] <= r["start_ns"] <= r["end_ns"] <= marker["end_ns"] for r in mine)
+
+
+@pytest.mark.parametrize("config, carried", [
+    ({"layer_every": 3}, [0, 1, 4]),  # the twin: all-reduce rows on the sampled iterations
+    ({"layer_every": 1}, None),  # the default: one wrapper, as before
+    # a plan's merge hook: every iteration must all-reduce the plan's groups, so one wrapper and the hook throughout
+    ({"layer_every": 3, "bucket_cap_mb": 1.0 / (1 << 20), "merge_groups": [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]}, None),
+])
+def test_the_capture_job_uses_a_twin_only_with_sampling_and_no_merge_hook(tmp_path, config, carried):
+    from ddlsim.capture.ddp_run import run_ddp_capture
+
+    log, failure = run_ddp_capture({"model": "lenet5", "iterations": 6, "bucket_cap_mb": 0.05, **config}, 1,
+                                   tmp_path / "run", timeout_s=240)
+    assert failure is None
+    df = log.to_pandas()
+    with_rows = sorted(int(i) for i in set(df[df.kind == "collective"].iteration))
+    assert with_rows == (carried if carried is not None else list(range(6)))
+    assert log.metadata.get("collective_iterations") == carried
