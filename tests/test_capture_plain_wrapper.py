@@ -130,6 +130,12 @@ def test_a_twin_needs_sampling_no_merger_and_a_second_wrapper(tmp_path, one_rank
     other = DistributedDataParallel(small_cnn())
     with pytest.raises(ValueError, match="second DDP wrapper"):
         DdpHooks(other, rec, layer_every=3, plain=twin)
+    with pytest.raises(ValueError, match="bucket_bytes_cap differs"):
+        DdpHooks(ddp, rec, layer_every=3, plain=DistributedDataParallel(module, bucket_cap_mb=1))
+    static = small_cnn()
+    with pytest.raises(ValueError, match="static_graph"):
+        DdpHooks(DistributedDataParallel(static, static_graph=True), rec, layer_every=3,
+                 plain=DistributedDataParallel(static, static_graph=True))
     rec.close()
 
 

@@ -35,7 +35,9 @@ buckets DDP all-reduces in C++ (no Python call per bucket, no ``allreduce`` row)
 for the wrapper whose forward ran with gradient sync (``prepare_for_backward``), so each iteration's gradients are
 all-reduced once; the other wrapper's autograd hooks return at once. Use :attr:`DdpHooks.model` as the model of
 the iteration. The plain wrapper holds its own bucket buffers (one more copy of the gradients' bytes) and rebuilds
-its buckets after its own first iteration (the first un-sampled one). :attr:`DdpHooks.collective_iterations` lists
+its buckets after its own first iteration (the first un-sampled one). Not with ``static_graph=True``, whose reducer
+does not wait for a forward to prepare its backward (two wrappers then leave iterations unreduced: refused);
+``find_unused_parameters`` works. :attr:`DdpHooks.collective_iterations` lists
 the iterations that carry ``allreduce`` rows (the sampled ones; every iteration without a plain wrapper).
 
 On a GPU (``cuda=True``, NCCL) every row is timed by CUDA events (see
@@ -78,6 +80,15 @@ class DdpHooks(LayerHooks):
                                  "plan merger (whose un-sampled iterations must all-reduce the plan's groups too)")
             if plain is ddp_model or plain.module is not ddp_model.module:
                 raise ValueError("plain must be a second DDP wrapper of the recorded wrapper's module")
+            if getattr(ddp_model, "static_graph", False) or getattr(plain, "static_graph", False):
+                # static_graph's reducer does not wait for a forward's prepare_for_backward: two wrappers would leave
+                # iterations unreduced (checked on 2 gloo ranks)
+                raise ValueError("a plain twin wrapper does not work with DDP's static_graph=True; record with one "
+                                 "wrapper (no plain=)")
+            for key in ("find_unused_parameters", "broadcast_buffers", "gradient_as_bucket_view", "bucket_bytes_cap"):
+                if getattr(plain, key, None) != getattr(ddp_model, key, None):
+                    raise ValueError(f"the plain twin wrapper must be built with the recorded wrapper's arguments; "
+                                     f"{key} differs")
         self._pass_handles = []
         self._pass_start = None
         self._queue_callback = None  # autograd's queue_callback, looked up once
