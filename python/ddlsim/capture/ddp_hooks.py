@@ -24,7 +24,8 @@ name (``name`` "", ``layer`` -1; the per-layer readers skip unnamed rows),
 timed by a forward pre/post hook on the DDP module and, for the backward,
 a hook on the autograd node of its output and a callback autograd runs at
 the end of the backward pass: four calls per iteration, not per layer.
-The bucket, optimizer and marker rows are the same on every iteration.
+The optimizer and marker rows are the same on every iteration, the bucket rows too unless a plain wrapper runs
+the un-sampled iterations (below).
 
 **Un-sampled iterations without a Python comm hook** (``plain=``, a second DDP wrapper of the same module built
 with the same arguments and no comm hook; the built-in job passes one with ``layer_every > 1``): DDP calls a
