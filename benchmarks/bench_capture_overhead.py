@@ -26,6 +26,11 @@ times (``--layer-every 1 --layer-every 10``), one recorded copy per K runs in th
 ahead of the GPU as in training, so a synchronisation inside the capture shows; the times are per iteration, one
 per block, and "sampled" means a block holding a sampled iteration).
 
+With K > 1 the recorded copy runs its un-sampled iterations through a second DDP wrapper of its model without
+the Python comm hook (DDP's own C++ all-reduce, no ``allreduce`` rows), as ``capture ddp`` does. `--old-hook`
+adds, per K > 1, a copy with the previous behaviour (one wrapper, the Python comm hook on every iteration) to
+the same alternation: before and after, paired, in one run.
+
 `--comm-hook` adds a third copy with torch's default ``allreduce_hook`` (a Python comm hook that records
 nothing), which separates the cost of any Python comm hook from the recording's.
 """
@@ -63,14 +68,20 @@ def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
     torch.manual_seed(0)
     plain = DistributedDataParallel(build_model(args.model).to(dev), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
     models = {"plain": (plain, torch.optim.SGD(plain.parameters(), lr=0.01), None)}
-    for every in args.layer_every:  # one recorded copy per K, each with its own rank file
+    copies = [(every, False) for every in args.layer_every]
+    if args.old_hook:
+        copies += [(every, True) for every in args.layer_every if every > 1]
+    for every, old in copies:  # one recorded copy per K (and per behaviour), each with its own rank file
         torch.manual_seed(0)
         recorded = DistributedDataParallel(build_model(args.model).to(dev), bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
+        # K > 1: the un-sampled iterations through a wrapper without the Python comm hook (capture ddp), unless `old`
+        twin = (DistributedDataParallel(recorded.module, bucket_cap_mb=args.bucket_cap_mb, device_ids=ids)
+                if every > 1 and not old else None)
         # layer rows on the warm-up iterations and every K-th from the first timed one (capture ddp --layer-every K)
-        copy_dir = os.path.join(out_dir, f"k{every}")
+        copy_dir = os.path.join(out_dir, f"k{every}{'-old' if old else ''}")
         hooks = DdpHooks(recorded, RankRecorder(copy_dir, rank, "worker"), cuda=cuda, layer_every=every,
-                         layer_warmup=args.warmup)
-        models[_copy_name(args, every)] = (recorded, torch.optim.SGD(recorded.parameters(), lr=0.01), hooks)
+                         layer_warmup=args.warmup, plain=twin)
+        models[_copy_name(args, every, old)] = (recorded, torch.optim.SGD(recorded.parameters(), lr=0.01), hooks)
     if args.comm_hook:
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
@@ -98,7 +109,7 @@ def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
                 if h is not None:
                     h.begin_iteration(iteration)
                 optimizer.zero_grad(set_to_none=True)
-                loss_fn(model(x), y).backward()
+                loss_fn((model if h is None else h.model)(x), y).backward()
                 if h is not None:
                     step_start = h.mark()
                     optimizer.step()
@@ -139,27 +150,31 @@ def robust_overhead(recorded: list[float], plain: list[float], sampled: set[int]
     return 1 + extra / (len(plain) * statistics.median(plain)), parts
 
 
-def _copy_name(args, every: int) -> str:
-    """The recorded copy's name: "recorded" with one --layer-every, "recorded K=k" with several."""
-    return "recorded" if len(args.layer_every) == 1 else f"recorded K={every}"
+def _copy_name(args, every: int, old: bool = False) -> str:
+    """The recorded copy's name: "recorded" with one --layer-every (and no --old-hook), "recorded K=k" with several;
+    "recorded K=k old" for the copy with the Python comm hook on every iteration (--old-hook)."""
+    if old:
+        return f"recorded K={every} old"
+    return "recorded" if len(args.layer_every) == 1 and not args.old_hook else f"recorded K={every}"
 
 
 def _check_rows(hooks, iterations: int) -> str:
     """The recorded copy's log is complete: every sampled iteration (all with --layer-every 1) has one forward and
     one backward row per layer, every other one a forward and a backward row of the whole pass; every iteration its
-    all-reduces, optimizer and marker rows; and every row ends after it starts."""
+    optimizer and marker rows, and its all-reduce rows where it ran through the comm hook's wrapper (every iteration
+    with K = 1 or --old-hook, the sampled ones otherwise: none on the others); and every row ends after it starts."""
     from collections import Counter
 
     with open(hooks.rec.path, encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh if line.startswith('{"id"')]
     count = Counter((r["iteration"], r["op"]) for r in rows)
-    sampled = set(hooks.layer_iterations)
+    sampled, hooked = set(hooks.layer_iterations), set(hooks.collective_iterations)
     complete = all(count[(i, "forward")] == count[(i, "backward")] == (len(hooks.layers) if i in sampled else 1)
-                   and count[(i, "allreduce")] >= 1 and count[(i, "optimizer_step")] == 1 and count[(i, "iteration")] == 1
-                   for i in range(iterations))
+                   and (count[(i, "allreduce")] >= 1) == (i in hooked) and count[(i, "optimizer_step")] == 1
+                   and count[(i, "iteration")] == 1 for i in range(iterations))
     ordered = all(r["start_ns"] <= r["end_ns"] for r in rows)
     return (f"{'complete' if complete and ordered else 'INCOMPLETE'}: {len(rows)} rows over {iterations} iterations "
-            f"({len(hooks.layers)} layers; layer rows on {len(sampled)} of them)")
+            f"({len(hooks.layers)} layers; layer rows on {len(sampled)} of them, all-reduce rows on {len(hooked)})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
                         "synchronisation); --warmup and --iterations must be multiples of it; the times are per "
                         "iteration, one per block")
     parser.add_argument("--comm-hook", action="store_true", help="also time a copy with torch's default allreduce_hook")
+    parser.add_argument("--old-hook", action="store_true",
+                        help="also time, per --layer-every K > 1, the previous capture: one DDP wrapper, the Python comm "
+                        "hook on every iteration (before/after in one run)")
     parser.add_argument("--layer-every", type=int, action="append", default=None,
                         help="layer rows on the warm-up iterations and every K-th timed one from the first (capture ddp "
                         "--layer-every K; default 1); repeated: one recorded copy per K, all in the same alternation")
@@ -206,18 +224,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(times['plain'])} timed {'iterations' if args.block == 1 else f'blocks of {args.block} iterations'} each "
           f"(alternating, after {args.warmup} warm-up)")
     labels = {"plain": "plain DDP", "comm hook": "DDP + torch's allreduce_hook"}
-    labels.update({_copy_name(args, k): "DDP + ddlsim's capture" + ("" if len(args.layer_every) == 1 else f", K={k}")
+    labels.update({_copy_name(args, k): "DDP + ddlsim's capture" + ("" if _copy_name(args, k) == "recorded" else f", K={k}")
                    for k in args.layer_every})
+    if args.old_hook:
+        labels.update({_copy_name(args, k, True): f"DDP + capture, K={k}, hook always" for k in args.layer_every if k > 1})
     for mode, label in labels.items():
         if mode not in times:
             continue
         print(f"  {label:36s} median {median[mode] * 1e3:8.2f} ms   mean {mean[mode] * 1e3:8.2f} ms"
               f"   rank 0's CPU time median {statistics.median(cpu[mode]) * 1e3:8.2f} ms")
     report = {}
-    for every in args.layer_every:
-        mode = _copy_name(args, every)
+    for every, old in [(k, False) for k in args.layer_every] + [(k, True) for k in args.layer_every if args.old_hook and k > 1]:
+        mode = _copy_name(args, every, old)
         rows, sampled = checks[mode]
-        tag = "" if len(args.layer_every) == 1 else f"[K={every}] "
+        tag = "" if mode == "recorded" else f"[K={every}{', hook always' if old else ''}] "
         paired = statistics.median(r / p for r, p in zip(times[mode], times["plain"]))
         # the timed entries (iterations, or blocks of --block) with layer rows
         on = sorted({(i - args.warmup) // args.block for i in sampled if i >= args.warmup})
@@ -238,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{tag}capture overhead over all timed iterations, robust to spikes: {(robust - 1) * 100:+.2f} % (per kind "
               "of iteration the median paired difference x its count: "
               + ", ".join(f"{kind} {n} x {m * 1e3:+.2f} ms" for kind, (n, m) in parts.items()) + ")")
-        report[mode] = {"layer_every": every, "recorded_log": rows, "overhead_ratio_of_medians": median[mode] / median["plain"],
+        report[mode] = {"layer_every": every, "hook_every_iteration": old or every == 1, "recorded_log": rows, "overhead_ratio_of_medians": median[mode] / median["plain"],
                         "overhead_paired_median": paired, "overhead_ratio_of_means": mean[mode] / mean["plain"],
                         "cpu_ratio_of_medians": cpu_ratio, "layer_iterations": sampled, "overhead_robust": robust,
                         "overhead_robust_parts_s": parts,

@@ -6,8 +6,12 @@
 # before); r50-blk: blocks of 5 iterations with no synchronisation between them (--block 5, as in training: the
 # host runs ahead, so a synchronisation inside the capture would show). With BEFORE=dir (a tree holding an older
 # python/ddlsim) each step also runs that code as <name>-before (same machine, alternated run by run).
+# Before/after in ONE run (no BEFORE needed): every step also times, per K, the previous capture (one DDP wrapper,
+# the Python comm hook on every iteration: --old-hook) and torch's own allreduce_hook (--comm-hook) in the same ABBA
+# alternation as the new capture (un-sampled iterations through a second wrapper without a comm hook), so the
+# summary table pairs "capture, K = k" (after) with "capture, K = k, comm hook every iteration (before)".
 # Writes under ${OUT:-out}/: overhead.log (all output, the device first, the summary table last) and one JSON file
-# per step. About 100 s on an H100 (each step ~30 s, under its own 55 s timeout); twice that with BEFORE.
+# per step. About 150 s on an H100 (each step ~45 s with its 6 copies, under its own 100 s timeout).
 #   PYTHONPATH=$PWD/python OUT=/tmp/out bash benchmarks/gpu_capture_sampled.sh
 set -u
 out=${OUT:-out}
@@ -26,14 +30,16 @@ bench() {  # name timeout args...
     if [ "$side" = new ]; then tag=$name; path=$new_path; else tag=$name-before; path=$BEFORE/python; fi
     echo "== $tag: $*" >> "$log"
     PYTHONPATH=$path timeout "$limit" "$py" benchmarks/bench_capture_overhead.py --device cuda --workers 1 \
-      --image-size 224 --model resnet50 --batch-size 32 --layer-every 1000 --layer-every 25 \
+      --image-size 224 --model resnet50 --batch-size 32 --layer-every 1000 --layer-every 25 $PAIRED \
       --json "$out/$tag.json" "$@" >> "$log" 2>&1 || echo "== $tag: exit $?" >> "$log"
     files+=("$out/$tag.json")
   done
 }
-bench r50-a 55 --iterations 60 --warmup 2
-bench r50-blk 55 --iterations 60 --warmup 5 --block 5
-bench r50-b 55 --iterations 60 --warmup 2
+PAIRED="--old-hook --comm-hook"  # before (--old-hook) and torch's hook in the same alternation as after
+[ -n "${BEFORE:-}" ] && PAIRED=""  # an older tree's benchmark has neither option
+bench r50-a 100 --iterations 60 --warmup 2
+bench r50-blk 100 --iterations 60 --warmup 5 --block 5
+bench r50-b 100 --iterations 60 --warmup 2
 uptime >> "$log"
 echo "== summary (docs/capture.md table)" >> "$log"
 "$py" benchmarks/summarize_capture_overhead.py "${files[@]}" >> "$log" 2>&1

@@ -40,7 +40,8 @@ def rows(path: str) -> list[str]:
         block = args.get("block", 1)  # --block B: one time per block of B iterations
         on = {(i - warmup) // block for i in copy.get("layer_iterations", []) if i >= warmup}
         robust, _ = robust_overhead(times[mode], times["plain"], on)
-        out.append(f"| {what} | capture, K = {copy['layer_every']} | {statistics.median(times[mode]) * 1e3:.2f} ms | "
+        before = ", comm hook every iteration (before)" if copy.get("hook_every_iteration") and copy["layer_every"] > 1 else ""
+        out.append(f"| {what} | capture, K = {copy['layer_every']}{before} | {statistics.median(times[mode]) * 1e3:.2f} ms | "
                    f"**{(robust - 1) * 100:+.1f} %** | {(copy['overhead_ratio_of_means'] - 1) * 100:+.1f} % | "
                    f"{'-' if sampled is None else f'{(sampled - 1) * 100:+.1f} %'} | "
                    f"{(copy['overhead_ratio_of_medians'] - 1) * 100:+.1f} % |")

@@ -76,8 +76,10 @@ def operation_means(log, iterations: Optional[list[int]] = None) -> dict[str, fl
     iteration in s, the mean over the ranks of that role and the `iterations` given (default all)."""
     import numpy as np
 
+    from .analyze.breakdown import collective_iterations
     from .trace.coerce import as_columns
 
+    carried = collective_iterations(getattr(log, "metadata", None) or {})
     log = as_columns(log)
     cols = {k: np.asarray(log.column(k)) for k in ("rank", "role", "iteration", "kind", "op", "start_ns", "end_ns")}
     keep = (cols["iteration"] >= 0) & (cols["kind"] != "marker") & (cols["kind"] != "barrier")
@@ -90,14 +92,17 @@ def operation_means(log, iterations: Optional[list[int]] = None) -> dict[str, fl
         steps = ranks * len(np.unique(cols["iteration"][mine]))
         for kind, op in sorted(set(zip(cols["kind"][mine].tolist(), cols["op"][mine].tolist()))):
             rows = mine & (cols["kind"] == kind) & (cols["op"] == op)
-            out[f"{role} {kind}/{op}"] = float((cols["end_ns"][rows] - cols["start_ns"][rows]).sum()) / steps / 1e9
+            count = steps
+            if kind == "collective" and carried is not None:  # recorded on these iterations only: the mean over them
+                count = ranks * len(np.unique(cols["iteration"][mine & np.isin(cols["iteration"], sorted(carried))])) or steps
+            out[f"{role} {kind}/{op}"] = float((cols["end_ns"][rows] - cols["start_ns"][rows]).sum()) / count / 1e9
     return out
 
 
 def _measure(path: Path) -> dict[str, Any]:
     import numpy as np
 
-    from .analyze.breakdown import iteration_arrays, iteration_mean
+    from .analyze.breakdown import breakdown_mask, iteration_arrays, iteration_mean
     from .trace.parquet import read_event_log
 
     log = read_event_log(path)
@@ -107,8 +112,9 @@ def _measure(path: Path) -> dict[str, Any]:
     out = {"mean_s": mean["mean_s"], "definition": mean["definition"], "metadata": log.metadata,
            "iterations": [int(i) for i in arrays["iteration"]], "times_s": [float(t) for t in arrays["time_s"]],
            "counted": [bool(m) for m in mask], "ops": operation_means(log, mean["iterations"])}
+    parts = breakdown_mask(arrays, log.metadata, mask)  # all-reduce rows on some iterations only: over those
     for part in PARTS:
-        out[part] = float(np.asarray(arrays[part])[mask].mean()) if mask.any() else float("nan")
+        out[part] = float(np.asarray(arrays[part])[parts].mean()) if parts.any() else float("nan")
     return out
 
 

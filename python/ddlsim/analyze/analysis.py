@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..trace.schema import EventLog, as_event_log
-from .breakdown import iteration_arrays, iteration_mean, rank_iteration_arrays
+from .breakdown import breakdown_mask, collective_iterations, iteration_arrays, iteration_mean, rank_iteration_arrays
 from .rpc import rpc_table
 
 US = 1e3  # ns per microsecond
@@ -106,6 +106,13 @@ class Analysis:
             self.notes.append(f"layer rows on {len(sampled)} iterations only ({shown}; --layer-every {every}); in the "
                               "others compute is the forward and the backward pass as one row each, the gaps between "
                               "layers included (idle in the sampled iterations)")
+        carried = collective_iterations(self.log.metadata)
+        if carried is not None:
+            shown = ", ".join(str(i) for i in sorted(carried)[:8]) + (", ..." if len(carried) > 8 else "")
+            self.notes.append(f"all-reduce rows on {len(carried)} iterations only ({shown}); the others ran DDP's own "
+                              "all-reduce, unrecorded: the breakdown of compute and communication, the critical path, "
+                              "the collectives and the bucket tables are over the iterations with all-reduce rows, the "
+                              "iteration time over every counted iteration")
 
     def _expand_rank_classes(self) -> None:
         """A log of rank classes (ddlsim.trace.classes) is analysed as the
@@ -446,7 +453,13 @@ class Analysis:
             return _noted(pd.DataFrame(columns=["kind", "op", "name", "time_ns", "share", "count"]),
                           path.attrs.get("note"))
         windows = self._windows()
-        total = float(np.sum(windows[1][:, 1] - windows[1][:, 0])) if len(windows[0]) else 1.0
+        spans = windows[1][:, 1] - windows[1][:, 0] if len(windows[0]) else np.zeros(0)
+        carried = collective_iterations(self.log.metadata)
+        if carried is not None and "iteration" in path.columns and path["iteration"].isin(sorted(carried)).any():
+            # all-reduce rows on some iterations only: the paths of those (the others' paths miss their all-reduces)
+            path = path[path["iteration"].isin(sorted(carried))]
+            spans = spans[np.isin(np.asarray(windows[0], dtype=np.int64), sorted(carried))]
+        total = float(np.sum(spans)) if len(spans) else 1.0
         g = path.groupby(["kind", "op", "name"], observed=True).agg(time_ns=("duration_ns", "sum"), count=("id", "size"))
         g["share"] = g["time_ns"] / max(total, 1.0)
         return g.sort_values("time_ns", ascending=False).head(top).reset_index()[["kind", "op", "name", "time_ns", "share",
@@ -868,6 +881,8 @@ class Analysis:
         n_workers = max(len(np.unique(self._col("rank")[workers])), 1)
         its = self._col("iteration")
         n_its = max(len(np.unique(its[its >= 0])), 1)
+        carried = collective_iterations(self.log.metadata)  # communication recorded on these iterations only
+        n_comm = max(len(np.unique(its[(its >= 0) & np.isin(its, sorted(carried))])), 1) if carried is not None else n_its
         start, end = self._aligned()
         kind = self._col("kind")
         members = self._group_members()
@@ -894,7 +909,7 @@ class Analysis:
                                   "s": start[mask].astype(np.int64), "e": end[mask].astype(np.int64)})
             frame["ns"] = _union_by(frame, ["key", "rank"])
             g = frame.groupby("key", sort=True).agg(item=("item", "first"), ns=("ns", "sum")).reset_index()
-            g["t"] = g["ns"].astype(float) / 1e9 / (n_workers * n_its)
+            g["t"] = g["ns"].astype(float) / 1e9 / (n_workers * (n_comm if scope == "communication" else n_its))
             parts.append(g.assign(scope=scope)[["scope", "key", "item", "t"]])
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["scope", "key", "item", "t"])
 
@@ -919,9 +934,12 @@ class Analysis:
         # the breakdown averages the iterations the headline does (a measured log's warm-up left out)
         a_mask = iteration_mean(a_it, self.log.metadata)["mask"]
         b_mask = iteration_mean(b_it, other.log.metadata)["mask"]
+        # the parts of a capture with all-reduce rows on some iterations only: over those (as the headline)
+        a_parts, b_parts = breakdown_mask(a_it, self.log.metadata, a_mask), breakdown_mask(b_it, other.log.metadata, b_mask)
         for part in ("time_s", "compute_s", "communication_s", "overlap_s", "exposed_communication_s", "idle_s"):
-            av = float(np.mean(np.asarray(a_it[part])[a_mask])) if a_mask.any() else np.nan
-            bv = float(np.mean(np.asarray(b_it[part])[b_mask])) if b_mask.any() else np.nan
+            am, bm = (a_mask, b_mask) if part == "time_s" else (a_parts, b_parts)
+            av = float(np.mean(np.asarray(a_it[part])[am])) if am.any() else np.nan
+            bv = float(np.mean(np.asarray(b_it[part])[bm])) if bm.any() else np.nan
             rows.append({"item": part.replace("_s", ""), "a_s": av, "b_s": bv})
         parts.append(pd.DataFrame(rows).assign(scope="breakdown"))
         pa_, pb_ = self._per_item(), other._per_item()
@@ -1024,8 +1042,13 @@ class Analysis:
             out["iteration_time_s"] = mean["mean_s"]
             out["iteration_mean"] = mean["definition"]
             out["iterations_averaged"] = mean["iterations"]
+            # a capture with all-reduce rows on some iterations only: the breakdown over those (the others' communication
+            # is unrecorded, so it would count as idle there)
+            parts = breakdown_mask(it, self.log.metadata, mean["mask"])
+            if not np.array_equal(parts, mean["mask"]):
+                out["breakdown_iterations"] = [int(i) for i in np.asarray(it["iteration"])[parts]]
             for part in ("compute_s", "communication_s", "overlap_s", "exposed_communication_s", "idle_s", "overlap_ratio"):
-                out[part] = float(np.mean(np.asarray(it[part])[mean["mask"]]))
+                out[part] = float(np.mean(np.asarray(it[part])[parts]))
         jobs = self.jobs()
         if len(jobs):
             out["jobs"] = [{k: _jsonable(v) for k, v in row.items()} for row in jobs.to_dict(orient="records")]

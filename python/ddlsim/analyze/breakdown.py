@@ -210,6 +210,30 @@ def warmup_iterations(metadata: dict, iterations: int) -> int:
     return 1 if metadata.get("source") != "simulate" and iterations > 1 else 0
 
 
+def collective_iterations(metadata: dict) -> "set[int] | None":
+    """The iterations that carry collective rows in a capture that recorded its all-reduces on some iterations only
+    (``collective_iterations`` in the metadata: ``capture ddp --layer-every K`` runs the un-sampled iterations
+    through DDP's own all-reduce, unrecorded); None for any other log (every iteration carries its communication).
+    The readers take what they measure from collective rows (the communication breakdown, the bucket tables, the
+    all-reduce fits, the optimizer step after the all-reduces, the bucket skew) over these iterations only."""
+    found = (metadata or {}).get("collective_iterations")
+    if not isinstance(found, list):
+        return None
+    return {int(i) for i in found if isinstance(i, int) and not isinstance(i, bool)}
+
+
+def breakdown_mask(arrays: dict, metadata: dict, mask: np.ndarray) -> np.ndarray:
+    """`mask` (the counted iterations of :func:`iteration_mean`) less the iterations without collective rows in a
+    capture that recorded them on some only (:func:`collective_iterations`): the iterations whose breakdown
+    (compute, communication, overlap, exposed, idle) is complete. `mask` itself for any other log, or where no
+    counted iteration has collective rows."""
+    carried = collective_iterations(metadata)
+    if carried is None:
+        return mask
+    kept = mask & np.isin(np.asarray(arrays["iteration"], dtype=np.int64), sorted(carried))
+    return kept if kept.any() else mask
+
+
 def iteration_mean(arrays: dict, metadata: dict) -> dict:
     """The mean iteration time, one definition for every output (capture's
     summary, analyze, replay): the mean of the windows of

@@ -11,8 +11,9 @@ batch_size, image_size, bucket_cap_mb, seed, lr, merge (rank 0 merges into
 injection: crash_rank, crash_after_iteration (that rank exits with status 3
 right after recording that iteration); layer_every (K: per-layer rows on the
 warm-up iteration 0 and every K-th iteration from 1 on, 1, 1 + K, ...; the
-others record their forward and backward pass as one row each, see
-:mod:`.ddp_hooks`); device: "cpu" (gloo, host-clock
+others record their forward and backward pass as one row each and run through
+a second DDP wrapper without the Python comm hook, so they have no
+``allreduce`` rows, except with merge_groups, see :mod:`.ddp_hooks`); device: "cpu" (gloo, host-clock
 timings) or "cuda" (NCCL, one GPU per rank by local rank, every row timed
 by CUDA events, see :mod:`.layer_hooks`).
 """
@@ -112,8 +113,8 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
         model = model.cuda()
     # a plan's per-bucket caps (ddp_plan: DDP builds the plan's groups itself)
     per_bucket = {"bucket_cap_mb_list": cfg["bucket_cap_mb_list"]} if cfg["bucket_cap_mb_list"] else {}
-    ddp_model = DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"], device_ids=[gpu] if cuda else None,
-                                        **per_bucket)
+    ddp_args = {"bucket_cap_mb": cfg["bucket_cap_mb"], "device_ids": [gpu] if cuda else None, **per_bucket}
+    ddp_model = DistributedDataParallel(model, **ddp_args)
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=cfg["lr"])
     loss_fn = torch.nn.CrossEntropyLoss()
     batches = synthetic_batches(cfg["model"], cfg["batch_size"], cfg["image_size"], cfg["iterations"], cfg["seed"] + rank)
@@ -132,14 +133,18 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
         from .ddp_plan import PlanMerger
 
         merger = PlanMerger(cfg["merge_groups"])
+    # sampled layer rows: the un-sampled iterations run through a second wrapper without the Python comm hook (DDP's
+    # own all-reduce, no allreduce rows); not with a plan's merger, whose groups every iteration must all-reduce
+    plain = DistributedDataParallel(model, **ddp_args) if cfg["layer_every"] > 1 and merger is None else None
     # layer rows sampled after the one warm-up iteration that analyze and replay leave out (warmup_iterations)
-    hooks = DdpHooks(ddp_model, recorder, merger=merger, cuda=cuda, layer_every=cfg["layer_every"], layer_warmup=1)
+    hooks = DdpHooks(ddp_model, recorder, merger=merger, cuda=cuda, layer_every=cfg["layer_every"], layer_warmup=1,
+                     plain=plain)
     for iteration, (images, labels) in enumerate(batches):
         if cuda:
             images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
         hooks.begin_iteration(iteration)
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(ddp_model(images), labels)
+        loss = loss_fn(hooks.model(images), labels)  # the iteration's wrapper (see DdpHooks.model)
         loss.backward()
         start = hooks.mark()
         optimizer.step()

@@ -24,7 +24,22 @@ name (``name`` "", ``layer`` -1; the per-layer readers skip unnamed rows),
 timed by a forward pre/post hook on the DDP module and, for the backward,
 a hook on the autograd node of its output and a callback autograd runs at
 the end of the backward pass: four calls per iteration, not per layer.
-The bucket, optimizer and marker rows are the same on every iteration.
+The optimizer and marker rows are the same on every iteration, the bucket rows too unless a plain wrapper runs
+the un-sampled iterations (below).
+
+**Un-sampled iterations without a Python comm hook** (``plain=``, a second DDP wrapper of the same module built
+with the same arguments and no comm hook; the built-in job passes one with ``layer_every > 1``): DDP calls a
+Python comm hook once per bucket on every iteration, and that alone costs about 3 % of a host-bound GPU
+iteration. With a plain wrapper, a sampled iteration's forward goes through the recording wrapper (``ddp_model``,
+with the comm hook: its ``allreduce`` rows as before) and an un-sampled one's through the plain wrapper, whose
+buckets DDP all-reduces in C++ (no Python call per bucket, no ``allreduce`` row). DDP's reducer all-reduces only
+for the wrapper whose forward ran with gradient sync (``prepare_for_backward``), so each iteration's gradients are
+all-reduced once; the other wrapper's autograd hooks return at once. Use :attr:`DdpHooks.model` as the model of
+the iteration. The plain wrapper holds its own bucket buffers (one more copy of the gradients' bytes) and rebuilds
+its buckets after its own first iteration (the first un-sampled one). Not with ``static_graph=True``, whose reducer
+does not wait for a forward to prepare its backward (two wrappers then leave iterations unreduced: refused);
+``find_unused_parameters`` works. :attr:`DdpHooks.collective_iterations` lists
+the iterations that carry ``allreduce`` rows (the sampled ones; every iteration without a plain wrapper).
 
 On a GPU (``cuda=True``, NCCL) every row is timed by CUDA events (see
 :mod:`.layer_hooks`): an all-reduce from an event on the compute stream when
@@ -50,8 +65,9 @@ class DdpHooks(LayerHooks):
     """Installs the recording hooks on `ddp_model` (see the module docstring); :meth:`remove` takes them off."""
 
     def __init__(self, ddp_model, recorder: RankRecorder, *, process_group=None, merger=None, cuda: bool = False,
-                 layer_every: int = 1, layer_warmup: int = 1):
-        """`merger`: a :class:`~ddlsim.capture.ddp_plan.PlanMerger` to all-reduce plan groups instead of DDP's buckets
+                 layer_every: int = 1, layer_warmup: int = 1, plain=None):
+        """`plain`: a DDP wrapper of the same module without a comm hook, for the un-sampled iterations (see the
+        module docstring; only with `layer_every` > 1 and no `merger`). `merger`: a :class:`~ddlsim.capture.ddp_plan.PlanMerger` to all-reduce plan groups instead of DDP's buckets
         (one ``collective`` row per group; ``group`` is the plan group's index). `layer_every`, `layer_warmup`:
         layer rows on the first `layer_warmup` iterations and every `layer_every`-th after them only (see
         :mod:`.layer_hooks`)."""
@@ -59,13 +75,31 @@ class DdpHooks(LayerHooks):
 
         super().__init__(ddp_model.module, recorder, cuda=cuda, defer=True, layer_every=layer_every,
                          layer_warmup=layer_warmup)
+        if plain is not None:
+            if self.layer_every == 1 or merger is not None:
+                raise ValueError("a plain DDP wrapper runs the un-sampled iterations: it needs layer_every > 1 and no "
+                                 "plan merger (whose un-sampled iterations must all-reduce the plan's groups too)")
+            if plain is ddp_model or plain.module is not ddp_model.module:
+                raise ValueError("plain must be a second DDP wrapper of the recorded wrapper's module")
+            if getattr(ddp_model, "static_graph", False) or getattr(plain, "static_graph", False):
+                # static_graph's reducer does not wait for a forward's prepare_for_backward: two wrappers would leave
+                # iterations unreduced (checked on 2 gloo ranks)
+                raise ValueError("a plain twin wrapper does not work with DDP's static_graph=True; record with one "
+                                 "wrapper (no plain=)")
+            for key in ("find_unused_parameters", "broadcast_buffers", "gradient_as_bucket_view", "bucket_bytes_cap"):
+                if getattr(plain, key, None) != getattr(ddp_model, key, None):
+                    raise ValueError(f"the plain twin wrapper must be built with the recorded wrapper's arguments; "
+                                     f"{key} differs")
         self._pass_handles = []
         self._pass_start = None
         self._queue_callback = None  # autograd's queue_callback, looked up once
-        if self.layer_every > 1:  # the passes of un-sampled iterations: two module hooks on the DDP wrapper
-            self._pass_handles = [ddp_model.register_forward_pre_hook(self._pass_pre_forward),
-                                  ddp_model.register_forward_hook(self._pass_post_forward)]
+        if self.layer_every > 1:  # the passes of un-sampled iterations: two module hooks on the wrapper they run through
+            passes = ddp_model if plain is None else plain
+            self._pass_handles = [passes.register_forward_pre_hook(self._pass_pre_forward),
+                                  passes.register_forward_hook(self._pass_post_forward)]
         self.ddp = ddp_model
+        self.plain = plain
+        self.collective_iterations: list[int] = []  # the iterations begun with the comm hook's wrapper
         self.world_size = dist.get_world_size(process_group)
         self._collective_ids: list[int] = []
         self._collective_seq = 0
@@ -86,10 +120,18 @@ class DdpHooks(LayerHooks):
     # -- iterations ------------------------------------------------------------------------------------------------
     def begin_iteration(self, iteration: int) -> None:
         super().begin_iteration(iteration)
+        if self.plain is None or self.sampled:
+            self.collective_iterations.append(int(iteration))
         with self._lock:
             self._collective_ids = []
             self._layout = []
             self._iteration_start = now_ns()
+
+    @property
+    def model(self):
+        """The DDP wrapper to run the current iteration's forward through: the recording one, or on an un-sampled
+        iteration the plain one where there is one (see the module docstring)."""
+        return self.ddp if self.plain is None or self.sampled else self.plain
 
     def end_iteration(self) -> bool:
         """Writes the iteration's rows and its marker row (on a GPU: the previous iteration's, with no synchronisation;
@@ -110,13 +152,16 @@ class DdpHooks(LayerHooks):
 
     def facts(self) -> dict:
         """Parameter names and sizes, layer names and bucket layouts (the DDP sidecar's content); with sampled layer
-        rows also ``layer_every`` and ``layer_iterations`` (the iterations that carry layer rows)."""
+        rows also ``layer_every`` and ``layer_iterations`` (the iterations that carry layer rows); with a plain wrapper
+        also ``collective_iterations`` (the iterations that carry ``allreduce`` rows)."""
         with self._lock:
             layouts = list(self.layouts)
         facts = {"parameters": [{"name": n, "elements": p.numel(), "bytes": p.numel() * p.element_size()} for n, p in self.params],
                  "layers": [n for n, _ in self.layers], "layouts": layouts}
         if self.layer_every > 1:
             facts.update(layer_every=self.layer_every, layer_iterations=list(self.layer_iterations))
+        if self.plain is not None:  # all-reduce rows on the sampled iterations only
+            facts.update(collective_iterations=list(self.collective_iterations))
         return facts
 
     # -- the passes of un-sampled iterations -----------------------------------------------------------------------

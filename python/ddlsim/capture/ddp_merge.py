@@ -77,6 +77,15 @@ def layer_row_iterations(log) -> list[int]:
     return sorted(int(i) for i in iterations if i is not None and i >= 0)
 
 
+def collective_row_iterations(log) -> list[int]:
+    """The iterations with collective rows, ascending."""
+    import pyarrow.compute as pc
+
+    table = log.table
+    iterations = pc.unique(pc.filter(table.column("iteration"), pc.equal(table.column("kind"), "collective"))).to_pylist()
+    return sorted(int(i) for i in iterations if i is not None and i >= 0)
+
+
 def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dict] = None):
     """Merges a DDP capture directory; writes ``OUT/events.parquet`` unless `write` is false. Returns the EventLog."""
     from ..trace import write_event_log
@@ -96,6 +105,8 @@ def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dic
         if "layer_every" in facts:  # sampled layer rows: which iterations carry them
             meta["layer_every"] = facts["layer_every"]
             meta["layer_iterations"] = facts.get("layer_iterations", [])
+        if "collective_iterations" in facts:  # all-reduce rows on the sampled iterations only
+            meta["collective_iterations"] = facts["collective_iterations"]
         if "reducer" in facts:
             meta["ddp_reducer"] = facts["reducer"]
         meta["buckets"] = meta["bucket_layouts"][-1]["buckets"] if layouts else []
@@ -105,6 +116,8 @@ def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dic
     log = merge_capture(out_dir, metadata=meta, groups=groups)
     if "layer_every" in meta:  # from the rows: a rank that failed wrote its facts before its last sampled iterations
         log.metadata["layer_iterations"] = layer_row_iterations(log)
+    if "collective_iterations" in meta:
+        log.metadata["collective_iterations"] = collective_row_iterations(log)
     if write:
         write_event_log(log, Path(out_dir) / EVENTS_FILE)
     return log

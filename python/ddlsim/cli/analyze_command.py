@@ -433,7 +433,9 @@ def print_headline(headline: dict[str, Any], console: Any) -> None:
     if "iteration_time_s" in h:
         console.print(f"  iteration {ms(h['iteration_time_s'])}: compute {ms(h['compute_s'])}, communication "
                       f"{ms(h['communication_s'])}, overlap {ms(h['overlap_s'])}, exposed {ms(h['exposed_communication_s'])}, "
-                      f"idle {ms(h['idle_s'])}; overlap ratio {h['overlap_ratio']:.1%} ({h['iteration_mean']})", highlight=False)
+                      f"idle {ms(h['idle_s'])}; overlap ratio {h['overlap_ratio']:.1%} ({h['iteration_mean']}"
+                      + (f"; the breakdown: mean of the iterations with all-reduce rows, {_short(h['breakdown_iterations'])}"
+                         if h.get("breakdown_iterations") else "") + ")", highlight=False)
     if h.get("sketchdlc_overlap_ratio") is not None:
         console.print(f"  SketchDLC overlap ratio (phase 2 / (phase 1 + phase 3)): {h['sketchdlc_overlap_ratio']:.1%}",
                       highlight=False)
@@ -490,3 +492,8 @@ def print_headline(headline: dict[str, Any], console: Any) -> None:
             console.print(f"    {x['scope']} {x['item']}: {x['diff_s'] * 1e3:+.3f} ms", highlight=False, markup=False)
     for note in h.get("notes", []):
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+
+
+def _short(numbers: list) -> str:
+    """Iteration numbers as a short list ("1, 4, 7, ..." after eight)."""
+    return ", ".join(str(i) for i in numbers[:8]) + (", ..." if len(numbers) > 8 else "")

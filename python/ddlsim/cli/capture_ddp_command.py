@@ -34,7 +34,9 @@ def ddp(
     device: str = typer.Option("cpu", "--device", help="cpu (gloo, host clock) | cuda (NCCL, one GPU per rank, CUDA events)."),
     layer_every: int = typer.Option(
         1, "--layer-every", help="Per-layer rows on iteration 0 and every K-th iteration from 1 on (1, 1+K, ...) only; "
-        "the others record each pass as one row and pay no per-layer cost (the capture overhead). 1: every iteration."),
+        "the others record each pass as one row and pay no per-layer cost (the capture overhead), and run through a second "
+        "DDP wrapper without the Python comm hook (DDP's own all-reduce, no allreduce rows; one more copy of the "
+        "gradients' bytes; not with a --plan merge hook). 1: every iteration."),
 ) -> None:
     """Run PyTorch DDP training on CPU (gloo) or GPUs (NCCL) and record every layer's forward/backward and every bucket's all-reduce."""
     from ..capture.ddp import job_config
@@ -129,7 +131,10 @@ def _summary(log, target: Path) -> None:
     warmup = "".join(f"; warm-up iteration {i}: {t * 1e3:.1f} ms" for i, t in zip(arrays["iteration"], arrays["time_s"])
                      if int(i) in mean["warmup"])
     out.print(f"iteration time: {mean['mean_s'] * 1e3:.1f} ms ({mean['definition']}{warmup})", highlight=False)
-    out.print(f"buckets: {len(buckets)} all-reduces per iteration ({sizes} MiB)", highlight=False)
+    carried = log.metadata.get("collective_iterations")
+    out.print(f"buckets: {len(buckets)} all-reduces per iteration ({sizes} MiB)"
+              + (f"; all-reduce rows on the {len(carried)} iterations with layer rows only (the others: DDP's own "
+                 "all-reduce, unrecorded)" if isinstance(carried, list) else ""), highlight=False)
     sampled = log.metadata.get("layer_iterations")
     if log.metadata.get("layer_every", 1) > 1 and isinstance(sampled, list):
         out.print(f"layer rows on {len(sampled)} of {log.metadata.get('iterations')} iterations "

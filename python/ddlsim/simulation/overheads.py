@@ -117,19 +117,24 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
     ``--layer-every K`` has them on every K-th iteration).
     `tails`: also the layers' mean less median times (``tail_s``; not for
     sampled rank times, whose draws hold their slow steps already). `job`: only that job's rows."""
-    from ..analyze.breakdown import warmup_iterations
+    from ..analyze.breakdown import collective_iterations, warmup_iterations
 
     rows = _worker_rows(log, job)
     meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
     iterations = np.unique(rows["iteration"][rows["iteration"] >= 0])
     skip = warmup_iterations(meta, len(iterations))
     counted = set(int(i) for i in iterations[skip:])
+    # a capture with all-reduce rows on some iterations only (capture ddp --layer-every K): the optimizer step and
+    # the bucket skew are measured after / from the all-reduces, so on those iterations only (the others' step would
+    # hold the unrecorded all-reduces' exposed time, which the replay simulates itself)
+    carried = collective_iterations(meta)
+    with_comm = counted & carried if carried is not None and counted & carried else counted
     compute = rows["kind"] == "compute"
     layer_op = compute & np.isin(rows["op"], ["forward", "backward"]) & (rows["name"] != "")
     optimizer = compute & (rows["op"] == "optimizer_step")
     communication = np.isin(rows["kind"], ["send", "recv", "collective"])
     gaps: dict[tuple[str, str], float] = {}
-    optimizer_total, samples = 0.0, 0
+    optimizer_total, samples, optimizer_samples = 0.0, 0, 0
     layer_samples = 0  # the (rank, iteration)s with layer rows (a capture with --layer-every K: the sampled ones)
     # (rank, iteration) -> end of its last compute row; its layer and optimizer rows
     last_end = {key: int(rows["end_ns"][g].max()) for key, g in _by_rank_iteration(rows, np.flatnonzero(compute)).items()}
@@ -156,7 +161,9 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
                     if j >= 0:
                         since = max(since, int(comm_ends[j]))
                 if optimizer[i]:
-                    optimizer_total += end - min(since, start)
+                    if it in with_comm:
+                        optimizer_total += end - min(since, start)
+                        optimizer_samples += 1
                 else:
                     key = (str(rows["name"][i]), str(rows["op"][i]))
                     gaps[key] = gaps.get(key, 0.0) + max(0, start - since)
@@ -171,7 +178,7 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
     tail = _mean_over_median(rows, layer_op, counted, warmup) if tails else {}
     for (name, op), extra in tail.items():
         layers.setdefault(name, [0.0, 0.0])[0 if op == "forward" else 1] += extra
-    skew = bucket_skew(rows, counted) if tails and meta.get("job") == "ddp" else []
+    skew = bucket_skew(rows, with_comm) if tails and meta.get("job") == "ddp" else []
     if tails and meta.get("job") == "ps" and meta.get("sync") is not False:  # an update waits for the last push
         skew = bucket_skew(rows, counted, launches=(rows["kind"] == "send") & (rows["op"] == "push_request"))
     previous = 0.0
@@ -179,7 +186,8 @@ def framework_overheads(log, metadata: dict[str, Any] | None = None, tails: bool
         layers.setdefault(bucket["layer"], [0.0, 0.0])[1] += bucket["skew_s"] - previous
         previous = bucket["skew_s"]
     return {"layers": {k: (v[0], v[1]) for k, v in layers.items()},
-            "optimizer_s": optimizer_total / samples / 1e9 if samples else 0.0,
+            "optimizer_s": optimizer_total / (samples if carried is None else optimizer_samples) / 1e9
+            if (samples if carried is None else optimizer_samples) else 0.0,
             "gap_s": sum(gaps.values()) / layer_samples / 1e9 if layer_samples else 0.0,
             "tail_s": sum(tail.values()),
             "skew_s": previous,
@@ -227,6 +235,11 @@ def bucket_skew(rows: dict[str, np.ndarray], counted: set[int], launches: np.nda
         # each rank's rows are measured from its own last all-reduce end of the previous iteration, but the replay's
         # ranks all resume at the latest one: a rank that ended late (and so launches late) is not waited for twice
         ends = [rows["end_ns"][launched.get((int(rank), it - 1), _NONE)] for rank in ranks]
+        if ddp and not any(len(e) for e in ends):
+            # the previous iteration's all-reduces unrecorded (capture ddp --layer-every K runs it without the comm hook):
+            # its optimizer step starts where its backward pass returned, i.e. once its last all-reduce ended
+            steps = np.flatnonzero((rows["kind"] == "compute") & (rows["op"] == "optimizer_step") & (rows["iteration"] == it - 1))
+            ends = [rows["start_ns"][steps[rows["rank"][steps] == rank]] for rank in ranks]
         late = 0.0
         if ddp and all(len(e) for e in ends):
             last = np.array([float(e.max()) for e in ends])
