@@ -167,10 +167,10 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
             and scenario.strategy.kind == "ps"  # the RPC messages' own latency: not a ring step's (--strategy ring)
             and scenario.model.overheads and "latency" not in overrides
             and not (isinstance(overrides.get("network"), dict) and "latency" in overrides["network"])):
-        scenario, message_note = _ps_training_latency(scenario, rows, meta)
+        scenario, message_note, unbound = _ps_training_latency(scenario, rows, meta)
         if message_note:  # in place of the round trip's note
             notes = [n for n in notes if not (n.startswith("replay: latency ") and "4-byte RPC round trip" in n)]
-            if "the shaped link does not bind" in message_note:  # the shaped rate's notes no longer hold
+            if unbound:  # the shaped link does not bind: the shaped rate's notes no longer hold
                 notes = [n for n in notes if not n.startswith(("replay: payload rate ", "replay: link bandwidth "))]
             notes.append(message_note)
     if training is None and own_job and scenario.model.overheads and "latency" not in overrides:
@@ -430,27 +430,29 @@ def _training_rate(scenario: Scenario, rows: Callable[[], Any]) -> Optional[tupl
     return with_overrides(scenario, {"bandwidth": f"{found['rate_bps']:.17g}bps"}), note
 
 
-def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict[str, Any]) -> tuple[Scenario, Optional[str]]:
+def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any],
+                         meta: dict[str, Any]) -> tuple[Scenario, Optional[str], bool]:
     """A PS capture replayed at its own link with its overheads: the message latency its own RPC messages got
     while training (:func:`ddlsim.simulation.overheads.training_message_latency`: the intercept of latency +
     per-byte over their transport times), instead of half the 4-byte round trip measured before training; the
     per-byte term bounds the payload rate where it is slower than the link model's. Unchanged, with no note, where
     the rows do not give it, or where the shaped link bound (a worker's wire bytes per iteration exceed tbf's
-    bucket: the transport times then hold the link's own queueing, which the engine simulates itself)."""
+    bucket: the transport times then hold the link's own queueing, which the engine simulates itself). The flag
+    is true where the capture's shaped link does not bind (the link replayed is then the unshaped one)."""
     from ..capture.shaping import default_burst_bytes
     from .overheads import training_message_latency, wire_fraction
 
     log = rows()
     found = training_message_latency(log, log.metadata)
     if found is None:
-        return scenario, None
+        return scenario, None, False
     bucket = None
     if meta.get("bandwidth"):
         from ..units import parse_bandwidth
 
         bucket = default_burst_bytes(parse_bandwidth(str(meta["bandwidth"])))
         if found["worker_bytes"] / wire_fraction("tbf") > bucket:
-            return scenario, None  # the shaping binds
+            return scenario, None, False  # the shaping binds
     latency = round(found["latency_ns"])
     update = {"latency": f"{latency}ns"}
     if bucket is not None:
@@ -478,7 +480,7 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
         note += (f"; payload rate {rate / 1e6:.6g} Mbit/s, the per-byte term, below the link model's "
                  f"{link / 1e6:.6g} Mbit/s")
     note += "; --latency or --bandwidth replays other values, --no-overheads the round trip"
-    return with_overrides(scenario, update), note
+    return with_overrides(scenario, update), note, bucket is not None
 
 
 def _unbound_call_cost(scenario: Scenario, rows: Callable[[], Any]) -> tuple[Scenario, Optional[str]]:
