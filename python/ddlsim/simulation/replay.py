@@ -47,6 +47,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     result's notes."""
     path = Path(log_path)
     wire = overrides.pop("wire", None)
+    idle_curve = overrides.pop("idle_curve", None)
     if isinstance(jobs, str):  # one job's name (not its characters)
         jobs = [jobs]
     if not path.is_file():
@@ -58,6 +59,9 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     meta = recorded_metadata(path)
     if meta.get("source") == "netop":
         raise DdlsimError(_netop_refusal(path))
+    if idle_curve is not None and not (meta.get("source") == "capture" and meta.get("job") == "ddp"):
+        raise DdlsimError(f"{path}: --idle-curve (idle_curve=) scales a DDP capture's compute by the wait before it, "
+                          "but this log is not a DDP capture; leave it out")
     if is_jobs_log(path, meta):
         if model is not None:
             raise DdlsimError(f"{path}: a log of several jobs records each job's model; --model (model=) replays a log "
@@ -130,6 +134,11 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                     notes.append(f"replay: the workers' wake-up, {wakeup_of}: a response that reaches a worker whose "
                                  f"training thread is idle is taken {client['wakeup']} after it arrives (the mean wait "
                                  "of the counted responses that reached an idle loop); --no-overheads leaves it out")
+            if meta.get("job") == "ddp" and overrides.get("overheads") is not False:
+                wake, wake_note = _idle_wake(meta, idle_curve, rows)
+                if wake is not None:
+                    data["model"]["idle_wake"] = wake
+                    notes.append(wake_note)
             update = _server_update_from_rows(rows) if meta.get("job") == "ps" else None
             if update is not None and overrides.get("overheads") is not False and "server_cost" not in overrides:
                 settings["strategy"]["server_cost"] = {**(settings["strategy"].get("server_cost") or {}), **update}
@@ -481,6 +490,42 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any],
                  f"{link / 1e6:.6g} Mbit/s")
     note += "; --latency or --bandwidth replays other values, --no-overheads the round trip"
     return with_overrides(scenario, update), note, bucket is not None
+
+
+def _idle_wake(meta: dict[str, Any], given: Any, rows: Callable[[], Any]) -> tuple[Optional[dict[str, Any]], str]:
+    """A DDP capture's idle curves (:mod:`ddlsim.simulation.idle_wake`) as ``model.idle_wake``, with the note that
+    says so: `given` (``--idle-curve``: a benchmarks/idle_wake.py CSV's path, or a curve dict; False: none), else the
+    capture's own (``idle_curve`` in its metadata, measured on each rank after training); (None, "") where there is
+    none (a capture made before captures measured it, or with --no-idle-curve: replayed as before)."""
+    from .idle_wake import CLASSES, captured_idle_ns, check_curve, ratio, read_curve
+
+    if given is False:
+        return None, ""
+    if given is not None:
+        try:
+            curve = check_curve(given, "idle_curve") if isinstance(given, dict) else read_curve(given)
+        except ValueError as exc:
+            raise DdlsimError(str(exc)) from None
+        origin = f"the idle curve of {curve.get('source', 'idle_curve=')}"
+    else:
+        found = meta.get("idle_curve")
+        if not (isinstance(found, dict) and all(k in found for k in CLASSES)):
+            return None, ""
+        try:
+            curve = check_curve({k: found[k] for k in (*CLASSES, "source") if k in found}, "metadata idle_curve")
+        except ValueError as exc:
+            raise DdlsimError(f"the capture's {exc}; replay with --no-overheads, or give --idle-curve") from None
+        origin = f"the idle curve the capture measured on its {found.get('ranks', 'worker')} ranks after training"
+    log = rows()
+    captured = captured_idle_ns(log, log.metadata)
+    if captured is None:
+        return None, ""
+    tc = captured / 1e6
+    at = ", ".join(f"{cls} {ratio(curve[cls], tc):.3g}" for cls in CLASSES)
+    note = (f"replay: compute after a wait, {origin}: each iteration's forward and backward take r(t) / r(t_c) of "
+            f"their captured time, t the idle the replayed rank's compute had before the iteration, t_c = {tc:.4g} ms "
+            f"the capture's (the median wait for the last all-reduce; r(t_c): {at}); --no-overheads leaves it out")
+    return curve, note
 
 
 def _unbound_call_cost(scenario: Scenario, rows: Callable[[], Any]) -> tuple[Scenario, Optional[str]]:

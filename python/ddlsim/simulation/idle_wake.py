@@ -1,0 +1,213 @@
+"""Compute after a wait (docs/validation.md, "Compute after a wait"): a CPU training thread that idled computes
+more slowly for a while, and a DDP rank idles while its last all-reduce is on the wire (16 ms per iteration for
+LeNet-5 at 100 Mbit/s, 0.7 ms at 1 Gbit/s). A replay carries each row's captured time, so a capture made at one
+link carries the slowdown of that link's wait to another.
+
+The **idle curve** r(t), per op class (``step``: the optimizer step, ``forward``, ``backward``), is the ratio of
+the class's time after the thread waited t to its time after no wait, measured apart by a microbenchmark: the
+optimizer step, then a forward and a backward, timed right after a sleep of t (``benchmarks/idle_wake.py``, and
+``ddlsim capture ddp`` on each rank after training). Piecewise linear through the measured medians, flat outside
+them.
+
+The replay scales each of a worker's forward and backward ops of an iteration by r(t) / r(t_c) of its class
+(the engine's ``idle_wake``, crates/ddlsim-core/src/lower/idle_wake.rs): t is the idle the replay's compute stream
+had before the iteration (from its previous compute op's end to the iteration's first op's start: the wait for
+the last all-reduce), t_c the idle the capture measured there (:func:`captured_idle_ns`). The first layer's
+forward op also holds the optimizer step (:func:`ddlsim.simulation.overheads.with_overheads`): its curve is the
+step's and the forward's, weighted by their shares of it.
+
+Nothing here is fitted to the captured job's own iteration times: the curve is the microbenchmark's, t_c the
+capture's rows' idle, t the replay's.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from ..errors import DdlsimError
+
+CLASSES = ("step", "forward", "backward")
+# trial columns (benchmarks/idle_wake.py --out): the wait and each class's time
+TRIAL_FIELDS = ("idle_ms", "step_ms", "forward_ms", "backward_ms")
+
+
+def curve_from_trials(trials: list[dict[str, Any]], source: str) -> dict[str, Any]:
+    """The idle curve of microbenchmark trials (each: ``idle_ms``, ``step_ms``, ``forward_ms``, ``backward_ms``;
+    a ``mode`` of ``spin`` is left out: a rank blocked on its all-reduce sleeps): per class, per idle length, the
+    median time over the trials, as a ratio to the median at the shortest idle. Raises ValueError (a message
+    without the file's name) where the trials do not give one."""
+    kept = [t for t in trials if str(t.get("mode", "sleep")) != "spin"]
+    if not kept:
+        raise ValueError("no trial waited by sleeping (mode sleep); run the benchmark with --modes sleep")
+    by_idle: dict[float, list[dict[str, Any]]] = {}
+    for t in kept:
+        by_idle.setdefault(float(t["idle_ms"]), []).append(t)
+    idles = sorted(by_idle)
+    if len(idles) < 2:
+        raise ValueError(f"the trials wait {len(idles)} idle length(s); a curve needs at least 2 (e.g. --idles 0,0.5,2,8,16,32)")
+    out: dict[str, Any] = {"source": source, "trials": len(kept)}
+    for cls in CLASSES:
+        medians = [statistics.median(float(t[f"{cls}_ms"]) for t in by_idle[i]) for i in idles]
+        if medians[0] <= 0:
+            raise ValueError(f"the {cls} at the shortest idle ({idles[0]:g} ms) has a median of {medians[0]:g} ms; it must be > 0")
+        out[cls] = [[i, m / medians[0]] for i, m in zip(idles, medians)]
+    return out
+
+
+def read_curve(path: str | Path) -> dict[str, Any]:
+    """The idle curve of a ``benchmarks/idle_wake.py --out`` CSV (its trials; :func:`curve_from_trials`).
+    Bad input: a :class:`DdlsimError` naming the file, the row or field, and the fix."""
+    path = Path(path)
+    fix = "give the CSV that benchmarks/idle_wake.py --out writes"
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in TRIAL_FIELDS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise DdlsimError(f"{path}: no column {missing[0]!r} (an idle curve needs {', '.join(TRIAL_FIELDS)}); {fix}")
+            trials = []
+            for line, row in enumerate(reader, start=2):
+                trial = {"mode": row.get("mode") or "sleep"}
+                for c in TRIAL_FIELDS:
+                    try:
+                        value = float(row[c])
+                    except (TypeError, ValueError):
+                        raise DdlsimError(f"{path}, line {line}: {c} = {row[c]!r} is not a number; {fix}") from None
+                    if not math.isfinite(value) or value < 0:
+                        raise DdlsimError(f"{path}, line {line}: {c} = {row[c]!r} must be a finite number >= 0; {fix}")
+                    trial[c] = value
+                trials.append(trial)
+    except OSError as exc:
+        raise DdlsimError(f"{path}: cannot read the idle curve ({exc.strerror or exc}); {fix}") from None
+    except UnicodeDecodeError:
+        raise DdlsimError(f"{path}: not a text CSV; {fix}") from None
+    try:
+        return curve_from_trials(trials, source=str(path))
+    except ValueError as exc:
+        raise DdlsimError(f"{path}: {exc}") from None
+
+
+def check_curve(curve: Any, where: str) -> dict[str, Any]:
+    """`curve` as a scenario's ``model.idle_wake`` holds it (``step``, ``forward``, ``backward``: lists of
+    [idle ms, ratio], idle strictly ascending, ratio finite and > 0; ``source`` optional), or a ValueError naming
+    `where` and the field."""
+    if not isinstance(curve, dict):
+        raise ValueError(f"{where} must be a table with step, forward and backward curves")
+    unknown = sorted(set(curve) - set(CLASSES) - {"source", "trials"})
+    if unknown:
+        raise ValueError(f"{where}.{unknown[0]}: unknown field; give step, forward and backward (and source)")
+    out: dict[str, Any] = {k: curve[k] for k in ("source", "trials") if k in curve}
+    for cls in CLASSES:
+        points = curve.get(cls)
+        if not isinstance(points, (list, tuple)) or not points:
+            raise ValueError(f"{where}.{cls} must be a non-empty list of [idle ms, ratio] points")
+        clean = []
+        for k, p in enumerate(points):
+            ok = isinstance(p, (list, tuple)) and len(p) == 2 and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in p)
+            if not ok or p[0] < 0 or p[1] <= 0:
+                raise ValueError(f"{where}.{cls}[{k}] = {p!r}: give [idle ms >= 0, ratio > 0]")
+            clean.append([float(p[0]), float(p[1])])
+        if any(b[0] <= a[0] for a, b in zip(clean, clean[1:])):
+            raise ValueError(f"{where}.{cls}: the idle lengths must be strictly ascending")
+        out[cls] = clean
+    return out
+
+
+def ratio(points: list[list[float]], idle_ms: float) -> float:
+    """The curve `points` ([idle ms, ratio], ascending) at `idle_ms`: linear between points, flat outside."""
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points]
+    return float(np.interp(idle_ms, xs, ys))
+
+
+def captured_idle_ns(log, metadata: Optional[dict[str, Any]] = None, job: Optional[int] = None) -> Optional[float]:
+    """The idle a DDP capture's training threads had before each iteration's compute: per worker rank and counted
+    iteration, the end of its last communication row (the last all-reduce) before its optimizer step less the end
+    of its last compute row before that (0 where the all-reduce ended first); the median over them, ns. None where
+    the log has no optimizer step rows."""
+    from ..analyze.breakdown import warmup_iterations
+    from .overheads import _worker_rows
+
+    rows = _worker_rows(log, job)
+    meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
+    iterations = np.unique(rows["iteration"][rows["iteration"] >= 0])
+    counted = set(int(i) for i in iterations[warmup_iterations(meta, len(iterations)):])
+    compute = rows["kind"] == "compute"
+    optimizer = compute & (rows["op"] == "optimizer_step")
+    communication = np.isin(rows["kind"], ["send", "recv", "collective"])
+    idles = []
+    for rank in np.unique(rows["rank"]):
+        mine = rows["rank"] == rank
+        comm_ends = np.sort(rows["end_ns"][mine & communication])
+        compute_ends = np.sort(rows["end_ns"][mine & compute & ~optimizer])
+        for i in np.flatnonzero(mine & optimizer):
+            if int(rows["iteration"][i]) not in counted:
+                continue
+            start = rows["start_ns"][i]
+            j = np.searchsorted(comm_ends, start, side="right") - 1
+            k = np.searchsorted(compute_ends, start, side="right") - 1
+            if j < 0 or k < 0:
+                continue
+            idles.append(max(0, int(comm_ends[j]) - int(compute_ends[k])))
+    return float(np.median(idles)) if idles else None
+
+
+def _mixed(a: list[list[float]], b: list[list[float]], wa: float, ta: float, tb: float) -> list[list[float]]:
+    """wa a(t) / a(t_c) + (1 - wa) b(t) / b(t_c) at the union of both curves' idles (piecewise linear, flat outside
+    them, as both are): the curve of an op holding both parts, 1 at the captured idle."""
+    xs = sorted({p[0] for p in a} | {p[0] for p in b})
+    return [[x, wa * ratio(a, x) / ta + (1 - wa) * ratio(b, x) / tb] for x in xs]
+
+
+def engine_document(curve: dict[str, Any], captured_ns: float, optimizer_share: float,
+                    layers: int) -> dict[str, Any]:
+    """The engine's ``idle_wake`` (crates/ddlsim-core/src/lower/idle_wake.rs) for a model of `layers` layers:
+    curves in ns, every layer's forward on the forward curve and backward on the backward curve, but the first
+    layer's forward, which holds the optimizer step (`optimizer_share` of its time), on their mix."""
+    tc_ms = captured_ns / 1e6
+    w = min(1.0, max(0.0, optimizer_share))
+    first = _mixed(curve["step"], curve["forward"], w, ratio(curve["step"], tc_ms), ratio(curve["forward"], tc_ms))
+
+    def ns(points):
+        return [[round(x * 1e6), float(y)] for x, y in points]
+
+    return {"curves": [ns(first), ns(curve["forward"]), ns(curve["backward"])],
+            "layers": [[0, 2]] + [[1, 2]] * (layers - 1),
+            "captured_ns": round(captured_ns)}
+
+
+def scenario_document(scenario, model, times_ns: list[tuple[int, int]]) -> dict[str, Any]:
+    """:func:`engine_document` of a scenario whose ``model.idle_wake`` is set: the captured idle and the optimizer
+    step's share of the first layer's forward from its captured profile (:func:`captured_idle_ns`,
+    :func:`ddlsim.simulation.overheads.framework_overheads`). Raises :class:`ScenarioError` where the profile is
+    not a DDP capture with overheads."""
+    from ..errors import ScenarioError
+    from ..trace.parquet import read_event_log
+    from .overheads import framework_overheads
+
+    config = scenario.model
+    profile = Path(config.profile) if config.profile else None
+    if profile is not None and scenario.base_dir and not profile.is_absolute():
+        profile = Path(scenario.base_dir) / profile
+    if profile is None or profile.suffix != ".parquet" or not config.overheads or scenario.strategy.kind != "ring":
+        raise ScenarioError("model.idle_wake scales a DDP capture's compute by the idle before it: it needs "
+                            "model.profile = a captured events.parquet, model.overheads = true and a ring strategy "
+                            "(ddlsim replay of a DDP capture sets them); remove model.idle_wake")
+    log = read_event_log(profile)
+    if log.metadata.get("job") != "ddp":
+        raise ScenarioError(f"model.idle_wake: {profile} is not a DDP capture; remove model.idle_wake")
+    captured = captured_idle_ns(log, log.metadata, job=config.profile_job)
+    if captured is None:
+        raise ScenarioError(f"model.idle_wake: {profile} has no optimizer_step rows to measure the idle before an "
+                            "iteration; remove model.idle_wake")
+    optimizer_s = framework_overheads(log, log.metadata, tails=False, job=config.profile_job)["optimizer_s"]
+    first = times_ns[0][0]
+    share = optimizer_s * 1e9 / first if first > 0 else 0.0
+    return engine_document(dict(config.idle_wake), captured, share, len(times_ns))
