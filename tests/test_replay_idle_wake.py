@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import ddlsim
-from ddlsim.simulation.idle_wake import captured_idle_ns, curve_from_trials, engine_document, ratio, read_curve
+from ddlsim.simulation.idle_wake import curve_from_trials, engine_document, ratio, read_curve
+from ddlsim.simulation.overheads import captured_idle_ns
 from ddlsim.simulation.lowering import training_document
 from ddlsim.simulation.replay import replay_plan
 from ddlsim.trace import event_log_from_rows, write_event_log

@@ -12,8 +12,8 @@ them.
 The replay scales each of a worker's forward and backward ops of an iteration by r(t) / r(t_c) of its class
 (the engine's ``idle_wake``, crates/ddlsim-core/src/lower/idle_wake.rs): t is the idle the replay's compute stream
 had before the iteration (from its previous compute op's end to the iteration's first op's start: the wait for
-the last all-reduce), t_c the idle the capture measured there (:func:`captured_idle_ns`). The first layer's
-forward op also holds the optimizer step (:func:`ddlsim.simulation.overheads.with_overheads`): its curve is the
+the last all-reduce), t_c the idle the capture measured there
+(:func:`ddlsim.simulation.overheads.captured_idle_ns`). The first layer's forward op also holds the optimizer step (:func:`ddlsim.simulation.overheads.with_overheads`): its curve is the
 step's and the forward's, weighted by their shares of it.
 
 Nothing here is fitted to the captured job's own iteration times: the curve is the microbenchmark's, t_c the
@@ -26,7 +26,7 @@ import csv
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -127,38 +127,6 @@ def ratio(points: list[list[float]], idle_ms: float) -> float:
     return float(np.interp(idle_ms, xs, ys))
 
 
-def captured_idle_ns(log, metadata: Optional[dict[str, Any]] = None, job: Optional[int] = None) -> Optional[float]:
-    """The idle a DDP capture's training threads had before each iteration's compute: per worker rank and counted
-    iteration, the end of its last communication row (the last all-reduce) before its optimizer step less the end
-    of its last compute row before that (0 where the all-reduce ended first); the median over them, ns. None where
-    the log has no optimizer step rows."""
-    from ..analyze.breakdown import warmup_iterations
-    from .overheads import _worker_rows
-
-    rows = _worker_rows(log, job)
-    meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
-    iterations = np.unique(rows["iteration"][rows["iteration"] >= 0])
-    counted = set(int(i) for i in iterations[warmup_iterations(meta, len(iterations)):])
-    compute = rows["kind"] == "compute"
-    optimizer = compute & (rows["op"] == "optimizer_step")
-    communication = np.isin(rows["kind"], ["send", "recv", "collective"])
-    idles = []
-    for rank in np.unique(rows["rank"]):
-        mine = rows["rank"] == rank
-        comm_ends = np.sort(rows["end_ns"][mine & communication])
-        compute_ends = np.sort(rows["end_ns"][mine & compute & ~optimizer])
-        for i in np.flatnonzero(mine & optimizer):
-            if int(rows["iteration"][i]) not in counted:
-                continue
-            start = rows["start_ns"][i]
-            j = np.searchsorted(comm_ends, start, side="right") - 1
-            k = np.searchsorted(compute_ends, start, side="right") - 1
-            if j < 0 or k < 0:
-                continue
-            idles.append(max(0, int(comm_ends[j]) - int(compute_ends[k])))
-    return float(np.median(idles)) if idles else None
-
-
 def _mixed(a: list[list[float]], b: list[list[float]], wa: float, ta: float, tb: float) -> list[list[float]]:
     """wa a(t) / a(t_c) + (1 - wa) b(t) / b(t_c) at the union of both curves' idles (piecewise linear, flat outside
     them, as both are): the curve of an op holding both parts, 1 at the captured idle."""
@@ -181,33 +149,3 @@ def engine_document(curve: dict[str, Any], captured_ns: float, optimizer_share: 
     return {"curves": [ns(first), ns(curve["forward"]), ns(curve["backward"])],
             "layers": [[0, 2]] + [[1, 2]] * (layers - 1),
             "captured_ns": round(captured_ns)}
-
-
-def scenario_document(scenario, model, times_ns: list[tuple[int, int]]) -> dict[str, Any]:
-    """:func:`engine_document` of a scenario whose ``model.idle_wake`` is set: the captured idle and the optimizer
-    step's share of the first layer's forward from its captured profile (:func:`captured_idle_ns`,
-    :func:`ddlsim.simulation.overheads.framework_overheads`). Raises :class:`ScenarioError` where the profile is
-    not a DDP capture with overheads."""
-    from ..errors import ScenarioError
-    from ..trace.parquet import read_event_log
-    from .overheads import framework_overheads
-
-    config = scenario.model
-    profile = Path(config.profile) if config.profile else None
-    if profile is not None and scenario.base_dir and not profile.is_absolute():
-        profile = Path(scenario.base_dir) / profile
-    if profile is None or profile.suffix != ".parquet" or not config.overheads or scenario.strategy.kind != "ring":
-        raise ScenarioError("model.idle_wake scales a DDP capture's compute by the idle before it: it needs "
-                            "model.profile = a captured events.parquet, model.overheads = true and a ring strategy "
-                            "(ddlsim replay of a DDP capture sets them); remove model.idle_wake")
-    log = read_event_log(profile)
-    if log.metadata.get("job") != "ddp":
-        raise ScenarioError(f"model.idle_wake: {profile} is not a DDP capture; remove model.idle_wake")
-    captured = captured_idle_ns(log, log.metadata, job=config.profile_job)
-    if captured is None:
-        raise ScenarioError(f"model.idle_wake: {profile} has no optimizer_step rows to measure the idle before an "
-                            "iteration; remove model.idle_wake")
-    optimizer_s = framework_overheads(log, log.metadata, tails=False, job=config.profile_job)["optimizer_s"]
-    first = times_ns[0][0]
-    share = optimizer_s * 1e9 / first if first > 0 else 0.0
-    return engine_document(dict(config.idle_wake), captured, share, len(times_ns))

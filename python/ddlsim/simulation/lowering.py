@@ -305,9 +305,9 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
 
         extra.update(variation_document(scenario, model, times_ns, MAX_TIME_NS))
     if scenario.model.idle_wake is not None:
-        from .idle_wake import scenario_document  # compute after a wait (a replayed DDP capture)
+        from .overheads import idle_wake_document  # compute after a wait (a replayed DDP capture)
 
-        extra["idle_wake"] = scenario_document(scenario, model, times_ns)
+        extra["idle_wake"] = idle_wake_document(scenario, model, times_ns)
     return {
         "workers": scenario.workers,
         "iterations": scenario.iterations,

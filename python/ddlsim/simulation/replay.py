@@ -497,7 +497,8 @@ def _idle_wake(meta: dict[str, Any], given: Any, rows: Callable[[], Any]) -> tup
     says so: `given` (``--idle-curve``: a benchmarks/idle_wake.py CSV's path, or a curve dict; False: none), else the
     capture's own (``idle_curve`` in its metadata, measured on each rank after training); (None, "") where there is
     none (a capture made before captures measured it, or with --no-idle-curve: replayed as before)."""
-    from .idle_wake import CLASSES, captured_idle_ns, check_curve, ratio, read_curve
+    from .idle_wake import CLASSES, check_curve, ratio, read_curve
+    from .overheads import captured_idle_ns
 
     if given is False:
         return None, ""
