@@ -98,6 +98,10 @@ def test_each_replayed_op_takes_r_of_the_replays_idle_over_r_of_the_captures(tmp
     assert tc == 8_000 * US
     kw = {"bandwidth": bandwidth} if bandwidth else {}
     plain = _compute(ddlsim.replay(path, **kw))
+    # the replay at the capture's own settings, without the curve: its idle stands for the capture's
+    own = _compute(ddlsim.replay(path, idle_curve=False))
+    t_self = statistics.median(ops[0][2] - own[(r, i - 1)][-1][3] for (r, i), ops in own.items() if i > 0)
+    delta = (tc - t_self) / 1e6
     scaled_run = ddlsim.replay(path, idle_curve=CURVE, **kw)
     scaled = _compute(scaled_run)
     assert any("compute after a wait" in n for n in scaled_run.notes)
@@ -115,7 +119,7 @@ def test_each_replayed_op_takes_r_of_the_replays_idle_over_r_of_the_captures(tmp
             assert ops == base or [e - s for _, _, s, e in ops] == [e - s for _, _, s, e in base]
             continue
         previous = scaled[(rank, it - 1)][-1]
-        t = (ops[0][2] - previous[3]) / 1e6  # the replay's own idle before the iteration, ms
+        t = (ops[0][2] - previous[3]) / 1e6 + delta  # the replay's own idle before the iteration, ms, moved
         for (op, layer, s, e), (_, _, bs, be) in zip(ops, base):
             d = be - bs
             if op == "backward":
@@ -128,6 +132,19 @@ def test_each_replayed_op_takes_r_of_the_replays_idle_over_r_of_the_captures(tmp
             assert abs((e - s) - want) <= 1, (rank, it, op, layer, e - s, want)
             checked += 1
     assert checked == 2 * 5 * 10
+    if bandwidth is None:  # at the capture's own settings nothing moves
+        assert scaled == plain
+
+
+def test_self_prediction_does_not_move_where_the_replay_idles_otherwise_than_the_capture(tmp_path):
+    # ranks 0 and 1 wait 2 and 14 ms for the all-reduce: the replay's alike ranks idle otherwise (no rank launches
+    # late in the replay), yet at the capture's own settings every row keeps its time
+    path = tmp_path / "c.parquet"
+    capture(path, [[2_000 * US, 14_000 * US]] * 6)
+    plain, scaled = ddlsim.replay(path), ddlsim.replay(path, idle_curve=CURVE)
+    for name in ("kind", "op", "rank", "iteration", "start_ns", "end_ns"):
+        assert np.array_equal(np.asarray(plain.columns.column(name)), np.asarray(scaled.columns.column(name))), name
+    assert any("compute after a wait" in n for n in scaled.notes)
 
 
 def test_without_a_curve_or_with_a_curve_of_one_the_replay_is_unchanged(tmp_path):

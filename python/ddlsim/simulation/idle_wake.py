@@ -99,10 +99,16 @@ def check_curve(curve: Any, where: str) -> dict[str, Any]:
     `where` and the field."""
     if not isinstance(curve, dict):
         raise ValueError(f"{where} must be a table with step, forward and backward curves")
-    unknown = sorted(set(curve) - set(CLASSES) - {"source", "trials"})
+    unknown = sorted(set(curve) - set(CLASSES) - {"source", "trials", "captured_ms", "replayed_ms"})
     if unknown:
         raise ValueError(f"{where}.{unknown[0]}: unknown field; give step, forward and backward (and source)")
     out: dict[str, Any] = {k: curve[k] for k in ("source", "trials") if k in curve}
+    for key in ("captured_ms", "replayed_ms"):  # the capture's idle from its rows, its own replay's (see below)
+        if key in curve:
+            v = curve[key]
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{where}.{key} = {v!r}: give an idle >= 0 in ms")
+            out[key] = float(v)
     for cls in CLASSES:
         points = curve.get(cls)
         if not isinstance(points, (list, tuple)) or not points:
@@ -125,6 +131,34 @@ def ratio(points: list[list[float]], idle_ms: float) -> float:
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
     return float(np.interp(idle_ms, xs, ys))
+
+
+def replayed_idle_ns(columns) -> float | None:
+    """The idle a replay's workers' compute had before each iteration: per worker rank and iteration from the
+    second on, its first compute row's start less the end of its previous iteration's last compute row; the median,
+    ns. None where there is none (one iteration)."""
+    kind = np.asarray(columns.column("kind"))
+    rank, it = np.asarray(columns.column("rank")), np.asarray(columns.column("iteration"))
+    start, end = np.asarray(columns.column("start_ns")), np.asarray(columns.column("end_ns"))
+    sel = np.flatnonzero((kind == "compute") & (it >= 0))
+    first: dict[tuple[int, int], int] = {}
+    last: dict[tuple[int, int], int] = {}
+    for i in sel:
+        key = (int(rank[i]), int(it[i]))
+        first[key] = min(first.get(key, int(start[i])), int(start[i]))
+        last[key] = max(last.get(key, int(end[i])), int(end[i]))
+    idles = [max(0, s - last[(r, i - 1)]) for (r, i), s in first.items() if (r, i - 1) in last]
+    return float(np.median(idles)) if idles else None
+
+
+def shifted(points: list[list[float]], delta_ms: float) -> list[list[float]]:
+    """The curve t -> r(t + delta) (idle ms), still piecewise linear and flat outside its points: the points move
+    by -delta; those that would fall below 0 are replaced by one point at 0 with r(delta)."""
+    moved = [[x - delta_ms, y] for x, y in points]
+    kept = [p for p in moved if p[0] > 0]
+    if len(kept) < len(moved):
+        kept.insert(0, [0.0, ratio(points, delta_ms)])
+    return kept
 
 
 def _mixed(a: list[list[float]], b: list[list[float]], wa: float, ta: float, tb: float) -> list[list[float]]:

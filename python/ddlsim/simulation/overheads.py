@@ -473,7 +473,7 @@ def idle_wake_document(scenario, model, times_ns: list[tuple[int, int]]) -> dict
     not a DDP capture with overheads."""
     from ..errors import ScenarioError
     from ..trace.parquet import read_event_log
-    from .idle_wake import engine_document
+    from .idle_wake import CLASSES, engine_document, shifted
 
     config = scenario.model
     profile = Path(config.profile) if config.profile else None
@@ -486,11 +486,19 @@ def idle_wake_document(scenario, model, times_ns: list[tuple[int, int]]) -> dict
     log = read_event_log(profile)
     if log.metadata.get("job") != "ddp":
         raise ScenarioError(f"model.idle_wake: {profile} is not a DDP capture; remove model.idle_wake")
-    captured = captured_idle_ns(log, log.metadata, job=config.profile_job)
+    curve = dict(config.idle_wake)
+    if "captured_ms" in curve and "replayed_ms" in curve:
+        # the replay's own idle at the capture's settings stands for the capture's: the curves move by the
+        # difference, so that the capture's measured idle keeps its place on them (ddlsim.simulation.idle_wake)
+        delta = curve["captured_ms"] - curve["replayed_ms"]
+        curve.update({cls: shifted(curve[cls], delta) for cls in CLASSES})
+        captured = curve["replayed_ms"] * 1e6
+    else:
+        captured = captured_idle_ns(log, log.metadata, job=config.profile_job)
     if captured is None:
         raise ScenarioError(f"model.idle_wake: {profile} has no optimizer_step rows to measure the idle before an "
                             "iteration; remove model.idle_wake")
     optimizer_s = framework_overheads(log, log.metadata, tails=False, job=config.profile_job)["optimizer_s"]
     first = times_ns[0][0]
     share = optimizer_s * 1e9 / first if first > 0 else 0.0
-    return engine_document(dict(config.idle_wake), captured, share, len(times_ns))
+    return engine_document(curve, captured, share, len(times_ns))

@@ -135,7 +135,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                                  f"training thread is idle is taken {client['wakeup']} after it arrives (the mean wait "
                                  "of the counted responses that reached an idle loop); --no-overheads leaves it out")
             if meta.get("job") == "ddp" and overrides.get("overheads") is not False:
-                wake, wake_note = _idle_wake(meta, idle_curve, rows)
+                wake, wake_note = _idle_wake(path, meta, idle_curve, rows)
                 if wake is not None:
                     data["model"]["idle_wake"] = wake
                     notes.append(wake_note)
@@ -492,13 +492,21 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any],
     return with_overrides(scenario, update), note, bucket is not None
 
 
-def _idle_wake(meta: dict[str, Any], given: Any, rows: Callable[[], Any]) -> tuple[Optional[dict[str, Any]], str]:
+def _idle_wake(path: Path, meta: dict[str, Any], given: Any,
+               rows: Callable[[], Any]) -> tuple[Optional[dict[str, Any]], str]:
     """A DDP capture's idle curves (:mod:`ddlsim.simulation.idle_wake`) as ``model.idle_wake``, with the note that
     says so: `given` (``--idle-curve``: a benchmarks/idle_wake.py CSV's path, or a curve dict; False: none), else the
     capture's own (``idle_curve`` in its metadata, measured on each rank after training); (None, "") where there is
-    none (a capture made before captures measured it, or with --no-idle-curve: replayed as before)."""
-    from .idle_wake import CLASSES, check_curve, ratio, read_curve
+    none (a capture made before captures measured it, or with --no-idle-curve: replayed as before).
+
+    The idle the replay sees is not the capture's: the replay puts part of what the rows show as a wait elsewhere
+    (the wait for the slower rank is charged to a backward, the wake-up to the optimizer step). So the capture is
+    first replayed at its own settings without the curve, and the curve is read at the replay's idle plus the
+    difference between the capture's idle (its rows) and that replay's: at the capture's own settings every op
+    keeps its time, and another link moves each op by the change in the replay's idle."""
+    from .idle_wake import CLASSES, check_curve, ratio, read_curve, replayed_idle_ns
     from .overheads import captured_idle_ns
+    from .run import run_scenario
 
     if given is False:
         return None, ""
@@ -521,11 +529,17 @@ def _idle_wake(meta: dict[str, Any], given: Any, rows: Callable[[], Any]) -> tup
     captured = captured_idle_ns(log, log.metadata)
     if captured is None:
         return None, ""
-    tc = captured / 1e6
+    own, _ = replay_plan(path, idle_curve=False)  # the capture at its own settings, without the curve
+    replayed = replayed_idle_ns(run_scenario(own).columns)
+    if replayed is None:
+        return None, ""
+    tc, ts = captured / 1e6, replayed / 1e6
+    curve = {**curve, "captured_ms": tc, "replayed_ms": ts}
     at = ", ".join(f"{cls} {ratio(curve[cls], tc):.3g}" for cls in CLASSES)
-    note = (f"replay: compute after a wait, {origin}: each iteration's forward and backward take r(t) / r(t_c) of "
-            f"their captured time, t the idle the replayed rank's compute had before the iteration, t_c = {tc:.4g} ms "
-            f"the capture's (the median wait for the last all-reduce; r(t_c): {at}); --no-overheads leaves it out")
+    note = (f"replay: compute after a wait, {origin}: each iteration's forward and backward take "
+            f"r(t + {tc - ts:.4g} ms) / r(t_c) of their captured time, t the idle the replayed rank's compute had "
+            f"before the iteration, t_c = {tc:.4g} ms the capture's (its rows' median wait for the last all-reduce; "
+            f"r(t_c): {at}), {ts:.4g} ms the replay's at the capture's own settings; --no-overheads leaves it out")
     return curve, note
 
 
