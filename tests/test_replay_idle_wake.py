@@ -84,7 +84,7 @@ def _compute(result):
     it, layer = np.asarray(cols.column("iteration")), np.asarray(cols.column("layer"))
     start, end = np.asarray(cols.column("start_ns")), np.asarray(cols.column("end_ns"))
     out = {}
-    for i in np.flatnonzero(kind == "compute"):
+    for i in np.flatnonzero((kind == "compute") & np.isin(op, ["forward", "backward"])):
         out.setdefault((int(rank[i]), int(it[i])), []).append((str(op[i]), int(layer[i]), int(start[i]), int(end[i])))
     return {k: sorted(v, key=lambda r: r[2]) for k, v in out.items()}
 

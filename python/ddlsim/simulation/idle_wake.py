@@ -135,12 +135,14 @@ def ratio(points: list[list[float]], idle_ms: float) -> float:
 
 def replayed_idle_ns(columns) -> float | None:
     """The idle a replay's workers' compute had before each iteration: per worker rank and iteration from the
-    second on, its first compute row's start less the end of its previous iteration's last compute row; the median,
-    ns. None where there is none (one iteration)."""
+    second on, its first forward or backward row's start less the end of its previous iteration's last one (the
+    ops of the compute stream; not a collective's ``reduce`` rows, which run beside it); the median, ns. None where
+    there is none (one iteration)."""
     kind = np.asarray(columns.column("kind"))
+    op = np.asarray(columns.column("op"))
     rank, it = np.asarray(columns.column("rank")), np.asarray(columns.column("iteration"))
     start, end = np.asarray(columns.column("start_ns")), np.asarray(columns.column("end_ns"))
-    sel = np.flatnonzero((kind == "compute") & (it >= 0))
+    sel = np.flatnonzero((kind == "compute") & np.isin(op, ["forward", "backward"]) & (it >= 0))
     first: dict[tuple[int, int], int] = {}
     last: dict[tuple[int, int], int] = {}
     for i in sel:
