@@ -167,7 +167,14 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
 
         bench_model = build_model(cfg["model"])  # a copy: the DDP-wrapped one's backward would all-reduce
         bench_model.load_state_dict(model.state_dict())
-        extra["idle_trials"] = capture_trials(bench_model, *batches[-1], seed=cfg["seed"] + rank)
+        def agree(n: int) -> int:  # the ranks' least number of repeats: their trials run in step
+            t = torch.tensor([n], dtype=torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+            return int(t.item())
+
+        extra["idle_trials"] = capture_trials(bench_model, *batches[-1], seed=cfg["seed"],
+                                              sync=dist.barrier if world_size > 1 else None,
+                                              agree=agree if world_size > 1 else None)
     write_sidecar(out, rank, {"job": job, **hooks.facts(), "reducer": reducer_facts(ddp_model), **extra})
     recorder.close(iterations=cfg["iterations"])
     hooks.remove()

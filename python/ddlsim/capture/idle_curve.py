@@ -3,8 +3,8 @@ step, then a forward and a backward of the captured model, timed right after the
 idle lengths in a seeded random order (a machine drifting over the run spreads over every length alike).
 
 ``benchmarks/idle_wake.py`` runs :func:`trials` on its own (sleeping or spinning); ``ddlsim capture ddp`` runs it
-on each rank after training (sleeping, as a rank blocked on its all-reduce does, within a few seconds:
-:func:`capture_trials`), each rank's trials go in its sidecar, and the merge pools them into the log's
+on each rank after training, the ranks together (sleeping, as a rank blocked on its all-reduce does, within a few
+seconds: :func:`capture_trials`), each rank's trials go in its sidecar, and the merge pools them into the log's
 ``idle_curve`` metadata (:func:`pooled_curve`), which ``ddlsim replay`` applies
 (:mod:`ddlsim.simulation.idle_wake`).
 """
@@ -68,9 +68,11 @@ class Bench:
         self.optimizer.step()
         return time.perf_counter() - t0
 
-    def trial(self, mode: str, idle_ms: float) -> dict[str, Any]:
+    def trial(self, mode: str, idle_ms: float, sync=None) -> dict[str, Any]:
         self.optimizer.zero_grad(set_to_none=True)
         self.forward_backward()
+        if sync is not None:  # every rank's trial starts together (a capture's ranks, as after an all-reduce)
+            sync()
         _wait(mode, idle_ms / 1000.0)
         t0 = time.perf_counter()
         self.optimizer.step()
@@ -80,26 +82,33 @@ class Bench:
         return {"mode": mode, "idle_ms": idle_ms, "step_ms": step * 1e3, "forward_ms": fwd * 1e3, "backward_ms": bwd * 1e3}
 
 
-def trials(bench: Bench, idles, modes, repeats: int, seed: int, warmup: int = 5) -> list[dict[str, Any]]:
-    """The timed trials (each: trial, mode, idle_ms, step_ms, forward_ms, backward_ms) after `warmup` cycles."""
+def trials(bench: Bench, idles, modes, repeats: int, seed: int, warmup: int = 5, sync=None) -> list[dict[str, Any]]:
+    """The timed trials (each: trial, mode, idle_ms, step_ms, forward_ms, backward_ms) after `warmup` cycles;
+    `sync` (optional) is called before each trial's wait."""
     for _ in range(warmup):
         bench.cycle()
-    return [{"trial": k, **bench.trial(mode, idle)} for k, (mode, idle) in enumerate(trial_order(idles, modes, repeats, seed))]
+    return [{"trial": k, **bench.trial(mode, idle, sync)}
+            for k, (mode, idle) in enumerate(trial_order(idles, modes, repeats, seed))]
 
 
-def capture_trials(model, images, labels, seed: int) -> Optional[dict[str, Any]]:
+def capture_trials(model, images, labels, seed: int, sync=None, agree=None) -> Optional[dict[str, Any]]:
     """A capturing rank's trials, sleeping, as many repeats of :data:`IDLES_MS` as fit :data:`BUDGET_S` (3 to 12),
-    on `model` (a copy of the captured model, not the DDP-wrapped one: its backward must not all-reduce). None
-    (with the reason) where even 3 repeats would take over :data:`SKIP_ABOVE_S`."""
+    on `model` (a copy of the captured model, not the DDP-wrapped one: its backward must not all-reduce), with the
+    training's threads. The capture's ranks run them together, as they compute after an all-reduce: the same seed
+    (the same order of waits) on every rank, `sync` (a barrier) before each wait, and `agree` (the minimum over
+    the ranks) on the number of repeats. None (with the reason) where even 3 repeats would take over
+    :data:`SKIP_ABOVE_S`."""
     bench = Bench(model, images, labels)
     started = time.perf_counter()
     cycle = min(bench.cycle() for _ in range(3))
     per_repeat = sum(IDLES_MS) / 1e3 + len(IDLES_MS) * 2 * cycle
-    if MIN_REPEATS * per_repeat > SKIP_ABOVE_S:
+    repeats = 0 if MIN_REPEATS * per_repeat > SKIP_ABOVE_S else max(MIN_REPEATS, min(MAX_REPEATS, int(BUDGET_S / per_repeat)))
+    if agree is not None:
+        repeats = agree(repeats)
+    if repeats == 0:
         return {"skipped": f"a training cycle takes {cycle * 1e3:.0f} ms: {MIN_REPEATS} repeats would take over "
                            f"{SKIP_ABOVE_S:g} s"}
-    repeats = max(MIN_REPEATS, min(MAX_REPEATS, int(BUDGET_S / per_repeat)))
-    rows = trials(bench, IDLES_MS, ("sleep",), repeats, seed, warmup=2)
+    rows = trials(bench, IDLES_MS, ("sleep",), repeats, seed, warmup=2, sync=sync)
     return {"trials": [[r["idle_ms"], r["step_ms"], r["forward_ms"], r["backward_ms"]] for r in rows],
             "repeats": repeats, "seconds": round(time.perf_counter() - started, 3)}
 
