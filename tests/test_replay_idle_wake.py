@@ -262,3 +262,30 @@ def test_a_ddp_capture_stores_its_ranks_curve_and_replay_applies_it(tmp_path):
     assert job_config({"idle_curve": False})["idle_curve"] is False
     with pytest.raises(ValueError, match="idle_curve must be true or false"):
         job_config({"idle_curve": "yes"})
+
+
+def test_the_graph_columns_carry_the_idle_scaling_and_run_as_the_one_call_does():
+    from ddlsim import _core
+    from ddlsim.simulation.lowering import engine_json, network_document
+    from ddlsim.simulation.model_build import build_model, layer_times_ns
+    from ddlsim.simulation.scenario import scenario_from_dict
+
+    layers = [{"name": f"l{i}", "params": p, "fwd_ms": 0.05, "bwd_ms": 0.1} for i, p in enumerate([3000, 250_000, 9000])]
+    sc = scenario_from_dict({"model": {"name": "three", "layers": layers}, "iterations": 3, "workers": 3,
+                             "network": {"bandwidth": "1Gbps", "latency": "2us"}, "trace_detail": "step"})
+    model = build_model(sc.model, sc.base_dir)
+    training = training_document(sc, model, layer_times_ns(model, sc.model))
+    plain = engine_json(training)
+    training["idle_wake"] = {"curves": [[[0, 1.0], [1_000_000, 2.0]], [[0, 0.5]]], "layers": [[0, 1]] * 3,
+                             "captured_ns": 100_000}
+    scaled, net = engine_json(training), engine_json(network_document(sc))
+
+    def log(out):
+        return {k: np.frombuffer(raw, dtype=np.dtype(dtype)).tolist() for k, (dtype, raw) in out["columns"].items()}
+
+    columns = _core.lower_training_json(scaled, net)
+    assert {"idle_curve_offsets", "idle_ops", "idle_captured_ns"} <= set(columns)
+    assert "idle_ops" not in _core.lower_training_json(plain, net)
+    direct = log(_core.simulate_training_json(scaled, net, "step"))
+    assert direct == log(_core.run_graph_columns(columns, net, "step"))
+    assert direct != log(_core.simulate_training_json(plain, net, "step"))
