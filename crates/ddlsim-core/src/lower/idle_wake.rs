@@ -56,24 +56,33 @@ impl IdleWake {
         }
         let base = g.idle_curves.len() as u32;
         g.idle_curves.extend(self.curves.iter().map(|p| IdleCurve { points: p.clone() }));
-        // per stream: (iteration, its first compute op, the previous iteration's last, the last op seen)
-        let mut at: Vec<Option<(i32, u32, Option<u32>, u32)>> = vec![None; g.streams.len()];
+        // per stream: the iteration its compute is in, that iteration's first op, the previous iteration's last
+        let mut at: Vec<Option<Spell>> = vec![None; g.streams.len()];
         let mut scaled = Vec::new();
         for (id, op) in g.ops.iter().enumerate() {
             let id = id as u32;
             if op.kind != Kind::Compute || !streams.contains(&op.stream) {
                 continue;
             }
-            let state = &mut at[op.stream as usize];
-            let (_, first, previous, _) = match *state {
-                Some((it, first, previous, _)) if it == op.iteration => state.insert((it, first, previous, id)),
-                Some((_, _, _, last)) => state.insert((op.iteration, id, Some(last), id)),
-                None => state.insert((op.iteration, id, None, id)),
+            let spell = match at[op.stream as usize] {
+                Some(s) if s.iteration == op.iteration => Spell { last: id, ..s },
+                Some(s) => Spell { iteration: op.iteration, first: id, previous: Some(s.last), last: id },
+                None => Spell { iteration: op.iteration, first: id, previous: None, last: id },
             };
-            let (Some(after), Ok(layer)) = (*previous, usize::try_from(op.layer)) else { continue };
+            at[op.stream as usize] = Some(spell);
+            let (Some(after), Ok(layer)) = (spell.previous, usize::try_from(op.layer)) else { continue };
             let side = if op.name == forward { 0 } else if op.name == backward { 1 } else { continue };
-            scaled.push(IdleScaled { op: id, curve: base + self.layers[layer][side], after, until: *first, captured_ns: self.captured_ns });
+            scaled.push(IdleScaled { op: id, curve: base + self.layers[layer][side], after, until: spell.first, captured_ns: self.captured_ns });
         }
         g.idle_scaled.extend(scaled);
     }
+}
+
+/// A stream's compute of one iteration: its first op, the previous iteration's last, the last seen.
+#[derive(Debug, Clone, Copy)]
+struct Spell {
+    iteration: i32,
+    first: u32,
+    previous: Option<u32>,
+    last: u32,
 }
