@@ -12,6 +12,10 @@ so that a machine getting slower or faster over the run spreads over every condi
 
     python benchmarks/idle_wake.py --model lenet5 --idles 0,0.5,2,8,16,32 --repeats 40 --out idle.csv
 
+``--out`` writes every trial; ``ddlsim replay --idle-curve idle.csv`` (and ``ddlsim validate --idle-curve``)
+replays a DDP capture with the curve of its sleeping trials (ddlsim.simulation.idle_wake), as
+``ddlsim capture ddp`` measures it on each rank after training.
+
 Prints, per way of waiting and idle length, the median of each part and its ratio to the same part after no
 wait. Pin it to a core (``taskset -c 6``) to see one core's behaviour; unpinned, the scheduler may also move
 the thread to another core after a sleep.
@@ -22,68 +26,25 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import random
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
-
-def _wait(mode: str, seconds: float) -> None:
-    if seconds <= 0:
-        return
-    if mode == "sleep":
-        time.sleep(seconds)
-        return
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-def trial_order(idles, modes, repeats: int, seed: int):
-    """Every (mode, idle) pair `repeats` times, in a seeded random order."""
-    order = [(mode, idle) for _ in range(repeats) for mode in modes for idle in idles]
-    random.Random(seed).shuffle(order)
-    return order
+from ddlsim.capture.idle_curve import trial_order  # noqa: E402  (the trials' seeded order, as capture has it)
 
 
 def run(model_name: str, batch: int, image_size: int, idles, modes, repeats: int, seed: int, warmup: int = 5):
+    """Every trial (ddlsim.capture.idle_curve.trials) of `model_name` at `batch`, one thread."""
     import torch
 
     from ddlsim.capture.ddp_models import build_model, synthetic_batches
+    from ddlsim.capture.idle_curve import Bench, trials
 
     torch.manual_seed(seed)
     torch.set_num_threads(1)
-    model = build_model(model_name)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loss_fn = torch.nn.CrossEntropyLoss()
     images, labels = synthetic_batches(model_name, batch, image_size, 1, seed)[0]
-
-    def forward_backward():
-        t0 = time.perf_counter()
-        loss = loss_fn(model(images), labels)
-        t1 = time.perf_counter()
-        loss.backward()
-        return t1 - t0, time.perf_counter() - t1
-
-    for _ in range(warmup):
-        optimizer.zero_grad(set_to_none=True)
-        forward_backward()
-        optimizer.step()
-    rows = []
-    for index, (mode, idle) in enumerate(trial_order(idles, modes, repeats, seed)):
-        optimizer.zero_grad(set_to_none=True)
-        forward_backward()
-        _wait(mode, idle / 1000.0)
-        t0 = time.perf_counter()
-        optimizer.step()
-        step = time.perf_counter() - t0
-        optimizer.zero_grad(set_to_none=True)
-        fwd, bwd = forward_backward()
-        rows.append({"trial": index, "mode": mode, "idle_ms": idle, "step_ms": step * 1e3,
-                     "forward_ms": fwd * 1e3, "backward_ms": bwd * 1e3})
-    return rows
+    return trials(Bench(build_model(model_name), images, labels), idles, modes, repeats, seed, warmup=warmup)
 
 
 def summary(rows):

@@ -12,7 +12,7 @@ use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBytes, PyDict, PyType};
 
 use ddlsim_core::collective::Algorithm;
-use ddlsim_core::graph::{CollectiveSpec, CollectiveType, FanKind, FanSpec, Graph, Kind, LinkCost, Op, PolicyKind, StreamSpec};
+use ddlsim_core::graph::{CollectiveSpec, CollectiveType, FanKind, FanSpec, Graph, IdleCurve, IdleScaled, Kind, LinkCost, Op, PolicyKind, StreamSpec};
 use ddlsim_core::log::KIND_NAMES;
 use ddlsim_core::lower::training::{build_graph, CollectiveModel};
 use ddlsim_core::{run_graph_with_hook, Error, ErrorKind, NetworkSpec, Progress, RunOutput, TraceDetail, TrainingSpec, INTERRUPTED};
@@ -312,6 +312,23 @@ fn graph_columns<'py>(py: Python<'py>, g: &Graph) -> PyResult<Bound<'py, PyDict>
     column(py, &d, "wakeup_ops", "<u4", &g.wakeups.iter().map(|r| r.0).collect::<Vec<_>>())?;
     column(py, &d, "wakeup_ns", "<u8", &g.wakeups.iter().map(|r| r.1).collect::<Vec<_>>())?;
     column(py, &d, "continuation_ops", "<u4", &g.continuations)?;
+    if !g.idle_scaled.is_empty() || !g.idle_curves.is_empty() {
+        // compute after a wait (ddlsim_core::idle); absent from a graph without it, as before it existed
+        let mut offsets = vec![0u32];
+        let points: Vec<(u64, f64)> = g.idle_curves.iter().flat_map(|c| {
+            offsets.push(offsets.last().copied().unwrap_or(0) + c.points.len() as u32);
+            c.points.iter().copied()
+        }).collect();
+        column(py, &d, "idle_curve_offsets", "<u4", &offsets)?;
+        column(py, &d, "idle_curve_ns", "<u8", &points.iter().map(|p| p.0).collect::<Vec<_>>())?;
+        column(py, &d, "idle_curve_ratio", "<f8", &points.iter().map(|p| p.1).collect::<Vec<_>>())?;
+        let s = &g.idle_scaled;
+        column(py, &d, "idle_ops", "<u4", &s.iter().map(|x| x.op).collect::<Vec<_>>())?;
+        column(py, &d, "idle_curve", "<u4", &s.iter().map(|x| x.curve).collect::<Vec<_>>())?;
+        column(py, &d, "idle_after", "<u4", &s.iter().map(|x| x.after).collect::<Vec<_>>())?;
+        column(py, &d, "idle_until", "<u4", &s.iter().map(|x| x.until).collect::<Vec<_>>())?;
+        column(py, &d, "idle_captured_ns", "<u8", &s.iter().map(|x| x.captured_ns).collect::<Vec<_>>())?;
+    }
     d.set_item("preempt_at_messages", g.preempt_at_messages)?;
     d.set_item("closed_form", g.closed_form.map(|c| (c.latency_ns, c.bandwidth_bps, c.intra)))?;
     d.set_item("op_names", g.op_names.clone())?;
@@ -453,6 +470,22 @@ fn graph_from_columns(d: &Bound<'_, PyDict>) -> PyResult<Graph> {
     }
     if d.contains("continuation_ops")? {
         g.continuations = read(d, "continuation_ops")?;
+    }
+    if d.contains("idle_curve_offsets")? {
+        let offsets: Vec<u32> = read(d, "idle_curve_offsets")?;
+        let (ns, ratio): (Vec<u64>, Vec<f64>) = (read(d, "idle_curve_ns")?, read(d, "idle_curve_ratio")?);
+        if ns.len() != ratio.len() || offsets.first() != Some(&0) || offsets.last().map(|&o| o as usize) != Some(ns.len())
+            || offsets.windows(2).any(|w| w[0] > w[1]) {
+            return Err(err("idle_curve_offsets must rise from 0 to the length of idle_curve_ns, idle_curve_ratio beside it".into()));
+        }
+        g.idle_curves = offsets.windows(2).map(|w| IdleCurve { points: ns[w[0] as usize..w[1] as usize].iter().copied().zip(ratio[w[0] as usize..w[1] as usize].iter().copied()).collect() }).collect();
+        let ops: Vec<u32> = read(d, "idle_ops")?;
+        let (curve, after, until): (Vec<u32>, Vec<u32>, Vec<u32>) = (read(d, "idle_curve")?, read(d, "idle_after")?, read(d, "idle_until")?);
+        let captured: Vec<u64> = read(d, "idle_captured_ns")?;
+        if [curve.len(), after.len(), until.len(), captured.len()].iter().any(|&l| l != ops.len()) {
+            return Err(err("idle_ops, idle_curve, idle_after, idle_until and idle_captured_ns have one entry per scaled op".into()));
+        }
+        g.idle_scaled = (0..ops.len()).map(|k| IdleScaled { op: ops[k], curve: curve[k], after: after[k], until: until[k], captured_ns: captured[k] }).collect();
     }
     if let Some(flag) = d.get_item("preempt_at_messages")? {
         g.preempt_at_messages = flag.extract()?;

@@ -118,19 +118,28 @@ def _measure(path: Path) -> dict[str, Any]:
     return out
 
 
-def _predict(path: Path, bandwidth: Optional[str] = None) -> dict[str, Any]:
+def _predict(path: Path, bandwidth: Optional[str] = None, idle_curve: Any = None) -> dict[str, Any]:
     """The replay of one capture (``ddlsim replay PATH [--bandwidth B]``): its mean iteration (what
     ``ddlsim replay`` prints), its per-iteration times and breakdown."""
     from .analyze.breakdown import iteration_arrays
     from .api import replay
 
-    result = replay(path, **({"bandwidth": bandwidth} if bandwidth else {}))
+    kw: dict[str, Any] = {"bandwidth": bandwidth} if bandwidth else {}
+    if idle_curve is not None and _job_of(path) == "ddp":
+        kw["idle_curve"] = idle_curve  # a curve (dict) or False (none) for the DDP captures
+    result = replay(path, **kw)
     arrays = iteration_arrays(result.columns)
     out = {"mean_s": result.iteration_time_s, "times_s": [float(t) for t in arrays["time_s"]], "notes": list(result.notes),
            "ops": operation_means(result.columns)}
     for part in PARTS:
         out[part] = float(arrays[part].mean())
     return out
+
+
+def _job_of(path: Path) -> Optional[str]:
+    from .trace.parquet import read_log_metadata
+
+    return read_log_metadata(path).get("job")
 
 
 def find_captures(directory: Path) -> list[Capture]:
@@ -203,7 +212,8 @@ def _stats(values: list[float]) -> dict[str, float]:
             "spread_pct": float((v.max() - v.min()) / mean * 100) if len(v) > 1 and mean > 0 else 0.0}
 
 
-def evaluate(captures: list[Capture], progress: Callable[[str], None]) -> dict[str, list[dict[str, Any]]]:
+def evaluate(captures: list[Capture], progress: Callable[[str], None],
+             idle_curve: Any = None) -> dict[str, list[dict[str, Any]]]:
     """Measures and replays every capture (self), and every capture at every other shaped link of its job and
     model (cross). Returns the rows of cases.csv, runs.csv and iterations.csv."""
     for i, c in enumerate(captures, 1):
@@ -220,7 +230,7 @@ def evaluate(captures: list[Capture], progress: Callable[[str], None]) -> dict[s
         for kind, target, measured_at in targets:
             predictions = []
             for c in members:
-                p = _predict(c.path, None if kind == "self" else target)
+                p = _predict(c.path, None if kind == "self" else target, idle_curve)
                 predictions.append(p)
                 runs.append({"job": job, "model": model, "captured_link": link, "predicted_link": target, "kind": kind,
                              "repeat": c.repeat, "capture": str(c.path), "measured_ms": c.measured["mean_s"] * 1e3
@@ -324,7 +334,7 @@ def _html(cases: list[dict[str, Any]], command: str) -> str:
 
 def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: bool = False,
              jobs: Optional[list[str]] = None, models: Optional[list[str]] = None, links: Optional[list[str]] = None,
-             repeats: int = 3, iterations: int = 5, workers: int = 2, timeout_s: float = 600.0,
+             repeats: int = 3, iterations: int = 5, workers: int = 2, timeout_s: float = 600.0, idle_curve: Any = None,
              command: str = "ddlsim validate", progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
     """Runs the validation (module docstring) into `out`, a new or empty directory. Returns the three tables."""
     from .safe_io import check_directory_target
@@ -346,6 +356,10 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
     for model in models:
         if model not in known:
             raise DdlsimError(f"--models: unknown model {model!r}; give any of {', '.join(known)}")
+    if idle_curve is not None and idle_curve is not False and not isinstance(idle_curve, dict):
+        from .simulation.idle_wake import read_curve
+
+        idle_curve = read_curve(idle_curve)  # read once, before any capture (its bad input: one line)
     if repeats < 1 or iterations < 2 or workers < 1:
         raise DdlsimError("--repeats must be >= 1, --iterations >= 2 (the first is a warm-up), --workers >= 1")
     if captures is not None:
@@ -359,7 +373,7 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
         out.mkdir(parents=True, exist_ok=True)
         found = capture_grid(out, jobs=jobs, models=models, links=links, repeats=repeats, iterations=iterations,
                              workers=workers, timeout_s=timeout_s, progress=say)
-    tables = evaluate(found, say)
+    tables = evaluate(found, say, idle_curve)
     say("writing cases.csv, runs.csv, iterations.csv, validation.png, errors.png, index.html")
     stage = out / ".validate-staging"
     stage.mkdir()

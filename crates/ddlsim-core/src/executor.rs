@@ -602,6 +602,8 @@ struct Executor<'g> {
     wakeup: Vec<Time>,
     /// Per op: whether it is a continuation (see [`Graph::continuations`]); empty when the graph has none.
     continuation: Vec<bool>,
+    /// Per op: its entry in [`Graph::idle_scaled`], or [`NOT_SCALED`]; empty when the graph has none.
+    idle_scale: Vec<u32>,
     /// Successors added after the start (a graph grown at run time), per op; empty otherwise.
     extra_succ: Vec<Vec<u32>>,
     /// The `op` vocabulary of the rows the executor makes (graph names, then step names).
@@ -789,6 +791,7 @@ impl<'g> Executor<'g> {
             releases,
             wakeup: wakeups(graph),
             continuation: continuations(graph),
+            idle_scale: idle_scales(graph),
             extra_succ: Vec::new(),
             run_names,
             row_base,
@@ -967,6 +970,21 @@ fn wakeups(graph: &Graph) -> Vec<Time> {
     let mut out = vec![0; graph.len()];
     for &(op, w) in &graph.wakeups {
         out[op as usize] = w;
+    }
+    out
+}
+
+/// No idle scaling (see [`Graph::idle_scaled`]).
+const NOT_SCALED: u32 = u32::MAX;
+
+/// Each op's entry in [`Graph::idle_scaled`] ([`NOT_SCALED`] for none), by op id; empty when the graph has none.
+fn idle_scales(graph: &Graph) -> Vec<u32> {
+    if graph.idle_scaled.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![NOT_SCALED; graph.len()];
+    for (k, s) in graph.idle_scaled.iter().enumerate() {
+        out[s.op as usize] = k as u32;
     }
     out
 }
@@ -1255,9 +1273,26 @@ impl<'g> Executor<'g> {
     /// Starts compute op `id` at `at` (now, or after its stream's wake-up): it ends `duration` later.
     fn start_compute(&mut self, id: u32, at: Time) -> Result<(), Error> {
         self.start[id as usize] = at;
-        let t = later(at, self.graph.ops[id as usize].duration)?;
+        let mut duration = self.graph.ops[id as usize].duration;
+        if let Some(&k) = self.idle_scale.get(id as usize) {
+            if k != NOT_SCALED {
+                duration = self.after_idle(k, duration)?;
+            }
+        }
+        let t = later(at, duration)?;
         self.queue.push(t, Event::OpDone(id));
         Ok(())
+    }
+
+    /// `duration` of the op of idle scaling `k` (see [`crate::idle`]), after the idle its stream had this run.
+    fn after_idle(&self, k: u32, duration: Time) -> Result<Time, Error> {
+        let s = self.graph.idle_scaled[k as usize];
+        let (end, start) = (self.end[s.after as usize], self.start[s.until as usize]);
+        if end == UNSET || start == UNSET {
+            return Err(format!("op {}: its idle runs from the end of op {} to the start of op {}, which had not both \
+                                happened when it started", s.op, s.after, s.until).into());
+        }
+        Ok(self.graph.idle_curves[s.curve as usize].scale(duration, start.saturating_sub(end), s.captured_ns))
     }
 
     fn new_message(&mut self) -> i64 {
@@ -2197,6 +2232,7 @@ impl<'g> Executor<'g> {
         self.fan_of.resize(n, NO_FAN);
         self.wakeup = wakeups(g);
         self.continuation = continuations(g);
+        self.idle_scale = idle_scales(g);
         let last = *self.succ_offsets.last().expect("CSR has a first entry");
         self.succ_offsets.resize(n + 1, last);
         self.extra_succ.resize_with(n, Vec::new);
@@ -2281,6 +2317,7 @@ impl<'g> Executor<'g> {
             releases,
             wakeup,
             continuation,
+            idle_scale,
             extra_succ,
             run_names,
             row_base,
@@ -2336,6 +2373,7 @@ impl<'g> Executor<'g> {
             releases,
             wakeup,
             continuation,
+            idle_scale,
             extra_succ,
             run_names,
             row_base,

@@ -8,6 +8,7 @@
 
 pub use crate::algorithm::{Algorithm, LinkCost};
 use crate::engine::{Time, MAX_TIME};
+pub use crate::idle::{IdleCurve, IdleScaled};
 
 /// What an operation does; decides how the executor runs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +194,10 @@ pub struct Graph {
     /// after the push that completes it, `capture/ps_server.py`). Otherwise
     /// it queues as any op does.
     pub continuations: Vec<u32>,
+    /// Compute after a wait (see [`crate::idle`]): curves of the ratio to no
+    /// wait by idle length, and the ops scaled by one; both empty: none.
+    pub idle_curves: Vec<IdleCurve>,
+    pub idle_scaled: Vec<IdleScaled>,
     /// Rank classes (closed form): each worker of the graph stands for its
     /// class (see [`crate::lower::classes`]); None: every rank is its own.
     pub rank_classes: Option<Box<RankClasses>>,
@@ -214,6 +219,8 @@ pub(crate) static EMPTY: Graph = Graph {
     releases: Vec::new(),
     wakeups: Vec::new(),
     continuations: Vec::new(),
+    idle_curves: Vec::new(),
+    idle_scaled: Vec::new(),
     rank_classes: None,
 };
 
@@ -234,7 +241,7 @@ impl Graph {
         op_names: Vec<String>,
         stream_names: Vec<String>,
     ) -> Result<Self, String> {
-        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false, releases: Vec::new(), wakeups: Vec::new(), continuations: Vec::new(), rank_classes: None };
+        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false, releases: Vec::new(), wakeups: Vec::new(), continuations: Vec::new(), idle_curves: Vec::new(), idle_scaled: Vec::new(), rank_classes: None };
         g.check()?;
         Ok(g)
     }
@@ -441,6 +448,39 @@ impl Graph {
             }
             if w > MAX_TIME {
                 return Err(format!("op {op}: wake-up {w} ns is past the engine's clock ({MAX_TIME} ns)"));
+            }
+        }
+        self.check_idle_scaled()
+    }
+
+    /// Idle curves well formed; each scaled op a compute op on a stream, scaled once, by a curve that exists, after
+    /// an idle between two ops of its stream that come before it (`until` may be the op itself).
+    fn check_idle_scaled(&self) -> Result<(), String> {
+        for (c, curve) in self.idle_curves.iter().enumerate() {
+            curve.check().map_err(|e| format!("idle curve {c}: {e}"))?;
+        }
+        let n = self.ops.len();
+        let mut scaled = vec![false; if self.idle_scaled.is_empty() { 0 } else { n }];
+        for s in &self.idle_scaled {
+            let Some(o) = self.ops.get(s.op as usize) else {
+                return Err(format!("an idle scaling names op {}, but the graph has {n} ops", s.op));
+            };
+            if o.kind != Kind::Compute || o.stream == NO_STREAM {
+                return Err(format!("op {}: an idle scaling applies to a compute op on a stream", s.op));
+            }
+            if s.curve as usize >= self.idle_curves.len() {
+                return Err(format!("op {}: idle curve {} does not exist ({} curves)", s.op, s.curve, self.idle_curves.len()));
+            }
+            if s.after >= s.until || s.until > s.op || self.ops[s.after as usize].stream != o.stream
+                || self.ops[s.until as usize].stream != o.stream {
+                return Err(format!("op {}: its idle runs from op {} to op {}, which must be ops of its stream in that \
+                                    order, the second no later than it", s.op, s.after, s.until));
+            }
+            if s.captured_ns > MAX_TIME {
+                return Err(format!("op {}: captured idle {} ns is past the engine's clock", s.op, s.captured_ns));
+            }
+            if std::mem::replace(&mut scaled[s.op as usize], true) {
+                return Err(format!("op {} has two idle scalings", s.op));
             }
         }
         Ok(())

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod error;
 pub mod executor;
 pub mod graph;
+pub mod idle;
 pub mod log;
 pub mod lower;
 pub mod network;

@@ -31,7 +31,8 @@ from .recorder import RankRecorder
 
 DEFAULTS = {"model": "lenet5", "iterations": 5, "batch_size": 8, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0,
             "lr": 0.01, "merge": True, "timeout_s": 300, "crash_rank": -1, "crash_after_iteration": -1,
-            "merge_groups": None, "plan": None, "device": "cpu", "bucket_cap_mb_list": None, "layer_every": 1}
+            "merge_groups": None, "plan": None, "device": "cpu", "bucket_cap_mb_list": None, "layer_every": 1,
+            "idle_curve": True}
 CRASH_STATUS = 3
 
 
@@ -53,6 +54,8 @@ def job_config(config: dict) -> dict:
             isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in caps)):
         raise ValueError(f"bucket_cap_mb_list must be a non-empty list of positive MiB, got {caps!r}")
     check_layer_every(cfg["layer_every"])
+    if not isinstance(cfg["idle_curve"], bool):
+        raise ValueError(f"idle_curve must be true or false, got {cfg['idle_curve']!r}")
     if cfg["device"] not in ("cpu", "cuda"):
         raise ValueError(f"device must be \"cpu\" or \"cuda\", got {cfg['device']!r}")
     check_model_config(cfg["model"], cfg["image_size"])
@@ -163,7 +166,21 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
         from .allreduce_rate import measured_allreduce_rate
 
         job.update(measured_allreduce_rate(world_size))  # the ring's payload rate on these links (replay uses it)
-    write_sidecar(out, rank, {"job": job, **hooks.facts(), "reducer": reducer_facts(ddp_model)})
+    extra = {}
+    if cfg["idle_curve"] and not cuda:  # compute after a wait, on this rank's thread (capture/idle_curve.py)
+        from .idle_curve import capture_trials
+
+        bench_model = build_model(cfg["model"])  # a copy: the DDP-wrapped one's backward would all-reduce
+        bench_model.load_state_dict(model.state_dict())
+        def agree(n: int) -> int:  # the ranks' least number of repeats: their trials run in step
+            t = torch.tensor([n], dtype=torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+            return int(t.item())
+
+        extra["idle_trials"] = capture_trials(bench_model, *batches[-1], seed=cfg["seed"],
+                                              sync=dist.barrier if world_size > 1 else None,
+                                              agree=agree if world_size > 1 else None)
+    write_sidecar(out, rank, {"job": job, **hooks.facts(), "reducer": reducer_facts(ddp_model), **extra})
     recorder.close(iterations=cfg["iterations"])
     hooks.remove()
     dist.barrier()  # every rank's file is complete before rank 0 merges

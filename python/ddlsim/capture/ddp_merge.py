@@ -112,6 +112,11 @@ def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dic
         meta["buckets"] = meta["bucket_layouts"][-1]["buckets"] if layouts else []
         if layouts:
             groups = groups_table(layouts)
+    from .idle_curve import pooled_curve, read_sidecars
+
+    curve = pooled_curve(read_sidecars(out_dir, SIDECAR_SUFFIX))  # every rank's idle trials (capture/idle_curve.py)
+    if curve is not None:
+        meta["idle_curve"] = curve
     meta.update(metadata or {})
     log = merge_capture(out_dir, metadata=meta, groups=groups)
     if "layer_every" in meta:  # from the rows: a rank that failed wrote its facts before its last sampled iterations

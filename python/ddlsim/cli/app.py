@@ -416,6 +416,10 @@ def replay(
     wire: Optional[str] = typer.Option(
         None, "--wire", help="Headers the link rate pays per MSS-sized TCP segment: tbf (default for a shaped capture: "
         "1448/1514) | ethernet (1460/1538) | none."),
+    idle_curve: Optional[Path] = typer.Option(
+        None, "--idle-curve", help="A DDP capture: scale each iteration's compute by this idle curve (a "
+        "benchmarks/idle_wake.py --out CSV) at the replay's wait before it over the capture's, in place of the "
+        "curve the capture measured (docs/validation.md, compute after a wait)."),
     scaling: Optional[str] = typer.Option(
         None, "--scaling", help="Replay at each of these worker counts, e.g. 4,64,1024, and print how the iteration time and "
         "its spread grow (with --rank-times sampled: the slowest rank's draw)."),
@@ -443,7 +447,7 @@ def replay(
         "oversubscription": oversubscription, "in_network": in_network, "barrier": barrier, "iterations": iterations, "trace_detail": trace_detail,
         "hosts": hosts, "background": _background_overrides(background),
         "seed": seed, "collective_model": collective_model, "rank_times": rank_times,
-        "overheads": overheads, "wire": wire, "job_stagger": job_stagger,
+        "overheads": overheads, "wire": wire, "job_stagger": job_stagger, "idle_curve": idle_curve,
         "straggler": _straggler_overrides(straggler, transient_straggler),
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
@@ -875,6 +879,11 @@ def validate(
     repeats: int = typer.Option(3, "--repeats", help="Captures per case (mean and spread)."),
     iterations: int = typer.Option(5, "--iterations", "-i", help="Training iterations per capture (the first is a warm-up)."),
     workers: int = typer.Option(2, "--workers", "-n", help="Worker ranks per capture."),
+    idle_curve: Optional[Path] = typer.Option(
+        None, "--idle-curve", help="Replay the DDP captures with this idle curve (a benchmarks/idle_wake.py --out CSV) "
+        "in place of their own (docs/validation.md, compute after a wait)."),
+    no_idle_curve: bool = typer.Option(
+        False, "--no-idle-curve", help="Replay the DDP captures without compute after a wait (as before it was simulated)."),
 ) -> None:
     """Replay against capture over a grid of real runs (DDP and PS, links, models, repeats): self- and cross-prediction, CSV, plots, HTML."""
     import importlib.util
@@ -890,6 +899,7 @@ def validate(
     try:
         tables = run_validation(out_dir, captures=captures, quick=quick, jobs=split(jobs), models=split(models),
                                 links=split(links), repeats=repeats, iterations=iterations, workers=workers,
+                                idle_curve=False if no_idle_curve else idle_curve,
                                 command="ddlsim " + shlex.join(sys.argv[1:] if sys.argv[1:2] == ["validate"] else ["validate"]),
                                 progress=lambda text: err.print(text, highlight=False))
     except Interrupted:

@@ -32,6 +32,9 @@ def ddp(
     plan_entry: str = typer.Option(
         "best", "--plan-entry", help="With --plan: best (what the plan predicts faster) | ddp (bucket_cap_mb) | mg_wfbp (merges)."),
     device: str = typer.Option("cpu", "--device", help="cpu (gloo, host clock) | cuda (NCCL, one GPU per rank, CUDA events)."),
+    idle_curve: bool = typer.Option(
+        True, "--idle-curve/--no-idle-curve", help="After training, time each rank's optimizer step, forward and "
+        "backward after waits of 0-32 ms (a few seconds) for replay's compute after a wait (docs/validation.md)."),
     layer_every: int = typer.Option(
         1, "--layer-every", help="Per-layer rows on iteration 0 and every K-th iteration from 1 on (1, 1+K, ...) only; "
         "the others record each pass as one row and pay no per-layer cost (the capture overhead), and run through a second "
@@ -65,7 +68,8 @@ def ddp(
     if timeout <= 0:
         raise DdlsimError(f"--timeout must be positive, got {timeout}")
     config = {"model": model, "iterations": iterations, "batch_size": batch_size, "image_size": image_size,
-              "bucket_cap_mb": bucket_cap_mb, "seed": seed, "device": device, "layer_every": layer_every}
+              "bucket_cap_mb": bucket_cap_mb, "seed": seed, "device": device, "layer_every": layer_every,
+              "idle_curve": idle_curve}
     try:
         config = job_config(config)
         rate = None if bandwidth is None else parse_bandwidth(bandwidth)

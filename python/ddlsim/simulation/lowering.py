@@ -304,6 +304,10 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
         from .variation import variation_document  # per-rank compute: replay at scale, stragglers
 
         extra.update(variation_document(scenario, model, times_ns, MAX_TIME_NS))
+    if scenario.model.idle_wake is not None:
+        from .overheads import idle_wake_document  # compute after a wait (a replayed DDP capture)
+
+        extra["idle_wake"] = idle_wake_document(scenario, model, times_ns)
     return {
         "workers": scenario.workers,
         "iterations": scenario.iterations,

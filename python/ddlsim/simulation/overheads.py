@@ -43,7 +43,8 @@ is left out here as it is there).
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 import numpy as np
 
@@ -446,3 +447,71 @@ def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dic
         a, b = mean_y, 0.0
     return {"latency_ns": max(a, 0.0), "ns_per_byte": b, "messages": len(took), "mean_ns": mean_y,
             "iterations": [int(i) for i in counted], "worker_bytes": per_worker}
+
+
+def captured_idle_ns(log, metadata: Optional[dict[str, Any]] = None, job: Optional[int] = None) -> Optional[float]:
+    """The idle a DDP capture's training threads had before each iteration's compute: per worker rank and counted
+    iteration, the end of its last communication row (the last all-reduce) before its optimizer step less the end
+    of its last compute row before that (0 where the all-reduce ended first); the median over them, ns. None where
+    the log has no optimizer step rows."""
+    from ..analyze.breakdown import warmup_iterations
+    rows = _worker_rows(log, job)
+    meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
+    iterations = np.unique(rows["iteration"][rows["iteration"] >= 0])
+    counted = set(int(i) for i in iterations[warmup_iterations(meta, len(iterations)):])
+    compute = rows["kind"] == "compute"
+    optimizer = compute & (rows["op"] == "optimizer_step")
+    communication = np.isin(rows["kind"], ["send", "recv", "collective"])
+    idles = []
+    for rank in np.unique(rows["rank"]):
+        mine = rows["rank"] == rank
+        comm_ends = np.sort(rows["end_ns"][mine & communication])
+        compute_ends = np.sort(rows["end_ns"][mine & compute & ~optimizer])
+        for i in np.flatnonzero(mine & optimizer):
+            if int(rows["iteration"][i]) not in counted:
+                continue
+            start = rows["start_ns"][i]
+            j = np.searchsorted(comm_ends, start, side="right") - 1
+            k = np.searchsorted(compute_ends, start, side="right") - 1
+            if j < 0 or k < 0:
+                continue
+            idles.append(max(0, int(comm_ends[j]) - int(compute_ends[k])))
+    return float(np.median(idles)) if idles else None
+
+
+def idle_wake_document(scenario, model, times_ns: list[tuple[int, int]]) -> dict[str, Any]:
+    """:func:`ddlsim.simulation.idle_wake.engine_document` of a scenario whose ``model.idle_wake`` is set: the captured idle and the optimizer
+    step's share of the first layer's forward from its captured profile (:func:`captured_idle_ns`,
+    :func:`framework_overheads`). Raises :class:`ScenarioError` where the profile is
+    not a DDP capture with overheads."""
+    from ..errors import ScenarioError
+    from ..trace.parquet import read_event_log
+    from .idle_wake import CLASSES, engine_document, shifted
+
+    config = scenario.model
+    profile = Path(config.profile) if config.profile else None
+    if profile is not None and scenario.base_dir and not profile.is_absolute():
+        profile = Path(scenario.base_dir) / profile
+    if profile is None or profile.suffix != ".parquet" or not config.overheads or scenario.strategy.kind != "ring":
+        raise ScenarioError("model.idle_wake scales a DDP capture's compute by the idle before it: it needs "
+                            "model.profile = a captured events.parquet, model.overheads = true and a ring strategy "
+                            "(ddlsim replay of a DDP capture sets them); remove model.idle_wake")
+    log = read_event_log(profile)
+    if log.metadata.get("job") != "ddp":
+        raise ScenarioError(f"model.idle_wake: {profile} is not a DDP capture; remove model.idle_wake")
+    curve = dict(config.idle_wake)
+    if "captured_ms" in curve and "replayed_ms" in curve:
+        # the replay's own idle at the capture's settings stands for the capture's: the curves move by the
+        # difference, so that the capture's measured idle keeps its place on them (ddlsim.simulation.idle_wake)
+        delta = curve["captured_ms"] - curve["replayed_ms"]
+        curve.update({cls: shifted(curve[cls], delta) for cls in CLASSES})
+        captured = curve["replayed_ms"] * 1e6
+    else:
+        captured = captured_idle_ns(log, log.metadata, job=config.profile_job)
+    if captured is None:
+        raise ScenarioError(f"model.idle_wake: {profile} has no optimizer_step rows to measure the idle before an "
+                            "iteration; remove model.idle_wake")
+    optimizer_s = framework_overheads(log, log.metadata, tails=False, job=config.profile_job)["optimizer_s"]
+    first = times_ns[0][0]
+    share = optimizer_s * 1e9 / first if first > 0 else 0.0
+    return engine_document(curve, captured, share, len(times_ns))

@@ -47,6 +47,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     result's notes."""
     path = Path(log_path)
     wire = overrides.pop("wire", None)
+    idle_curve = overrides.pop("idle_curve", None)
     if isinstance(jobs, str):  # one job's name (not its characters)
         jobs = [jobs]
     if not path.is_file():
@@ -58,6 +59,9 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     meta = recorded_metadata(path)
     if meta.get("source") == "netop":
         raise DdlsimError(_netop_refusal(path))
+    if idle_curve is not None and not (meta.get("source") == "capture" and meta.get("job") == "ddp"):
+        raise DdlsimError(f"{path}: --idle-curve (idle_curve=) scales a DDP capture's compute by the wait before it, "
+                          "but this log is not a DDP capture; leave it out")
     if is_jobs_log(path, meta):
         if model is not None:
             raise DdlsimError(f"{path}: a log of several jobs records each job's model; --model (model=) replays a log "
@@ -130,6 +134,11 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                     notes.append(f"replay: the workers' wake-up, {wakeup_of}: a response that reaches a worker whose "
                                  f"training thread is idle is taken {client['wakeup']} after it arrives (the mean wait "
                                  "of the counted responses that reached an idle loop); --no-overheads leaves it out")
+            if meta.get("job") == "ddp" and overrides.get("overheads") is not False:
+                wake, wake_note = _idle_wake(path, meta, idle_curve, rows)
+                if wake is not None:
+                    data["model"]["idle_wake"] = wake
+                    notes.append(wake_note)
             update = _server_update_from_rows(rows) if meta.get("job") == "ps" else None
             if update is not None and overrides.get("overheads") is not False and "server_cost" not in overrides:
                 settings["strategy"]["server_cost"] = {**(settings["strategy"].get("server_cost") or {}), **update}
@@ -167,10 +176,10 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
             and scenario.strategy.kind == "ps"  # the RPC messages' own latency: not a ring step's (--strategy ring)
             and scenario.model.overheads and "latency" not in overrides
             and not (isinstance(overrides.get("network"), dict) and "latency" in overrides["network"])):
-        scenario, message_note = _ps_training_latency(scenario, rows, meta)
+        scenario, message_note, unbound = _ps_training_latency(scenario, rows, meta)
         if message_note:  # in place of the round trip's note
             notes = [n for n in notes if not (n.startswith("replay: latency ") and "4-byte RPC round trip" in n)]
-            if "the shaped link does not bind" in message_note:  # the shaped rate's notes no longer hold
+            if unbound:  # the shaped link does not bind: the shaped rate's notes no longer hold
                 notes = [n for n in notes if not n.startswith(("replay: payload rate ", "replay: link bandwidth "))]
             notes.append(message_note)
     if training is None and own_job and scenario.model.overheads and "latency" not in overrides:
@@ -430,27 +439,29 @@ def _training_rate(scenario: Scenario, rows: Callable[[], Any]) -> Optional[tupl
     return with_overrides(scenario, {"bandwidth": f"{found['rate_bps']:.17g}bps"}), note
 
 
-def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict[str, Any]) -> tuple[Scenario, Optional[str]]:
+def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any],
+                         meta: dict[str, Any]) -> tuple[Scenario, Optional[str], bool]:
     """A PS capture replayed at its own link with its overheads: the message latency its own RPC messages got
     while training (:func:`ddlsim.simulation.overheads.training_message_latency`: the intercept of latency +
     per-byte over their transport times), instead of half the 4-byte round trip measured before training; the
     per-byte term bounds the payload rate where it is slower than the link model's. Unchanged, with no note, where
     the rows do not give it, or where the shaped link bound (a worker's wire bytes per iteration exceed tbf's
-    bucket: the transport times then hold the link's own queueing, which the engine simulates itself)."""
+    bucket: the transport times then hold the link's own queueing, which the engine simulates itself). The flag
+    is true where the capture's shaped link does not bind (the link replayed is then the unshaped one)."""
     from ..capture.shaping import default_burst_bytes
     from .overheads import training_message_latency, wire_fraction
 
     log = rows()
     found = training_message_latency(log, log.metadata)
     if found is None:
-        return scenario, None
+        return scenario, None, False
     bucket = None
     if meta.get("bandwidth"):
         from ..units import parse_bandwidth
 
         bucket = default_burst_bytes(parse_bandwidth(str(meta["bandwidth"])))
         if found["worker_bytes"] / wire_fraction("tbf") > bucket:
-            return scenario, None  # the shaping binds
+            return scenario, None, False  # the shaping binds
     latency = round(found["latency_ns"])
     update = {"latency": f"{latency}ns"}
     if bucket is not None:
@@ -478,7 +489,58 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
         note += (f"; payload rate {rate / 1e6:.6g} Mbit/s, the per-byte term, below the link model's "
                  f"{link / 1e6:.6g} Mbit/s")
     note += "; --latency or --bandwidth replays other values, --no-overheads the round trip"
-    return with_overrides(scenario, update), note
+    return with_overrides(scenario, update), note, bucket is not None
+
+
+def _idle_wake(path: Path, meta: dict[str, Any], given: Any,
+               rows: Callable[[], Any]) -> tuple[Optional[dict[str, Any]], str]:
+    """A DDP capture's idle curves (:mod:`ddlsim.simulation.idle_wake`) as ``model.idle_wake``, with the note that
+    says so: `given` (``--idle-curve``: a benchmarks/idle_wake.py CSV's path, or a curve dict; False: none), else the
+    capture's own (``idle_curve`` in its metadata, measured on each rank after training); (None, "") where there is
+    none (a capture made before captures measured it, or with --no-idle-curve: replayed as before).
+
+    The idle the replay sees is not the capture's: the replay puts part of what the rows show as a wait elsewhere
+    (the wait for the slower rank is charged to a backward, the wake-up to the optimizer step). So the capture is
+    first replayed at its own settings without the curve, and the curve is read at the replay's idle plus the
+    difference between the capture's idle (its rows) and that replay's: at the capture's own settings every op
+    keeps its time, and another link moves each op by the change in the replay's idle."""
+    from .idle_wake import CLASSES, check_curve, ratio, read_curve, replayed_idle_ns
+    from .overheads import captured_idle_ns
+    from .run import run_scenario
+
+    if given is False:
+        return None, ""
+    if given is not None:
+        try:
+            curve = check_curve(given, "idle_curve") if isinstance(given, dict) else read_curve(given)
+        except ValueError as exc:
+            raise DdlsimError(str(exc)) from None
+        origin = f"the idle curve of {curve.get('source', 'idle_curve=')}"
+    else:
+        found = meta.get("idle_curve")
+        if not (isinstance(found, dict) and all(k in found for k in CLASSES)):
+            return None, ""
+        try:
+            curve = check_curve({k: found[k] for k in (*CLASSES, "source") if k in found}, "metadata idle_curve")
+        except ValueError as exc:
+            raise DdlsimError(f"the capture's {exc}; replay with --no-overheads, or give --idle-curve") from None
+        origin = f"the idle curve the capture measured on its {found.get('ranks', 'worker')} ranks after training"
+    log = rows()
+    captured = captured_idle_ns(log, log.metadata)
+    if captured is None:
+        return None, ""
+    own, _ = replay_plan(path, idle_curve=False)  # the capture at its own settings, without the curve
+    replayed = replayed_idle_ns(run_scenario(own).columns)
+    if replayed is None:
+        return None, ""
+    tc, ts = captured / 1e6, replayed / 1e6
+    curve = {**curve, "captured_ms": tc, "replayed_ms": ts}
+    at = ", ".join(f"{cls} {ratio(curve[cls], tc):.3g}" for cls in CLASSES)
+    note = (f"replay: compute after a wait, {origin}: each iteration's forward and backward take "
+            f"r(t + {tc - ts:.4g} ms) / r(t_c) of their captured time, t the idle the replayed rank's compute had "
+            f"before the iteration, t_c = {tc:.4g} ms the capture's (its rows' median wait for the last all-reduce; "
+            f"r(t_c): {at}), {ts:.4g} ms the replay's at the capture's own settings; --no-overheads leaves it out")
+    return curve, note
 
 
 def _unbound_call_cost(scenario: Scenario, rows: Callable[[], Any]) -> tuple[Scenario, Optional[str]]:

@@ -69,6 +69,7 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -605,6 +606,27 @@ class ModelConfig(_Strict):
     # or "inception-17x17x768" (network)
     grow_module: Optional[Literal["inception-35x35x288", "inception-17x17x768", "compute", "network"]] = None
     grow_count: int = Field(0, ge=0, le=100_000)
+    # with a captured DDP profile: compute after a wait, the idle curves (step, forward, backward: [idle ms, ratio to
+    # no wait] points) that scale each iteration's compute by the replay's idle before it over the capture's
+    # (ddlsim.simulation.idle_wake; ddlsim replay sets it from the capture's curve or --idle-curve)
+    idle_wake: Optional[dict[str, Any]] = None
+
+    @field_validator("idle_wake")
+    @classmethod
+    def _idle_wake(cls, v):
+        if v is None:
+            return v
+        from .idle_wake import check_curve
+
+        return check_curve(v, "model.idle_wake")
+
+    @model_serializer(mode="wrap")
+    def _without_idle_wake(self, handler):
+        # a scenario without idle curves dumps as before the field existed (logs' recorded scenarios alike)
+        data = handler(self)
+        if isinstance(data, dict) and data.get("idle_wake", 0) is None:
+            del data["idle_wake"]
+        return data
 
     @model_validator(mode="after")
     def _growth(self) -> "ModelConfig":

@@ -3,6 +3,7 @@
 
 pub mod classes;
 pub mod client_cost;
+pub mod idle_wake;
 pub mod in_network;
 pub mod jobs;
 pub mod ps;

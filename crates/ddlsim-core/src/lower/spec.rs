@@ -233,6 +233,10 @@ pub struct TrainingSpec {
     /// run allows it (see `lower::classes`); false (default): every worker.
     #[serde(default)]
     pub rank_classes: bool,
+    /// All-reduce: compute after a wait, each worker's forward and backward ops scaled by how long its compute
+    /// stream idled before the iteration (see `lower::idle_wake`). Default: none.
+    #[serde(default)]
+    pub idle_wake: super::idle_wake::IdleWake,
 }
 
 /// Network priority bands used for gradient priorities.
@@ -294,6 +298,7 @@ impl TrainingSpec {
             stragglers: Vec::new(),
             transient_stragglers: Vec::new(),
             rank_classes: false,
+            idle_wake: Default::default(),
         }
     }
 
@@ -323,6 +328,10 @@ impl TrainingSpec {
         if self.layers.is_empty() {
             return Err("the model has no layers".into());
         }
+        if !self.idle_wake.is_empty() && self.servers() > 0 {
+            return Err("idle_wake applies to an all-reduce job's workers, not a parameter server's".into());
+        }
+        self.idle_wake.validate(self.layers.len())?;
         if !(self.jitter.is_finite() && self.jitter >= 0.0) {
             return Err("jitter must be a finite number >= 0".into());
         }
