@@ -249,7 +249,7 @@ def test_a_ddp_capture_stores_its_ranks_curve_and_replay_applies_it(tmp_path):
     from ddlsim.capture.ddp_run import run_ddp_capture
     from ddlsim.capture.idle_curve import IDLES_MS, MAX_REPEATS, MIN_REPEATS
 
-    log, failure = run_ddp_capture({"model": "lenet5", "iterations": 3, "batch_size": 4, "seed": 0}, 2, tmp_path,
+    log, failure = run_ddp_capture({"model": "lenet5", "iterations": 3, "batch_size": 4, "seed": 0, "idle_curve": True}, 2, tmp_path,
                                    timeout_s=120)
     assert failure is None
     curve = log.metadata["idle_curve"]
@@ -259,7 +259,7 @@ def test_a_ddp_capture_stores_its_ranks_curve_and_replay_applies_it(tmp_path):
     assert all(curve[c][0] == [0.0, 1.0] for c in ("step", "forward", "backward"))
     result = ddlsim.replay(tmp_path / "events.parquet")
     assert any("measured on its 2 ranks after training" in n for n in result.notes)
-    assert job_config({"idle_curve": False})["idle_curve"] is False
+    assert job_config({})["idle_curve"] is False  # opt-in: a capture measures the curve only when asked
     with pytest.raises(ValueError, match="idle_curve must be true or false"):
         job_config({"idle_curve": "yes"})
 

@@ -183,3 +183,23 @@ def test_operation_means_are_per_rank_and_iteration(tmp_path):
     means = operation_means(log, [1, 2, 3])
     assert means["worker compute/forward"] == pytest.approx((forward.end_ns - forward.start_ns).sum() / 1e9)
     assert "worker marker/iteration" not in means
+
+
+def test_only_measure_idle_curve_has_the_ddp_captures_measure_their_curve(tmp_path, monkeypatch):
+    """`validate --measure-idle-curve` passes `--idle-curve` to the DDP captures only (PS captures have no such
+    option); without it no capture measures a curve (off by default: it is noisier than its effect under load)."""
+    import ddlsim.validation as v
+
+    seen = []
+
+    def fake_run(cmd, **kw):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(v.subprocess, "run", fake_run)
+    grid = dict(jobs=["ddp", "ps"], models=["lenet5"], links=["unshaped"], repeats=1, iterations=3, workers=2,
+                timeout_s=60.0, progress=lambda text: None)
+    v.capture_grid(tmp_path / "a", **grid)
+    v.capture_grid(tmp_path / "b", measure_idle_curve=True, **grid)
+    flags = [(cmd[cmd.index("capture") + 1], "--idle-curve" in cmd) for cmd in seen]
+    assert flags == [("ddp", False), ("ps", False), ("ddp", True), ("ps", False)]

@@ -172,9 +172,10 @@ def find_captures(directory: Path) -> list[Capture]:
 
 
 def capture_grid(out: Path, *, jobs: list[str], models: list[str], links: list[str], repeats: int, iterations: int,
-                 workers: int, timeout_s: float, progress: Callable[[str], None]) -> list[Capture]:
+                 workers: int, timeout_s: float, progress: Callable[[str], None],
+                 measure_idle_curve: bool = False) -> list[Capture]:
     """Runs every capture of the grid into ``out/captures/JOB-MODEL-LINK-rK`` (``ddlsim capture`` in a child
-    process each)."""
+    process each); `measure_idle_curve`: the DDP captures measure their ranks' idle curve after training."""
     cases = [(j, m, link) for j in jobs for m in models if m in JOBS[j] for link in links]
     if not cases:
         raise DdlsimError(f"no case: models {', '.join(models)} for jobs {', '.join(jobs)}; "
@@ -191,6 +192,8 @@ def capture_grid(out: Path, *, jobs: list[str], models: list[str], links: list[s
                    "--iterations", str(iterations), "--out", str(target), "--timeout", f"{timeout_s:g}"]
             if link != "unshaped":
                 cmd += ["--bandwidth", link]
+            if measure_idle_curve and job == "ddp":
+                cmd += ["--idle-curve"]
             done += 1
             progress(f"[{done}/{total}] capturing {name}")
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[1]),
@@ -335,7 +338,7 @@ def _html(cases: list[dict[str, Any]], command: str) -> str:
 def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: bool = False,
              jobs: Optional[list[str]] = None, models: Optional[list[str]] = None, links: Optional[list[str]] = None,
              repeats: int = 3, iterations: int = 5, workers: int = 2, timeout_s: float = 600.0, idle_curve: Any = None,
-             command: str = "ddlsim validate", progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
+             measure_idle_curve: bool = False, command: str = "ddlsim validate", progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
     """Runs the validation (module docstring) into `out`, a new or empty directory. Returns the three tables."""
     from .safe_io import check_directory_target
 
@@ -372,7 +375,8 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
     else:
         out.mkdir(parents=True, exist_ok=True)
         found = capture_grid(out, jobs=jobs, models=models, links=links, repeats=repeats, iterations=iterations,
-                             workers=workers, timeout_s=timeout_s, progress=say)
+                             workers=workers, timeout_s=timeout_s, progress=say,
+                             measure_idle_curve=measure_idle_curve)
     tables = evaluate(found, say, idle_curve)
     say("writing cases.csv, runs.csv, iterations.csv, validation.png, errors.png, index.html")
     stage = out / ".validate-staging"

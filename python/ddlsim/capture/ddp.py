@@ -32,7 +32,7 @@ from .recorder import RankRecorder
 DEFAULTS = {"model": "lenet5", "iterations": 5, "batch_size": 8, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0,
             "lr": 0.01, "merge": True, "timeout_s": 300, "crash_rank": -1, "crash_after_iteration": -1,
             "merge_groups": None, "plan": None, "device": "cpu", "bucket_cap_mb_list": None, "layer_every": 1,
-            "idle_curve": True}
+            "idle_curve": False}
 CRASH_STATUS = 3
 
 

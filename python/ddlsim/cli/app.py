@@ -884,6 +884,9 @@ def validate(
         "in place of their own (docs/validation.md, compute after a wait)."),
     no_idle_curve: bool = typer.Option(
         False, "--no-idle-curve", help="Replay the DDP captures without compute after a wait (as before it was simulated)."),
+    measure_idle_curve: bool = typer.Option(
+        False, "--measure-idle-curve", help="The DDP captures measure their ranks' idle curve after training "
+        "(ddlsim capture ddp --idle-curve; a few seconds each)."),
 ) -> None:
     """Replay against capture over a grid of real runs (DDP and PS, links, models, repeats): self- and cross-prediction, CSV, plots, HTML."""
     import importlib.util
@@ -899,7 +902,7 @@ def validate(
     try:
         tables = run_validation(out_dir, captures=captures, quick=quick, jobs=split(jobs), models=split(models),
                                 links=split(links), repeats=repeats, iterations=iterations, workers=workers,
-                                idle_curve=False if no_idle_curve else idle_curve,
+                                idle_curve=False if no_idle_curve else idle_curve, measure_idle_curve=measure_idle_curve,
                                 command="ddlsim " + shlex.join(sys.argv[1:] if sys.argv[1:2] == ["validate"] else ["validate"]),
                                 progress=lambda text: err.print(text, highlight=False))
     except Interrupted:

@@ -33,8 +33,9 @@ def ddp(
         "best", "--plan-entry", help="With --plan: best (what the plan predicts faster) | ddp (bucket_cap_mb) | mg_wfbp (merges)."),
     device: str = typer.Option("cpu", "--device", help="cpu (gloo, host clock) | cuda (NCCL, one GPU per rank, CUDA events)."),
     idle_curve: bool = typer.Option(
-        True, "--idle-curve/--no-idle-curve", help="After training, time each rank's optimizer step, forward and "
-        "backward after waits of 0-32 ms (a few seconds) for replay's compute after a wait (docs/validation.md)."),
+        False, "--idle-curve/--no-idle-curve", help="After training, time each rank's optimizer step, forward and "
+        "backward after waits of 0-32 ms (a few seconds) for replay's compute after a wait (docs/validation.md). Off by "
+        "default: on a loaded machine the curve is noisier than the effect it measures."),
     layer_every: int = typer.Option(
         1, "--layer-every", help="Per-layer rows on iteration 0 and every K-th iteration from 1 on (1, 1+K, ...) only; "
         "the others record each pass as one row and pay no per-layer cost (the capture overhead), and run through a second "
