@@ -64,7 +64,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/gpu_setup.py, also when loaded by path
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "python"))  # ddlsim's safe writes, without PYTHONPATH
-from gpu_setup import torch_on  # noqa: E402
+from gpu_setup import torch_on, write_out as _write_file  # noqa: E402
 
 PRECISIONS = ("fp32", "tf32", "fp16")
 L2_FLUSH_BYTES = 256 * 2 ** 20  # written between timed calls with --cold-l2: 5x the H100's and H200's 50 MB L2
@@ -320,20 +320,6 @@ def to_table(doc: dict, source: str) -> dict:
             "torch": doc.get("torch"), "cudnn": doc.get("cudnn"), "stopped_early": doc.get("stopped_early"),
             "units": "TFLOP/s (1e12 FLOP/s) per direction; FLOPs = 2 x batch x C_out x H_out x W_out x C_in x kh x kw",
             "columns": TABLE_COLUMNS, "points": rows}
-
-
-def _write_file(out: Path, text: str, **kwargs) -> bool:
-    """`text` as the file `out` through ddlsim's atomic write (a scratch folder beside it, renamed onto it; never
-    onto a directory, a device, a FIFO or an input); False after a one-line error."""
-    from ddlsim.errors import DdlsimError
-    from ddlsim.safe_io import write_text_file
-
-    try:
-        write_text_file(out, text, **kwargs)
-    except DdlsimError as exc:
-        print(f"error: --out {out}: {exc}", file=sys.stderr)
-        return False
-    return True
 
 
 def write_table(raws: list[Path], out: Path, source: str) -> int:

@@ -1,9 +1,11 @@
 """The set-up the device microbenchmarks share (benchmarks/conv_shapes.py, benchmarks/host_dispatch.py): torch on
 the named device, refused in one line when it is "cuda" and torch sees no GPU; cuDNN's autotuner off (PyTorch's
-default, as in benchmarks/gpu_layer_times.py) and the random generator seeded."""
+default, as in benchmarks/gpu_layer_times.py) and the random generator seeded; and their one way to write a
+result file."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 def torch_on(device: str, note: str = ""):
@@ -23,3 +25,17 @@ def torch_on(device: str, note: str = ""):
     torch.backends.cudnn.benchmark = False
     torch.manual_seed(0)
     return torch, torch.device(device), cuda
+
+
+def write_out(out: Path, text: str, **kwargs) -> bool:
+    """`text` as the file `out` through ddlsim's atomic write (a scratch folder beside it, renamed onto it; never
+    onto a directory, a device, a FIFO or an input); False after a one-line error."""
+    from ddlsim.errors import DdlsimError
+    from ddlsim.safe_io import write_text_file
+
+    try:
+        write_text_file(out, text, **kwargs)
+    except DdlsimError as exc:
+        print(f"error: --out {out}: {exc}", file=sys.stderr)
+        return False
+    return True

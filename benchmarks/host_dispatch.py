@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/gpu_setup.py, also when loaded by path
-from gpu_setup import torch_on  # noqa: E402
+from gpu_setup import torch_on, write_out as _write_file  # noqa: E402
 
 
 def _cpu_name() -> str:
@@ -101,20 +101,6 @@ def model_host_check(torch, dev, sync) -> dict:
         del model, x
         torch.cuda.empty_cache()
     return out
-
-
-def _write_file(out: Path, text: str, **kwargs) -> bool:
-    """`text` as the file `out` through ddlsim's atomic write (a scratch folder beside it, renamed onto it; never onto
-    a directory, a device, a FIFO or an input); False after a one-line error."""
-    from ddlsim.errors import DdlsimError
-    from ddlsim.safe_io import write_text_file
-
-    try:
-        write_text_file(out, text, **kwargs)
-    except DdlsimError as exc:
-        print(f"error: --out {out}: {exc}", file=sys.stderr)
-        return False
-    return True
 
 
 def median_doc(docs: list) -> dict:
