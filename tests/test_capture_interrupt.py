@@ -110,8 +110,12 @@ torch_needed = pytest.mark.skipif(__import__("importlib").util.find_spec("torch"
                                   reason="captures need PyTorch (pip install ddlsim[capture])")
 
 
+# SIGINT and SIGTERM reach one handler in the CLI (cli/progress.py: _on_signal for both, exit 128 + signal) and one
+# clean-up (outdir: KeyboardInterrupt and SystemExit alike), so each end-to-end capture below takes one of them: this
+# one SIGTERM (also the PS and the shaped capture), the user's-directory and the connection-scaling ones SIGINT (which
+# check the "interrupted" line). A SIGINT run of this test too was a fifth DDP capture checking nothing new.
 @torch_needed
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM], ids=["SIGTERM"])
 def test_an_interrupted_ddp_capture_ends_its_ranks_and_removes_the_directory_it_made(tmp_path, sig):
     out = tmp_path / "new" / "run"  # neither exists: the capture makes both
     proc = _start(["ddp", "--model", "lenet5", "--workers", "2", "--iterations", LONG, "--out", str(out)])
@@ -143,6 +147,7 @@ def test_an_interrupted_capture_into_the_users_directory_removes_only_its_own_fi
     finally:
         _kill(ranks | _ranks_of(out))
     assert code == 130, err
+    assert "Traceback" not in err and "interrupted" in err
     assert _snapshot(out) == before
 
 
@@ -173,7 +178,7 @@ def test_an_interrupted_connection_scaling_run_leaves_no_run_and_no_table(tmp_pa
         _assert_nothing_runs(out, ranks)
     finally:
         _kill(ranks | _ranks_of(out))
-    assert code == 130 and "Traceback" not in err, err
+    assert code == 130 and "Traceback" not in err and "interrupted" in err, err
     assert _snapshot(out) == {"keep.csv": b"x\n1\n"}
 
 
