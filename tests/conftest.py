@@ -1,6 +1,34 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import ddlsim
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def ddlsim_once(tmp_path_factory):
+    """`ddlsim_once(*argv)` runs `python -m ddlsim ARGV` as a user would (a subprocess in a fresh scratch directory
+    with an `examples` link to the checkout's, COLUMNS=150, stderr not a terminal) the first time a test asks for that
+    exact argv, and returns (the CompletedProcess, the directory) to every test that asks again. For the expensive
+    commands that several tests run word for word (the README's `ddlsim demo`, the quick reproductions): the tests
+    only read what it wrote, so the run is made once per session instead of once per test."""
+    done: dict[tuple[str, ...], tuple[subprocess.CompletedProcess, Path]] = {}
+
+    def run(*argv: str) -> tuple[subprocess.CompletedProcess, Path]:
+        if argv not in done:
+            cwd = tmp_path_factory.mktemp("ddlsim_once")
+            (cwd / "examples").symlink_to(ROOT / "examples")
+            env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "COLUMNS": "150"}
+            done[argv] = (subprocess.run([sys.executable, "-m", "ddlsim", *argv], cwd=cwd, capture_output=True,
+                                         text=True, env=env, timeout=600), cwd)
+        return done[argv]
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -154,19 +154,14 @@ def test_report_renders_in_headless_chromium(logs, tmp_path):
     assert shot.exists() and shot.stat().st_size > 10_000
 
 
-def test_demo_ends_with_the_analysis_report(tmp_path):
-    import io
-
-    from rich.console import Console
-
-    from ddlsim.cli.demo import run_demo
-
-    text = io.StringIO()
-    run_demo(tmp_path / "demo", Console(file=text, width=200))
-    page = (tmp_path / "demo" / "report.html").read_text()
+def test_demo_ends_with_the_analysis_report(ddlsim_once):
+    # the README's demo command, run once per session (test_readme runs the same one)
+    run, cwd = ddlsim_once("demo", "--out", "ddlsim-out")
+    assert run.returncode == 0, run.stderr[-2000:]
+    page = (cwd / "ddlsim-out" / "report.html").read_text()
     assert "RPC latency dissection" in page and "Comparison" in page and "data:image/png;base64," in page
-    assert (tmp_path / "demo" / "ring.report.html").exists()
-    assert str(tmp_path / "demo" / "report.html") in text.getvalue()
+    assert (cwd / "ddlsim-out" / "ring.report.html").exists()
+    assert "ddlsim-out/report.html" in run.stdout
 
 
 def test_analyze_prints_hostile_names_verbatim(logs):

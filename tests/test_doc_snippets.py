@@ -5,6 +5,7 @@ sizes)."""
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -74,12 +75,36 @@ def _can_shape() -> bool:
         subprocess.run(["which", tool], capture_output=True).returncode == 0 for tool in ("ip", "tc"))
 
 
+@pytest.fixture(scope="session")
+def simulated(tmp_path_factory):
+    """`simulated(argv, into)`: the output directory of the setup command `ddlsim simulate ... --out X`, copied to
+    `into`. Each simulation is run once per session (SIM and PS serve several snippets): a simulation's files do not
+    depend on the name of its --out directory (only summary.json's wall_s differs from run to run)."""
+    done: dict[tuple[str, ...], Path] = {}
+
+    def copy(argv: list[str], into: Path) -> None:
+        key = tuple(argv[:-1])
+        if key not in done:
+            cwd = tmp_path_factory.mktemp("simulated")
+            (cwd / "examples").symlink_to(ROOT / "examples")
+            run = subprocess.run([sys.executable, "-m", "ddlsim", *key, "out"], cwd=cwd, capture_output=True, text=True,
+                                 env={**os.environ, "COLUMNS": "100"}, timeout=300)
+            assert run.returncode == 0, (argv, run.stderr[-2000:])
+            done[key] = cwd / "out"
+        shutil.copytree(done[key], into)
+
+    return copy
+
+
 @pytest.mark.parametrize("doc,index", sorted(SETUP), ids=[f"{d}#{i}" for d, i in sorted(SETUP)])
-def test_the_snippet_runs_as_written(doc, index, tmp_path):
+def test_the_snippet_runs_as_written(doc, index, tmp_path, simulated):
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     env = {**os.environ, "COLUMNS": "100", "MPLBACKEND": "Agg", "MASTER_PORT": str(_free_port()),
            "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the sweep's results cache, not the user's
     for argv in SETUP[(doc, index)]:
+        if argv[0] == "simulate" and argv[-2] == "--out":
+            simulated(argv, tmp_path / argv[-1])
+            continue
         run = subprocess.run([sys.executable, "-m", "ddlsim", *argv], cwd=tmp_path, capture_output=True, text=True,
                              env=env, timeout=300)
         assert run.returncode == 0, (argv, run.stderr[-2000:])

@@ -24,16 +24,28 @@ def _scratch(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_every_command_example_runs(tmp_path):
+# Commands of "One example per command" whose output no later example reads and that other tests read too (the
+# demo: test_analyze_report; the quick reproductions: test_reproduce_*): run once per session, in a scratch directory
+# of their own with the same `examples` link (conftest.ddlsim_once), word for word as the README writes them.
+SHARED = ("demo", "reproduce")
+
+
+def test_every_command_example_runs(tmp_path, ddlsim_once):
     cwd = _scratch(tmp_path)
     commands = [line.split("#", 1)[0].strip() for line in _block("## One example per command", "sh").splitlines()]
     commands = [c for c in commands if c]
     assert len(commands) >= 7
+    shared_outs = [shlex.split(c)[-1].rstrip("/") for c in commands if shlex.split(c)[1] in SHARED]
+    assert all(shlex.split(c)[-2] == "--out" for c in commands if shlex.split(c)[1] in SHARED)
     for command in commands:
         argv = shlex.split(command)
         assert argv[0] == "ddlsim"
-        run = subprocess.run([sys.executable, "-m", "ddlsim", *argv[1:]], cwd=cwd, capture_output=True, text=True,
-                             env={**os.environ, "COLUMNS": "100"}, timeout=300)
+        if argv[1] in SHARED:
+            run, _ = ddlsim_once(*argv[1:])
+        else:
+            assert not any(arg.split("/")[0] in shared_outs for arg in argv), command  # it reads no shared output
+            run = subprocess.run([sys.executable, "-m", "ddlsim", *argv[1:]], cwd=cwd, capture_output=True, text=True,
+                                 env={**os.environ, "COLUMNS": "100"}, timeout=300)
         assert run.returncode == 0, (command, run.stderr[-2000:])
     assert (cwd / "run1" / "events.parquet").exists() and (cwd / "plan.json").exists() and (cwd / "t.json").exists()
     assert (cwd / "report.html").exists()

@@ -29,20 +29,20 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ddlsim", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
 
 
+# The README's own quick reproductions, word for word: run once per session (conftest.ddlsim_once), test_readme
+# runs the same commands and these tests read what they wrote.
 @pytest.fixture(scope="module")
-def thesis_out(tmp_path_factory):
-    cwd = tmp_path_factory.mktemp("thesis")
-    run = _cli("reproduce", "thesis", "--quick", "--out", "out", cwd=cwd)
+def thesis_out(ddlsim_once):
+    run, cwd = ddlsim_once("reproduce", "thesis", "--quick", "--out", "repro-thesis")
     assert run.returncode == 0, run.stderr[-2000:]
-    return cwd / "out", run
+    return cwd / "repro-thesis", run
 
 
 @pytest.fixture(scope="module")
-def mg_out(tmp_path_factory):
-    cwd = tmp_path_factory.mktemp("mg")
-    run = _cli("reproduce", "mg-wfbp", "--quick", "--out", "out", cwd=cwd)
+def mg_out(ddlsim_once):
+    run, cwd = ddlsim_once("reproduce", "mg-wfbp", "--quick", "--out", "repro-mgwfbp")
     assert run.returncode == 0, run.stderr[-2000:]
-    return cwd / "out", run
+    return cwd / "repro-mgwfbp", run
 
 
 # ----------------------------------------------------------------- files and printing
