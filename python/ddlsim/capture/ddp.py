@@ -177,7 +177,7 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
             dist.all_reduce(t, op=dist.ReduceOp.MIN)
             return int(t.item())
 
-        extra["idle_trials"] = capture_trials(bench_model, *batches[-1], seed=cfg["seed"],
+        extra["idle_trials"] = capture_trials(bench_model, images, labels, seed=cfg["seed"],
                                               sync=dist.barrier if world_size > 1 else None,
                                               agree=agree if world_size > 1 else None)
     write_sidecar(out, rank, {"job": job, **hooks.facts(), "reducer": reducer_facts(ddp_model), **extra})
