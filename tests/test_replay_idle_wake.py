@@ -104,7 +104,9 @@ def test_each_replayed_op_takes_r_of_the_replays_idle_over_r_of_the_captures(tmp
     delta = (tc - t_self) / 1e6
     scaled_run = ddlsim.replay(path, idle_curve=CURVE, **kw)
     scaled = _compute(scaled_run)
-    assert any("compute after a wait" in n for n in scaled_run.notes)
+    note = next(n for n in scaled_run.notes if "compute after a wait" in n)
+    sign = "-" if delta < 0 else "+"
+    assert f"r(t {sign} {abs(delta):.4g} ms)" in note  # the shift as a reader writes it (not "t + -1.9")
     # the optimizer step's share of the first forward, as the replay's model has it
     scenario, _ = replay_plan(path, idle_curve=CURVE, **kw)
     from ddlsim.simulation.model_build import build_model, layer_times_ns
@@ -289,3 +291,13 @@ def test_the_graph_columns_carry_the_idle_scaling_and_run_as_the_one_call_does()
     direct = log(_core.simulate_training_json(scaled, net, "step"))
     assert direct == log(_core.run_graph_columns(columns, net, "step"))
     assert direct != log(_core.simulate_training_json(plain, net, "step"))
+
+
+@pytest.mark.parametrize("wait_us,sign", [(100, "-"), (6_000, "+")])
+def test_the_notes_shift_has_one_sign(tmp_path, wait_us, sign):
+    """Where the replay at the capture's own settings idles longer than the capture did, the curve is read at t
+    less the difference: the note says "r(t - 0.1 ms)", not "r(t + -0.1 ms)"."""
+    path = tmp_path / "c.parquet"
+    capture(path, [[wait_us * US, wait_us * US]] * 6)
+    note = next(n for n in ddlsim.replay(path, idle_curve=CURVE).notes if "compute after a wait" in n)
+    assert f"r(t {sign} " in note and "+ -" not in note

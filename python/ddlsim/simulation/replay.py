@@ -537,7 +537,7 @@ def _idle_wake(path: Path, meta: dict[str, Any], given: Any,
     curve = {**curve, "captured_ms": tc, "replayed_ms": ts}
     at = ", ".join(f"{cls} {ratio(curve[cls], tc):.3g}" for cls in CLASSES)
     note = (f"replay: compute after a wait, {origin}: each iteration's forward and backward take "
-            f"r(t + {tc - ts:.4g} ms) / r(t_c) of their captured time, t the idle the replayed rank's compute had "
+            f"r(t {'-' if tc < ts else '+'} {abs(tc - ts):.4g} ms) / r(t_c) of their captured time, t the idle the replayed rank's compute had "
             f"before the iteration, t_c = {tc:.4g} ms the capture's (its rows' median wait for the last all-reduce; "
             f"r(t_c): {at}), {ts:.4g} ms the replay's at the capture's own settings; --no-overheads leaves it out")
     return curve, note
