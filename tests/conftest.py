@@ -32,6 +32,34 @@ def ddlsim_once(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def snippet_once(tmp_path_factory):
+    """`snippet_once(code)` runs `python -c CODE` as a reader of the docs would (a subprocess in a fresh scratch
+    directory with an `examples` link, COLUMNS=100, MPLBACKEND=Agg, a free MASTER_PORT, the sweep's cache inside the
+    scratch directory) the first time a test asks for that exact code, and returns (the CompletedProcess, the
+    directory) to every test that asks again. For a doc's Python block that reads no file made before it and that two
+    tests run word for word (the README's Python API block: test_readme and test_doc_snippets): both only read what
+    it printed and wrote, so it runs once per session."""
+    import socket
+
+    done: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
+
+    def run(code: str) -> tuple[subprocess.CompletedProcess, Path]:
+        if code not in done:
+            cwd = tmp_path_factory.mktemp("snippet_once")
+            (cwd / "examples").symlink_to(ROOT / "examples")
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "COLUMNS": "100", "MPLBACKEND": "Agg",
+                   "MASTER_PORT": str(port), "XDG_CACHE_HOME": str(cwd / "cache")}
+            done[code] = (subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                                         env=env, timeout=600), cwd)
+        return done[code]
+
+    return run
+
+
+@pytest.fixture(scope="session")
 def resnet_runs():
     """ResNet-50 on 8 workers, both strategies, with jitter (shared by invariant tests)."""
     common = dict(model="resnet50", workers=8, iterations=2, jitter=0.05, seed=7)

@@ -70,10 +70,9 @@ def test_the_walk_through_runs_on_a_real_capture(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
 
 
-def test_the_python_api_example_runs(tmp_path):
-    cwd = _scratch(tmp_path)
-    code = _block("## Python API", "python")
-    run = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+def test_the_python_api_example_runs(snippet_once):
+    # run once per session (test_doc_snippets runs the same block as README.md#1)
+    run, cwd = snippet_once(_block("## Python API", "python"))
     assert run.returncode == 0, run.stderr[-2000:]
     assert (cwd / "run1" / "events.parquet").exists()
 

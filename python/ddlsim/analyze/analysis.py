@@ -676,7 +676,14 @@ class Analysis:
 
     def _key_ops(self) -> pd.DataFrame:
         """Per key: server writes (push requests received), reads (pull
-        requests received), bytes through the server, parameter size."""
+        requests received), bytes through the server, parameter size
+        (worked out once per analysis: hot keys, the offload estimate and
+        the figures all ask; each caller gets its own copy)."""
+        if "key_ops" not in self._cache:
+            self._cache["key_ops"] = self._key_ops_table()
+        return self._cache["key_ops"].copy()
+
+    def _key_ops_table(self) -> pd.DataFrame:
         ps = self._ps_rows()
         at_server = ps[ps.role == "server"]
         writes = at_server[at_server.operation == "Push_Recv_Server"].groupby("tensor").agg(

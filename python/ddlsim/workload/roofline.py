@@ -53,6 +53,7 @@ Pure Python (json only): importable without numpy, pydantic or torch.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import math
 from dataclasses import dataclass
@@ -210,6 +211,8 @@ class ConvTable:
 
     points: dict  # (class, precision) -> tuple of (x1, x2, x3, {"fwd" | "dgrad" | "wgrad": log2 rate})
     source: str
+    # rate() per (class, precision, direction, query point): a pure function of the points, so asked once
+    _rates: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @staticmethod
     def from_doc(doc: dict) -> "ConvTable":
@@ -232,18 +235,20 @@ class ConvTable:
         distance 0 is used alone (several: their plain mean). None when the class has no point (then the
         device's median convolution share applies)."""
         p = "fp16" if precision.lower() == "bf16" else precision.lower()
-        pts = [pt for pt in self.points.get((geometry.shape_class, p), ()) if direction in pt[3]]
-        if not pts:
-            return None
         q = (math.log2(geometry.c_in), math.log2(geometry.c_out), math.log2(batch * geometry.h_out * geometry.w_out))
-        return idw_log2(pts, q, direction)
+        key = (geometry.shape_class, p, direction, q)
+        if key not in self._rates:
+            pts = [pt for pt in self.points.get((geometry.shape_class, p), ()) if direction in pt[3]]
+            self._rates[key] = idw_log2(pts, q, direction) if pts else None
+        return self._rates[key]
 
 
 def idw_log2(pts, q: tuple, key: str) -> float:
     """2 ** (inverse-square-distance weighted mean of the log2 values `pt[-1][key]` of the CONV_NEIGHBOURS points
     of `pts` nearest to `q` in their leading coordinates); a point at distance 0 alone (several: their mean)."""
     n = len(q)
-    dist = sorted((math.dist(q, pt[:n]), i) for i, pt in enumerate(pts))[:CONV_NEIGHBOURS]
+    # the same as sorted(...)[:CONV_NEIGHBOURS] (heapq's documented equivalence), without sorting every point
+    dist = heapq.nsmallest(CONV_NEIGHBOURS, [(math.dist(q, pt[:n]), i) for i, pt in enumerate(pts)])
     exact = [pts[i][-1][key] for d, i in dist if d == 0.0]
     if exact:
         return 2.0 ** (sum(exact) / len(exact))
