@@ -34,18 +34,22 @@ def write_sidecar(out_dir: str | Path, rank: int, facts: dict) -> None:
     os.replace(tmp, path)
 
 
-def read_sidecar(out_dir: str | Path) -> Optional[dict]:
-    """The lowest rank's sidecar, or None when no rank wrote one."""
+def read_sidecars(out_dir: str | Path) -> list[dict]:
+    """Every rank's sidecar that is a JSON object, by rank (each file read once). An unreadable one before the first
+    readable one is an error (the lowest rank's facts make the bucket table); after it, it is left out."""
     found = sorted(Path(out_dir).glob(f"*{SIDECAR_SUFFIX}"),
                    key=lambda p: int(p.name.split(".")[0]) if p.name.split(".")[0].isdigit() else 1 << 30)
+    facts: list[dict] = []
     for path in found:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            if facts:
+                continue
             raise TraceError(f"{path}: unreadable DDP capture facts ({exc}); delete it to merge without the bucket table") from None
         if isinstance(data, dict):
-            return data
-    return None
+            facts.append(data)
+    return facts
 
 
 def groups_table(layouts: list[dict]) -> dict[str, list]:
@@ -91,7 +95,8 @@ def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dic
     from ..trace import write_event_log
     from .merge import merge_capture
 
-    facts = read_sidecar(out_dir)
+    sidecars = read_sidecars(out_dir)
+    facts = sidecars[0] if sidecars else None
     meta: dict = {"job": "ddp"}
     groups = None
     if facts is not None:
@@ -112,9 +117,9 @@ def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dic
         meta["buckets"] = meta["bucket_layouts"][-1]["buckets"] if layouts else []
         if layouts:
             groups = groups_table(layouts)
-    from .idle_curve import pooled_curve, read_sidecars
+    from .idle_curve import pooled_curve
 
-    curve = pooled_curve(read_sidecars(out_dir, SIDECAR_SUFFIX))  # every rank's idle trials (capture/idle_curve.py)
+    curve = pooled_curve(sidecars)  # every rank's idle trials (capture/idle_curve.py)
     if curve is not None:
         meta["idle_curve"] = curve
     meta.update(metadata or {})

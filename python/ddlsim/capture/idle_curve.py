@@ -11,10 +11,8 @@ seconds: :func:`capture_trials`), each rank's trials go in its sidecar, and the 
 
 from __future__ import annotations
 
-import json
 import random
 import time
-from pathlib import Path
 from typing import Any, Optional
 
 IDLES_MS = (0.0, 0.5, 2.0, 8.0, 16.0, 32.0)
@@ -135,16 +133,3 @@ def pooled_curve(sidecars: list[dict]) -> Optional[dict[str, Any]]:
     except ValueError as exc:
         return {"skipped": str(exc)}
     return {**curve, "ranks": ranks}
-
-
-def read_sidecars(out_dir: str | Path, suffix: str) -> list[dict]:
-    """Every rank's sidecar (``<rank><suffix>``) that parses as a JSON object, by rank."""
-    found = []
-    for path in sorted(Path(out_dir).glob(f"*{suffix}")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-            continue
-        if isinstance(data, dict):
-            found.append(data)
-    return found

@@ -497,7 +497,7 @@ def _idle_wake(path: Path, meta: dict[str, Any], given: Any,
     """A DDP capture's idle curves (:mod:`ddlsim.simulation.idle_wake`) as ``model.idle_wake``, with the note that
     says so: `given` (``--idle-curve``: a benchmarks/idle_wake.py CSV's path, or a curve dict; False: none), else the
     capture's own (``idle_curve`` in its metadata, measured on each rank after training); (None, "") where there is
-    none (a capture made before captures measured it, or with --no-idle-curve: replayed as before).
+    none (a capture made without --idle-curve: replayed as before).
 
     The idle the replay sees is not the capture's: the replay puts part of what the rows show as a wait elsewhere
     (the wait for the slower rank is charged to a backward, the wake-up to the optimizer step). So the capture is
