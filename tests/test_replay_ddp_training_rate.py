@@ -128,14 +128,16 @@ def test_another_rate_no_overheads_or_a_capture_without_a_small_all_reduce_leave
     assert training_ring_rate(log, {**meta, "allreduce_small_ns": 1.0, "job": "ps"}) is None
 
 
-def test_where_the_link_did_not_bind_each_call_costs_its_measured_excess_at_another_rate(tmp_path):
+@pytest.mark.parametrize("bandwidth", ["1000Mbps", None])
+def test_where_the_link_did_not_bind_each_call_costs_its_measured_excess_at_another_rate(tmp_path, bandwidth):
     """LeNet-5's 246,824-byte bucket on 2 ranks at 1 Gbit/s: a rank's 258,080 wire bytes fit in tbf's 500,000-byte
     bucket, so the link model gives the all-reduce 2 steps of latency and the bytes at the unshaped 10 Gbit/s plus
-    the reduction (gamma M / 2); the rest of the measured time is per call, and a replay at 100 Mbit/s adds it."""
+    the reduction (gamma M / 2); the rest of the measured time is per call, and a replay at 100 Mbit/s adds it.
+    An unshaped capture's loopback holds no byte back either: the same (before, it got no per-call cost)."""
     durations = [9_000 * US, 5_000 * US, 8_000 * US, 6_000 * US, 7_000 * US, 4_000 * US]
     gamma = 0.5
     path = tmp_path / "c.parquet"
-    log, total = one_bucket_capture(path, durations, gamma=gamma, bandwidth="1000Mbps")
+    log, total = one_bucket_capture(path, durations, gamma=gamma, bandwidth=bandwidth)
     call = np.mean(durations[1:]) - 2 * (SMALL_NS // 2) - total * (8e9 / 10e9 + gamma / 2)
     found = unbound_call_cost(log, log.metadata)
     assert found["call_ns"] == pytest.approx(call, rel=1e-12) and found["iterations"] == 5
@@ -148,14 +150,12 @@ def test_where_the_link_did_not_bind_each_call_costs_its_measured_excess_at_anot
     assert replay_plan(path, bandwidth="100Mbps", latency="50us")[0].network.latency_ns == 50_000
 
 
-@pytest.mark.parametrize("bandwidth", ["100Mbps", None])
-def test_where_the_link_bound_or_was_not_shaped_no_per_call_cost_is_taken(tmp_path, bandwidth):
+def test_where_the_link_bound_no_per_call_cost_is_taken(tmp_path):
     """At 100 Mbit/s the bucket (64 KiB) is smaller than the wire bytes: the busy time holds the link's own
-    shortfall too, which one capture cannot tell apart from a per-call cost; an unshaped capture's loopback is
-    CPU-bound per byte. Neither gets the per-call cost."""
+    shortfall too, which one capture cannot tell apart from a per-call cost: no per-call cost."""
     path = tmp_path / "c.parquet"
     log, _ = one_bucket_capture(path, [9_000 * US, 30_000 * US, 31_000 * US, 29_000 * US, 30_000 * US, 30_000 * US],
-                                bandwidth=bandwidth)
+                                bandwidth="100Mbps")
     assert unbound_call_cost(log, log.metadata) is None
     scenario, notes = replay_plan(path, bandwidth="1Gbps")
     assert scenario.network.latency_ns == SMALL_NS // 2

@@ -111,6 +111,32 @@ def test_cross_prediction_is_the_replay_at_the_other_links_rate(tmp_path):
                         sum(ddlsim.replay(paths[("100Mbps", r)]).iteration_time_s for r in range(2)) / 2 * 1e3, rel_tol=1e-5)
 
 
+def test_an_unshaped_capture_is_cross_predicted_on_the_shaped_links_framing(tmp_path):
+    """The cross row unshaped -> 100Mbps compares with captures made on a tbf-shaped veth, so the unshaped captures
+    are replayed on that link (`--bandwidth 100Mbps --wire tbf`: its headers and token bucket), as a shaped capture
+    is by default; before, they were replayed on a bare 100 Mbit/s link (no headers), which over-predicted."""
+    captures = tmp_path / "captures"
+    paths = {}
+    for link in ("unshaped", "100Mbps"):
+        for repeat in range(2):
+            (captures / f"{link}-{repeat}").mkdir(parents=True)
+            paths[(link, repeat)], *_ = synthetic_capture(captures / f"{link}-{repeat}" / "events.parquet", workers=2,
+                                                          bandwidth=None if link == "unshaped" else link,
+                                                          rng_seed=repeat)
+    result = CliRunner().invoke(app, ["validate", "--captures", str(captures), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    cases = {(c["kind"], c["captured_link"], c["predicted_link"]): c for c in rows(tmp_path / "out" / "cases.csv")}
+    cross = cases[("cross", "unshaped", "100Mbps")]
+    on_tbf = [ddlsim.replay(paths[("unshaped", r)], bandwidth="100Mbps", wire="tbf").iteration_time_s * 1e3
+              for r in range(2)]
+    bare = [ddlsim.replay(paths[("unshaped", r)], bandwidth="100Mbps").iteration_time_s * 1e3 for r in range(2)]
+    assert float(cross["predicted_ms"]) == pytest.approx(sum(on_tbf) / 2, rel=1e-5)
+    assert sum(on_tbf) != pytest.approx(sum(bare), rel=1e-3)  # the framing moves the prediction
+    # a shaped capture's cross-prediction is the same with the framing named or left to its default
+    shaped = ddlsim.replay(paths[("100Mbps", 0)], bandwidth="1Gbps")
+    assert ddlsim.replay(paths[("100Mbps", 0)], bandwidth="1Gbps", wire="tbf").iteration_time_s == shaped.iteration_time_s
+
+
 @pytest.mark.parametrize("args, message", [
     (["--captures", "{tmp}/nowhere"], "--captures {tmp}/nowhere: not a directory"),
     (["--captures", "{tmp}/empty"], "--captures {tmp}/empty: no DDP or PS captures found"),

@@ -13,7 +13,11 @@ with ``ddlsim capture`` (or taken from existing captures, ``--captures``).
   optimizer step, buckets, gamma and shaped link rate).
 * **cross-prediction**: each capture of a job and model replayed at the rate
   of another shaped link of the same job and model (``--bandwidth``), and
-  compared with the captures made there.
+  compared with the captures made there. That link is a tbf-shaped veth (how
+  capture shapes), so the replay describes it so (``--wire tbf``: its headers
+  and its token bucket) whatever link the capture itself ran on; a shaped
+  capture gets that by default, an unshaped one would otherwise be replayed on
+  a bare link of that rate.
 
 Writes into ``--out`` (a new or empty directory): ``captures/`` (when it
 captures), ``cases.csv`` (one row per case and prediction), ``runs.csv`` (one
@@ -119,12 +123,13 @@ def _measure(path: Path) -> dict[str, Any]:
 
 
 def _predict(path: Path, bandwidth: Optional[str] = None, idle_curve: Any = None) -> dict[str, Any]:
-    """The replay of one capture (``ddlsim replay PATH [--bandwidth B]``): its mean iteration (what
+    """The replay of one capture (``ddlsim replay PATH [--bandwidth B --wire tbf]``): its mean iteration (what
     ``ddlsim replay`` prints), its per-iteration times and breakdown."""
     from .analyze.breakdown import iteration_arrays
     from .api import replay
 
-    kw: dict[str, Any] = {"bandwidth": bandwidth} if bandwidth else {}
+    # a cross-prediction's link is one capture shaped (tbf on a veth): its framing, whatever the capture's own link
+    kw: dict[str, Any] = {"bandwidth": bandwidth, "wire": "tbf"} if bandwidth else {}
     if idle_curve is not None and _job_of(path) == "ddp":
         kw["idle_curve"] = idle_curve  # a curve (dict) or False (none) for the DDP captures
     result = replay(path, **kw)

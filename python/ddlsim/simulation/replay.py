@@ -544,9 +544,10 @@ def _idle_wake(path: Path, meta: dict[str, Any], given: Any,
 
 
 def _unbound_call_cost(scenario: Scenario, rows: Callable[[], Any]) -> tuple[Scenario, Optional[str]]:
-    """A DDP capture whose shaped link did not bind, replayed at another rate: each all-reduce call also costs what
-    it cost the capturing machine while training (:func:`ddlsim.simulation.overheads.unbound_call_cost`), spread over
-    the ring's 2 (N - 1) steps as latency. Unchanged, with no note, for any other capture."""
+    """A DDP capture whose link did not bind (unshaped, or shaped with a token bucket that held its bytes), replayed
+    at another rate: each all-reduce call also costs what it cost the capturing machine while training
+    (:func:`ddlsim.simulation.overheads.unbound_call_cost`), spread over the ring's 2 (N - 1) steps as latency.
+    Unchanged, with no note, for any other capture."""
     from .overheads import unbound_call_cost
 
     log = rows()
@@ -557,7 +558,7 @@ def _unbound_call_cost(scenario: Scenario, rows: Callable[[], Any]) -> tuple[Sce
     latency = round(scenario.network.latency_ns + found["call_ns"] / steps)
     note = (f"replay: + {found['call_ns'] / 1e3:.4g} us per all-reduce call ({found['call_ns'] / steps / 1e3:.4g} us "
             f"per ring step, latency {latency / 1e3:.6g} us): what each call cost the capturing machine while "
-            f"training, beyond the link model, where its shaped link did not bind (the mean of "
+            f"training, beyond the link model, where its link did not bind (the mean of "
             f"{found['iterations']} counted iterations); --no-overheads leaves it out")
     return with_overrides(scenario, {"latency": f"{latency}ns"}), note
 
