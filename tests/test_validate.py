@@ -79,19 +79,26 @@ def test_existing_captures_give_byte_identical_reports(quick, tmp_path):
     assert not (tmp_path / "a" / "captures").exists()  # it took the captures, it made none
 
 
-def test_cross_prediction_is_the_replay_at_the_other_links_rate(tmp_path):
-    """Hand-built shaped captures at 1 Gbit/s and 100 Mbit/s (2 repeats each): the cross row 1000Mbps -> 100Mbps
-    predicts with `ddlsim replay CAPTURE --bandwidth 100Mbps` and compares with the 100 Mbit/s captures' measured mean."""
+def validated_grid(tmp_path, links):
+    """Hand-built DDP captures (2 repeats per link, "unshaped" or a rate) under tmp_path/captures, validated into
+    tmp_path/out: ({(link, repeat): path}, {(kind, captured link, predicted link): cases.csv row})."""
     captures = tmp_path / "captures"
     paths = {}
-    for link in ("1000Mbps", "100Mbps"):
+    for link in links:
         for repeat in range(2):
             (captures / f"{link}-{repeat}").mkdir(parents=True)
             paths[(link, repeat)], *_ = synthetic_capture(captures / f"{link}-{repeat}" / "events.parquet", workers=2,
-                                                          bandwidth=link, rng_seed=repeat)
+                                                          bandwidth=None if link == "unshaped" else link,
+                                                          rng_seed=repeat)
     result = CliRunner().invoke(app, ["validate", "--captures", str(captures), "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    cases = {(c["kind"], c["captured_link"], c["predicted_link"]): c for c in rows(tmp_path / "out" / "cases.csv")}
+    return paths, {(c["kind"], c["captured_link"], c["predicted_link"]): c for c in rows(tmp_path / "out" / "cases.csv")}
+
+
+def test_cross_prediction_is_the_replay_at_the_other_links_rate(tmp_path):
+    """Hand-built shaped captures at 1 Gbit/s and 100 Mbit/s (2 repeats each): the cross row 1000Mbps -> 100Mbps
+    predicts with `ddlsim replay CAPTURE --bandwidth 100Mbps` and compares with the 100 Mbit/s captures' measured mean."""
+    paths, cases = validated_grid(tmp_path, ("1000Mbps", "100Mbps"))
     assert sorted(cases) == [("cross", "1000Mbps", "100Mbps"), ("cross", "100Mbps", "1000Mbps"),
                              ("self", "1000Mbps", "1000Mbps"), ("self", "100Mbps", "100Mbps")]
     cross = cases[("cross", "1000Mbps", "100Mbps")]
@@ -115,17 +122,7 @@ def test_an_unshaped_capture_is_cross_predicted_on_the_shaped_links_framing(tmp_
     """The cross row unshaped -> 100Mbps compares with captures made on a tbf-shaped veth, so the unshaped captures
     are replayed on that link (`--bandwidth 100Mbps --wire tbf`: its headers and token bucket), as a shaped capture
     is by default; before, they were replayed on a bare 100 Mbit/s link (no headers), which over-predicted."""
-    captures = tmp_path / "captures"
-    paths = {}
-    for link in ("unshaped", "100Mbps"):
-        for repeat in range(2):
-            (captures / f"{link}-{repeat}").mkdir(parents=True)
-            paths[(link, repeat)], *_ = synthetic_capture(captures / f"{link}-{repeat}" / "events.parquet", workers=2,
-                                                          bandwidth=None if link == "unshaped" else link,
-                                                          rng_seed=repeat)
-    result = CliRunner().invoke(app, ["validate", "--captures", str(captures), "--out", str(tmp_path / "out")])
-    assert result.exit_code == 0, result.output
-    cases = {(c["kind"], c["captured_link"], c["predicted_link"]): c for c in rows(tmp_path / "out" / "cases.csv")}
+    paths, cases = validated_grid(tmp_path, ("unshaped", "100Mbps"))
     cross = cases[("cross", "unshaped", "100Mbps")]
     on_tbf = [ddlsim.replay(paths[("unshaped", r)], bandwidth="100Mbps", wire="tbf").iteration_time_s * 1e3
               for r in range(2)]
