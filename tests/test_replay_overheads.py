@@ -193,3 +193,16 @@ def test_a_ps_capture_takes_half_its_rpc_round_trip_as_the_message_latency(tmp_p
     assert r.scenario.strategy.kind == "ps" and r.scenario.network.latency_ns == 450_000
     assert any(n.startswith("replay: latency 450000ns per message = half the capture's 4-byte RPC round trip")
                for n in r.notes), r.notes
+
+
+@pytest.mark.parametrize("facts, noted", [({"processes": 3, "host_cores": 2}, True), ({"processes": 2, "host_cores": 2}, False),
+                                          ({"processes": 4, "host_cores": 16}, False), ({}, False),
+                                          ({"processes": "3", "host_cores": 2}, False)])
+def test_a_capture_with_more_processes_than_cores_is_noted_as_sharing_them(facts, noted):
+    """Only a capture that records more processes than cores gets the shared-cores note (and says how many)."""
+    from ddlsim.simulation.replay import shared_cores_note
+
+    note = shared_cores_note({"source": "capture", "job": "ps", **facts})
+    assert (note is not None) == noted
+    if noted:
+        assert note.startswith("replay: the capture ran 3 processes on 2 cores of one host")

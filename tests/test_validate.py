@@ -69,6 +69,23 @@ def test_quick_writes_the_report_and_its_numbers_are_replay_and_iteration_mean(q
     assert {r["counted"] for r in iterations} == {"True", "False"}  # the warm-up iteration is listed, not counted
 
 
+def test_quick_records_each_captures_processes_and_cores_and_flags_shared_cores(quick):
+    """Each real capture records how many processes it ran and how many cores they could use (this process's
+    affinity, which they inherit); a case whose processes outnumber the cores (PS: 2 workers and a server, 3 on a
+    2-core machine) is flagged in the report and in its replay's notes, one that fits is not."""
+    out, text = quick
+    cores = len(os.sched_getaffinity(0))
+    cases = rows(out / "cases.csv")
+    assert {(c["job"], c["processes"], c["host_cores"]) for c in cases} == {("ddp", "2", str(cores)),
+                                                                           ("ps", "3", str(cores))}
+    flagged = [line.split(" ran ")[0] for line in text.splitlines() if line.startswith("shared cores:")]
+    assert flagged == [f"shared cores: {job} lenet5" for job, n in (("ddp", 2), ("ps", 3)) if n > cores]
+    for run in rows(out / "runs.csv"):
+        notes = ddlsim.replay(run["capture"]).notes
+        processes = 2 if run["job"] == "ddp" else 3
+        assert any("processes on" in n and "took turns" in n for n in notes) == (processes > cores)
+
+
 def test_existing_captures_give_byte_identical_reports(quick, tmp_path):
     out, _ = quick
     for name in ("a", "b"):

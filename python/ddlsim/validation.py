@@ -220,6 +220,15 @@ def _stats(values: list[float]) -> dict[str, float]:
             "spread_pct": float((v.max() - v.min()) / mean * 100) if len(v) > 1 and mean > 0 else 0.0}
 
 
+def _cores(captures: list[Capture]) -> dict[str, Any]:
+    """The most processes and the fewest cores any of `captures` ran with on its host (``processes``,
+    ``host_cores`` in their metadata; "" where a capture does not record them)."""
+    found = [(m.get("processes"), m.get("host_cores")) for m in (c.measured["metadata"] for c in captures)]
+    if not found or any(not isinstance(p, int) or not isinstance(k, int) for p, k in found):
+        return {"processes": "", "host_cores": ""}
+    return {"processes": max(p for p, _ in found), "host_cores": min(k for _, k in found)}
+
+
 def evaluate(captures: list[Capture], progress: Callable[[str], None],
              idle_curve: Any = None) -> dict[str, list[dict[str, Any]]]:
     """Measures and replays every capture (self), and every capture at every other shaped link of its job and
@@ -256,7 +265,8 @@ def evaluate(captures: list[Capture], progress: Callable[[str], None],
                    "repeats_captured": len(members), "repeats_measured": len(measured_at),
                    "measured_ms": m["mean"], "measured_std_ms": m["std"], "measured_spread_pct": m["spread_pct"],
                    "predicted_ms": p["mean"], "predicted_spread_pct": p["spread_pct"], "error_pct": error,
-                   "goal_pct": goal, "within_goal": abs(error) <= goal, "goal_above_spread": goal > m["spread_pct"]}
+                   "goal_pct": goal, "within_goal": abs(error) <= goal, "goal_above_spread": goal > m["spread_pct"],
+                   **_cores([*members, *measured_at])}
             for part in PARTS:
                 name = part.replace("_s", "")
                 row[f"measured_{name}_ms"] = sum(c.measured[part] for c in measured_at) / len(measured_at) * 1e3
@@ -324,7 +334,7 @@ def _html(cases: list[dict[str, Any]], command: str) -> str:
     columns = ["job", "model", "kind", "captured_link", "predicted_link", "repeats_measured", "measured_ms",
                "measured_spread_pct", "predicted_ms", "error_pct", "goal_pct", "within_goal", "measured_compute_ms",
                "predicted_compute_ms", "measured_exposed_communication_ms", "predicted_exposed_communication_ms",
-               "measured_idle_ms", "predicted_idle_ms"]
+               "measured_idle_ms", "predicted_idle_ms", "processes", "host_cores"]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(f'{r[c]:.4g}' if isinstance(r[c], float) else str(r[c]))}</td>"
                                     for c in columns) + "</tr>\n" for r in cases)
@@ -424,4 +434,10 @@ def format_cases(cases: list[dict[str, Any]]) -> str:
             f"{c['error_pct']:+7.1f}% {c['goal_pct']:4.0f}%{'' if c['within_goal'] else '!'} "
             f"{c['measured_compute_ms']:.1f} / {c['measured_exposed_communication_ms']:.1f} / {c['measured_idle_ms']:.1f} | "
             f"{c['predicted_compute_ms']:.1f} / {c['predicted_exposed_communication_ms']:.1f} / {c['predicted_idle_ms']:.1f}")
+    shared = sorted({(c["job"], c["model"], c["processes"], c["host_cores"]) for c in cases
+                     if isinstance(c.get("processes"), int) and isinstance(c.get("host_cores"), int)
+                     and c["processes"] > c["host_cores"]})
+    for job, model, processes, cores in shared:
+        lines.append(f"shared cores: {job} {model} ran {processes} processes on {cores} cores, which the replay does not "
+                     "simulate (docs/validation.md)")
     return "\n".join(lines)

@@ -37,7 +37,7 @@ def run_ddp_capture(config: dict, workers: int, out: Path, *, timeout_s: float =
 
 def _run(config: dict, workers: int, out: Path, timeout_s: float, bandwidth_bps: Optional[float],
          on_note: Optional[Callable[[str], None]]):
-    from .launch import CaptureError, launch_local
+    from .launch import CaptureError, host_facts, launch_local
 
     prepare_out_dir(out)
     config = {**config, "merge": False}
@@ -61,4 +61,4 @@ def _run(config: dict, workers: int, out: Path, timeout_s: float, bandwidth_bps:
             raise DdlsimError(f"{failure}\nno rank recorded anything, so there is no trace to merge") from None
         raise DdlsimError(f"{out}: the capture finished but no rank wrote a file; see {out / 'logs'}")
     shaped = {} if bandwidth_bps is None else {"bandwidth": f"{bandwidth_bps / 1e6:g}Mbps"}
-    return merge_ddp(out, metadata=shaped), failure
+    return merge_ddp(out, metadata={**shaped, **host_facts(workers)}), failure

@@ -116,6 +116,18 @@ class RankResult:
     stderr_tail: str
 
 
+def host_facts(processes: int) -> dict:
+    """What a capture launched on this one machine records of it: ``processes`` (the rank processes it ran side by
+    side) and ``host_cores`` (the cores they could run on: this process's CPU affinity, which they inherit, e.g.
+    under ``taskset``). More processes than cores take turns on the cores, which replay does not simulate
+    (:func:`ddlsim.simulation.replay.shared_cores_note`)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform
+        cores = os.cpu_count() or 0
+    return {"processes": int(processes), "host_cores": int(cores)}
+
+
 def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *, timeout_s: float = 600.0,
                  grace_s: float = 5.0, env: Optional[dict] = None, wrap: Optional[Callable[[int, list[str]], list[str]]] = None,
                  master_addr: str = "127.0.0.1", on_poll: Optional[Callable[[], None]] = None) -> list[RankResult]:

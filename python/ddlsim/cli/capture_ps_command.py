@@ -53,7 +53,7 @@ def ps(
     """Run a parameter-server job over torch.distributed.rpc (TCP) and record every RPC as an event log."""
     from contextlib import ExitStack
 
-    from ..capture.launch import CaptureError, launch_local
+    from ..capture.launch import CaptureError, host_facts, launch_local
     from ..capture.merge import merge_capture
     from ..capture.outdir import capture_dir
     from ..capture.ps import metadata, ps_config
@@ -77,6 +77,7 @@ def ps(
             err.print(f"error: {exc}\nmerging what the ranks recorded into a partial trace", highlight=False)
         stack.close()  # the links go before the merge
         extra = {"bandwidth": bandwidth} if bandwidth else {}
+        extra.update(host_facts(world))
         cost = _server_cost(counts, connection_requests, out_dir, timeout) if counts and failure is None else None
         if cost is not None:
             extra["server_cost"] = cost

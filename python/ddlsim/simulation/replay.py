@@ -158,6 +158,9 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     training = _training_rate(scenario, rows) if own else None
     if not ((measured or training is not None) and origin is None):  # an unshaped capture's measured rate is no assumption
         notes.append(_bandwidth_note(scenario, overrides, origin))
+    shared = shared_cores_note(meta)
+    if shared:
+        notes.append(shared)
     if scenario.model.overheads:
         notes.append(_overheads_note(rows, scenario))
     if meta.get("layer_every", 1) != 1:  # a capture with sampled layer rows (capture ddp --layer-every K)
@@ -608,6 +611,20 @@ def tbf_burst_factor(meta: dict[str, Any], rate_bps: float, fraction: float, wor
     return factor, (f"; x {factor:.5g} for tbf's {burst}-byte token bucket, full after the forward pass: of the "
                     f"{wire:.0f} wire bytes a rank sends per iteration the first {burst} pass at once"
                     + (" (all of them: the shaping does not bind, the unshaped default rate is used)" if factor == cap else ""))
+
+
+def shared_cores_note(meta: dict[str, Any]) -> Optional[str]:
+    """A capture that ran more processes than its host had cores (``processes`` and ``host_cores`` in its metadata,
+    :func:`ddlsim.capture.launch.host_facts`): a note that its processes took turns on the cores, which the replay
+    does not simulate; None otherwise (or for a log that does not record them)."""
+    processes, cores = meta.get("processes"), meta.get("host_cores")
+    if not (isinstance(processes, int) and isinstance(cores, int)) or isinstance(processes, bool) or cores <= 0 \
+            or processes <= cores:
+        return None
+    return (f"replay: the capture ran {processes} processes on {cores} cores of one host, so they took turns on the "
+            "cores; the replay does not simulate that (its ranks compute side by side, each as fast as measured), so "
+            "where a capture's process waited for a core (an idle worker, a stalled message) it predicts too little "
+            "(docs/validation.md)")
 
 
 def _bandwidth_note(scenario: Scenario, overrides: dict[str, Any], origin: Optional[str]) -> str:
