@@ -243,3 +243,11 @@ def test_only_measure_idle_curve_has_the_ddp_captures_measure_their_curve(tmp_pa
     v.capture_grid(tmp_path / "b", measure_idle_curve=True, **grid)
     flags = [(cmd[cmd.index("capture") + 1], "--idle-curve" in cmd) for cmd in seen]
     assert flags == [("ddp", False), ("ps", False), ("ddp", True), ("ps", False)]
+
+
+def test_four_workers_only_where_each_process_has_a_core_and_one_is_spare():
+    """The issue's grid: 2 workers, 4 where the machine has a core per rank and one to spare. A PS capture of 4
+    workers runs 5 processes (its server too), so 4 workers need 6 cores; 5 leave no core to spare."""
+    from ddlsim.validation import default_workers
+
+    assert [default_workers(cores) for cores in (1, 2, 4, 5, 6, 16)] == [2, 2, 2, 2, 4, 4]

@@ -350,9 +350,16 @@ def _html(cases: list[dict[str, Any]], command: str) -> str:
             "<img src=\"errors.png\" alt=\"error per case\"></p>\n</body></html>\n")
 
 
+def default_workers(cores: int) -> int:
+    """Worker ranks per capture when none are given: 4 where the machine has a core for each process (4 workers,
+    and a PS capture's server) and one to spare, else 2 (a capture's processes then share cores, which replay does
+    not simulate: see ``shared cores`` in the report)."""
+    return 4 if cores >= 4 + 1 + 1 else 2
+
+
 def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: bool = False,
              jobs: Optional[list[str]] = None, models: Optional[list[str]] = None, links: Optional[list[str]] = None,
-             repeats: int = 3, iterations: int = 5, workers: int = 2, timeout_s: float = 600.0, idle_curve: Any = None,
+             repeats: int = 3, iterations: int = 5, workers: Optional[int] = None, timeout_s: float = 600.0, idle_curve: Any = None,
              measure_idle_curve: bool = False, command: str = "ddlsim validate", progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
     """Runs the validation (module docstring) into `out`, a new or empty directory. Returns the three tables."""
     from .safe_io import check_directory_target
@@ -365,6 +372,14 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
     if quick:
         jobs, models, links, repeats = jobs or ["ddp", "ps"], models or ["lenet5"], links or ["unshaped"], 1
         iterations = min(iterations, 4)
+        workers = workers or 2
+    if workers is None and captures is None:
+        from .capture.launch import host_facts
+
+        cores = host_facts(0)["host_cores"]
+        workers = default_workers(cores)
+        say(f"{workers} workers per capture ({cores} cores{': a core per process and one to spare' if workers > 2 else ''})")
+    workers = workers or 2
     jobs, models = jobs or list(JOBS), models or ["lenet5", "resnet18"]
     links = [link_label(x) if x != "unshaped" else x for x in (links or list(LINKS))]
     for job in jobs:

@@ -878,7 +878,9 @@ def validate(
         None, "--links", help="Comma-separated: unshaped and/or rates, e.g. unshaped,1Gbps,100Mbps (the default; rates need root)."),
     repeats: int = typer.Option(3, "--repeats", help="Captures per case (mean and spread)."),
     iterations: int = typer.Option(5, "--iterations", "-i", help="Training iterations per capture (the first is a warm-up)."),
-    workers: int = typer.Option(2, "--workers", "-n", help="Worker ranks per capture."),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", "-n", help="Worker ranks per capture (default: 4 where the machine has a core for each "
+        "process, a PS server's too, and one to spare; else 2; --quick: 2)."),
     idle_curve: Optional[Path] = typer.Option(
         None, "--idle-curve", help="Replay the DDP captures with this idle curve (a benchmarks/idle_wake.py --out CSV) "
         "in place of their own (docs/validation.md, compute after a wait)."),
