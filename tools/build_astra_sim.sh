@@ -58,9 +58,15 @@ done
 case "$TARGET" in congestion_unaware|congestion_aware|all) ;; *) die "--target must be congestion_unaware, congestion_aware or all, not '$TARGET'" ;; esac
 [[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || die "--jobs must be a positive integer, not '$JOBS'"
 [[ "$COMMIT" =~ ^[0-9a-fA-F]{7,40}$ ]] || die "--commit must be a commit SHA (7 to 40 hex digits), not '$COMMIT'"
-for tool in git cmake protoc c++; do
-    command -v "$tool" >/dev/null || die "'$tool' not found (Debian: apt-get install git cmake g++ protobuf-compiler libprotobuf-dev)"
-done
+# git reads the sources; the build tools are checked once the sources are there (a missing mirror or commit is
+# reported first, whatever this machine has installed)
+need_tools() {
+    local tool
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null || die "'$tool' not found (Debian: apt-get install git cmake g++ protobuf-compiler libprotobuf-dev)"
+    done
+}
+need_tools git
 
 # a GitHub URL (https or ssh form) -> the local mirror DIR/<owner>+<name>/repo when --mirror-root is given
 resolve() {
@@ -118,6 +124,7 @@ else
     fi
 fi
 
+need_tools cmake protoc c++
 # chakra's protobuf schema -> C++ (what ASTRA-sim's build/astra_analytical/build.sh does first)
 PROTO="$SRC/extern/graph_frontend/chakra/schema/protobuf"
 if [[ ! -f "$PROTO/et_def.pb.cc" || ! -f "$PROTO/et_def.pb.h" ]]; then
