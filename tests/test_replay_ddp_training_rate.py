@@ -28,9 +28,10 @@ def _layer_rows(rows: list, it: int, rank: int, now: int, fwd: int, bwd: int) ->
             now += duration
     return now
 
-def one_bucket_capture(path, durations, *, workers=2, gamma=0.0, bandwidth="100Mbps", small=SMALL_NS):
+def one_bucket_capture(path, durations, *, workers=2, gamma=0.0, bandwidth="100Mbps", small=SMALL_NS, hosts=None):
     """lenet5 on `workers` ranks with all its gradients in one bucket, launched after conv1's backward on every rank
-    at once; in iteration i the all-reduce takes durations[i] ns. Every other row is the same on every rank."""
+    at once; in iteration i the all-reduce takes durations[i] ns. Every other row is the same on every rank.
+    `hosts`: each rank's host name in the metadata (none by default)."""
     tensors = ddlsim.load_model("lenet5").tensors
     total = sum(x.bytes for x in tensors)
     fwd, bwd = 300 * US, 500 * US
@@ -50,7 +51,8 @@ def one_bucket_capture(path, durations, *, workers=2, gamma=0.0, bandwidth="100M
     params = [{"name": x.name, "elements": x.elements, "bytes": x.bytes} for x in tensors]
     buckets = [{"bucket": 0, "group": 0, "tensors": list(range(len(tensors)))[::-1], "bytes": total}]
     meta = {"source": "capture", "job": "ddp", "model": "lenet5", "bucket_cap_mb": 25, "parameters": params,
-            "buckets": buckets, "ranks": {str(r): {} for r in range(workers)}, "workers": workers,
+            "buckets": buckets, "ranks": {str(r): {} if hosts is None else {"host": hosts[r]} for r in range(workers)},
+            "workers": workers,
             "allreduce_small_ns": float(small), "allreduce_step_ns": small / (2 * (workers - 1)),
             "allreduce_rate_bps": 91e6, "allreduce_rate_sizes": [2 << 20, 8 << 20]}
     if gamma:
@@ -133,11 +135,12 @@ def test_where_the_link_did_not_bind_each_call_costs_its_measured_excess_at_anot
     """LeNet-5's 246,824-byte bucket on 2 ranks at 1 Gbit/s: a rank's 258,080 wire bytes fit in tbf's 500,000-byte
     bucket, so the link model gives the all-reduce 2 steps of latency and the bytes at the unshaped 10 Gbit/s plus
     the reduction (gamma M / 2); the rest of the measured time is per call, and a replay at 100 Mbit/s adds it.
-    An unshaped capture's loopback holds no byte back either: the same (before, it got no per-call cost)."""
+    An unshaped capture whose ranks ran on one host (its loopback) holds no byte back either: the same (before, it
+    got no per-call cost)."""
     durations = [9_000 * US, 5_000 * US, 8_000 * US, 6_000 * US, 7_000 * US, 4_000 * US]
     gamma = 0.5
     path = tmp_path / "c.parquet"
-    log, total = one_bucket_capture(path, durations, gamma=gamma, bandwidth=bandwidth)
+    log, total = one_bucket_capture(path, durations, gamma=gamma, bandwidth=bandwidth, hosts=["vm", "vm"])
     call = np.mean(durations[1:]) - 2 * (SMALL_NS // 2) - total * (8e9 / 10e9 + gamma / 2)
     found = unbound_call_cost(log, log.metadata)
     assert found["call_ns"] == pytest.approx(call, rel=1e-12) and found["iterations"] == 5
@@ -148,6 +151,18 @@ def test_where_the_link_did_not_bind_each_call_costs_its_measured_excess_at_anot
     assert any(n.startswith(f"replay: + {call / 1e3:.4g} us per all-reduce call") for n in notes)
     # a --latency given is kept as given
     assert replay_plan(path, bandwidth="100Mbps", latency="50us")[0].network.latency_ns == 50_000
+
+
+@pytest.mark.parametrize("hosts", [["node0", "node1"], None, ["vm", None]])
+def test_an_unshaped_capture_across_hosts_or_of_unknown_hosts_takes_no_per_call_cost(tmp_path, hosts):
+    """Ranks on two hosts talked over a real network whose rate the capture does not record: the busy time beyond
+    the 10 Gbit/s model may be that network's own per-byte time, which carried per call would count its bytes twice
+    at another rate. A log that does not say every rank's host is treated alike."""
+    path = tmp_path / "c.parquet"
+    log, _ = one_bucket_capture(path, [9_000 * US, 5_000 * US, 8_000 * US, 6_000 * US, 7_000 * US, 4_000 * US],
+                                bandwidth=None, hosts=hosts)
+    assert unbound_call_cost(log, log.metadata) is None
+    assert not any("per all-reduce call" in n for n in replay_plan(path, bandwidth="1Gbps")[1])
 
 
 def test_where_the_link_bound_no_per_call_cost_is_taken(tmp_path):

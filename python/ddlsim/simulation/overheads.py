@@ -345,7 +345,8 @@ def unbound_call_cost(log, metadata: dict[str, Any] | None = None) -> dict[str, 
     """What each all-reduce call of a DDP capture cost the machine while training, where its link did not bind
     (docs/validation.md). When a rank's wire bytes per iteration fit in tbf's token bucket
     (``default_burst_bytes``, as :func:`ddlsim.simulation.replay.tbf_burst_factor` has it: LeNet-5 at 1 Gbit/s),
-    or the capture was not shaped (loopback: no rate holds a byte back either), the link passes them at once, so
+    or the capture was not shaped and ran on one host (loopback: no rate holds a byte back either), the link
+    passes them at once, so
     the all-reduce's measured busy time less what the link model gives it
     (2 (N - 1) steps of the 4-byte all-reduce's latency, and the bytes at the unshaped default rate with the
     reduction cost) is the machine's and the library's:
@@ -355,7 +356,9 @@ def unbound_call_cost(log, metadata: dict[str, Any] | None = None) -> dict[str, 
     busy time holds the link's own shortfall, which one capture cannot tell apart from this cost) or without the
     points. An unshaped capture's loopback and a shaped capture's veth that did not bind move the bytes through
     the same kernel path on the same cores: what both cost beyond the link model is taken alike (on a quiet 2-core
-    machine LeNet-5's bucket took 2.2 ms unshaped and 2.3 ms at 1 Gbit/s)."""
+    machine LeNet-5's bucket took 2.2 ms unshaped and 2.3 ms at 1 Gbit/s). Only where every rank ran on one host
+    (``host`` of each of the metadata's ``ranks``): across hosts an unshaped capture ran on a network whose rate it
+    does not record, and the busy time beyond the model may be that network's per-byte time."""
     from ..analyze.allreduce_fit import allreduce_points
     from ..capture.shaping import default_burst_bytes
     from ..units import parse_bandwidth
@@ -369,8 +372,15 @@ def unbound_call_cost(log, metadata: dict[str, Any] | None = None) -> dict[str, 
         return None
     total = sum(int(b.get("bytes", 0)) for b in meta.get("buckets") or [] if isinstance(b, dict))
     wire = 2 * (workers - 1) / workers * total / wire_fraction("tbf")
-    if total <= 0 or (meta.get("bandwidth") and wire > default_burst_bytes(parse_bandwidth(str(meta["bandwidth"])))):
-        return None  # the shaping binds
+    if total <= 0:
+        return None
+    if meta.get("bandwidth"):
+        if wire > default_burst_bytes(parse_bandwidth(str(meta["bandwidth"]))):
+            return None  # the shaping binds
+    else:  # unshaped: loopback only where every rank ran on one host (across hosts: a network of unknown rate)
+        hosts = [r.get("host") if isinstance(r, dict) else None for r in (meta.get("ranks") or {}).values()]
+        if len(hosts) < 2 or None in hosts or len(set(hosts)) != 1:
+            return None
     unshaped = Scenario().network.bandwidth_bps
     points = [p for p in allreduce_points(log, meta) if p[1] > 4]
     if not points:
