@@ -374,9 +374,9 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
         iterations = min(iterations, 4)
         workers = workers or 2
     if workers is None and captures is None:
-        from .capture.launch import host_facts
+        from .capture.launch import host_cores
 
-        cores = host_facts(0)["host_cores"]
+        cores = host_cores()
         workers = default_workers(cores)
         say(f"{workers} workers per capture ({cores} cores{': a core per process and one to spare' if workers > 2 else ''})")
     workers = workers or 2

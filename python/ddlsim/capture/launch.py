@@ -116,16 +116,20 @@ class RankResult:
     stderr_tail: str
 
 
+def host_cores() -> int:
+    """The cores the ranks this process launches can run on: its CPU affinity, which they inherit (e.g. under
+    ``taskset``); the machine's cores where there is no affinity."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 0
+
+
 def host_facts(processes: int) -> dict:
     """What a capture launched on this one machine records of it: ``processes`` (the rank processes it ran side by
-    side) and ``host_cores`` (the cores they could run on: this process's CPU affinity, which they inherit, e.g.
-    under ``taskset``). More processes than cores take turns on the cores, which replay does not simulate
-    (:func:`ddlsim.simulation.replay.shared_cores_note`)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # no affinity on this platform
-        cores = os.cpu_count() or 0
-    return {"processes": int(processes), "host_cores": int(cores)}
+    side) and ``host_cores`` (:func:`host_cores`). More processes than cores take turns on the cores, which replay
+    does not simulate (:func:`ddlsim.simulation.replay.shared_cores_note`)."""
+    return {"processes": int(processes), "host_cores": int(host_cores())}
 
 
 def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *, timeout_s: float = 600.0,
