@@ -33,6 +33,10 @@ from typing import Any, Iterable, Optional
 
 ID_SHIFT = 32
 FILE_SUFFIX = ".rank.jsonl"
+# the keys every row starts with; a field of the same name goes through the general encoder (it replaces the value)
+_ROW_KEYS = frozenset({"id", "kind", "op", "start_ns", "end_ns", "deps", "ready_ns"})
+_PENDING_LINES = 1024  # rows held before they are written without a flush (a job that never flushes)
+_STRINGS = 4096  # string values whose JSON is kept (layer and tensor names)
 
 
 def now_ns() -> int:
@@ -64,6 +68,9 @@ class RankRecorder:
         self._rows = 0
         self._before_close: list = []
         self._encode = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps's bytes, without a new encoder per row
+        self._templates: dict[tuple, Any] = {}  # (kind, op, has ready_ns, deps unknown, field names) -> row template
+        self._strings: dict[str, str] = {}  # a string field value -> its JSON
+        self._pending: list[str] = []  # rows formatted, written at the next flush (or when 1024 are held)
         self._file = open(self.path, "w", encoding="utf-8")
         header = {"rank": self.rank, "role": role, "host": host or socket.gethostname(), "pid": os.getpid(),
                   "clock": "monotonic_ns", "clock_offset_ns": int(clock_offset_ns), "started_ns": now_ns(), **(meta or {})}
@@ -88,34 +95,100 @@ class RankRecorder:
 
     def row(self, kind: str, op: str, start_ns: int, end_ns: int, *, ready_ns: Optional[int] = None,
             deps: Optional[Iterable[int]] = (), row_id: Optional[int] = None, **fields: Any) -> int:
-        """Records one row of this rank and returns its id. ``deps=None``: unknown."""
+        """Records one row of this rank and returns its id. ``deps=None``: unknown. The row is formatted now and
+        written at the next :meth:`flush` (as a buffered file write would hold it until then)."""
         rid = self.new_id() if row_id is None else int(row_id)
-        line = self.format_row(kind, op, start_ns, end_ns, ready_ns=ready_ns, deps=deps, row_id=rid, **fields)
-        with self._lock:
-            self._file.write(line + "\n")
-            self._rows += 1
+        pending = self._pending  # never rebound: list.append is atomic, _write_pending takes rows off its front
+        pending.append(self._format(kind, op, start_ns, end_ns, ready_ns, deps, rid, fields))
+        if len(pending) >= _PENDING_LINES:
+            with self._lock:
+                self._write_pending()
         return rid
 
     def format_row(self, kind: str, op: str, start_ns: int, end_ns: int, *, ready_ns: Optional[int] = None,
                    deps: Optional[Iterable[int]] = (), row_id: int, **fields: Any) -> str:
-        """The JSON line (without its newline) that :meth:`row` writes for these arguments."""
-        record = {"id": int(row_id), "kind": kind, "op": op, "start_ns": int(start_ns), "end_ns": int(end_ns),
-                  "deps": None if deps is None else [int(d) for d in deps]}
+        """The JSON line (without its newline) that :meth:`row` writes for these arguments: the bytes of
+        ``json.dumps`` (separators "," and ":") of ``{"id", "kind", "op", "start_ns", "end_ns", "deps"[, "ready_ns"],
+        **fields}``. Rows of one shape (kind, op, field names) share a template made once: a row then costs its
+        values' conversion, not an encoder call on a new dict."""
+        return self._format(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields)
+
+    def _format(self, kind: str, op: str, start_ns: int, end_ns: int, ready_ns: Optional[int],
+                deps: Optional[Iterable[int]], row_id: int, fields: dict) -> str:
+        key = (kind, op, ready_ns is not None, deps is None, *fields)
+        template = self._templates.get(key)
+        if template is None:
+            template = self._templates[key] = self._template(kind, op, ready_ns is not None, deps is None, fields)
+        if template is False:  # a field named like a row key: the general encoder keeps json's behaviour
+            record = {"id": int(row_id), "kind": kind, "op": op, "start_ns": int(start_ns), "end_ns": int(end_ns),
+                      "deps": None if deps is None else [int(d) for d in deps]}
+            if ready_ns is not None:
+                record["ready_ns"] = int(ready_ns)
+            record.update(fields)
+            return self._encode(record)
+        values = [int(row_id), int(start_ns), int(end_ns)]
+        if deps is not None:
+            values.append(",".join([str(int(d)) for d in deps]))
         if ready_ns is not None:
-            record["ready_ns"] = int(ready_ns)
-        record.update(fields)
-        return self._encode(record)
+            values.append(int(ready_ns))
+        strings, encode = self._strings, self._encode
+        for value in fields.values():
+            kind_of = type(value)
+            if kind_of is int:
+                values.append(value)
+            elif kind_of is str:
+                text = strings.get(value)
+                if text is None:
+                    text = encode(value)
+                    if len(strings) < _STRINGS:
+                        strings[value] = text
+                values.append(text)
+            else:  # floats, None, booleans, lists...: as json writes them
+                values.append(encode(value))
+        return template % tuple(values)
+
+    def _template(self, kind: str, op: str, ready: bool, unknown_deps: bool, fields) -> Any:
+        """The %-template of a row shape (see :meth:`format_row`), or False where a field shadows a row key."""
+        if _ROW_KEYS.intersection(fields):
+            return False
+        encode = self._encode
+
+        def literal(text: str) -> str:
+            return encode(text).replace("%", "%%")
+
+        parts = ['{"id":%s,"kind":', literal(kind), ',"op":', literal(op), ',"start_ns":%s,"end_ns":%s,"deps":',
+                 "null" if unknown_deps else "[%s]"]
+        if ready:
+            parts.append(',"ready_ns":%s')
+        for name in fields:
+            parts.append("," + literal(name) + ":%s")
+        parts.append("}")
+        return "".join(parts)
+
+    def _write_pending(self) -> None:
+        """Writes the rows held (the caller holds the lock). Takes them off the list's front in one step, so a row
+        another thread appends meanwhile stays for the next write."""
+        pending = self._pending
+        n = len(pending)
+        if n:
+            lines = pending[:n]
+            del pending[:n]
+            self._file.write("\n".join(lines) + "\n")
+            self._rows += n
 
     def write_lines(self, lines: list[str]) -> None:
-        """Writes rows already formatted (one JSON line each, as :meth:`format_row` makes them) in one call."""
+        """Writes rows already formatted (one JSON line each, as :meth:`format_row` makes them) in one call, after
+        the rows held."""
         if not lines:
             return
         with self._lock:
+            self._write_pending()
             self._file.write("\n".join(lines) + "\n")
             self._rows += len(lines)
 
     def flush(self) -> None:
         with self._lock:
+            self._write_pending()
             self._file.flush()
 
     def close(self, **summary: Any) -> None:
@@ -130,6 +203,7 @@ class RankRecorder:
         with self._lock:
             if self._file.closed:
                 return
+            self._write_pending()
             self._write({"end": {"rows": self._rows, "ended_ns": now_ns(), **summary}})
             self._file.flush()
             os.fsync(self._file.fileno())
