@@ -168,3 +168,23 @@ def test_the_own_script_example_runs_and_writes_a_valid_log(tmp_path):
     coll = df[df.kind == "collective"]
     assert (coll.groupby(["rank", "iteration"]).bytes.sum() == (64 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10) * 4).all()
     assert set(df[df.op == "forward"].name) == {"0", "2", "4"}
+
+
+@pytest.mark.parametrize("cores, noted", [(1, True), (2, False)])
+def test_a_capture_with_more_ranks_than_cores_says_so_and_records_both(tmp_path, monkeypatch, cores, noted):
+    """2 ranks on a machine with `cores` cores (its affinity, stood in for): the capture notes that they take turns
+    on the cores where they outnumber them, records both counts, and replay repeats the note; with a core each, not."""
+    import ddlsim
+    import ddlsim.capture.launch as launch
+
+    monkeypatch.setattr(launch, "host_cores", lambda: cores)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["capture", "ddp", "--model", "lenet5", "--workers", "2", "--iterations", "2",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert ("note: 2 processes on 1 cores: they take turns on the cores" in text) == noted
+    meta = read_event_log(out / "events.parquet").metadata
+    assert (meta["processes"], meta["host_cores"]) == (2, cores)
+    notes = ddlsim.replay(out / "events.parquet").notes
+    assert any("ran 2 processes on 1 cores" in n for n in notes) == noted

@@ -125,6 +125,16 @@ def host_cores() -> int:
         return os.cpu_count() or 0
 
 
+def cores_note(processes: int) -> Optional[str]:
+    """A note for a capture about to run more processes than :func:`host_cores` (they will take turns on the cores,
+    which its times will show and replay does not simulate); None where every process has a core."""
+    cores = host_cores()
+    if cores <= 0 or processes <= cores:
+        return None
+    return (f"{processes} processes on {cores} cores: they take turns on the cores, which the captured times hold "
+            "and ddlsim replay does not simulate (docs/validation.md)")
+
+
 def host_facts(processes: int) -> dict:
     """What a capture launched on this one machine records of it: ``processes`` (the rank processes it ran side by
     side) and ``host_cores`` (:func:`host_cores`). More processes than cores take turns on the cores, which replay

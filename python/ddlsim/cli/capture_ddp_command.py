@@ -103,6 +103,11 @@ def ddp(
     sampled = "" if layer_every == 1 else f", layer rows on iteration 0 and every {layer_every}th from 1"
     err.print(f"capturing DDP {model}: {workers} ranks x {iterations} iterations, batch {batch_size}, "
               f"{image_size}x{image_size} images, {layout}{sampled} ...", highlight=False)
+    from ..capture.launch import cores_note
+
+    shared = cores_note(workers)
+    if shared:
+        err.print(f"note: {shared}", highlight=False)
     log, failure = run_ddp_capture(config, workers, out_dir, timeout_s=timeout, bandwidth_bps=rate,
                                    on_note=lambda note: err.print(f"note: {note}", highlight=False))
     target = out_dir / "events.parquet"

@@ -53,7 +53,7 @@ def ps(
     """Run a parameter-server job over torch.distributed.rpc (TCP) and record every RPC as an event log."""
     from contextlib import ExitStack
 
-    from ..capture.launch import CaptureError, host_facts, launch_local
+    from ..capture.launch import CaptureError, cores_note, host_facts, launch_local
     from ..capture.merge import merge_capture
     from ..capture.outdir import capture_dir
     from ..capture.ps import metadata, ps_config
@@ -67,6 +67,9 @@ def ps(
     if counts and connection_requests < max(counts):
         raise DdlsimError(f"--connection-requests {connection_requests} is fewer than {max(counts)} connections; give at least "
                           f"{max(counts)}")
+    shared = cores_note(world)
+    if shared:
+        err.print(f"note: {shared}", highlight=False)
     failure = None
     with capture_dir(out_dir) as out_dir, ExitStack() as stack:
         kwargs = _launch_kwargs(world, bandwidth, stack)
