@@ -67,12 +67,12 @@ def ps(
     if counts and connection_requests < max(counts):
         raise DdlsimError(f"--connection-requests {connection_requests} is fewer than {max(counts)} connections; give at least "
                           f"{max(counts)}")
-    shared = cores_note(world)
-    if shared:
-        err.print(f"note: {shared}", highlight=False)
     failure = None
     with capture_dir(out_dir) as out_dir, ExitStack() as stack:
         kwargs = _launch_kwargs(world, bandwidth, stack)
+        shared = cores_note(world)  # after the checks of --out and --bandwidth: a bad input stays one line
+        if shared:
+            err.print(f"note: {shared}", highlight=False)
         try:
             launch_local("ps", config, world, out_dir, timeout_s=timeout, **kwargs)
         except CaptureError as exc:
