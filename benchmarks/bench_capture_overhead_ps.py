@@ -20,14 +20,12 @@ the run-to-run noise the ratio must beat) and the mean per kind.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import socket
 import statistics
 import sys
 import tempfile
-import threading
 
 
 def _free_port() -> int:
@@ -39,7 +37,7 @@ def _free_port() -> int:
 def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain: bool, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     from ddlsim.capture import ps
-    from ddlsim.capture.recorder import ID_SHIFT, RankRecorder, now_ns
+    from ddlsim.capture.recorder import RankRecorder, now_ns
 
     ends: list[int] = []  # rank 0: the end of each iteration (its flush)
 
@@ -56,29 +54,14 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain: b
             if self._timing and self.rank == 0:
                 ends.append(now_ns())
 
-    class Quiet(RankRecorder):
+    class Quiet(Timed):
         """Keeps nothing: each row takes an id (the job's code passes ids on as deps), nothing is formatted or
-        written, no file is opened."""
-
-        def __init__(self, out_dir, rank, role, **kwargs):  # noqa: ARG002 (the recorder's signature)
-            self.rank = int(rank)
-            self._ids = itertools.count(1)
-            self._id_base = self.rank << ID_SHIFT
-            self._message_seq = 0
-            self._lock = threading.Lock()
-            self._before_close: list = []
+        written (its file holds only its header and end mark)."""
 
         def row(self, kind, op, start_ns, end_ns, *, ready_ns=None, deps=(), row_id=None, **fields) -> int:
             return self.new_id() if row_id is None else int(row_id)
 
         def write_lines(self, lines) -> None:
-            pass
-
-        def flush(self) -> None:
-            if self.rank == 0:
-                ends.append(now_ns())
-
-        def close(self, **summary) -> None:
             pass
 
     class NoLayers:
