@@ -45,6 +45,9 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+from gpu_setup import check_out, write_out  # the benchmarks' one way to write a result file
 
 
 def _rank(rank: int, args, port: int, out_dir: str, queue) -> None:
@@ -209,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--layer-every must be distinct positive integers, got {args.layer_every}")
     if args.block < 1 or args.warmup % args.block or args.iterations % args.block:
         parser.error(f"--block must be a positive divisor of --warmup and --iterations, got {args.block}")
+    if args.json and not check_out(Path(args.json), "--json"):  # before any run: a bad path costs nothing
+        return 2
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -265,9 +270,10 @@ def main(argv: list[str] | None = None) -> int:
                         "overhead_sampled_iterations_ratio_of_means": sampled_ratio}
     if args.json:
         first = report[_copy_name(args, args.layer_every[0])]  # the keys of a one-copy run, as before
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"args": vars(args), "device": device, "times_s": times, "cpu_times_s": cpu, **first,
-                       "copies": report}, fh, indent=1)
+        text = json.dumps({"args": vars(args), "device": device, "times_s": times, "cpu_times_s": cpu, **first,
+                           "copies": report}, indent=1)
+        if not write_out(Path(args.json), text, option="--json"):
+            return 2
     return 0
 
 

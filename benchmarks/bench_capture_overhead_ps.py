@@ -26,6 +26,7 @@ import socket
 import statistics
 import sys
 import tempfile
+from pathlib import Path
 
 
 def _free_port() -> int:
@@ -122,7 +123,12 @@ def main(argv=None) -> int:
         print("error: --iterations must exceed --warmup by 3 or more, --runs must be >= 1", file=sys.stderr)
         return 2
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    from gpu_setup import check_out
+
     from ddlsim.capture.ps import ps_config
+
+    if args.json and not check_out(Path(args.json), "--json"):  # before any run: a bad path costs nothing
+        return 2
 
     config = ps_config(model=args.model, workers=args.workers, servers=args.servers, iterations=args.iterations,
                        batch_size=args.batch_size, layer_every=args.layer_every, timeout_s=120.0)
@@ -146,8 +152,10 @@ def main(argv=None) -> int:
     print(f"capture overhead: {(medians['recorded'] / medians['plain'] - 1) * 100:+.2f} % (ratio of medians); "
           "target < 3 %")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"args": vars(args), "times_ms": runs}, fh)
+        from gpu_setup import write_out
+
+        if not write_out(Path(args.json), json.dumps({"args": vars(args), "times_ms": runs}), option="--json"):
+            return 2
     return 0
 
 

@@ -1,7 +1,7 @@
 """The set-up the device microbenchmarks share (benchmarks/conv_shapes.py, benchmarks/host_dispatch.py): torch on
 the named device, refused in one line when it is "cuda" and torch sees no GPU; cuDNN's autotuner off (PyTorch's
-default, as in benchmarks/gpu_layer_times.py) and the random generator seeded; and their one way to write a
-result file."""
+default, as in benchmarks/gpu_layer_times.py) and the random generator seeded; and their one way to check and
+write a result file (the capture-overhead benchmarks' --json too)."""
 from __future__ import annotations
 
 import sys
@@ -27,15 +27,29 @@ def torch_on(device: str, note: str = ""):
     return torch, torch.device(device), cuda
 
 
-def write_out(out: Path, text: str, **kwargs) -> bool:
+def check_out(out: Path, option: str = "--out") -> bool:
+    """Whether `out` may receive the result file (ddlsim's rule: a new or regular file, never a directory, a device, a
+    FIFO or an input); False after a one-line error. Checked before measuring, so a bad path costs no run."""
+    from ddlsim.errors import DdlsimError
+    from ddlsim.safe_io import check_file_target
+
+    try:
+        check_file_target(out, option=option)
+    except DdlsimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def write_out(out: Path, text: str, option: str = "--out", **kwargs) -> bool:
     """`text` as the file `out` through ddlsim's atomic write (a scratch folder beside it, renamed onto it; never
     onto a directory, a device, a FIFO or an input); False after a one-line error."""
     from ddlsim.errors import DdlsimError
     from ddlsim.safe_io import write_text_file
 
     try:
-        write_text_file(out, text, **kwargs)
+        write_text_file(out, text, option=option, **kwargs)
     except DdlsimError as exc:
-        print(f"error: --out {out}: {exc}", file=sys.stderr)
+        print(f"error: {option} {out}: {exc}", file=sys.stderr)
         return False
     return True

@@ -32,3 +32,26 @@ def test_too_few_iterations_are_refused():
     run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--iterations", "5", "--warmup", "5"],
                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "--iterations must exceed --warmup" in run.stderr
+
+
+@pytest.mark.parametrize("bench", ["bench_capture_overhead.py", "bench_capture_overhead_ps.py"])
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_json_path_that_is_not_a_file_is_refused_before_any_run_and_left_alone(tmp_path, bench, kind):
+    """The capture-overhead benchmarks' --json goes through ddlsim's output rule: a directory or a FIFO is refused in
+    one line, before the minutes of runs, and left as it was (before: a traceback after the runs, or a write into
+    the FIFO that blocks)."""
+    target = tmp_path / "out.json"
+    if kind == "directory":
+        target.mkdir()
+        (target / "keep").write_text("mine")
+    else:
+        os.mkfifo(target)
+    run = subprocess.run([sys.executable, f"benchmarks/{bench}", "--iterations", "8", "--warmup", "2", "--json",
+                          str(target)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: --json {target}"), run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+    if kind == "directory":
+        assert [p.name for p in target.iterdir()] == ["keep"] and (target / "keep").read_text() == "mine"
+    else:
+        assert os.path.exists(target) and not os.path.isfile(target)
