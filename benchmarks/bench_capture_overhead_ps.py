@@ -130,8 +130,14 @@ def main(argv=None) -> int:
     if args.json and not check_out(Path(args.json), "--json"):  # before any run: a bad path costs nothing
         return 2
 
-    config = ps_config(model=args.model, workers=args.workers, servers=args.servers, iterations=args.iterations,
-                       batch_size=args.batch_size, layer_every=args.layer_every, timeout_s=120.0)
+    from ddlsim.errors import DdlsimError
+
+    try:
+        config = ps_config(model=args.model, workers=args.workers, servers=args.servers, iterations=args.iterations,
+                           batch_size=args.batch_size, layer_every=args.layer_every, timeout_s=120.0)
+    except DdlsimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     world = args.workers + args.servers
     order = [kind for _ in range((args.runs + 1) // 2) for kind in ("recorded", "plain", "plain", "recorded")]
     order = order[:2 * args.runs]

@@ -59,18 +59,33 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
+def _numbers(kind, least):
+    """An argparse type: comma-separated `kind` values, each at least `least` (a bad one: argparse's one-line error)."""
+    def parse(text: str) -> list:
+        try:
+            values = [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated numbers, e.g. 4,16384") from None
+        if not values or min(values) < least:
+            raise argparse.ArgumentTypeError(f"{text!r}: give one or more numbers, each at least {least}")
+        return values
+    return parse
+
+
 def main(argv=None) -> int:
     import torch.multiprocessing as mp
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="4,16384,49152,262144,2097152", help="bytes per all-reduce, comma-separated")
-    parser.add_argument("--waits", default="0,5", help="ms each rank sleeps after the barrier, comma-separated")
+    parser.add_argument("--sizes", type=_numbers(int, 4), default=[4, 16384, 49152, 262144, 2097152],
+                        help="bytes per all-reduce, comma-separated")
+    parser.add_argument("--waits", type=_numbers(float, 0.0), default=[0.0, 5.0],
+                        help="ms each rank sleeps after the barrier, comma-separated")
     parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    args.sizes = [int(s) for s in args.sizes.split(",")]
-    args.waits = [float(w) for w in args.waits.split(",")]
+    if args.repeats < 1 or args.workers < 2:
+        parser.error("--repeats must be >= 1 and --workers >= 2")
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()

@@ -158,6 +158,7 @@ def test_an_unshaped_capture_is_cross_predicted_on_the_shaped_links_framing(tmp_
     (["--captures", "{tmp}/empty", "--models", "vgg"], "--models: unknown model 'vgg'"),
     (["--captures", "{tmp}/empty", "--links", "fast"], "link 'fast':"),
     (["--captures", "{tmp}/empty", "--repeats", "0"], "--repeats must be >= 1"),
+    (["--quick", "--workers", "0"], "--workers >= 1"),  # not taken for "none given" (--quick's 2)
 ])
 def test_bad_input_is_one_line_and_status_2(tmp_path, args, message):
     (tmp_path / "empty").mkdir()

@@ -372,14 +372,14 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
     if quick:
         jobs, models, links, repeats = jobs or ["ddp", "ps"], models or ["lenet5"], links or ["unshaped"], 1
         iterations = min(iterations, 4)
-        workers = workers or 2
+        workers = 2 if workers is None else workers
     if workers is None and captures is None:
         from .capture.launch import host_cores
 
         cores = host_cores()
         workers = default_workers(cores)
         say(f"{workers} workers per capture ({cores} cores{': a core per process and one to spare' if workers > 2 else ''})")
-    workers = workers or 2
+    workers = 2 if workers is None else workers
     jobs, models = jobs or list(JOBS), models or ["lenet5", "resnet18"]
     links = [link_label(x) if x != "unshaped" else x for x in (links or list(LINKS))]
     for job in jobs:
