@@ -41,6 +41,7 @@ SETUP = {
     ("docs/reproduction/thesis.md", 0): [],
     ("docs/reproduction/thesis-network.md", 0): [],
     ("docs/tenants.md", 0): [],
+    ("docs/validation.md", 0): [],
     ("docs/jobs.md", 0): [],
     ("docs/jobs.md", 1): [],
     ("docs/sweep.md", 0): [["sweep", "examples/sweep/small-grid.toml", "--out", "sweep-out", "--jobs", "1"]],
