@@ -346,11 +346,9 @@ def unbound_call_cost(log, metadata: dict[str, Any] | None = None) -> dict[str, 
     (docs/validation.md). When a rank's wire bytes per iteration fit in tbf's token bucket
     (``default_burst_bytes``, as :func:`ddlsim.simulation.replay.tbf_burst_factor` has it: LeNet-5 at 1 Gbit/s),
     or the capture was not shaped and ran on one host (loopback: no rate holds a byte back either), the link
-    passes them at once, so
-    the all-reduce's measured busy time less what the link model gives it
-    (2 (N - 1) steps of the 4-byte all-reduce's latency, and the bytes at the unshaped default rate with the
-    reduction cost) is the machine's and the library's:
-    gloo's threads waking on loaded cores, the veth, the kernel. Per call, the mean over the counted iterations,
+    passes them at once, so the all-reduce's measured busy time less what the link model gives it (2 (N - 1)
+    steps of the 4-byte all-reduce's latency, and the bytes at the unshaped default rate with the reduction cost)
+    is the machine's and the library's: gloo's threads waking on loaded cores, the veth, the kernel. Per call, the mean over the counted iterations,
     at least 0. It does not depend on the link's rate, so a replay at another rate adds it to every all-reduce call.
     ``call_ns``, ``iterations`` and ``busy_ns`` (their mean busy time); None where the link bound (there the
     busy time holds the link's own shortfall, which one capture cannot tell apart from this cost) or without the
