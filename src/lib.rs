@@ -17,6 +17,7 @@ use ddlsim_core::log::KIND_NAMES;
 use ddlsim_core::lower::training::{build_graph, CollectiveModel};
 use ddlsim_core::{run_graph_with_hook, Error, ErrorKind, NetworkSpec, Progress, RunOutput, TraceDetail, TrainingSpec, INTERRUPTED};
 
+mod rows;
 mod watchdog;
 
 /// The exception classes of the engine's error kinds, defined in Python
@@ -756,6 +757,7 @@ fn rank_class_sizes(training_json: &str, network_json: &str) -> Option<Vec<u32>>
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_training_json, m)?)?;
+    m.add_function(wrap_pyfunction!(rows::encode_row, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_jobs_json, m)?)?;
     m.add_function(wrap_pyfunction!(rank_class_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(lower_training_json, m)?)?;

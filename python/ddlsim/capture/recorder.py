@@ -16,8 +16,10 @@ ranks. Times are ``time.monotonic_ns()``: one clock per host, shared by its
 processes; hosts are aligned by the offsets in the header (see
 :mod:`.clock`).
 
-Nothing here imports torch; this module has no dependency beyond the
-standard library.
+Nothing here imports torch. A row's JSON line is made by the engine
+extension's encoder (``src/rows.rs``: the bytes ``json.dumps`` gives, in a
+third of the time Python takes, as the rows are formatted inside the job the
+capture measures).
 """
 
 from __future__ import annotations
@@ -31,12 +33,11 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from .._core import encode_row
+
 ID_SHIFT = 32
 FILE_SUFFIX = ".rank.jsonl"
-# the keys every row starts with; a field of the same name goes through the general encoder (it replaces the value)
-_ROW_KEYS = frozenset({"id", "kind", "op", "start_ns", "end_ns", "deps", "ready_ns"})
 _PENDING_LINES = 1024  # rows held before they are written without a flush (a job that never flushes)
-_STRINGS = 4096  # string values whose JSON is kept (layer and tensor names)
 
 
 def now_ns() -> int:
@@ -68,8 +69,6 @@ class RankRecorder:
         self._rows = 0
         self._before_close: list = []
         self._encode = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps's bytes, without a new encoder per row
-        self._templates: dict[tuple, Any] = {}  # (kind, op, has ready_ns, deps unknown, field names) -> row template
-        self._strings: dict[str, str] = {}  # a string field value -> its JSON
         self._pending: list[str] = []  # rows formatted, written at the next flush (or when 1024 are held)
         self._file = open(self.path, "w", encoding="utf-8")
         header = {"rank": self.rank, "role": role, "host": host or socket.gethostname(), "pid": os.getpid(),
@@ -97,9 +96,10 @@ class RankRecorder:
             deps: Optional[Iterable[int]] = (), row_id: Optional[int] = None, **fields: Any) -> int:
         """Records one row of this rank and returns its id. ``deps=None``: unknown. The row is formatted now and
         written at the next :meth:`flush` (as a buffered file write would hold it until then)."""
-        rid = self.new_id() if row_id is None else int(row_id)
+        rid = self._id_base | next(self._ids) if row_id is None else int(row_id)  # new_id(), without its call
+        line = encode_row(kind, op, start_ns, end_ns, ready_ns, deps, rid, fields, self._encode)
         pending = self._pending  # never rebound: list.append is atomic, _write_pending takes rows off its front
-        pending.append(self._format(kind, op, start_ns, end_ns, ready_ns, deps, rid, fields))
+        pending.append(self._format(kind, op, start_ns, end_ns, ready_ns, deps, rid, fields) if line is None else line)
         if len(pending) >= _PENDING_LINES:
             with self._lock:
                 self._write_pending()
@@ -109,61 +109,22 @@ class RankRecorder:
                    deps: Optional[Iterable[int]] = (), row_id: int, **fields: Any) -> str:
         """The JSON line (without its newline) that :meth:`row` writes for these arguments: the bytes of
         ``json.dumps`` (separators "," and ":") of ``{"id", "kind", "op", "start_ns", "end_ns", "deps"[, "ready_ns"],
-        **fields}``. Rows of one shape (kind, op, field names) share a template made once: a row then costs its
-        values' conversion, not an encoder call on a new dict."""
+        **fields}``, the times, ids and deps taken through ``int()``."""
         return self._format(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields)
 
     def _format(self, kind: str, op: str, start_ns: int, end_ns: int, ready_ns: Optional[int],
                 deps: Optional[Iterable[int]], row_id: int, fields: dict) -> str:
-        key = (kind, op, ready_ns is not None, deps is None, *fields)
-        template = self._templates.get(key)
-        if template is None:
-            template = self._templates[key] = self._template(kind, op, ready_ns is not None, deps is None, fields)
-        if template is False:  # a field named like a row key: the general encoder keeps json's behaviour
-            record = {"id": int(row_id), "kind": kind, "op": op, "start_ns": int(start_ns), "end_ns": int(end_ns),
-                      "deps": None if deps is None else [int(d) for d in deps]}
-            if ready_ns is not None:
-                record["ready_ns"] = int(ready_ns)
-            record.update(fields)
-            return self._encode(record)
-        values = [int(row_id), int(start_ns), int(end_ns)]
-        if deps is not None:
-            values.append(",".join([str(int(d)) for d in deps]))
+        # the engine's encoder (src/rows.rs) writes json's bytes for ints, strings, None and booleans and hands every
+        # other value to this encoder; None where a field is named like a row key (json overwrites that key in place)
+        line = encode_row(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields, self._encode)
+        if line is not None:
+            return line
+        record = {"id": int(row_id), "kind": kind, "op": op, "start_ns": int(start_ns), "end_ns": int(end_ns),
+                  "deps": None if deps is None else [int(d) for d in deps]}
         if ready_ns is not None:
-            values.append(int(ready_ns))
-        strings, encode = self._strings, self._encode
-        for value in fields.values():
-            kind_of = type(value)
-            if kind_of is int:
-                values.append(value)
-            elif kind_of is str:
-                text = strings.get(value)
-                if text is None:
-                    text = encode(value)
-                    if len(strings) < _STRINGS:
-                        strings[value] = text
-                values.append(text)
-            else:  # floats, None, booleans, lists...: as json writes them
-                values.append(encode(value))
-        return template % tuple(values)
-
-    def _template(self, kind: str, op: str, ready: bool, unknown_deps: bool, fields) -> Any:
-        """The %-template of a row shape (see :meth:`format_row`), or False where a field shadows a row key."""
-        if _ROW_KEYS.intersection(fields):
-            return False
-        encode = self._encode
-
-        def literal(text: str) -> str:
-            return encode(text).replace("%", "%%")
-
-        parts = ['{"id":%s,"kind":', literal(kind), ',"op":', literal(op), ',"start_ns":%s,"end_ns":%s,"deps":',
-                 "null" if unknown_deps else "[%s]"]
-        if ready:
-            parts.append(',"ready_ns":%s')
-        for name in fields:
-            parts.append("," + literal(name) + ":%s")
-        parts.append("}")
-        return "".join(parts)
+            record["ready_ns"] = int(ready_ns)
+        record.update(fields)
+        return self._encode(record)
 
     def _write_pending(self) -> None:
         """Writes the rows held (the caller holds the lock). Takes them off the list's front in one step, so a row
