@@ -11,7 +11,12 @@ the loop's per-iteration flush, its last step.
 
 Printed: per kind the median iteration over every run's timed iterations (each run's first ``--warmup`` left
 out: the RPC agents' and the model's first use), the ratio of the medians, the per-run medians (their spread is
-the run-to-run noise the ratio must beat) and the mean per kind.
+the run-to-run noise the ratio must beat) and the mean per kind. Then the CPU time per iteration of all the
+job's processes together (the recording is CPU work; on a machine whose cores the processes share, the wall time
+of one run moves with the scheduler by more than the recording costs, the CPU time much less): every rank notes
+its process's CPU time at each of its flushes (a worker's once per iteration, the server's every 200 ms), and
+:func:`cpu_per_iteration` takes each rank's CPU time between its first and last flush inside rank 0's timed
+iterations, per iteration of rank 0 in that span.
 
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead_ps.py --runs 4 --iterations 60
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead_ps.py --layer-every 1000    # sampled layer rows
@@ -26,6 +31,7 @@ import socket
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -40,10 +46,10 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain: b
     from ddlsim.capture import ps
     from ddlsim.capture.recorder import RankRecorder, now_ns
 
-    ends: list[int] = []  # rank 0: the end of each iteration (its flush)
+    flushes: list[tuple[int, int]] = []  # (host ns, process CPU ns) at each flush of this rank (rank 0: per iteration)
 
     class Timed(RankRecorder):
-        """The capture's recorder; rank 0 also notes when each iteration's flush comes."""
+        """The capture's recorder; each rank also notes when its flushes come and its process's CPU time then."""
 
         def __init__(self, *args, **kwargs):
             self._timing = False  # the header's flush is not an iteration's
@@ -52,8 +58,8 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain: b
 
         def flush(self) -> None:
             super().flush()
-            if self._timing and self.rank == 0:
-                ends.append(now_ns())
+            if self._timing:
+                flushes.append((now_ns(), time.process_time_ns()))
 
     class Quiet(Timed):
         """Keeps nothing: each row takes an id (the job's code passes ids on as deps), nothing is formatted or
@@ -84,12 +90,31 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain: b
     if plain:
         ps.LayerHooks = NoLayers
     ps.run_rank(config, rank, world, out_dir)
-    if rank == 0:
-        queue.put([(b - a) / 1e6 for a, b in zip(ends, ends[1:])])  # ms per iteration, from the second on
+    queue.put((rank, flushes))
 
 
-def one_run(config: dict, world: int, plain: bool) -> list[float]:
-    """Rank 0's iteration times (ms, from the second iteration on) of one run of the job."""
+def cpu_per_iteration(ends: list[int], flushes: list[tuple[int, int]]) -> float | None:
+    """A rank's CPU ns per iteration of rank 0 over rank 0's iterations that end at `ends` (host ns, one per
+    iteration): its CPU time between its first and its last flush inside ``[ends[0], ends[-1]]`` (`flushes`:
+    (host ns, process CPU ns) at each of its flushes), divided by the iterations of rank 0 in that span (a
+    fraction at each side, from the iteration ends on either side). None with fewer than two flushes inside."""
+    inside = [(t, c) for t, c in flushes if ends[0] <= t <= ends[-1]]
+    if len(inside) < 2 or inside[-1][0] == inside[0][0]:
+        return None
+
+    def position(t: int) -> float:  # rank 0's iterations done by host time t, counted from ends[0]
+        k = max(i for i, e in enumerate(ends) if e <= t)
+        if k == len(ends) - 1:
+            return float(k)
+        return k + (t - ends[k]) / (ends[k + 1] - ends[k])
+
+    (t0, c0), (t1, c1) = inside[0], inside[-1]
+    return (c1 - c0) / (position(t1) - position(t0))
+
+
+def one_run(config: dict, world: int, plain: bool, warmup: int) -> tuple[list[float], float | None]:
+    """One run of the job: rank 0's iteration times (ms) after the first `warmup` iterations, and the CPU ms per
+    iteration of all the ranks' processes together over those iterations (None where a rank flushed too rarely)."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -99,12 +124,15 @@ def one_run(config: dict, world: int, plain: bool) -> list[float]:
         procs = [ctx.Process(target=_rank, args=(r, world, config, port, out_dir, plain, queue)) for r in range(world)]
         for p in procs:
             p.start()
-        times = queue.get(timeout=float(config["timeout_s"]) * 4)
+        flushes = dict(queue.get(timeout=float(config["timeout_s"]) * 4) for _ in procs)
         for p in procs:
             p.join()
         if any(p.exitcode for p in procs):
             raise SystemExit(f"a rank failed: exit codes {[p.exitcode for p in procs]}")
-    return times
+    ends = [t for t, _ in flushes[0]][max(0, warmup - 1):]  # the end of each timed iteration, and of the one before
+    times = [(b - a) / 1e6 for a, b in zip(ends, ends[1:])]
+    per_rank = [cpu_per_iteration(ends, flushes[r]) for r in sorted(flushes)]
+    return times, None if None in per_rank else sum(per_rank) / 1e6
 
 
 def main(argv=None) -> int:
@@ -142,9 +170,12 @@ def main(argv=None) -> int:
     order = [kind for _ in range((args.runs + 1) // 2) for kind in ("recorded", "plain", "plain", "recorded")]
     order = order[:2 * args.runs]
     runs: dict[str, list[list[float]]] = {"plain": [], "recorded": []}
+    cpu: dict[str, list] = {"plain": [], "recorded": []}  # per run: CPU ms per iteration, all processes
     for k, kind in enumerate(order, 1):
         print(f"[{k}/{len(order)}] {kind} run", file=sys.stderr, flush=True)
-        runs[kind].append(one_run(config, world, kind == "plain")[max(0, args.warmup - 1):])
+        times, cpu_ms = one_run(config, world, kind == "plain", args.warmup)
+        runs[kind].append(times)
+        cpu[kind].append(cpu_ms)
     print(f"PS capture job: {args.model}, {args.workers} workers, {args.servers} server(s), batch {args.batch_size}, "
           f"--layer-every {args.layer_every}; {args.runs} runs of each kind (ABBA), {args.iterations} iterations each, "
           f"the first {args.warmup} left out; {os.cpu_count()} cores")
@@ -157,10 +188,19 @@ def main(argv=None) -> int:
               f"per-run medians {per_run} ms")
     print(f"capture overhead: {(medians['recorded'] / medians['plain'] - 1) * 100:+.2f} % (ratio of medians); "
           "target < 3 %")
+    if all(c is not None for kind in cpu for c in cpu[kind]):
+        cpu_medians = {kind: statistics.median(cpu[kind]) for kind in cpu}
+        for kind in ("plain", "recorded"):
+            print(f"  {kind:9} CPU {cpu_medians[kind]:7.2f} ms per iteration, all processes (median of runs: "
+                  f"{', '.join(f'{c:.2f}' for c in cpu[kind])})")
+        print(f"CPU overhead: {(cpu_medians['recorded'] / cpu_medians['plain'] - 1) * 100:+.2f} % (ratio of medians)")
+    else:
+        print("CPU time: a rank flushed fewer than twice within the timed iterations; give more --iterations")
     if args.json:
         from gpu_setup import write_out
 
-        if not write_out(Path(args.json), json.dumps({"args": vars(args), "times_ms": runs}), option="--json"):
+        data = {"args": vars(args), "times_ms": runs, "cpu_ms_per_iteration": cpu}
+        if not write_out(Path(args.json), json.dumps(data), option="--json"):
             return 2
     return 0
 

@@ -17,15 +17,62 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "OMP_NUM_THREADS": "1"}
 
 def test_each_kind_runs_and_each_run_times_its_iterations_after_the_warm_up(tmp_path):
     out = tmp_path / "ps.json"
-    run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--runs", "1", "--iterations", "7",
+    run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--runs", "1", "--iterations", "32",
                           "--warmup", "2", "--json", str(out)], cwd=ROOT, env=ENV, capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "capture overhead:" in run.stdout and "target < 3 %" in run.stdout
     data = json.loads(out.read_text())
-    # one run of each kind; 7 iterations give 6 times (from the second iteration's end on), less the first warm-up one
-    assert {kind: [len(r) for r in runs] for kind, runs in data["times_ms"].items()} == {"plain": [5], "recorded": [5]}
+    # one run of each kind; 32 iterations give 31 times (from the second iteration's end on), less the first warm-up one
+    assert {kind: [len(r) for r in runs] for kind, runs in data["times_ms"].items()} == {"plain": [30], "recorded": [30]}
     assert all(t > 0 for runs in data["times_ms"].values() for r in runs for t in r)
+    # the server flushes every 200 ms: 30 iterations of about 20 ms hold two of its flushes or more
+    cpu = data["cpu_ms_per_iteration"]
+    assert len(cpu["plain"]) == len(cpu["recorded"]) == 1
+    if None not in cpu["plain"] + cpu["recorded"]:
+        assert "CPU overhead:" in run.stdout
+        # all processes' CPU per iteration: more than nothing, less than the machine's cores for the whole iteration
+        for kind in cpu:
+            assert 0 < cpu[kind][0] <= (os.cpu_count() or 1) * max(data["times_ms"][kind][0]) * 1.05
+    else:
+        assert "a rank flushed fewer than twice" in run.stdout
+
+
+def _bench():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_capture_overhead_ps
+    finally:
+        sys.path.pop(0)
+    return bench_capture_overhead_ps
+
+
+def test_cpu_per_iteration_is_the_rate_times_the_iteration_for_any_flush_cadence():
+    """A process that burns CPU at a constant rate r (CPU ns per host ns) uses r * T per iteration of T ns, whether it
+    flushes once per iteration (a worker) or at its own cadence unrelated to the iterations (the server, every 200 ms)
+    and whatever iteration lengths rank 0 has: the closed form, on seeded random cadences."""
+    import random
+
+    cpu_per_iteration = _bench().cpu_per_iteration
+    rng = random.Random(7)
+    for _ in range(200):
+        period = rng.randrange(5_000_000, 40_000_000)  # rank 0's iteration, ns
+        ends = [10**12 + k * period for k in range(rng.randrange(3, 60))]
+        rate = rng.uniform(0.05, 2.0)
+        start = 10**12 - rng.randrange(0, 5 * period)
+        step = rng.randrange(1_000_000, max(2_000_001, (ends[-1] - ends[0]) // 3))
+        flushes = [(t, int(rate * (t - start)) + 7) for t in range(start, ends[-1] + 3 * step, step)]
+        got = cpu_per_iteration(ends, flushes)
+        inside = [t for t, _ in flushes if ends[0] <= t <= ends[-1]]
+        if len(inside) < 2:
+            assert got is None
+        else:
+            # the CPU times are whole ns: their difference is off by under 1 ns, over (t1 - t0) / period iterations
+            assert abs(got - rate * period) <= 1e-9 * rate * period + period / (inside[-1] - inside[0])
+    # uneven iterations: a flush mid-way through the second iteration counts it as a half
+    ends = [0, 10, 30, 40]
+    assert cpu_per_iteration(ends, [(0, 0), (20, 100)]) == 100 / 1.5
+    assert cpu_per_iteration(ends, [(5, 0)]) is None
 
 
 def test_too_few_iterations_are_refused():
