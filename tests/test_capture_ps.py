@@ -219,6 +219,19 @@ def test_killed_worker_gives_flagged_partial_log(tmp_path):
     assert set(to_sketchdlc(log)) == {"w0", "w1", "s0"}
 
 
+def test_a_killed_lenet5_worker_keeps_the_layer_rows_of_every_iteration_it_flushed(tmp_path):
+    """The worker's layer rows are held while the passes run and written with the iteration's flush: a worker killed
+    right after its flush of iteration 1 leaves both iterations' forward and backward rows of every layer."""
+    config = ps_config(model="lenet5", workers=2, servers=1, iterations=4, batch_size=4, crash_rank=1,
+                       crash_after_iteration=1, timeout_s=20)
+    with pytest.raises(CaptureError, match="rank 1 exited with status 3"):
+        launch_local("ps", config, 3, tmp_path, timeout_s=60, grace_s=1.0)
+    df = frame(merge_capture(tmp_path, metadata=metadata(config)))
+    layers = df[(df["rank"] == 1) & (df.kind == "compute") & df.op.isin(["forward", "backward"])]
+    per_iteration = layers.groupby(["iteration", "op"]).size().to_dict()
+    assert per_iteration == {(i, op): 5 for i in (0, 1) for op in ("backward", "forward")}  # LeNet-5's 5 layers
+
+
 @pytest.mark.parametrize("settings, message", [
     (dict(servers=0), "servers = 0"),
     (dict(model="resnet"), "unknown model"),

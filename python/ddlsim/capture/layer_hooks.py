@@ -12,9 +12,9 @@ rank's previous compute row. Used by the DDP hooks and the PS worker.
 The hooks do as little as they can while the iteration runs (the capture
 overhead is this host work; on a GPU the kernel launches wait for it): a
 time point, an id, and a tuple appended to a list. With ``defer=True`` (the
-DDP hooks) the rows are formatted and written in one go by
-:meth:`LayerHooks.write_rows` at the end of the iteration; otherwise (the PS
-worker) each row is written when it is made.
+DDP hooks and the PS worker) the rows are formatted and written in one go by
+:meth:`LayerHooks.write_rows` at the end of the iteration; otherwise each row
+is written when it is made.
 
 On a GPU (``cuda=True``) the host clock would time the kernels' launch, not
 their run: every time point is then a CUDA event, recorded on the stream
