@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from queue import Empty
 
 
 def _free_port() -> int:
@@ -86,6 +87,9 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain: b
         def compute_row(self, op, start_ns, end_ns, **fields) -> int:
             return self.rec.new_id()
 
+        def write_rows(self) -> None:
+            pass
+
     ps.RankRecorder = Quiet if plain else Timed
     if plain:
         ps.LayerHooks = NoLayers
@@ -124,7 +128,18 @@ def one_run(config: dict, world: int, plain: bool, warmup: int) -> tuple[list[fl
         procs = [ctx.Process(target=_rank, args=(r, world, config, port, out_dir, plain, queue)) for r in range(world)]
         for p in procs:
             p.start()
-        flushes = dict(queue.get(timeout=float(config["timeout_s"]) * 4) for _ in procs)
+        flushes, deadline = {}, time.monotonic() + float(config["timeout_s"]) * 4
+        while len(flushes) < len(procs):  # a rank that fails ends the run at once (the others would wait for it)
+            try:
+                rank, rank_flushes = queue.get(timeout=1.0)
+                flushes[rank] = rank_flushes
+            except Empty:
+                failed = [p.exitcode for p in procs if p.exitcode]
+                if failed or time.monotonic() > deadline:
+                    for p in procs:
+                        p.kill()
+                    raise SystemExit(f"a rank failed: exit codes {[p.exitcode for p in procs]}" if failed else
+                                     f"the run took more than {float(config['timeout_s']) * 4:.0f} s")
         for p in procs:
             p.join()
         if any(p.exitcode for p in procs):

@@ -5,8 +5,11 @@ backward under each variant, in rotating order, `--repeats` rounds of `--iterati
 variant: the median iteration time and its excess over the plain model divided by N (us per layer). Variants:
 
 * ``plain``: no hooks.
-* ``capture``: ddlsim's :class:`~ddlsim.capture.layer_hooks.LayerHooks` as the DDP capture uses them (forward
-  pre/post module hooks, two hooks registered on the autograd node of each layer's output per iteration, the rows).
+* ``capture``: ddlsim's :class:`~ddlsim.capture.layer_hooks.LayerHooks` as the DDP and PS captures use them
+  (forward pre/post module hooks, two hooks registered on the autograd node of each layer's output per iteration,
+  the rows, written at the end of the iteration).
+* ``capture-each-row``: the same, each row written when it is made (``defer=False``; the PS worker's way before
+  2026-11-27).
 * ``module-hooks``: two no-op forward module hooks per layer (registered once): the floor of the forward part.
 * ``node-hooks``: ``module-hooks`` plus registering two no-op hooks on each output's autograd node per iteration
   (what the capture's backward timing needs; a node lives one iteration, so they cannot be registered once).
@@ -46,12 +49,12 @@ class _Variant:
 
         self.name, self.model, self.hooks, self.cuda = name, model, None, cuda
         layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        if name == "capture" or name.startswith("sampled"):
+        if name in ("capture", "capture-each-row") or name.startswith("sampled"):
             from ddlsim.capture.layer_hooks import LayerHooks
             from ddlsim.capture.recorder import RankRecorder
 
             self.hooks = LayerHooks(model, RankRecorder(out_dir, len(os.listdir(out_dir)), "worker"), cuda=cuda,
-                                    defer=True, layer_every=every, layer_warmup=0)
+                                    defer=name != "capture-each-row", layer_every=every, layer_warmup=0)
         if name in ("module-hooks", "node-hooks", "accumulate-hooks"):
             def pre(module, args):
                 return None
@@ -77,7 +80,7 @@ class _Variant:
             self.hooks.begin_iteration(iteration)
         self.model(x).sum().backward()
         if self.hooks is not None:
-            self.hooks.end_rows()
+            self.hooks.end_rows()  # the capture's end of an iteration: its rows written (none left with defer=False)
             self.hooks.rec.flush()
 
 
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cuda:
         torch.set_num_threads(1)
     device = torch.device(args.device)
-    names = ["plain", "capture", "module-hooks", "node-hooks", "accumulate-hooks"] + \
+    names = ["plain", "capture", "capture-each-row", "module-hooks", "node-hooks", "accumulate-hooks"] + \
             [f"sampled-{k}" for k in (args.every or [10])]
     x = torch.randn(1, args.width, device=device)
     times: dict[str, list[float]] = {n: [] for n in names}
