@@ -51,6 +51,16 @@ def test_log_validates_and_every_layer_has_one_forward_and_one_backward_row(capt
         assert rows.sort_values("start_ns").layer.tolist() == [0, 1, 2, 3, 4]
 
 
+def test_the_small_all_reduces_after_training_give_their_median_mean_and_count(capture):
+    """The replay's per-step latency (the median) and per-call stall (the mean less the median) come from the same
+    40 four-byte all-reduces after training."""
+    _, log, _ = capture
+    meta = log.metadata
+    assert meta["allreduce_small_repeats"] == 40
+    assert 0 < meta["allreduce_small_ns"] and 0 < meta["allreduce_small_mean_ns"]
+    assert meta["allreduce_step_ns"] == meta["allreduce_small_ns"] / 2  # 2 ranks: 2 (N - 1) steps
+
+
 def test_bucket_bytes_add_up_to_the_gradient_bytes(capture):
     _, _, df = capture
     gradient_bytes = sum(p.numel() * 4 for _, p in lenet_params())

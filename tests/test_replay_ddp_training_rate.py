@@ -28,7 +28,8 @@ def _layer_rows(rows: list, it: int, rank: int, now: int, fwd: int, bwd: int) ->
             now += duration
     return now
 
-def one_bucket_capture(path, durations, *, workers=2, gamma=0.0, bandwidth="100Mbps", small=SMALL_NS, hosts=None):
+def one_bucket_capture(path, durations, *, workers=2, gamma=0.0, bandwidth="100Mbps", small=SMALL_NS, hosts=None,
+                       small_mean=None):
     """lenet5 on `workers` ranks with all its gradients in one bucket, launched after conv1's backward on every rank
     at once; in iteration i the all-reduce takes durations[i] ns. Every other row is the same on every rank.
     `hosts`: each rank's host name in the metadata (none by default)."""
@@ -59,6 +60,8 @@ def one_bucket_capture(path, durations, *, workers=2, gamma=0.0, bandwidth="100M
         meta["gamma_ns_per_byte"] = gamma
     if bandwidth:
         meta["bandwidth"] = bandwidth
+    if small_mean is not None:  # a capture since 2026-11-27: the small all-reduces' mean beside their median
+        meta.update(allreduce_small_mean_ns=float(small_mean), allreduce_small_repeats=40)
     log = event_log_from_rows(rows, metadata=meta)
     write_event_log(log, path)
     return log, total
@@ -175,6 +178,48 @@ def test_where_the_link_bound_no_per_call_cost_is_taken(tmp_path):
     scenario, notes = replay_plan(path, bandwidth="1Gbps")
     assert scenario.network.latency_ns == SMALL_NS // 2
     assert not any("per all-reduce call" in n for n in notes)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_where_the_link_bound_each_call_at_another_rate_costs_the_small_all_reduces_mean_less_their_median(tmp_path,
+                                                                                                          workers):
+    """A capture whose link bound (100 Mbit/s) holds its calls' stalls inside the link time; its 4-byte all-reduces
+    after training took 1.3 ms on average against a median of 0.2 ms (a quarter to two thirds of gloo's calls stall
+    for 3-4 ms on a machine with no core to spare). Replayed at 1 Gbit/s each all-reduce call costs the 1.1 ms
+    difference more, spread over the ring's 2 (N - 1) steps as latency; at its own link (the training's rate, which
+    holds the stalls already), with no overheads, or from a capture without the mean, nothing is added."""
+    durations = [9_000 * US, 30_000 * US, 31_000 * US, 29_000 * US, 30_000 * US, 30_000 * US]
+    path, old = tmp_path / "c.parquet", tmp_path / "old.parquet"
+    log, _ = one_bucket_capture(path, durations, workers=workers, small_mean=1_300 * US)
+    one_bucket_capture(old, durations, workers=workers)
+    stall = 1_300 * US - SMALL_NS
+    steps = 2 * (workers - 1)
+    assert unbound_call_cost(log, log.metadata) is None  # the link bound
+    scenario, notes = replay_plan(path, bandwidth="1Gbps")
+    assert scenario.network.latency_ns == round(SMALL_NS / steps + stall / steps)
+    before, before_notes = replay_plan(old, bandwidth="1Gbps")
+    assert before.network.latency_ns == round(SMALL_NS / steps)
+    extra = replayed_allreduce_ns(scenario) - replayed_allreduce_ns(before)
+    assert np.allclose(extra, stall, rtol=0, atol=steps)  # the latency is whole ns per step
+    assert any(n.startswith(f"replay: + {stall / 1e3:.4g} us per all-reduce call") and "40 4-byte" in n for n in notes)
+    assert not any("per all-reduce call" in n for n in before_notes)
+    own, own_notes = replay_plan(path)  # at its own link: the training's rate holds the stalls
+    assert not any("per all-reduce call" in n for n in own_notes)
+    assert replay_plan(path, bandwidth="1Gbps", overheads=False)[0].network.latency_ns == round(SMALL_NS / steps)
+    assert replay_plan(path, bandwidth="1Gbps", latency="50us")[0].network.latency_ns == 50_000
+
+
+def test_the_small_call_stall_is_the_mean_less_the_median_and_only_of_a_ddp_capture_with_both():
+    from ddlsim.simulation.overheads import small_call_stall
+
+    meta = {"source": "capture", "job": "ddp", "workers": 2, "allreduce_small_ns": 250e3,
+            "allreduce_small_mean_ns": 1_000e3, "allreduce_small_repeats": 40}
+    assert small_call_stall(meta) == {"call_ns": 750e3, "mean_ns": 1_000e3, "median_ns": 250e3, "repeats": 40}
+    assert small_call_stall({**meta, "allreduce_small_mean_ns": 200e3})["call_ns"] == 0.0  # a mean below the median
+    for bad in ({"job": "ps"}, {"workers": 1}, {"source": "simulation"}, {"allreduce_small_mean_ns": None},
+                {"allreduce_small_mean_ns": float("nan")}, {"allreduce_small_ns": True}, {"allreduce_small_ns": -1.0}):
+        assert small_call_stall({**meta, **bad}) is None, bad
+    assert small_call_stall(None) is None
 
 
 def lagging_capture(path, lag, duration=20_000 * US, workers=2):

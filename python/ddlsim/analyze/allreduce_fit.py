@@ -3,9 +3,9 @@
 
 Two kinds of measurement in the capture go into it:
 
-* the **small all-reduce** (``allreduce_small_ns`` in the metadata: the median of 15 four-byte all-reduces after
-  training, :func:`ddlsim.capture.ddp.small_allreduce_ns`): one call of 4 bytes, almost nothing but the
-  per-call cost a;
+* the **small all-reduce** (``allreduce_small_ns`` in the metadata: the median of 40 four-byte all-reduces after
+  training, 15 before 2026-11-27, :func:`ddlsim.capture.ddp.small_allreduce_ns`): one call of 4 bytes, almost
+  nothing but the per-call cost a;
 * the **training all-reduces** (the capture's ``collective`` rows): per counted iteration (warm-up left out, as
   everywhere), the time the all-reduces were in progress once every rank had launched them, i.e. the length of the
   union over the iteration's buckets of [the last rank's launch, the last rank's end]. For k buckets of M bytes in

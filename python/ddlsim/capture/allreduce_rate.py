@@ -26,7 +26,13 @@ def measured_allreduce_rate(world_size: int, repeats: int = 3, sizes: tuple[int,
 
 
 def median_allreduce_ns(elements: int, repeats: int) -> float:
-    """The median time of ``repeats`` all-reduces of ``elements`` float32 zeros on the default process group, each
+    """The median of :func:`allreduce_times_ns`."""
+    times = sorted(allreduce_times_ns(elements, repeats))
+    return float(times[len(times) // 2])
+
+
+def allreduce_times_ns(elements: int, repeats: int) -> list[float]:
+    """The times of ``repeats`` all-reduces of ``elements`` float32 zeros on the default process group, each
     after a barrier (so every rank starts together), the buffer's first use left out. On NCCL the buffer is on the
     rank's GPU (NCCL takes no host tensors) and each time ends when the device has finished (NCCL returns once the
     all-reduce is queued)."""
@@ -47,8 +53,8 @@ def median_allreduce_ns(elements: int, repeats: int) -> float:
         start = time.perf_counter_ns()
         dist.all_reduce(x)
         finish()
-        times.append(time.perf_counter_ns() - start)
-    return float(sorted(times)[len(times) // 2])
+        times.append(float(time.perf_counter_ns() - start))
+    return times
 
 
 def collective_device():

@@ -80,13 +80,18 @@ def reduction_cost_ns_per_byte(elements: int, repeats: int = 7) -> float:
     return float(sorted(times)[len(times) // 2]) / (a.numel() * a.element_size())
 
 
-def small_allreduce_ns(repeats: int = 15) -> float:
-    """The fixed cost of one all-reduce on this machine and process group: the median time of a 4-byte
-    ``all_reduce`` (gloo's ring: 2 (N - 1) steps of almost no bytes, so per step the software and scheduling
-    latency a step pays besides its bytes). Replay uses it / (2 (N - 1)) as the link latency."""
-    from .allreduce_rate import median_allreduce_ns
+def small_allreduce_ns(repeats: int = 40) -> dict:
+    """The fixed cost of one all-reduce on this machine and process group, from `repeats` 4-byte ``all_reduce``
+    calls (gloo's ring: 2 (N - 1) steps of almost no bytes, so per step the software and scheduling latency a step
+    pays besides its bytes): ``allreduce_small_ns``, their median (replay uses it / (2 (N - 1)) as the link
+    latency), ``allreduce_small_mean_ns``, their mean (on a machine with no core to spare some calls stall for
+    milliseconds: the mean holds them, the median does not; replay adds the difference to each call where the
+    capture's link bound, see :func:`ddlsim.simulation.overheads.small_call_stall`), and ``allreduce_small_repeats``."""
+    from .allreduce_rate import allreduce_times_ns
 
-    return median_allreduce_ns(1, repeats)
+    times = sorted(allreduce_times_ns(1, repeats))
+    return {"allreduce_small_ns": float(times[len(times) // 2]), "allreduce_small_mean_ns": float(sum(times) / len(times)),
+            "allreduce_small_repeats": len(times)}
 
 
 def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
@@ -161,7 +166,7 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     job["parameter_sha256"] = parameter_checksum(model)  # the trained weights: equal runs, equal digests
     job["gamma_ns_per_byte"] = reduction_cost_ns_per_byte(min(sum(p.numel() for p in model.parameters()), 2**22))
     if world_size > 1:
-        job["allreduce_small_ns"] = small_allreduce_ns()
+        job.update(small_allreduce_ns())
         job["allreduce_step_ns"] = job["allreduce_small_ns"] / (2 * (world_size - 1))
         from .allreduce_rate import measured_allreduce_rate
 

@@ -393,6 +393,27 @@ def unbound_call_cost(log, metadata: dict[str, Any] | None = None) -> dict[str, 
             "busy_ns": float(np.mean([t for _, _, t in points]))}
 
 
+def small_call_stall(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The part of an all-reduce call a DDP capture's link model leaves out where its link bound: the mean of the
+    capture's 4-byte all-reduces after training (``allreduce_small_mean_ns``) less their median
+    (``allreduce_small_ns``, which the replay already takes as the ring's latency). On a machine with no core to
+    spare a gloo all-reduce stalls for 3-4 ms in a quarter to two thirds of its calls, at any size
+    (docs/validation.md, ``benchmarks/gloo_call_cost.py``); a capture whose link bound holds those stalls inside its
+    link time, where nothing tells them apart from the link, so a replay at another rate would drop them. The
+    replay adds one constant per call, and only the mean makes their sum the measured one; the median is the calls
+    that did not stall. ``call_ns`` (at least 0), ``mean_ns``, ``median_ns``, ``repeats``; None for a log that is
+    not a DDP capture of 2 ranks or more or that lacks either value (captures before 2026-11-27 have the median
+    only)."""
+    meta = metadata or {}
+    if meta.get("source") != "capture" or meta.get("job") != "ddp" or int(meta.get("workers") or 0) < 2:
+        return None
+    mean, median = meta.get("allreduce_small_mean_ns"), meta.get("allreduce_small_ns")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and v > 0 for v in (mean, median)):
+        return None
+    return {"call_ns": max(0.0, float(mean) - float(median)), "mean_ns": float(mean), "median_ns": float(median),
+            "repeats": meta.get("allreduce_small_repeats")}
+
+
 def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The transport time a PS capture's own RPC messages took **while training**, from its rows
     (docs/validation.md), as the replay's message model has it: latency + bytes x per-byte. Per message of the

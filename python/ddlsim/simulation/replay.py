@@ -549,13 +549,27 @@ def _idle_wake(path: Path, meta: dict[str, Any], given: Any,
 def _unbound_call_cost(scenario: Scenario, rows: Callable[[], Any]) -> tuple[Scenario, Optional[str]]:
     """A DDP capture whose link did not bind (unshaped, or shaped with a token bucket that held its bytes), replayed
     at another rate: each all-reduce call also costs what it cost the capturing machine while training
-    (:func:`ddlsim.simulation.overheads.unbound_call_cost`), spread over the ring's 2 (N - 1) steps as latency.
-    Unchanged, with no note, for any other capture."""
-    from .overheads import unbound_call_cost
+    (:func:`ddlsim.simulation.overheads.unbound_call_cost`), spread over the ring's 2 (N - 1) steps as latency. One
+    whose link bound: the mean of its 4-byte all-reduces after training less their median
+    (:func:`ddlsim.simulation.overheads.small_call_stall`), the same way. Unchanged, with no note, for any other
+    capture."""
+    from .overheads import small_call_stall, unbound_call_cost
 
     log = rows()
     found = unbound_call_cost(log, log.metadata)
-    if found is None or found["call_ns"] <= 0 or scenario.workers < 2:
+    if found is None:  # the link bound (or no points): the capture's small all-reduces' stalls, where it has them
+        stall = small_call_stall(log.metadata)
+        if stall is None or stall["call_ns"] <= 0 or scenario.workers < 2:
+            return scenario, None
+        steps = 2 * (scenario.workers - 1)
+        latency = round(scenario.network.latency_ns + stall["call_ns"] / steps)
+        note = (f"replay: + {stall['call_ns'] / 1e3:.4g} us per all-reduce call ({stall['call_ns'] / steps / 1e3:.4g} us "
+                f"per ring step, latency {latency / 1e3:.6g} us): the capture's {stall['repeats'] or ''} 4-byte "
+                f"all-reduces after training took {stall['mean_ns'] / 1e3:.4g} us on average against a median of "
+                f"{stall['median_ns'] / 1e3:.4g} us (the calls that stalled for a core), which its training time holds "
+                f"inside the link's where the link bound; --no-overheads leaves it out")
+        return with_overrides(scenario, {"latency": f"{latency}ns"}), note
+    if found["call_ns"] <= 0 or scenario.workers < 2:
         return scenario, None
     steps = 2 * (scenario.workers - 1)
     latency = round(scenario.network.latency_ns + found["call_ns"] / steps)
