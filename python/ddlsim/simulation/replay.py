@@ -557,26 +557,21 @@ def _unbound_call_cost(scenario: Scenario, rows: Callable[[], Any]) -> tuple[Sce
 
     log = rows()
     found = unbound_call_cost(log, log.metadata)
-    if found is None:  # the link bound (or no points): the capture's small all-reduces' stalls, where it has them
-        stall = small_call_stall(log.metadata)
-        if stall is None or stall["call_ns"] <= 0 or scenario.workers < 2:
-            return scenario, None
-        steps = 2 * (scenario.workers - 1)
-        latency = round(scenario.network.latency_ns + stall["call_ns"] / steps)
-        note = (f"replay: + {stall['call_ns'] / 1e3:.4g} us per all-reduce call ({stall['call_ns'] / steps / 1e3:.4g} us "
-                f"per ring step, latency {latency / 1e3:.6g} us): the capture's {stall['repeats'] or ''} 4-byte "
-                f"all-reduces after training took {stall['mean_ns'] / 1e3:.4g} us on average against a median of "
-                f"{stall['median_ns'] / 1e3:.4g} us (the calls that stalled for a core), which its training time holds "
-                f"inside the link's where the link bound; --no-overheads leaves it out")
-        return with_overrides(scenario, {"latency": f"{latency}ns"}), note
-    if found["call_ns"] <= 0 or scenario.workers < 2:
+    if found is not None:
+        why = (f"what each call cost the capturing machine while training, beyond the link model, where its link did "
+               f"not bind (the mean of {found['iterations']} counted iterations)")
+    else:  # the link bound (or no points): the capture's small all-reduces' stalls, where it has them
+        found = small_call_stall(log.metadata)
+        why = found and (f"the capture's {found['repeats'] or ''} 4-byte all-reduces after training took "
+                         f"{found['mean_ns'] / 1e3:.4g} us on average against a median of {found['median_ns'] / 1e3:.4g} "
+                         f"us (the calls that stalled for a core), which its training time holds inside the link's "
+                         f"where the link bound")
+    if found is None or found["call_ns"] <= 0 or scenario.workers < 2:
         return scenario, None
     steps = 2 * (scenario.workers - 1)
     latency = round(scenario.network.latency_ns + found["call_ns"] / steps)
     note = (f"replay: + {found['call_ns'] / 1e3:.4g} us per all-reduce call ({found['call_ns'] / steps / 1e3:.4g} us "
-            f"per ring step, latency {latency / 1e3:.6g} us): what each call cost the capturing machine while "
-            f"training, beyond the link model, where its link did not bind (the mean of "
-            f"{found['iterations']} counted iterations); --no-overheads leaves it out")
+            f"per ring step, latency {latency / 1e3:.6g} us): {why}; --no-overheads leaves it out")
     return with_overrides(scenario, {"latency": f"{latency}ns"}), note
 
 
