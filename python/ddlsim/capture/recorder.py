@@ -99,7 +99,7 @@ class RankRecorder:
         rid = self._id_base | next(self._ids) if row_id is None else int(row_id)  # new_id(), without its call
         line = encode_row(kind, op, start_ns, end_ns, ready_ns, deps, rid, fields, self._encode)
         pending = self._pending  # never rebound: list.append is atomic, _write_pending takes rows off its front
-        pending.append(self._format(kind, op, start_ns, end_ns, ready_ns, deps, rid, fields) if line is None else line)
+        pending.append(self._general(kind, op, start_ns, end_ns, ready_ns, deps, rid, fields) if line is None else line)
         if len(pending) >= _PENDING_LINES:
             with self._lock:
                 self._write_pending()
@@ -109,16 +109,16 @@ class RankRecorder:
                    deps: Optional[Iterable[int]] = (), row_id: int, **fields: Any) -> str:
         """The JSON line (without its newline) that :meth:`row` writes for these arguments: the bytes of
         ``json.dumps`` (separators "," and ":") of ``{"id", "kind", "op", "start_ns", "end_ns", "deps"[, "ready_ns"],
-        **fields}``, the times, ids and deps taken through ``int()``."""
-        return self._format(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields)
-
-    def _format(self, kind: str, op: str, start_ns: int, end_ns: int, ready_ns: Optional[int],
-                deps: Optional[Iterable[int]], row_id: int, fields: dict) -> str:
-        # the engine's encoder (src/rows.rs) writes json's bytes for ints, strings, None and booleans and hands every
-        # other value to this encoder; None where a field is named like a row key (json overwrites that key in place)
+        **fields}``, the times, ids and deps taken through ``int()``. The engine's encoder (``src/rows.rs``) writes
+        json's bytes for ints, strings, None and booleans and hands every other value to json's encoder; a field named
+        like a row key goes through :meth:`_general`."""
         line = encode_row(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields, self._encode)
-        if line is not None:
-            return line
+        return self._general(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields) if line is None else line
+
+    def _general(self, kind: str, op: str, start_ns: int, end_ns: int, ready_ns: Optional[int],
+                 deps: Optional[Iterable[int]], row_id: int, fields: dict) -> str:
+        """A row whose field is named like a row key: json's own encoder on the record (the field's value replaces
+        the key's, in the key's place)."""
         record = {"id": int(row_id), "kind": kind, "op": op, "start_ns": int(start_ns), "end_ns": int(end_ns),
                   "deps": None if deps is None else [int(d) for d in deps]}
         if ready_ns is not None:
