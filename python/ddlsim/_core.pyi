@@ -104,3 +104,18 @@ def algorithms() -> list[dict[str, Any]]:
     """The engine's all-reduce algorithms, one dict each: name, code, step_op,
     closed_form, min_ranks, folds_non_power_of_two, uses_hosts, partitions
     (python/ddlsim/simulation/algorithms.py wraps it)."""
+
+def encode_row(
+    kind: Any,
+    op: Any,
+    start_ns: Any,
+    end_ns: Any,
+    ready_ns: Any,
+    deps: Any,
+    row_id: Any,
+    fields: dict[str, Any],
+    encode: Callable[[Any], str],
+) -> Optional[str]:
+    """One capture row's JSON line (src/rows.rs): the bytes of json.dumps of {"id", "kind", "op", "start_ns",
+    "end_ns", "deps"[, "ready_ns"], **fields} with the times, id and deps through int(); values other than exact
+    ints, strings, None and booleans go through `encode`. None where a field is named like a row key."""
