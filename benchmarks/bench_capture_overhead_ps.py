@@ -16,7 +16,8 @@ job's processes together (the recording is CPU work; on a machine whose cores th
 of one run moves with the scheduler by more than the recording costs, the CPU time much less): every rank notes
 its process's CPU time at each of its flushes (a worker's once per iteration, the server's every 200 ms), and
 :func:`cpu_per_iteration` takes each rank's CPU time between its first and last flush inside rank 0's timed
-iterations, per iteration of rank 0 in that span.
+iterations, per iteration of rank 0 in that span; the difference per rank says which process the recording
+costs.
 
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead_ps.py --runs 4 --iterations 60
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead_ps.py --layer-every 1000    # sampled layer rows
@@ -116,9 +117,9 @@ def cpu_per_iteration(ends: list[int], flushes: list[tuple[int, int]]) -> float 
     return (c1 - c0) / (position(t1) - position(t0))
 
 
-def one_run(config: dict, world: int, plain: bool, warmup: int) -> tuple[list[float], float | None]:
-    """One run of the job: rank 0's iteration times (ms) after the first `warmup` iterations, and the CPU ms per
-    iteration of all the ranks' processes together over those iterations (None where a rank flushed too rarely)."""
+def one_run(config: dict, world: int, plain: bool, warmup: int) -> tuple[list[float], list]:
+    """One run of the job: rank 0's iteration times (ms) after the first `warmup` iterations, and each rank's CPU ms
+    per iteration of rank 0 over those iterations (None where the rank flushed too rarely)."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -147,7 +148,7 @@ def one_run(config: dict, world: int, plain: bool, warmup: int) -> tuple[list[fl
     ends = [t for t, _ in flushes[0]][max(0, warmup - 1):]  # the end of each timed iteration, and of the one before
     times = [(b - a) / 1e6 for a, b in zip(ends, ends[1:])]
     per_rank = [cpu_per_iteration(ends, flushes[r]) for r in sorted(flushes)]
-    return times, None if None in per_rank else sum(per_rank) / 1e6
+    return times, [None if c is None else c / 1e6 for c in per_rank]
 
 
 def main(argv=None) -> int:
@@ -186,11 +187,13 @@ def main(argv=None) -> int:
     order = order[:2 * args.runs]
     runs: dict[str, list[list[float]]] = {"plain": [], "recorded": []}
     cpu: dict[str, list] = {"plain": [], "recorded": []}  # per run: CPU ms per iteration, all processes
+    cpu_ranks: dict[str, list] = {"plain": [], "recorded": []}  # per run: each rank's
     for k, kind in enumerate(order, 1):
         print(f"[{k}/{len(order)}] {kind} run", file=sys.stderr, flush=True)
-        times, cpu_ms = one_run(config, world, kind == "plain", args.warmup)
+        times, per_rank = one_run(config, world, kind == "plain", args.warmup)
         runs[kind].append(times)
-        cpu[kind].append(cpu_ms)
+        cpu_ranks[kind].append(per_rank)
+        cpu[kind].append(None if None in per_rank else sum(per_rank))
     print(f"PS capture job: {args.model}, {args.workers} workers, {args.servers} server(s), batch {args.batch_size}, "
           f"--layer-every {args.layer_every}; {args.runs} runs of each kind (ABBA), {args.iterations} iterations each, "
           f"the first {args.warmup} left out; {os.cpu_count()} cores")
@@ -209,12 +212,16 @@ def main(argv=None) -> int:
             print(f"  {kind:9} CPU {cpu_medians[kind]:7.2f} ms per iteration, all processes (median of runs: "
                   f"{', '.join(f'{c:.2f}' for c in cpu[kind])})")
         print(f"CPU overhead: {(cpu_medians['recorded'] / cpu_medians['plain'] - 1) * 100:+.2f} % (ratio of medians)")
+        extra = [statistics.median(run[r] for run in cpu_ranks["recorded"]) -
+                 statistics.median(run[r] for run in cpu_ranks["plain"]) for r in range(world)]
+        print("  recorded - plain, median CPU ms per iteration: " + ", ".join(
+            f"rank {r} ({'worker' if r < args.workers else 'server'}) {e:+.3f}" for r, e in enumerate(extra)))
     else:
         print("CPU time: a rank flushed fewer than twice within the timed iterations; give more --iterations")
     if args.json:
         from gpu_setup import write_out
 
-        data = {"args": vars(args), "times_ms": runs, "cpu_ms_per_iteration": cpu}
+        data = {"args": vars(args), "times_ms": runs, "cpu_ms_per_iteration": cpu, "cpu_ms_per_rank": cpu_ranks}
         if not write_out(Path(args.json), json.dumps(data), option="--json"):
             return 2
     return 0

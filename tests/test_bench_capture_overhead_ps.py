@@ -29,8 +29,11 @@ def test_each_kind_runs_and_each_run_times_its_iterations_after_the_warm_up(tmp_
     # the server flushes every 200 ms: 30 iterations of about 20 ms hold two of its flushes or more
     cpu = data["cpu_ms_per_iteration"]
     assert len(cpu["plain"]) == len(cpu["recorded"]) == 1
+    ranks = data["cpu_ms_per_rank"]
+    assert [len(r) for kind in ranks for r in ranks[kind]] == [3, 3]  # 2 workers and a server, per run
     if None not in cpu["plain"] + cpu["recorded"]:
-        assert "CPU overhead:" in run.stdout
+        assert "CPU overhead:" in run.stdout and "rank 2 (server)" in run.stdout
+        assert all(cpu[kind][0] == pytest.approx(sum(ranks[kind][0])) for kind in cpu)
         # all processes' CPU per iteration: more than nothing, less than the machine's cores for the whole iteration
         for kind in cpu:
             assert 0 < cpu[kind][0] <= (os.cpu_count() or 1) * max(data["times_ms"][kind][0]) * 1.05
