@@ -137,8 +137,9 @@ def one_run(config: dict, world: int, plain: bool, warmup: int) -> tuple[list[fl
             except Empty:
                 failed = [p.exitcode for p in procs if p.exitcode]
                 if failed or time.monotonic() > deadline:
-                    for p in procs:
+                    for p in procs:  # no rank left behind: the others would wait for the failed one
                         p.kill()
+                        p.join(10)
                     raise SystemExit(f"a rank failed: exit codes {[p.exitcode for p in procs]}" if failed else
                                      f"the run took more than {float(config['timeout_s']) * 4:.0f} s")
         for p in procs:

@@ -105,3 +105,21 @@ def test_a_json_path_that_is_not_a_file_is_refused_before_any_run_and_left_alone
         assert [p.name for p in target.iterdir()] == ["keep"] and (target / "keep").read_text() == "mine"
     else:
         assert os.path.exists(target) and not os.path.isfile(target)
+
+
+def test_a_rank_that_fails_ends_the_run_and_leaves_no_rank_behind(monkeypatch):
+    """A worker that exits mid-run (the capture's crash switch: status 3 after iteration 1) leaves the server and
+    the other worker waiting for it: the run ends with the ranks' exit codes and kills the others, instead of
+    waiting 4x the timeout and ending in a traceback (queue.Empty)."""
+    import multiprocessing
+
+    from ddlsim.capture.ps import ps_config
+
+    bench = _bench()
+    config = ps_config(model="lenet5", workers=2, servers=1, iterations=30, batch_size=4, timeout_s=60.0,
+                       crash_rank=1, crash_after_iteration=1)
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setenv("PYTHONPATH", ENV["PYTHONPATH"])
+    with pytest.raises(SystemExit, match=r"a rank failed: exit codes \[.*3.*\]"):
+        bench.one_run(config, 3, False, 2)
+    assert multiprocessing.active_children() == []
