@@ -2,15 +2,16 @@
 //! bytes of Python's `json.dumps(record, separators=(",", ":"))` for
 //! `{"id", "kind", "op", "start_ns", "end_ns", "deps"[, "ready_ns"], **fields}`,
 //! made here because a capture formats hundreds of rows per iteration inside
-//! the job it measures (3.5 us a row in Python, about a third of that here).
+//! the job it measures (a row cost 3.4 us with Python's %-templates, 2.3 us
+//! with this, of which 0.9 us is the Python call of `row()` itself).
 //!
 //! What is written here: exact `int`s, exact `str`s (escaped as `json` does
-//! with `ensure_ascii`), `None`, `True` / `False`. Every other value (floats,
-//! lists, dicts, subclasses) goes through the caller's own `encode` (the
-//! recorder passes its `json` encoder), and a string Rust cannot read (a lone
-//! surrogate) too, so those bytes are `json`'s by construction. A field named
-//! like a row key gives `None`: `json.dumps` would overwrite that key in
-//! place, which the recorder's general path does.
+//! with `ensure_ascii`, lone surrogates included), `None`, `True` / `False`.
+//! Every other value (floats, lists, dicts, subclasses) goes through the
+//! caller's own `encode` (the recorder passes its `json` encoder), so those
+//! bytes are `json`'s by construction. A field named like a row key gives
+//! `None` before anything else is read: `json.dumps` would overwrite that key
+//! in place, which the recorder's general path does.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
