@@ -187,14 +187,14 @@ def main(argv=None) -> int:
     order = [kind for _ in range((args.runs + 1) // 2) for kind in ("recorded", "plain", "plain", "recorded")]
     order = order[:2 * args.runs]
     runs: dict[str, list[list[float]]] = {"plain": [], "recorded": []}
-    cpu: dict[str, list] = {"plain": [], "recorded": []}  # per run: CPU ms per iteration, all processes
-    cpu_ranks: dict[str, list] = {"plain": [], "recorded": []}  # per run: each rank's
+    cpu_ranks: dict[str, list] = {"plain": [], "recorded": []}  # per run: each rank's CPU ms per iteration
     for k, kind in enumerate(order, 1):
         print(f"[{k}/{len(order)}] {kind} run", file=sys.stderr, flush=True)
         times, per_rank = one_run(config, world, kind == "plain", args.warmup)
         runs[kind].append(times)
         cpu_ranks[kind].append(per_rank)
-        cpu[kind].append(None if None in per_rank else sum(per_rank))
+    # per run: all processes together
+    cpu = {kind: [None if None in run else sum(run) for run in cpu_ranks[kind]] for kind in cpu_ranks}
     print(f"PS capture job: {args.model}, {args.workers} workers, {args.servers} server(s), batch {args.batch_size}, "
           f"--layer-every {args.layer_every}; {args.runs} runs of each kind (ABBA), {args.iterations} iterations each, "
           f"the first {args.warmup} left out; {os.cpu_count()} cores")

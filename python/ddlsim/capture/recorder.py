@@ -17,9 +17,9 @@ processes; hosts are aligned by the offsets in the header (see
 :mod:`.clock`).
 
 Nothing here imports torch. A row's JSON line is made by the engine
-extension's encoder (``src/rows.rs``: the bytes ``json.dumps`` gives, in a
-third of the time Python takes, as the rows are formatted inside the job the
-capture measures).
+extension's encoder (``src/rows.rs``: the bytes ``json.dumps`` gives, encoded
+in a third of the time Python's %-templates took, as the rows are formatted
+inside the job the capture measures).
 """
 
 from __future__ import annotations

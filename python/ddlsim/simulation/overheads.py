@@ -331,8 +331,7 @@ def training_ring_rate(log, metadata: dict[str, Any] | None = None) -> dict[str,
     if fit is None:
         return None
     a, b = fit
-    gamma = meta.get("gamma_ns_per_byte")
-    gamma = float(gamma) if isinstance(gamma, (int, float)) and not isinstance(gamma, bool) and gamma > 0 else 0.0
+    gamma = _positive(meta.get("gamma_ns_per_byte")) or 0.0
     per_byte = b - (workers - 1) / workers * gamma
     if not np.isfinite(per_byte) or per_byte <= 0:
         return None
@@ -383,8 +382,7 @@ def unbound_call_cost(log, metadata: dict[str, Any] | None = None) -> dict[str, 
     points = [p for p in allreduce_points(log, meta) if p[1] > 4]
     if not points:
         return None
-    gamma = meta.get("gamma_ns_per_byte")
-    gamma = float(gamma) if isinstance(gamma, (int, float)) and not isinstance(gamma, bool) and gamma > 0 else 0.0
+    gamma = _positive(meta.get("gamma_ns_per_byte")) or 0.0
     share = (workers - 1) / workers
     b_model = 2 * share * 8e9 / unshaped + share * gamma
     a_model = 2 * (workers - 1) * round(step)
@@ -407,11 +405,18 @@ def small_call_stall(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
     meta = metadata or {}
     if meta.get("source") != "capture" or meta.get("job") != "ddp" or int(meta.get("workers") or 0) < 2:
         return None
-    mean, median = meta.get("allreduce_small_mean_ns"), meta.get("allreduce_small_ns")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and v > 0 for v in (mean, median)):
+    mean, median = _positive(meta.get("allreduce_small_mean_ns")), _positive(meta.get("allreduce_small_ns"))
+    if mean is None or median is None or not np.isfinite(mean + median):
         return None
-    return {"call_ns": max(0.0, float(mean) - float(median)), "mean_ns": float(mean), "median_ns": float(median),
+    return {"call_ns": max(0.0, mean - median), "mean_ns": mean, "median_ns": median,
             "repeats": meta.get("allreduce_small_repeats")}
+
+
+def _positive(value: Any) -> Optional[float]:
+    """A metadata value as a float where it is a number above 0 (not a boolean), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
 
 
 def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dict[str, Any] | None:

@@ -186,7 +186,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                 notes = [n for n in notes if not n.startswith(("replay: payload rate ", "replay: link bandwidth "))]
             notes.append(message_note)
     if training is None and own_job and scenario.model.overheads and "latency" not in overrides:
-        scenario, call_note = _unbound_call_cost(scenario, rows)
+        scenario, call_note = _per_call_cost(scenario, rows)
         if call_note:
             notes.append(call_note)
     if scenario.model.rank_times == "sampled":
@@ -546,9 +546,9 @@ def _idle_wake(path: Path, meta: dict[str, Any], given: Any,
     return curve, note
 
 
-def _unbound_call_cost(scenario: Scenario, rows: Callable[[], Any]) -> tuple[Scenario, Optional[str]]:
-    """A DDP capture whose link did not bind (unshaped, or shaped with a token bucket that held its bytes), replayed
-    at another rate: each all-reduce call also costs what it cost the capturing machine while training
+def _per_call_cost(scenario: Scenario, rows: Callable[[], Any]) -> tuple[Scenario, Optional[str]]:
+    """The per-call cost of a DDP capture replayed at another rate. One whose link did not bind (unshaped, or shaped
+    with a token bucket that held its bytes): each all-reduce call also costs what it cost the capturing machine while training
     (:func:`ddlsim.simulation.overheads.unbound_call_cost`), spread over the ring's 2 (N - 1) steps as latency. One
     whose link bound: the mean of its 4-byte all-reduces after training less their median
     (:func:`ddlsim.simulation.overheads.small_call_stall`), the same way. Unchanged, with no note, for any other
