@@ -108,12 +108,11 @@ except ModelError as exc:
   echo; echo "## host or GPU: the step as a CUDA graph (the GPU alone) beside the model's totals"
   "$py" "$glt" --graph-report "$dir/graph/graph.csv" --predict-device "$card"
   echo; echo "## the stored runs rescored"
-  for run in h100-summary h100-run2-summary h100-run3-summary; do
-    echo "### $run (H100)"
-    "$py" "$glt" --rescore "docs/data/gpu-layer-times-$run.csv" --predict-device H100 | grep -A99 "^the run's roofline"
+  for run in h100-summary h100-run2-summary h100-run3-summary h100-run4-summary h200-summary h200-run4-summary; do
+    stored=$(echo "${run%%-*}" | tr 'a-z' 'A-Z')
+    echo "### $run ($stored)"
+    "$py" "$glt" --rescore "docs/data/gpu-layer-times-$run.csv" --predict-device "$stored" | grep -A99 "^the run's roofline"
   done
-  echo "### h200-summary (H200)"
-  "$py" "$glt" --rescore docs/data/gpu-layer-times-h200-summary.csv --predict-device H200 | grep -A99 "^the run's roofline"
   exit 0
 fi
 

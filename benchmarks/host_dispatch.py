@@ -104,18 +104,23 @@ def model_host_check(torch, dev, sync) -> dict:
 
 
 def median_doc(docs: list) -> dict:
-    """Several runs' JSON documents as one: every number (not a bool) that all runs have at the same place is their
-    median (``statistics.median``: the middle one of an odd count); anything else (text, a number some run lacks, a
-    chain that failed in some run) is the first run's. ``median_of`` records how many runs were combined."""
+    """Several runs' JSON documents as one: every number (not a bool) is the median (``statistics.median``: the
+    middle one of an odd count, the mean of the two middle ones of an even count) of the runs that have a number at
+    that place, so runs of an older version of this benchmark, which lack the newer call kinds, still count where
+    they have a value; anything else (text, a flag, a chain that failed) is the first value found, in run order.
+    Keys keep the order in which the runs first name them. ``median_of`` records how many runs were combined."""
+    def is_number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
     def merge(values):
-        first = values[0]
-        if isinstance(first, dict):
-            return {k: merge([v[k] for v in values]) if all(isinstance(v, dict) and k in v for v in values)
-                    else first[k] for k in first}
-        if isinstance(first, (int, float)) and not isinstance(first, bool) and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            return statistics.median(values)
-        return first
+        dicts = [v for v in values if isinstance(v, dict)]
+        if isinstance(values[0], dict):
+            keys = list(dict.fromkeys(k for d in dicts for k in d))
+            return {k: merge([d[k] for d in dicts if k in d]) for k in keys}
+        numbers = [v for v in values if is_number(v)]
+        if is_number(values[0]):
+            return statistics.median(numbers)
+        return values[0]
 
     out = merge(docs)
     out["median_of"] = len(docs)

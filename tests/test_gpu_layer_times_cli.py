@@ -49,3 +49,43 @@ def test_the_run3_table_in_the_docs_is_the_rescore_of_the_stored_run():
     assert len(case_rows) == 24
     for line in case_rows + [line for line in run.stdout.splitlines() if line.startswith("the roofline now:")]:
         assert line in section, line
+
+
+def _run4_section() -> str:
+    doc = (ROOT / "docs" / "compute-model.md").read_text(encoding="utf-8")
+    return doc.split("\n## Run 4 (2026-11-27)", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_run4_scores_in_the_docs_are_the_rescore_of_the_stored_runs():
+    """The bold row of docs/compute-model.md's "Run 4" table (this tree's tables) is what `--rescore` prints for
+    each stored run, in the table's column order: within 15 % and the median |error|."""
+    import re
+
+    section = _run4_section()
+    bold = next(line for line in section.splitlines() if line.startswith("| **host runs pooled"))
+    cells = [c.strip().strip("*") for c in bold.strip("|").split("|")][1:]
+    runs = [("h100-summary", "H100"), ("h100-run2-summary", "H100"), ("h100-run3-summary", "H100"),
+            ("h100-run4-summary", "H100"), ("h200-summary", "H200"), ("h200-run4-summary", "H200")]
+    assert len(cells) == len(runs)
+    for (run_name, card), cell in zip(runs, cells):
+        run = _run("--rescore", f"docs/data/gpu-layer-times-{run_name}.csv", "--predict-device", card)
+        assert run.returncode == 0, run.stderr
+        m = re.search(r"^the roofline now: (\d+) of (\d+) cases within 15 %; median \|error\| ([\d.]+) %", run.stdout,
+                      re.M)
+        assert m is not None and cell == f"{m[1]} of {m[2]}, {m[3]} %", (run_name, cell)
+
+
+@pytest.mark.parametrize("card", ["H100", "H200"])
+def test_the_run4_graph_table_in_the_docs_is_the_graph_report(card):
+    """The "GPU alone" table of the Run 4 section is `--graph-report` of the stored graph runs, row by row (the
+    report's columns but the model's step)."""
+    run = _run("--graph-report", f"docs/data/gpu-graph-{card.lower()}-run4.csv", "--predict-device", card)
+    assert run.returncode == 0, run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and line.count(" | ") == 9
+            and not line.startswith(("| model", "| ---"))]
+    assert len(rows) == 8
+    section = _run4_section()
+    for line in rows:
+        c = [x.strip() for x in line.strip("|").split("|")]
+        want = "| " + " | ".join([card] + c[:8] + c[9:]) + " |"
+        assert want in section, want

@@ -193,13 +193,55 @@ def test_the_median_of_runs_on_paper():
     docs = [{"host_us": {"fp32": {"conv2d": {"fwd_us": v, "bwd_us": 10 * v}}}, "device": d, "flag": True,
              "only_first": 7.0 if i == 0 else "x", "backward_start_us": v + 1}
             for i, (v, d) in enumerate(((3.0, "A"), (1.0, "B"), (2.0, "C")))]
-    docs[2]["host_us"]["fp32"]["conv2d_bias"] = {"fwd_us": 9.0}  # in one run only: left out (the first's keys)
+    docs[2]["host_us"]["fp32"]["conv2d_bias"] = {"fwd_us": 9.0}  # in one run only: that run's value
+    docs[1]["host_us"]["fp32"]["conv2d"]["error"] = "RuntimeError"  # text: the first found
     out = bench.median_doc(docs)
-    assert out["host_us"]["fp32"]["conv2d"] == {"fwd_us": 2.0, "bwd_us": 20.0}
+    assert out["host_us"]["fp32"]["conv2d"] == {"fwd_us": 2.0, "bwd_us": 20.0, "error": "RuntimeError"}
     assert out["backward_start_us"] == 3.0 and out["device"] == "A" and out["flag"] is True
-    assert out["only_first"] == 7.0 and out["median_of"] == 3 and "conv2d_bias" not in out["host_us"]["fp32"]
+    assert out["only_first"] == 7.0 and out["median_of"] == 3
+    assert out["host_us"]["fp32"]["conv2d_bias"] == {"fwd_us": 9.0}
     # two runs: the mean of the two middle ones (statistics.median)
     assert bench.median_doc(docs[:2])["host_us"]["fp32"]["conv2d"]["fwd_us"] == 2.0
+
+
+def test_an_older_run_counts_where_it_has_a_number():
+    """Runs of an older benchmark (no backward_start, no conv2d_bias) pooled with newer ones: each number is the
+    median of the runs that have it, checked against a brute-force median of every run's value at each place."""
+    import random
+
+    rng = random.Random(7)
+    for trial in range(200):
+        n = rng.randint(1, 6)
+        docs = []
+        for i in range(n):
+            newer = i == 0 or rng.random() < 0.5  # the first run is always a newer one
+            host = {"conv2d": {"fwd_us": rng.uniform(1, 100), "bwd_us": rng.uniform(1, 100)}}
+            if newer:
+                host["conv2d_bias"] = {"fwd_us": rng.uniform(1, 100), "bwd_us": rng.uniform(1, 100)}
+            doc = {"host_us": {"fp32": host}, "zero_grad_us_per_param": rng.uniform(1, 5), "device": f"D{i}"}
+            if newer:
+                doc["backward_start_us"] = rng.uniform(-10, 300)
+            docs.append(doc)
+        out = bench.median_doc(docs)
+
+        def brute(path):
+            vals = []
+            for d in docs:
+                for k in path:
+                    d = d.get(k) if isinstance(d, dict) else None
+                if d is not None:
+                    vals.append(d)
+            vals.sort()
+            m = len(vals)
+            return vals[m // 2] if m % 2 else (vals[m // 2 - 1] + vals[m // 2]) / 2
+
+        for kind in ("conv2d", "conv2d_bias"):
+            for side in ("fwd_us", "bwd_us"):
+                assert out["host_us"]["fp32"][kind][side] == pytest.approx(brute(("host_us", "fp32", kind, side)),
+                                                                         rel=1e-12), trial
+        assert out["backward_start_us"] == pytest.approx(brute(("backward_start_us",)), rel=1e-12)
+        assert out["zero_grad_us_per_param"] == pytest.approx(brute(("zero_grad_us_per_param",)), rel=1e-12)
+        assert out["device"] == "D0" and out["median_of"] == n
 
 
 def _cli(*args, timeout=240):
@@ -227,6 +269,20 @@ def test_median_cli_writes_the_median_and_refuses_a_non_run(tmp_path):
     run = _cli("--median", str(runs[0]), str(bad), "--out", str(out2))
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and "bad.json" in run.stderr
     assert "Traceback" not in run.stderr and not out2.exists()
+
+
+@pytest.mark.parametrize("card", ["h100", "h200"])
+def test_the_stored_host_table_is_the_median_of_the_stored_runs(tmp_path, card):
+    """data/kernels/host_dispatch_<card>.json is `--median` of the card's stored runs (docs/compute-model.md, "Run
+    4": the three of run 4 first, then the earlier session's), byte for byte: a table edited by hand, or a run
+    added without the table rebuilt, fails here."""
+    data = ROOT / "docs" / "data"
+    runs = [data / f"host-dispatch-{card}-run4-{i}.json" for i in (1, 2, 3)] + [data / f"host-dispatch-{card}-run1.json"]
+    out = tmp_path / f"host_dispatch_{card}.json"
+    run = _cli("--median", *map(str, runs), "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    stored = ROOT / "python" / "ddlsim" / "data" / "kernels" / f"host_dispatch_{card}.json"
+    assert out.read_bytes() == stored.read_bytes()
 
 
 def test_without_a_gpu_it_exits_2_in_one_line(tmp_path, monkeypatch, capsys):

@@ -11,7 +11,7 @@ import pytest
 
 from ddlsim.workload import roofline
 from ddlsim.workload.zoo import load_model
-from roofline_helpers import conv_shapes, zoo_digest
+from roofline_helpers import conv_shapes, pin_host_runs, zoo_digest
 
 
 CNNS = ["alexnet", "vgg16", "resnet18", "resnet50", "resnet101", "resnet152", "inception_v3", "googlenet"]
@@ -150,6 +150,7 @@ def test_without_a_linear_table_the_model_is_unchanged(monkeypatch):
     doc = json.loads((Path(roofline.__file__).parent.parent / "data" / "kernels" / "conv_classes_h100.json").read_text())
     doc["points"] = doc["points"][:(len(conv_shapes.grid()) + len(conv_shapes.grid(extra=True))) * 3]
     before = roofline.ConvTable.from_doc(doc)
+    pin_host_runs(monkeypatch)  # the stored host runs of that time (run 4 replaced them)
     monkeypatch.setattr(roofline, "conv_table", lambda name, data_dir=None: before if name in ("H100", "H200") else None)
     monkeypatch.setattr(roofline, "linear_table", lambda name, data_dir=None: None)
     monkeypatch.setattr(roofline, "pointwise_table", lambda name, data_dir=None: None)
