@@ -36,3 +36,16 @@ def test_a_block_that_does_not_divide_the_iterations_is_refused():
     run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead.py", "--iterations", "5", "--block", "2"],
                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "--block must be a positive divisor" in run.stderr
+
+
+def test_the_h200_table_in_the_docs_is_the_summary_of_the_stored_runs():
+    """docs/capture.md's third GPU run table is summarize_capture_overhead.py of the three stored runs, row by row."""
+    files = [f"docs/data/gpu-capture-overhead-h200-{name}.json" for name in ("r50-a", "r50-blk", "r50-b")]
+    table = subprocess.run([sys.executable, "benchmarks/summarize_capture_overhead.py", *files], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    rows = [line for line in table.stdout.splitlines() if line.startswith("| resnet50")]
+    assert len(rows) == 18
+    doc = (ROOT / "docs" / "capture.md").read_text(encoding="utf-8")
+    for row in rows:
+        assert row in doc, row
