@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# The roofline's next device run (docs/compute-model.md, "The next device run"): what the gaps left after run 3 need
-# measured, in one go, each step under its own timeout (a slow step cannot eat the others), GPU steps 360 s at most
-# in all (about 250 s expected on an H200, 170 s on an H100, which skips the two grids it has):
+# The roofline's device run (docs/compute-model.md, "The device run script"; run 4 was its first use): in one go, each
+# step under its own timeout (a slow step cannot eat the others), GPU steps 490 s at most in all (run 4: 152 s on an
+# H200, 96 s on an H100, before the spread step; that step about 100 s):
 #   1. (H200 only) the BatchNorm and pointwise grids: conv_shapes.py --norm, --pointwise -> norm.json, pointwise.json
-#   2. the host microbenchmarks 3 times (with the new kinds:  host_dispatch.py                   -> host1..3.json
-#      a Conv2d with a bias, a Linear without, the start of backward()); the first with the whole-model check
-#   3. the layer times of the cases the model still misses on this card, blind: gpu_layer_times.py --cases -> glt/
+#   2. the host microbenchmarks 3 times, the first with the whole-model check: host_dispatch.py -> host1..3.json
+#   3. the layer times of cases the model misses on this card, blind: gpu_layer_times.py --cases -> glt/
 #   4. the same kind of cases' GPU time alone (the step as a CUDA graph): gpu_layer_times.py --graph-only -> graph/
-#   5. (CPU, seconds) the tables the roofline reads, named for this card: conv_shapes.py --table, host_dispatch.py
+#   5. the host-bound cases' eager step in 5 fresh processes (median and range): step_spread.py -> spread/
+#   6. (CPU, seconds) the tables the roofline reads, named for this card: conv_shapes.py --table, host_dispatch.py
 #      --median -> tables/{norm_classes,pointwise,host_dispatch}_<card>.json
 # Then, on the lead's machine with the returned folder:
-#   PYTHON=.venv/bin/python bash benchmarks/gpu_next.sh --install DIR   # DIR/tables/*.json -> data/kernels/
+#   PYTHON=.venv/bin/python bash benchmarks/gpu_next.sh --install DIR   # the grids' tables -> data/kernels/; the host
+#     runs -> docs/data/host-dispatch-<card>-<stamp>-<i>.json and the host table rebuilt as the median of every one
 #   PYTHON=.venv/bin/python bash benchmarks/gpu_next.sh --rescore DIR   # the docs' tables: the new run scored
-#     blind, the graph report, and the stored runs rescored with the new tables
+#     blind, the graph report, the spread report, and the stored runs rescored with the new tables
 # Usage on the GPU machine (the card is detected from nvidia-smi: H200 or H100):
 #   PYTHONPATH=$PWD/python OUT=/tmp/out bash benchmarks/gpu_next.sh
 #   bash benchmarks/gpu_next.sh --dry-run [--device H200|H100]    # print the steps, run nothing
@@ -46,6 +47,11 @@ GRAPH_H200="alexnet:32:tf32 alexnet:32:fp16 alexnet:128:fp16 inception_v3:32:fp1
   resnet50:128:tf32 resnet101:128:tf32"
 GRAPH_H100="alexnet:32:tf32 alexnet:32:fp16 alexnet:128:fp16 googlenet:128:fp16 googlenet:32:tf32
   inception_v3:32:fp16 inception_v3:32:tf32 resnet18:32:fp16"
+# how much each host-bound miss of run 4 moves between processes (5 fresh processes), with one GPU-bound control
+SPREAD_H200="resnet18:32:fp16 resnet50:32:fp16 resnet101:32:fp16 alexnet:32:tf32 alexnet:32:fp16 inception_v3:32:fp16
+  googlenet:32:fp32 resnet50:128:tf32"
+SPREAD_H100="alexnet:32:tf32 alexnet:32:fp16 googlenet:32:fp32 googlenet:32:tf32 googlenet:128:fp16
+  inception_v3:32:fp16 resnet18:32:fp16 resnet50:128:tf32"
 
 card_of() {  # an nvidia-smi name -> H200 | H100 | ""
   case "$1" in *H200*) echo H200 ;; *H100*) echo H100 ;; *) echo "" ;; esac
@@ -83,23 +89,55 @@ if [ "$mode" = install ] || [ "$mode" = rescore ]; then
   card=$(cat "$dir/card.txt")
   lc=$(echo "$card" | tr 'A-Z' 'a-z')
   if [ "$mode" = install ]; then
-    # every file must load as the card's before any is copied (a misnamed or damaged one is refused in one line)
-    "$py" -c "
-import sys
+    # every file must load as the card's before any is copied (a misnamed or damaged one is refused in one line);
+    # then the grids' tables are copied, and the host table pools every stored host run of the card
+    # (docs/compute-model.md, "Run 4"): the run's raw runs join docs/data and the table is the median of them all
+    "$py" - "$dir" "$card" "$lc" "$(date -u -r "$dir/card.txt" +%Y%m%dT%H%M)" <<'PY' || exit 2
+import json, shutil, sys
+from pathlib import Path
 from ddlsim.errors import ModelError
 from ddlsim.workload import roofline, devices
-d = sys.argv[1]
+d, card, lc, stamp = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+runs = sorted(d.glob("host[0-9]*.json"))
 try:
-    roofline.norm_table('$card', d); roofline.pointwise_table('$card', d)
-    devices.measured_host_microbench(devices.MICROBENCH['H100'], devices.DEVICES['$card'], 'check', d)
+    roofline.norm_table(card, str(d / "tables")); roofline.pointwise_table(card, str(d / "tables"))
+    for run in runs:
+        try:
+            doc = json.loads(run.read_text())
+            devices.host_dispatch_from_benchmark(doc)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ModelError(f"{run}: not a benchmarks/host_dispatch.py result ({type(exc).__name__}: {exc})")
+        name = doc.get("device")
+        other = devices.measured_on_other_device(name, card)
+        if other is not None:
+            raise ModelError(f"{run}: measured on {name!r}, a {other}, not a {card}; leave it out of this folder")
 except ModelError as exc:
-    sys.exit(f'error: --install: {exc}')
-" "$dir/tables" || exit 2
-    for stem in norm_classes pointwise host_dispatch; do
-      f="$dir/tables/${stem}_$lc.json"
-      [ -f "$f" ] || { echo "not in the run: $f (left as it is)"; continue; }
-      cp "$f" "python/ddlsim/data/kernels/${stem}_$lc.json" && echo "installed python/ddlsim/data/kernels/${stem}_$lc.json"
-    done
+    sys.exit(f"error: --install: {exc}")
+kernels, data = Path("python/ddlsim/data/kernels"), Path("docs/data")
+for stem in ("norm_classes", "pointwise"):
+    f = d / "tables" / f"{stem}_{lc}.json"
+    if not f.is_file():
+        print(f"not in the run: {f} (left as it is)")
+        continue
+    shutil.copyfile(f, kernels / f.name)
+    print(f"installed {kernels / f.name}")
+if not runs:
+    print(f"no host runs in {d} (host1.json ...): the host table is left as it is")
+    sys.exit(0)
+sys.path.insert(0, "benchmarks")
+import host_dispatch  # noqa: E402
+new = {f"host-dispatch-{lc}-{stamp}-{i}.json": run for i, run in enumerate(runs, 1)}
+every = {p.name: p for p in data.glob(f"host-dispatch-{lc}-*.json")} | new  # installed twice: counted once
+table = host_dispatch.median_doc([json.loads(every[n].read_text()) for n in sorted(every)])
+for n, run in new.items():
+    shutil.copyfile(run, data / n)
+    print(f"stored {data / n}")
+out = kernels / f"host_dispatch_{lc}.json"
+tmp = out.with_name(out.name + ".tmp")
+tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+tmp.replace(out)
+print(f"installed {out}: the median of {len(every)} host runs")
+PY
     exit 0
   fi
   glt=benchmarks/gpu_layer_times.py
@@ -107,6 +145,10 @@ except ModelError as exc:
   "$py" "$glt" --rescore "$dir/glt/summary.csv" --predict-device "$card"
   echo; echo "## host or GPU: the step as a CUDA graph (the GPU alone) beside the model's totals"
   "$py" "$glt" --graph-report "$dir/graph/graph.csv" --predict-device "$card"
+  if [ -f "$dir/spread/spread.csv" ]; then
+    echo; echo "## the host-bound cases in 5 processes: the median, the range, the roofline"
+    "$py" benchmarks/step_spread.py --report "$dir/spread/spread.csv" --predict-device "$card"
+  fi
   echo; echo "## the stored runs rescored"
   for run in h100-summary h100-run2-summary h100-run3-summary h100-run4-summary h200-summary h200-run4-summary; do
     stored=$(echo "${run%%-*}" | tr 'a-z' 'A-Z')
@@ -134,7 +176,8 @@ else
   } > "$out/env.txt" 2>&1
 fi
 lc=$(echo "$card" | tr 'A-Z' 'a-z')
-if [ "$card" = H200 ]; then cases=$CASES_H200; graph=$GRAPH_H200; else cases=$CASES_H100; graph=$GRAPH_H100; fi
+if [ "$card" = H200 ]; then cases=$CASES_H200; graph=$GRAPH_H200; spread=$SPREAD_H200
+else cases=$CASES_H100; graph=$GRAPH_H100; spread=$SPREAD_H100; fi
 
 # 1. the grids the H200 lacks (the H100 has its own, run 2 and 3)
 if [ "$card" = H200 ]; then
@@ -152,7 +195,10 @@ step glt 105 "$py" benchmarks/gpu_layer_times.py --cases $cases --skip-ddp --ski
 # 4. host or GPU: each case's GPU time alone
 # shellcheck disable=SC2086
 step graph 55 "$py" benchmarks/gpu_layer_times.py --graph-only --cases $graph --budget-s 45 --out "$out/graph"
-# 5. the tables, named for this card (CPU)
+# 5. the host-bound cases' spread: each case's eager step in 5 fresh processes, one after another
+# shellcheck disable=SC2086
+step spread 130 "$py" benchmarks/step_spread.py --cases $spread --processes 5 --budget-s 100 --out "$out/spread"
+# 6. the tables, named for this card (CPU)
 src="on one NVIDIA $card, the device machine of this project ($(date -u +%Y-%m-%d 2>/dev/null), benchmarks/gpu_next.sh)"
 if [ "$card" = H200 ]; then
   cpu_step tables "$py" benchmarks/conv_shapes.py --table "$out/norm.json" \
