@@ -89,3 +89,34 @@ def test_the_run4_graph_table_in_the_docs_is_the_graph_report(card):
         c = [x.strip() for x in line.strip("|").split("|")]
         want = "| " + " | ".join([card] + c[:8] + c[9:]) + " |"
         assert want in section, want
+
+
+def test_the_run4_spread_table_in_the_docs_is_the_stored_runs():
+    """The "Host-bound steps, measured again" table of the Run 4 section, cell by cell from the stored files: the
+    run-4 layer-times run (first process), the graph run's eager step (second), the host benchmark's whole-model
+    check of host-dispatch-<card>-run4-1.json (third) and every earlier stored run of the card that has the case."""
+    import csv
+    import json
+
+    data = ROOT / "docs" / "data"
+
+    def measured(path):
+        with path.open(newline="") as fh:
+            return {(r["model"], int(r["batch"]), r["precision"]): float(r["measured_ms"]) for r in csv.DictReader(fh)}
+
+    earlier = {"H100": ["h100-summary", "h100-run2-summary", "h100-run3-summary"], "H200": ["h200-summary"]}
+    section = _run4_section().split("**Host-bound steps, measured again", 1)[1].split("\n\n**", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| H")]
+    assert len(rows) == 12
+    for line in rows:
+        card, case, first, second, third, before = [c.strip() for c in line.strip("|").split("|")]
+        model, b, precision = case.split(" (")[0].split()
+        key = (model, int(b[1:]), precision)
+        lc = card.lower()
+        assert first == f"{measured(data / f'gpu-layer-times-{lc}-run4-summary.csv')[key]:.2f}", line
+        assert second == f"{measured(data / f'gpu-graph-{lc}-run4.csv')[key]:.2f}", line
+        check = json.loads((data / f"host-dispatch-{lc}-run4-1.json").read_text())["model_host_check"]
+        step = check.get(f"{model}_b{key[1]}_{precision}")
+        assert third == (f"{step['step_ms']:.2f}" if step else "-"), line
+        old = [measured(data / f"gpu-layer-times-{name}.csv").get(key) for name in earlier[card]]
+        assert before == (", ".join(f"{v:.2f}" for v in old if v is not None) or "-"), line
