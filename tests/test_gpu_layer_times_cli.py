@@ -120,3 +120,23 @@ def test_the_run4_spread_table_in_the_docs_is_the_stored_runs():
         assert third == (f"{step['step_ms']:.2f}" if step else "-"), line
         old = [measured(data / f"gpu-layer-times-{name}.csv").get(key) for name in earlier[card]]
         assert before == (", ".join(f"{v:.2f}" for v in old if v is not None) or "-"), line
+
+
+def test_the_run4_host_check_table_in_the_docs_is_the_stored_check_and_this_model():
+    """The Run 4 table of the model's host total against the host benchmark's whole-model check: the measured host
+    time from host-dispatch-<card>-run4-1.json, the model's from this tree (roofline.step_totals_s)."""
+    import json
+
+    from ddlsim.workload import roofline
+    from ddlsim.workload.zoo import load_model
+
+    section = _run4_section().split("**The host model against whole steps", 1)[1].split("\n\n**", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| H")]
+    assert len(rows) == 12
+    for line in rows:
+        card, model, batch, precision, meas, pred, err = [c.strip() for c in line.strip("|").split("|")]
+        check = json.loads((ROOT / "docs" / "data" / f"host-dispatch-{card.lower()}-run4-1.json").read_text())
+        c = check["model_host_check"][f"{model}_b{batch}_{precision}"]
+        host = c["host_fwd_ms"] + c["host_bwd_ms"]
+        model_ms = roofline.step_totals_s(load_model(model), card, precision, int(batch))[0] * 1e3
+        assert (meas, pred, err) == (f"{host:.2f}", f"{model_ms:.2f}", f"{(model_ms / host - 1) * 100:+.1f} %"), line
