@@ -53,15 +53,19 @@ def child(cases: list, process: int, device: str, quick: bool, warmup: int, repe
     for name, batch, precision in rotated(cases, process):
         torch.manual_seed(0)
         dev = "cuda" if cuda else "cpu"
-        model = glt.build(name).to(dev).train()
         image = (75 if name == "inception_v3" else 64) if quick else glt.IMAGE.get(name, 224)
-        x = torch.randn(batch, 3, image, image, device=dev)
-        y = torch.randint(0, 1000, (batch,), device=dev)
-        autocast = glt.set_precision(precision, cuda)
-        times = glt.timed(lambda: glt.step(model, x, y, autocast), glt.Timer(cuda), warmup, repeats)
-        print(json.dumps({"model": name, "batch": batch, "precision": precision, "image": image, "process": process,
-                          "measured_ms": round(statistics.median(times), 4)}), flush=True)
-        del model, x, y
+        row = {"model": name, "batch": batch, "precision": precision, "image": image, "process": process}
+        try:
+            model = glt.build(name).to(dev).train()
+            x = torch.randn(batch, 3, image, image, device=dev)
+            y = torch.randint(0, 1000, (batch,), device=dev)
+            autocast = glt.set_precision(precision, cuda)
+            times = glt.timed(lambda: glt.step(model, x, y, autocast), glt.Timer(cuda), warmup, repeats)  # noqa: B023
+            row["measured_ms"] = round(statistics.median(times), 4)
+        except RuntimeError as exc:  # e.g. out of memory: recorded, the other cases still run
+            row["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        print(json.dumps(row), flush=True)
+        model = x = y = None
         if cuda:
             torch.cuda.empty_cache()
     return 0
@@ -100,8 +104,11 @@ def measure(args, cases: list) -> int:
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             code = "timeout"
-        got = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        parsed = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        got = [r for r in parsed if "measured_ms" in r]
         rows += got
+        failures += [f"process {k}: {r['model']}:{r['batch']}:{r['precision']}: {r['error']}" for r in parsed
+                     if "error" in r]
         if code != 0:
             failures.append(f"process {k}: exit {code}, {len(got)} of {len(cases)} cases")
         write_rows(args.out, rows)

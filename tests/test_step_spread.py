@@ -137,3 +137,24 @@ def test_an_existing_folder_is_refused_and_left_alone(tmp_path):
     bad.write_text("a,b\n1,2\n")
     rep = _cli("--report", str(bad))
     assert rep.returncode == 2 and len(rep.stderr.strip().splitlines()) == 1 and "'model'" in rep.stderr
+
+
+def test_a_case_that_fails_is_recorded_and_the_others_still_run(monkeypatch, capsys):
+    pytest.importorskip("torchvision")
+    import json
+
+    import gpu_layer_times as glt
+
+    real = glt.build
+
+    def build(name):
+        if name == "alexnet":
+            raise RuntimeError("CUDA out of memory (a stand-in)")
+        return real(name)
+
+    monkeypatch.setattr(glt, "build", build)
+    assert bench.child([("alexnet", 2, "fp32"), ("resnet18", 2, "fp32")], 1, "cpu", True, 0, 1) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["model"] for r in rows] == ["resnet18", "alexnet"]  # process 1: the order rotated by one
+    assert rows[0]["measured_ms"] > 0 and "measured_ms" not in rows[1]
+    assert rows[1]["error"] == "RuntimeError: CUDA out of memory (a stand-in)"
