@@ -140,3 +140,37 @@ def test_the_run4_host_check_table_in_the_docs_is_the_stored_check_and_this_mode
         host = c["host_fwd_ms"] + c["host_bwd_ms"]
         model_ms = roofline.step_totals_s(load_model(model), card, precision, int(batch))[0] * 1e3
         assert (meas, pred, err) == (f"{host:.2f}", f"{model_ms:.2f}", f"{(model_ms / host - 1) * 100:+.1f} %"), line
+
+
+def test_the_run4_per_model_table_in_the_docs_is_every_stored_run_rescored():
+    """The Run 4 "Per model" table: per card and model, every stored case-run scored with this tree (gpu_layer_times'
+    own prediction), counted, the median |error| and the case furthest off, recomputed here from the CSVs."""
+    import csv
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_layer_times as glt
+
+    runs = {"H100": ["h100-summary", "h100-run2-summary", "h100-run3-summary", "h100-run4-summary"],
+            "H200": ["h200-summary", "h200-run4-summary"]}
+    section = _run4_section().split("**Per model.**", 1)[1].split("\n\n**", 1)[0]
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in section.splitlines()
+            if line.startswith("| H")}
+    want = 0
+    for card, names in runs.items():
+        errors: dict = {}
+        for name in names:
+            with (ROOT / "docs" / "data" / f"gpu-layer-times-{name}.csv").open(newline="") as fh:
+                for r in csv.DictReader(fh):
+                    pred = glt.predict(r["model"], int(r["batch"]), r["precision"], card)["roofline_ms"]
+                    errors.setdefault(r["model"], []).append((pred / float(r["measured_ms"]) - 1,
+                                                             f"b{r['batch']} {r['precision']}"))
+        for model, errs in errors.items():
+            want += 1
+            size = sorted(abs(e) for e, _ in errs)
+            n = len(size)
+            median = size[n // 2] if n % 2 else (size[n // 2 - 1] + size[n // 2]) / 2
+            worst = max(errs, key=lambda e: abs(e[0]))
+            line = (f"| {card} | {model} | {n} | {sum(abs(e) <= 0.15 for e, _ in errs)} | {median * 100:.1f} % | "
+                    f"{worst[0] * 100:+.1f} % ({worst[1]}) |")
+            assert rows.get((card, model)) == line, line
+    assert len(rows) == want
