@@ -126,17 +126,10 @@ if not runs:
     sys.exit(0)
 sys.path.insert(0, "benchmarks")
 import host_dispatch  # noqa: E402
-new = {f"host-dispatch-{lc}-{stamp}-{i}.json": run for i, run in enumerate(runs, 1)}
-every = {p.name: p for p in data.glob(f"host-dispatch-{lc}-*.json")} | new  # installed twice: counted once
-table = host_dispatch.median_doc([json.loads(every[n].read_text()) for n in sorted(every)])
-for n, run in new.items():
-    shutil.copyfile(run, data / n)
-    print(f"stored {data / n}")
-out = kernels / f"host_dispatch_{lc}.json"
-tmp = out.with_name(out.name + ".tmp")
-tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-tmp.replace(out)
-print(f"installed {out}: the median of {len(every)} host runs")
+for i, run in enumerate(runs, 1):  # installed twice: the same names, counted once
+    shutil.copyfile(run, data / f"host-dispatch-{lc}-{stamp}-{i}.json")
+    print(f"stored {data / f'host-dispatch-{lc}-{stamp}-{i}.json'}")
+sys.exit(host_dispatch.write_median(sorted(data.glob(f"host-dispatch-{lc}-*.json")), kernels / f"host_dispatch_{lc}.json"))
 PY
     exit 0
   fi

@@ -72,15 +72,18 @@ def child(cases: list, process: int, device: str, quick: bool, warmup: int, repe
 
 
 def write_rows(out: Path, rows: list) -> None:
-    tmp = out / "spread.csv.tmp"
-    try:
-        with tmp.open("w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=COLUMNS)
-            w.writeheader()
-            w.writerows(rows)
-        tmp.replace(out / "spread.csv")
-    finally:
-        tmp.unlink(missing_ok=True)  # interrupted mid-write: no partial file left
+    """OUT/spread.csv through the benchmarks' atomic write (gpu_setup.write_out): an interrupted write leaves the
+    previous file or none, never a partial one."""
+    import io
+
+    from gpu_setup import write_out
+
+    text = io.StringIO()
+    w = csv.DictWriter(text, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    if not write_out(out / "spread.csv", text.getvalue()):
+        raise SystemExit(2)
 
 
 def measure(args, cases: list) -> int:

@@ -87,10 +87,10 @@ def small_allreduce_ns(repeats: int = 40) -> dict:
     latency), ``allreduce_small_mean_ns``, their mean (on a machine with no core to spare some calls stall for
     milliseconds: the mean holds them, the median does not; replay adds the difference to each call where the
     capture's link bound, see :func:`ddlsim.simulation.overheads.small_call_stall`), and ``allreduce_small_repeats``."""
-    from .allreduce_rate import allreduce_times_ns
+    from .allreduce_rate import allreduce_times_ns, upper_median
 
-    times = sorted(allreduce_times_ns(1, repeats))
-    return {"allreduce_small_ns": float(times[len(times) // 2]), "allreduce_small_mean_ns": float(sum(times) / len(times)),
+    times = allreduce_times_ns(1, repeats)
+    return {"allreduce_small_ns": upper_median(times), "allreduce_small_mean_ns": float(sum(times) / len(times)),
             "allreduce_small_repeats": len(times)}
 
 
