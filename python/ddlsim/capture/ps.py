@@ -141,6 +141,23 @@ def rpc_round_trip_ns(server: str, repeats: int = 15) -> float:
     return float(sorted(times)[len(times) // 2])
 
 
+def shutdown_rpc(rpc, rank: int) -> None:
+    """``rpc.shutdown()`` (graceful: every rank waits for the others, then joins its agent), where a connection that
+    a peer closed while the agents joined (TensorPipe's ``DistNetworkError``, "Connection reset by peer", a known
+    race of its shutdown) is noted in the rank's log and not raised: by then the rank's own work is done, so its
+    recorder must still be closed, and a peer that really failed is reported by its own exit status. Any other
+    error propagates."""
+    import sys
+
+    from torch.distributed import DistNetworkError
+
+    try:
+        rpc.shutdown()
+    except DistNetworkError as exc:
+        print(f"ps capture: rank {rank}: rpc.shutdown: {exc} (a peer left while the agents joined; the rank's work "
+              "was done)", file=sys.stderr, flush=True)
+
+
 def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
     import torch
     from torch.distributed import rpc
@@ -171,12 +188,12 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
         from .ps_server import Server
 
         server = Server(rec, model, config, workers).start()
-        rpc.shutdown()
+        shutdown_rpc(rpc, rank)
         server.stop()
         rec.close()
         return
     _Worker(rec, model, config, rank).run()
-    rpc.shutdown()
+    shutdown_rpc(rpc, rank)
     rec.close()
 
 
