@@ -122,7 +122,8 @@ def _measure(path: Path) -> dict[str, Any]:
     return out
 
 
-def _predict(path: Path, bandwidth: Optional[str] = None, idle_curve: Any = None) -> dict[str, Any]:
+def _predict(path: Path, bandwidth: Optional[str] = None, idle_curve: Any = None,
+             message_times: Optional[str] = None) -> dict[str, Any]:
     """The replay of one capture (``ddlsim replay PATH [--bandwidth B --wire tbf]``): its mean iteration (what
     ``ddlsim replay`` prints), its per-iteration times and breakdown."""
     from .analyze.breakdown import iteration_arrays
@@ -132,6 +133,8 @@ def _predict(path: Path, bandwidth: Optional[str] = None, idle_curve: Any = None
     kw: dict[str, Any] = {"bandwidth": bandwidth, "wire": "tbf"} if bandwidth else {}
     if idle_curve is not None and _job_of(path) == "ddp":
         kw["idle_curve"] = idle_curve  # a curve (dict) or False (none) for the DDP captures
+    if message_times is not None and _job_of(path) == "ps":
+        kw["message_times"] = message_times  # the PS captures' messages: measured (default) or their mean
     result = replay(path, **kw)
     arrays = iteration_arrays(result.columns)
     out = {"mean_s": result.iteration_time_s, "times_s": [float(t) for t in arrays["time_s"]], "notes": list(result.notes),
@@ -230,7 +233,7 @@ def _cores(captures: list[Capture]) -> dict[str, Any]:
 
 
 def evaluate(captures: list[Capture], progress: Callable[[str], None],
-             idle_curve: Any = None) -> dict[str, list[dict[str, Any]]]:
+             idle_curve: Any = None, message_times: Optional[str] = None) -> dict[str, list[dict[str, Any]]]:
     """Measures and replays every capture (self), and every capture at every other shaped link of its job and
     model (cross). Returns the rows of cases.csv, runs.csv and iterations.csv."""
     for i, c in enumerate(captures, 1):
@@ -247,7 +250,7 @@ def evaluate(captures: list[Capture], progress: Callable[[str], None],
         for kind, target, measured_at in targets:
             predictions = []
             for c in members:
-                p = _predict(c.path, None if kind == "self" else target, idle_curve)
+                p = _predict(c.path, None if kind == "self" else target, idle_curve, message_times)
                 predictions.append(p)
                 runs.append({"job": job, "model": model, "captured_link": link, "predicted_link": target, "kind": kind,
                              "repeat": c.repeat, "capture": str(c.path), "measured_ms": c.measured["mean_s"] * 1e3
@@ -360,7 +363,8 @@ def default_workers(cores: int) -> int:
 def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: bool = False,
              jobs: Optional[list[str]] = None, models: Optional[list[str]] = None, links: Optional[list[str]] = None,
              repeats: int = 3, iterations: int = 5, workers: Optional[int] = None, timeout_s: float = 600.0, idle_curve: Any = None,
-             measure_idle_curve: bool = False, command: str = "ddlsim validate", progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
+             measure_idle_curve: bool = False, command: str = "ddlsim validate", progress: Optional[Callable[[str], None]] = None,
+             message_times: Optional[str] = None) -> dict[str, Any]:
     """Runs the validation (module docstring) into `out`, a new or empty directory. Returns the three tables."""
     from .safe_io import check_directory_target
 
@@ -393,6 +397,11 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
         from .simulation.idle_wake import read_curve
 
         idle_curve = read_curve(idle_curve)  # read once, before any capture (its bad input: one line)
+    if message_times is not None:
+        from .simulation.replay import MESSAGE_TIMES
+
+        if message_times not in MESSAGE_TIMES:
+            raise DdlsimError(f"--message-times {message_times!r}: give {' or '.join(MESSAGE_TIMES)}")
     if repeats < 1 or iterations < 2 or workers < 1:
         raise DdlsimError("--repeats must be >= 1, --iterations >= 2 (the first is a warm-up), --workers >= 1")
     if captures is not None:
@@ -407,7 +416,7 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
         found = capture_grid(out, jobs=jobs, models=models, links=links, repeats=repeats, iterations=iterations,
                              workers=workers, timeout_s=timeout_s, progress=say,
                              measure_idle_curve=measure_idle_curve)
-    tables = evaluate(found, say, idle_curve)
+    tables = evaluate(found, say, idle_curve, message_times)
     say("writing cases.csv, runs.csv, iterations.csv, validation.png, errors.png, index.html")
     stage = out / ".validate-staging"
     stage.mkdir()
@@ -453,6 +462,8 @@ def format_cases(cases: list[dict[str, Any]]) -> str:
                      if isinstance(c.get("processes"), int) and isinstance(c.get("host_cores"), int)
                      and c["processes"] > c["host_cores"]})
     for job, model, processes, cores in shared:
+        held = ("; the PS messages' own measured times, replayed at the capture's link, hold their waits for a core"
+                if job == "ps" else "")
         lines.append(f"shared cores: {job} {model} ran {processes} processes on {cores} cores, which the replay does not "
-                     "simulate (docs/validation.md)")
+                     f"simulate (docs/validation.md){held}")
     return "\n".join(lines)

@@ -65,6 +65,8 @@ enum Event {
     FanStart(u32),
     /// A collective member's wake-up (index into `Executor::wakes`).
     Wake(u32),
+    /// A transfer op's message reaches its receiver after its transit delay (see [`Graph::transit_delays`]).
+    Arrive(u32),
 }
 
 impl Event {
@@ -80,6 +82,7 @@ impl Event {
             Event::FanRecv(op) => (2, op as u64),
             Event::FanStart(f) => (3, f as u64),
             Event::Wake(slot) => (4, slot as u64),
+            Event::Arrive(op) => (5, op as u64),
         };
         (arg as u128) << 64 | kind
     }
@@ -92,7 +95,8 @@ impl Event {
             0 => Event::OpDone(arg as u32),
             2 => Event::FanRecv(arg as u32),
             3 => Event::FanStart(arg as u32),
-            _ => Event::Wake(arg as u32),
+            4 => Event::Wake(arg as u32),
+            _ => Event::Arrive(arg as u32),
         }
     }
 }
@@ -602,6 +606,8 @@ struct Executor<'g> {
     wakeup: Vec<Time>,
     /// Per op: whether it is a continuation (see [`Graph::continuations`]); empty when the graph has none.
     continuation: Vec<bool>,
+    /// Per op: its transit delay (see [`Graph::transit_delays`]); empty when the graph has none.
+    transit_delay: Vec<Time>,
     /// Per op: its entry in [`Graph::idle_scaled`], or [`NOT_SCALED`]; empty when the graph has none.
     idle_scale: Vec<u32>,
     /// Successors added after the start (a graph grown at run time), per op; empty otherwise.
@@ -791,6 +797,7 @@ impl<'g> Executor<'g> {
             releases,
             wakeup: wakeups(graph),
             continuation: continuations(graph),
+            transit_delay: transit_delays(graph),
             idle_scale: idle_scales(graph),
             extra_succ: Vec::new(),
             run_names,
@@ -848,6 +855,7 @@ impl<'g> Executor<'g> {
                 Event::FanRecv(op) => self.fan_received(op, now)?,
                 Event::FanStart(f) => self.launch_fan(f as usize, now)?,
                 Event::Wake(slot) => self.wake(slot, now)?,
+                Event::Arrive(op) => self.arrived(op, now)?,
                 Event::Net(token) => {
                     let lone = match self.direct {
                         false => None,
@@ -970,6 +978,18 @@ fn wakeups(graph: &Graph) -> Vec<Time> {
     let mut out = vec![0; graph.len()];
     for &(op, w) in &graph.wakeups {
         out[op as usize] = w;
+    }
+    out
+}
+
+/// Each op's transit delay (see [`Graph::transit_delays`]), by op id; empty when the graph has none.
+fn transit_delays(graph: &Graph) -> Vec<Time> {
+    if graph.transit_delays.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![0; graph.len()];
+    for &(op, d) in &graph.transit_delays {
+        out[op as usize] = d;
     }
     out
 }
@@ -1449,8 +1469,14 @@ impl<'g> Executor<'g> {
                 let o = &self.graph.ops[op as usize];
                 self.bytes_received[o.peer as usize] += o.bytes;
                 self.tx_end[op as usize] = d.tx_end;
-                self.recv_row[op as usize] = self.new_row();
-                self.finish_op(op, now)
+                if let Some(&delay) = self.transit_delay.get(op as usize) {
+                    if delay > 0 {
+                        // its own transport time beyond the route's: it reaches the receiver later
+                        self.queue.push(later(now, delay)?, Event::Arrive(op));
+                        return Ok(());
+                    }
+                }
+                self.arrived(op, now)
             }
             Owner::Fan(f) => {
                 self.free_transfers.push(d.id);
@@ -1463,6 +1489,12 @@ impl<'g> Executor<'g> {
                 self.step_delivered(f, d.id, d.tx_end, now)
             }
         }
+    }
+
+    /// Transfer op `op`'s message reached its receiver: its recv row, and the op ends.
+    fn arrived(&mut self, op: u32, now: Time) -> Result<(), Error> {
+        self.recv_row[op as usize] = self.new_row();
+        self.finish_op(op, now)
     }
 
     fn new_row(&mut self) -> i64 {
@@ -2232,6 +2264,7 @@ impl<'g> Executor<'g> {
         self.fan_of.resize(n, NO_FAN);
         self.wakeup = wakeups(g);
         self.continuation = continuations(g);
+        self.transit_delay = transit_delays(g);
         self.idle_scale = idle_scales(g);
         let last = *self.succ_offsets.last().expect("CSR has a first entry");
         self.succ_offsets.resize(n + 1, last);
@@ -2317,6 +2350,7 @@ impl<'g> Executor<'g> {
             releases,
             wakeup,
             continuation,
+            transit_delay,
             idle_scale,
             extra_succ,
             run_names,
@@ -2373,6 +2407,7 @@ impl<'g> Executor<'g> {
             releases,
             wakeup,
             continuation,
+            transit_delay,
             idle_scale,
             extra_succ,
             run_names,
@@ -2423,7 +2458,7 @@ mod tests {
     #[test]
     fn a_packed_event_unpacks_to_itself() {
         for x in [0u32, 1, 2, 0x7fff_ffff, u32::MAX] {
-            for e in [Event::OpDone(x), Event::FanRecv(x), Event::FanStart(x), Event::Wake(x), Event::Net(x as u64), Event::Net((x as u64) << 32 | 5), Event::Net(u64::MAX)] {
+            for e in [Event::OpDone(x), Event::FanRecv(x), Event::FanStart(x), Event::Wake(x), Event::Arrive(x), Event::Net(x as u64), Event::Net((x as u64) << 32 | 5), Event::Net(u64::MAX)] {
                 assert_eq!(Event::unpack(e.pack()), e);
             }
         }

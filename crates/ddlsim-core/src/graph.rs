@@ -194,6 +194,12 @@ pub struct Graph {
     /// after the push that completes it, `capture/ps_server.py`). Otherwise
     /// it queues as any op does.
     pub continuations: Vec<u32>,
+    /// Transit delays: (op, d) delivers a transfer op d ns later than the
+    /// network delivers its message (its own transport time beyond the
+    /// route's latency, [`crate::lower::message_latency`]); its recv row and
+    /// what depends on it follow then. The link is free from the network's
+    /// delivery on.
+    pub transit_delays: Vec<(u32, Time)>,
     /// Compute after a wait (see [`crate::idle`]): curves of the ratio to no
     /// wait by idle length, and the ops scaled by one; both empty: none.
     pub idle_curves: Vec<IdleCurve>,
@@ -219,6 +225,7 @@ pub(crate) static EMPTY: Graph = Graph {
     releases: Vec::new(),
     wakeups: Vec::new(),
     continuations: Vec::new(),
+    transit_delays: Vec::new(),
     idle_curves: Vec::new(),
     idle_scaled: Vec::new(),
     rank_classes: None,
@@ -241,7 +248,7 @@ impl Graph {
         op_names: Vec<String>,
         stream_names: Vec<String>,
     ) -> Result<Self, String> {
-        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false, releases: Vec::new(), wakeups: Vec::new(), continuations: Vec::new(), idle_curves: Vec::new(), idle_scaled: Vec::new(), rank_classes: None };
+        let g = Graph { ops, dep_offsets, dep_ids, collectives, streams, host_of_rank, op_names, stream_names, closed_form: None, fans: Vec::new(), preempt_at_messages: false, releases: Vec::new(), wakeups: Vec::new(), continuations: Vec::new(), transit_delays: Vec::new(), idle_curves: Vec::new(), idle_scaled: Vec::new(), rank_classes: None };
         g.check()?;
         Ok(g)
     }
@@ -449,6 +456,24 @@ impl Graph {
             if w > MAX_TIME {
                 return Err(format!("op {op}: wake-up {w} ns is past the engine's clock ({MAX_TIME} ns)"));
             }
+        }
+        let mut delayed = vec![false; if self.transit_delays.is_empty() { 0 } else { n }];
+        for &(op, d) in &self.transit_delays {
+            let Some(o) = self.ops.get(op as usize) else {
+                return Err(format!("a transit delay names op {op}, but the graph has {n} ops"));
+            };
+            if o.kind != Kind::Transfer {
+                return Err(format!("op {op}: a transit delay applies to a transfer op"));
+            }
+            if std::mem::replace(&mut delayed[op as usize], true) {
+                return Err(format!("op {op} has two transit delays"));
+            }
+            if d > MAX_TIME {
+                return Err(format!("op {op}: transit delay {d} ns is past the engine's clock ({MAX_TIME} ns)"));
+            }
+        }
+        if let Some(&op) = self.fans.iter().flat_map(|f| f.ops.iter()).find(|&&op| delayed.get(op as usize) == Some(&true)) {
+            return Err(format!("op {op}: a transit delay applies to a point-to-point transfer, not a fan's"));
         }
         self.check_idle_scaled()
     }

@@ -21,6 +21,8 @@ pub enum Purpose {
     ComputeSample = 5,
     /// Whether a rank is a transient straggler in an iteration.
     TransientStraggler = 6,
+    /// A parameter-server message's transport time beyond the route's latency (see `lower::message_latency`).
+    MessageLatency = 7,
 }
 
 /// The stream for one purpose and one (rank, iteration, index).

@@ -420,6 +420,10 @@ def replay(
         None, "--idle-curve", help="A DDP capture: scale each iteration's compute by this idle curve (a "
         "benchmarks/idle_wake.py --out CSV) at the replay's wait before it over the capture's, in place of the "
         "curve the capture measured (docs/validation.md, compute after a wait)."),
+    message_times: Optional[str] = typer.Option(
+        None, "--message-times", help="A PS capture at its own link: measured (default: each replayed iteration takes "
+        "the transport times of one counted captured iteration, message for message) | mean (every message the fitted "
+        "latency) (docs/validation.md)."),
     scaling: Optional[str] = typer.Option(
         None, "--scaling", help="Replay at each of these worker counts, e.g. 4,64,1024, and print how the iteration time and "
         "its spread grow (with --rank-times sampled: the slowest rank's draw)."),
@@ -448,6 +452,7 @@ def replay(
         "hosts": hosts, "background": _background_overrides(background),
         "seed": seed, "collective_model": collective_model, "rank_times": rank_times,
         "overheads": overheads, "wire": wire, "job_stagger": job_stagger, "idle_curve": idle_curve,
+        "message_times": message_times,
         "straggler": _straggler_overrides(straggler, transient_straggler),
         **_packet_overrides(transport, queue_limit, ecn_threshold, rto_min, bands, queue_sample),
     }
@@ -889,6 +894,9 @@ def validate(
     measure_idle_curve: bool = typer.Option(
         False, "--measure-idle-curve", help="The DDP captures measure their ranks' idle curve after training "
         "(ddlsim capture ddp --idle-curve; a few seconds each)."),
+    message_times: Optional[str] = typer.Option(
+        None, "--message-times", help="Replay the PS captures' messages with their measured times (default) or "
+        "their mean (as before 2026-11-27, 19:40 UTC)."),
 ) -> None:
     """Replay against capture over a grid of real runs (DDP and PS, links, models, repeats): self- and cross-prediction, CSV, plots, HTML."""
     import importlib.util
@@ -905,6 +913,7 @@ def validate(
         tables = run_validation(out_dir, captures=captures, quick=quick, jobs=split(jobs), models=split(models),
                                 links=split(links), repeats=repeats, iterations=iterations, workers=workers,
                                 idle_curve=False if no_idle_curve else idle_curve, measure_idle_curve=measure_idle_curve,
+                                message_times=message_times,
                                 command="ddlsim " + shlex.join(sys.argv[1:] if sys.argv[1:2] == ["validate"] else ["validate"]),
                                 progress=lambda text: err.print(text, highlight=False))
     except Interrupted:

@@ -204,6 +204,8 @@ def estimate(scenario: Scenario, layers: int, group_bytes: list[int], detail: st
     if scenario.network.fidelity == "flow" and strategy.kind == "ps":
         per_transfer = 1.0 + 2.0 * (n + strategy.servers - 1)
     events = int(iters * (compute + serves + updates_ops + barrier) + transfers * per_transfer)  # the barrier: an event an iteration
+    if strategy.kind == "ps" and not strategy.message_latency.is_empty():
+        events += transfers  # a message with its own transport time arrives on an event of its own (lower/message_latency.rs)
     memory = BASE_BYTES + rows * BYTES_PER_ROW
     if rank_classes:
         memory += scenario.workers * CLASS_RANK_BYTES

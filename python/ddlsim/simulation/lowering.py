@@ -274,6 +274,8 @@ def training_document(scenario: Scenario, model: Model, times_ns: list[tuple[int
             extra["server_cost"] = strategy.server_cost.engine()
         if not strategy.client_cost.is_zero():
             extra["client_cost"] = strategy.client_cost.engine()
+        if not strategy.message_latency.is_empty():
+            extra["message_latency"] = strategy.message_latency.engine()
         if strategy.asynchronous:
             extra["asynchronous"] = True
             if strategy.staleness is not None:

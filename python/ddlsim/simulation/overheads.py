@@ -434,7 +434,9 @@ def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dic
     Fitted as ``latency_ns + ns_per_byte x bytes`` by least squares where the messages' sizes vary; a negative
     slope (or an intercept below 0) is dropped and the mean kept as the latency (slope 0). ``latency_ns``,
     ``ns_per_byte``, ``messages``, ``mean_ns``, ``iterations`` (the counted ones), ``worker_bytes`` (a worker's
-    payload per counted iteration in its busier direction: its pushes out or its pull responses in); None for a log that is not a
+    payload per counted iteration in its busier direction: its pushes out or its pull responses in), ``per_message``
+    (per message: its iteration, sending rank, op, tensor, bytes and transport time, ns: :func:`message_latency_table`
+    makes the replay's per-message times of them); None for a log that is not a
     PS capture, without a message of a counted iteration with both rows, or whose messages took no time on average."""
     from ..analyze.breakdown import warmup_iterations
     from ..trace.columns import aligned_times
@@ -442,7 +444,7 @@ def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dic
     meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
     if meta.get("source") != "capture" or meta.get("job") != "ps":
         return None
-    names = ("rank", "role", "iteration", "kind", "op", "message", "bytes", "peer")
+    names = ("rank", "role", "iteration", "kind", "op", "message", "bytes", "peer", "tensor")
     c = {k: np.asarray(log.column(k)) for k in names}
     start, end = aligned_times(log)
     worker = c["role"] == "worker"
@@ -458,7 +460,7 @@ def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dic
     for message, rank, t in zip(c["message"][received], c["rank"][received], end[received]):
         key = (int(message), int(rank))
         arrival[key] = min(arrival.get(key, int(t)), int(t))
-    sizes, took = [], []
+    sizes, took, which = [], [], []
     for i in np.flatnonzero(sent):
         peer_key = (int(c["message"][i]), int(c["peer"][i]))
         if peer_key not in arrival:
@@ -466,6 +468,7 @@ def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dic
         leaves = int(end[i]) if requests[i] else int(start[i])
         sizes.append(float(c["bytes"][i]))
         took.append(float(arrival[peer_key] - leaves))
+        which.append((int(c["iteration"][i]), int(c["rank"][i]), str(ops[i]), int(c["tensor"][i])))
     if not took:
         return None
     # a worker's payload per counted iteration in its busier direction (pushes out, pull responses in)
@@ -483,7 +486,26 @@ def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dic
     if b < 0 or a < 0:
         a, b = mean_y, 0.0
     return {"latency_ns": max(a, 0.0), "ns_per_byte": b, "messages": len(took), "mean_ns": mean_y,
-            "iterations": [int(i) for i in counted], "worker_bytes": per_worker}
+            "iterations": [int(i) for i in counted], "worker_bytes": per_worker,
+            "per_message": [(*key, float(n), float(t)) for key, n, t in zip(which, x, y)]}
+
+
+def message_latency_table(found: dict[str, Any], ns_per_byte: float) -> tuple[int, dict[str, Any]]:
+    """The per-message transport times of :func:`training_message_latency`'s ``found`` as a replay whose link moves
+    a byte in `ns_per_byte` takes them: the route's latency (the smallest time beyond the bytes, at least 0, ns) and
+    ``strategy.message_latency`` (per counted iteration, each message's time beyond its bytes and that latency,
+    keyed by its sending rank, kind and tensor; a message some iteration lacks is null there). A message alone on
+    the replay's link then takes what it took in the capture."""
+    rows = found["per_message"]
+    times = [max(0, round(t - ns_per_byte * b)) for *_, b, t in rows]
+    base = min(times)
+    keys = sorted({(rank, op, tensor) for _, rank, op, tensor, _, _ in rows})
+    at = {k: i for i, k in enumerate(keys)}
+    table: dict[int, list] = {it: [None] * len(keys) for it in found["iterations"]}
+    for (it, rank, op, tensor, _, _), t in zip(rows, times):
+        table[it][at[(rank, op, tensor)]] = f"{t - base}ns"
+    iterations = [row for row in table.values() if any(v is not None for v in row)]
+    return base, {"keys": [list(k) for k in keys], "iterations": iterations}
 
 
 def captured_idle_ns(log, metadata: Optional[dict[str, Any]] = None, job: Optional[int] = None) -> Optional[float]:

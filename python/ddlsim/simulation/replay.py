@@ -48,6 +48,9 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     path = Path(log_path)
     wire = overrides.pop("wire", None)
     idle_curve = overrides.pop("idle_curve", None)
+    message_times = overrides.pop("message_times", None)
+    if message_times is not None and message_times not in MESSAGE_TIMES:
+        raise DdlsimError(f"message times {message_times!r}: give {' or '.join(MESSAGE_TIMES)} (--message-times)")
     if isinstance(jobs, str):  # one job's name (not its characters)
         jobs = [jobs]
     if not path.is_file():
@@ -179,12 +182,14 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
             and scenario.strategy.kind == "ps"  # the RPC messages' own latency: not a ring step's (--strategy ring)
             and scenario.model.overheads and "latency" not in overrides
             and not (isinstance(overrides.get("network"), dict) and "latency" in overrides["network"])):
-        scenario, message_note, unbound = _ps_training_latency(scenario, rows, meta)
+        scenario, message_note, unbound = _ps_training_latency(scenario, rows, meta, message_times or "measured")
         if message_note:  # in place of the round trip's note
             notes = [n for n in notes if not (n.startswith("replay: latency ") and "4-byte RPC round trip" in n)]
             if unbound:  # the shaped link does not bind: the shaped rate's notes no longer hold
                 notes = [n for n in notes if not n.startswith(("replay: payload rate ", "replay: link bandwidth "))]
             notes.append(message_note)
+            if not scenario.strategy.message_latency.is_empty() and shared:
+                notes[notes.index(shared)] = shared_cores_note(meta, messages_measured=True)
     if training is None and own_job and scenario.model.overheads and "latency" not in overrides:
         scenario, call_note = _per_call_cost(scenario, rows)
         if call_note:
@@ -442,17 +447,26 @@ def _training_rate(scenario: Scenario, rows: Callable[[], Any]) -> Optional[tupl
     return with_overrides(scenario, {"bandwidth": f"{found['rate_bps']:.17g}bps"}), note
 
 
-def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any],
-                         meta: dict[str, Any]) -> tuple[Scenario, Optional[str], bool]:
+MESSAGE_TIMES = ("measured", "mean")
+
+
+def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict[str, Any],
+                         message_times: str = "measured") -> tuple[Scenario, Optional[str], bool]:
     """A PS capture replayed at its own link with its overheads: the message latency its own RPC messages got
     while training (:func:`ddlsim.simulation.overheads.training_message_latency`: the intercept of latency +
     per-byte over their transport times), instead of half the 4-byte round trip measured before training; the
     per-byte term bounds the payload rate where it is slower than the link model's. Unchanged, with no note, where
     the rows do not give it, or where the shaped link bound (a worker's wire bytes per iteration exceed tbf's
     bucket: the transport times then hold the link's own queueing, which the engine simulates itself). The flag
-    is true where the capture's shaped link does not bind (the link replayed is then the unshaped one)."""
+    is true where the capture's shaped link does not bind (the link replayed is then the unshaped one).
+
+    `message_times` "measured" (default): the messages do not all take the latency; each replayed iteration takes
+    the times of one counted iteration of the capture, message for message
+    (:func:`ddlsim.simulation.overheads.message_latency_table`, ``strategy.message_latency``): the latency is then
+    their smallest, and each message adds its own time beyond it. "mean": every message takes the fitted latency."""
     from ..capture.shaping import default_burst_bytes
-    from .overheads import training_message_latency, wire_fraction
+    from ..units import parse_bandwidth, parse_duration_ns
+    from .overheads import message_latency_table, training_message_latency, wire_fraction
 
     log = rows()
     found = training_message_latency(log, log.metadata)
@@ -460,8 +474,6 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any],
         return scenario, None, False
     bucket = None
     if meta.get("bandwidth"):
-        from ..units import parse_bandwidth
-
         bucket = default_burst_bytes(parse_bandwidth(str(meta["bandwidth"])))
         if found["worker_bytes"] / wire_fraction("tbf") > bucket:
             return scenario, None, False  # the shaping binds
@@ -491,6 +503,15 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any],
         update["bandwidth"] = f"{rate:.17g}bps"
         note += (f"; payload rate {rate / 1e6:.6g} Mbit/s, the per-byte term, below the link model's "
                  f"{link / 1e6:.6g} Mbit/s")
+    replayed_rate = parse_bandwidth(update["bandwidth"]) if "bandwidth" in update else link
+    base, table = message_latency_table(found, 8e9 / replayed_rate)  # each message's time beyond its bytes there
+    if message_times == "measured" and any(v not in (None, "0ns") for row in table["iterations"] for v in row):
+        update["latency"], update["message_latency"] = f"{base}ns", table
+        longest = base + max(parse_duration_ns(v) for row in table["iterations"] for v in row if v is not None)
+        note += (f"; the messages are not alike (beyond their bytes on the replayed link they took {base / 1e3:.4g} us "
+                 f"to {longest / 1e3:.4g} us), so each replayed iteration takes the times of one of the capture's "
+                 f"{len(table['iterations'])} counted iterations (a seeded draw), message for message, on a latency of "
+                 "their smallest; --message-times mean gives every message the fitted latency")
     note += "; --latency or --bandwidth replays other values, --no-overheads the round trip"
     return with_overrides(scenario, update), note, bucket is not None
 
@@ -622,10 +643,11 @@ def tbf_burst_factor(meta: dict[str, Any], rate_bps: float, fraction: float, wor
                     + (" (all of them: the shaping does not bind, the unshaped default rate is used)" if factor == cap else ""))
 
 
-def shared_cores_note(meta: dict[str, Any]) -> Optional[str]:
+def shared_cores_note(meta: dict[str, Any], messages_measured: bool = False) -> Optional[str]:
     """A capture that ran more processes than its host had cores (``processes`` and ``host_cores`` in its metadata,
     :func:`ddlsim.capture.launch.host_facts`): a note that its processes took turns on the cores, which the replay
-    does not simulate; None otherwise (or for a log that does not record them)."""
+    does not simulate; None otherwise (or for a log that does not record them). `messages_measured`: the replay
+    takes the capture's own messages' times (a PS capture at its own link), which hold their waits for a core."""
     processes, cores = meta.get("processes"), meta.get("host_cores")
     if not (isinstance(processes, int) and isinstance(cores, int)) or isinstance(processes, bool) or cores <= 0 \
             or processes <= cores:
@@ -633,7 +655,8 @@ def shared_cores_note(meta: dict[str, Any]) -> Optional[str]:
     return (f"replay: the capture ran {processes} processes on {cores} cores of one host, so they took turns on the "
             "cores; the replay does not simulate that (its ranks compute side by side, each as fast as measured), so "
             "where a capture's process waited for a core (an idle worker, a stalled message) it predicts too little "
-            "(docs/validation.md)")
+            "(docs/validation.md)" + ("; its messages' own measured times, which the replay takes, hold their waits "
+                                      "for a core" if messages_measured else ""))
 
 
 def _bandwidth_note(scenario: Scenario, overrides: dict[str, Any], origin: Optional[str]) -> str:

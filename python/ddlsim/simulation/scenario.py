@@ -34,6 +34,8 @@ The strategy is a tagged section::
     asynchronous = false         # no cross-worker barrier; staleness = s bounds how far ahead
     server_cost = {a = "0s", b = "0s"}   # per-request server cost a + b x workers, requests queue FIFO per server
     client_cost = {issue = "0s", receive = "0s"}   # worker's own cost per request issued / response handled (+ _ns_per_byte, wakeup)
+    message_latency = {iterations = [["0us", "2ms"], ["1ms", "1ms"]]}   # messages' own transport times beyond
+                                 # network.latency, per measured iteration (+ keys: message for message)
     in_network = "none"          # "none" | "multicast" | "aggregation" | "multiagg" (switch aggregation + multicast)
     switch_memory = "10MB"       # aggregation memory of the switch (omit: unlimited)
     stream_policy = "fifo"
@@ -1015,6 +1017,40 @@ class ClientCost(_Strict):
         return out
 
 
+MESSAGE_OPS = ("push_request", "push_response", "pull_request", "pull_response")
+
+
+class MessageLatency(_Strict):
+    """The parameter server's RPC messages' own transport times beyond ``network.latency``, per measured iteration
+    (docs/validation.md, "PS: messages that are not all alike"): each simulated iteration draws one of
+    ``iterations`` (seeded, uniformly) and its messages take that iteration's times. With ``keys`` (per time: the
+    sending rank, the message kind and the tensor index), each message takes the time of the message with its key;
+    a message with no key there, and every message without ``keys``, draws uniformly over the iteration's times.
+    ``ddlsim replay`` of a PS capture fills it from the capture's own messages. Empty (default): none."""
+
+    keys: list[tuple[int, Literal[MESSAGE_OPS], int]] = Field(default_factory=list, max_length=1_000_000)
+    iterations: list[list[Optional[Duration]]] = Field(default_factory=list, max_length=100_000)
+
+    @model_validator(mode="after")
+    def _rows(self) -> "MessageLatency":
+        if self.keys and not self.iterations:
+            raise ValueError("strategy.message_latency has keys but no iterations; add iterations or remove keys")
+        for i, row in enumerate(self.iterations):
+            if self.keys and len(row) != len(self.keys):
+                raise ValueError(f"strategy.message_latency.iterations[{i}] has {len(row)} times for {len(self.keys)} "
+                                 "keys; give one time (or null) per key")
+            if all(t is None for t in row):
+                raise ValueError(f"strategy.message_latency.iterations[{i}] holds no time; give at least one")
+        return self
+
+    def is_empty(self) -> bool:
+        return not self.iterations
+
+    def engine(self) -> dict[str, Any]:
+        return {"keys": [list(k) for k in self.keys],
+                "iterations": [[None if t is None else parse_duration_ns(t) for t in row] for row in self.iterations]}
+
+
 class PSStrategy(_StrategyBase):
     """Parameter servers: workers push gradients and pull parameters."""
 
@@ -1045,6 +1081,8 @@ class PSStrategy(_StrategyBase):
     server_cost: ServerCost = Field(default_factory=ServerCost)
     # the workers' own cost per request issued / response handled, on the worker's training thread; 0: none
     client_cost: ClientCost = Field(default_factory=ClientCost)
+    # each RPC message's own transport time beyond network.latency, from measured iterations; empty: none
+    message_latency: MessageLatency = Field(default_factory=lambda: MessageLatency())
 
     @model_validator(mode="after")
     def _async_options(self) -> "PSStrategy":
@@ -1065,7 +1103,9 @@ class PSStrategy(_StrategyBase):
                         "chunk_bytes": (self.chunk_bytes, self.chunk_bytes != 0),
                         "server_cost": (self.server_cost.model_dump(exclude_defaults=True),
                                         not self.server_cost.is_zero()),
-                        "client_cost": (self.client_cost.engine(), not self.client_cost.is_zero())}
+                        "client_cost": (self.client_cost.engine(), not self.client_cost.is_zero()),
+                        "message_latency": (f"{len(self.message_latency.iterations)} iterations",
+                                            not self.message_latency.is_empty())}
             clash = [(name, value) for name, (value, on) in variants.items() if on]
             if clash:
                 name, value = clash[0]
@@ -1320,6 +1360,7 @@ FLAT_KEYS = {
     "staleness": ("strategy", "staleness"),
     "server_cost": ("strategy", "server_cost"),
     "client_cost": ("strategy", "client_cost"),
+    "message_latency": ("strategy", "message_latency"),
     "compute_speedup": ("model", "compute_speedup"),
     "speedup_kinds": ("model", "speedup_kinds"),
     "grow_module": ("model", "grow_module"),

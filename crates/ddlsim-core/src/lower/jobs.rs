@@ -165,6 +165,7 @@ fn append(dst: &mut Graph, src: &Graph, rank_offset: u32, rpc_offset: i64, start
     }
     dst.wakeups.extend(src.wakeups.iter().map(|&(op, w)| (op + op_base, w)));
     dst.continuations.extend(src.continuations.iter().map(|&op| op + op_base));
+    dst.transit_delays.extend(src.transit_delays.iter().map(|&(op, d)| (op + op_base, d)));
     let curve_base = dst.idle_curves.len() as u32;
     dst.idle_curves.extend(src.idle_curves.iter().cloned());
     dst.idle_scaled.extend(src.idle_scaled.iter().map(|s| crate::graph::IdleScaled {

@@ -6,6 +6,7 @@ pub mod client_cost;
 pub mod idle_wake;
 pub mod in_network;
 pub mod jobs;
+pub mod message_latency;
 pub mod ps;
 pub mod server_cost;
 pub mod spec;

@@ -237,6 +237,10 @@ pub struct TrainingSpec {
     /// stream idled before the iteration (see `lower::idle_wake`). Default: none.
     #[serde(default)]
     pub idle_wake: super::idle_wake::IdleWake,
+    /// PS: each RPC message's transport time beyond the route's latency, drawn from measured samples (see
+    /// `lower::message_latency`). Default: none.
+    #[serde(default)]
+    pub message_latency: super::message_latency::MessageLatency,
 }
 
 /// Network priority bands used for gradient priorities.
@@ -299,6 +303,7 @@ impl TrainingSpec {
             transient_stragglers: Vec::new(),
             rank_classes: false,
             idle_wake: Default::default(),
+            message_latency: Default::default(),
         }
     }
 
@@ -369,6 +374,7 @@ impl TrainingSpec {
         validate_variation(self)?;
         super::server_cost::validate(&self.server_cost, self.servers(), self.in_network.mode != InNetworkMode::None)?;
         super::client_cost::validate(&self.client_cost, self.servers(), self.in_network.mode != InNetworkMode::None)?;
+        self.message_latency.validate(self.servers(), self.in_network.mode != InNetworkMode::None)?;
         if ps && (self.partition_bytes > 0 || self.credit_bytes > 0) {
             return Err("partition_bytes and credit_bytes schedule all-reduces; the parameter-server strategy has none".into());
         }

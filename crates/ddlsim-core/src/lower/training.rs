@@ -433,6 +433,7 @@ pub fn build_graph_classes(spec: &TrainingSpec, classes: Option<crate::graph::Ra
         }
     }
     spec.idle_wake.attach(&mut g, &compute_stream, names.forward, names.backward);
+    spec.message_latency.attach(&mut g, spec.seed);
     if let Some(mut c) = classes {
         if full_id.len() != g.ops.len() {
             return Err(format!("rank classes: {} ops for {} per-rank ids (a lowering path the classes do not cover)", g.ops.len(), full_id.len()));

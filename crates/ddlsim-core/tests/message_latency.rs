@@ -1,0 +1,106 @@
+//! Per-message transport times from measured iterations (`lower::message_latency`), against closed forms
+//! derived by hand.
+
+mod common;
+
+use common::*;
+use ddlsim_core::log::{KIND_RECV, KIND_SEND};
+use ddlsim_core::lower::message_latency::{MessageKey, MessageLatency};
+use ddlsim_core::lower::training::{GroupSpec, LayerSpec, SyncSpec, TrainingSpec};
+use ddlsim_core::network::Fidelity;
+use ddlsim_core::{simulate_training, TraceDetail};
+
+/// One worker (rank 0), one server (rank 1), one layer (forward 1 us, backward 2 us: the gradient is ready at
+/// t0 = 3 us), one tensor of `bytes`, no update time, `iterations` iterations with the barrier between them.
+fn spec(bytes: u64, iterations: u32, latency: MessageLatency) -> TrainingSpec {
+    let layers = vec![LayerSpec { fwd_ns: 1_000, bwd_ns: 2_000 }];
+    let groups = vec![GroupSpec { layers: vec![0], tensor: 0, bytes, server: 0, update_ns: 0 }];
+    TrainingSpec { seed: 4, iterations, message_latency: latency, ..TrainingSpec::new(1, SyncSpec::Ps { servers: 1 }, layers, groups) }
+}
+
+fn keys() -> Vec<MessageKey> {
+    [(0, "push_request"), (1, "push_response"), (0, "pull_request"), (1, "pull_response")]
+        .into_iter()
+        .map(|(rank, op)| MessageKey(rank, op.to_string(), 0))
+        .collect()
+}
+
+const T0: u64 = 3_000;
+
+#[test]
+fn each_message_arrives_its_own_time_later_and_what_follows_waits_for_it() {
+    // Without the times: the push (M bytes, tx = 8 M / 10 ns at 10 Gbit/s) arrives at t0 + tx + L, the ack
+    // (0 bytes) L later, the pull request L later, the pull response tx + L later: makespan t0 + 2 tx + 4 L.
+    // With one measured iteration of times d1..d4 (push, ack, pull request, pull response), each message arrives
+    // its time later, and so each later message leaves that much later: the k-th arrives at its time without
+    // them plus d1 + ... + dk.
+    let (m, lat) = (1_250u64, 700u64);
+    let tx = m * 8 / 10;
+    let d = [11_000u64, 0, 3_000, 250];
+    let measured = MessageLatency { keys: keys(), iterations: vec![d.iter().map(|&x| Some(x)).collect()] };
+    for fidelity in [Fidelity::Analytic, Fidelity::Flow] {
+        let out = simulate_training(&spec(m, 1, measured.clone()), &net(fidelity, 10e9, lat), TraceDetail::Step).unwrap();
+        let plain = simulate_training(&spec(m, 1, MessageLatency::default()), &net(fidelity, 10e9, lat), TraceDetail::Step).unwrap();
+        assert_eq!(plain.makespan, T0 + 2 * tx + 4 * lat);
+        assert_eq!(out.makespan, T0 + 2 * tx + 4 * lat + d.iter().sum::<u64>(), "{fidelity:?}");
+        let without = [T0 + tx + lat, T0 + tx + 2 * lat, T0 + tx + 3 * lat, T0 + 2 * tx + 4 * lat];
+        for (k, op) in ["push_request", "push_response", "pull_request", "pull_response"].into_iter().enumerate() {
+            let recv = op_rows(&out, op, KIND_RECV);
+            let send = op_rows(&out, op, KIND_SEND);
+            assert_eq!((recv.len(), send.len()), (1, 1), "{op}");
+            let extra: u64 = d[..=k].iter().sum();
+            assert_eq!(out.log.end_ns[recv[0]] as u64, without[k] + extra, "{op} {fidelity:?}");
+            // the link is free at the network's delivery: the send row ends when its bytes are out, as before
+            let before: u64 = d[..k].iter().sum();
+            assert_eq!(out.log.end_ns[send[0]] - out.log.start_ns[send[0]], plain.log.end_ns[op_rows(&plain, op, KIND_SEND)[0]] - plain.log.start_ns[op_rows(&plain, op, KIND_SEND)[0]]);
+            assert_eq!(out.log.start_ns[send[0]] as u64, plain.log.start_ns[op_rows(&plain, op, KIND_SEND)[0]] as u64 + before, "{op}");
+        }
+        assert_deps_explain_every_start(&out.log);
+    }
+}
+
+#[test]
+fn every_simulated_iteration_takes_one_measured_iteration_whole() {
+    // Two measured iterations whose times sum to 1 ms and 5 ms. With the barrier, each simulated iteration lasts
+    // its length without them plus the sum of the measured iteration it drew (one message after another, as
+    // above), and both are drawn over 12 iterations; the draw is the one `iteration_drawn` names.
+    let (m, lat) = (1_250u64, 700u64);
+    let measured = MessageLatency {
+        keys: keys(),
+        iterations: vec![vec![Some(400_000), Some(100_000), Some(300_000), Some(200_000)], vec![Some(2_000_000), Some(1_000_000), Some(1_500_000), Some(500_000)]],
+    };
+    let sums = [1_000_000u64, 5_000_000];
+    let iterations = 12;
+    let s = spec(m, iterations, measured.clone());
+    let out = simulate_training(&s, &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
+    let plain = simulate_training(&spec(m, iterations, MessageLatency::default()), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
+    let per = plain.makespan / iterations as u64;
+    assert_eq!(per * iterations as u64, plain.makespan, "iterations alike without the times");
+    let expected: u64 = (0..iterations as i32).map(|it| per + sums[measured.iteration_drawn(s.seed, it)]).sum();
+    assert_eq!(out.makespan, expected);
+    let drawn: std::collections::BTreeSet<usize> = (0..iterations as i32).map(|it| measured.iteration_drawn(s.seed, it)).collect();
+    assert_eq!(drawn.len(), 2, "both measured iterations drawn");
+    // the same seed, the same run
+    let again = simulate_training(&s, &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
+    assert_eq!((again.makespan, again.log.end_ns.clone()), (out.makespan, out.log.end_ns.clone()));
+}
+
+#[test]
+fn times_of_zero_build_the_same_run_as_none() {
+    let zero = MessageLatency { keys: keys(), iterations: vec![vec![Some(0); 4]] };
+    let a = simulate_training(&spec(5_000, 3, zero), &net(Fidelity::Flow, 10e9, 900), TraceDetail::Step).unwrap();
+    let b = simulate_training(&spec(5_000, 3, MessageLatency::default()), &net(Fidelity::Flow, 10e9, 900), TraceDetail::Step).unwrap();
+    assert_eq!((a.makespan, a.events), (b.makespan, b.events));
+    assert_eq!((a.log.start_ns, a.log.end_ns, a.log.id), (b.log.start_ns, b.log.end_ns, b.log.id));
+}
+
+#[test]
+fn a_ring_job_or_a_bad_table_is_refused() {
+    let mut s = ps_three_layers("");
+    s.message_latency = MessageLatency { keys: vec![], iterations: vec![vec![Some(1)]] };
+    assert!(s.validate().is_ok());
+    s.sync = SyncSpec::Allreduce { algorithm: ddlsim_core::lower::spec::AlgorithmName::Ring };
+    assert!(s.validate().unwrap_err().contains("all-reduce"));
+    let text = r#", "message_latency": {"keys": [[0, "push_request", 0]], "iterations": [[5, 6]]}"#;
+    assert!(ps_three_layers(text).validate().unwrap_err().contains("2 times for 1 keys"));
+}
