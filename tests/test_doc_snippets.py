@@ -34,6 +34,7 @@ SETUP = {
     ("docs/interop.md", 1): [[*PS, "--out", "ps1"], ["convert", "ps1/events.parquet", "hta/", "--to", "kineto"]],
     ("docs/parameter-server.md", 0): [],
     ("docs/parameter-server.md", 1): [],
+    ("docs/parameter-server.md", 2): [],
     ("docs/planning.md", 0): [],
     ("docs/planning.md", 1): [],
     ("docs/reproduction/mg-wfbp.md", 0): [],

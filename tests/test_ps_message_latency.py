@@ -195,3 +195,26 @@ def test_job_stagger_on_a_log_of_one_job_is_refused_in_one_line(tmp_path):
     path = ps_capture(tmp_path / "ps.parquet", rows=ps_rows(workers=2), workers=2)
     with pytest.raises(DdlsimError, match="--job-stagger .* holds one job; leave it out"):
         ddlsim.replay(path, network="analytic", job_stagger="10ms")
+
+
+def test_at_another_rate_whose_token_bucket_holds_a_worker_s_bytes_the_transport_is_carried(tmp_path):
+    """Oracle: the rows' own transport times. An unshaped capture (its link never held a message back) replayed on a
+    1 Gbit/s tbf link (``--bandwidth 1Gbps --wire tbf``, as a cross-prediction is), whose 500 kB token bucket holds
+    the 246,824 wire bytes a worker sends per iteration: no message waits for either link's rate, so each replayed
+    message takes what its row took, as at the capture's own link (before: half the 4-byte round trip, 450 us, and
+    the shaped payload rate). Where the target's bucket does not hold them (100 Mbit/s: 64 KiB), on a bare link of
+    the given rate (no --wire tbf), or from a capture whose own shaped link bound, the round trip stays."""
+    rows = ps_rows(workers=1, per_byte=1, issue=1_000 * US)
+    path = ps_capture(tmp_path / "ps.parquet", rows=rows, workers=1)
+    r = ddlsim.replay(path, network="analytic", bandwidth="1Gbps", wire="tbf")
+    assert r.scenario.network.latency_ns == L and r.scenario.network.bandwidth_bps == pytest.approx(8e9, rel=1e-12)
+    assert any("the capture's own link did not bind either" in n for n in r.notes), r.notes
+    assert not any(n.startswith(("replay: payload rate ", "replay: link bandwidth ")) for n in r.notes), r.notes
+    assert _transport(r.events, "replay") == _transport(read_event_log(path), "capture")
+    for kw in (dict(bandwidth="100Mbps", wire="tbf"), dict(bandwidth="1Gbps")):
+        other = ddlsim.replay(path, network="analytic", **kw)
+        assert other.scenario.network.latency_ns == 450_000, kw
+        assert not any("while training" in n for n in other.notes), kw
+    bound = ps_capture(tmp_path / "bound.parquet", rows=rows, workers=1, bandwidth="100Mbps")
+    other = ddlsim.replay(bound, network="analytic", bandwidth="1Gbps", wire="tbf")
+    assert other.scenario.network.latency_ns == 450_000

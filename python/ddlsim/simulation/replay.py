@@ -178,11 +178,14 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
         scenario, wire_note = _on_the_wire(scenario, meta, wire)
     if wire_note:
         notes.append(wire_note)
-    if (not given and wire is None and meta.get("source") == "capture" and meta.get("job") == "ps"
-            and scenario.strategy.kind == "ps"  # the RPC messages' own latency: not a ring step's (--strategy ring)
-            and scenario.model.overheads and "latency" not in overrides
-            and not (isinstance(overrides.get("network"), dict) and "latency" in overrides["network"])):
-        scenario, message_note, unbound = _ps_training_latency(scenario, rows, meta, message_times or "measured")
+    ps_messages = (meta.get("source") == "capture" and meta.get("job") == "ps"
+                   and scenario.strategy.kind == "ps"  # the RPC messages' own latency: not a ring step's (--strategy ring)
+                   and scenario.model.overheads and "latency" not in overrides
+                   and not (isinstance(overrides.get("network"), dict) and "latency" in overrides["network"]))
+    # at another rate, only on a tbf-shaped link (--wire tbf) whose token bucket may hold a worker's bytes
+    target = _given_rate(overrides) if given and wire == "tbf" else None
+    if ps_messages and ((not given and wire is None) or target is not None):
+        scenario, message_note, unbound = _ps_training_latency(scenario, rows, meta, message_times or "measured", target)
         if message_note:  # in place of the round trip's note
             notes = [n for n in notes if not (n.startswith("replay: latency ") and "4-byte RPC round trip" in n)]
             if unbound:  # the shaped link does not bind: the shaped rate's notes no longer hold
@@ -450,8 +453,19 @@ def _training_rate(scenario: Scenario, rows: Callable[[], Any]) -> Optional[tupl
 MESSAGE_TIMES = ("measured", "mean")
 
 
+def _given_rate(overrides: dict[str, Any]) -> Optional[float]:
+    """The link rate `overrides` give (``bandwidth``, or ``network.bandwidth``), bit/s; None where they give none."""
+    from ..units import parse_bandwidth
+
+    given = overrides.get("bandwidth")
+    if given is None and isinstance(overrides.get("network"), dict):
+        given = overrides["network"].get("bandwidth")
+    return None if given is None else parse_bandwidth(str(given))
+
+
 def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict[str, Any],
-                         message_times: str = "measured") -> tuple[Scenario, Optional[str], bool]:
+                         message_times: str = "measured",
+                         target_bps: Optional[float] = None) -> tuple[Scenario, Optional[str], bool]:
     """A PS capture replayed at its own link with its overheads: the message latency its own RPC messages got
     while training (:func:`ddlsim.simulation.overheads.training_message_latency`: the intercept of latency +
     per-byte over their transport times), instead of half the 4-byte round trip measured before training; the
@@ -463,7 +477,13 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
     `message_times` "measured" (default): the messages do not all take the latency; each replayed iteration takes
     the times of one counted iteration of the capture, message for message
     (:func:`ddlsim.simulation.overheads.message_latency_table`, ``strategy.message_latency``): the latency is then
-    their smallest, and each message adds its own time beyond it. "mean": every message takes the fitted latency."""
+    their smallest, and each message adds its own time beyond it. "mean": every message takes the fitted latency.
+
+    `target_bps`: a replay at another rate on a tbf-shaped link (``--bandwidth R --wire tbf``). Where neither the
+    capture's link nor the target's binds (each one's token bucket, ``default_burst_bytes``, holds the wire bytes
+    a worker sends per iteration; an unshaped capture's link does not bind), no message waits for either link's
+    rate: the link is the unshaped one, and the messages' transport, which the machine set, is carried from the
+    capture as at its own link. Unchanged, with no note, where either binds."""
     from ..capture.shaping import default_burst_bytes
     from ..units import parse_bandwidth, parse_duration_ns
     from .overheads import message_latency_table, training_message_latency, wire_fraction
@@ -477,9 +497,12 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
         bucket = default_burst_bytes(parse_bandwidth(str(meta["bandwidth"])))
         if found["worker_bytes"] / wire_fraction("tbf") > bucket:
             return scenario, None, False  # the shaping binds
+    target_bucket = None if target_bps is None else default_burst_bytes(target_bps)
+    if target_bucket is not None and found["worker_bytes"] / wire_fraction("tbf") > target_bucket:
+        return scenario, None, False  # the target's shaping binds: its link's queueing is the engine's to simulate
     latency = round(found["latency_ns"])
     update = {"latency": f"{latency}ns"}
-    if bucket is not None:
+    if bucket is not None or target_bucket is not None:
         # tbf's token bucket holds every byte a worker sends per iteration (and refills in far less than an
         # iteration): the shaped rate never held a message back, so the link is the unshaped one, as tbf_burst_factor
         # has it for DDP; what the messages took is the latency and per-byte term measured here
@@ -493,7 +516,13 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
             f"{found['messages']} messages of its {len(found['iterations'])} counted iterations: a request from its "
             "rpc_async call's return to the server's receipt, a response from the server's send to the worker's "
             "receive queue), not half the 4-byte round trip measured before training")
-    if bucket is not None:
+    if target_bucket is not None:
+        note += (f"; at the given {target_bps / 1e6:g} Mbit/s, tbf's {target_bucket}-byte token bucket holds the "
+                 f"{found['worker_bytes'] / wire_fraction('tbf'):.0f} wire bytes a worker sends per iteration, and the "
+                 f"capture's own link did not bind either, so no message waits for a link's rate: the messages' "
+                 f"transport is the capture's, carried, and the link is the unshaped "
+                 f"{scenario.network.bandwidth_bps / 1e9:g} Gbit/s")
+    elif bucket is not None:
         note += (f"; the shaped link does not bind (tbf's {bucket}-byte token bucket holds the "
                  f"{found['worker_bytes'] / wire_fraction('tbf'):.0f} wire bytes a worker sends per iteration), so the "
                  f"link is the unshaped {scenario.network.bandwidth_bps / 1e9:g} Gbit/s")
@@ -513,7 +542,7 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
                  f"{len(table['iterations'])} counted iterations (a seeded draw), message for message, on a latency of "
                  "their smallest; --message-times mean gives every message the fitted latency")
     note += "; --latency or --bandwidth replays other values, --no-overheads the round trip"
-    return with_overrides(scenario, update), note, bucket is not None
+    return with_overrides(scenario, update), note, bucket is not None or target_bucket is not None
 
 
 def _idle_wake(path: Path, meta: dict[str, Any], given: Any,
