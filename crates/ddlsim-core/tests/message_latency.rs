@@ -37,7 +37,7 @@ fn each_message_arrives_its_own_time_later_and_what_follows_waits_for_it() {
     let (m, lat) = (1_250u64, 700u64);
     let tx = m * 8 / 10;
     let d = [11_000u64, 0, 3_000, 250];
-    let measured = MessageLatency { keys: keys(), iterations: vec![d.iter().map(|&x| Some(x)).collect()] };
+    let measured = MessageLatency { keys: keys(), iterations: vec![d.iter().map(|&x| Some(x)).collect()], first: 0 };
     for fidelity in [Fidelity::Analytic, Fidelity::Flow] {
         let out = simulate_training(&spec(m, 1, measured.clone()), &net(fidelity, 10e9, lat), TraceDetail::Step).unwrap();
         let plain = simulate_training(&spec(m, 1, MessageLatency::default()), &net(fidelity, 10e9, lat), TraceDetail::Step).unwrap();
@@ -60,34 +60,47 @@ fn each_message_arrives_its_own_time_later_and_what_follows_waits_for_it() {
 }
 
 #[test]
-fn every_simulated_iteration_takes_one_measured_iteration_whole() {
-    // Two measured iterations whose times sum to 1 ms and 5 ms. With the barrier, each simulated iteration lasts
-    // its length without them plus the sum of the measured iteration it drew (one message after another, as
-    // above), and both are drawn over 12 iterations; the draw is the one `iteration_drawn` names.
+fn every_simulated_iteration_takes_one_measured_iteration_whole_in_turn() {
+    // Three measured iterations whose times sum to 1, 5 and 2 ms, the first taken by simulated iteration 1. With
+    // the barrier, each simulated iteration lasts its length without them plus the sum of the measured iteration it
+    // takes (one message after another, as above): iterations 0..7 take rows 2, 0, 1, 2, 0, 1, 2, 0.
     let (m, lat) = (1_250u64, 700u64);
     let measured = MessageLatency {
         keys: keys(),
-        iterations: vec![vec![Some(400_000), Some(100_000), Some(300_000), Some(200_000)], vec![Some(2_000_000), Some(1_000_000), Some(1_500_000), Some(500_000)]],
+        iterations: vec![
+            vec![Some(400_000), Some(100_000), Some(300_000), Some(200_000)],
+            vec![Some(2_000_000), Some(1_000_000), Some(1_500_000), Some(500_000)],
+            vec![Some(500_000), Some(500_000), Some(500_000), Some(500_000)],
+        ],
+        first: 1,
     };
-    let sums = [1_000_000u64, 5_000_000];
-    let iterations = 12;
+    let sums = [1_000_000u64, 5_000_000, 2_000_000];
+    let rows = [2usize, 0, 1, 2, 0, 1, 2, 0];
+    let iterations = rows.len() as u32;
     let s = spec(m, iterations, measured.clone());
     let out = simulate_training(&s, &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
     let plain = simulate_training(&spec(m, iterations, MessageLatency::default()), &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
     let per = plain.makespan / iterations as u64;
     assert_eq!(per * iterations as u64, plain.makespan, "iterations alike without the times");
-    let expected: u64 = (0..iterations as i32).map(|it| per + sums[measured.iteration_drawn(s.seed, it)]).sum();
-    assert_eq!(out.makespan, expected);
-    let drawn: std::collections::BTreeSet<usize> = (0..iterations as i32).map(|it| measured.iteration_drawn(s.seed, it)).collect();
-    assert_eq!(drawn.len(), 2, "both measured iterations drawn");
-    // the same seed, the same run
-    let again = simulate_training(&s, &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
-    assert_eq!((again.makespan, again.log.end_ns.clone()), (out.makespan, out.log.end_ns.clone()));
+    // each iteration's end: the last pull response's recv row of that iteration
+    let ends = op_rows(&out, "pull_response", KIND_RECV);
+    assert_eq!(ends.len(), rows.len());
+    let mut t = 0;
+    for (it, &row) in rows.iter().enumerate() {
+        t += per + sums[row];
+        assert_eq!(measured.row_of(it as i32), row);
+        assert_eq!(out.log.end_ns[ends[it]] as u64, t, "iteration {it}");
+    }
+    assert_eq!(out.makespan, t);
+    // no seed in it: another seed, the same run
+    let other = TrainingSpec { seed: 99, ..s };
+    let again = simulate_training(&other, &net(Fidelity::Flow, 10e9, lat), TraceDetail::Step).unwrap();
+    assert_eq!(again.log.end_ns, out.log.end_ns);
 }
 
 #[test]
 fn times_of_zero_build_the_same_run_as_none() {
-    let zero = MessageLatency { keys: keys(), iterations: vec![vec![Some(0); 4]] };
+    let zero = MessageLatency { keys: keys(), iterations: vec![vec![Some(0); 4]], first: 0 };
     let a = simulate_training(&spec(5_000, 3, zero), &net(Fidelity::Flow, 10e9, 900), TraceDetail::Step).unwrap();
     let b = simulate_training(&spec(5_000, 3, MessageLatency::default()), &net(Fidelity::Flow, 10e9, 900), TraceDetail::Step).unwrap();
     assert_eq!((a.makespan, a.events), (b.makespan, b.events));
@@ -97,7 +110,7 @@ fn times_of_zero_build_the_same_run_as_none() {
 #[test]
 fn a_ring_job_or_a_bad_table_is_refused() {
     let mut s = ps_three_layers("");
-    s.message_latency = MessageLatency { keys: vec![], iterations: vec![vec![Some(1)]] };
+    s.message_latency = MessageLatency { keys: vec![], iterations: vec![vec![Some(1)]], first: 0 };
     assert!(s.validate().is_ok());
     s.sync = SyncSpec::Allreduce { algorithm: ddlsim_core::lower::spec::AlgorithmName::Ring };
     assert!(s.validate().unwrap_err().contains("all-reduce"));

@@ -494,8 +494,9 @@ def message_latency_table(found: dict[str, Any], ns_per_byte: float) -> tuple[in
     """The per-message transport times of :func:`training_message_latency`'s ``found`` as a replay whose link moves
     a byte in `ns_per_byte` takes them: the route's latency (the smallest time beyond the bytes, at least 0, ns) and
     ``strategy.message_latency`` (per counted iteration, each message's time beyond its bytes and that latency,
-    keyed by its sending rank, kind and tensor; a message some iteration lacks is null there). A message alone on
-    the replay's link then takes what it took in the capture."""
+    keyed by its sending rank, kind and tensor; a message some iteration lacks is null there; ``first``, the first
+    counted iteration: a replay's iteration k takes the capture's iteration k). A message alone on the replay's link
+    then takes what it took in the capture."""
     rows = found["per_message"]
     times = [max(0, round(t - ns_per_byte * b)) for *_, b, t in rows]
     base = min(times)
@@ -504,8 +505,8 @@ def message_latency_table(found: dict[str, Any], ns_per_byte: float) -> tuple[in
     table: dict[int, list] = {it: [None] * len(keys) for it in found["iterations"]}
     for (it, rank, op, tensor, _, _), t in zip(rows, times):
         table[it][at[(rank, op, tensor)]] = f"{t - base}ns"
-    iterations = [row for row in table.values() if any(v is not None for v in row)]
-    return base, {"keys": [list(k) for k in keys], "iterations": iterations}
+    kept = [it for it, row in table.items() if any(v is not None for v in row)]
+    return base, {"keys": [list(k) for k in keys], "iterations": [table[it] for it in kept], "first": kept[0]}
 
 
 def captured_idle_ns(log, metadata: Optional[dict[str, Any]] = None, job: Optional[int] = None) -> Optional[float]:

@@ -475,7 +475,7 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
     is true where the capture's shaped link does not bind (the link replayed is then the unshaped one).
 
     `message_times` "measured" (default): the messages do not all take the latency; each replayed iteration takes
-    the times of one counted iteration of the capture, message for message
+    the times of one counted iteration of the capture (iteration k the capture's k, in turn), message for message
     (:func:`ddlsim.simulation.overheads.message_latency_table`, ``strategy.message_latency``): the latency is then
     their smallest, and each message adds its own time beyond it. "mean": every message takes the fitted latency.
 
@@ -539,8 +539,9 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
         longest = base + max(parse_duration_ns(v) for row in table["iterations"] for v in row if v is not None)
         note += (f"; the messages are not alike (beyond their bytes on the replayed link they took {base / 1e3:.4g} us "
                  f"to {longest / 1e3:.4g} us), so each replayed iteration takes the times of one of the capture's "
-                 f"{len(table['iterations'])} counted iterations (a seeded draw), message for message, on a latency of "
-                 "their smallest; --message-times mean gives every message the fitted latency")
+                 f"{len(table['iterations'])} counted iterations (iteration k the capture's k, in turn after the last), "
+                 "message for message, on a latency of their smallest; --message-times mean gives every message the "
+                 "fitted latency")
     note += "; --latency or --bandwidth replays other values, --no-overheads the round trip"
     return with_overrides(scenario, update), note, bucket is not None or target_bucket is not None
 

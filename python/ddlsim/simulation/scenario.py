@@ -1022,14 +1022,16 @@ MESSAGE_OPS = ("push_request", "push_response", "pull_request", "pull_response")
 
 class MessageLatency(_Strict):
     """The parameter server's RPC messages' own transport times beyond ``network.latency``, per measured iteration
-    (docs/validation.md, "PS: messages that are not all alike"): each simulated iteration draws one of
-    ``iterations`` (seeded, uniformly) and its messages take that iteration's times. With ``keys`` (per time: the
-    sending rank, the message kind and the tensor index), each message takes the time of the message with its key;
-    a message with no key there, and every message without ``keys``, draws uniformly over the iteration's times.
-    ``ddlsim replay`` of a PS capture fills it from the capture's own messages. Empty (default): none."""
+    (docs/validation.md, "PS: messages that are not alike"): the simulated iterations take ``iterations`` in turn,
+    simulated iteration ``first`` the first row (iteration i: row (i - first) mod the rows), and its messages take
+    that row's times. With ``keys`` (per time: the sending rank, the message kind and the tensor index), each
+    message takes the time of the message with its key; a message with no key there, and every message without
+    ``keys``, draws uniformly over the row's times (seeded). ``ddlsim replay`` of a PS capture fills it from the
+    capture's own messages, its first counted iteration as ``first``. Empty (default): none."""
 
     keys: list[tuple[int, Literal[MESSAGE_OPS], int]] = Field(default_factory=list, max_length=1_000_000)
     iterations: list[list[Optional[Duration]]] = Field(default_factory=list, max_length=100_000)
+    first: int = Field(0, ge=-(2**31), le=2**31 - 1)
 
     @model_validator(mode="after")
     def _rows(self) -> "MessageLatency":
@@ -1047,7 +1049,7 @@ class MessageLatency(_Strict):
         return not self.iterations
 
     def engine(self) -> dict[str, Any]:
-        return {"keys": [list(k) for k in self.keys],
+        return {"keys": [list(k) for k in self.keys], "first": self.first,
                 "iterations": [[None if t is None else parse_duration_ns(t) for t in row] for row in self.iterations]}
 
 

@@ -9,17 +9,19 @@
 //!
 //! `iterations` holds, per measured iteration, what each message took beyond
 //! the route's latency (the route's latency is the samples' common base).
-//! Each simulated iteration draws one measured iteration, uniformly, from its
-//! own random stream ([`Purpose::MessageLatency`], keyed by the iteration):
-//! every rank's messages of that simulated iteration take that measured
-//! iteration's times, so messages that were slow together (all waiting for the
-//! same cores) stay slow together. With `keys` (the measured messages'
+//! The simulated iterations take the measured ones in turn: iteration `first`
+//! takes the first, the next one the second, and so on, starting over after
+//! the last (iteration i takes row (i - first) mod n; a replay of a capture
+//! gives its first counted iteration, so each simulated iteration takes the
+//! captured iteration of its number). Every rank's messages of a simulated
+//! iteration take that measured iteration's times, so messages that were slow
+//! together (all waiting for the same cores) stay slow together. With `keys` (the measured messages'
 //! sending rank, op name and tensor), a message takes the time of the message
-//! with its key in the drawn iteration, message for message; a message
+//! with its key in the iteration taken, message for message; a message
 //! without one there (another worker count, another grouping), and every
-//! message where `keys` is empty, draws uniformly over the drawn iteration's
-//! times from a stream of its own (keyed by sending rank, iteration and rpc
-//! id). Every point-to-point PS message (a transfer op with an rpc id) is
+//! message where `keys` is empty, draws uniformly over that iteration's times
+//! from a random stream of its own ([`Purpose::MessageLatency`], keyed by
+//! sending rank, iteration and rpc id). Every point-to-point PS message (a transfer op with an rpc id) is
 //! delivered that much later than the network delivers it. Messages of one
 //! connection may overtake each other, as the capture's did (TensorPipe
 //! moves them on several threads). Empty (the default): nothing is added, and
@@ -51,6 +53,9 @@ pub struct MessageLatency {
     /// measured in that iteration); empty: none.
     #[serde(default)]
     pub iterations: Vec<Vec<Option<u64>>>,
+    /// The simulated iteration that takes the first measured one (see the module docs).
+    #[serde(default)]
+    pub first: i32,
 }
 
 impl MessageLatency {
@@ -84,9 +89,9 @@ impl MessageLatency {
         Ok(())
     }
 
-    /// The measured iteration simulated iteration `iteration` takes its times from under `seed`.
-    pub fn iteration_drawn(&self, seed: u64, iteration: i32) -> usize {
-        stream(seed, Purpose::MessageLatency, u32::MAX, iteration, 0).gen_range(0..self.iterations.len())
+    /// The measured iteration (its row) simulated iteration `iteration` takes its times from.
+    pub fn row_of(&self, iteration: i32) -> usize {
+        (iteration as i64 - self.first as i64).rem_euclid(self.iterations.len() as i64) as usize
     }
 
     /// A uniform draw over measured iteration `j`'s times for the message of `rpc` that `rank` sends in `iteration`.
@@ -102,13 +107,12 @@ impl MessageLatency {
         }
         let index: HashMap<(u32, &str, i32), usize> =
             self.keys.iter().enumerate().map(|(k, MessageKey(rank, op, tensor))| ((*rank, op.as_str(), *tensor), k)).collect();
-        let mut drawn: HashMap<i32, usize> = HashMap::new();
         let mut delays = Vec::new();
         for (id, op) in g.ops.iter().enumerate() {
             if op.kind != Kind::Transfer || op.rpc < 0 {
                 continue;
             }
-            let j = *drawn.entry(op.iteration).or_insert_with(|| self.iteration_drawn(seed, op.iteration));
+            let j = self.row_of(op.iteration);
             let own = index.get(&(op.rank, g.op_names[op.name as usize].as_str(), op.tensor)).and_then(|&k| self.iterations[j][k]);
             let d = own.unwrap_or_else(|| self.any_of(j, seed, op.rank, op.iteration, op.rpc));
             if d > 0 {
@@ -129,17 +133,10 @@ mod tests {
     }
 
     #[test]
-    fn iterations_are_drawn_about_evenly_and_repeat_for_the_same_seed() {
-        let m = MessageLatency { keys: vec![], iterations: vec![vec![Some(1)]; 4] };
-        let mut seen = [0usize; 4];
-        for it in 0..4000 {
-            let j = m.iteration_drawn(7, it);
-            assert_eq!(j, m.iteration_drawn(7, it));
-            seen[j] += 1;
-        }
-        // binomial(4000, 1/4): sd = 27.4; 5 sd either side
-        assert!(seen.iter().all(|&n| (n as i64 - 1000).abs() < 137), "{seen:?}");
-        assert!((0..64).any(|it| m.iteration_drawn(7, it) != m.iteration_drawn(8, it)));
+    fn simulated_iterations_take_the_measured_ones_in_turn_from_first() {
+        let m = MessageLatency { keys: vec![], iterations: vec![vec![Some(1)]; 3], first: 1 };
+        let rows: Vec<usize> = (-2..8).map(|it| m.row_of(it)).collect();
+        assert_eq!(rows, vec![0, 1, 2, 0, 1, 2, 0, 1, 2, 0]); // iterations -2..7: iteration 1 takes row 0
     }
 
     /// A graph of one push per (worker, tensor) in each of `iterations` iterations, rpc ids counting up.
@@ -162,31 +159,28 @@ mod tests {
     fn a_keyed_message_takes_its_own_time_of_the_drawn_iteration_in_every_rank() {
         // two measured iterations, times that name the iteration (1000s) and the message
         let keys = vec![key(0, "push_request", 0), key(0, "push_request", 1), key(1, "push_request", 0), key(1, "push_request", 1)];
-        let m = MessageLatency { keys: keys.clone(), iterations: vec![vec![Some(1000), Some(1001), Some(1002), Some(1003)], vec![Some(2000), Some(2001), Some(2002), Some(2003)]] };
+        let m = MessageLatency { keys: keys.clone(), iterations: vec![vec![Some(1000), Some(1001), Some(1002), Some(1003)], vec![Some(2000), Some(2001), Some(2002), Some(2003)]], first: 0 };
         let mut g = pushes(2, 2, 20);
         m.attach(&mut g, 3);
         assert_eq!(g.transit_delays.len(), g.len());
         for &(id, d) in &g.transit_delays {
             let op = &g.ops[id as usize];
-            let j = m.iteration_drawn(3, op.iteration) as u64;
+            // even iterations take the first measured one, odd the second
+            let j = (op.iteration % 2) as u64;
             assert_eq!(d, 1000 * (j + 1) + 2 * op.rank as u64 + op.tensor as u64, "op {id}");
         }
-        // both measured iterations are used over 20
-        let first: std::collections::BTreeSet<u64> = g.transit_delays.iter().map(|&(_, d)| d / 1000).collect();
-        assert_eq!(first.len(), 2);
     }
 
     #[test]
     fn a_message_without_its_key_draws_among_the_drawn_iterations_times() {
-        let m = MessageLatency { keys: vec![key(0, "push_request", 0)], iterations: vec![vec![Some(10)], vec![Some(20)]] };
+        let m = MessageLatency { keys: vec![key(0, "push_request", 0)], iterations: vec![vec![Some(10)], vec![Some(20)]], first: 0 };
         let mut g = pushes(3, 2, 30); // ranks 1-2 and tensor 1 are not measured
         m.attach(&mut g, 5);
         for &(id, d) in &g.transit_delays {
-            let j = m.iteration_drawn(5, g.ops[id as usize].iteration);
-            assert_eq!(d, [10, 20][j]);
+            assert_eq!(d, [10, 20][(g.ops[id as usize].iteration % 2) as usize]);
         }
         // without keys, every message draws on its own from the drawn iteration's times
-        let m = MessageLatency { keys: vec![], iterations: vec![vec![Some(1), Some(2), None, Some(3)]] };
+        let m = MessageLatency { keys: vec![], iterations: vec![vec![Some(1), Some(2), None, Some(3)]], first: 0 };
         let mut g = pushes(2, 50, 4);
         m.attach(&mut g, 5);
         let mut seen = [0usize; 4];
@@ -206,27 +200,27 @@ mod tests {
         t.rpc = 3;
         let rpc = g.add(t, &[]);
         g.add(Op::new(Kind::Compute, name, 0), &[]);
-        MessageLatency { keys: vec![], iterations: vec![vec![Some(5)]] }.attach(&mut g, 1);
+        MessageLatency { keys: vec![], iterations: vec![vec![Some(5)]], first: 0 }.attach(&mut g, 1);
         assert_eq!(g.transit_delays, vec![(rpc, 5)]);
         assert!(plain != rpc);
         let mut h = pushes(1, 1, 1);
-        MessageLatency { keys: vec![], iterations: vec![vec![Some(0)]] }.attach(&mut h, 1);
+        MessageLatency { keys: vec![], iterations: vec![vec![Some(0)]], first: 0 }.attach(&mut h, 1);
         assert!(h.transit_delays.is_empty());
     }
 
     #[test]
     fn times_are_refused_for_all_reduce_in_network_fans_bad_rows_and_absurd_sizes() {
-        let m = MessageLatency { keys: vec![], iterations: vec![vec![Some(1)]] };
+        let m = MessageLatency { keys: vec![], iterations: vec![vec![Some(1)]], first: 0 };
         assert!(m.validate(1, false).is_ok());
         assert!(m.validate(0, false).unwrap_err().contains("all-reduce"));
         assert!(m.validate(1, true).unwrap_err().contains("in-network"));
-        let big = MessageLatency { keys: vec![], iterations: vec![vec![Some(u64::MAX)]] };
+        let big = MessageLatency { keys: vec![], iterations: vec![vec![Some(u64::MAX)]], first: 0 };
         assert!(big.validate(1, false).unwrap_err().contains("iterations[0]"));
-        let short = MessageLatency { keys: vec![key(0, "push_request", 0), key(0, "push_request", 1)], iterations: vec![vec![Some(1)]] };
+        let short = MessageLatency { keys: vec![key(0, "push_request", 0), key(0, "push_request", 1)], iterations: vec![vec![Some(1)]], first: 0 };
         assert!(short.validate(1, false).unwrap_err().contains("1 times for 2 keys"));
-        let none = MessageLatency { keys: vec![], iterations: vec![vec![None]] };
+        let none = MessageLatency { keys: vec![], iterations: vec![vec![None]], first: 0 };
         assert!(none.validate(1, false).unwrap_err().contains("no time"));
-        let keys_only = MessageLatency { keys: vec![key(0, "push_request", 0)], iterations: vec![] };
+        let keys_only = MessageLatency { keys: vec![key(0, "push_request", 0)], iterations: vec![], first: 0 };
         assert!(keys_only.validate(1, false).unwrap_err().contains("no iterations"));
         assert!(MessageLatency::default().validate(0, true).is_ok());
     }
