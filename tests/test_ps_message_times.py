@@ -6,9 +6,6 @@ crates/ddlsim-core/tests/message_latency.rs."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -18,6 +15,7 @@ from ddlsim.simulation import budget
 from ddlsim.simulation.overheads import message_latency_table, training_message_latency
 from ddlsim.trace import event_log_from_rows, read_event_log
 
+from test_cli import ddlsim as cli
 from test_ps_message_latency import SIZES, US, metadata, ps_capture, ps_rows
 
 K = 1  # ns per byte: 8 Gbit/s, above the link model's 10 Gbit/s assumption's share
@@ -140,8 +138,7 @@ def test_a_bad_message_times_value_is_one_line(tmp_path):
     path = ps_capture(tmp_path / "ps.parquet", rows=varied_rows(), workers=1)
     with pytest.raises(DdlsimError, match="message times 'median': give measured or mean"):
         ddlsim.replay(path, message_times="median")
-    done = subprocess.run([sys.executable, "-m", "ddlsim", "replay", str(path), "--message-times", "median"],
-                          capture_output=True, text=True, timeout=120)
+    done = cli("replay", str(path), "--message-times", "median")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "give measured or mean (--message-times)" in done.stderr
 
@@ -167,8 +164,7 @@ def test_message_latency_with_in_network_multicast_is_refused_and_the_cli_says_s
     scenario = tmp_path / "s.toml"
     scenario.write_text('[model]\nname = "lenet5"\n[strategy]\nkind = "ps"\n'
                         'message_latency = {keys = [[0, "push_request", 0]], iterations = [["1ms", "2ms"]]}\n')
-    done = subprocess.run([sys.executable, "-m", "ddlsim", "simulate", str(scenario)], capture_output=True, text=True,
-                          timeout=120)
+    done = cli("simulate", str(scenario))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "invalid scenario" in done.stderr and "2 times for 1 keys" in done.stderr
 

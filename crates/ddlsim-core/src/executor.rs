@@ -795,9 +795,9 @@ impl<'g> Executor<'g> {
             fan_started: vec![0; graph.fans.len()],
             fan_message: vec![-1; graph.fans.len()],
             releases,
-            wakeup: wakeups(graph),
+            wakeup: per_op(graph, &graph.wakeups),
             continuation: continuations(graph),
-            transit_delay: transit_delays(graph),
+            transit_delay: per_op(graph, &graph.transit_delays),
             idle_scale: idle_scales(graph),
             extra_succ: Vec::new(),
             run_names,
@@ -970,26 +970,15 @@ impl<'g> Executor<'g> {
     }
 }
 
-/// Each op's wake-up (see [`Graph::wakeups`]), by op id; empty when the graph has none.
-fn wakeups(graph: &Graph) -> Vec<Time> {
-    if graph.wakeups.is_empty() {
+/// A graph's (op, time) list (its wake-ups, [`Graph::wakeups`], or transit delays, [`Graph::transit_delays`]) as
+/// each op's time by op id, 0 for the ops it does not name; empty when the list is.
+fn per_op(graph: &Graph, entries: &[(u32, Time)]) -> Vec<Time> {
+    if entries.is_empty() {
         return Vec::new();
     }
     let mut out = vec![0; graph.len()];
-    for &(op, w) in &graph.wakeups {
-        out[op as usize] = w;
-    }
-    out
-}
-
-/// Each op's transit delay (see [`Graph::transit_delays`]), by op id; empty when the graph has none.
-fn transit_delays(graph: &Graph) -> Vec<Time> {
-    if graph.transit_delays.is_empty() {
-        return Vec::new();
-    }
-    let mut out = vec![0; graph.len()];
-    for &(op, d) in &graph.transit_delays {
-        out[op as usize] = d;
+    for &(op, t) in entries {
+        out[op as usize] = t;
     }
     out
 }
@@ -2262,9 +2251,9 @@ impl<'g> Executor<'g> {
         self.tx_end.resize(n, 0);
         self.message_of.resize(n, -1);
         self.fan_of.resize(n, NO_FAN);
-        self.wakeup = wakeups(g);
+        self.wakeup = per_op(g, &g.wakeups);
         self.continuation = continuations(g);
-        self.transit_delay = transit_delays(g);
+        self.transit_delay = per_op(g, &g.transit_delays);
         self.idle_scale = idle_scales(g);
         let last = *self.succ_offsets.last().expect("CSR has a first entry");
         self.succ_offsets.resize(n + 1, last);
