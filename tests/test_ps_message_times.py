@@ -141,6 +141,9 @@ def test_a_bad_message_times_value_is_one_line(tmp_path):
     done = cli("replay", str(path), "--message-times", "median")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "give measured or mean (--message-times)" in done.stderr
+    ring = ddlsim.simulate(model="lenet5", workers=2, iterations=1, network="analytic").save(tmp_path / "ring")
+    with pytest.raises(DdlsimError, match="this log is not a PS capture; leave it out"):
+        ddlsim.replay(tmp_path / "ring" / "events.parquet", message_times="mean")
 
 
 TABLE = {"keys": [[0, "push_request", 0], [1, "push_response", 0]], "iterations": [["1ms", "0us"], ["3ms", None]]}

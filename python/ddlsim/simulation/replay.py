@@ -62,6 +62,9 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     meta = recorded_metadata(path)
     if meta.get("source") == "netop":
         raise DdlsimError(_netop_refusal(path))
+    if message_times is not None and not (meta.get("source") == "capture" and meta.get("job") == "ps"):
+        raise DdlsimError(f"{path}: --message-times (message_times=) chooses how a PS capture's messages are replayed, "
+                          "but this log is not a PS capture; leave it out")
     if idle_curve is not None and not (meta.get("source") == "capture" and meta.get("job") == "ddp"):
         raise DdlsimError(f"{path}: --idle-curve (idle_curve=) scales a DDP capture's compute by the wait before it, "
                           "but this log is not a DDP capture; leave it out")
