@@ -117,3 +117,37 @@ fn a_ring_job_or_a_bad_table_is_refused() {
     let text = r#", "message_latency": {"keys": [[0, "push_request", 0]], "iterations": [[5, 6]]}"#;
     assert!(ps_three_layers(text).validate().unwrap_err().contains("2 times for 1 keys"));
 }
+
+#[test]
+fn a_graph_refuses_a_transit_delay_on_anything_but_a_point_to_point_transfer_or_twice() {
+    use ddlsim_core::graph::{FanKind, FanSpec, Kind};
+    use ddlsim_core::lower::training::build_graph;
+    let table = MessageLatency { keys: vec![], iterations: vec![vec![Some(5_000)]], first: 0 };
+    let mut g = build_graph(&spec(1_250, 2, table)).unwrap();
+    g.check().unwrap();
+    assert!(!g.transit_delays.is_empty());
+    let (op, d) = g.transit_delays[0];
+    let compute = g.ops.iter().position(|o| o.kind == Kind::Compute).unwrap() as u32;
+    for (bad, needle) in [((compute, 1), "applies to a transfer op"), ((op, d), "two transit delays"),
+                          ((g.ops.len() as u32, 1), "names op"), ((op, u64::MAX), "past the engine's clock")] {
+        let mut h = g.clone();
+        if bad == (op, u64::MAX) {
+            h.transit_delays[0].1 = u64::MAX;
+        } else {
+            h.transit_delays.push(bad);
+        }
+        let e = h.check().unwrap_err();
+        assert!(e.contains(needle), "{e}");
+    }
+    // a fan's transfer: its delivery is the fan's, not the op's (two pushes of one size to one receiver, summed)
+    let mut f = ddlsim_core::graph::Graph::new();
+    let a = transfer(&mut f, 0, 2, 1_000);
+    let a = f.add(a, &[]);
+    let b = transfer(&mut f, 1, 2, 1_000);
+    let b = f.add(b, &[]);
+    f.fans.push(FanSpec { kind: FanKind::Aggregate, ops: vec![a, b] });
+    f.check().unwrap();
+    f.transit_delays.push((b, 10));
+    let e = f.check().unwrap_err();
+    assert!(e.contains("not a fan's"), "{e}");
+}
