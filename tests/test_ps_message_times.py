@@ -204,3 +204,23 @@ def test_the_estimated_events_bound_the_engine_s_events_with_message_times(worke
         assert r.stats["events"] <= est.events, (est.events, r.stats["events"])
         if tight:
             assert est.events <= r.stats["events"] * 1.02 + 8, (est.events, r.stats["events"])
+
+
+def test_in_a_log_of_two_jobs_the_times_stay_with_their_job():
+    """Two PS jobs on one analytic star, hosts apart; the second has a table (its ops come after the first's in the
+    merged graph, so its delays must move with them). The first job runs as it does without the table anywhere, and
+    the second exactly as it does alone with its table."""
+    table = {"iterations": [["1ms", "0us"], ["3ms"]]}
+    def run(second_table):
+        second = {"name": "b", "strategy": {"kind": "ps", "servers": 1, **({"message_latency": table} if second_table else {})}}
+        return ddlsim.simulate_jobs({"iterations": 4, "workers": 2, "model": {"name": "lenet5"},
+                                     "network": {"fidelity": "analytic"},
+                                     "job": [{"name": "a", "strategy": {"kind": "ps", "servers": 1}}, second]})
+    with_table, without = run(True), run(False)
+    a1, b1 = with_table.jobs()
+    a0, b0 = without.jobs()
+    assert a1["iteration_times_s"] == a0["iteration_times_s"]
+    assert b1["iteration_times_s"] != b0["iteration_times_s"]
+    alone = ddlsim.simulate(model="lenet5", workers=2, iterations=4, network="analytic", strategy="ps",
+                            message_latency=table)
+    assert b1["iteration_times_s"] == pytest.approx(list(alone.iterations["time_s"]), abs=1e-12)
