@@ -397,11 +397,9 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
         from .simulation.idle_wake import read_curve
 
         idle_curve = read_curve(idle_curve)  # read once, before any capture (its bad input: one line)
-    if message_times is not None:
-        from .simulation.replay import MESSAGE_TIMES
+    from .simulation.replay import check_message_times
 
-        if message_times not in MESSAGE_TIMES:
-            raise DdlsimError(f"--message-times {message_times!r}: give {' or '.join(MESSAGE_TIMES)}")
+    check_message_times(message_times)  # before any capture
     if repeats < 1 or iterations < 2 or workers < 1:
         raise DdlsimError("--repeats must be >= 1, --iterations >= 2 (the first is a warm-up), --workers >= 1")
     if captures is not None:

@@ -24,6 +24,7 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+from .allreduce_rate import upper_median
 from .ddp_merge import merge_ddp, write_sidecar
 from .ddp_models import build_model, check_model_config, synthetic_batches
 from .layer_hooks import check_layer_every
@@ -77,7 +78,7 @@ def reduction_cost_ns_per_byte(elements: int, repeats: int = 7) -> float:
         start = time.perf_counter_ns()
         a.add_(b)
         times.append(time.perf_counter_ns() - start)
-    return float(sorted(times)[len(times) // 2]) / (a.numel() * a.element_size())
+    return upper_median(times) / (a.numel() * a.element_size())
 
 
 def small_allreduce_ns(repeats: int = 40) -> dict:
@@ -87,7 +88,7 @@ def small_allreduce_ns(repeats: int = 40) -> dict:
     latency), ``allreduce_small_mean_ns``, their mean (on a machine with no core to spare some calls stall for
     milliseconds: the mean holds them, the median does not; replay adds the difference to each call where the
     capture's link bound, see :func:`ddlsim.simulation.overheads.small_call_stall`), and ``allreduce_small_repeats``."""
-    from .allreduce_rate import allreduce_times_ns, upper_median
+    from .allreduce_rate import allreduce_times_ns
 
     times = allreduce_times_ns(1, repeats)
     return {"allreduce_small_ns": upper_median(times), "allreduce_small_mean_ns": float(sum(times) / len(times)),

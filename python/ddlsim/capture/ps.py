@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DdlsimError
+from .allreduce_rate import upper_median
 from .dist_clock import best_offset
 from .layer_hooks import LayerHooks, check_layer_every, layer_sampled
 from .recorder import RankRecorder, now_ns
@@ -138,7 +139,7 @@ def rpc_round_trip_ns(server: str, repeats: int = 15) -> float:
         start = time.perf_counter_ns()
         rpc.rpc_sync(server, torch.add, args=(x, 1))
         times.append(time.perf_counter_ns() - start)
-    return float(sorted(times)[len(times) // 2])
+    return upper_median(times)
 
 
 def shutdown_rpc(rpc, rank: int) -> None:

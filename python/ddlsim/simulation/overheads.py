@@ -490,16 +490,18 @@ def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dic
             "per_message": [(*key, float(n), float(t)) for key, n, t in zip(which, x, y)]}
 
 
-def message_latency_table(found: dict[str, Any], ns_per_byte: float) -> tuple[int, dict[str, Any]]:
+def message_latency_table(found: dict[str, Any], ns_per_byte: float) -> tuple[int, Optional[dict[str, Any]]]:
     """The per-message transport times of :func:`training_message_latency`'s ``found`` as a replay whose link moves
     a byte in `ns_per_byte` takes them: the route's latency (the smallest time beyond the bytes, at least 0, ns) and
     ``strategy.message_latency`` (per counted iteration, each message's time beyond its bytes and that latency,
     keyed by its sending rank, kind and tensor; a message some iteration lacks is null there; ``first``, the first
-    counted iteration: a replay's iteration k takes the capture's iteration k). A message alone on the replay's link
-    then takes what it took in the capture."""
+    counted iteration: a replay's iteration k takes the capture's iteration k), or None where every message took
+    that latency (nothing to add). A message alone on the replay's link then takes what it took in the capture."""
     rows = found["per_message"]
     times = [max(0, round(t - ns_per_byte * b)) for *_, b, t in rows]
     base = min(times)
+    if max(times) == base:
+        return base, None
     keys = sorted({(rank, op, tensor) for _, rank, op, tensor, _, _ in rows})
     at = {k: i for i, k in enumerate(keys)}
     table: dict[int, list] = {it: [None] * len(keys) for it in found["iterations"]}

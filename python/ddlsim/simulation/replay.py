@@ -48,9 +48,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     path = Path(log_path)
     wire = overrides.pop("wire", None)
     idle_curve = overrides.pop("idle_curve", None)
-    message_times = overrides.pop("message_times", None)
-    if message_times is not None and message_times not in MESSAGE_TIMES:
-        raise DdlsimError(f"message times {message_times!r}: give {' or '.join(MESSAGE_TIMES)} (--message-times)")
+    message_times = check_message_times(overrides.pop("message_times", None))
     if isinstance(jobs, str):  # one job's name (not its characters)
         jobs = [jobs]
     if not path.is_file():
@@ -456,6 +454,13 @@ def _training_rate(scenario: Scenario, rows: Callable[[], Any]) -> Optional[tupl
 MESSAGE_TIMES = ("measured", "mean")
 
 
+def check_message_times(value: Optional[str]) -> Optional[str]:
+    """`value` where it is one of :data:`MESSAGE_TIMES` or None; a one-line error otherwise."""
+    if value is not None and value not in MESSAGE_TIMES:
+        raise DdlsimError(f"message times {value!r}: give {' or '.join(MESSAGE_TIMES)} (--message-times)")
+    return value
+
+
 def _given_rate(overrides: dict[str, Any]) -> Optional[float]:
     """The link rate `overrides` give (``bandwidth``, or ``network.bandwidth``), bit/s; None where they give none."""
     from ..units import parse_bandwidth
@@ -537,7 +542,7 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
                  f"{link / 1e6:.6g} Mbit/s")
     replayed_rate = parse_bandwidth(update["bandwidth"]) if "bandwidth" in update else link
     base, table = message_latency_table(found, 8e9 / replayed_rate)  # each message's time beyond its bytes there
-    if message_times == "measured" and any(v not in (None, "0ns") for row in table["iterations"] for v in row):
+    if message_times == "measured" and table is not None:
         update["latency"], update["message_latency"] = f"{base}ns", table
         longest = base + max(parse_duration_ns(v) for row in table["iterations"] for v in row if v is not None)
         note += (f"; the messages are not alike (beyond their bytes on the replayed link they took {base / 1e3:.4g} us "
