@@ -19,12 +19,13 @@ L, K = 2_000 * US, 8  # transport of a message: L + K x bytes ns (K = 8 ns per b
 SKEW = 123_456_789  # the server's clock runs this far behind the workers'
 
 
-def ps_rows(workers=2, iterations=3, latency=L, per_byte=K, skew=SKEW, issue=100 * US):
+def ps_rows(workers=2, iterations=3, latency=L, per_byte=K, skew=SKEW, issue=100 * US, link=lambda size: 0):
     """A PS capture's rows whose every message (request and response) took ``latency + per_byte x bytes`` on the
     aligned clocks, from the end of the worker's send row (its rpc_async call) or the start of the server's send
     row to the receiver's recv row; the server (host 1) records on a clock `skew` ns behind. Per iteration and
     worker: LeNet-5's layers (1 ms each way), then per key a push (the gradient's bytes) and a pull (its
-    response the parameter's bytes), one after another. Iteration 0 (the warm-up) takes 10 times longer."""
+    response the parameter's bytes), one after another. Iteration 0 (the warm-up) takes 10 times longer. `link`: ns
+    a message of so many bytes also spends on a link (once, also in the warm-up)."""
     rows, t, rpc = [], 0, 0
     for it in range(iterations):
         slow = 10 if it == 0 else 1
@@ -44,14 +45,14 @@ def ps_rows(workers=2, iterations=3, latency=L, per_byte=K, skew=SKEW, issue=100
                     rows.append(dict(iteration=it, rank=w, role="worker", host=0, kind="send", op=request, peer=workers,
                                      rpc=rpc, message=rpc, tensor=tensor, bytes=req_bytes, start_ns=now,
                                      end_ns=now + issue))
-                    now += issue + slow * (latency + per_byte * req_bytes)  # the request's arrival
+                    now += issue + slow * (latency + per_byte * req_bytes) + link(req_bytes)  # the request's arrival
                     server = dict(iteration=it, rank=workers, role="server", host=1, peer=w, rpc=rpc, tensor=tensor)
                     rows.append(dict(server, kind="recv", op=request, message=rpc, bytes=req_bytes,
                                      start_ns=now - skew, end_ns=now - skew))
                     now += 200 * US
                     rows.append(dict(server, kind="send", op=response, message=10_000 + rpc, bytes=resp_bytes,
                                      start_ns=now - skew, end_ns=now - skew + 50 * US))
-                    now += slow * (latency + per_byte * resp_bytes)
+                    now += slow * (latency + per_byte * resp_bytes) + link(resp_bytes)
                     rows.append(dict(iteration=it, rank=w, role="worker", host=0, kind="recv", op=response, peer=workers,
                                      rpc=rpc, message=10_000 + rpc, tensor=tensor, bytes=resp_bytes, start_ns=now,
                                      end_ns=now))
@@ -203,7 +204,8 @@ def test_at_another_rate_whose_token_bucket_holds_a_worker_s_bytes_the_transport
     the 246,824 wire bytes a worker sends per iteration: no message waits for either link's rate, so each replayed
     message takes what its row took, as at the capture's own link (before: half the 4-byte round trip, 450 us, and
     the shaped payload rate). Where the target's bucket does not hold them (100 Mbit/s: 64 KiB), on a bare link of
-    the given rate (no --wire tbf), or from a capture whose own shaped link bound, the round trip stays."""
+    the given rate (no --wire tbf), the round trip stays (from a capture whose own shaped link bound: the next
+    test)."""
     rows = ps_rows(workers=1, per_byte=1, issue=1_000 * US)
     path = ps_capture(tmp_path / "ps.parquet", rows=rows, workers=1)
     r = ddlsim.replay(path, network="analytic", bandwidth="1Gbps", wire="tbf")
@@ -215,6 +217,29 @@ def test_at_another_rate_whose_token_bucket_holds_a_worker_s_bytes_the_transport
         other = ddlsim.replay(path, network="analytic", **kw)
         assert other.scenario.network.latency_ns == 450_000, kw
         assert not any("while training" in n for n in other.notes), kw
-    bound = ps_capture(tmp_path / "bound.parquet", rows=rows, workers=1, bandwidth="100Mbps")
-    other = ddlsim.replay(bound, network="analytic", bandwidth="1Gbps", wire="tbf")
-    assert other.scenario.network.latency_ns == 450_000
+
+
+def test_from_a_capture_whose_link_bound_the_machine_s_part_of_each_message_is_carried(tmp_path):
+    """Oracle: the time the rows' messages took beyond their shaped links, set by hand. A capture at 100 Mbit/s,
+    whose 64 KiB token bucket holds less than a worker's bytes per iteration (the link bound): each message took
+    C = 10 ms plus what the link gives a message alone with a full bucket (its wire bytes beyond the bucket at
+    100 Mbit/s: fc1's 192 kB took 11 ms more). One worker, and 20 ms or more between two messages on a link, so
+    every message finds its buckets full. Replayed at 1 Gbit/s on a tbf link (its 500 kB bucket holds a worker's
+    bytes), every message takes C on the unshaped link (before: half the 4-byte round trip, 450 us, and the
+    100 Mbit/s capture's message times were not used); every message the mean, not its own time (docs/validation.md,
+    "PS from a link that bound"). At the capture's own link the engine queues the messages itself: unchanged."""
+    from ddlsim.capture.shaping import default_burst_bytes
+    from ddlsim.simulation.overheads import wire_fraction
+
+    c, bucket, per_ns = 10_000 * US, default_burst_bytes(100e6), 100e6 / 8e9
+    rows = ps_rows(workers=1, latency=c, per_byte=0, issue=1_000 * US,
+                   link=lambda size: round(max(0.0, size / wire_fraction("tbf") - bucket) / per_ns))
+    path = ps_capture(tmp_path / "bound.parquet", rows=rows, workers=1, bandwidth="100Mbps")
+    r = ddlsim.replay(path, network="analytic", bandwidth="1Gbps", wire="tbf")
+    assert abs(r.scenario.network.latency_ns - c) <= 1
+    assert r.scenario.network.bandwidth_bps == pytest.approx(10e9, rel=1e-12)  # the unshaped default
+    assert r.scenario.strategy.message_latency.is_empty()
+    assert any("link bound" in n and "what the machine took, carried" in n for n in r.notes), r.notes
+    assert not any(n.startswith(("replay: payload rate ", "replay: link bandwidth ")) for n in r.notes), r.notes
+    own = ddlsim.replay(path, network="analytic")
+    assert own.scenario.network.latency_ns == 450_000 and not any("link bound" in n for n in own.notes)

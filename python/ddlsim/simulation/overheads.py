@@ -436,7 +436,9 @@ def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dic
     ``ns_per_byte``, ``messages``, ``mean_ns``, ``iterations`` (the counted ones), ``worker_bytes`` (a worker's
     payload per counted iteration in its busier direction: its pushes out or its pull responses in), ``per_message``
     (per message: its iteration, sending rank, op, tensor, bytes and transport time, ns: :func:`message_latency_table`
-    makes the replay's per-message times of them); None for a log that is not a
+    makes the replay's per-message times of them), ``sends`` (per message sent in any iteration, warm-up included,
+    as the links carried them: its send time as above, sender, receiver, bytes, and its index in ``per_message`` or
+    -1: :func:`beyond_shaped_links` re-runs them through the capture's shaped links); None for a log that is not a
     PS capture, without a message of a counted iteration with both rows, or whose messages took no time on average."""
     from ..analyze.breakdown import warmup_iterations
     from ..trace.columns import aligned_times
@@ -454,40 +456,73 @@ def training_message_latency(log, metadata: dict[str, Any] | None = None) -> dic
     ops = c["op"].astype(str)
     requests = np.isin(ops, ("push_request", "pull_request"))
     responses = np.isin(ops, ("push_response", "pull_response"))
-    sent = mine & (c["kind"] == "send") & (requests | responses)
+    sent = (c["kind"] == "send") & (requests | responses)
     received = (c["kind"] == "recv") & (requests | responses)
     arrival: dict[tuple[int, int], int] = {}
     for message, rank, t in zip(c["message"][received], c["rank"][received], end[received]):
         key = (int(message), int(rank))
         arrival[key] = min(arrival.get(key, int(t)), int(t))
-    sizes, took, which = [], [], []
+    sizes, took, which, wire = [], [], [], []
     for i in np.flatnonzero(sent):
         peer_key = (int(c["message"][i]), int(c["peer"][i]))
-        if peer_key not in arrival:
-            continue
         leaves = int(end[i]) if requests[i] else int(start[i])
+        counts = bool(mine[i]) and peer_key in arrival
+        wire.append((leaves, int(c["rank"][i]), int(c["peer"][i]), float(c["bytes"][i]), len(took) if counts else -1))
+        if not counts:
+            continue
         sizes.append(float(c["bytes"][i]))
         took.append(float(arrival[peer_key] - leaves))
         which.append((int(c["iteration"][i]), int(c["rank"][i]), str(ops[i]), int(c["tensor"][i])))
     if not took:
         return None
     # a worker's payload per counted iteration in its busier direction (pushes out, pull responses in)
-    pushed = sent & worker & (ops == "push_request")
+    pushed = mine & sent & worker & (ops == "push_request")
     pulled = mine & received & worker & (ops == "pull_response")
     per_worker = max((float(c["bytes"][sel].sum()) / (len(counted) * max(1, len(np.unique(c["rank"][sel]))))
                       for sel in (pushed, pulled) if sel.any()), default=0.0)
     x, y = np.asarray(sizes), np.asarray(took)
-    mean_x, mean_y = float(x.mean()), float(y.mean())
-    if not mean_y > 0:  # clocks that disagree with the rows: no usable transport time
+    if not float(y.mean()) > 0:  # clocks that disagree with the rows: no usable transport time
         return None
+    return {**_latency_fit(x, y), "iterations": [int(i) for i in counted], "worker_bytes": per_worker,
+            "per_message": [(*key, float(n), float(t)) for key, n, t in zip(which, x, y)], "sends": wire}
+
+
+def _latency_fit(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """``y = latency_ns + ns_per_byte x x`` by least squares where the sizes `x` vary; a negative slope (or an
+    intercept below 0) is dropped and the mean kept as the latency (slope 0). With ``messages`` and ``mean_ns``."""
+    mean_x, mean_y = float(x.mean()), float(y.mean())
     var = float(((x - mean_x) ** 2).sum())
     b = float(((x - mean_x) * (y - mean_y)).sum()) / var if var > 0 else 0.0
     a = mean_y - b * mean_x
     if b < 0 or a < 0:
         a, b = mean_y, 0.0
-    return {"latency_ns": max(a, 0.0), "ns_per_byte": b, "messages": len(took), "mean_ns": mean_y,
-            "iterations": [int(i) for i in counted], "worker_bytes": per_worker,
-            "per_message": [(*key, float(n), float(t)) for key, n, t in zip(which, x, y)]}
+    return {"latency_ns": max(a, 0.0), "ns_per_byte": b, "messages": len(y), "mean_ns": mean_y}
+
+
+def beyond_shaped_links(found: dict[str, Any], rate_bps: float) -> dict[str, Any]:
+    """:func:`training_message_latency`'s ``found`` for a capture whose shaped link bound, with each message's time
+    less what the capture's own links took it (:func:`ddlsim.simulation.tbf_queue.tbf_transit`: every captured
+    send, warm-up included, at its captured time through its route's two tbf queues of `rate_bps` and
+    ``default_burst_bytes(rate_bps)``, its wire bytes with TCP/IP and Ethernet headers): what the machine took, at
+    least 0, and the latency fitted again over those. ``link_mean_ns``: the links' mean time per counted message;
+    ``below_link``: how many counted messages took less than the links give them (their time beyond is 0)."""
+    from ..capture.shaping import default_burst_bytes
+    from .tbf_queue import tbf_transit
+
+    sends = found["sends"]
+    index = np.asarray([s[4] for s in sends], dtype=int)
+    transit = tbf_transit(np.asarray([s[0] for s in sends], dtype=np.int64), np.asarray([s[1] for s in sends]),
+                          np.asarray([s[2] for s in sends]), np.asarray([s[3] for s in sends]) / wire_fraction("tbf"),
+                          rate_bps, default_burst_bytes(rate_bps))
+    link = np.zeros(len(found["per_message"]))
+    counted = index >= 0
+    link[index[counted]] = transit[counted]
+    took = np.asarray([t for *_, t in found["per_message"]], dtype=float)
+    beyond = np.maximum(0.0, took - link)
+    x = np.asarray([b for *_, b, _ in found["per_message"]], dtype=float)
+    return {**found, **_latency_fit(x, beyond), "link_mean_ns": float(link.mean()),
+            "below_link": int((took < link).sum()),
+            "per_message": [(*m[:5], float(t)) for m, t in zip(found["per_message"], beyond)]}
 
 
 def message_latency_table(found: dict[str, Any], ns_per_byte: float) -> tuple[int, Optional[dict[str, Any]]]:

@@ -494,20 +494,24 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
     capture as at its own link. Unchanged, with no note, where either binds."""
     from ..capture.shaping import default_burst_bytes
     from ..units import parse_bandwidth, parse_duration_ns
-    from .overheads import message_latency_table, training_message_latency, wire_fraction
+    from .overheads import beyond_shaped_links, message_latency_table, training_message_latency, wire_fraction
 
     log = rows()
     found = training_message_latency(log, log.metadata)
     if found is None:
         return scenario, None, False
-    bucket = None
-    if meta.get("bandwidth"):
-        bucket = default_burst_bytes(parse_bandwidth(str(meta["bandwidth"])))
-        if found["worker_bytes"] / wire_fraction("tbf") > bucket:
-            return scenario, None, False  # the shaping binds
     target_bucket = None if target_bps is None else default_burst_bytes(target_bps)
     if target_bucket is not None and found["worker_bytes"] / wire_fraction("tbf") > target_bucket:
         return scenario, None, False  # the target's shaping binds: its link's queueing is the engine's to simulate
+    bucket, bound = None, None
+    if meta.get("bandwidth"):
+        captured_bps = parse_bandwidth(str(meta["bandwidth"]))
+        bucket = default_burst_bytes(captured_bps)
+        if found["worker_bytes"] / wire_fraction("tbf") > bucket:  # the shaping binds
+            if target_bucket is None:
+                return scenario, None, False  # at its own link: its queueing is the engine's to simulate
+            bound = captured_bps, found["mean_ns"]  # to a link that does not bind: the machine's part is carried
+            found = beyond_shaped_links(found, captured_bps)
     latency = round(found["latency_ns"])
     update = {"latency": f"{latency}ns"}
     if bucket is not None or target_bucket is not None:
@@ -524,7 +528,18 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
             f"{found['messages']} messages of its {len(found['iterations'])} counted iterations: a request from its "
             "rpc_async call's return to the server's receipt, a response from the server's send to the worker's "
             "receive queue), not half the 4-byte round trip measured before training")
-    if target_bucket is not None:
+    if bound is not None:
+        note += (f"; the capture's {bound[0] / 1e6:g} Mbit/s link bound (tbf's {bucket}-byte token bucket holds less "
+                 f"than the {found['worker_bytes'] / wire_fraction('tbf'):.0f} wire bytes a worker sends per "
+                 f"iteration), so each message's time is taken less what its two shaped links took it (the captured "
+                 f"sends re-run through them at their captured times: {found['link_mean_ns'] / 1e3:.4g} us of its "
+                 f"{bound[1] / 1e3:.4g} us per message on average; {found['below_link']} of {found['messages']} took "
+                 f"less than that, counted 0): what the machine took, carried; at the given {target_bps / 1e6:g} "
+                 f"Mbit/s tbf's {target_bucket}-byte token bucket holds a worker's bytes, so no message waits for "
+                 f"the link's rate and the link is the unshaped {scenario.network.bandwidth_bps / 1e9:g} Gbit/s; "
+                 "every message takes the fitted latency, not its own time (one message's time less the links' "
+                 "holds the link model's error, which the latest of the messages in flight together would pick up)")
+    elif target_bucket is not None:
         note += (f"; at the given {target_bps / 1e6:g} Mbit/s, tbf's {target_bucket}-byte token bucket holds the "
                  f"{found['worker_bytes'] / wire_fraction('tbf'):.0f} wire bytes a worker sends per iteration, and the "
                  f"capture's own link did not bind either, so no message waits for a link's rate: the messages' "
@@ -542,7 +557,7 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
                  f"{link / 1e6:.6g} Mbit/s")
     replayed_rate = parse_bandwidth(update["bandwidth"]) if "bandwidth" in update else link
     base, table = message_latency_table(found, 8e9 / replayed_rate)  # each message's time beyond its bytes there
-    if message_times == "measured" and table is not None:
+    if message_times == "measured" and table is not None and bound is None:
         update["latency"], update["message_latency"] = f"{base}ns", table
         longest = base + max(parse_duration_ns(v) for row in table["iterations"] for v in row if v is not None)
         note += (f"; the messages are not alike (beyond their bytes on the replayed link they took {base / 1e3:.4g} us "
