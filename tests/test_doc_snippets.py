@@ -35,6 +35,7 @@ SETUP = {
     ("docs/parameter-server.md", 0): [],
     ("docs/parameter-server.md", 1): [],
     ("docs/parameter-server.md", 2): [],
+    ("docs/parameter-server.md", 3): [],
     ("docs/planning.md", 0): [],
     ("docs/planning.md", 1): [],
     ("docs/reproduction/mg-wfbp.md", 0): [],
