@@ -18,8 +18,9 @@ The model is fluid, as the engine's flow fidelity is:
   burst at the veth's speed) and takes them from both buckets; a bucket refills at R less what its link carries,
   up to its size, and is full before the first message.
 
-Measured on the stored 100 Mbit/s PS captures (docs/validation.md), whole messages in send order (one queue per
-link) put worker 0's 192 kB push ahead of worker 1's, where both finished together, 16 ms apart."""
+Why shared and not one queue per link, whole messages in send order: in a stored 100 Mbit/s PS capture
+(docs/validation.md) two workers' 192 kB pushes, sent 6 ms apart, reached the server together, 30 ms after they
+were sent; one queue per link would deliver the first 16 ms before the second."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def tbf_transit(sent_ns: np.ndarray, sender: np.ndarray, receiver: np.ndarray, w
         arrival = at[order[k]] if k < len(order) else np.inf
         finish = {pair: now + q[0][1] / rates[pair] for pair, q in queues.items()}
         first = min(finish, key=finish.__getitem__) if finish else None
-        step = max(0.0, min(arrival, finish[first] if first else np.inf) - now)
+        step = max(0.0, min(arrival, np.inf if first is None else finish[first]) - now)
         carried: dict[tuple[int, int], float] = {}
         for pair, q in queues.items():
             q[0][1] = 0.0 if pair == first and finish[first] <= arrival else q[0][1] - rates[pair] * step
