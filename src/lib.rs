@@ -754,6 +754,21 @@ fn rank_class_sizes(training_json: &str, network_json: &str) -> Option<Vec<u32>>
     ddlsim_core::lower::classes::rank_classes(&spec, &cost).map(|c| c.sizes)
 }
 
+/// Each message's time on a capture's shaped links, re-run on its own send
+/// times (see `ddlsim_core::network::tbf_replay`); python/ddlsim/simulation/tbf_queue.py wraps it.
+#[pyfunction]
+fn tbf_transit(
+    sent_ns: Vec<i64>,
+    sender: Vec<i64>,
+    receiver: Vec<i64>,
+    wire_bytes: Vec<f64>,
+    rate_bps: f64,
+    bucket_bytes: f64,
+) -> PyResult<Vec<f64>> {
+    ddlsim_core::network::tbf_replay::tbf_transit(&sent_ns, &sender, &receiver, &wire_bytes, rate_bps, bucket_bytes)
+        .map_err(engine_err)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_training_json, m)?)?;
@@ -766,6 +781,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(register_scratch, m)?)?;
     m.add_function(wrap_pyfunction!(unregister_scratch, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
+    m.add_function(wrap_pyfunction!(tbf_transit, m)?)?;
     m.add("KIND_NAMES", KIND_NAMES.to_vec())?;
     m.add("ALGORITHM_NAMES", Algorithm::NAMES.to_vec())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

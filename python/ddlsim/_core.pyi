@@ -100,6 +100,11 @@ def register_scratch(path: Union[str, PathLike[str]]) -> None:
 def unregister_scratch(path: Union[str, PathLike[str]]) -> None:
     """Forgets a directory given to `register_scratch`."""
 
+def tbf_transit(sent_ns: list[int], sender: list[int], receiver: list[int], wire_bytes: list[float],
+                rate_bps: float, bucket_bytes: float) -> list[float]:
+    """Each message's time (ns) on a capture's shaped links, re-run on its own send times
+    (python/ddlsim/simulation/tbf_queue.py wraps it)."""
+
 def algorithms() -> list[dict[str, Any]]:
     """The engine's all-reduce algorithms, one dict each: name, code, step_op,
     closed_form, min_ranks, folds_non_power_of_two, uses_hosts, partitions

@@ -21,6 +21,7 @@ pub mod innet;
 pub mod maxmin;
 pub mod packet;
 pub mod tcp;
+pub mod tbf_replay;
 pub mod tenants;
 pub mod topology;
 
