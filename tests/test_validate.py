@@ -252,3 +252,26 @@ def test_four_workers_only_where_each_process_has_a_core_and_one_is_spare():
     from ddlsim.validation import default_workers
 
     assert [default_workers(cores) for cores in (1, 2, 4, 5, 6, 16)] == [2, 2, 2, 2, 4, 4]
+
+
+def test_the_report_counts_the_cases_within_their_goal_per_job_and_kind(quick):
+    """Oracle: cases.csv's own within_goal and goal_above_spread columns, counted here. The printed table and the
+    HTML page end with the same line; hand-made cases give the counts worked out by hand."""
+    from ddlsim.validation import goal_summary
+
+    out, text = quick
+    cases = rows(out / "cases.csv")
+    expected = "within goal: " + ", ".join(
+        f"{job} self {sum(c['within_goal'] == 'True' for c in cases if c['job'] == job)} of 1 (goal above the spread in "
+        f"{sum(c['goal_above_spread'] == 'True' for c in cases if c['job'] == job)})" for job in ("ddp", "ps"))
+    assert expected in text.splitlines()
+    assert f"<p>{expected}</p>" in (out / "index.html").read_text()
+
+    def case(job, kind, within, above):
+        return {"job": job, "kind": kind, "within_goal": within, "goal_above_spread": above}
+
+    made = [case("ps", "cross", False, True), case("ps", "self", True, True), case("ps", "cross", True, False),
+            case("ddp", "self", True, False), case("ps", "cross", True, True)]
+    assert goal_summary(made) == ("within goal: ps cross 2 of 3 (goal above the spread in 2), ps self 1 of 1 (goal "
+                                  "above the spread in 1), ddp self 1 of 1 (goal above the spread in 0)")
+    assert goal_summary([]) == ""

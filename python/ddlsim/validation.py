@@ -348,7 +348,7 @@ def _html(cases: list[dict[str, Any]], command: str) -> str:
             "<p>measured: mean over repeats of each capture's iteration mean (warm-up excluded, as capture and analyze "
             "count it); predicted: <code>ddlsim replay</code> of each capture (cross: at the other link's rate); "
             "error = predicted / measured - 1; spread = (max - min) / mean of the measured repeats.</p>\n"
-            f"<table><tr>{head}</tr>\n{body}</table>\n"
+            f"<table><tr>{head}</tr>\n{body}</table>\n<p>{html.escape(goal_summary(cases))}</p>\n"
             "<p><img src=\"validation.png\" alt=\"predicted against measured\"> "
             "<img src=\"errors.png\" alt=\"error per case\"></p>\n</body></html>\n")
 
@@ -444,6 +444,18 @@ def format_operations(operations: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def goal_summary(cases: list[dict[str, Any]]) -> str:
+    """How many cases are within their goal, per job and kind (self, cross), in the order they first appear, and in
+    how many of those the goal is above the measured spread: ``within goal: ps self 3 of 3 (goal above the spread in
+    3), ...``; empty for no cases."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for c in cases:
+        groups.setdefault((c["job"], c["kind"]), []).append(c)
+    parts = [f"{job} {kind} {sum(bool(c['within_goal']) for c in group)} of {len(group)} (goal above the spread in "
+             f"{sum(bool(c['goal_above_spread']) for c in group)})" for (job, kind), group in groups.items()]
+    return f"within goal: {', '.join(parts)}" if parts else ""
+
+
 def format_cases(cases: list[dict[str, Any]]) -> str:
     """The cases as a text table (what ``ddlsim validate`` prints)."""
     head = (f"{'job':4} {'model':9} {'kind':5} {'captured':>10} {'predicted':>10} {'n':>2} {'measured ms':>12} "
@@ -464,4 +476,6 @@ def format_cases(cases: list[dict[str, Any]]) -> str:
                 if job == "ps" else "")
         lines.append(f"shared cores: {job} {model} ran {processes} processes on {cores} cores, which the replay does not "
                      f"simulate (docs/validation.md){held}")
+    if cases:
+        lines.append(goal_summary(cases))
     return "\n".join(lines)
