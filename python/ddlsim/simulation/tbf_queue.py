@@ -31,18 +31,14 @@ def tbf_transit(sent_ns: np.ndarray, sender: np.ndarray, receiver: np.ndarray, w
                 rate_bps: float, bucket_bytes: float) -> np.ndarray:
     """Each message's time on its links (ns, float: its delivery through its sender's up link and its receiver's
     down link less its send time), per the module's model; messages sent at the same time are taken in the order
-    given. `wire_bytes`: what each message puts on the wire (headers included). Raises ValueError for a rate or
-    bucket that is not above 0, a negative size, a message to its own sender, or arrays of different lengths."""
+    given. `wire_bytes`: what each message puts on the wire (headers included). Raises ValueError (the engine's
+    BadInputError) for a rate or bucket that is not above 0, a negative size, a message to its own sender, or arrays
+    of different lengths."""
     from .. import _core
 
-    sent, src, dst, size = (np.asarray(a) for a in (sent_ns, sender, receiver, wire_bytes))
-    if not (len(sent) == len(src) == len(dst) == len(size)):
-        raise ValueError("tbf_transit: sent_ns, sender, receiver and wire_bytes differ in length")
-    if not (0 < rate_bps < np.inf and 0 < bucket_bytes < np.inf):
-        raise ValueError(f"tbf_transit: rate {rate_bps} bit/s and bucket {bucket_bytes} bytes must be above 0")
-    size = size.astype(float)
-    if len(size) and (not bool(np.all(size >= 0)) or not bool(np.all(np.isfinite(size))) or bool(np.any(src == dst))):
-        raise ValueError("tbf_transit: a message has a negative size or goes to its own sender")
-    return np.asarray(_core.tbf_transit(sent.astype(np.int64).tolist(), src.astype(np.int64).tolist(),
-                                        dst.astype(np.int64).tolist(), size.tolist(), float(rate_bps),
+    def ints(a: np.ndarray) -> list[int]:
+        return np.asarray(a).astype(np.int64).tolist()
+
+    return np.asarray(_core.tbf_transit(ints(sent_ns), ints(sender), ints(receiver),
+                                        np.asarray(wire_bytes, dtype=float).tolist(), float(rate_bps),
                                         float(bucket_bytes)), dtype=float)
