@@ -44,7 +44,7 @@ pub fn tbf_transit(
         return bad(format!("tbf_transit: rate {rate_bps} bit/s and bucket {bucket_bytes} bytes must be above 0"));
     }
     if (0..n).any(|i| !(wire_bytes[i] >= 0.0 && wire_bytes[i].is_finite()) || sender[i] == receiver[i]) {
-        return bad("tbf_transit: a message has a negative size or goes to its own sender".into());
+        return bad("tbf_transit: a message has a negative or non-finite size, or goes to its own sender".into());
     }
     let Some(&t0) = sent_ns.iter().min() else { return Ok(Vec::new()) };
     // from the first send: float ns keep their precision there
