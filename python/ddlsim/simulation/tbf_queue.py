@@ -32,8 +32,8 @@ def tbf_transit(sent_ns: np.ndarray, sender: np.ndarray, receiver: np.ndarray, w
     """Each message's time on its links (ns, float: its delivery through its sender's up link and its receiver's
     down link less its send time), per the module's model; messages sent at the same time are taken in the order
     given. `wire_bytes`: what each message puts on the wire (headers included). Raises ValueError (the engine's
-    BadInputError) for a rate or bucket that is not above 0, a negative or non-finite size, a message to its own sender, or arrays
-    of different lengths."""
+    BadInputError) for a rate or bucket that is not above 0, a negative or non-finite size, a message to its own
+    sender, or arrays of different lengths."""
     from .. import _core
 
     def ints(a: np.ndarray) -> list[int]:
