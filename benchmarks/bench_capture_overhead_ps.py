@@ -21,6 +21,18 @@ costs.
 
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead_ps.py --runs 4 --iterations 60
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead_ps.py --layer-every 1000    # sampled layer rows
+
+``--alternate B`` compares inside each run instead: every run records blocks of B iterations and leaves the next B
+unrecorded, in turn (the first block recorded in odd runs, unrecorded in even ones). In an unrecorded iteration
+every rank's recorder keeps nothing of that iteration's rows (each row names its iteration) and the worker runs
+no layer hook, as a plain run does. Run-to-run noise (5 points on 2 cores, more than the recording costs) then
+weighs on both kinds alike; what differs between neighbouring blocks is the recording, and the machine's drift
+over a block. Printed: the ratios of the pooled medians and of the pooled means (each block's first iteration left
+out: the hooks going on or off; the mean holds the slow iterations, which the training time holds too), and the
+mean of the paired blocks' differences (a recorded block's mean less its unrecorded neighbour's) with its 95 %
+interval (normal approximation), as a share of the unrecorded mean; the workers' CPU time per iteration by kind. Not in it: the server writes its rows every 200 ms, wherever that falls.
+
+    PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead_ps.py --alternate 5 --runs 3 --iterations 405
 """
 
 from __future__ import annotations
@@ -43,7 +55,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain: bool, queue) -> None:
+def block_recorded(iteration: int, warmup: int, block: int, first_recorded: bool) -> bool:
+    """Whether `iteration` is recorded in an alternating run (``--alternate``): the warm-up is; after it blocks of
+    `block` iterations take turns, the first recorded where `first_recorded`."""
+    if iteration < warmup:
+        return True
+    return (((iteration - warmup) // block) % 2 == 0) == first_recorded
+
+
+def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, queue) -> None:
+    """One rank: `plain` True (nothing recorded), False (recorded as the capture does) or ``(block, warmup,
+    first_recorded)`` (blocks of each, :func:`block_recorded`)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     from ddlsim.capture import ps
     from ddlsim.capture.recorder import RankRecorder, now_ns
@@ -91,9 +113,43 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain: b
         def write_rows(self) -> None:
             pass
 
-    ps.RankRecorder = Quiet if plain else Timed
-    if plain:
-        ps.LayerHooks = NoLayers
+    if isinstance(plain, tuple):  # alternating blocks
+        block, warmup, first = plain
+
+        def recorded(iteration) -> bool:
+            return iteration is None or block_recorded(int(iteration), warmup, block, first)
+
+        class Switching(Timed):
+            """Records the rows of recorded iterations as the capture does; of the others keeps nothing (as Quiet)."""
+
+            def row(self, kind, op, start_ns, end_ns, *, ready_ns=None, deps=(), row_id=None, **fields) -> int:
+                if recorded(fields.get("iteration")):
+                    return super().row(kind, op, start_ns, end_ns, ready_ns=ready_ns, deps=deps, row_id=row_id,
+                                       **fields)
+                return self.new_id() if row_id is None else int(row_id)
+
+        class SwitchingLayers(ps.LayerHooks):
+            """The capture's layer hooks in recorded iterations; none (and no rows) in the others, as NoLayers."""
+
+            def begin_iteration(self, iteration, waits=()) -> None:
+                if recorded(iteration):
+                    super().begin_iteration(iteration, waits)
+                    return
+                if self._handles:
+                    self._uninstall()
+                with self._lock:
+                    self.iteration, self.sampled = int(iteration), False
+
+            def compute_row(self, op, start_ns, end_ns, **fields) -> int:
+                if not self.sampled:
+                    return self.rec.new_id()
+                return super().compute_row(op, start_ns, end_ns, **fields)
+
+        ps.RankRecorder, ps.LayerHooks = Switching, SwitchingLayers
+    else:
+        ps.RankRecorder = Quiet if plain else Timed
+        if plain:
+            ps.LayerHooks = NoLayers
     ps.run_rank(config, rank, world, out_dir)
     queue.put((rank, flushes))
 
@@ -120,6 +176,54 @@ def cpu_per_iteration(ends: list[int], flushes: list[tuple[int, int]]) -> float 
 def one_run(config: dict, world: int, plain: bool, warmup: int) -> tuple[list[float], list]:
     """One run of the job: rank 0's iteration times (ms) after the first `warmup` iterations, and each rank's CPU ms
     per iteration of rank 0 over those iterations (None where the rank flushed too rarely)."""
+    flushes = _launch(config, world, plain)
+    ends = [t for t, _ in flushes[0]][max(0, warmup - 1):]  # the end of each timed iteration, and of the one before
+    times = [(b - a) / 1e6 for a, b in zip(ends, ends[1:])]
+    per_rank = [cpu_per_iteration(ends, flushes[r]) for r in sorted(flushes)]
+    return times, [None if c is None else c / 1e6 for c in per_rank]
+
+
+def alternating_run(config: dict, world: int, workers: int, warmup: int, block: int,
+                    first_recorded: bool) -> list[tuple[int, bool, float, list[float]]]:
+    """One run in alternating blocks: per iteration after the warm-up, (iteration, recorded, rank 0's time in ms,
+    each worker's CPU ms in its own iteration of that number)."""
+    flushes = _launch(config, world, (block, warmup, first_recorded))
+    out = []
+    for i in range(max(1, warmup), len(flushes[0])):
+        cpu = [(flushes[w][i][1] - flushes[w][i - 1][1]) / 1e6 for w in range(workers)]
+        out.append((i, block_recorded(i, warmup, block, first_recorded), (flushes[0][i][0] - flushes[0][i - 1][0]) / 1e6,
+                    cpu))
+    return out
+
+
+def paired_blocks(rows: list[tuple[int, bool, float, list[float]]], warmup: int,
+                  block: int) -> tuple[list[float], list[float], list[float]]:
+    """From one run's :func:`alternating_run` rows: the recorded and the unrecorded iteration times with each
+    block's first iteration left out, and per pair of neighbouring blocks (the 1st and 2nd, the 3rd and 4th, ...;
+    both complete) the recorded block's median less the unrecorded one's."""
+    blocks: dict[int, list[float]] = {}
+    kinds: dict[int, bool] = {}
+    for i, recorded, t, _ in rows:
+        if i < warmup:
+            continue
+        b = (i - warmup) // block
+        kinds[b] = recorded
+        if (i - warmup) % block:  # the block's first iteration puts the hooks on or takes them off
+            blocks.setdefault(b, []).append(t)
+    pooled = {True: [], False: []}
+    for b, times in blocks.items():
+        pooled[kinds[b]].extend(times)
+    diffs = []
+    for b in range(0, max(blocks, default=-1), 2):
+        pair = [blocks.get(b, []), blocks.get(b + 1, [])]
+        if all(len(p) == block - 1 for p in pair):
+            rec, plain = (pair[0], pair[1]) if kinds[b] else (pair[1], pair[0])
+            diffs.append(statistics.mean(rec) - statistics.mean(plain))
+    return pooled[True], pooled[False], diffs
+
+
+def _launch(config: dict, world: int, plain) -> dict:
+    """Runs the job's ranks (`plain` as :func:`_rank` takes it); each rank's flushes, (host ns, process CPU ns)."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -146,10 +250,7 @@ def one_run(config: dict, world: int, plain: bool, warmup: int) -> tuple[list[fl
             p.join()
         if any(p.exitcode for p in procs):
             raise SystemExit(f"a rank failed: exit codes {[p.exitcode for p in procs]}")
-    ends = [t for t, _ in flushes[0]][max(0, warmup - 1):]  # the end of each timed iteration, and of the one before
-    times = [(b - a) / 1e6 for a, b in zip(ends, ends[1:])]
-    per_rank = [cpu_per_iteration(ends, flushes[r]) for r in sorted(flushes)]
-    return times, [None if c is None else c / 1e6 for c in per_rank]
+    return flushes
 
 
 def main(argv=None) -> int:
@@ -163,9 +264,19 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--layer-every", type=int, default=1, help="the capture's --layer-every K")
     parser.add_argument("--json", default=None, help="also write every run's times to this file")
+    parser.add_argument("--alternate", type=int, default=0, metavar="B",
+                        help="compare inside each run: blocks of B iterations recorded and not, in turn (B >= 2)")
+    parser.add_argument("--summarize", nargs="+", metavar="FILE",
+                        help="run nothing: pool the runs of these --alternate --json files and print their overhead")
     args = parser.parse_args(argv)
+    if args.summarize:
+        return _summarize(args.summarize)
     if args.iterations < args.warmup + 3 or args.runs < 1:
         print("error: --iterations must exceed --warmup by 3 or more, --runs must be >= 1", file=sys.stderr)
+        return 2
+    if args.alternate and (args.alternate < 2 or args.iterations < args.warmup + 2 * args.alternate):
+        print(f"error: --alternate must be 2 or more, with two blocks of it after --warmup (--iterations "
+              f"{args.warmup + 2 * max(2, args.alternate)} or more), got --alternate {args.alternate}", file=sys.stderr)
         return 2
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     from gpu_setup import check_out
@@ -184,6 +295,8 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     world = args.workers + args.servers
+    if args.alternate:
+        return _alternating(args, config, world)
     order = [kind for _ in range((args.runs + 1) // 2) for kind in ("recorded", "plain", "plain", "recorded")]
     order = order[:2 * args.runs]
     runs: dict[str, list[list[float]]] = {"plain": [], "recorded": []}
@@ -227,6 +340,99 @@ def main(argv=None) -> int:
             return 2
     return 0
 
+
+def summarize_alternating(runs: list[dict], warmup: int, block: int) -> tuple[dict, list[str]]:
+    """The overhead over alternating runs (each ``{"first_recorded", "rows"}``, the rows of :func:`alternating_run`),
+    their iterations and pairs of blocks pooled: the summary and the lines printed."""
+    from statistics import NormalDist
+
+    rec_times, plain_times, diffs = [], [], []
+    cpu = {True: [], False: []}  # the workers' CPU ms per iteration, by kind
+    per_run = []
+    for run in runs:
+        rows = [tuple(row) for row in run["rows"]]
+        rec, plain, d = paired_blocks(rows, warmup, block)
+        rec_times += rec
+        plain_times += plain
+        diffs += d
+        per_run.append((statistics.median(rec) / statistics.median(plain) - 1) * 100)
+        for i, recorded, _, worker_cpu in rows:
+            if i >= warmup and (i - warmup) % block:
+                cpu[recorded].append(sum(worker_cpu))
+    base, base_mean = statistics.median(plain_times), statistics.mean(plain_times)
+    overhead = (statistics.median(rec_times) / base - 1) * 100
+    mean_overhead = (statistics.mean(rec_times) / base_mean - 1) * 100
+    lines = [f"  recorded      median {statistics.median(rec_times):7.2f} ms, mean {statistics.mean(rec_times):7.2f} ms "
+             f"over {len(rec_times)} iterations",
+             f"  not recorded  median {base:7.2f} ms, mean {base_mean:7.2f} ms over {len(plain_times)} iterations",
+             "  per run (ratio of medians): " + ", ".join(f"{o:+.2f} %" for o in per_run),
+             f"capture overhead: {overhead:+.2f} % (ratio of medians), {mean_overhead:+.2f} % (ratio of means); "
+             "target < 3 %"]
+    summary = {"overhead_pct": overhead, "mean_overhead_pct": mean_overhead, "pairs": len(diffs)}
+    if len(diffs) >= 2:
+        mean, half = statistics.mean(diffs), NormalDist().inv_cdf(0.975) * statistics.stdev(diffs) / len(diffs) ** 0.5
+        low, high = (mean - half) / base_mean * 100, (mean + half) / base_mean * 100
+        summary.update(paired_pct=mean / base_mean * 100, paired_ci_pct=[low, high], paired_ms=mean)
+        lines.append(f"paired blocks: {mean / base_mean * 100:+.2f} % of the mean, {mean:.3f} ms (95 % interval "
+                     f"{low:+.2f} to {high:+.2f} %, {len(diffs)} pairs of neighbouring blocks)")
+    c_rec, c_plain = statistics.median(cpu[True]), statistics.median(cpu[False])
+    summary["worker_cpu_ms"] = {"recorded": c_rec, "plain": c_plain}
+    lines.append(f"  workers' CPU per iteration (median): recorded {c_rec:.3f} ms, not recorded {c_plain:.3f} ms "
+                 f"({(c_rec / c_plain - 1) * 100:+.2f} %)")
+    return summary, lines
+
+
+def _alternating(args, config: dict, world: int) -> int:
+    """``--alternate``: the runs, each in alternating blocks; the summary printed (and written to ``--json``)."""
+    runs = []
+    for r in range(args.runs):
+        first = r % 2 == 0
+        print(f"[{r + 1}/{args.runs}] run in blocks of {args.alternate}, the first "
+              f"{'recorded' if first else 'not recorded'}", file=sys.stderr, flush=True)
+        runs.append({"first_recorded": first,
+                     "rows": alternating_run(config, world, args.workers, args.warmup, args.alternate, first)})
+    summary, lines = summarize_alternating(runs, args.warmup, args.alternate)
+    print(f"PS capture job: {args.model}, {args.workers} workers, {args.servers} server(s), batch {args.batch_size}, "
+          f"--layer-every {args.layer_every}; {args.runs} runs, {args.iterations} iterations each in blocks of "
+          f"{args.alternate} recorded and not in turn, the first {args.warmup} left out, and each block's first; "
+          f"{os.cpu_count()} cores")
+    print("\n".join(lines))
+    if args.json:
+        from gpu_setup import write_out
+
+        data = {"args": vars(args), "summary": summary, "runs": runs}
+        if not write_out(Path(args.json), json.dumps(data), option="--json"):
+            return 2
+    return 0
+
+
+def _summarize(paths: list[str]) -> int:
+    """``--summarize``: the runs of several ``--alternate --json`` files pooled (the same job, warm-up and blocks)."""
+    runs, setting = [], None
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            args = data["args"]
+            these = (args["model"], args["workers"], args["servers"], args["batch_size"], args["layer_every"],
+                     args["warmup"], args["alternate"])
+            if not these[-1]:
+                raise KeyError("alternate")
+            runs += [{"first_recorded": bool(r["first_recorded"]), "rows": r["rows"]} for r in data["runs"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"error: --summarize {path}: not the --json of an --alternate run ({exc.__class__.__name__}: {exc}); "
+                  "give files that `--alternate B --json FILE` wrote", file=sys.stderr)
+            return 2
+        if setting is not None and these != setting:
+            print(f"error: --summarize {path}: another job or setting (model, workers, servers, batch, layer_every, "
+                  f"warmup, alternate = {these}) than {paths[0]} ({setting}); pool runs of one setting",
+                  file=sys.stderr)
+            return 2
+        setting = these
+    model, workers, servers, batch, layer_every, warmup, block = setting
+    print(f"PS capture job: {model}, {workers} workers, {servers} server(s), batch {batch}, --layer-every "
+          f"{layer_every}; {len(runs)} runs from {len(paths)} files, in blocks of {block}")
+    print("\n".join(summarize_alternating(runs, warmup, block)[1]))
+    return 0
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -123,3 +123,85 @@ def test_a_rank_that_fails_ends_the_run_and_leaves_no_rank_behind(monkeypatch):
     with pytest.raises(SystemExit, match=r"a rank failed: exit codes \[.*3.*\]"):
         bench.one_run(config, 3, False, 2)
     assert multiprocessing.active_children() == []
+
+
+def test_in_an_alternating_run_blocks_take_turns_after_the_warm_up():
+    """--alternate B: the warm-up is recorded, then blocks of B iterations, recorded and not in turn, the first
+    one recorded or not as asked (worked by hand)."""
+    block_recorded = _bench().block_recorded
+    assert [block_recorded(i, 2, 3, True) for i in range(12)] == [True, True, True, True, True, False, False, False,
+                                                                  True, True, True, False]
+    assert [block_recorded(i, 2, 3, False) for i in range(12)] == [True, True, False, False, False, True, True, True,
+                                                                   False, False, False, True]
+
+
+def test_paired_blocks_leave_out_each_block_s_first_iteration_and_pair_complete_neighbours():
+    """Rows of a run with warm-up 1 and blocks of 3 (recorded first): blocks 1-3, 4-6, 7-9, 10-12 and a last one
+    begun, 13-14. Each block's first iteration is left out of both kinds; a pair is a block and the next, both
+    complete; its difference is the recorded block's mean less the other's (the numbers worked by hand)."""
+    bench = _bench()
+    times = {0: 99.0, 1: 50.0, 2: 10.0, 3: 12.0, 4: 60.0, 5: 9.0, 6: 8.0, 7: 70.0, 8: 20.0, 9: 22.0, 10: 80.0,
+             11: 15.0, 12: 19.0, 13: 90.0, 14: 30.0}
+    rows = [(i, bench.block_recorded(i, 1, 3, True), t, [1.0, 2.0]) for i, t in sorted(times.items()) if i >= 1]
+    recorded, plain, diffs = bench.paired_blocks(rows, 1, 3)
+    assert sorted(recorded) == [10.0, 12.0, 20.0, 22.0, 30.0]
+    assert sorted(plain) == [8.0, 9.0, 15.0, 19.0]
+    assert diffs == [11.0 - 8.5, 21.0 - 17.0]
+    # the same run with the unrecorded block first: the pairs' differences change sign
+    rows = [(i, bench.block_recorded(i, 1, 3, False), t, [1.0]) for i, t in sorted(times.items()) if i >= 1]
+    recorded, plain, diffs = bench.paired_blocks(rows, 1, 3)
+    assert sorted(plain) == [10.0, 12.0, 20.0, 22.0, 30.0] and diffs == [8.5 - 11.0, 17.0 - 21.0]
+
+
+def test_an_alternating_run_times_each_iteration_of_both_kinds(tmp_path):
+    out = tmp_path / "alt.json"
+    run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--alternate", "2", "--runs", "2",
+                          "--iterations", "14", "--warmup", "2", "--json", str(out)], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "capture overhead:" in run.stdout and "paired blocks:" in run.stdout
+    data = json.loads(out.read_text())
+    bench = _bench()
+    assert [r["first_recorded"] for r in data["runs"]] == [True, False]
+    for r in data["runs"]:
+        # an iteration's time is from the previous iteration's end: iterations 2..13
+        assert [row[0] for row in r["rows"]] == list(range(2, 14))
+        assert [row[1] for row in r["rows"]] == [bench.block_recorded(i, 2, 2, r["first_recorded"]) for i in range(2, 14)]
+        assert all(row[2] > 0 and len(row[3]) == 2 and min(row[3]) >= 0 for row in r["rows"])
+    # 12 iterations a run in 6 blocks of 2: 3 pairs a run
+    assert data["summary"]["pairs"] == 6
+
+
+@pytest.mark.parametrize("args", [["--alternate", "1"], ["--alternate", "10", "--iterations", "20", "--warmup", "5"]])
+def test_an_alternation_without_two_blocks_of_two_or_more_is_refused(args):
+    run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", *args], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "--alternate must be 2 or more" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("pattern", ["ps-capture-overhead-2core-[1-5].json", "ps-capture-overhead-2core-le10-*.json"])
+def test_the_docs_overhead_inside_one_run_is_the_summary_of_the_stored_runs(pattern):
+    """docs/capture-ps.md's "Inside one run" blocks are --summarize of the stored --alternate runs, line for line."""
+    files = sorted(str(p) for p in (ROOT / "docs" / "data").glob(pattern))
+    assert len(files) == (5 if "[1-5]" in pattern else 2)
+    run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--summarize", *files], cwd=ROOT,
+                         env=ENV, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    doc = (ROOT / "docs" / "capture-ps.md").read_text(encoding="utf-8")
+    lines = [line for line in run.stdout.splitlines()
+             if line.startswith(("capture overhead:", "paired blocks:", "  workers' CPU"))]
+    assert len(lines) == 3
+    for line in lines:
+        assert line in doc, line
+
+
+def test_summarize_refuses_a_file_that_is_not_an_alternating_run_s_and_mixed_settings(tmp_path):
+    other = tmp_path / "abba.json"
+    other.write_text(json.dumps({"args": {"model": "lenet5", "alternate": 0}, "times_ms": {}}))
+    for files, expected in [([str(other)], "not the --json of an --alternate run"),
+                            (["docs/data/ps-capture-overhead-2core-1.json", "docs/data/ps-capture-overhead-2core-le10-1.json"],
+                             "another job or setting")]:
+        run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--summarize", *files],
+                             cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+        lines = [line for line in run.stderr.splitlines() if line.strip()]
+        assert run.returncode == 2 and len(lines) == 1 and expected in lines[0] and run.stdout == "", run.stderr
