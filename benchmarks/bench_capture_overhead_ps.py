@@ -30,7 +30,9 @@ weighs on both kinds alike; what differs between neighbouring blocks is the reco
 over a block. Printed: the ratios of the pooled medians and of the pooled means (each block's first iteration left
 out: the hooks going on or off; the mean holds the slow iterations, which the training time holds too), and the
 mean of the paired blocks' differences (a recorded block's mean less its unrecorded neighbour's) with its 95 %
-interval (normal approximation), as a share of the unrecorded mean; the workers' CPU time per iteration by kind. Not in it: the server writes its rows every 200 ms, wherever that falls.
+interval (normal approximation), as a share of the unrecorded mean; the workers' CPU time per iteration by kind.
+Counted in neither kind alike: the server's file writes, every 200 ms, wherever they fall (its rows are formatted
+when recorded, so that is the write alone). ``--summarize FILE...`` pools the runs of several such ``--json`` files.
 
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead_ps.py --alternate 5 --runs 3 --iterations 405
 """
@@ -191,8 +193,8 @@ def alternating_run(config: dict, world: int, workers: int, warmup: int, block: 
     out = []
     for i in range(max(1, warmup), len(flushes[0])):
         cpu = [(flushes[w][i][1] - flushes[w][i - 1][1]) / 1e6 for w in range(workers)]
-        out.append((i, block_recorded(i, warmup, block, first_recorded), (flushes[0][i][0] - flushes[0][i - 1][0]) / 1e6,
-                    cpu))
+        took = (flushes[0][i][0] - flushes[0][i - 1][0]) / 1e6
+        out.append((i, block_recorded(i, warmup, block, first_recorded), took, cpu))
     return out
 
 
@@ -200,7 +202,7 @@ def paired_blocks(rows: list[tuple[int, bool, float, list[float]]], warmup: int,
                   block: int) -> tuple[list[float], list[float], list[float]]:
     """From one run's :func:`alternating_run` rows: the recorded and the unrecorded iteration times with each
     block's first iteration left out, and per pair of neighbouring blocks (the 1st and 2nd, the 3rd and 4th, ...;
-    both complete) the recorded block's median less the unrecorded one's."""
+    both complete) the recorded block's mean less the unrecorded one's."""
     blocks: dict[int, list[float]] = {}
     kinds: dict[int, bool] = {}
     for i, recorded, t, _ in rows:
@@ -362,8 +364,8 @@ def summarize_alternating(runs: list[dict], warmup: int, block: int) -> tuple[di
     base, base_mean = statistics.median(plain_times), statistics.mean(plain_times)
     overhead = (statistics.median(rec_times) / base - 1) * 100
     mean_overhead = (statistics.mean(rec_times) / base_mean - 1) * 100
-    lines = [f"  recorded      median {statistics.median(rec_times):7.2f} ms, mean {statistics.mean(rec_times):7.2f} ms "
-             f"over {len(rec_times)} iterations",
+    lines = [f"  recorded      median {statistics.median(rec_times):7.2f} ms, mean "
+             f"{statistics.mean(rec_times):7.2f} ms over {len(rec_times)} iterations",
              f"  not recorded  median {base:7.2f} ms, mean {base_mean:7.2f} ms over {len(plain_times)} iterations",
              "  per run (ratio of medians): " + ", ".join(f"{o:+.2f} %" for o in per_run),
              f"capture overhead: {overhead:+.2f} % (ratio of medians), {mean_overhead:+.2f} % (ratio of means); "

@@ -166,7 +166,8 @@ def test_an_alternating_run_times_each_iteration_of_both_kinds(tmp_path):
     for r in data["runs"]:
         # an iteration's time is from the previous iteration's end: iterations 2..13
         assert [row[0] for row in r["rows"]] == list(range(2, 14))
-        assert [row[1] for row in r["rows"]] == [bench.block_recorded(i, 2, 2, r["first_recorded"]) for i in range(2, 14)]
+        kinds = [bench.block_recorded(i, 2, 2, r["first_recorded"]) for i in range(2, 14)]
+        assert [row[1] for row in r["rows"]] == kinds
         assert all(row[2] > 0 and len(row[3]) == 2 and min(row[3]) >= 0 for row in r["rows"])
     # 12 iterations a run in 6 blocks of 2: 3 pairs a run
     assert data["summary"]["pairs"] == 6
@@ -199,7 +200,7 @@ def test_summarize_refuses_a_file_that_is_not_an_alternating_run_s_and_mixed_set
     other = tmp_path / "abba.json"
     other.write_text(json.dumps({"args": {"model": "lenet5", "alternate": 0}, "times_ms": {}}))
     for files, expected in [([str(other)], "not the --json of an --alternate run"),
-                            (["docs/data/ps-capture-overhead-2core-1.json", "docs/data/ps-capture-overhead-2core-le10-1.json"],
+                            ([f"docs/data/ps-capture-overhead-2core-{n}.json" for n in ("1", "le10-1")],
                              "another job or setting")]:
         run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--summarize", *files],
                              cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
