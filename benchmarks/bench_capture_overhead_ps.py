@@ -24,15 +24,16 @@ costs.
 
 ``--alternate B`` compares inside each run instead: every run records blocks of B iterations and leaves the next B
 unrecorded, in turn (the first block recorded in odd runs, unrecorded in even ones). In an unrecorded iteration
-every rank's recorder keeps nothing of that iteration's rows (each row names its iteration) and the worker runs
-no layer hook, as a plain run does. Run-to-run noise (5 points on 2 cores, more than the recording costs) then
+every rank's recorder keeps nothing of that iteration's rows (switched as the worker begins an iteration and as
+the server takes a request, so a recorded row pays no wrapper call) and the worker runs no layer hook, as a plain
+run does (``--model lenet5`` only). Run-to-run noise (5 points on 2 cores, more than the recording costs) then
 weighs on both kinds alike; what differs between neighbouring blocks is the recording, and the machine's drift
 over a block. Printed: the ratios of the pooled medians and of the pooled means (each block's first iteration left
 out: the hooks going on or off; the mean holds the slow iterations, which the training time holds too), and the
 mean of the paired blocks' differences (a recorded block's mean less its unrecorded neighbour's) with its 95 %
 interval (normal approximation), as a share of the unrecorded mean; the workers' CPU time per iteration by kind.
-Counted in neither kind alike: the server's file writes, every 200 ms, wherever they fall (its rows are formatted
-when recorded, so that is the write alone). ``--summarize FILE...`` pools the runs of several such ``--json`` files.
+The server's flushes (its rows formatted and written every 200 ms) fall into either kind alike: they are timed, and
+the most they can add is printed. ``--summarize FILE...`` pools the runs of several such ``--json`` files.
 
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead_ps.py --alternate 5 --runs 3 --iterations 405
 """
@@ -73,6 +74,7 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, q
     from ddlsim.capture.recorder import RankRecorder, now_ns
 
     flushes: list[tuple[int, int]] = []  # (host ns, process CPU ns) at each flush of this rank (rank 0: per iteration)
+    spent = [0]  # host ns inside this rank's flushes (the rows held formatted and written)
 
     class Timed(RankRecorder):
         """The capture's recorder; each rank also notes when its flushes come and its process's CPU time then."""
@@ -83,9 +85,11 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, q
             self._timing = True
 
         def flush(self) -> None:
+            t0 = now_ns()
             super().flush()
             if self._timing:
                 flushes.append((now_ns(), time.process_time_ns()))
+                spent[0] += flushes[-1][0] - t0
 
     class Quiet(Timed):
         """Keeps nothing: each row takes an id (the job's code passes ids on as deps), nothing is formatted or
@@ -122,18 +126,34 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, q
             return iteration is None or block_recorded(int(iteration), warmup, block, first)
 
         class Switching(Timed):
-            """Records the rows of recorded iterations as the capture does; of the others keeps nothing (as Quiet)."""
+            """Records the rows of recorded iterations as the capture does; of the others keeps nothing (as Quiet).
+            Switched per iteration (the worker's, as it begins; the server's, per request), not per row: a wrapper
+            around every row would cost the recorded rows a call the capture does not make."""
 
-            def row(self, kind, op, start_ns, end_ns, *, ready_ns=None, deps=(), row_id=None, **fields) -> int:
-                if recorded(fields.get("iteration")):
-                    return super().row(kind, op, start_ns, end_ns, ready_ns=ready_ns, deps=deps, row_id=row_id,
-                                       **fields)
+            def use(self, iteration) -> None:
+                if recorded(iteration):
+                    self.__dict__.pop("row", None)  # the capture's own row()
+                else:
+                    self.row = self.quiet_row
+
+            def quiet_row(self, kind, op, start_ns, end_ns, *, ready_ns=None, deps=(), row_id=None, **fields) -> int:
                 return self.new_id() if row_id is None else int(row_id)
+
+        from ddlsim.capture import ps_server
+
+        serve = ps_server.Server._serve
+
+        def switching_serve(self, req) -> None:
+            self.rec.use(req.iteration)
+            serve(self, req)
+
+        ps_server.Server._serve = switching_serve
 
         class SwitchingLayers(ps.LayerHooks):
             """The capture's layer hooks in recorded iterations; none (and no rows) in the others, as NoLayers."""
 
             def begin_iteration(self, iteration, waits=()) -> None:
+                self.rec.use(iteration)
                 if recorded(iteration):
                     super().begin_iteration(iteration, waits)
                     return
@@ -153,7 +173,7 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, q
         if plain:
             ps.LayerHooks = NoLayers
     ps.run_rank(config, rank, world, out_dir)
-    queue.put((rank, flushes))
+    queue.put((rank, flushes, spent[0]))
 
 
 def cpu_per_iteration(ends: list[int], flushes: list[tuple[int, int]]) -> float | None:
@@ -178,7 +198,7 @@ def cpu_per_iteration(ends: list[int], flushes: list[tuple[int, int]]) -> float 
 def one_run(config: dict, world: int, plain: bool, warmup: int) -> tuple[list[float], list]:
     """One run of the job: rank 0's iteration times (ms) after the first `warmup` iterations, and each rank's CPU ms
     per iteration of rank 0 over those iterations (None where the rank flushed too rarely)."""
-    flushes = _launch(config, world, plain)
+    flushes, _ = _launch(config, world, plain)
     ends = [t for t, _ in flushes[0]][max(0, warmup - 1):]  # the end of each timed iteration, and of the one before
     times = [(b - a) / 1e6 for a, b in zip(ends, ends[1:])]
     per_rank = [cpu_per_iteration(ends, flushes[r]) for r in sorted(flushes)]
@@ -186,16 +206,19 @@ def one_run(config: dict, world: int, plain: bool, warmup: int) -> tuple[list[fl
 
 
 def alternating_run(config: dict, world: int, workers: int, warmup: int, block: int,
-                    first_recorded: bool) -> list[tuple[int, bool, float, list[float]]]:
+                    first_recorded: bool) -> tuple[list[tuple[int, bool, float, list[float]]], list[float]]:
     """One run in alternating blocks: per iteration after the warm-up, (iteration, recorded, rank 0's time in ms,
-    each worker's CPU ms in its own iteration of that number)."""
-    flushes = _launch(config, world, (block, warmup, first_recorded))
+    each worker's CPU ms in its own iteration of that number); and per rank, the ms it spent inside its flushes
+    per iteration of rank 0 (a server's flushes, every 200 ms, fall into either kind of iteration: its share of the
+    servers' summed ms goes into the run as ``server_flush_ms``)."""
+    flushes, spent = _launch(config, world, (block, warmup, first_recorded))
+    per_iteration = [spent[r] / 1e6 / max(1, len(flushes[0])) for r in sorted(spent)]
     out = []
     for i in range(max(1, warmup), len(flushes[0])):
         cpu = [(flushes[w][i][1] - flushes[w][i - 1][1]) / 1e6 for w in range(workers)]
         took = (flushes[0][i][0] - flushes[0][i - 1][0]) / 1e6
         out.append((i, block_recorded(i, warmup, block, first_recorded), took, cpu))
-    return out
+    return out, per_iteration
 
 
 def paired_blocks(rows: list[tuple[int, bool, float, list[float]]], warmup: int,
@@ -224,8 +247,9 @@ def paired_blocks(rows: list[tuple[int, bool, float, list[float]]], warmup: int,
     return pooled[True], pooled[False], diffs
 
 
-def _launch(config: dict, world: int, plain) -> dict:
-    """Runs the job's ranks (`plain` as :func:`_rank` takes it); each rank's flushes, (host ns, process CPU ns)."""
+def _launch(config: dict, world: int, plain) -> tuple[dict, dict]:
+    """Runs the job's ranks (`plain` as :func:`_rank` takes it); each rank's flushes, (host ns, process CPU ns), and
+    the host ns each rank spent inside them."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -235,11 +259,12 @@ def _launch(config: dict, world: int, plain) -> dict:
         procs = [ctx.Process(target=_rank, args=(r, world, config, port, out_dir, plain, queue)) for r in range(world)]
         for p in procs:
             p.start()
-        flushes, deadline = {}, time.monotonic() + float(config["timeout_s"]) * 4
+        flushes, spent, deadline = {}, {}, time.monotonic() + float(config["timeout_s"]) * 4
         while len(flushes) < len(procs):  # a rank that fails ends the run at once (the others would wait for it)
             try:
-                rank, rank_flushes = queue.get(timeout=1.0)
+                rank, rank_flushes, rank_spent = queue.get(timeout=1.0)
                 flushes[rank] = rank_flushes
+                spent[rank] = rank_spent
             except Empty:
                 failed = [p.exitcode for p in procs if p.exitcode]
                 if failed or time.monotonic() > deadline:
@@ -252,7 +277,7 @@ def _launch(config: dict, world: int, plain) -> dict:
             p.join()
         if any(p.exitcode for p in procs):
             raise SystemExit(f"a rank failed: exit codes {[p.exitcode for p in procs]}")
-    return flushes
+    return flushes, spent
 
 
 def main(argv=None) -> int:
@@ -275,6 +300,10 @@ def main(argv=None) -> int:
         return _summarize(args.summarize)
     if args.iterations < args.warmup + 3 or args.runs < 1:
         print("error: --iterations must exceed --warmup by 3 or more, --runs must be >= 1", file=sys.stderr)
+        return 2
+    if args.alternate and args.model != "lenet5":
+        print(f"error: --alternate needs --model lenet5 (its worker switches the recording as each iteration begins), "
+              f"got --model {args.model}", file=sys.stderr)
         return 2
     if args.alternate and (args.alternate < 2 or args.iterations < args.warmup + 2 * args.alternate):
         print(f"error: --alternate must be 2 or more, with two blocks of it after --warmup (--iterations "
@@ -381,6 +410,11 @@ def summarize_alternating(runs: list[dict], warmup: int, block: int) -> tuple[di
     summary["worker_cpu_ms"] = {"recorded": c_rec, "plain": c_plain}
     lines.append(f"  workers' CPU per iteration (median): recorded {c_rec:.3f} ms, not recorded {c_plain:.3f} ms "
                  f"({(c_rec / c_plain - 1) * 100:+.2f} %)")
+    if all(run.get("server_flush_ms") is not None for run in runs):  # runs stored before 2026-11-28 01:50 lack it
+        server = statistics.mean(run["server_flush_ms"] for run in runs)
+        summary["server_flush_ms_per_iteration"] = server
+        lines.append(f"  the server's flushes: {server:.3f} ms per iteration, in either kind alike (at most "
+                     f"{server / base_mean * 100:+.2f} % more, where each delayed the job by all of its time)")
     return summary, lines
 
 
@@ -391,8 +425,8 @@ def _alternating(args, config: dict, world: int) -> int:
         first = r % 2 == 0
         print(f"[{r + 1}/{args.runs}] run in blocks of {args.alternate}, the first "
               f"{'recorded' if first else 'not recorded'}", file=sys.stderr, flush=True)
-        runs.append({"first_recorded": first,
-                     "rows": alternating_run(config, world, args.workers, args.warmup, args.alternate, first)})
+        rows, flush_ms = alternating_run(config, world, args.workers, args.warmup, args.alternate, first)
+        runs.append({"first_recorded": first, "rows": rows, "server_flush_ms": sum(flush_ms[args.workers:])})
     summary, lines = summarize_alternating(runs, args.warmup, args.alternate)
     print(f"PS capture job: {args.model}, {args.workers} workers, {args.servers} server(s), batch {args.batch_size}, "
           f"--layer-every {args.layer_every}; {args.runs} runs, {args.iterations} iterations each in blocks of "
@@ -419,7 +453,8 @@ def _summarize(paths: list[str]) -> int:
                      args["warmup"], args["alternate"])
             if not these[-1]:
                 raise KeyError("alternate")
-            runs += [{"first_recorded": bool(r["first_recorded"]), "rows": r["rows"]} for r in data["runs"]]
+            runs += [{"first_recorded": bool(r["first_recorded"]), "rows": r["rows"],
+                      "server_flush_ms": r.get("server_flush_ms")} for r in data["runs"]]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"error: --summarize {path}: not the --json of an --alternate run ({exc.__class__.__name__}: {exc}); "
                   "give files that `--alternate B --json FILE` wrote", file=sys.stderr)

@@ -171,26 +171,31 @@ def test_an_alternating_run_times_each_iteration_of_both_kinds(tmp_path):
         assert all(row[2] > 0 and len(row[3]) == 2 and min(row[3]) >= 0 for row in r["rows"])
     # 12 iterations a run in 6 blocks of 2: 3 pairs a run
     assert data["summary"]["pairs"] == 6
+    # the server's flushes timed (every 200 ms: in either kind), and their share printed
+    assert all(r["server_flush_ms"] >= 0 for r in data["runs"]) and "the server's flushes:" in run.stdout
 
 
-@pytest.mark.parametrize("args", [["--alternate", "1"], ["--alternate", "10", "--iterations", "20", "--warmup", "5"]])
-def test_an_alternation_without_two_blocks_of_two_or_more_is_refused(args):
+@pytest.mark.parametrize("args, expected", [
+    (["--alternate", "1"], "--alternate must be 2 or more"),
+    (["--alternate", "10", "--iterations", "20", "--warmup", "5"], "--alternate must be 2 or more"),
+    (["--alternate", "2", "--model", "sparse-lr"], "--alternate needs --model lenet5")])
+def test_an_alternation_without_two_blocks_of_two_or_more_or_a_zoo_model_is_refused(args, expected):
     run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", *args], cwd=ROOT, env=ENV,
                          capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and "--alternate must be 2 or more" in run.stderr and "Traceback" not in run.stderr
+    assert run.returncode == 2 and expected in run.stderr and "Traceback" not in run.stderr
 
 
-@pytest.mark.parametrize("pattern", ["ps-capture-overhead-2core-[1-5].json", "ps-capture-overhead-2core-le10-*.json"])
+@pytest.mark.parametrize("pattern", ["ps-capture-overhead-2core-w2-*.json", "ps-capture-overhead-2core-w1-*.json"])
 def test_the_docs_overhead_inside_one_run_is_the_summary_of_the_stored_runs(pattern):
     """docs/capture-ps.md's "Inside one run" blocks are --summarize of the stored --alternate runs, line for line."""
     files = sorted(str(p) for p in (ROOT / "docs" / "data").glob(pattern))
-    assert len(files) == (5 if "[1-5]" in pattern else 2)
+    assert len(files) == 3
     run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--summarize", *files], cwd=ROOT,
                          env=ENV, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     doc = (ROOT / "docs" / "capture-ps.md").read_text(encoding="utf-8")
     lines = [line for line in run.stdout.splitlines()
-             if line.startswith(("capture overhead:", "paired blocks:", "  workers' CPU"))]
+             if line.startswith(("capture overhead:", "paired blocks:", "  the server's flushes"))]
     assert len(lines) == 3
     for line in lines:
         assert line in doc, line
@@ -200,7 +205,7 @@ def test_summarize_refuses_a_file_that_is_not_an_alternating_run_s_and_mixed_set
     other = tmp_path / "abba.json"
     other.write_text(json.dumps({"args": {"model": "lenet5", "alternate": 0}, "times_ms": {}}))
     for files, expected in [([str(other)], "not the --json of an --alternate run"),
-                            ([f"docs/data/ps-capture-overhead-2core-{n}.json" for n in ("1", "le10-1")],
+                            ([f"docs/data/ps-capture-overhead-2core-{n}.json" for n in ("w2-1", "w1-1")],
                              "another job or setting")]:
         run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--summarize", *files],
                              cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)

@@ -138,3 +138,44 @@ def test_a_job_that_never_flushes_does_not_hold_its_rows_without_bound(tmp_path)
     assert 1024 <= on_disk < 1500  # the first 1024 went to the file (buffered there), the rest are held
     rec.close()
     assert sum(1 for line in (tmp_path / "2.rank.jsonl").read_text().splitlines() if line.startswith('{"id"')) == 1500
+
+
+def test_a_row_is_written_as_its_arguments_were_when_it_was_recorded(tmp_path):
+    """Rows are held as their parts until they are written (flush or idle) and formatted then: deps are copied when
+    the row is recorded, and a row whose field holds a value that can change (a list, a dict) is formatted when it
+    is recorded, so changing the caller's list or dict afterwards changes nothing on disk."""
+    rec = RankRecorder(tmp_path, 3, "worker")
+    deps, shape, extra = [1, 2], [4, 5], {"k": 1}
+    first = rec.row("compute", "forward", 10, 20, deps=deps, shape=shape, layer=3)
+    second = rec.row("send", "push_request", 30, 40, deps=deps, peer=1, extra=extra, name="fc.weight")
+    third = rec.row("compute", "backward", 50, 60, deps=deps, layer=2, scale=0.5)
+    expected = [_oracle(first, "compute", "forward", 10, 20, None, [1, 2], {"shape": [4, 5], "layer": 3}),
+                _oracle(second, "send", "push_request", 30, 40, None, [1, 2],
+                        {"peer": 1, "extra": {"k": 1}, "name": "fc.weight"}),
+                _oracle(third, "compute", "backward", 50, 60, None, [1, 2], {"layer": 2, "scale": 0.5})]
+    deps.append(99)
+    shape[0] = -1
+    extra["k"] = 7
+    assert rec.held() == 3
+    assert (tmp_path / "3.rank.jsonl").read_text().count("\n") == 1  # the header only: the rows are held
+    rec.flush()
+    assert rec.held() == 0
+    rec.close()
+    assert (tmp_path / "3.rank.jsonl").read_text().splitlines()[1:-1] == expected
+
+
+def test_idle_formats_the_rows_held_and_the_flush_hands_them_on(tmp_path):
+    """idle() formats the rows held into the file's buffer (the same bytes a flush writes), without handing them to
+    the operating system; the next flush does. With nothing held it writes nothing."""
+    rec = RankRecorder(tmp_path, 4, "worker")
+    rec.idle()
+    ids = [rec.row("compute", "forward", i, i + 1, deps=[i], layer=i) for i in range(5)]
+    assert rec.held() == 5
+    rec.idle()
+    assert rec.held() == 0
+    rec.row("compute", "backward", 9, 10, deps=ids[-1:], layer=0)
+    rec.flush()
+    lines = (tmp_path / "4.rank.jsonl").read_text().splitlines()[1:]
+    assert lines == [_oracle(rid, "compute", "forward", i, i + 1, None, [i], {"layer": i}) for i, rid in enumerate(ids)] \
+        + [_oracle(ids[-1] + 1, "compute", "backward", 9, 10, None, [ids[-1]], {"layer": 0})]
+    rec.close()

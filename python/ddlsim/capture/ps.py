@@ -275,7 +275,12 @@ class _Worker:
         """Serves the receive queue until every key is pushed and pulled; the pull responses' recv ids."""
         pulled = []
         while len(pulled) < keys:
-            t1, op, key, it, server_rank, rpc_id, fut = self.responses.get(timeout=self.timeout)
+            try:
+                response = self.responses.get_nowait()
+            except queue.Empty:  # the loop would wait: the rows so far are formatted meanwhile (RankRecorder.idle)
+                self.rec.idle()
+                response = self.responses.get(timeout=self.timeout)
+            t1, op, key, it, server_rank, rpc_id, fut = response
             w0 = now_ns()  # the loop holds the response from here: the ack / apply row's start (ps_client_cost)
             message, value = fut.wait()
             cols = self._columns(key, it)

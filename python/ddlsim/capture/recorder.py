@@ -19,7 +19,11 @@ processes; hosts are aligned by the offsets in the header (see
 Nothing here imports torch. A row's JSON line is made by the engine
 extension's encoder (``src/rows.rs``: the bytes ``json.dumps`` gives, encoded
 in a third of the time Python's %-templates took, as the rows are formatted
-inside the job the capture measures).
+inside the job the capture measures). A row is held as its parts and
+formatted when it is written: at the next flush, or earlier when the job
+calls :meth:`RankRecorder.idle` because it would wait anyway (the PS worker
+while its responses are on their way: a quarter less capture cost with a
+core per process, 2026-11-28, docs/capture-ps.md).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ from .._core import encode_row
 ID_SHIFT = 32
 FILE_SUFFIX = ".rank.jsonl"
 _PENDING_LINES = 1024  # rows held before they are written without a flush (a job that never flushes)
+# field values held as they are until the row is formatted: none of them can change meanwhile (a row with any other
+# value is formatted when it is recorded)
+_HELD_AS_IS = frozenset({int, str, float, bool, type(None)})
 
 
 def now_ns() -> int:
@@ -94,12 +101,20 @@ class RankRecorder:
 
     def row(self, kind: str, op: str, start_ns: int, end_ns: int, *, ready_ns: Optional[int] = None,
             deps: Optional[Iterable[int]] = (), row_id: Optional[int] = None, **fields: Any) -> int:
-        """Records one row of this rank and returns its id. ``deps=None``: unknown. The row is formatted now and
-        written at the next :meth:`flush` (as a buffered file write would hold it until then)."""
+        """Records one row of this rank and returns its id. ``deps=None``: unknown. The row is written at the next
+        :meth:`flush` (as a buffered file write would hold it until then) or :meth:`idle`, and formatted then: its
+        deps are copied now, its fields' values are held as they are where they are ints, strings, floats, booleans
+        or None (which cannot change meanwhile); a row with any other value is formatted now. A value json cannot
+        encode raises where the row is written."""
         rid = self._id_base | next(self._ids) if row_id is None else int(row_id)  # new_id(), without its call
-        line = encode_row(kind, op, start_ns, end_ns, ready_ns, deps, rid, fields, self._encode)
         pending = self._pending  # never rebound: list.append is atomic, _write_pending takes rows off its front
-        pending.append(self._general(kind, op, start_ns, end_ns, ready_ns, deps, rid, fields) if line is None else line)
+        if deps is not None:
+            deps = tuple(deps)
+        if _HELD_AS_IS.issuperset(map(type, fields.values())):
+            pending.append((kind, op, start_ns, end_ns, ready_ns, deps, rid, fields))
+        else:
+            pending.append(self.format_row(kind, op, start_ns, end_ns, ready_ns=ready_ns, deps=deps, row_id=rid,
+                                           **fields))
         if len(pending) >= _PENDING_LINES:
             with self._lock:
                 self._write_pending()
@@ -127,15 +142,28 @@ class RankRecorder:
         return self._encode(record)
 
     def _write_pending(self) -> None:
-        """Writes the rows held (the caller holds the lock). Takes them off the list's front in one step, so a row
-        another thread appends meanwhile stays for the next write."""
+        """Formats and writes the rows held (the caller holds the lock). Takes them off the list's front in one step,
+        so a row another thread appends meanwhile stays for the next write."""
         pending = self._pending
         n = len(pending)
         if n:
-            lines = pending[:n]
+            held = pending[:n]
             del pending[:n]
+            encode = self._encode
+            lines = [row if row.__class__ is str else encode_row(*row, encode) or self._general(*row) for row in held]
             self._file.write("\n".join(lines) + "\n")
             self._rows += n
+
+    def held(self) -> int:
+        """How many rows are held, not yet formatted and written."""
+        return len(self._pending)
+
+    def idle(self) -> None:
+        """The job would wait now (e.g. for a response): formats the rows held and hands them to the file's buffer,
+        which the next :meth:`flush` hands to the operating system. Costs one length check when none are held."""
+        if self._pending:
+            with self._lock:
+                self._write_pending()
 
     def write_lines(self, lines: list[str]) -> None:
         """Writes rows already formatted (one JSON line each, as :meth:`format_row` makes them) in one call, after
