@@ -447,15 +447,23 @@ def _summarize(paths: list[str]) -> int:
     runs, setting = [], None
     for path in paths:
         try:
+            if not Path(path).is_file():  # a FIFO would block the read, a directory cannot be read
+                raise ValueError("not a regular file")
             data = json.loads(Path(path).read_text())
             args = data["args"]
             these = (args["model"], args["workers"], args["servers"], args["batch_size"], args["layer_every"],
                      args["warmup"], args["alternate"])
-            if not these[-1]:
+            if not isinstance(these[-1], int) or isinstance(these[-1], bool) or these[-1] < 2:
                 raise KeyError("alternate")
-            runs += [{"first_recorded": bool(r["first_recorded"]), "rows": r["rows"],
-                      "server_flush_ms": r.get("server_flush_ms")} for r in data["runs"]]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            for r in data["runs"]:
+                rows = [(int(i), bool(kind), float(t), [float(c) for c in cpu]) for i, kind, t, cpu in r["rows"]]
+                flush = r.get("server_flush_ms")
+                runs.append({"first_recorded": bool(r["first_recorded"]), "rows": rows,
+                             "server_flush_ms": None if flush is None else float(flush)})
+            kinds = {kind for r in runs for i, kind, _, _ in r["rows"] if i >= these[-2] and (i - these[-2]) % these[-1]}
+            if kinds != {True, False}:
+                raise ValueError("no timed iteration of each kind (recorded and not)")
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
             print(f"error: --summarize {path}: not the --json of an --alternate run ({exc.__class__.__name__}: {exc}); "
                   "give files that `--alternate B --json FILE` wrote", file=sys.stderr)
             return 2

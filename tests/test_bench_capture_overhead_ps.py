@@ -214,3 +214,22 @@ def test_summarize_refuses_a_file_that_is_not_an_alternating_run_s_and_mixed_set
                              cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
         lines = [line for line in run.stderr.splitlines() if line.strip()]
         assert run.returncode == 2 and len(lines) == 1 and expected in lines[0] and run.stdout == "", run.stderr
+
+
+def test_summarize_refuses_a_fifo_and_malformed_or_empty_runs_in_one_line(tmp_path):
+    """Before: a FIFO blocked --summarize for ever, a row that is not (iteration, recorded, ms, [cpu]) or a file
+    without a timed iteration of each kind ended in a traceback. Now each is one line, exit 2, the file untouched."""
+    args = {"model": "lenet5", "workers": 2, "servers": 1, "batch_size": 16, "layer_every": 1, "warmup": 5,
+            "alternate": 5}
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    bad, empty = tmp_path / "bad.json", tmp_path / "empty.json"
+    bad.write_text(json.dumps({"args": args, "runs": [{"first_recorded": True, "rows": [["x", True, 1.0, []]]}]}))
+    empty.write_text(json.dumps({"args": args, "runs": []}))
+    before = {p: p.read_bytes() for p in (bad, empty)}
+    for path, expected in [(fifo, "not a regular file"), (bad, "invalid literal"), (empty, "no timed iteration")]:
+        run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--summarize", str(path)],
+                             cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
+        lines = [line for line in run.stderr.splitlines() if line.strip()]
+        assert run.returncode == 2 and len(lines) == 1 and expected in lines[0] and "Traceback" not in run.stderr
+    assert {p: p.read_bytes() for p in (bad, empty)} == before and not fifo.is_file()
