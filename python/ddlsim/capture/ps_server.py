@@ -106,16 +106,17 @@ class Server:
         return {"iteration": req.iteration, "tensor": req.key, "layer": k.layer, "name": k.name}
 
     def _serve(self, req: Request) -> None:
-        cols = self._columns(req)
-        op = f"{req.op}_request"
-        nbytes = 0 if req.payload is None else req.payload.numel() * req.payload.element_size()
-        req.recv_id = self.rec.row("recv", op, req.arrival, req.arrival, deps=[], peer=req.worker, message=req.message,
-                                   rpc=req.rpc, bytes=nbytes, **cols)
+        # A request's rows are recorded after its response is sent (their ids taken before, for the deps): the worker
+        # waits for the response, not for the rows.
+        req.recv_id = self.rec.new_id()
         if req.op == "pull":
             p0 = now_ns()
             value = self.model.value(req.key).clone()
-            read = self.rec.row("compute", "read", p0, now_ns(), deps=[req.recv_id], rpc=req.rpc, **cols)
-            self._respond(req, read, value)
+            p1 = now_ns()
+            read = self.rec.new_id()
+            sent = self._respond(req, value)
+            self._send_row(req, read, sent)
+            self.rec.row("compute", "read", p0, p1, deps=[req.recv_id], rpc=req.rpc, row_id=read, **self._columns(req))
         elif not self.sync:
             self._update([req], rpc_id=req.rpc)
         else:
@@ -127,6 +128,9 @@ class Server:
                 if iteration == req.iteration and self._complete(iteration, reqs):
                     del self.pending[(iteration, key)]
                     self._update(reqs, rpc_id=-1)
+        nbytes = 0 if req.payload is None else req.payload.numel() * req.payload.element_size()
+        self.rec.row("recv", f"{req.op}_request", req.arrival, req.arrival, deps=[], peer=req.worker,
+                     message=req.message, rpc=req.rpc, bytes=nbytes, row_id=req.recv_id, **self._columns(req))
 
     def _complete(self, iteration: int, reqs: list[Request]) -> bool:
         pushed = {r.worker for r in reqs}
@@ -136,20 +140,29 @@ class Server:
     def _update(self, reqs: list[Request], rpc_id: int) -> None:
         """Applies the mean gradient of `reqs` (one key, one iteration) and
         answers each push. A synchronous update serves several RPCs, so its
-        row has no rpc; the responses depend on it."""
+        row has no rpc; the responses depend on it. The rows are recorded
+        once every response is sent."""
         first = reqs[0]
         p0 = now_ns()
         grad = torch.stack([r.payload for r in reqs]).mean(dim=0)
         self.model.assign(first.key, self.model.value(first.key) - self.lr * grad)
-        update = self.rec.row("compute", "update", p0, now_ns(), deps=[r.recv_id for r in reqs], rpc=rpc_id,
-                              **self._columns(first))
-        for r in reqs:
-            self._respond(r, update, None)
+        p1 = now_ns()
+        update = self.rec.new_id()
+        sent = [self._respond(r, None) for r in reqs]
+        for r, s in zip(reqs, sent):
+            self._send_row(r, update, s)
+        self.rec.row("compute", "update", p0, p1, deps=[r.recv_id for r in reqs], rpc=rpc_id, row_id=update,
+                     **self._columns(first))
 
-    def _respond(self, req: Request, dep: int, value: Optional[torch.Tensor]) -> None:
+    def _respond(self, req: Request, value: Optional[torch.Tensor]) -> tuple[int, int, int, int]:
+        """Sends the response; its message, start, end and bytes, for :meth:`_send_row`."""
         message = self.rec.new_message()
         nbytes = 0 if value is None else value.numel() * value.element_size()
         s0 = now_ns()
         req.future.set_result((message, value))
-        self.rec.row("send", f"{req.op}_response", s0, now_ns(), deps=[dep], peer=req.worker, message=message,
+        return message, s0, now_ns(), nbytes
+
+    def _send_row(self, req: Request, dep: int, sent: tuple[int, int, int, int]) -> None:
+        message, s0, s1, nbytes = sent
+        self.rec.row("send", f"{req.op}_response", s0, s1, deps=[dep], peer=req.worker, message=message,
                      rpc=req.rpc, bytes=nbytes, **self._columns(req))
