@@ -34,8 +34,12 @@ mean of the paired blocks' differences (a recorded block's mean less its unrecor
 interval (normal approximation), as a share of the unrecorded mean; the workers' CPU time per iteration by kind.
 The server's flushes (its rows formatted and written every 200 ms) fall into either kind alike: they are timed, and
 the most they can add is printed. ``--summarize FILE...`` pools the runs of several such ``--json`` files.
+``--phases`` also times each worker's loop by phase (:data:`PHASES`, :func:`_time_phases`) and prints, per phase,
+what a recorded iteration spends more than an unrecorded one, on the host clock and in the loop thread's CPU time:
+where the recording's cost falls (its clocks, a few µs, cost both kinds alike).
 
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead_ps.py --alternate 5 --runs 3 --iterations 405
+    PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_capture_overhead_ps.py --workers 1 --alternate 5 --runs 3 --iterations 405 --phases
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import tempfile
 import time
 from pathlib import Path
 from queue import Empty
+from typing import Optional
 
 
 def _free_port() -> int:
@@ -66,15 +71,17 @@ def block_recorded(iteration: int, warmup: int, block: int, first_recorded: bool
     return (((iteration - warmup) // block) % 2 == 0) == first_recorded
 
 
-def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, queue) -> None:
+def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, queue, phases: bool = False) -> None:
     """One rank: `plain` True (nothing recorded), False (recorded as the capture does) or ``(block, warmup,
-    first_recorded)`` (blocks of each, :func:`block_recorded`)."""
+    first_recorded)`` (blocks of each, :func:`block_recorded`). `phases`: a worker also times its loop's phases
+    (:func:`_time_phases`)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     from ddlsim.capture import ps
     from ddlsim.capture.recorder import RankRecorder, now_ns
 
     flushes: list[tuple[int, int]] = []  # (host ns, process CPU ns) at each flush of this rank (rank 0: per iteration)
     spent = [0]  # host ns inside this rank's flushes (the rows held formatted and written)
+    on_flush = [None]  # --phases: a worker's end of iteration
 
     class Timed(RankRecorder):
         """The capture's recorder; each rank also notes when its flushes come and its process's CPU time then."""
@@ -90,6 +97,8 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, q
             if self._timing:
                 flushes.append((now_ns(), time.process_time_ns()))
                 spent[0] += flushes[-1][0] - t0
+                if on_flush[0] is not None:
+                    on_flush[0]()
 
     class Quiet(Timed):
         """Keeps nothing: each row takes an id (the job's code passes ids on as deps), nothing is formatted or
@@ -172,8 +181,59 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, q
         ps.RankRecorder = Quiet if plain else Timed
         if plain:
             ps.LayerHooks = NoLayers
+    timed_phases = None
+    if phases and rank < int(config["workers"]):
+        timed_phases, on_flush[0] = _time_phases(ps)
     ps.run_rank(config, rank, world, out_dir)
-    queue.put((rank, flushes, spent[0]))
+    queue.put((rank, flushes, spent[0], timed_phases))
+
+
+#: a worker's loop, each iteration: the phases --phases times (see _time_phases)
+PHASES = ("begin", "forward", "backward", "pushes", "responses", "end")
+
+
+def _time_phases(ps) -> tuple[list, object]:
+    """``--phases``: wraps the worker's forward, backward and response loop (``_Worker._drain``) with clocks, host
+    and thread CPU. Returns the list it fills, per iteration (iteration, [ns per phase], [thread CPU ns per phase])
+    of :data:`PHASES`, and the call that ends an iteration (at the worker's flush, its loop's last step). The
+    phases: begin (the previous iteration's flush to the forward: the batch, the hooks put on or off), forward,
+    backward (the backward call), pushes (its end to the response loop: the pass rows, the pushes), responses
+    (until every pull is in) and end (the layer rows written, the flush)."""
+    from ddlsim.capture import ps_model
+
+    out: list = []
+    marks: dict = {}
+
+    def clocks() -> tuple[int, int]:
+        return time.monotonic_ns(), time.thread_time_ns()
+
+    def wrap(owner, name: str, before: str, after: Optional[str]) -> None:
+        inner = getattr(owner, name)
+
+        def timed(self, *args, **kwargs):
+            marks[before] = clocks()
+            result = inner(self, *args, **kwargs)
+            if after is not None:
+                marks[after] = clocks()
+            if name == "_drain":
+                marks["iteration"] = args[1] if len(args) > 1 else kwargs["iteration"]
+            return result
+        setattr(owner, name, timed)
+
+    wrap(ps_model.PsModel, "forward", "forward", None)
+    wrap(ps_model.PsModel, "backward", "backward", "pushes")
+    wrap(ps._Worker, "_drain", "responses", "end")
+
+    def end_iteration() -> None:
+        now = clocks()
+        names = ("begin", "forward", "backward", "pushes", "responses", "end")
+        if "iteration" in marks and all(n in marks for n in names):
+            points = [marks[n] for n in names] + [now]
+            out.append((marks["iteration"], [b[0] - a[0] for a, b in zip(points, points[1:])],
+                        [b[1] - a[1] for a, b in zip(points, points[1:])]))
+        marks.clear()
+        marks["begin"] = now
+    return out, end_iteration
 
 
 def cpu_per_iteration(ends: list[int], flushes: list[tuple[int, int]]) -> float | None:
@@ -198,27 +258,28 @@ def cpu_per_iteration(ends: list[int], flushes: list[tuple[int, int]]) -> float 
 def one_run(config: dict, world: int, plain: bool, warmup: int) -> tuple[list[float], list]:
     """One run of the job: rank 0's iteration times (ms) after the first `warmup` iterations, and each rank's CPU ms
     per iteration of rank 0 over those iterations (None where the rank flushed too rarely)."""
-    flushes, _ = _launch(config, world, plain)
+    flushes, _, _ = _launch(config, world, plain)
     ends = [t for t, _ in flushes[0]][max(0, warmup - 1):]  # the end of each timed iteration, and of the one before
     times = [(b - a) / 1e6 for a, b in zip(ends, ends[1:])]
     per_rank = [cpu_per_iteration(ends, flushes[r]) for r in sorted(flushes)]
     return times, [None if c is None else c / 1e6 for c in per_rank]
 
 
-def alternating_run(config: dict, world: int, workers: int, warmup: int, block: int,
-                    first_recorded: bool) -> tuple[list[tuple[int, bool, float, list[float]]], list[float]]:
+def alternating_run(config: dict, world: int, workers: int, warmup: int, block: int, first_recorded: bool,
+                    phases: bool = False) -> tuple[list[tuple[int, bool, float, list[float]]], list[float], dict]:
     """One run in alternating blocks: per iteration after the warm-up, (iteration, recorded, rank 0's time in ms,
     each worker's CPU ms in its own iteration of that number); and per rank, the ms it spent inside its flushes
     per iteration of rank 0 (a server's flushes, every 200 ms, fall into either kind of iteration: its share of the
-    servers' summed ms goes into the run as ``server_flush_ms``)."""
-    flushes, spent = _launch(config, world, (block, warmup, first_recorded))
+    servers' summed ms goes into the run as ``server_flush_ms``); and (`phases`) each worker's phases per iteration
+    (:func:`_time_phases`)."""
+    flushes, spent, timed = _launch(config, world, (block, warmup, first_recorded), phases)
     per_iteration = [spent[r] / 1e6 / max(1, len(flushes[0])) for r in sorted(spent)]
     out = []
     for i in range(max(1, warmup), len(flushes[0])):
         cpu = [(flushes[w][i][1] - flushes[w][i - 1][1]) / 1e6 for w in range(workers)]
         took = (flushes[0][i][0] - flushes[0][i - 1][0]) / 1e6
         out.append((i, block_recorded(i, warmup, block, first_recorded), took, cpu))
-    return out, per_iteration
+    return out, per_iteration, timed
 
 
 def paired_blocks(rows: list[tuple[int, bool, float, list[float]]], warmup: int,
@@ -247,24 +308,27 @@ def paired_blocks(rows: list[tuple[int, bool, float, list[float]]], warmup: int,
     return pooled[True], pooled[False], diffs
 
 
-def _launch(config: dict, world: int, plain) -> tuple[dict, dict]:
-    """Runs the job's ranks (`plain` as :func:`_rank` takes it); each rank's flushes, (host ns, process CPU ns), and
-    the host ns each rank spent inside them."""
+def _launch(config: dict, world: int, plain, phases: bool = False) -> tuple[dict, dict, dict]:
+    """Runs the job's ranks (`plain` as :func:`_rank` takes it); each rank's flushes, (host ns, process CPU ns), the
+    host ns each rank spent inside them, and (`phases`) each worker's phases (:func:`_time_phases`)."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="ps-overhead-") as out_dir:
-        procs = [ctx.Process(target=_rank, args=(r, world, config, port, out_dir, plain, queue)) for r in range(world)]
+        procs = [ctx.Process(target=_rank, args=(r, world, config, port, out_dir, plain, queue, phases))
+                 for r in range(world)]
         for p in procs:
             p.start()
-        flushes, spent, deadline = {}, {}, time.monotonic() + float(config["timeout_s"]) * 4
+        flushes, spent, timed, deadline = {}, {}, {}, time.monotonic() + float(config["timeout_s"]) * 4
         while len(flushes) < len(procs):  # a rank that fails ends the run at once (the others would wait for it)
             try:
-                rank, rank_flushes, rank_spent = queue.get(timeout=1.0)
+                rank, rank_flushes, rank_spent, rank_phases = queue.get(timeout=1.0)
                 flushes[rank] = rank_flushes
                 spent[rank] = rank_spent
+                if rank_phases is not None:
+                    timed[rank] = rank_phases
             except Empty:
                 failed = [p.exitcode for p in procs if p.exitcode]
                 if failed or time.monotonic() > deadline:
@@ -277,7 +341,7 @@ def _launch(config: dict, world: int, plain) -> tuple[dict, dict]:
             p.join()
         if any(p.exitcode for p in procs):
             raise SystemExit(f"a rank failed: exit codes {[p.exitcode for p in procs]}")
-    return flushes, spent
+    return flushes, spent, timed
 
 
 def main(argv=None) -> int:
@@ -293,6 +357,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None, help="also write every run's times to this file")
     parser.add_argument("--alternate", type=int, default=0, metavar="B",
                         help="compare inside each run: blocks of B iterations recorded and not, in turn (B >= 2)")
+    parser.add_argument("--phases", action="store_true",
+                        help="with --alternate: also time each worker's loop by phase, and print what recording adds "
+                             "to each (the clocks cost both kinds alike)")
     parser.add_argument("--summarize", nargs="+", metavar="FILE",
                         help="run nothing: pool the runs of these --alternate --json files and print their overhead")
     args = parser.parse_args(argv)
@@ -304,6 +371,10 @@ def main(argv=None) -> int:
     if args.alternate and args.model != "lenet5":
         print(f"error: --alternate needs --model lenet5 (its worker switches the recording as each iteration begins), "
               f"got --model {args.model}", file=sys.stderr)
+        return 2
+    if args.phases and not args.alternate:
+        print("error: --phases needs --alternate B (it compares the phases of recorded and unrecorded blocks)",
+              file=sys.stderr)
         return 2
     if args.alternate and (args.alternate < 2 or args.iterations < args.warmup + 2 * args.alternate):
         print(f"error: --alternate must be 2 or more, with two blocks of it after --warmup (--iterations "
@@ -415,7 +486,34 @@ def summarize_alternating(runs: list[dict], warmup: int, block: int) -> tuple[di
         summary["server_flush_ms_per_iteration"] = server
         lines.append(f"  the server's flushes: {server:.3f} ms per iteration, in either kind alike (at most "
                      f"{server / base_mean * 100:+.2f} % more, where each delayed the job by all of its time)")
+    if runs and all(run.get("phases") for run in runs):
+        summary["phases_us"], more = phase_lines(runs, warmup, block)
+        lines += more
     return summary, lines
+
+
+def phase_lines(runs: list[dict], warmup: int, block: int) -> tuple[dict, list[str]]:
+    """``--phases``: per phase of the workers' loops (:data:`PHASES`), the mean µs per worker and iteration, recorded
+    less not recorded, host and thread CPU (each block's first iteration left out, as for the times)."""
+    sums = {kind: [[0.0] * len(PHASES), [0.0] * len(PHASES), 0] for kind in (True, False)}
+    for run in runs:
+        for worker in run["phases"]:
+            for i, wall, cpu in worker:
+                if i < warmup or (i - warmup) % block == 0:
+                    continue
+                acc = sums[block_recorded(i, warmup, block, run["first_recorded"])]
+                for k in range(len(PHASES)):
+                    acc[0][k] += wall[k]
+                    acc[1][k] += cpu[k]
+                acc[2] += 1
+    if not (sums[True][2] and sums[False][2]):
+        return {}, ["  phases: no timed iteration of each kind"]
+    diff = {name: {what: (sums[True][j][k] / sums[True][2] - sums[False][j][k] / sums[False][2]) / 1e3
+                   for j, what in enumerate(("wall", "cpu"))} for k, name in enumerate(PHASES)}
+    total = {what: sum(d[what] for d in diff.values()) for what in ("wall", "cpu")}
+    cells = ", ".join(f"{name} {d['wall']:+.0f} ({d['cpu']:+.0f})" for name, d in diff.items())
+    return {**diff, "total": total}, [f"  recording per worker and iteration by phase, µs of the loop (of its thread's "
+                                      f"CPU): {cells}; in all {total['wall']:+.0f} ({total['cpu']:+.0f})"]
 
 
 def _alternating(args, config: dict, world: int) -> int:
@@ -425,8 +523,11 @@ def _alternating(args, config: dict, world: int) -> int:
         first = r % 2 == 0
         print(f"[{r + 1}/{args.runs}] run in blocks of {args.alternate}, the first "
               f"{'recorded' if first else 'not recorded'}", file=sys.stderr, flush=True)
-        rows, flush_ms = alternating_run(config, world, args.workers, args.warmup, args.alternate, first)
+        rows, flush_ms, timed = alternating_run(config, world, args.workers, args.warmup, args.alternate, first,
+                                                args.phases)
         runs.append({"first_recorded": first, "rows": rows, "server_flush_ms": sum(flush_ms[args.workers:])})
+        if args.phases:
+            runs[-1]["phases"] = [timed[w] for w in sorted(timed)]
     summary, lines = summarize_alternating(runs, args.warmup, args.alternate)
     print(f"PS capture job: {args.model}, {args.workers} workers, {args.servers} server(s), batch {args.batch_size}, "
           f"--layer-every {args.layer_every}; {args.runs} runs, {args.iterations} iterations each in blocks of "
@@ -460,6 +561,12 @@ def _summarize(paths: list[str]) -> int:
                 flush = r.get("server_flush_ms")
                 runs.append({"first_recorded": bool(r["first_recorded"]), "rows": rows,
                              "server_flush_ms": None if flush is None else float(flush)})
+                if r.get("phases") is not None:  # --phases: per worker, (iteration, 6 x ns, 6 x ns) per iteration
+                    runs[-1]["phases"] = [[(int(i), [int(x) for x in wall], [int(x) for x in cpu])
+                                           for i, wall, cpu in worker] for worker in r["phases"]]
+                    if any(len(wall) != len(PHASES) or len(cpu) != len(PHASES)
+                           for worker in runs[-1]["phases"] for _, wall, cpu in worker):
+                        raise ValueError(f"a phases row without {len(PHASES)} times of each kind")
             kinds = {kind for r in runs for i, kind, _, _ in r["rows"] if i >= these[-2] and (i - these[-2]) % these[-1]}
             if kinds != {True, False}:
                 raise ValueError("no timed iteration of each kind (recorded and not)")

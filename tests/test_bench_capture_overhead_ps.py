@@ -156,7 +156,7 @@ def test_paired_blocks_leave_out_each_block_s_first_iteration_and_pair_complete_
 def test_an_alternating_run_times_each_iteration_of_both_kinds(tmp_path):
     out = tmp_path / "alt.json"
     run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--alternate", "2", "--runs", "2",
-                          "--iterations", "14", "--warmup", "2", "--json", str(out)], cwd=ROOT, env=ENV,
+                          "--iterations", "14", "--warmup", "2", "--phases", "--json", str(out)], cwd=ROOT, env=ENV,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "capture overhead:" in run.stdout and "paired blocks:" in run.stdout
@@ -173,9 +173,39 @@ def test_an_alternating_run_times_each_iteration_of_both_kinds(tmp_path):
     assert data["summary"]["pairs"] == 6
     # the server's flushes timed (every 200 ms: in either kind), and their share printed
     assert all(r["server_flush_ms"] >= 0 for r in data["runs"]) and "the server's flushes:" in run.stdout
+    # --phases: each worker's phases tile its iterations, flush to flush (rank 0's are the timed iterations)
+    assert "recording per worker and iteration by phase" in run.stdout
+    for r in data["runs"]:
+        assert len(r["phases"]) == 2
+        took = {row[0]: row[2] for row in r["rows"]}
+        worker0 = {i: (wall, cpu) for i, wall, cpu in r["phases"][0]}
+        assert set(took) <= set(worker0)
+        for i, t in took.items():
+            wall, cpu = worker0[i]
+            assert len(wall) == len(cpu) == 6 and min(wall) >= 0 and min(cpu) >= 0
+            assert abs(sum(wall) / 1e6 - t) < 0.1, (i, wall, t)  # the same flushes, clocks read µs apart
+            assert all(c <= w + 100_000 for w, c in zip(wall, cpu))  # a thread's CPU time within its wall time
+
+
+def test_phase_lines_average_each_kind_per_worker_iteration_and_subtract():
+    """--phases: warm-up 1, blocks of 2, recorded first: iterations 1-2 recorded, 3-4 not, 5-6 recorded, 7-8 not;
+    each block's first (1, 3, 5, 7) left out. Two workers; the means and differences worked by hand."""
+    bench = _bench()
+
+    def row(i, scale):
+        return (i, [scale * (k + 1) * 1000 for k in range(6)], [scale * 1000] * 6)
+    workers = [[row(i, {1: 99, 2: 10, 3: 99, 4: 4, 5: 99, 6: 14, 7: 99, 8: 6}[i]) for i in range(1, 9)],
+               [row(i, {1: 99, 2: 12, 3: 99, 4: 2, 5: 99, 6: 16, 7: 99, 8: 8}[i]) for i in range(1, 9)]]
+    diff, lines = bench.phase_lines([{"first_recorded": True, "phases": workers}], 1, 2)
+    # recorded scales 10, 14, 12, 16: mean 13; not recorded 4, 6, 2, 8: mean 5; difference 8 (x1000 ns = 8 us)
+    assert [round(diff[name]["wall"], 6) for name in bench.PHASES] == [8.0 * (k + 1) for k in range(6)]
+    assert [round(diff[name]["cpu"], 6) for name in bench.PHASES] == [8.0] * 6
+    assert diff["total"] == {"wall": 8.0 * 21, "cpu": 48.0}
+    assert lines[0].endswith("in all +168 (+48)") and "forward +16 (+8)" in lines[0]
 
 
 @pytest.mark.parametrize("args, expected", [
+    (["--phases"], "--phases needs --alternate B"),
     (["--alternate", "1"], "--alternate must be 2 or more"),
     (["--alternate", "10", "--iterations", "20", "--warmup", "5"], "--alternate must be 2 or more"),
     (["--alternate", "2", "--model", "sparse-lr"], "--alternate needs --model lenet5")])
@@ -188,7 +218,11 @@ def test_an_alternation_without_two_blocks_of_two_or_more_or_a_zoo_model_is_refu
 @pytest.mark.parametrize("pattern, count", [("ps-capture-overhead-2core-w2-*.json", 3),
                                             ("ps-capture-overhead-2core-w1-*.json", 3),
                                             ("ps-capture-overhead-2core-le10-w2-*.json", 2),
-                                            ("ps-capture-overhead-2core-le10-w1-*.json", 2)])
+                                            ("ps-capture-overhead-2core-le10-w1-*.json", 2),
+                                            ("ps-capture-overhead-2core-srv-before-w1-*.json", 4),
+                                            ("ps-capture-overhead-2core-srv-after-w1-*.json", 4),
+                                            ("ps-capture-overhead-2core-srv-before-w2-*.json", 4),
+                                            ("ps-capture-overhead-2core-srv-after-w2-*.json", 4)])
 def test_the_docs_overhead_inside_one_run_is_the_summary_of_the_stored_runs(pattern, count):
     """docs/capture-ps.md's "Inside one run" blocks are --summarize of the stored --alternate runs, line for line."""
     files = sorted(str(p) for p in (ROOT / "docs" / "data").glob(pattern))
