@@ -226,9 +226,8 @@ def _time_phases(ps) -> tuple[list, object]:
 
     def end_iteration() -> None:
         now = clocks()
-        names = ("begin", "forward", "backward", "pushes", "responses", "end")
-        if "iteration" in marks and all(n in marks for n in names):
-            points = [marks[n] for n in names] + [now]
+        if "iteration" in marks and all(n in marks for n in PHASES):
+            points = [marks[n] for n in PHASES] + [now]
             out.append((marks["iteration"], [b[0] - a[0] for a, b in zip(points, points[1:])],
                         [b[1] - a[1] for a, b in zip(points, points[1:])]))
         marks.clear()

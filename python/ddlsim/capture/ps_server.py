@@ -2,11 +2,12 @@
 requests, and one processing thread that serves the queue.
 
 A handler (``@rpc.functions.async_execution``) notes the request's arrival
-and returns a Future; the processing thread records the recv row, processes
-the request (an ``update`` or a ``read`` compute row), completes the Future
-(TensorPipe then sends the response) and records the response's send row
-around that call. So arrival, processing start and end are all measured on
-the server.
+and returns a Future; the processing thread processes the request (an
+``update`` or a ``read`` compute row), completes the Future (TensorPipe then
+sends the response; the response's send row spans that call), and only then
+records the request's rows: recv, update or read, send (their ids are taken
+before, for the deps), so that no response waits for the rows. Arrival,
+processing start and end are all measured on the server.
 
 Synchronous mode: a key's update for an iteration waits until every worker
 has either pushed that key or sent all its pushes to this server for that
