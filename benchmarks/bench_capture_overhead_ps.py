@@ -98,7 +98,7 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, q
                 flushes.append((now_ns(), time.process_time_ns()))
                 spent[0] += flushes[-1][0] - t0
                 if on_flush[0] is not None:
-                    on_flush[0]()
+                    on_flush[0](flushes[-1][0])
 
     class Quiet(Timed):
         """Keeps nothing: each row takes an id (the job's code passes ids on as deps), nothing is formatted or
@@ -195,7 +195,8 @@ PHASES = ("begin", "forward", "backward", "pushes", "responses", "end")
 def _time_phases(ps) -> tuple[list, object]:
     """``--phases``: wraps the worker's forward, backward and response loop (``_Worker._drain``) with clocks, host
     and thread CPU. Returns the list it fills, per iteration (iteration, [ns per phase], [thread CPU ns per phase])
-    of :data:`PHASES`, and the call that ends an iteration (at the worker's flush, its loop's last step). The
+    of :data:`PHASES`, and the call that ends an iteration (at the worker's flush, its loop's last step, with the
+    flush's host time: the phases then add up to the iteration's time exactly). The
     phases: begin (the previous iteration's flush to the forward: the batch, the hooks put on or off), forward,
     backward (the backward call), pushes (its end to the response loop: the pass rows, the pushes), responses
     (until every pull is in) and end (the layer rows written, the flush)."""
@@ -224,8 +225,9 @@ def _time_phases(ps) -> tuple[list, object]:
     wrap(ps_model.PsModel, "backward", "backward", "pushes")
     wrap(ps._Worker, "_drain", "responses", "end")
 
-    def end_iteration() -> None:
-        now = clocks()
+    def end_iteration(host_ns: int) -> None:
+        """At the worker's flush, whose host time (the one its iteration time is taken at) is `host_ns`."""
+        now = (host_ns, time.thread_time_ns())
         if "iteration" in marks and all(n in marks for n in PHASES):
             points = [marks[n] for n in PHASES] + [now]
             out.append((marks["iteration"], [b[0] - a[0] for a, b in zip(points, points[1:])],
