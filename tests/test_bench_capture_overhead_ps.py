@@ -267,3 +267,18 @@ def test_summarize_refuses_a_fifo_and_malformed_or_empty_runs_in_one_line(tmp_pa
         lines = [line for line in run.stderr.splitlines() if line.strip()]
         assert run.returncode == 2 and len(lines) == 1 and expected in lines[0] and "Traceback" not in run.stderr
     assert {p: p.read_bytes() for p in (bad, empty)} == before and not fifo.is_file()
+
+
+@pytest.mark.parametrize("phases, expected", [([[[10, [1, 2], [1, 2, 3, 4, 5, 6]]]], "without 6 times of each kind"),
+                                              ([[["x", [1] * 6, [1] * 6]]], "invalid literal"),
+                                              (5, "not iterable")])
+def test_summarize_refuses_malformed_phases_in_one_line(tmp_path, phases, expected):
+    """--phases rows that are not (iteration, 6 host ns, 6 CPU ns) per worker: one line, exit 2, no traceback."""
+    data = json.loads((ROOT / "docs" / "data" / "ps-capture-overhead-2core-srv-after-w1-1.json").read_text())
+    data["runs"][0]["phases"] = phases
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    run = subprocess.run([sys.executable, "benchmarks/bench_capture_overhead_ps.py", "--summarize", str(bad)], cwd=ROOT,
+                         env=ENV, capture_output=True, text=True, timeout=120)
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert run.returncode == 2 and len(lines) == 1 and expected in lines[0] and run.stdout == "", run.stderr
