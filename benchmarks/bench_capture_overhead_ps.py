@@ -71,6 +71,12 @@ def block_recorded(iteration: int, warmup: int, block: int, first_recorded: bool
     return (((iteration - warmup) // block) % 2 == 0) == first_recorded
 
 
+def timed_iteration(iteration: int, warmup: int, block: int) -> bool:
+    """Whether an alternating run's `iteration` counts: after the warm-up, and not its block's first (where the
+    hooks go on or come off)."""
+    return iteration >= warmup and (iteration - warmup) % block != 0
+
+
 def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, queue, phases: bool = False) -> None:
     """One rank: `plain` True (nothing recorded), False (recorded as the capture does) or ``(block, warmup,
     first_recorded)`` (blocks of each, :func:`block_recorded`). `phases`: a worker also times its loop's phases
@@ -460,7 +466,7 @@ def summarize_alternating(runs: list[dict], warmup: int, block: int) -> tuple[di
         diffs += d
         per_run.append((statistics.median(rec) / statistics.median(plain) - 1) * 100)
         for i, recorded, _, worker_cpu in rows:
-            if i >= warmup and (i - warmup) % block:
+            if timed_iteration(i, warmup, block):
                 cpu[recorded].append(sum(worker_cpu))
     base, base_mean = statistics.median(plain_times), statistics.mean(plain_times)
     overhead = (statistics.median(rec_times) / base - 1) * 100
@@ -500,7 +506,7 @@ def phase_lines(runs: list[dict], warmup: int, block: int) -> tuple[dict, list[s
     for run in runs:
         for worker in run["phases"]:
             for i, wall, cpu in worker:
-                if i < warmup or (i - warmup) % block == 0:
+                if not timed_iteration(i, warmup, block):
                     continue
                 acc = sums[block_recorded(i, warmup, block, run["first_recorded"])]
                 for k in range(len(PHASES)):
@@ -568,7 +574,7 @@ def _summarize(paths: list[str]) -> int:
                     if any(len(wall) != len(PHASES) or len(cpu) != len(PHASES)
                            for worker in runs[-1]["phases"] for _, wall, cpu in worker):
                         raise ValueError(f"a phases row without {len(PHASES)} times of each kind")
-            kinds = {kind for r in runs for i, kind, _, _ in r["rows"] if i >= these[-2] and (i - these[-2]) % these[-1]}
+            kinds = {kind for r in runs for i, kind, _, _ in r["rows"] if timed_iteration(i, these[-2], these[-1])}
             if kinds != {True, False}:
                 raise ValueError("no timed iteration of each kind (recorded and not)")
         except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:

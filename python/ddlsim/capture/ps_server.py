@@ -110,6 +110,7 @@ class Server:
         # A request's rows are recorded after its response is sent (their ids taken before, for the deps): the worker
         # waits for the response, not for the rows.
         req.recv_id = self.rec.new_id()
+        cols = self._columns(req)
         if req.op == "pull":
             p0 = now_ns()
             value = self.model.value(req.key).clone()
@@ -117,7 +118,7 @@ class Server:
             read = self.rec.new_id()
             sent = self._respond(req, value)
             self._send_row(req, read, sent)
-            self.rec.row("compute", "read", p0, p1, deps=[req.recv_id], rpc=req.rpc, row_id=read, **self._columns(req))
+            self.rec.row("compute", "read", p0, p1, deps=[req.recv_id], rpc=req.rpc, row_id=read, **cols)
         elif not self.sync:
             self._update([req], rpc_id=req.rpc)
         else:
@@ -131,7 +132,7 @@ class Server:
                     self._update(reqs, rpc_id=-1)
         nbytes = 0 if req.payload is None else req.payload.numel() * req.payload.element_size()
         self.rec.row("recv", f"{req.op}_request", req.arrival, req.arrival, deps=[], peer=req.worker,
-                     message=req.message, rpc=req.rpc, bytes=nbytes, row_id=req.recv_id, **self._columns(req))
+                     message=req.message, rpc=req.rpc, bytes=nbytes, row_id=req.recv_id, **cols)
 
     def _complete(self, iteration: int, reqs: list[Request]) -> bool:
         pushed = {r.worker for r in reqs}
