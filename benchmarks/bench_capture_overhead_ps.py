@@ -113,6 +113,9 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, q
         def row(self, kind, op, start_ns, end_ns, *, ready_ns=None, deps=(), row_id=None, **fields) -> int:
             return self.new_id() if row_id is None else int(row_id)
 
+        def held_row(self, kind, op, start_ns, end_ns, deps, fields, columns=None, row_id=None) -> int:
+            return self.new_id() if row_id is None else row_id
+
         def write_lines(self, lines) -> None:
             pass
 
@@ -147,12 +150,16 @@ def _rank(rank: int, world: int, config: dict, port: int, out_dir: str, plain, q
 
             def use(self, iteration) -> None:
                 if recorded(iteration):
-                    self.__dict__.pop("row", None)  # the capture's own row()
+                    self.__dict__.pop("row", None)  # the capture's own row() and held_row()
+                    self.__dict__.pop("held_row", None)
                 else:
-                    self.row = self.quiet_row
+                    self.row, self.held_row = self.quiet_row, self.quiet_held_row
 
             def quiet_row(self, kind, op, start_ns, end_ns, *, ready_ns=None, deps=(), row_id=None, **fields) -> int:
                 return self.new_id() if row_id is None else int(row_id)
+
+            def quiet_held_row(self, kind, op, start_ns, end_ns, deps, fields, columns=None, row_id=None) -> int:
+                return self.new_id() if row_id is None else row_id
 
         from ddlsim.capture import ps_server
 

@@ -9,7 +9,7 @@ ps_server = pytest.importorskip("ddlsim.capture.ps_server", reason="the PS captu
 
 
 class _Spy:
-    """new_id / new_message / row as RankRecorder's; each row notes which requests' futures were done then."""
+    """new_id / new_message / row / held_row as RankRecorder's; each row notes which requests' futures were done then."""
 
     def __init__(self):
         self.next_id, self.messages, self.rows, self.requests = 100, 0, [], []
@@ -28,6 +28,9 @@ class _Spy:
         self.rows.append({"id": rid, "kind": kind, "op": op, "start": start_ns, "end": end_ns, "deps": list(deps),
                           "done": done, **fields})
         return rid
+
+    def held_row(self, kind, op, start_ns, end_ns, deps, fields, columns=None, row_id=None) -> int:
+        return self.row(kind, op, start_ns, end_ns, deps=deps, row_id=row_id, **fields, **(columns or {}))
 
 
 class _Model:

@@ -179,3 +179,41 @@ def test_idle_formats_the_rows_held_and_the_flush_hands_them_on(tmp_path):
     assert lines == [_oracle(rid, "compute", "forward", i, i + 1, None, [i], {"layer": i}) for i, rid in enumerate(ids)] \
         + [_oracle(ids[-1] + 1, "compute", "backward", 9, 10, None, [ids[-1]], {"layer": 0})]
     rec.close()
+
+
+def _atomic(rng: random.Random):
+    """A value held_row's caller may hand over: an int (any size, a subclass), a string, a float, a bool or None."""
+    return rng.choice([rng.randrange(-2**40, 2**63), 2**64 + rng.randrange(10), Level.HIGH, rng.choice(TEXTS),
+                       Name(rng.choice(TEXTS)), rng.uniform(-1e6, 1e6), float("inf"), None, rng.random() < 0.5])
+
+
+def test_a_held_row_is_json_dumps_of_its_record_and_interleaves_with_row_on_seeded_random_rows(tmp_path):
+    """held_row(kind, op, start, end, deps, fields, columns, row_id) writes json.dumps of {id, kind, op, start_ns,
+    end_ns, deps, **fields, **columns}, in the order the rows were recorded among row()'s rows, with columns dicts
+    shared by many rows, deps None or a list, a given row id or a new one, and fields named like row keys."""
+    rng = random.Random(20261128)
+    rec = RankRecorder(tmp_path, 5, "worker")
+    shared = [{n: _atomic(rng) for n in rng.sample(["iteration", "tensor", "layer", "name", "id"], rng.randrange(5))}
+              for _ in range(4)]
+    expected = []
+    for i in range(3000):
+        kind, op, start, end = rng.choice(["send", "recv", "compute"]), rng.choice(["push_request", "ack", "ö%p"]), \
+            rng.randrange(2**62), rng.randrange(2**62)
+        deps = None if rng.random() < 0.1 else [rng.randrange(2**40) for _ in range(rng.randrange(4))]
+        if rng.random() < 0.3:  # one of row()'s rows in between
+            fields = {n: _atomic(rng) for n in rng.sample(NAMES, rng.randrange(4))}
+            rid = rec.row(kind, op, start, end, deps=deps, **fields)
+            expected.append(_oracle(rid, kind, op, start, end, None, deps, fields))
+            continue
+        columns = rng.choice(shared + [None])
+        fields = {n: _atomic(rng) for n in rng.sample([n for n in NAMES if n not in (columns or {})], rng.randrange(5))}
+        given = rng.randrange(2**40) if rng.random() < 0.3 else None
+        rid = rec.held_row(kind, op, start, end, deps, fields, columns, given)
+        assert given is None or rid == given
+        expected.append(_oracle(rid, kind, op, start, end, None, deps, {**fields, **(columns or {})}))
+        if i % 401 == 0:
+            rec.idle()
+    rec.close()
+    lines = (tmp_path / "5.rank.jsonl").read_text(encoding="utf-8").splitlines()
+    assert lines[1:-1] == expected
+    assert json.loads(lines[-1])["end"]["rows"] == 3000

