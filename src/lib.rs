@@ -773,6 +773,7 @@ fn tbf_transit(
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate_training_json, m)?)?;
     m.add_function(wrap_pyfunction!(rows::encode_row, m)?)?;
+    m.add_function(wrap_pyfunction!(rows::encode_rows, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_jobs_json, m)?)?;
     m.add_function(wrap_pyfunction!(rank_class_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(lower_training_json, m)?)?;

@@ -15,7 +15,7 @@
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyString};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
 /// The row keys as JSON strings: a field written as one of these is named like a row key.
 const ROW_KEYS: [&str; 7] = ["\"id\"", "\"kind\"", "\"op\"", "\"start_ns\"", "\"end_ns\"", "\"deps\"", "\"ready_ns\""];
@@ -109,6 +109,111 @@ fn push_value(out: &mut String, value: &Bound<'_, PyAny>, encode: &Bound<'_, PyA
     Ok(())
 }
 
+/// The fields of a row as the JSON after its row keys (`,"name":value...}`), into `tail`; false where a field is
+/// named like a row key (the caller's general path writes that row). `columns` (a dict or None) follows `fields`,
+/// as `{**fields, **columns}` would: a column named like a field replaces the field's value in its place.
+fn push_fields(
+    tail: &mut String,
+    fields: &Bound<'_, PyDict>,
+    columns: &Bound<'_, PyAny>,
+    encode: &Bound<'_, PyAny>,
+    buf: &mut Vec<u32>,
+) -> PyResult<bool> {
+    let mut merged = None;
+    if !columns.is_none() {
+        let columns = columns.downcast::<PyDict>()?;
+        let mut shared = false;
+        for key in columns.keys() {
+            if fields.contains(&key)? {
+                shared = true;
+                break;
+            }
+        }
+        if shared {
+            let m = fields.copy()?;
+            m.update(columns.as_mapping())?;
+            merged = Some(m);
+        }
+    }
+    let mut one = |tail: &mut String, dict: &Bound<'_, PyDict>| -> PyResult<bool> {
+        for (name, value) in dict.iter() {
+            tail.push(',');
+            let at = tail.len();
+            push_value(tail, &name, encode, buf)?;
+            if ROW_KEYS.contains(&&tail[at..]) {
+                return Ok(false);
+            }
+            tail.push(':');
+            push_value(tail, &value, encode, buf)?;
+        }
+        Ok(true)
+    };
+    if let Some(m) = merged {
+        if !one(tail, &m)? {
+            return Ok(false);
+        }
+    } else {
+        if !one(tail, fields)? {
+            return Ok(false);
+        }
+        if !columns.is_none() && !one(tail, columns.downcast::<PyDict>()?)? {
+            return Ok(false);
+        }
+    }
+    tail.push('}');
+    Ok(true)
+}
+
+/// One row's JSON line (no newline) appended to `out`; false (and `out` as it was) where a field is named like a
+/// row key.
+#[allow(clippy::too_many_arguments)]
+fn push_row(
+    out: &mut String,
+    tail: &mut String,
+    row: [&Bound<'_, PyAny>; 7],
+    fields: &Bound<'_, PyDict>,
+    columns: &Bound<'_, PyAny>,
+    encode: &Bound<'_, PyAny>,
+    buf: &mut Vec<u32>,
+) -> PyResult<bool> {
+    let [kind, op, start_ns, end_ns, ready_ns, deps, row_id] = row;
+    // the fields first (into their own string): a field named like a row key returns before deps, which may be an
+    // iterator, is read, so the caller's general path still finds them
+    tail.clear();
+    if !push_fields(tail, fields, columns, encode, buf)? {
+        return Ok(false);
+    }
+    out.push_str("{\"id\":");
+    push_int(out, row_id)?;
+    out.push_str(",\"kind\":");
+    push_value(out, kind, encode, buf)?;
+    out.push_str(",\"op\":");
+    push_value(out, op, encode, buf)?;
+    out.push_str(",\"start_ns\":");
+    push_int(out, start_ns)?;
+    out.push_str(",\"end_ns\":");
+    push_int(out, end_ns)?;
+    out.push_str(",\"deps\":");
+    if deps.is_none() {
+        out.push_str("null");
+    } else {
+        out.push('[');
+        for (i, dep) in deps.try_iter()?.enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            push_int(out, &dep?)?;
+        }
+        out.push(']');
+    }
+    if !ready_ns.is_none() {
+        out.push_str(",\"ready_ns\":");
+        push_int(out, ready_ns)?;
+    }
+    out.push_str(tail);
+    Ok(true)
+}
+
 /// The JSON line (no newline) of one capture row, or None where a field is named like a row key.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
@@ -124,48 +229,55 @@ pub fn encode_row(
     encode: &Bound<'_, PyAny>,
 ) -> PyResult<Option<String>> {
     let mut buf = Vec::new();
-    // the fields first (into their own string): a field named like a row key returns before deps, which may be an
-    // iterator, is read, so the caller's general path still finds them
     let mut tail = String::with_capacity(24 * fields.len() + 1);
-    for (name, value) in fields.iter() {
-        tail.push(',');
-        let at = tail.len();
-        push_value(&mut tail, &name, encode, &mut buf)?;
-        if ROW_KEYS.contains(&&tail[at..]) {
-            return Ok(None);
-        }
-        tail.push(':');
-        push_value(&mut tail, &value, encode, &mut buf)?;
-    }
-    tail.push('}');
-    let mut out = String::with_capacity(160 + tail.len());
-    out.push_str("{\"id\":");
-    push_int(&mut out, row_id)?;
-    out.push_str(",\"kind\":");
-    push_value(&mut out, kind, encode, &mut buf)?;
-    out.push_str(",\"op\":");
-    push_value(&mut out, op, encode, &mut buf)?;
-    out.push_str(",\"start_ns\":");
-    push_int(&mut out, start_ns)?;
-    out.push_str(",\"end_ns\":");
-    push_int(&mut out, end_ns)?;
-    out.push_str(",\"deps\":");
-    if deps.is_none() {
-        out.push_str("null");
-    } else {
-        out.push('[');
-        for (i, dep) in deps.try_iter()?.enumerate() {
-            if i > 0 {
-                out.push(',');
+    let mut out = String::with_capacity(200 + 24 * fields.len());
+    let none = kind.py().None().into_bound(kind.py());
+    let row = [kind, op, start_ns, end_ns, ready_ns, deps, row_id];
+    Ok(if push_row(&mut out, &mut tail, row, fields, &none, encode, &mut buf)? { Some(out) } else { None })
+}
+
+/// The recorder's held rows as one text, a line each (each ending in a newline), in their order: a `str` is a
+/// line already made; a tuple `(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields, columns)` is
+/// written as `encode_row` writes it with the fields `{**fields, **columns}` (`columns` None: `fields`), and
+/// where a field is named like a row key as `general(*row)` returns it. One call for the rows of a flush: the
+/// Python call, the merged dict and the string object of each row are left out (1.7 us per row before, 2026-11-28).
+#[pyfunction]
+pub fn encode_rows(rows: &Bound<'_, PyList>, encode: &Bound<'_, PyAny>, general: &Bound<'_, PyAny>) -> PyResult<String> {
+    let mut buf = Vec::new();
+    let mut tail = String::with_capacity(256);
+    let mut out = String::with_capacity(200 * rows.len());
+    for item in rows.iter() {
+        if item.is_exact_instance_of::<PyString>() {
+            out.push_str(&item.downcast::<PyString>()?.to_cow()?);
+        } else {
+            let row = item.downcast::<PyTuple>()?;
+            if row.len() != 9 {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "a held row has 9 parts (kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields, columns), got {}",
+                    row.len()
+                )));
             }
-            push_int(&mut out, &dep?)?;
+            let part = |i: usize| row.get_item(i);
+            let (kind, op, start, end, ready, deps, rid) = (part(0)?, part(1)?, part(2)?, part(3)?, part(4)?, part(5)?, part(6)?);
+            let fields = part(7)?;
+            let columns = part(8)?;
+            let at = out.len();
+            let written = push_row(
+                &mut out,
+                &mut tail,
+                [&kind, &op, &start, &end, &ready, &deps, &rid],
+                fields.downcast::<PyDict>()?,
+                &columns,
+                encode,
+                &mut buf,
+            )?;
+            if !written {
+                out.truncate(at);
+                let line = general.call1(row)?;
+                out.push_str(&line.downcast::<PyString>()?.to_cow()?);
+            }
         }
-        out.push(']');
+        out.push('\n');
     }
-    if !ready_ns.is_none() {
-        out.push_str(",\"ready_ns\":");
-        push_int(&mut out, ready_ns)?;
-    }
-    out.push_str(&tail);
-    Ok(Some(out))
+    Ok(out)
 }

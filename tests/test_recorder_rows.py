@@ -190,7 +190,8 @@ def _atomic(rng: random.Random):
 def test_a_held_row_is_json_dumps_of_its_record_and_interleaves_with_row_on_seeded_random_rows(tmp_path):
     """held_row(kind, op, start, end, deps, fields, columns, row_id) writes json.dumps of {id, kind, op, start_ns,
     end_ns, deps, **fields, **columns}, in the order the rows were recorded among row()'s rows, with columns dicts
-    shared by many rows, deps None or a list, a given row id or a new one, and fields named like row keys."""
+    shared by many rows, deps None or a list, a given row id or a new one, fields named like row keys, and fields
+    named like a column (the column's value, in the field's place, as {**fields, **columns} has it)."""
     rng = random.Random(20261128)
     rec = RankRecorder(tmp_path, 5, "worker")
     shared = [{n: _atomic(rng) for n in rng.sample(["iteration", "tensor", "layer", "name", "id"], rng.randrange(5))}
@@ -206,7 +207,9 @@ def test_a_held_row_is_json_dumps_of_its_record_and_interleaves_with_row_on_seed
             expected.append(_oracle(rid, kind, op, start, end, None, deps, fields))
             continue
         columns = rng.choice(shared + [None])
-        fields = {n: _atomic(rng) for n in rng.sample([n for n in NAMES if n not in (columns or {})], rng.randrange(5))}
+        names = NAMES if rng.random() < 0.2 else [n for n in NAMES if n not in (columns or {})]  # some share a column's
+        fields = {n: _atomic(rng) for n in rng.sample(names + (list(columns or {}) if names is NAMES else []),
+                                                        rng.randrange(5))}
         given = rng.randrange(2**40) if rng.random() < 0.3 else None
         rid = rec.held_row(kind, op, start, end, deps, fields, columns, given)
         assert given is None or rid == given

@@ -124,3 +124,8 @@ def encode_row(
     """One capture row's JSON line (src/rows.rs): the bytes of json.dumps of {"id", "kind", "op", "start_ns",
     "end_ns", "deps"[, "ready_ns"], **fields} with the times, id and deps through int(); values other than exact
     ints, strings, None and booleans go through `encode`. None where a field is named like a row key."""
+
+def encode_rows(rows: list[Any], encode: Callable[[Any], str], general: Callable[..., str]) -> str:
+    """The recorder's held rows as one text, a line each ending in a newline (src/rows.rs): a str as it is; a tuple
+    (kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields, columns) as encode_row writes it with the fields
+    {**fields, **columns} (columns None: fields); where a field is named like a row key, general(*row)."""

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from .._core import encode_row
+from .._core import encode_row, encode_rows
 
 ID_SHIFT = 32
 FILE_SUFFIX = ".rank.jsonl"
@@ -168,14 +168,14 @@ class RankRecorder:
         if n:
             held = pending[:n]
             del pending[:n]
-            line = self._line
-            lines = [row if row.__class__ is str else line(*row) for row in held]
-            self._file.write("\n".join(lines) + "\n")
+            self._file.write(encode_rows(held, self._encode, self._line))
             self._rows += n
 
     def _line(self, kind: str, op: str, start_ns: int, end_ns: int, ready_ns: Optional[int],
               deps: Optional[Iterable[int]], row_id: int, fields: dict, columns: Optional[dict]) -> str:
-        """A held row's JSON line (see :meth:`format_row`): its fields, then its columns (:meth:`held_row`)."""
+        """A held row's JSON line (see :meth:`format_row`): its fields, then its columns (:meth:`held_row`). The
+        extension's ``encode_rows`` writes the rows held in one call, and calls this for a row with a field named like
+        a row key."""
         if columns is not None:
             fields = {**fields, **columns}
         return (encode_row(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields, self._encode)
