@@ -222,7 +222,11 @@ def test_an_alternation_without_two_blocks_of_two_or_more_or_a_zoo_model_is_refu
                                             ("ps-capture-overhead-2core-srv-before-w1-*.json", 4),
                                             ("ps-capture-overhead-2core-srv-after-w1-*.json", 4),
                                             ("ps-capture-overhead-2core-srv-before-w2-*.json", 8),
-                                            ("ps-capture-overhead-2core-srv-after-w2-*.json", 8)])
+                                            ("ps-capture-overhead-2core-srv-after-w2-*.json", 8),
+                                            ("ps-capture-overhead-2core-held-before-w1-*.json", 12),
+                                            ("ps-capture-overhead-2core-held-after-w1-*.json", 12),
+                                            ("ps-capture-overhead-2core-held-before-w2-*.json", 12),
+                                            ("ps-capture-overhead-2core-held-after-w2-*.json", 12)])
 def test_the_docs_overhead_inside_one_run_is_the_summary_of_the_stored_runs(pattern, count):
     """docs/capture-ps.md's "Inside one run" blocks are --summarize of the stored --alternate runs, line for line."""
     files = sorted(str(p) for p in (ROOT / "docs" / "data").glob(pattern))

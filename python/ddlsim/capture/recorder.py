@@ -19,8 +19,9 @@ processes; hosts are aligned by the offsets in the header (see
 Nothing here imports torch. A row's JSON line is made by the engine
 extension's encoder (``src/rows.rs``: the bytes ``json.dumps`` gives, encoded
 in a third of the time Python's %-templates took, as the rows are formatted
-inside the job the capture measures). A row is held as its parts and
-formatted when it is written: at the next flush, or earlier when the job
+inside the job the capture measures). A row is held as its parts (:meth:`RankRecorder.held_row`: as the
+caller hands them over, for the PS capture's rows per RPC) and formatted when it is written, by one call of the
+extension for all the rows held (``encode_rows``): at the next flush, or earlier when the job
 calls :meth:`RankRecorder.idle` because it would wait anyway (the PS worker
 while its responses are on their way: a quarter less capture cost with a
 core per process, 2026-11-28, docs/capture-ps.md).

@@ -49,8 +49,8 @@ def ps(
     layer_every: int = typer.Option(
         1, "--layer-every", help="lenet5: the workers' per-layer rows on iteration 0 and every K-th iteration from 1 on "
         "(1, 1+K, ...) only, as capture ddp --layer-every; the others record each pass as one row and run no layer hook "
-        "(the capture cost 4.2 % of the iteration at 1 and 1.5 % at 10, 1 worker on 2 cores: docs/capture-ps.md, "
-        "Overhead). 1: every iteration."),
+        "(the capture cost 2.9 % of the iteration at 1, 1 worker on 2 cores, over half of it the layer hooks', which run "
+        "on one iteration in K: docs/capture-ps.md, Overhead). 1: every iteration."),
 ) -> None:
     """Run a parameter-server job over torch.distributed.rpc (TCP) and record every RPC as an event log."""
     from contextlib import ExitStack
