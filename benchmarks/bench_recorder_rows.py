@@ -11,6 +11,7 @@ recorder before 2026-11-28). Minimum of ``--repeats`` rounds; ratios against the
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import timeit
 
@@ -21,7 +22,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7, help="rounds; the minimum is printed (default 7)")
     args = parser.parse_args(argv)
     if args.rows < 1 or args.repeats < 1:
-        parser.error("--rows and --repeats must be at least 1")
+        print(f"error: --rows {args.rows} --repeats {args.repeats}: both must be at least 1 (e.g. --rows 1000 "
+              "--repeats 7)", file=sys.stderr)
+        return 2
 
     from ddlsim._core import encode_row
     from ddlsim.capture.recorder import RankRecorder
