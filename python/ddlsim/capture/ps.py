@@ -198,8 +198,6 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     rec.close()
 
 
-
-
 class _Worker:
     def __init__(self, rec: RankRecorder, model, config: dict, rank: int):
         self.rec, self.model, self.config, self.rank = rec, model, config, rank

@@ -107,7 +107,7 @@ class RankRecorder:
         deps are copied now, its fields' values are held as they are where they are ints, strings, floats, booleans
         or None (which cannot change meanwhile); a row with any other value is formatted now. A value json cannot
         encode raises where the row is written. (:meth:`held_row` is the same row for a caller that hands over its
-        deps and fields as they are, in a tenth of the time.)"""
+        deps and fields as they are, in a fifth of the time.)"""
         rid = self._id_base | next(self._ids) if row_id is None else int(row_id)  # new_id(), without its call
         pending = self._pending  # never rebound: list.append is atomic, _write_pending takes rows off its front
         if deps is not None:
@@ -129,9 +129,9 @@ class RankRecorder:
         **fields, **columns)``), and the same line, but `deps`, `fields` and `columns` are held as they are until the
         row is formatted, neither copied nor checked: the caller hands them over and never changes them, and their
         values are ints, strings, floats, booleans or None (a dict of columns may be shared by many rows). No
-        ``ready_ns``; a field named like a row key is written as :meth:`row` writes it. About 0.4 us where
-        :meth:`row` takes 3.6 us with eight fields (2-core machine, 2026-11-28), as no keyword arguments are packed
-        and no value is checked."""
+        ``ready_ns``; a field named like a row key is written as :meth:`row` writes it. 0.6 us where :meth:`row` takes
+        3.4 us with eight fields (``benchmarks/bench_recorder_rows.py``, 2-core machine, 2026-11-28), as no keyword
+        arguments are packed and no value is checked."""
         rid = self._id_base | next(self._ids) if row_id is None else row_id
         pending = self._pending
         pending.append((kind, op, start_ns, end_ns, None, deps, rid, fields, columns))
