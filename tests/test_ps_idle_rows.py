@@ -74,7 +74,7 @@ def _worker(responses):
 
     worker = ps._Worker.__new__(ps._Worker)
     worker.rec, worker.model, worker.responses, worker.timeout = _Recorder(), Model(), responses, 1.0
-    worker._send = lambda *args: None
+    worker._send = lambda *args, **kwargs: None
     return worker
 
 

@@ -210,7 +210,9 @@ class _Worker:
         k = self.model.keys[key]
         return {"iteration": iteration, "tensor": key, "layer": k.layer, "name": k.name}
 
-    def _send(self, op: str, key: int, iteration: int, deps: list[int], payload=None) -> None:
+    def _send(self, op: str, key: int, iteration: int, deps: list[int], payload=None, columns=None) -> None:
+        """Issues a push (with `payload`) or a pull of `key` and records its send row (`columns`: the key's, where
+        the caller has them)."""
         from torch.distributed import rpc
 
         from . import ps_server
@@ -227,7 +229,7 @@ class _Worker:
         fut = rpc.rpc_async(rank_name(server_rank, self.workers), fn, args=args, timeout=self.timeout)
         self.rec.held_row("send", f"{op}_request", t0, now_ns(), deps,
                           {"peer": server_rank, "message": message, "rpc": rpc_id, "bytes": nbytes},
-                          self._columns(key, iteration))
+                          columns or self._columns(key, iteration))
         fut.add_done_callback(lambda f: self.responses.put((now_ns(), op, key, iteration, server_rank, rpc_id, f)))
 
     def run(self) -> None:
@@ -291,7 +293,7 @@ class _Worker:
                                      {"peer": server_rank, "message": message, "rpc": rpc_id, "bytes": nbytes}, cols)
             if op == "push":
                 self.rec.held_row("compute", "ack", w0, now_ns(), [recv], {"rpc": rpc_id}, cols)
-                self._send("pull", key, it, [recv])
+                self._send("pull", key, it, [recv], columns=cols)
             else:
                 self.model.assign(key, value)
                 self.rec.held_row("compute", "apply", w0, now_ns(), [recv], {"rpc": rpc_id}, cols)

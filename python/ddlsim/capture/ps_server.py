@@ -117,7 +117,7 @@ class Server:
             p1 = now_ns()
             read = self.rec.new_id()
             sent = self._respond(req, value)
-            self._send_row(req, read, sent)
+            self._send_row(req, read, sent, cols)
             self.rec.held_row("compute", "read", p0, p1, [req.recv_id], {"rpc": req.rpc}, cols, read)
         elif not self.sync:
             self._update([req], rpc_id=req.rpc)
@@ -151,10 +151,10 @@ class Server:
         p1 = now_ns()
         update = self.rec.new_id()
         sent = [self._respond(r, None) for r in reqs]
+        cols = self._columns(first)  # one key, one iteration: the same columns for every request
         for r, s in zip(reqs, sent):
-            self._send_row(r, update, s)
-        self.rec.held_row("compute", "update", p0, p1, [r.recv_id for r in reqs], {"rpc": rpc_id},
-                          self._columns(first), update)
+            self._send_row(r, update, s, cols)
+        self.rec.held_row("compute", "update", p0, p1, [r.recv_id for r in reqs], {"rpc": rpc_id}, cols, update)
 
     def _respond(self, req: Request, value: Optional[torch.Tensor]) -> tuple[int, int, int, int]:
         """Sends the response; its message, start, end and bytes, for :meth:`_send_row`."""
@@ -164,7 +164,7 @@ class Server:
         req.future.set_result((message, value))
         return message, s0, now_ns(), nbytes
 
-    def _send_row(self, req: Request, dep: int, sent: tuple[int, int, int, int]) -> None:
+    def _send_row(self, req: Request, dep: int, sent: tuple[int, int, int, int], cols: dict) -> None:
         message, s0, s1, nbytes = sent
         self.rec.held_row("send", f"{req.op}_response", s0, s1, [dep],
-                          {"peer": req.worker, "message": message, "rpc": req.rpc, "bytes": nbytes}, self._columns(req))
+                          {"peer": req.worker, "message": message, "rpc": req.rpc, "bytes": nbytes}, cols)

@@ -147,8 +147,7 @@ class RankRecorder:
         **fields}``, the times, ids and deps taken through ``int()``. The engine's encoder (``src/rows.rs``) writes
         json's bytes for ints, strings, None and booleans and hands every other value to json's encoder; a field named
         like a row key goes through :meth:`_general`."""
-        line = encode_row(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields, self._encode)
-        return self._general(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields) if line is None else line
+        return self._line(kind, op, start_ns, end_ns, ready_ns, deps, row_id, fields, None)
 
     def _general(self, kind: str, op: str, start_ns: int, end_ns: int, ready_ns: Optional[int],
                  deps: Optional[Iterable[int]], row_id: int, fields: dict) -> str:
