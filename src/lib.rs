@@ -742,6 +742,29 @@ fn unregister_scratch(path: std::path::PathBuf) {
     watchdog::unregister(&path);
 }
 
+/// Makes the directory `path` (`mode` less the umask; not its parents) and
+/// registers it as a scratch directory, in one call no Python signal handler
+/// interrupts. OSError (FileExistsError, ...) as os.mkdir.
+#[pyfunction]
+#[pyo3(signature = (path, mode = 0o777))]
+fn create_scratch(path: std::path::PathBuf, mode: u32) -> PyResult<()> {
+    watchdog::create(&path, mode).map_err(PyErr::from)
+}
+
+/// Removes the scratch directory `path` (if there; never following a symbolic
+/// link) and forgets it, in one call that no Python signal handler interrupts.
+#[pyfunction]
+fn remove_scratch(path: std::path::PathBuf) -> bool {
+    watchdog::remove(&path)
+}
+
+/// Removes every scratch directory still registered (see `register_scratch`)
+/// and forgets them; returns how many were there to remove.
+#[pyfunction]
+fn remove_registered_scratch() -> usize {
+    watchdog::remove_all()
+}
+
 /// The sizes of the rank classes a closed-form run of this training would
 /// simulate (see `ddlsim_core::lower::classes`); None: every worker on its own
 /// (not eligible, not closed form, or the descriptions do not read: the run says why).
@@ -781,6 +804,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arm_interrupt_watchdog, m)?)?;
     m.add_function(wrap_pyfunction!(register_scratch, m)?)?;
     m.add_function(wrap_pyfunction!(unregister_scratch, m)?)?;
+    m.add_function(wrap_pyfunction!(create_scratch, m)?)?;
+    m.add_function(wrap_pyfunction!(remove_scratch, m)?)?;
+    m.add_function(wrap_pyfunction!(remove_registered_scratch, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
     m.add_function(wrap_pyfunction!(tbf_transit, m)?)?;
     m.add("KIND_NAMES", KIND_NAMES.to_vec())?;

@@ -23,6 +23,40 @@ pub fn unregister(path: &std::path::Path) {
     SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).retain(|p| p != path);
 }
 
+/// Makes the directory `path` (`mode`, less the umask) and registers it, in
+/// one call: no Python signal handler can run between the two. A path is
+/// registered only once this call made it, never before (it could be someone
+/// else's), and never left unregistered after.
+pub fn create(path: &std::path::Path, mode: u32) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, mode);
+    #[cfg(not(unix))]
+    let _ = mode;
+    builder.create(path)?;
+    register(path.to_path_buf());
+    Ok(())
+}
+
+/// Removes the scratch directory `path` (if there) and forgets it, in one
+/// call: no Python signal handler can run between the two, nor inside the
+/// removal (an interrupt inside `shutil.rmtree` cuts it short, and can make it
+/// close a descriptor twice). Returns whether there was a directory to remove.
+pub fn remove(path: &std::path::Path) -> bool {
+    let removed = std::fs::remove_dir_all(path).is_ok();
+    unregister(path);
+    removed
+}
+
+/// Removes every registered scratch directory (those still there) and forgets
+/// them all; returns how many were removed. The backstop calls it, and so does
+/// the CLI when an interrupt has unwound: a signal that landed inside a
+/// clean-up (between two bytecodes of its `rmtree`) cut that clean-up short.
+pub fn remove_all() -> usize {
+    let scratch = std::mem::take(&mut *SCRATCH.lock().unwrap_or_else(|e| e.into_inner()));
+    scratch.into_iter().filter(|path| std::fs::remove_dir_all(path).is_ok()).count()
+}
+
 #[cfg(unix)]
 mod imp {
     use std::sync::atomic::{AtomicI32, Ordering};
@@ -104,10 +138,7 @@ mod imp {
                 }
                 std::thread::sleep(grace);
                 let sig = SIGNALLED.load(Ordering::SeqCst);
-                let scratch = std::mem::take(&mut *super::SCRATCH.lock().unwrap_or_else(|e| e.into_inner()));
-                for path in scratch {
-                    let _ = std::fs::remove_dir_all(path);
-                }
+                super::remove_all();
                 let what: &[u8] = if sig == libc::SIGINT { b"\ninterrupted (partial outputs removed)\n" } else { b"\nterminated (partial outputs removed)\n" };
                 unsafe {
                     libc::write(2, what.as_ptr() as *const libc::c_void, what.len());

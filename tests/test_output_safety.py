@@ -437,3 +437,147 @@ def test_a_path_too_long_for_the_file_system_is_one_line_and_status_2(verb, tmp_
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
     assert len(lines[0]) < 400
+
+
+# ----------------------------------------------------------------- Ctrl-C at every step of a write
+
+def _interrupt_at(step: int, action) -> int:
+    """Runs `action()` with Ctrl-C's handler (the CLI's) run at its `step`-th traced event
+    (every line and bytecode of every Python frame below it: shutil.rmtree, contextlib, pathlib);
+    then the CLI's step after an interrupt unwound. Returns how many events there were."""
+    from ddlsim.cli import progress
+    from ddlsim.safe_io import remove_leftover_scratch
+
+    count = 0
+
+    def local(frame, event, arg):
+        nonlocal count
+        count += 1
+        if count == step:
+            progress._first_signal = None
+            progress._on_signal(signal.SIGINT, None)  # raises Interrupted, as a signal handled here would
+        return local
+
+    def on_call(frame, event, arg):
+        frame.f_trace_opcodes = True
+        return local(frame, event, arg)
+
+    sys.settrace(on_call)
+    try:
+        action()
+    except progress.Interrupted:
+        pass
+    finally:
+        sys.settrace(None)
+        remove_leftover_scratch()
+    return count
+
+
+def _every_step(action, check) -> int:
+    """_interrupt_at for every step until one runs to the end; `check(step)` after each."""
+    step = 1
+    while True:
+        events = _interrupt_at(step, action)
+        check(step)
+        if events < step:
+            return step
+        step += 1
+
+
+def test_ctrl_c_at_any_step_of_an_atomic_write_leaves_old_or_new_and_no_scratch(tmp_path):
+    """The CI failure of stop 35: a Ctrl-C that landed inside atomic_file's clean-up
+    (shutil.rmtree is Python) left a `.<name>.<random>.tmp` directory in a sweep's summary/."""
+    from ddlsim.safe_io import atomic_file
+
+    target = tmp_path / "a.json"
+
+    def write():
+        with atomic_file(target) as temporary:
+            temporary.write_text("new")
+
+    def check(step):
+        assert [p.name for p in tmp_path.iterdir()] == ["a.json"], step
+        assert target.read_text() in ("old", "new"), step
+        target.write_text("old")
+
+    target.write_text("old")
+    steps = _every_step(write, check)
+    assert steps > 200  # the rmtree, mkdir and rename steps were all reached
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_ctrl_c_at_any_step_of_a_staged_directory_leaves_no_scratch_and_a_new_directory_only_whole(tmp_path, exists):
+    from ddlsim.safe_io import staged_directory
+
+    out = tmp_path / "out"
+
+    def write():
+        with staged_directory(out) as stage:
+            (stage / "a.txt").write_text("new")
+            (stage / "b.txt").write_text("new")
+
+    def check(step):
+        if exists:
+            names = sorted(p.name for p in out.iterdir())
+            assert names in (["keep"], ["a.txt", "keep"], ["a.txt", "b.txt", "keep"]), (step, names)
+            for p in out.iterdir():
+                p.unlink() if p.name != "keep" else None
+        else:
+            # a directory this call created: gone, or there with both files
+            assert not out.exists() or sorted(p.name for p in out.iterdir()) == ["a.txt", "b.txt"], step
+            if out.exists():
+                for p in out.iterdir():
+                    p.unlink()
+                out.rmdir()
+
+    if exists:
+        out.mkdir()
+        (out / "keep").write_text("mine")
+    steps = _every_step(write, check)
+    assert steps > 200
+    assert not exists or (out / "keep").read_text() == "mine"
+
+
+_INTERRUPTING_CLI = """
+import signal, sys
+from pathlib import Path
+from ddlsim.cli import main, progress
+
+target, when = Path(sys.argv[1]), int(sys.argv[2])
+lines = 0
+
+def scratch_there():  # a staging directory, or an atomic file's scratch directory
+    return any(p.name.startswith(".") for p in target.parent.iterdir())
+
+def line(frame, event, arg):
+    global lines
+    if event == "line" and scratch_there() and (when == 0 or target.exists()):
+        lines += 1
+        if lines == max(when, 1):
+            sys.settrace(None)
+            progress._first_signal = None
+            progress._on_signal(signal.SIGINT, None)  # Ctrl-C, handled at this line
+    return line
+
+def call(frame, event, arg):
+    return line if frame.f_globals.get("__name__") in ("ddlsim.safe_io", "shutil") else None
+
+sys.argv = ["ddlsim", *sys.argv[3:]]
+sys.settrace(call)
+main()
+"""
+
+
+@pytest.mark.parametrize("when", [0, 1, 2, 3, 4])
+def test_ctrl_c_once_the_scratch_is_made_or_in_the_clean_up_after_the_rename_leaves_no_scratch(events, tmp_path, when):
+    """The CLI end to end: Ctrl-C handled at the first line of safe_io once the scratch directory
+    exists (0), or at the `when`-th line of safe_io or shutil once the output is in place and the
+    scratch not yet removed (the sweep's CI failure: the signal came as the summary file appeared,
+    and cut shutil.rmtree short); status 130, the output whole or absent, no scratch."""
+    out = tmp_path / "o" / "x.csv"
+    out.parent.mkdir()
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPTING_CLI, out, str(when), "export", events, "--format", "csv",
+                           "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert proc.returncode == 130 and "interrupted" in proc.stderr, proc.stderr
+    no_scratch(out.parent)
+    assert [p.name for p in out.parent.iterdir()] == ([] if when == 0 else ["x.csv"])

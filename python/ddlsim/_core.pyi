@@ -100,6 +100,19 @@ def register_scratch(path: Union[str, PathLike[str]]) -> None:
 def unregister_scratch(path: Union[str, PathLike[str]]) -> None:
     """Forgets a directory given to `register_scratch`."""
 
+def create_scratch(path: Union[str, PathLike[str]], mode: int = 0o777) -> None:
+    """Makes the directory `path` (`mode` less the umask; not its parents) and registers
+    it with `register_scratch`, in one call no Python signal handler interrupts.
+    OSError (FileExistsError, ...) as os.mkdir."""
+
+def remove_scratch(path: Union[str, PathLike[str]]) -> bool:
+    """Removes the directory `path` (if there; never following a symbolic link)
+    and forgets it, in one call no Python signal handler interrupts."""
+
+def remove_registered_scratch() -> int:
+    """Removes every directory still registered with `register_scratch` (those
+    there) and forgets them all; returns how many it removed."""
+
 def tbf_transit(sent_ns: list[int], sender: list[int], receiver: list[int], wire_bytes: list[float],
                 rate_bps: float, bucket_bytes: float) -> list[float]:
     """Each message's time (ns) on a capture's shaped links, re-run on its own send times

@@ -18,7 +18,11 @@ The rules (docs/cli.md, "What ddlsim writes"):
 * **All or nothing.** Everything is written into a scratch directory beside
   the target (the same filesystem) and renamed into place at the end; on any
   error, Ctrl-C or SIGTERM the scratch directory is removed and the target is
-  left as it was.
+  left as it was. A scratch directory is made and registered in one native
+  call (``_core.create_scratch``), and removed and forgotten in another
+  (``_core.remove_scratch``), so that a signal can never fall between the two:
+  once an interrupt has unwound, the CLI removes any that a signal landing
+  in the Python between them left behind (:func:`remove_leftover_scratch`).
 * **Failing I/O is one line.** A full disk, a read-only directory, a missing
   parent: a :class:`~ddlsim.errors.DdlsimError` naming the path (the CLI
   prints it and exits with status 2).
@@ -27,9 +31,9 @@ The rules (docs/cli.md, "What ddlsim writes"):
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import stat
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
@@ -137,6 +141,32 @@ def check_file_target(path: "str | os.PathLike[str]", *, inputs: "Inputs | Seque
     return real
 
 
+def _scratch_directory(directory: Path, prefix: str, suffix: str = "") -> Path:
+    """A new directory `directory/<prefix><random><suffix>` (mode 0700), made and
+    registered in one native call: whenever it exists, it is registered, so that
+    :func:`remove_leftover_scratch` finds it. The caller removes it with
+    ``_core.remove_scratch``. OSError as from os.mkdir."""
+    from . import _core
+
+    while True:
+        path = directory / f"{prefix}{secrets.token_hex(4)}{suffix}"
+        try:
+            _core.create_scratch(str(path), 0o700)
+        except FileExistsError:
+            continue
+        return path
+
+
+def remove_leftover_scratch() -> int:
+    """Removes every scratch directory of this process that is still there
+    (registered and not yet forgotten) and returns how many. The CLI calls it
+    when an interrupt has unwound: Ctrl-C lands between two bytecodes, and one
+    that lands inside a clean-up (shutil.rmtree is Python) cuts it short."""
+    from . import _core
+
+    return _core.remove_registered_scratch()
+
+
 def check_directory_target(path: "str | os.PathLike[str]", *, option: str = "--out",
                            error: type[DdlsimError] = DdlsimError) -> Path:
     """Checks that `path` is a directory or absent (a directory output)."""
@@ -153,10 +183,11 @@ def ensure_directory(path: "str | os.PathLike[str]", *, option: str = "--out", e
     """Creates the directory `path` (and its parents) if needed and checks that
     files can be created in it; a one-line error otherwise."""
     named = check_directory_target(path, option=option, error=error)
+    from . import _core
+
     try:
         named.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.mkdtemp(prefix=".ddlsim-probe-", dir=named)
-        os.rmdir(probe)
+        _core.remove_scratch(str(_scratch_directory(named, ".ddlsim-probe-")))
     except OSError as exc:
         raise error(f"{option} {named}: cannot write here ({_why(exc)}); choose another {option}") from None
     return named
@@ -207,20 +238,23 @@ def staged_directory(out_dir: "str | os.PathLike[str]", *, inputs: "Inputs | Seq
 
     out_dir = check_directory_target(out_dir, option=option, error=error)
     checked = _inputs(inputs)
-    created = not out_dir.exists()
+    # Registered from the moment they exist until done with (see remove_leftover_scratch): the scratch
+    # directory, and the output directory while it holds nothing finished, if this call makes it.
+    created = False
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=".ddlsim-staging-", dir=out_dir))
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _core.create_scratch(str(out_dir))  # registered as soon as it exists: ours until it holds the output
+        except FileExistsError:
+            pass
+        else:
+            created = True
+        stage = _scratch_directory(out_dir, ".ddlsim-staging-")
     except OSError as exc:
         if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
+            _core.remove_scratch(str(out_dir))
         raise error(f"{option} {out_dir}: cannot write here ({_why(exc)}); choose another {option}") from None
     done = False
-    # If Ctrl-C / SIGTERM cannot unwind in time (a long call into C), the CLI's native backstop removes
-    # the scratch directory, and the output directory too if this call created it.
-    scratch = [str(stage)] + ([str(out_dir)] if created else [])
-    for path in scratch:
-        _core.register_scratch(path)
     try:
         try:
             yield stage
@@ -231,12 +265,12 @@ def staged_directory(out_dir: "str | os.PathLike[str]", *, inputs: "Inputs | Seq
         except OSError as exc:
             raise error(f"cannot write {out_dir}: {_why(exc)} (nothing was written)") from None
         done = True
+        if created:
+            _core.unregister_scratch(str(out_dir))  # finished: no longer ours to remove
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
-        for path in scratch:
-            _core.unregister_scratch(path)
+        _core.remove_scratch(str(stage))  # one native call: an interrupt cannot cut it short
         if created and not done:
-            shutil.rmtree(out_dir, ignore_errors=True)
+            _core.remove_scratch(str(out_dir))
 
 
 @contextmanager
@@ -260,10 +294,9 @@ def atomic_file(path: "str | os.PathLike[str]", *, inputs: "Inputs | Sequence | 
     if not directory.is_dir():
         raise error(f"cannot write {named}: directory {directory} does not exist")
     try:
-        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory))
+        scratch = _scratch_directory(directory, f".{target.name}.", ".tmp")
     except OSError as exc:
         raise error(f"cannot write {named}: {_why(exc)}") from None
-    _core.register_scratch(str(scratch))
     temporary = scratch / target.name
     try:
         yield temporary
@@ -278,8 +311,7 @@ def atomic_file(path: "str | os.PathLike[str]", *, inputs: "Inputs | Sequence | 
     except OSError as exc:
         raise error(f"cannot write {named}: {_why(exc)} (nothing was written)") from None
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        _core.unregister_scratch(str(scratch))
+        _core.remove_scratch(str(scratch))  # one native call: an interrupt cannot cut it short
 
 
 def write_text_file(path: "str | os.PathLike[str]", text: str, **kwargs) -> Path:

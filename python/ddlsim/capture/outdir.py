@@ -78,12 +78,18 @@ class CaptureDir:
         self.before: dict[Path, tuple] = {}
 
     def open(self) -> None:
+        from .. import _core
+
         out = self.path
         missing = check_out_dir(out)
         try:
             for directory in reversed(missing):
                 try:
-                    directory.mkdir()
+                    if directory == out:
+                        # made and registered for the CLI's backstop in one call: never there unregistered
+                        _core.create_scratch(str(directory))
+                    else:
+                        directory.mkdir()
                 except FileExistsError:  # made meanwhile by someone else: not ours to remove
                     continue
                 self.created.append(directory)
@@ -124,6 +130,8 @@ class CaptureDir:
         return removed
 
     def _remove_created_dirs(self) -> list[Path]:
+        from .. import _core
+
         removed = []
         for directory in reversed(self.created):
             try:
@@ -131,6 +139,8 @@ class CaptureDir:
                 removed.append(directory)
             except OSError:
                 break  # not empty (or gone): so are its parents
+        if self.path in self.created:
+            _core.unregister_scratch(str(self.path))
         self.created = []
         return removed
 
@@ -173,13 +183,12 @@ def capture_dir(out_dir: str | Path) -> Iterator[Path]:
 def _capture_dir(out_dir: Path) -> Iterator[Path]:
     from .launch import signals_deferred
 
-    cap = CaptureDir(out_dir)
-    cap.open()
-    backstop = str(cap.path) if cap.path in cap.created else None
-    if backstop is not None:
-        from .. import _core
+    from .. import _core
 
-        _core.register_scratch(backstop)  # the CLI's native backstop removes it if Python cannot unwind in time
+    cap = CaptureDir(out_dir)
+    cap.open()  # registers the output directory if it made it: the CLI's native backstop removes it if Python
+    # cannot unwind in time, and so does the CLI if an interrupt cut the clean-up below short
+    backstop = str(cap.path) if cap.path in cap.created else None
     try:
         yield cap.path
     except (KeyboardInterrupt, SystemExit):

@@ -958,9 +958,12 @@ def main() -> None:
                 sys.stdout.flush()  # a full or closed standard output shows here at the latest, not at the interpreter's exit
             raise
     except Interrupted as exc:
+        from ..safe_io import remove_leftover_scratch
+
+        # Unwinding ran the clean-ups; one that the signal itself cut short left its scratch directory
+        # registered: remove those too. Then skip the interpreter's slow teardown of large frames.
+        remove_leftover_scratch()
         err.print("interrupted" if exc.code == 130 else "terminated", "(partial outputs removed)", highlight=False)
-        # Scratch directories are gone (unwinding ran their clean-up); skip the
-        # interpreter's slow teardown of large frames, and the backstop's message.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exc.code)
