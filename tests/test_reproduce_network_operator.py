@@ -220,3 +220,18 @@ def test_round_robin_placement_shares_from_the_zoo(quick):
     # the server holding the 411 MB fully-connected weight holds at least that share
     assert vgg["ddlsim_max"] >= tensors["classifier.0.weight"] / sum(tensors.values())
     assert (t7["ddlsim_min"] <= t7["ideal"]).all() and (t7["ddlsim_max"] >= t7["ideal"]).all()
+
+
+def test_without_the_cache_the_profiles_go_to_a_scratch_directory_that_is_removed(tmp_path, monkeypatch):
+    import tempfile
+
+    from ddlsim import _core
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen = []
+    real = _core.create_scratch
+    monkeypatch.setattr(_core, "create_scratch", lambda path, *a: seen.append(path) or real(path, *a))
+    result = reproduce_network_operator(only=["table4"], quick=True, use_cache=False)
+    assert result.cache_dir is None and len(result.tables["table4"]) > 0
+    assert Path(seen[0]).parent == tmp_path and Path(seen[0]).name.startswith("ddlsim-reproduce-")  # the profiles: inside
+    assert list(tmp_path.iterdir()) == []  # gone, and nothing else left there

@@ -34,6 +34,7 @@ import os
 import secrets
 import shutil
 import stat
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
@@ -155,6 +156,20 @@ def _scratch_directory(directory: Path, prefix: str, suffix: str = "") -> Path:
         except FileExistsError:
             continue
         return path
+
+
+@contextmanager
+def scratch_directory(prefix: str, parent: "str | os.PathLike[str] | None" = None) -> Iterator[Path]:
+    """A private working directory `<parent>/<prefix><random>` (parent: the
+    system's temporary directory by default), removed when the block ends,
+    also when an interrupt cuts that short (:func:`remove_leftover_scratch`)."""
+    from . import _core
+
+    path = _scratch_directory(Path(parent) if parent is not None else Path(tempfile.gettempdir()), prefix)
+    try:
+        yield path
+    finally:
+        _core.remove_scratch(str(path))
 
 
 def remove_leftover_scratch() -> int:

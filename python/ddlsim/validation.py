@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .errors import DdlsimError
+from .safe_io import staged_directory
 
 GOALS_PCT = {("ddp", "self"): 5.0, ("ps", "self"): 10.0, ("ddp", "cross"): 10.0, ("ps", "cross"): 10.0}
 # job -> model -> capture arguments
@@ -416,22 +417,13 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
                              measure_idle_curve=measure_idle_curve)
     tables = evaluate(found, say, idle_curve, message_times)
     say("writing cases.csv, runs.csv, iterations.csv, validation.png, errors.png, index.html")
-    stage = out / ".validate-staging"
-    stage.mkdir()
-    try:
+    with staged_directory(out) as stage:  # all or nothing, no scratch left even when interrupted
         _write_csv(stage / "cases.csv", tables["cases"])
         _write_csv(stage / "runs.csv", tables["runs"])
         _write_csv(stage / "iterations.csv", tables["iterations"])
         _write_csv(stage / "operations.csv", tables["operations"])
         _plots(stage, tables["cases"])
         (stage / "index.html").write_text(_html(tables["cases"], command), encoding="utf-8")
-        for name in ("cases.csv", "runs.csv", "iterations.csv", "operations.csv", "validation.png", "errors.png",
-                     "index.html"):
-            os.replace(stage / name, out / name)
-    finally:
-        for leftover in stage.iterdir():
-            leftover.unlink()
-        stage.rmdir()
     return tables
 
 

@@ -22,13 +22,13 @@ Times are the mean over the iterations after the first (steady state).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import DdlsimError
+from ..safe_io import scratch_directory
 from ..simulation.scenario import Scenario, scenario_from_dict
 from ..sweep import ResultStore, SweepStats, run_sweep
 from . import paper_values as paper
@@ -274,9 +274,9 @@ def reproduce_network_operator(only: Optional[Sequence[str]] = None, quick: bool
     if skipped:
         notes.append(f"not in this plan (its model is not among {', '.join(plan.models)}): {', '.join(skipped)}")
     store = ResultStore(cache_dir) if use_cache else None
-    scratch = None if store is not None else tempfile.mkdtemp(prefix="ddlsim-reproduce-")
-    try:
-        builder = _Builder(plan, (store.directory if store is not None else Path(scratch)) / "profiles")
+    with contextlib.ExitStack() as stack:
+        scratch = store.directory if store is not None else stack.enter_context(scratch_directory("ddlsim-reproduce-"))
+        builder = _Builder(plan, scratch / "profiles")
         requests = {a: _REQUESTS[a](builder) for a in artifacts}
         keys = list(builder.scenarios.by_key)
         scenarios = [builder.scenarios.by_key[k] for k in keys]
@@ -284,9 +284,6 @@ def reproduce_network_operator(only: Optional[Sequence[str]] = None, quick: bool
         summaries, stats = run_sweep(scenarios, store=store, jobs=jobs, on_progress=on_progress, labels=labels)
         results = dict(zip(keys, summaries))
         tables = {a: _ASSEMBLE[a](plan, requests[a], results) for a in artifacts}
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
     return Reproduction(plan=plan, tables=tables, stats=stats, notes=notes, cache_dir=store.directory if store else None)
 
 
