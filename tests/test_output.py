@@ -1,6 +1,5 @@
 """Result directories are all or nothing, staged inside the target."""
 
-import tempfile
 
 import pytest
 
@@ -10,19 +9,21 @@ from ddlsim.errors import DdlsimError
 
 
 def test_staging_happens_inside_the_target_directory(tmp_path, monkeypatch):
+    from ddlsim import _core
+
     seen = []
-    real = tempfile.mkdtemp
+    real = _core.create_scratch
 
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("dir"))
-        return real(*args, **kwargs)
+    def spy(path, *args):
+        seen.append(str(path))
+        return real(path, *args)
 
-    monkeypatch.setattr(tempfile, "mkdtemp", spy)
+    monkeypatch.setattr(_core, "create_scratch", spy)  # every directory safe_io makes
     out = tmp_path / "parent" / "run"
     ddlsim.simulate(model="lenet5", workers=2, iterations=1).save(out, timeline=False)
-    # never the parent: it may be read-only or another filesystem (files written atomically inside the
-    # staging directory have their scratch directories in it)
-    assert seen and str(seen[0]) == str(out) and all(str(d).startswith(str(out) + "/") for d in seen[1:])
+    # the output directory itself, then scratch only inside it, never in the parent: it may be read-only or another
+    # filesystem (files written atomically inside the staging directory have their scratch directories in it)
+    assert len(seen) > 2 and seen[0] == str(out) and all(d.startswith(str(out) + "/") for d in seen[1:])
     assert sorted(p.name for p in out.iterdir()) == ["events.parquet", "groups.parquet", "iterations.csv", "summary.json", "trace.json"]
 
 
