@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import stat
 import tempfile
 from contextlib import contextmanager
