@@ -581,3 +581,24 @@ def test_ctrl_c_once_the_scratch_is_made_or_in_the_clean_up_after_the_rename_lea
     assert proc.returncode == 130 and "interrupted" in proc.stderr, proc.stderr
     no_scratch(out.parent)
     assert [p.name for p in out.parent.iterdir()] == ([] if when == 0 else ["x.csv"])
+
+
+_LEFT_BY_AN_INTERRUPT = """
+import os, sys
+from pathlib import Path
+from ddlsim import safe_io
+
+scratch = safe_io._scratch_directory(Path(sys.argv[1]), ".left-")  # as if a KeyboardInterrupt cut its removal short
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a forked child's exit runs the atexit hooks: it must not remove its parent's scratch
+os.waitpid(pid, 0)
+print("there" if scratch.is_dir() else "gone")
+"""
+
+
+def test_the_python_api_removes_a_scratch_directory_left_by_an_interrupt_at_exit_and_a_forked_child_never(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", _LEFT_BY_AN_INTERRUPT, tmp_path], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "there\n", proc.stderr
+    assert list(tmp_path.iterdir()) == []  # removed at the interpreter's exit

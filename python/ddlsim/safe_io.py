@@ -30,6 +30,7 @@ The rules (docs/cli.md, "What ddlsim writes"):
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import stat
@@ -179,6 +180,19 @@ def remove_leftover_scratch() -> int:
     from . import _core
 
     return _core.remove_registered_scratch()
+
+
+_OWNER = os.getpid()
+
+
+def _remove_leftover_scratch_at_exit() -> None:
+    """At the interpreter's exit, the same for the Python API (a KeyboardInterrupt that cut a clean-up short);
+    never in a forked child, which inherits the registry but not the directories' ownership."""
+    if os.getpid() == _OWNER:
+        remove_leftover_scratch()
+
+
+atexit.register(_remove_leftover_scratch_at_exit)
 
 
 def check_directory_target(path: "str | os.PathLike[str]", *, option: str = "--out",
