@@ -747,8 +747,18 @@ fn unregister_scratch(path: std::path::PathBuf) {
 /// interrupts. OSError (FileExistsError, ...) as os.mkdir.
 #[pyfunction]
 #[pyo3(signature = (path, mode = 0o777))]
-fn create_scratch(path: std::path::PathBuf, mode: u32) -> PyResult<()> {
-    watchdog::create(&path, mode).map_err(PyErr::from)
+fn create_scratch(py: Python<'_>, path: std::path::PathBuf, mode: u32) -> PyResult<()> {
+    match watchdog::create(&path, mode) {
+        Ok(()) => Ok(()),
+        // OSError(errno, strerror, filename), as os.mkdir raises it (OSError picks the subclass from errno)
+        Err(e) => match e.raw_os_error() {
+            Some(code) => {
+                let message: String = py.import("os")?.call_method1("strerror", (code,))?.extract()?;
+                Err(pyo3::exceptions::PyOSError::new_err((code, message, path)))
+            }
+            None => Err(PyErr::from(e)),
+        },
+    }
 }
 
 /// Removes the scratch directory `path` (if there; never following a symbolic

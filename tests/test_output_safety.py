@@ -602,3 +602,22 @@ def test_the_python_api_removes_a_scratch_directory_left_by_an_interrupt_at_exit
                           stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout == "there\n", proc.stderr
     assert list(tmp_path.iterdir()) == []  # removed at the interpreter's exit
+
+
+@pytest.mark.parametrize("case", ["missing parent", "exists", "parent is a file"])
+def test_create_scratch_fails_as_os_mkdir_does(tmp_path, case):
+    """Same class, errno and strerror as os.mkdir: the callers catch FileExistsError and print strerror."""
+    from ddlsim import _core
+
+    (tmp_path / "there").mkdir()
+    (tmp_path / "file").write_text("x")
+    path = {"missing parent": tmp_path / "no" / "d", "exists": tmp_path / "there",
+            "parent is a file": tmp_path / "file" / "d"}[case]
+    with pytest.raises(OSError) as expected:
+        os.mkdir(path)
+    with pytest.raises(OSError) as got:
+        _core.create_scratch(str(path))
+    assert (type(got.value), got.value.errno, got.value.strerror) == \
+        (type(expected.value), expected.value.errno, expected.value.strerror)
+    assert _core.remove_registered_scratch() == 0  # nothing registered by a failure
+    assert (tmp_path / "there").is_dir()
