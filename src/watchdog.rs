@@ -14,13 +14,19 @@ use std::sync::Mutex;
 
 static SCRATCH: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
+/// The registry, held while a directory is made, removed or swept (so that
+/// none is made between the backstop's sweep and its exit: it keeps the lock).
+fn scratch() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    SCRATCH.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Scratch directories the backstop removes before it ends the process.
 pub fn register(path: PathBuf) {
-    SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).push(path);
+    scratch().push(path);
 }
 
 pub fn unregister(path: &std::path::Path) {
-    SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).retain(|p| p != path);
+    scratch().retain(|p| p != path);
 }
 
 /// Makes the directory `path` (`mode`, less the umask) and registers it, in
@@ -33,8 +39,9 @@ pub fn create(path: &std::path::Path, mode: u32) -> std::io::Result<()> {
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, mode);
     #[cfg(not(unix))]
     let _ = mode;
+    let mut registry = scratch();
     builder.create(path)?;
-    register(path.to_path_buf());
+    registry.push(path.to_path_buf());
     Ok(())
 }
 
@@ -43,18 +50,23 @@ pub fn create(path: &std::path::Path, mode: u32) -> std::io::Result<()> {
 /// removal (an interrupt inside `shutil.rmtree` cuts it short, and can make it
 /// close a descriptor twice). Returns whether there was a directory to remove.
 pub fn remove(path: &std::path::Path) -> bool {
+    let mut registry = scratch();
     let removed = std::fs::remove_dir_all(path).is_ok();
-    unregister(path);
+    registry.retain(|p| p != path);
     removed
 }
 
+/// Removes the directories in `registry` (those still there) and empties it; returns how many were removed.
+fn sweep(registry: &mut Vec<PathBuf>) -> usize {
+    registry.drain(..).filter(|path| std::fs::remove_dir_all(path).is_ok()).count()
+}
+
 /// Removes every registered scratch directory (those still there) and forgets
-/// them all; returns how many were removed. The backstop calls it, and so does
-/// the CLI when an interrupt has unwound: a signal that landed inside a
-/// clean-up (between two bytecodes of its `rmtree`) cut that clean-up short.
+/// them all; returns how many were removed. The CLI calls it when an interrupt
+/// has unwound: a signal that landed inside a clean-up (between two bytecodes
+/// of its `rmtree`) cut that clean-up short.
 pub fn remove_all() -> usize {
-    let scratch = std::mem::take(&mut *SCRATCH.lock().unwrap_or_else(|e| e.into_inner()));
-    scratch.into_iter().filter(|path| std::fs::remove_dir_all(path).is_ok()).count()
+    sweep(&mut scratch())
 }
 
 #[cfg(unix)]
@@ -138,7 +150,9 @@ mod imp {
                 }
                 std::thread::sleep(grace);
                 let sig = SIGNALLED.load(Ordering::SeqCst);
-                super::remove_all();
+                // The registry stays locked until the exit: no directory can be made after the sweep.
+                let mut registry = super::scratch();
+                super::sweep(&mut registry);
                 let what: &[u8] = if sig == libc::SIGINT { b"\ninterrupted (partial outputs removed)\n" } else { b"\nterminated (partial outputs removed)\n" };
                 unsafe {
                     libc::write(2, what.as_ptr() as *const libc::c_void, what.len());
