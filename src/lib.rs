@@ -731,12 +731,7 @@ fn arm_interrupt_watchdog(grace_ms: u64) -> PyResult<()> {
     watchdog::arm(std::time::Duration::from_millis(grace_ms)).map_err(PyRuntimeError::new_err)
 }
 
-/// A scratch directory the backstop removes if it ends the process.
-#[pyfunction]
-fn register_scratch(path: std::path::PathBuf) {
-    watchdog::register(path);
-}
-
+/// Forgets a scratch directory without removing it (it holds a finished output now).
 #[pyfunction]
 fn unregister_scratch(path: std::path::PathBuf) {
     watchdog::unregister(&path);
@@ -768,7 +763,7 @@ fn remove_scratch(path: std::path::PathBuf) -> bool {
     watchdog::remove(&path)
 }
 
-/// Removes every scratch directory still registered (see `register_scratch`)
+/// Removes every scratch directory still registered (see `create_scratch`)
 /// and forgets them; returns how many were there to remove.
 #[pyfunction]
 fn remove_registered_scratch() -> usize {
@@ -812,7 +807,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lower_training_json, m)?)?;
     m.add_function(wrap_pyfunction!(run_graph_columns, m)?)?;
     m.add_function(wrap_pyfunction!(arm_interrupt_watchdog, m)?)?;
-    m.add_function(wrap_pyfunction!(register_scratch, m)?)?;
     m.add_function(wrap_pyfunction!(unregister_scratch, m)?)?;
     m.add_function(wrap_pyfunction!(create_scratch, m)?)?;
     m.add_function(wrap_pyfunction!(remove_scratch, m)?)?;

@@ -20,11 +20,7 @@ fn scratch() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
     SCRATCH.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Scratch directories the backstop removes before it ends the process.
-pub fn register(path: PathBuf) {
-    scratch().push(path);
-}
-
+/// Forgets `path` (made by `create`) without removing it.
 pub fn unregister(path: &std::path::Path) {
     scratch().retain(|p| p != path);
 }

@@ -94,15 +94,12 @@ def run_graph_columns(
 def arm_interrupt_watchdog(grace_ms: int) -> None:
     """After the first Ctrl-C or SIGTERM, ends the process `grace_ms` later if it is still alive."""
 
-def register_scratch(path: Union[str, PathLike[str]]) -> None:
-    """A scratch directory the watchdog removes if it ends the process."""
-
 def unregister_scratch(path: Union[str, PathLike[str]]) -> None:
-    """Forgets a directory given to `register_scratch`."""
+    """Forgets a directory made by `create_scratch`, without removing it (it holds a finished output now)."""
 
 def create_scratch(path: Union[str, PathLike[str]], mode: int = 0o777) -> None:
     """Makes the directory `path` (`mode` less the umask; not its parents) and registers
-    it with `register_scratch`, in one call no Python signal handler interrupts.
+    it for removal (see `remove_registered_scratch`), in one call no Python signal handler interrupts.
     OSError (FileExistsError, ...) as os.mkdir."""
 
 def remove_scratch(path: Union[str, PathLike[str]]) -> bool:
@@ -110,7 +107,7 @@ def remove_scratch(path: Union[str, PathLike[str]]) -> bool:
     and forgets it, in one call no Python signal handler interrupts."""
 
 def remove_registered_scratch() -> int:
-    """Removes every directory still registered with `register_scratch` (those
+    """Removes every directory made by `create_scratch` and not yet removed or forgotten (those
     there) and forgets them all; returns how many it removed."""
 
 def tbf_transit(sent_ns: list[int], sender: list[int], receiver: list[int], wire_bytes: list[float],
