@@ -175,8 +175,9 @@ def scratch_directory(prefix: str, parent: "str | os.PathLike[str] | None" = Non
 def remove_leftover_scratch() -> int:
     """Removes every scratch directory of this process that is still there
     (registered and not yet forgotten) and returns how many. The CLI calls it
-    when an interrupt has unwound: Ctrl-C lands between two bytecodes, and one
-    that lands inside a clean-up (shutil.rmtree is Python) cuts it short."""
+    when an interrupt has unwound: Ctrl-C lands between two bytecodes, so one
+    that lands after a directory is made and before the `try` that removes it,
+    or in a `finally` before its removal call, skips that removal."""
     from . import _core
 
     return _core.remove_registered_scratch()
