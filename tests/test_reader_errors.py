@@ -560,7 +560,7 @@ def test_scenario_profile_name_too_long(tmp_path):
 
     (tmp_path / "s.toml").write_text('[model]\nname = "lenet5"\nprofile = "' + "p" * 5000 + '.csv"\n')
     scenario = load_scenario(tmp_path / "s.toml")
-    with pytest.raises(ModelError, match="cannot use as a profile file .*too long"):
+    with pytest.raises(ModelError, match="cannot read the profile file .*too long"):
         build_model(scenario.model, scenario.base_dir)
 
 

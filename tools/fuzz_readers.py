@@ -13,7 +13,8 @@ Input ``i`` of seed ``S`` is a pure function of ``(S, i)``: a target (the
 reader), one of its samples and 1-4 mutations, some structure-aware (a number
 becomes 1e30 / NaN / inf / -1 / a huge integer, a value changes type, a value
 is nested 5,000 deep, a key or line is removed or duplicated) and some blind
-(bit flips, truncation, byte insertion). Workers write the input to a scratch
+(bit flips, truncation, byte insertion), and now and then a file made a FIFO
+with no writer (a reader must refuse it, not wait on it). Workers write the input to a scratch
 directory and run the reader on it. An input passes when the reader returns or
 raises one of ddlsim's own errors (:mod:`ddlsim.errors`) other than
 ``InternalError``; anything else - another exception, a MemoryError under the
@@ -561,8 +562,13 @@ def _parquet_variant(seed: int, sample_number: int, name: str, variant: int, dat
     return _PARQUET_VARIANTS[key]
 
 
+#: a file of an input that is written as a FIFO (named pipe) with nothing on its other end, not as a regular file
+FIFO = None
+
+
 def make_input(samples: dict[str, list[dict[str, bytes]]], seed: int, index: int) -> tuple[str, dict[str, bytes], list[str]]:
-    """(target, files, mutations applied) of input ``index``: a pure function of (seed, index)."""
+    """(target, files, mutations applied) of input ``index``: a pure function of (seed, index). A file whose data is
+    :data:`FIFO` is made a FIFO."""
     rng = random.Random(f"{seed}:{index}")
     target = TARGETS[index % len(TARGETS)]
     sample_number = rng.randrange(len(samples[target]))
@@ -572,6 +578,12 @@ def make_input(samples: dict[str, list[dict[str, bytes]]], seed: int, index: int
     for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4))):
         name = rng.choice(sorted(files))
         data = files[name]
+        if data is FIFO:
+            continue
+        if rng.random() < 0.02:  # the file a FIFO: a reader that opens it without a check blocks for ever
+            files[name] = FIFO
+            applied.append(f"fifo {name}")
+            continue
         if name.endswith(".parquet"):
             if rng.random() < 0.7 and data is sample[name]:
                 # structure-aware changes of a sample's table, from a pool of 4096 per seed (made once each:
@@ -724,7 +736,10 @@ def _write_files(directory: Path, files: dict[str, bytes]) -> None:
     for name, data in files.items():
         path = directory / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        if data is FIFO:
+            os.mkfifo(path)
+        else:
+            path.write_bytes(data)
 
 
 def _vm_bytes() -> int:

@@ -40,22 +40,9 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
 from .errors import DdlsimError
+from .inputs import kind_of as _kind
 
 _NEW_FILE_MODE = 0o644
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
 
 
 def _why(exc: OSError) -> str:

@@ -82,14 +82,10 @@ class EventLogFile:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from ..trace.parquet import _check_version, _parse_metadata
+        from ..trace.parquet import _check_version, _parse_metadata, event_log_file
         from ..trace.schema import COLUMNS, EXTENSION_PREFIX
 
-        self.path = Path(path)
-        if not self.path.exists():
-            raise TraceError(f"{self.path}: no such event log file")
-        if self.path.is_dir():
-            raise TraceError(f"{self.path}: is a directory, expected an event-log Parquet file")
+        self.path = event_log_file(path)
         try:
             self.parquet = pq.ParquetFile(self.path)
         except (pa.ArrowException, OSError) as err:

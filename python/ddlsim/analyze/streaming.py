@@ -35,6 +35,7 @@ import pandas as pd
 
 from .analysis import Analysis
 from .breakdown import PARTS, covered, merge_intervals
+from ..trace.parquet import event_log_file
 from .scan import EventLogFile
 
 STREAM_ABOVE_ROWS = 2_000_000  # `ddlsim analyze` streams Parquet logs with more rows than this (unless told)
@@ -57,6 +58,7 @@ def open_analysis(path: str | Path, *, stream: bool | None = None, iteration: in
 
             raise DdlsimError(f"{path}: SketchDLC traces are read in memory; --stream / --iteration need a Parquet event log")
         return Analysis(path, name=name)
+    event_log_file(path)  # before any reader opens it: a FIFO would block pyarrow for ever
     if stream is None:
         stream = iteration is not None or _parquet_rows(path) > STREAM_ABOVE_ROWS
     return StreamedAnalysis(path, iteration=iteration, name=name) if stream else Analysis(path, name=name)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import TraceError
+from ..inputs import input_file
 
 SIDECAR_SUFFIX = ".ddp.json"
 EVENTS_FILE = "events.parquet"
@@ -41,6 +42,12 @@ def read_sidecars(out_dir: str | Path) -> list[dict]:
                    key=lambda p: int(p.name.split(".")[0]) if p.name.split(".")[0].isdigit() else 1 << 30)
     facts: list[dict] = []
     for path in found:
+        try:
+            input_file(path, "DDP capture facts file", "delete it to merge without the bucket table", error=TraceError)
+        except TraceError:  # a FIFO or a directory there: unreadable, as below (never opened: a FIFO would block)
+            if facts:
+                continue
+            raise
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:

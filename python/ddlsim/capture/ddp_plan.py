@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DdlsimError
+from ..inputs import input_file
 
 ENTRIES = ("best", "ddp", "mg_wfbp")
 ONE_BYTE_MB = 1.0 / (1 << 20)  # bucket_cap_mb that leaves every parameter in a bucket of its own
@@ -46,11 +47,10 @@ ONE_BYTE_MB = 1.0 / (1 << 20)  # bucket_cap_mb that leaves every parameter in a 
 
 def load_plan(path: str | Path) -> dict:
     """The plan JSON at `path`, checked to be a ``ddlsim plan`` result."""
-    path = Path(path)
+    path = input_file(path, "plan", "give the JSON file that ddlsim plan ... --out wrote", label=f"--plan {path}",
+                      missing=f"--plan {path}: no such file; write one with ddlsim plan ... --out {path}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DdlsimError(f"--plan {path}: no such file; write one with ddlsim plan ... --out {path}") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise DdlsimError(f"--plan {path}: not a readable JSON plan ({exc}); write one with ddlsim plan --out") from None
     if not isinstance(data, dict) or data.get("ddlsim_plan") != 1:

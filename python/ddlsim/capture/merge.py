@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import TraceError
+from ..inputs import input_file
 from .recorder import FILE_SUFFIX
 
 _INT_DEFAULTS = {"iteration": -1, "layer": -1, "tensor": -1, "group": -1, "slice": -1, "peer": -1, "message": -1,
@@ -39,6 +40,7 @@ def read_rank_file(path: Path) -> tuple[dict, list[dict], Optional[dict], bool]:
     rows: list[dict] = []
     end: Optional[dict] = None
     torn = False
+    input_file(path, "capture file", "remove it, or capture again", error=TraceError)
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")

@@ -41,6 +41,7 @@ def merge(
     from ..capture.merge import merge_capture
     from ..capture.recorder import FILE_SUFFIX
     from ..errors import DdlsimError
+    from ..inputs import input_file
     from ..safe_io import check_file_target
     from ..trace import write_event_log
 
@@ -48,8 +49,10 @@ def merge(
     read = [*capture_dir.glob(f"*{FILE_SUFFIX}"), *capture_dir.glob(f"*{SIDECAR_SUFFIX}"), config or capture_dir / "job.json"]
     check_file_target(target, inputs=read)  # never a directory, a device or the files merged
     job_file = config or capture_dir / "job.json"
-    if config is not None and not config.is_file():
-        raise DdlsimError(f"--config {config}: no such file; give the job.json the ranks were started with")
+    if config is not None or os.path.lexists(job_file):  # a FIFO there would block the read below
+        input_file(job_file, "job description", "give the job.json the ranks were started with",
+                   label=f"--config {config}" if config is not None else None,
+                   missing=f"--config {config}: no such file; give the job.json the ranks were started with")
     try:
         job = json.loads(job_file.read_text(encoding="utf-8")) if job_file.is_file() else {}
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, > 4300 digits

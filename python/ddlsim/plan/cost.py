@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from ..errors import PlanError
+from ..inputs import input_file
 from ..simulation import algorithms as _registry
 from ..simulation.algorithms import AllReduceCost
 
@@ -233,8 +234,8 @@ def read_table(path: str | Path, workers: Optional[int] = None, time_unit: str =
         raise PlanError(f"time unit {time_unit!r}: choose one of {', '.join(TIME_UNITS_NS)}")
     if workers is not None and not 1 <= workers <= _MAX_WORKERS:
         raise PlanError(f"workers must be from 1 to {_MAX_WORKERS}, got {workers}")
-    if not path.is_file():
-        raise PlanError(f"{path}: file not found; give osu_allreduce output or a CSV size,time[,workers]")
+    input_file(path, "microbenchmark table", "give osu_allreduce output or a CSV size,time[,workers]", error=PlanError,
+               missing=f"{path}: file not found; give osu_allreduce output or a CSV size,time[,workers]")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -453,8 +454,8 @@ class CostModel:
     @classmethod
     def load(cls, path: str | Path) -> "CostModel":
         path = Path(path)
-        if not path.is_file():
-            raise PlanError(f"{path}: cost model file not found; write one with `ddlsim fit TABLE --out {path}`")
+        input_file(path, "cost model file", "give the JSON file that `ddlsim fit TABLE --out FILE` wrote", error=PlanError,
+                   missing=f"{path}: cost model file not found; write one with `ddlsim fit TABLE --out {path}`")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:  # ValueError: bad JSON, an integer of > 4300 digits

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DdlsimError
+from ..inputs import input_file
 
 CLASSES = ("step", "forward", "backward")
 # trial columns (benchmarks/idle_wake.py --out): the wait and each class's time
@@ -65,6 +66,7 @@ def read_curve(path: str | Path) -> dict[str, Any]:
     Bad input: a :class:`DdlsimError` naming the file, the row or field, and the fix."""
     path = Path(path)
     fix = "give the CSV that benchmarks/idle_wake.py --out writes"
+    input_file(path, "idle curve", fix)
     try:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..errors import DdlsimError
+from ..inputs import input_file
 from .scenario import Scenario, scenario_from_dict, with_overrides
 
 # What the recorded layer times already contain, so a replay must not apply it again.
@@ -51,9 +52,8 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     message_times = check_message_times(overrides.pop("message_times", None))
     if isinstance(jobs, str):  # one job's name (not its characters)
         jobs = [jobs]
-    if not path.is_file():
-        raise DdlsimError(f"{path}: event log not found; give the events.parquet of a run (ddlsim simulate --out, a capture, "
-                          "or ddlsim convert)")
+    input_file(path, "event log", "give the events.parquet of a run (ddlsim simulate --out, a capture, or ddlsim "
+               "convert)")
     if path.suffix != ".parquet":
         raise DdlsimError(f"{path}: replay reads an event log in Parquet; convert other formats first: "
                           f"ddlsim convert {path} {path.with_suffix('.parquet').name}")

@@ -76,6 +76,7 @@ from pydantic import (
 )
 
 from ..errors import ScenarioError
+from ..inputs import input_file
 from ..units import format_bytes, parse_bandwidth, parse_duration_ns, parse_size_bytes
 
 if sys.version_info >= (3, 11):
@@ -1502,8 +1503,7 @@ def scenario_from_dict(data: dict[str, Any], origin: str = "scenario") -> Scenar
 def read_scenario_toml(path: str | Path) -> dict[str, Any]:
     """A scenario file's TOML as a dict; ScenarioError (one line naming the file) when it cannot be read."""
     path = Path(path)
-    if not path.is_file():
-        raise ScenarioError(f"{path}: scenario file not found")
+    input_file(path, "scenario file", error=ScenarioError)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from ..errors import DdlsimError
+from ..inputs import input_file
 from ..simulation.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -91,6 +92,8 @@ class ResultStore:
 
     def get(self, key: str) -> Optional[dict[str, Any]]:
         path = self._path(key)
+        if os.path.lexists(path):  # a FIFO there would block the read
+            input_file(path, "results cache entry", "choose another --cache")
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -225,7 +228,8 @@ class RunDataset:
     # -- reading
 
     def read_manifest(self) -> dict[str, Any]:
-        path = self.directory / MANIFEST
+        path = input_file(self.directory / MANIFEST, "sweep manifest", "run the sweep again to rewrite it",
+                          missing=f"{self.directory / MANIFEST}: not found; is {self.directory} the --out of a ddlsim sweep?")
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:

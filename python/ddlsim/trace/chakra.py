@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import TraceError
+from ..inputs import input_file
 from .parquet import atomic_output
 from .subset import collective_steps, redirect_deps
 from .schema import COLUMN_NAMES, EventLog, event_log_from_arrays, iter_rows, rows_to_columns, validate_event_log
@@ -447,6 +448,7 @@ def read_chakra(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     rows: list[dict[str, Any]] = []
     metadata: dict[str, Any] = {"source": "chakra", "files": [str(p) for p in files.values()]}
     for rank, path in files.items():
+        input_file(path, "Chakra file", "give the <prefix>.<rank>.et files an exporter wrote", error=TraceError)
         try:
             data = path.read_bytes()
         except OSError as err:

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import TraceError
+from ..inputs import input_file
 from .jsontext import parse_json, short_repr
 from .parquet import atomic_output
 from .subset import collective_steps, redirect_deps
@@ -245,8 +246,8 @@ def find_kineto_files(source: str | os.PathLike[str] | Iterable[str | os.PathLik
 
 
 def _load_json(path: Path) -> Any:
-    if not path.is_file():
-        raise TraceError(f"{path}: no such Kineto trace file")
+    input_file(path, "Kineto trace file", "give the JSON traces torch.profiler wrote (or a directory of them)",
+               error=TraceError, missing=f"{path}: no such Kineto trace file")
     try:
         if path.name.endswith(".gz"):
             with gzip.open(path, "rt", encoding="utf-8") as stream:

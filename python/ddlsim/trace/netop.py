@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import TraceError
+from ..inputs import input_file
 from .schema import EventLog, event_log_from_arrays, rows_to_columns
 
 _SHORT_DEVICE = re.compile(r"^(?P<job>worker|ps|server)[_:-]?(?P<task>\d{1,9})$", re.IGNORECASE)
@@ -58,8 +59,8 @@ def _device(text: str, where: str, field: str) -> tuple[str, int]:
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise TraceError(f"{path}: no such trace file")
+    input_file(path, "trace file", "give the simulator's trace text file", error=TraceError,
+               missing=f"{path}: no such trace file")
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:

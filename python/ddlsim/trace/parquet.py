@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import TraceError
+from ..inputs import input_file
 from ..safe_io import atomic_file
 from .jsontext import parse_json
 from .schema import (
@@ -203,7 +204,7 @@ def read_side_table(path: str | os.PathLike[str], name: str) -> pa.Table | None:
     names none."""
     from .schema import _side_table
 
-    path = Path(path)
+    path = event_log_file(path)
     raw = pq.read_schema(path).metadata or {}
     file = _parse_side_tables(raw, path).get(name)
     if file is None:
@@ -212,10 +213,9 @@ def read_side_table(path: str | os.PathLike[str], name: str) -> pa.Table | None:
 
 
 def _read_side(path: Path, name: str, file: str) -> pa.Table:
-    side_path = path.with_name(file)
-    if not side_path.exists():
-        raise TraceError(f"{path}: names its {name} table {file}, but {side_path} does not exist; "
-                         "copy the side tables along with the events file")
+    side_path = input_file(path.with_name(file), f"{name} table", "copy the side tables along with the events file",
+                           error=TraceError, missing=f"{path}: names its {name} table {file}, but "
+                           f"{path.with_name(file)} does not exist; copy the side tables along with the events file")
     try:
         return _names_checked(pq.read_table(side_path).replace_schema_metadata(None), side_path)
     except (pa.ArrowException, OSError) as err:
@@ -249,11 +249,15 @@ def _parse_side_tables(raw: Mapping[bytes, bytes], path: Path) -> dict[str, str]
     return value
 
 
+def event_log_file(path: str | os.PathLike[str]) -> Path:
+    """`path` if it is a regular file; a TraceError naming what it is otherwise (missing, a directory, a FIFO...:
+    :func:`ddlsim.inputs.input_file`)."""
+    return input_file(path, "event-log Parquet file", "give the events.parquet of a run (ddlsim simulate --out, a "
+                      "capture, or ddlsim convert)", error=TraceError, missing=f"{path}: no such event log file")
+
+
 def _read_table(path: Path) -> pa.Table:
-    if not path.exists():
-        raise TraceError(f"{path}: no such event log file")
-    if path.is_dir():
-        raise TraceError(f"{path}: is a directory, expected an event-log Parquet file")
+    event_log_file(path)
     try:
         return _names_checked(pq.read_table(path), path)
     except (pa.ArrowException, OSError) as err:
@@ -283,7 +287,7 @@ def _check_version(raw: Mapping[bytes, bytes], path: Path, table: pa.Table) -> i
 
 def read_log_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The metadata of an event log file (its footer only; no rows are read)."""
-    path = Path(path)
+    path = event_log_file(path)
     try:
         schema = pq.read_schema(path)
     except (OSError, pa.ArrowInvalid) as err:

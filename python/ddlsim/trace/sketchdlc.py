@@ -93,6 +93,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
+from ..inputs import input_file
 from .parquet import atomic_output
 from .schema import (
     PS_OPS,
@@ -517,8 +518,8 @@ def _expand_paths(paths: Any) -> list[Path]:
 
 
 def _parse_file(path: Path) -> _NodeFile:
-    if not path.is_file():
-        raise TraceError(f"{path}: no such SketchDLC file")
+    input_file(path, "SketchDLC file", "give one text file per node (w0.txt, s0.txt, ...) or their directory",
+               error=TraceError, missing=f"{path}: no such SketchDLC file")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..errors import ScenarioError
+from ..inputs import input_file
 
 Points = tuple[tuple[int, float], ...]
 
@@ -195,10 +196,8 @@ def read_cdf_csv(path: str | Path) -> Points:
     error is a :class:`~ddlsim.errors.ScenarioError` of one line naming the
     file (and line) and the fix. Only text is read: nothing is evaluated."""
     path = Path(path)
-    if not path.exists():
-        raise ScenarioError(f"{path}: flow-size CDF file not found; give a CSV with {CSV_FORM}, or 'websearch' / 'datamining'")
-    if not path.is_file():
-        raise ScenarioError(f"{path}: not a regular file; a flow-size CDF is a CSV file with {CSV_FORM}")
+    input_file(path, "flow-size CDF file", f"give a CSV with {CSV_FORM}, or 'websearch' / 'datamining'",
+               error=ScenarioError)
     try:
         with path.open(newline="", encoding="utf-8") as fh:
             rows = list(_rows(path, fh))

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from ..errors import ModelError
+from ..inputs import input_file
 from .model import Model
 
 REQUIRED = ("layer", "fwd_ms", "bwd_ms")
@@ -25,13 +26,8 @@ def apply_profile(model: Model, path: str | Path, optional: set[str] | frozenset
     are milliseconds per iteration at the profiled batch size. `job`: of an
     event log of several jobs, only that job's rows.
     """
-    path = Path(path)
-    try:
-        found = path.is_file()
-    except OSError as exc:  # e.g. a name too long for the file system
-        raise ModelError(f"{str(path)[:200]}: cannot use as a profile file ({exc.strerror or exc})") from None
-    if not found:
-        raise ModelError(f"{path}: profile file not found; give a CSV with columns {', '.join(REQUIRED)} or an event log (.parquet)")
+    path = input_file(path, "profile file", f"give a CSV with columns {', '.join(REQUIRED)} or an event log (.parquet)",
+                      error=ModelError)
     times = layer_times_from_log(path, job=job) if path.suffix == ".parquet" else _read_csv(path)
     return _with_times(model, times, path, optional)
 
