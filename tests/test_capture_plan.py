@@ -45,7 +45,7 @@ def hand_plan(groups) -> dict:
 def applied(tmp_path_factory):
     out = tmp_path_factory.mktemp("apply") / "run"
     result = CliRunner().invoke(app, ["plan", "--apply", str(out), "--model", "lenet5", "--workers", "2",
-                                      "--capture-iterations", "3", "--batch-size", "4", "--json"])
+                                      "--capture-iterations", "3", "--batch-size", "4", "--repeats", "2", "--json"])
     assert result.exit_code == 0, result.output
     return out, json.loads(result.stdout)
 
@@ -53,10 +53,21 @@ def applied(tmp_path_factory):
 def test_apply_reports_the_logs_own_iteration_means_and_the_plans_predictions(applied):
     out, report = applied
     assert json.loads((out / "apply.json").read_text()) == report
+    # two pairs, the second in the other order, in directories of their own
+    assert report["repeats"] == 2 and report["order"] == ["before", "after", "after-2", "before-2"]
+    assert sorted(p.name for p in out.iterdir()) == ["after", "after-2", "apply.json", "before", "before-2", "plan.json"]
+    sides = {}
     for side in ("before", "after"):
-        log = read_event_log(out / side / "events.parquet")
-        mean = iteration_mean(iteration_arrays(log), log.metadata)
-        assert report[side]["mean_s"] == mean["mean_s"] and report["measured"][f"{side}_s"] == mean["mean_s"]
+        means = []
+        for name in (side, f"{side}-2"):
+            log = read_event_log(out / name / "events.parquet")
+            means.append(iteration_mean(iteration_arrays(log), log.metadata)["mean_s"])
+        sides[side] = means
+        assert report[side]["mean_s"] == means[0] and report[side]["means_s"] == means
+        assert report[side]["captures"] == [str(out / side / "events.parquet"), str(out / f"{side}-2" / "events.parquet")]
+        assert report["measured"][f"{side}_s"] == pytest.approx((means[0] + means[1]) / 2, rel=1e-15)
+        assert report[side]["spread_pct"] == pytest.approx(abs(means[0] - means[1]) / ((means[0] + means[1]) / 2) * 100)
+    assert report["measured"]["pair_gains"] == pytest.approx([1 - a / b for a, b in zip(sides["after"], sides["before"])])
     plan = json.loads((out / "plan.json").read_text())
     entry = report["entry"]
     # the predicted "before" is the replay of the "before" capture, to the last digit (the plan simulates the job as
@@ -205,3 +216,42 @@ def test_ddps_own_buckets_built_for_a_contiguous_plan_are_the_plans_groups(appli
     # the capture measured its ring's rate on its links (replay takes it): two sizes, the larger slower
     assert log.metadata["allreduce_rate_bps"] > 0 and log.metadata["allreduce_rate_sizes"] == [2 << 20, 8 << 20]
     assert log.metadata["parameter_sha256"] == before.metadata["parameter_sha256"]
+
+
+def test_the_pairs_alternate_their_order_and_each_holds_one_capture_of_each_side():
+    from ddlsim.plan.apply import capture_dir_name, capture_order
+
+    for repeats in range(1, 9):
+        order = capture_order(repeats)
+        assert order[:2] == [("before", 1), ("after", 1)]  # the plan is made from the first capture, DDP's default
+        assert sorted(order) == sorted((side, k) for k in range(1, repeats + 1) for side in ("before", "after"))
+        for k in range(1, repeats + 1):  # pair k's two captures run one after the other, before first in odd pairs
+            i = order.index(("before", k))
+            assert order[i + (1 if k % 2 else -1)] == ("after", k)
+        # a drift that is linear in time falls on both sides alike over each two pairs: the positions balance
+        if repeats % 2 == 0:
+            assert sum(i for i, (side, _) in enumerate(order) if side == "before") == \
+                sum(i for i, (side, _) in enumerate(order) if side == "after")
+        names = [capture_dir_name(side, k) for side, k in order]
+        assert len(set(names)) == len(names) and "before" in names and "after" in names
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_apply_refuses_fewer_than_one_pair(value, tmp_path):
+    result = CliRunner().invoke(app, ["plan", "--apply", str(tmp_path / "x"), "--model", "lenet5", "--repeats", value])
+    assert isinstance(result.exception, DdlsimError) and "--repeats" in str(result.exception)
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_sign_test_is_the_share_of_all_sign_patterns_at_least_as_uneven():
+    import itertools
+
+    from ddlsim.plan.apply import sign_test_p
+
+    for pairs in range(1, 13):
+        patterns = list(itertools.product((0, 1), repeat=pairs))  # every outcome of fair coins, brute force
+        for faster in range(pairs + 1):
+            uneven = abs(2 * faster - pairs)
+            expected = sum(abs(2 * sum(p) - pairs) >= uneven for p in patterns) / len(patterns)
+            assert sign_test_p(faster, pairs) == pytest.approx(expected, rel=1e-12), (faster, pairs)
+    assert sign_test_p(0, 0) == 1.0

@@ -716,6 +716,9 @@ def plan(
         None, "--apply", help="Capture the DDP job (default buckets), plan from it, capture again with the plan, and "
         "report measured against predicted gain; writes before/, after/, plan.json and apply.json in this new directory."),
     capture_iterations: int = typer.Option(6, "--capture-iterations", help="With --apply: iterations of each capture."),
+    repeats: int = typer.Option(
+        3, "--repeats", help="With --apply: before/after capture pairs, their order alternated (before-K/, after-K/ for "
+        "K >= 2); the measured gain is of the means over the pairs, printed with each pair's gain and the spread."),
     plan_entry: str = typer.Option("best", "--plan-entry", help="With --apply: best | ddp | mg_wfbp (see capture ddp --plan)."),
     job_groupings: str = typer.Option(
         "plan", "--job-groupings", help="Several jobs ([[job]]): plan (each job's fastest plan) or keep (each job's own)."),
@@ -731,7 +734,7 @@ def plan(
                               "--profile, --cost-model and --out")
         _plan_apply(apply_dir, model=model or "resnet18", workers=workers or 2, bandwidth=bandwidth,
                     batch_size=batch_size or 8, iterations=capture_iterations, entry=plan_entry, as_json=as_json,
-                    plan_options={"latency": latency, "network": network, "algorithm": algorithm})
+                    repeats=repeats, plan_options={"latency": latency, "network": network, "algorithm": algorithm})
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -838,7 +841,7 @@ def plan(
 
 
 def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optional[str], batch_size: int, iterations: int,
-                entry: str, as_json: bool, plan_options: dict) -> None:
+                entry: str, as_json: bool, repeats: int, plan_options: dict) -> None:
     """`ddlsim plan --apply`: see :mod:`ddlsim.plan.apply`."""
     import importlib.util
 
@@ -853,8 +856,10 @@ def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optiona
     from ..safe_io import check_directory_target
 
     check_directory_target(apply_dir, option="--apply")
+    if repeats < 1:
+        raise DdlsimError(f"--repeats {repeats}: give the number of before/after capture pairs, 1 or more")
     report = apply_plan(apply_dir, model=model, workers=workers, iterations=iterations, batch_size=batch_size,
-                        bandwidth=bandwidth, entry=entry, plan_options=plan_options,
+                        bandwidth=bandwidth, entry=entry, plan_options=plan_options, repeats=repeats,
                         on_step=lambda text: err.print(text, highlight=False))
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
@@ -865,10 +870,24 @@ def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optiona
               highlight=False)
     out.print(f"predicted: {p['before_s'] * 1e3:.1f} -> {p['after_s'] * 1e3:.1f} ms per iteration ({-p['gain']:+.1%}; "
               "before = ddlsim replay of the before capture)", highlight=False)
+    b, a = report["before"], report["after"]
+    if repeats == 1:
+        how = a["definition"]
+    else:
+        how = (f"mean of {repeats} pairs in alternating order, each capture's {a['definition']}; per pair "
+               + ", ".join(f"{-g:+.1%}" for g in m["pair_gains"])
+               + f"; spread of the captures' means: before {b['spread_pct']:.0f} %, after {a['spread_pct']:.0f} %")
     out.print(f"measured:  {m['before_s'] * 1e3:.1f} -> {m['after_s'] * 1e3:.1f} ms per iteration ({-m['gain']:+.1%}; "
-              f"{report['after']['definition']})", highlight=False)
-    out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'plan.json'}, {apply_dir / 'before'}, {apply_dir / 'after'}",
-              highlight=False)
+              f"{how})", highlight=False)
+    if repeats > 1:
+        faster, slower, p_value = m["pairs_faster"], m["pairs_slower"], m["sign_test_p"]
+        verdict = (f"the plan made the job {'faster' if faster > slower else 'slower'} (sign test p = {p_value:.3g})"
+                   if p_value < 0.05 else
+                   f"not resolved at this noise (sign test p = {p_value:.2g}; 6 pairs or more can resolve p < 0.05)")
+        out.print(f"pairs: the plan faster in {faster} of {len(m['pair_gains'])}, slower in {slower}: {verdict}",
+                  highlight=False)
+    out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'plan.json'} and the captures "
+              f"{', '.join(str(apply_dir / name) for name in report['order'])}", highlight=False)
 
 
 @app.command()

@@ -6,9 +6,14 @@ measured gain beside the predicted one.
    (``profile = DIR/before/events.parquet``), the same model and worker count, and the link rate given (the same
    rate the captures are shaped to, when one is given).
 3. ``DIR/after``: the same job with the plan applied (:mod:`ddlsim.capture.ddp_plan`).
-4. ``DIR/apply.json``: measured mean iteration of both captures (one definition:
-   :func:`ddlsim.analyze.breakdown.iteration_mean`), the plan's predictions for the job as captured in step 1 and
-   for the applied entry, and both gains. The plan simulates the capture as ``ddlsim replay`` does (the same
+4. With ``repeats`` R > 1, R − 1 more pairs, ``DIR/before-K`` and ``DIR/after-K`` (K = 2..R), the two orders
+   alternated so that a drift of the machine's speed falls on both sides alike (before, after | after, before |
+   before, after ...): on a shared machine one capture's mean moves by more than a plan's gain from one run to the
+   next (docs/planning.md).
+5. ``DIR/apply.json``: measured mean iteration of every capture (one definition:
+   :func:`ddlsim.analyze.breakdown.iteration_mean`), their mean per side over the pairs and its spread
+   ((max − min) / mean), each pair's gain, the plan's predictions for the job as captured in step 1 and for the
+   applied entry, and both gains (measured: of the two sides' means over the pairs). The plan simulates the capture as ``ddlsim replay`` does (the same
    scenario, :func:`ddlsim.simulation.replay.replay_plan`), so the predicted "before" is the replay of step 1 to
    the last digit: its own buckets, framework gaps, optimizer step, wait for the slower rank, and the ring's rate
    while training.
@@ -33,12 +38,43 @@ def _measured(log) -> dict:
     return {"mean_s": mean["mean_s"], "iterations": mean["iterations"], "times_s": used, "definition": mean["definition"]}
 
 
+def _spread_pct(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return (max(values) - min(values)) / mean * 100 if len(values) > 1 and mean > 0 else 0.0
+
+
+def sign_test_p(faster: int, pairs: int) -> float:
+    """Two-sided exact sign test: the chance, were the plan without effect (each pair's sign a fair coin), of a
+    split at least as uneven as `faster` of `pairs` (ties are not pairs)."""
+    from math import comb
+
+    if pairs <= 0:
+        return 1.0
+    tail = min(faster, pairs - faster)
+    return min(1.0, 2 * sum(comb(pairs, i) for i in range(tail + 1)) / 2 ** pairs)
+
+
+def capture_order(repeats: int) -> list[tuple[str, int]]:
+    """The captures in the order they run: (side, pair number from 1), the pairs' two orders alternated (before,
+    after | after, before | ...); the plan is made between the first two."""
+    order = []
+    for k in range(1, repeats + 1):
+        order += [("before", k), ("after", k)] if k % 2 else [("after", k), ("before", k)]
+    return order
+
+
+def capture_dir_name(side: str, pair: int) -> str:
+    """``before`` / ``after`` for the first pair, ``before-K`` / ``after-K`` for pair K."""
+    return side if pair == 1 else f"{side}-{pair}"
+
+
 def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2, iterations: int = 6,
                batch_size: int = 8, image_size: int = 32, bandwidth: Optional[str] = None, entry: str = "best",
-               seed: int = 0, timeout_s: float = 600.0, plan_options: Optional[dict] = None,
+               seed: int = 0, timeout_s: float = 600.0, plan_options: Optional[dict] = None, repeats: int = 1,
                on_step: Optional[Callable[[str], None]] = None) -> dict:
-    """Runs the four steps of the module docstring in `out_dir` (created; must not hold a capture) and returns the
-    report written to ``apply.json``. `plan_options` go to :func:`~ddlsim.plan.planner.make_plan` (e.g. latency)."""
+    """Runs the steps of the module docstring in `out_dir` (created; must not hold a capture) and returns the
+    report written to ``apply.json``. `plan_options` go to :func:`~ddlsim.plan.planner.make_plan` (e.g. latency);
+    `repeats`: before/after pairs (``ddlsim plan --apply --repeats``)."""
     from ..capture.ddp import job_config
     from ..capture.ddp_plan import captured_groups, job_plan_config
     from ..capture.ddp_run import run_ddp_capture
@@ -58,30 +94,52 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
         raise DdlsimError(f"ddlsim plan --apply: {exc}") from None
     if iterations < 2:
         raise DdlsimError("ddlsim plan --apply: --capture-iterations must be at least 2 (the first is a warm-up)")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise DdlsimError(f"ddlsim plan --apply: --repeats must be a whole number of before/after pairs >= 1, got {repeats!r}")
     out.mkdir(parents=True, exist_ok=True)
 
-    step(f"1/3 capturing {model} with DDP's default {DEFAULT_BUCKET_CAP_MB:g} MB buckets")
-    before_log, failure = run_ddp_capture(base, workers, out / "before", timeout_s=timeout_s, bandwidth_bps=rate)
-    if failure is not None:
-        raise DdlsimError(f"the capture before the plan failed: {failure}")
+    order = capture_order(repeats)
+    total = len(order) + 1  # the captures and the plan
+    logs: dict[tuple[str, int], object] = {}
+    config = data = chosen = path = None
+    for number, (side, pair) in enumerate(order, start=1):
+        shown = number + (number > 1)  # the plan is step 2
+        where = out / capture_dir_name(side, pair)
+        if side == "before":
+            step(f"{shown}/{total} capturing {model} with DDP's default {DEFAULT_BUCKET_CAP_MB:g} MB buckets"
+                 + (f" (pair {pair} of {repeats})" if repeats > 1 else ""))
+            log, failure = run_ddp_capture(base, workers, where, timeout_s=timeout_s, bandwidth_bps=rate)
+            if failure is not None:
+                raise DdlsimError(f"the capture before the plan ({where}) failed: {failure}")
+        else:
+            step(f"{shown}/{total} capturing {model} with the plan's {chosen} entry {how}"
+                 + (f" (pair {pair} of {repeats})" if repeats > 1 else ""))
+            log, failure = run_ddp_capture(config, workers, where, timeout_s=timeout_s, bandwidth_bps=rate)
+            if failure is not None:
+                raise DdlsimError(f"the capture with the plan ({where}) failed: {failure}")
+        logs[side, pair] = log
+        if number == 1:
+            step(f"2/{total} planning from the measured layer times")
+            options = {k: v for k, v in (plan_options or {}).items() if v is not None}
+            plan = make_plan(model=model, profile=str((out / "before" / "events.parquet").resolve()), workers=workers,
+                             bandwidth=bandwidth, **options)
+            plan.save(out / "plan.json")
+            data = plan.to_dict()
+            config = {**base, **job_plan_config(data, entry, model, image_size, out / "plan.json")}
+            chosen = config["plan"]["entry"]
+            path = config["plan"].get("path", "ddp-buckets")
+            how = {"ddp-buckets": "as DDP's own buckets",
+                   "hook": f"through the merge hook ({config['plan'].get('why')})"}[path]
 
-    step("2/3 planning from the measured layer times")
-    options = {k: v for k, v in (plan_options or {}).items() if v is not None}
-    plan = make_plan(model=model, profile=str((out / "before" / "events.parquet").resolve()), workers=workers,
-                     bandwidth=bandwidth, **options)
-    plan.save(out / "plan.json")
-    data = plan.to_dict()
-
-    config = {**base, **job_plan_config(data, entry, model, image_size, out / "plan.json")}
-    chosen = config["plan"]["entry"]
-    path = config["plan"].get("path", "ddp-buckets")
-    how = {"ddp-buckets": "as DDP's own buckets", "hook": f"through the merge hook ({config['plan'].get('why')})"}[path]
-    step(f"3/3 capturing {model} with the plan's {chosen} entry {how}")
-    after_log, failure = run_ddp_capture(config, workers, out / "after", timeout_s=timeout_s, bandwidth_bps=rate)
-    if failure is not None:
-        raise DdlsimError(f"the capture with the plan failed: {failure}")
-
+    before_log, after_log = logs["before", 1], logs["after", 1]
     before, after = _measured(before_log), _measured(after_log)
+    means = {side: [_measured(logs[side, k])["mean_s"] for k in range(1, repeats + 1)] for side in ("before", "after")}
+    for side, first in (("before", before), ("after", after)):  # the first pair's capture, and every pair's mean
+        first.update({"captures": [str(out / capture_dir_name(side, k) / "events.parquet") for k in range(1, repeats + 1)],
+                      "means_s": means[side], "spread_pct": _spread_pct(means[side])})
+    measured_before = sum(means["before"]) / repeats
+    measured_after = sum(means["after"]) / repeats
+    gains = [1.0 - a / b for a, b in zip(means["after"], means["before"])]
     captured = data.get("captured") or data["baselines"]["ddp_default"]  # the replay of the "before" capture
     predicted_before = captured["iteration_time_s"]
     predicted_after = data[chosen]["iteration_time_s"]
@@ -96,9 +154,14 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
         "predicted": {"before_s": predicted_before, "after_s": predicted_after,
                       "gain": 1.0 - predicted_after / predicted_before,
                       "ddp_default_s": data["baselines"]["ddp_default"]["iteration_time_s"]},
-        "measured": {"before_s": before["mean_s"], "after_s": after["mean_s"],
-                     "gain": 1.0 - after["mean_s"] / before["mean_s"]},
-        "same_weights": before_log.metadata.get("parameter_sha256") == after_log.metadata.get("parameter_sha256"),
+        "measured": {"before_s": measured_before, "after_s": measured_after, "gain": 1.0 - measured_after / measured_before,
+                     "pair_gains": gains,
+                     "pairs_faster": sum(g > 0 for g in gains), "pairs_slower": sum(g < 0 for g in gains),
+                     "sign_test_p": sign_test_p(sum(g > 0 for g in gains), sum(g != 0 for g in gains)),
+                     "definition": f"each side the mean over {repeats} capture(s) of each capture's mean iteration"},
+        "repeats": repeats,
+        "order": [capture_dir_name(side, pair) for side, pair in order],
+        "same_weights": len({log.metadata.get("parameter_sha256") for log in logs.values()}) == 1,
     }
     from ..trace.parquet import write_json
 
