@@ -38,6 +38,7 @@ SETUP = {
     ("docs/parameter-server.md", 3): [],
     ("docs/planning.md", 0): [],
     ("docs/planning.md", 1): [],
+    ("docs/planning.md", 2): [],
     ("docs/reproduction/mg-wfbp.md", 0): [],
     ("docs/reproduction/network-operator.md", 0): [],
     ("docs/reproduction/thesis.md", 0): [],
