@@ -255,3 +255,10 @@ def test_the_sign_test_is_the_share_of_all_sign_patterns_at_least_as_uneven():
             expected = sum(abs(2 * sum(p) - pairs) >= uneven for p in patterns) / len(patterns)
             assert sign_test_p(faster, pairs) == pytest.approx(expected, rel=1e-12), (faster, pairs)
     assert sign_test_p(0, 0) == 1.0
+
+
+def test_the_help_states_the_default_number_of_pairs_the_command_uses():
+    from ddlsim.plan.apply import DEFAULT_REPEATS
+
+    result = CliRunner().invoke(app, ["plan", "--help"], env={"COLUMNS": "400"})
+    assert f"before/after capture pairs (default {DEFAULT_REPEATS})" in " ".join(result.output.split())

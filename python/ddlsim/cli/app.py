@@ -716,9 +716,10 @@ def plan(
         None, "--apply", help="Capture the DDP job (default buckets), plan from it, capture again with the plan, and "
         "report measured against predicted gain; writes before/, after/, plan.json and apply.json in this new directory."),
     capture_iterations: int = typer.Option(6, "--capture-iterations", help="With --apply: iterations of each capture."),
-    repeats: int = typer.Option(
-        3, "--repeats", help="With --apply: before/after capture pairs, their order alternated (before-K/, after-K/ for "
-        "K >= 2); the measured gain is of the means over the pairs, printed with each pair's gain and the spread."),
+    repeats: Optional[int] = typer.Option(
+        None, "--repeats", help="With --apply: before/after capture pairs (default 3), their order alternated (before-K/, "
+        "after-K/ for K >= 2); the measured gain is of the means over the pairs, printed with each pair's gain, the "
+        "spread and a sign test."),
     plan_entry: str = typer.Option("best", "--plan-entry", help="With --apply: best | ddp | mg_wfbp (see capture ddp --plan)."),
     job_groupings: str = typer.Option(
         "plan", "--job-groupings", help="Several jobs ([[job]]): plan (each job's fastest plan) or keep (each job's own)."),
@@ -841,12 +842,12 @@ def plan(
 
 
 def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optional[str], batch_size: int, iterations: int,
-                entry: str, as_json: bool, repeats: int, plan_options: dict) -> None:
+                entry: str, as_json: bool, repeats: Optional[int], plan_options: dict) -> None:
     """`ddlsim plan --apply`: see :mod:`ddlsim.plan.apply`."""
     import importlib.util
 
     from ..capture.ddp_plan import ENTRIES
-    from ..plan.apply import apply_plan
+    from ..plan.apply import DEFAULT_REPEATS, apply_plan
 
     if importlib.util.find_spec("torch") is None:
         raise DdlsimError("ddlsim plan --apply runs the DDP job and needs PyTorch, which is not installed; "
@@ -856,6 +857,7 @@ def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optiona
     from ..safe_io import check_directory_target
 
     check_directory_target(apply_dir, option="--apply")
+    repeats = DEFAULT_REPEATS if repeats is None else repeats
     if repeats < 1:
         raise DdlsimError(f"--repeats {repeats}: give the number of before/after capture pairs, 1 or more")
     report = apply_plan(apply_dir, model=model, workers=workers, iterations=iterations, batch_size=batch_size,

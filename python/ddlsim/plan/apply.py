@@ -13,8 +13,8 @@ measured gain beside the predicted one.
 5. ``DIR/apply.json``: measured mean iteration of every capture (one definition:
    :func:`ddlsim.analyze.breakdown.iteration_mean`), their mean per side over the pairs and its spread
    ((max − min) / mean), each pair's gain, the plan's predictions for the job as captured in step 1 and for the
-   applied entry, and both gains (measured: of the two sides' means over the pairs). The plan simulates the capture as ``ddlsim replay`` does (the same
-   scenario, :func:`ddlsim.simulation.replay.replay_plan`), so the predicted "before" is the replay of step 1 to
+   applied entry, and both gains (measured: of the two sides' means over the pairs). The plan simulates the
+   capture as ``ddlsim replay`` does (the same scenario, :func:`ddlsim.simulation.replay.replay_plan`), so the predicted "before" is the replay of step 1 to
    the last digit: its own buckets, framework gaps, optimizer step, wait for the slower rank, and the ring's rate
    while training.
 """
@@ -27,6 +27,7 @@ from typing import Callable, Optional
 from ..errors import DdlsimError
 
 DEFAULT_BUCKET_CAP_MB = 25.0
+DEFAULT_REPEATS = 3  # before/after pairs: one pair's gain is often inside the noise between two captures
 
 
 def _measured(log) -> dict:
@@ -70,7 +71,7 @@ def capture_dir_name(side: str, pair: int) -> str:
 
 def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2, iterations: int = 6,
                batch_size: int = 8, image_size: int = 32, bandwidth: Optional[str] = None, entry: str = "best",
-               seed: int = 0, timeout_s: float = 600.0, plan_options: Optional[dict] = None, repeats: int = 1,
+               seed: int = 0, timeout_s: float = 600.0, plan_options: Optional[dict] = None, repeats: int = DEFAULT_REPEATS,
                on_step: Optional[Callable[[str], None]] = None) -> dict:
     """Runs the steps of the module docstring in `out_dir` (created; must not hold a capture) and returns the
     report written to ``apply.json``. `plan_options` go to :func:`~ddlsim.plan.planner.make_plan` (e.g. latency);
