@@ -23,21 +23,13 @@ from typing import Optional
 from .errors import DdlsimError
 
 
+_KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
 def kind_of(mode: int) -> str:
     """What a file of `mode` (an ``st_mode``) is, as a phrase: "a directory", "a FIFO (named pipe)", ..."""
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def input_file(path: str | os.PathLike[str], what: str, fix: str = "", *, error: type[DdlsimError] = DdlsimError,
