@@ -55,7 +55,16 @@ def test_apply_reports_the_logs_own_iteration_means_and_the_plans_predictions(ap
     assert json.loads((out / "apply.json").read_text()) == report
     # two pairs, the second in the other order, in directories of their own
     assert report["repeats"] == 2 and report["order"] == ["before", "after", "after-2", "before-2"]
-    assert sorted(p.name for p in out.iterdir()) == ["after", "after-2", "apply.json", "before", "before-2", "plan.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["after", "after-2", "apply.json", "apply.png", "before", "before-2",
+                                                     "plan.json"]
+    # the figure of the pairs: a PNG, the same bytes again from the same report
+    from ddlsim.plan.apply import plot_pairs
+
+    png = (out / "apply.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    again = out.parent / "again.png"
+    plot_pairs(report, again)
+    assert again.read_bytes() == png
     sides = {}
     for side in ("before", "after"):
         means = []

@@ -888,7 +888,7 @@ def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optiona
                    f"not resolved at this noise (sign test p = {p_value:.2g}; 6 pairs or more can resolve p < 0.05)")
         out.print(f"pairs: the plan faster in {faster} of {len(m['pair_gains'])}, slower in {slower}: {verdict}",
                   highlight=False)
-    out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'plan.json'} and the captures "
+    out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'apply.png'}, {apply_dir / 'plan.json'} and the captures "
               f"{', '.join(str(apply_dir / name) for name in report['order'])}", highlight=False)
 
 

@@ -13,7 +13,8 @@ measured gain beside the predicted one.
 5. ``DIR/apply.json``: measured mean iteration of every capture (one definition:
    :func:`ddlsim.analyze.breakdown.iteration_mean`), their mean per side over the pairs and its spread
    ((max − min) / mean), each pair's gain, the plan's predictions for the job as captured in step 1 and for the
-   applied entry, and both gains (measured: of the two sides' means over the pairs). The plan simulates the
+   applied entry, and both gains (measured: of the two sides' means over the pairs); ``DIR/apply.png`` shows each
+   pair's two means beside the predicted times (:func:`plot_pairs`). The plan simulates the
    capture as ``ddlsim replay`` does (the same scenario, :func:`ddlsim.simulation.replay.replay_plan`), so the predicted "before" is the replay of step 1 to
    the last digit: its own buckets, framework gaps, optimizer step, wait for the slower rank, and the ring's rate
    while training.
@@ -164,7 +165,49 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
         "order": [capture_dir_name(side, pair) for side, pair in order],
         "same_weights": len({log.metadata.get("parameter_sha256") for log in logs.values()}) == 1,
     }
+    from ..safe_io import atomic_file
     from ..trace.parquet import write_json
 
+    with atomic_file(out / "apply.png", option="--apply") as temporary:
+        plot_pairs(report, temporary)
     write_json(out / "apply.json", report)
     return report
+
+
+def plot_pairs(report: dict, target) -> None:
+    """The measured mean iteration of each pair's two captures (before: DDP's default buckets; after: the plan), the
+    means over the pairs, and the predicted before and after, as a PNG at `target` (the same bytes for the same
+    report)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..analyze.figures import save_deterministic
+    from ..analyze.plot_text import plain_text
+
+    before = [t * 1e3 for t in report["before"]["means_s"]]
+    after = [t * 1e3 for t in report["after"]["means_s"]]
+    pairs = list(range(1, len(before) + 1))
+    p, m = report["predicted"], report["measured"]
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.0 + 0.5 * len(pairs)), 3.6))
+    for x, b, a in zip(pairs, before, after):
+        ax.plot([x, x], [b, a], color="0.75", linewidth=1, zorder=1)
+    ax.scatter(pairs, before, marker="o", color="tab:blue", zorder=2, label="before: DDP's 25 MB buckets, measured")
+    ax.scatter(pairs, after, marker="s", color="tab:orange", zorder=2, label=f"after: the plan's {report['entry']}, measured")
+    ax.axhline(m["before_s"] * 1e3, color="tab:blue", linewidth=1, label="before, mean over the pairs")
+    ax.axhline(m["after_s"] * 1e3, color="tab:orange", linewidth=1, label="after, mean over the pairs")
+    ax.axhline(p["before_s"] * 1e3, color="tab:blue", linestyle=":", linewidth=1.2, label="before, predicted (replay)")
+    ax.axhline(p["after_s"] * 1e3, color="tab:orange", linestyle=":", linewidth=1.2, label="after, predicted (plan)")
+    ax.set_xticks(pairs)
+    ax.set_xlabel("pair (captures in alternating order)")
+    ax.set_ylabel("mean iteration (ms)")
+    link = report["bandwidth"] or "unshaped"
+    ax.set_title(plain_text(f"{report['model']}, {report['workers']} workers, {link}: predicted {-p['gain']:+.1%}, "
+                            f"measured {-m['gain']:+.1%}"), fontsize=10)
+    top = max(before + after + [p["before_s"] * 1e3, p["after_s"] * 1e3])
+    ax.set_ylim(0, top * 1.45)
+    ax.legend(fontsize=7, ncol=2, loc="upper center")
+    fig.tight_layout()
+    save_deterministic(fig, target, fmt="png")
+    plt.close(fig)
