@@ -245,6 +245,11 @@ def test_the_pairs_alternate_their_order_and_each_holds_one_capture_of_each_side
         assert len(set(names)) == len(names) and "before" in names and "after" in names
 
 
+def test_repeats_without_apply_is_refused():
+    result = CliRunner().invoke(app, ["plan", "--model", "lenet5", "--workers", "2", "--repeats", "4"])
+    assert isinstance(result.exception, DdlsimError) and "--repeats" in str(result.exception) and "--apply" in str(result.exception)
+
+
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_apply_refuses_fewer_than_one_pair(value, tmp_path):
     result = CliRunner().invoke(app, ["plan", "--apply", str(tmp_path / "x"), "--model", "lenet5", "--repeats", value])

@@ -729,6 +729,8 @@ def plan(
 ) -> None:
     """Plan gradient synchronisation: MG-WFBP merge plan and best DDP bucket size, verified by simulation.
     A scenario with [[job]] tables gets per-job groupings and start offsets (docs/planning.md)."""
+    if repeats is not None and apply_dir is None:
+        raise DdlsimError("--repeats counts the before/after capture pairs of --apply: give --apply DIR, or leave it out")
     if apply_dir is not None:
         if scenario is not None or profile is not None or cost_model is not None or out_path is not None:
             raise DdlsimError("--apply measures its own profile and writes its own plan: leave out the scenario, "
