@@ -130,7 +130,7 @@ def test_not_utf8_and_directory_and_missing(tmp_path):
     p.write_bytes(b"\xff\xfe100,0.5\n")
     with pytest.raises(ScenarioError, match="not UTF-8"):
         fs.read_cdf_csv(p)
-    with pytest.raises(ScenarioError, match="not a regular file"):
+    with pytest.raises(ScenarioError, match="is a directory, not a flow-size CDF file"):
         fs.read_cdf_csv(tmp_path)
     with pytest.raises(ScenarioError, match="not found"):
         fs.read_cdf_csv(tmp_path / "nope.csv")

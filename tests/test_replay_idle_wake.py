@@ -209,7 +209,7 @@ def _cli(*args):
     ("trial,mode,idle_ms,step_ms,forward_ms,backward_ms\n0,sleep,0,1,1,x\n", "line 2: backward_ms = 'x' is not a number"),
     ("trial,mode,idle_ms,step_ms,forward_ms,backward_ms\n0,sleep,0,1,1,1\n1,sleep,0,1,1,1\n", "at least 2"),
     ("trial,mode,idle_ms,step_ms,forward_ms,backward_ms\n0,spin,0,1,1,1\n1,spin,2,1,1,1\n", "mode sleep"),
-    (None, "cannot read the idle curve"),
+    (None, "idle curve not found"),
 ])
 def test_a_bad_curve_file_is_one_line_and_exit_2(tmp_path, content, message):
     path = tmp_path / "c.parquet"
