@@ -299,3 +299,38 @@ def test_a_peer_that_leaves_during_the_shutdown_join_does_not_fail_the_rank(caps
     assert capsys.readouterr().err == ""
     with pytest.raises(RuntimeError, match="something else"):
         shutdown_rpc(Rpc(RuntimeError("something else")), 1)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_connection_benchmark_s_ranks_close_their_recorder_when_a_peer_resets_the_shutdown(rank, tmp_path, monkeypatch,
+                                                                                               capsys):
+    """The same race in `ddlsim capture connections` (seen in CI: the README's example failed with "Connection reset
+    by peer" from rpc.shutdown): the server and a client still close their recorder and return."""
+    from torch.distributed import DistNetworkError
+
+    import ddlsim.capture.connections as connections
+
+    class Rpc:
+        TensorPipeRpcBackendOptions = staticmethod(lambda **kw: kw)
+
+        def init_rpc(self, *args, **kwargs):
+            pass
+
+        def rpc_async(self, *args, **kwargs):
+            class Done:
+                def wait(self):
+                    return 7
+            return Done()
+
+        def shutdown(self):
+            raise DistNetworkError("Connection reset by peer")
+
+    monkeypatch.setattr(connections, "rpc", Rpc())
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "1")
+    connections.run_rank({"requests": 2, "request_bytes": 16, "timeout_s": 5}, rank, 2, tmp_path)
+    assert f"connection scaling: rank {rank}: rpc.shutdown: Connection reset by peer" in capsys.readouterr().err
+    from ddlsim.capture.merge import read_rank_file
+
+    _, rows, end, torn = read_rank_file(next(tmp_path.glob(f"{rank}*.rank.jsonl")))
+    assert end is not None and not torn  # the recorder was closed

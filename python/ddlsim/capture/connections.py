@@ -30,6 +30,7 @@ from torch.distributed import rpc
 
 from ..errors import DdlsimError
 from ..safe_io import write_text_file
+from .ps import shutdown_rpc
 from .recorder import RankRecorder, now_ns
 
 _QUEUE: "queue.Queue[Any]" = queue.Queue()
@@ -73,7 +74,7 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     if rank == 0:
         thread = threading.Thread(target=_serve, args=(rec,), daemon=True)
         thread.start()
-        rpc.shutdown()
+        shutdown_rpc(rpc, rank, "connection scaling")  # TensorPipe's known shutdown race is noted, not raised
         _QUEUE.put(None)
         thread.join()
         rec.close()
@@ -91,7 +92,7 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
         t1 = now_ns()
         rec.row("recv", "push_response", t1, t1, deps=[sent], peer=0, message=reply, rpc=rpc_id, bytes=0,
                 iteration=0, tensor=0)
-    rpc.shutdown()
+    shutdown_rpc(rpc, rank, "connection scaling")
     rec.close()
 
 

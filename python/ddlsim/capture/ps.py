@@ -142,12 +142,12 @@ def rpc_round_trip_ns(server: str, repeats: int = 15) -> float:
     return upper_median(times)
 
 
-def shutdown_rpc(rpc, rank: int) -> None:
+def shutdown_rpc(rpc, rank: int, job: str = "ps capture") -> None:
     """``rpc.shutdown()`` (graceful: every rank waits for the others, then joins its agent), where a connection that
     a peer closed while the agents joined (TensorPipe's ``DistNetworkError``, "Connection reset by peer", a known
     race of its shutdown) is noted in the rank's log and not raised: by then the rank's own work is done, so its
     recorder must still be closed, and a peer that really failed is reported by its own exit status. Any other
-    error propagates."""
+    error propagates. `job` names the job in the note (the PS capture, the connection-scaling benchmark)."""
     import sys
 
     from torch.distributed import DistNetworkError
@@ -155,7 +155,7 @@ def shutdown_rpc(rpc, rank: int) -> None:
     try:
         rpc.shutdown()
     except DistNetworkError as exc:
-        print(f"ps capture: rank {rank}: rpc.shutdown: {exc} (a peer left while the agents joined; the rank's work "
+        print(f"{job}: rank {rank}: rpc.shutdown: {exc} (a peer left while the agents joined; the rank's work "
               "was done)", file=sys.stderr, flush=True)
 
 
