@@ -59,8 +59,8 @@ fn sweep(registry: &mut Vec<PathBuf>) -> usize {
 
 /// Removes every registered scratch directory (those still there) and forgets
 /// them all; returns how many were removed. The CLI calls it when an interrupt
-/// has unwound: a signal that landed inside a clean-up (between two bytecodes
-/// of its `rmtree`) cut that clean-up short.
+/// has unwound: a signal that landed between a directory's `create` and the
+/// Python that removes it skipped that removal.
 pub fn remove_all() -> usize {
     sweep(&mut scratch())
 }

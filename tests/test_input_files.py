@@ -201,3 +201,13 @@ def test_the_python_api_refuses_a_fifo_too(tmp_path):
                  lambda: read_event_log(fifo)):
         with pytest.raises(DdlsimError, match="is a FIFO"):
             call()
+
+
+def test_capture_merge_of_a_dangling_job_json_link_merges_without_the_job_s_facts_as_before(logs, tmp_path):
+    """Only an existing job.json is checked (a FIFO there is refused above); a dangling link is a missing one."""
+    capture = tmp_path / "capture"
+    capture.mkdir()
+    (capture / "job.json").symlink_to(tmp_path / "nowhere")
+    run = _cli(["capture", "merge", str(capture)], tmp_path)
+    assert run.returncode == 2 and "--config None" not in run.stderr and "no per-rank capture files" in run.stderr, \
+        run.stderr

@@ -218,10 +218,10 @@ def capture_grid(out: Path, *, jobs: list[str], models: list[str], links: list[s
 def _stats(values: list[float]) -> dict[str, float]:
     import numpy as np
 
+    from .analyze.breakdown import spread_pct
+
     v = np.asarray(values, dtype=float)
-    mean = float(v.mean())
-    return {"mean": mean, "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
-            "spread_pct": float((v.max() - v.min()) / mean * 100) if len(v) > 1 and mean > 0 else 0.0}
+    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "spread_pct": spread_pct(v)}
 
 
 def _cores(captures: list[Capture]) -> dict[str, Any]:

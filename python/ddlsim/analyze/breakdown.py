@@ -234,6 +234,16 @@ def breakdown_mask(arrays: dict, metadata: dict, mask: np.ndarray) -> np.ndarray
     return kept if kept.any() else mask
 
 
+def spread_pct(values) -> float:
+    """The spread of repeated measurements, (max − min) / mean in %: 0 for fewer than two values or a mean that is
+    not positive (``ddlsim validate``'s repeats, ``ddlsim plan --apply``'s pairs)."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return 0.0
+    mean = float(v.mean())
+    return float((v.max() - v.min()) / mean * 100) if mean > 0 else 0.0
+
+
 def iteration_mean(arrays: dict, metadata: dict) -> dict:
     """The mean iteration time, one definition for every output (capture's
     summary, analyze, replay): the mean of the windows of

@@ -49,10 +49,11 @@ def merge(
     read = [*capture_dir.glob(f"*{FILE_SUFFIX}"), *capture_dir.glob(f"*{SIDECAR_SUFFIX}"), config or capture_dir / "job.json"]
     check_file_target(target, inputs=read)  # never a directory, a device or the files merged
     job_file = config or capture_dir / "job.json"
-    if config is not None or os.path.lexists(job_file):  # a FIFO there would block the read below
-        input_file(job_file, "job description", "give the job.json the ranks were started with",
-                   label=f"--config {config}" if config is not None else None,
+    if config is not None:
+        input_file(config, "job description", "give the job.json the ranks were started with", label=f"--config {config}",
                    missing=f"--config {config}: no such file; give the job.json the ranks were started with")
+    elif job_file.exists():  # the capture's own job.json, when there: a FIFO there would block the read below
+        input_file(job_file, "job description", "give the job.json the ranks were started with")
     try:
         job = json.loads(job_file.read_text(encoding="utf-8")) if job_file.is_file() else {}
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, > 4300 digits

@@ -40,11 +40,6 @@ def _measured(log) -> dict:
     return {"mean_s": mean["mean_s"], "iterations": mean["iterations"], "times_s": used, "definition": mean["definition"]}
 
 
-def _spread_pct(values: list[float]) -> float:
-    mean = sum(values) / len(values)
-    return (max(values) - min(values)) / mean * 100 if len(values) > 1 and mean > 0 else 0.0
-
-
 def sign_test_p(faster: int, pairs: int) -> float:
     """Two-sided exact sign test: the chance, were the plan without effect (each pair's sign a fair coin), of a
     split at least as uneven as `faster` of `pairs` (ties are not pairs)."""
@@ -133,12 +128,15 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
             how = {"ddp-buckets": "as DDP's own buckets",
                    "hook": f"through the merge hook ({config['plan'].get('why')})"}[path]
 
+    from ..analyze.breakdown import spread_pct
+
     before_log, after_log = logs["before", 1], logs["after", 1]
-    before, after = _measured(before_log), _measured(after_log)
-    means = {side: [_measured(logs[side, k])["mean_s"] for k in range(1, repeats + 1)] for side in ("before", "after")}
+    measured = {key: _measured(log) for key, log in logs.items()}  # each capture's iterations, once
+    before, after = measured["before", 1], measured["after", 1]
+    means = {side: [measured[side, k]["mean_s"] for k in range(1, repeats + 1)] for side in ("before", "after")}
     for side, first in (("before", before), ("after", after)):  # the first pair's capture, and every pair's mean
         first.update({"captures": [str(out / capture_dir_name(side, k) / "events.parquet") for k in range(1, repeats + 1)],
-                      "means_s": means[side], "spread_pct": _spread_pct(means[side])})
+                      "means_s": means[side], "spread_pct": spread_pct(means[side])})
     measured_before = sum(means["before"]) / repeats
     measured_after = sum(means["after"]) / repeats
     gains = [1.0 - a / b for a, b in zip(means["after"], means["before"])]
