@@ -276,3 +276,52 @@ def test_the_help_states_the_default_number_of_pairs_the_command_uses():
 
     result = CliRunner().invoke(app, ["plan", "--help"], env={"COLUMNS": "400"})
     assert f"before/after capture pairs (default {DEFAULT_REPEATS})" in " ".join(result.output.split())
+
+
+def _with_host(before, where, **facts):
+    """A copy of the capture `before` (its events and side tables) whose metadata says `facts` of its host."""
+    import pyarrow.parquet as pq
+
+    from ddlsim.trace.parquet import METADATA_KEY, with_side_tables
+
+    where.mkdir()
+    for path in with_side_tables(before):
+        if path.is_file():  # the side tables this capture has
+            (where / path.name).write_bytes(path.read_bytes())
+    table = pq.read_table(where / before.name)
+    meta = {**json.loads(table.schema.metadata[METADATA_KEY.encode()]), **facts}
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, METADATA_KEY.encode(): json.dumps(meta).encode()}),
+                   where / before.name)
+    return where / before.name
+
+
+def test_the_plan_lists_the_entries_that_gain_by_more_overlap_where_the_capture_s_transport_shared_the_cores(applied,
+                                                                                                          tmp_path):
+    """The capture of the fixture (LeNet-5, 2 CPU ranks, unshaped: the loopback does not bind) planned as if its
+    host had had as many cores as compute threads (none to spare) and as if it had had 64: the first plan's
+    ``shared_cores`` lists exactly the entries of its own JSON faster than the job as captured with more
+    communication under compute; the second has none. apply.json carries the plan's."""
+    from ddlsim.plan.planner import make_plan
+
+    out, report = applied
+    assert report["shared_cores"] == json.loads((out / "plan.json").read_text())["shared_cores"]
+    before = out / "before" / "events.parquet"
+    facts = read_event_log(before).metadata
+    full = make_plan(profile=str(_with_host(before, tmp_path / "full", host_cores=facts["processes"] * facts["threads"])),
+                     model="lenet5", workers=2).to_dict()
+    spare = make_plan(profile=str(_with_host(before, tmp_path / "spare", host_cores=64)), model="lenet5", workers=2).to_dict()
+    assert spare["shared_cores"] is None
+    captured = full["captured"]
+    gaining = [name for name in ("mg_wfbp", "ddp", "p3", "bytescheduler") if full[name] is not None
+               and full[name]["iteration_time_s"] < captured["iteration_time_s"]
+               and full[name]["overlap_s"] > captured["overlap_s"]]
+    if not gaining:
+        assert full["shared_cores"] is None
+        return
+    assert list(full["shared_cores"]["entries"]) == gaining
+    assert "loopback" in full["shared_cores"]["why"] and full["shared_cores"]["note"] in full["notes"]
+    # the entries agree with the rest of the plan, which is the same but for the caveat
+    for name in gaining:
+        assert full["shared_cores"]["entries"][name]["gain"] == 1 - full[name]["iteration_time_s"] / captured["iteration_time_s"]
+    assert {k: v for k, v in full.items() if k not in ("shared_cores", "notes", "wall_s", "scenario")} == \
+        {k: v for k, v in spare.items() if k not in ("shared_cores", "notes", "wall_s", "scenario")}

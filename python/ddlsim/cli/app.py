@@ -874,6 +874,8 @@ def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optiona
               highlight=False)
     out.print(f"predicted: {p['before_s'] * 1e3:.1f} -> {p['after_s'] * 1e3:.1f} ms per iteration ({-p['gain']:+.1%}; "
               "before = ddlsim replay of the before capture)", highlight=False)
+    if report.get("shared_cores"):
+        out.print(f"[yellow]caveat:[/] {report['shared_cores']['note']}")
     b, a = report["before"], report["after"]
     if repeats == 1:
         how = a["definition"]

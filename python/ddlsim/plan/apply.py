@@ -17,7 +17,8 @@ measured gain beside the predicted one.
    pair's two means beside the predicted times (:func:`plot_pairs`). The plan simulates the
    capture as ``ddlsim replay`` does (the same scenario, :func:`ddlsim.simulation.replay.replay_plan`), so the predicted "before" is the replay of step 1 to
    the last digit: its own buckets, framework gaps, optimizer step, wait for the slower rank, and the ring's rate
-   while training.
+   while training. ``shared_cores``: the plan's caveat (:func:`~ddlsim.plan.planner.shared_core_overlap`) where
+   the "before" capture's all-reduces ran on the cores its ranks computed on, else None.
 """
 
 from __future__ import annotations
@@ -159,6 +160,8 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
                      "pairs_faster": sum(g > 0 for g in gains), "pairs_slower": sum(g < 0 for g in gains),
                      "sign_test_p": sign_test_p(sum(g > 0 for g in gains), sum(g != 0 for g in gains)),
                      "definition": f"each side the mean over {repeats} capture(s) of each capture's mean iteration"},
+        # the plan's caveat where the capture's transport ran on the cores that compute (None elsewhere)
+        "shared_cores": data.get("shared_cores"),
         "repeats": repeats,
         "order": [capture_dir_name(side, pair) for side, pair in order],
         "same_weights": len({log.metadata.get("parameter_sha256") for log in logs.values()}) == 1,

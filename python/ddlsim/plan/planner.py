@@ -26,7 +26,10 @@ Planned from a DDP capture (``profile`` an events.parquet of ``ddlsim capture dd
 model), the scenario is the one ``ddlsim replay`` builds from it
 (:func:`ddlsim.simulation.replay.replay_plan`), and the plan has a ``captured`` entry: the job with the
 capture's own buckets, whose time is the replay's exactly. DDP's buckets for each size are then built as the
-capture shows its torch builds them (:func:`_first_bucket_is_cap`).
+capture shows its torch builds them (:func:`_first_bucket_is_cap`). Where the capture's ranks computed on the CPU
+with no core to spare and its link did not hold the all-reduces back, the transport ran on the cores that compute,
+and the plan's ``shared_cores`` lists the entries whose predicted gain counts on more communication under compute
+than the job as captured had (:func:`shared_core_overlap`), with a note: the engine simulates that overlap as free.
 
 Candidates with the same groups are simulated once. The JSON
 (:meth:`Plan.to_dict`) holds the scenario that was simulated and, for each
@@ -81,6 +84,7 @@ class Candidate:
     slice_bytes: Optional[int] = None
     credit_bytes: Optional[int] = None
     overrides: dict = field(default_factory=dict)  # scenario settings beyond the grouping (P3's schedule)
+    overlap_s: float = 0.0  # communication under compute per iteration (the analysis' overlap, mean over iterations)
 
 
 @dataclass
@@ -105,6 +109,9 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     # planned from a DDP capture: the job as it was captured, with its own buckets (ddlsim replay's time exactly)
     captured: Optional[Candidate] = None
+    # planned from a CPU capture whose all-reduces ran on the cores that compute: the plans whose gain counts on
+    # more communication under compute than the job as captured had (see shared_core_overlap)
+    shared_cores: Optional[dict] = None
 
     def speedups(self, c: Candidate) -> dict[str, float]:
         """Speed-up of `c` against each baseline: baseline time / c's time."""
@@ -123,6 +130,7 @@ class Plan:
             "label": c.label,
             "iteration_time_s": c.iteration_time_s,
             "iteration_times_s": c.iteration_times_s,
+            "overlap_s": c.overlap_s,
             "groups": len(c.groups),
             "grouping": c.grouping,
             "speedup": self.speedups(c),
@@ -192,6 +200,7 @@ class Plan:
             "p3": p3,
             "bytescheduler": bytescheduler,
             "captured": None if self.captured is None else self._entry(self.captured),
+            "shared_cores": self.shared_cores,
             "simulations": self.simulations,
             "wall_s": self.wall_s,
             "notes": list(self.notes),
@@ -345,6 +354,43 @@ def _capture_alpha(sc: Scenario, notes: Optional[list[str]]) -> Scenario:
     return with_overrides(sc, update, origin=f"capture {sc.model.profile}")
 
 
+# What the plans that put communication under compute measured where the transport shared the cores
+# (docs/planning.md, "Measured in pairs"): quoted by the note, so a reader sees the size of the risk.
+SHARED_CORES_MEASURED = ("LeNet-5, 2 CPU ranks on 2 cores, unshaped and at 1 Gbit/s: MG-WFBP predicted -16 and -19 %, "
+                         "measured +17 and +38 % over 10 before/after pairs each")
+
+
+def shared_core_overlap(meta: dict, plan: Plan) -> Optional[dict]:
+    """Planned from the DDP capture whose metadata is `meta`: where its ranks computed on the CPU with no core to
+    spare (:func:`ddlsim.simulation.overheads.transport_on_the_cores`) and its link did not hold the all-reduces
+    back, the transport (gloo's threads) ran on the cores that compute. The engine simulates communication under
+    compute as free, which there it is not: an entry whose predicted gain counts on more communication under compute
+    than the job as captured had is listed. The facts, each listed entry's overlap and gain, and a ``note``; None
+    where the capture's transport had cores of its own, or no entry gains with more overlap."""
+    from ..simulation.overheads import transport_on_the_cores
+
+    why = transport_on_the_cores(meta)
+    captured = plan.captured
+    if why is None or captured is None:
+        return None
+    entries = {}
+    for name, c in (("mg_wfbp", plan.mg_wfbp), ("ddp", plan.best_ddp), ("p3", plan.best_p3),
+                    ("bytescheduler", plan.best_bytescheduler)):
+        if c is None or c.iteration_time_s >= captured.iteration_time_s or c.overlap_s <= captured.overlap_s:
+            continue
+        entries[name] = {"label": c.label, "overlap_s": c.overlap_s, "gain": 1.0 - c.iteration_time_s / captured.iteration_time_s}
+    if not entries:
+        return None
+    listed = "; ".join(f"{e['label']} {-e['gain']:+.1%} with {e['overlap_s'] * 1e3:.3g} ms under compute" for e in entries.values())
+    note = (f"shared cores: {why}, so its all-reduces ran on the cores that compute (the transport's threads beside "
+            f"the backward pass). ddlsim simulates communication under compute as free; these plans' gains count on "
+            f"more of it than the job as captured had ({captured.overlap_s * 1e3:.3g} ms per iteration): {listed}. "
+            f"On such cores that overlap can cost more than it saves ({SHARED_CORES_MEASURED}; docs/planning.md): "
+            f"measure the plan before trusting it (ddlsim plan --apply DIR --repeats 6)")
+    return {"why": why, "processes": meta.get("processes"), "host_cores": meta.get("host_cores"),
+            "threads": meta.get("threads"), "captured_overlap_s": captured.overlap_s, "entries": entries, "note": note}
+
+
 def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_model: Optional[CostModel] = None,
               bucket_caps_mb: Sequence[float] = DEFAULT_BUCKET_CAPS_MB, slice_bytes: Sequence[int] = DEFAULT_SLICE_BYTES,
               credit_bytes: Sequence[int] = DEFAULT_CREDIT_BYTES, partition_bytes: int = DEFAULT_PARTITION_BYTES,
@@ -464,7 +510,8 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
 
     def candidate(name: str, label: str, grouping: dict, groups: list[dict], key: tuple, **extra: Any) -> Candidate:
         r = results[key]
-        return Candidate(name, label, grouping, groups, r.iteration_time_s, [float(x) for x in r._iteration_arrays["time_s"]], **extra)
+        return Candidate(name, label, grouping, groups, r.iteration_time_s, [float(x) for x in r._iteration_arrays["time_s"]],
+                         overlap_s=float(r._iteration_arrays["overlap_s"].mean()), **extra)
 
     candidates = {name: candidate(name, label, grouping, groups, _signature(groups), bucket_cap_mb=cap)
                   for name, label, grouping, groups, cap in jobs}
@@ -486,6 +533,10 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
         captured=candidates.get("captured"),
     )
     plan.notes.extend(sc.migration_notes)
+    if plan.captured is not None:
+        plan.shared_cores = shared_core_overlap(_ddp_capture_meta(overrides.get("profile")) or {}, plan)
+        if plan.shared_cores is not None:
+            notes.append(plan.shared_cores["note"])
     if plan.ddp_default.iteration_time_s < best.iteration_time_s:
         notes.append(f"DDP's default ({gp.DDP_FIRST_BUCKET_BYTES >> 20} MiB first bucket, then "
                      f"{gp.DDP_BUCKET_CAP_MB:g} MB; {plan.ddp_default.iteration_time_s * 1e3:.2f} ms) is faster than "

@@ -340,12 +340,68 @@ def training_ring_rate(log, metadata: dict[str, Any] | None = None) -> dict[str,
             "iterations": len(training), "bytes": training[0][1] if training else 0, "workers": workers}
 
 
+def unbound_link(metadata: dict[str, Any] | None) -> Optional[str]:
+    """Why a DDP capture's link did not hold its all-reduces back, or None where it did (or the log does not tell).
+    A shaped link does not bind where a rank's wire bytes per iteration (2 (N - 1) / N x its buckets' bytes, with
+    the TCP/IP and tbf framing) fit tbf's token bucket (``default_burst_bytes``, what capture shapes with: LeNet-5 at
+    1 Gbit/s); an unshaped one where every rank ran on one host (``host`` of each of the metadata's ``ranks``: the
+    loopback, where no rate holds a byte back; across hosts an unshaped capture ran on a network whose rate it does
+    not record). Where the link does not bind, the all-reduce's time is the machine's: gloo's threads on the cores,
+    the kernel's copies."""
+    from ..capture.shaping import default_burst_bytes
+    from ..units import parse_bandwidth
+
+    meta = metadata or {}
+    workers = int(meta.get("workers") or len(meta.get("ranks") or {}) or 0)
+    if meta.get("source") != "capture" or meta.get("job") != "ddp" or workers < 2:
+        return None
+    total = sum(int(b.get("bytes", 0)) for b in meta.get("buckets") or [] if isinstance(b, dict))
+    if total <= 0:
+        return None
+    wire = 2 * (workers - 1) / workers * total / wire_fraction("tbf")
+    if meta.get("bandwidth"):
+        try:
+            rate = parse_bandwidth(str(meta["bandwidth"]))
+        except ValueError:
+            return None
+        burst = default_burst_bytes(rate)
+        if wire > burst:
+            return None  # the shaping binds
+        return (f"its {wire:.0f} wire bytes per rank and iteration fit the {burst}-byte token bucket of its "
+                f"{meta['bandwidth']} tbf link")
+    hosts = [r.get("host") if isinstance(r, dict) else None for r in (meta.get("ranks") or {}).values()]
+    if len(hosts) < 2 or None in hosts or len(set(hosts)) != 1:
+        return None
+    return "unshaped, every rank on one host: the loopback"
+
+
+def transport_on_the_cores(metadata: dict[str, Any] | None) -> Optional[str]:
+    """Why a DDP capture's all-reduces ran on the cores its ranks computed on, or None. Where the ranks computed on
+    the CPU (``device`` "cpu") and their compute threads took every core of the host (``processes`` x ``threads``
+    >= ``host_cores``, :func:`ddlsim.capture.launch.host_facts`), and the link did not hold the all-reduces back
+    (:func:`unbound_link`), the transport's threads (gloo's) did their work on those same cores: an all-reduce
+    under the backward pass then takes a core from it, which the engine does not simulate (docs/planning.md,
+    "Measured in pairs")."""
+    meta = metadata or {}
+    processes, cores, threads = meta.get("processes"), meta.get("host_cores"), meta.get("threads")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (processes, cores)) or cores <= 0:
+        return None
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        threads = 1
+    if meta.get("device") != "cpu" or processes * threads < cores:
+        return None
+    link = unbound_link(meta)
+    if link is None:
+        return None
+    per = f", {threads} compute threads each" if threads > 1 else ""
+    return (f"the capture's {processes} processes computed on the CPU{per}, {cores} cores in all (no core to spare), "
+            f"and its link did not hold the all-reduces back ({link})")
+
+
 def unbound_call_cost(log, metadata: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """What each all-reduce call of a DDP capture cost the machine while training, where its link did not bind
-    (docs/validation.md). When a rank's wire bytes per iteration fit in tbf's token bucket
-    (``default_burst_bytes``, as :func:`ddlsim.simulation.replay.tbf_burst_factor` has it: LeNet-5 at 1 Gbit/s),
-    or the capture was not shaped and ran on one host (loopback: no rate holds a byte back either), the link
-    passes them at once, so the all-reduce's measured busy time less what the link model gives it (2 (N - 1)
+    (docs/validation.md; :func:`unbound_link`: a rank's wire bytes per iteration fit tbf's token bucket, or the
+    capture was not shaped and ran on one host, where the loopback holds no byte back). The link passes them at once, so the all-reduce's measured busy time less what the link model gives it (2 (N - 1)
     steps of the 4-byte all-reduce's latency, and the bytes at the unshaped default rate with the reduction cost)
     is the machine's and the library's: gloo's threads waking on loaded cores, the veth, the kernel. Per call, the mean over the counted iterations,
     at least 0. It does not depend on the link's rate, so a replay at another rate adds it to every all-reduce call.
@@ -353,31 +409,16 @@ def unbound_call_cost(log, metadata: dict[str, Any] | None = None) -> dict[str, 
     busy time holds the link's own shortfall, which one capture cannot tell apart from this cost) or without the
     points. An unshaped capture's loopback and a shaped capture's veth that did not bind move the bytes through
     the same kernel path on the same cores: what both cost beyond the link model is taken alike (on a quiet 2-core
-    machine LeNet-5's bucket took 2.2 ms unshaped and 2.3 ms at 1 Gbit/s). Only where every rank ran on one host
-    (``host`` of each of the metadata's ``ranks``): across hosts an unshaped capture ran on a network whose rate it
-    does not record, and the busy time beyond the model may be that network's per-byte time."""
+    machine LeNet-5's bucket took 2.2 ms unshaped and 2.3 ms at 1 Gbit/s)."""
     from ..analyze.allreduce_fit import allreduce_points
-    from ..capture.shaping import default_burst_bytes
-    from ..units import parse_bandwidth
     from .scenario import Scenario
 
     meta = metadata if metadata is not None else getattr(log, "metadata", {}) or {}
     workers = int(meta.get("workers") or len(meta.get("ranks") or {}) or 0)
     step = meta.get("allreduce_step_ns")
-    if (meta.get("source") != "capture" or meta.get("job") != "ddp" or workers < 2
-            or not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0):
+    if (not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0
+            or unbound_link(meta) is None):
         return None
-    total = sum(int(b.get("bytes", 0)) for b in meta.get("buckets") or [] if isinstance(b, dict))
-    wire = 2 * (workers - 1) / workers * total / wire_fraction("tbf")
-    if total <= 0:
-        return None
-    if meta.get("bandwidth"):
-        if wire > default_burst_bytes(parse_bandwidth(str(meta["bandwidth"]))):
-            return None  # the shaping binds
-    else:  # unshaped: loopback only where every rank ran on one host (across hosts: a network of unknown rate)
-        hosts = [r.get("host") if isinstance(r, dict) else None for r in (meta.get("ranks") or {}).values()]
-        if len(hosts) < 2 or None in hosts or len(set(hosts)) != 1:
-            return None
     unshaped = Scenario().network.bandwidth_bps
     points = [p for p in allreduce_points(log, meta) if p[1] > 4]
     if not points:
