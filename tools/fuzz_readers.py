@@ -26,6 +26,11 @@ each signature) with ``info.json`` (seed, index, target, traceback).
 ``--replay DIR`` runs the reader on a saved input in this process and prints
 the traceback.
 
+The ``replay`` target is what ``ddlsim replay`` and ``ddlsim plan --profile`` do with a real capture (made with
+``ddlsim capture ddp`` and ``capture ps`` at the start, where PyTorch is installed); most of its mutations change
+one fact of the log's metadata (the job's and the host's), which those commands read. ``--targets`` drives some
+readers only.
+
 Progress lines go to stderr (inputs/s and failures by kind); the last line on
 stdout is the summary, ``fuzz_readers: N inputs, F failures (...)``; the exit
 status is 1 when there were failures.
@@ -52,7 +57,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ("events", "sketchdlc", "sketchdlc_records", "chakra", "kineto", "netop", "capture", "scenario", "fit",
-           "costmodel")
+           "costmodel", "replay")
 INTERESTING_NUMBERS = ("1e30", "-1e30", "1e309", "nan", "NaN", "inf", "-inf", "Infinity", "-1", "0", "-0", "1.5",
                        "9" * 40, "-" + "9" * 40, "9223372036854775807", "9223372036854775808", "-9223372036854775809",
                        "18446744073709551616", "4294967296", "2147483648", "1e-30", "0x10", "1_000", "")
@@ -127,11 +132,64 @@ def make_samples(directory: Path) -> None:
     (profiled / "profile.csv").write_text("layer,fwd_ms,bwd_ms\n" + "".join(
         f"{layer.name},{0.01 * (i + 1):.2f},{0.02 * (i + 1):.2f}\n" for i, layer in enumerate(load_model("lenet5").layers)),
         encoding="utf-8")
+    make_capture_samples(sample)
     shutil.copy(ROOT / "examples" / "osu_allreduce_8nodes.txt", sample("fit", "osu") / "table.txt")
     shutil.copy(ROOT / "examples" / "allreduce_times.csv", sample("fit", "csv") / "table.txt")
     from ddlsim.plan.cost import fit_tables
 
     fit_tables([ROOT / "examples" / "allreduce_times.csv"]).save(sample("costmodel", "fitted") / "cost.json")
+
+
+def make_capture_samples(sample) -> None:
+    """The ``replay`` target's samples: real captures (a DDP and a PS job, LeNet-5, 2 workers, 3 iterations) made
+    with ``ddlsim capture`` (PyTorch needed); a simulated run's log where PyTorch is missing. Their metadata (the
+    job's and the host's facts) is what replay and the planner read."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        from ddlsim.api import simulate
+
+        simulate(model="lenet5", workers=2, iterations=2).save(sample("replay", "simulated"), timeline=False)
+        return
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "OMP_NUM_THREADS": "1"}
+    for job, extra in (("ddp", []), ("ps", ["--connections", "none"])):
+        out = sample("replay", job)
+        shutil.rmtree(out)
+        subprocess.run([sys.executable, "-m", "ddlsim", "capture", job, "--model", "lenet5", "--workers", "2",
+                        "--iterations", "3", "--out", str(out), *extra], check=True, env=env,
+                       stdout=subprocess.DEVNULL, timeout=600)
+        for path in sorted(out.iterdir()):  # the event log and its side tables only
+            if not path.name.endswith(".parquet"):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def mutate_log_metadata(rng: random.Random, data: bytes, name: str) -> bytes:
+    """One structure-aware change of an event log's ``ddlsim.metadata`` (the job's and the host's facts), the top
+    level's keys as likely as all the nested values together."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from ddlsim.trace.parquet import METADATA_KEY
+
+    table = pq.read_table(io.BytesIO(data))
+    metadata = dict(table.schema.metadata or {})
+    doc = json.loads(metadata[METADATA_KEY.encode()])
+    if isinstance(doc, dict) and doc and rng.random() < 0.5:
+        key = rng.choice(sorted(doc))
+        action = rng.random()
+        if action < 0.7:
+            doc[key] = rng.choice(JSON_VALUES)
+        elif action < 0.85:
+            del doc[key]
+        else:
+            doc[key] = str(doc[key]) if not isinstance(doc[key], str) else [doc[key]]
+    else:
+        doc = mutate_json_value(rng, doc)
+    metadata[METADATA_KEY.encode()] = _dump_json(doc).encode()
+    buffer = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata(metadata), buffer)
+    return buffer.getvalue()
 
 
 def load_samples(directory: Path) -> dict[str, list[dict[str, bytes]]]:
@@ -555,10 +613,12 @@ TEXT_MUTATORS = {
 _PARQUET_VARIANTS: dict[tuple, bytes] = {}
 
 
-def _parquet_variant(seed: int, sample_number: int, name: str, variant: int, data: bytes) -> bytes:
-    key = (seed, sample_number, name, variant)
+def _parquet_variant(seed: int, sample_number: int, name: str, variant: int, data: bytes, mutator=None) -> bytes:
+    mutator = mutator or mutate_parquet
+    key = (seed, sample_number, name, variant, mutator.__name__)
     if key not in _PARQUET_VARIANTS:
-        _PARQUET_VARIANTS[key] = mutate_parquet(random.Random(f"{seed}:{sample_number}:{name}:{variant}"), data, name)
+        salt = "" if mutator is mutate_parquet else f":{mutator.__name__}"  # mutate_parquet's inputs as before
+        _PARQUET_VARIANTS[key] = mutator(random.Random(f"{seed}:{sample_number}:{name}:{variant}{salt}"), data, name)
     return _PARQUET_VARIANTS[key]
 
 
@@ -584,7 +644,10 @@ def make_input(samples: dict[str, list[dict[str, bytes]]], seed: int, index: int
             files[name] = FIFO
             applied.append(f"fifo {name}")
             continue
-        if name.endswith(".parquet"):
+        if target == "replay" and name == "events.parquet" and data is sample[name] and rng.random() < 0.8:
+            mutator = mutate_log_metadata  # the facts replay and the planner read
+            files[name] = _parquet_variant(seed, sample_number, name, rng.randrange(4096), data, mutator)
+        elif name.endswith(".parquet"):
             if rng.random() < 0.7 and data is sample[name]:
                 # structure-aware changes of a sample's table, from a pool of 4096 per seed (made once each:
                 # reading and writing Parquet costs more than reading the input)
@@ -668,6 +731,17 @@ def run_target(target: str, directory: Path) -> Any:
         from ddlsim.plan.cost import CostModel
 
         return CostModel.load(directory / "cost.json")
+    if target == "replay":  # what `ddlsim replay CAPTURE` and `ddlsim plan --profile CAPTURE` do with a capture
+        import ddlsim
+        from ddlsim.plan.planner import make_plan
+        from ddlsim.trace.parquet import read_log_metadata
+
+        path = directory / "events.parquet"
+        result = ddlsim.replay(path)
+        if read_log_metadata(path).get("job") == "ddp":
+            make_plan(profile=str(path), model="lenet5", workers=2, bucket_caps_mb=(1, 25), slice_bytes=(),
+                      credit_bytes=(), threads=1)
+        return result
     raise ValueError(target)
 
 
@@ -807,7 +881,7 @@ class Worker:
         self.scratch = scratch_root / f"worker{number}"
         command = [sys.executable, "-u", str(Path(__file__).resolve()), "--worker", "--seed", str(args.seed),
                    "--samples", str(samples_dir), "--scratch", str(self.scratch), "--time-limit", str(args.time_limit),
-                   "--memory-mb", str(args.memory_mb)] + [f"--inject={item}" for item in args.inject]
+                   "--memory-mb", str(args.memory_mb), "--targets", ",".join(TARGETS)] + [f"--inject={item}" for item in args.inject]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(ROOT / "python")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
         self.stderr_path = Path(args.out) / f"worker{number}.stderr"
@@ -936,6 +1010,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--replay", metavar="DIR", help="run the reader on a saved finding (DIR holds info.json)")
     parser.add_argument("--inject", action="append", default=[], metavar="KIND:INDEX",
                         help="test the harness: input INDEX crashes / hangs / slow / memory / exception")
+    parser.add_argument("--targets", help=f"comma-separated readers to drive (default all: {','.join(TARGETS)})")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--samples", help=argparse.SUPPRESS)
     parser.add_argument("--scratch", help=argparse.SUPPRESS)
@@ -1066,7 +1141,15 @@ def replay(directory: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global TARGETS
     args = _parse_args(argv)
+    if args.targets:
+        chosen = tuple(dict.fromkeys(t.strip() for t in args.targets.split(",") if t.strip()))
+        unknown = [t for t in chosen if t not in TARGETS]
+        if unknown or not chosen:
+            print(f"fuzz_readers: --targets {args.targets!r}: choose from {','.join(TARGETS)}", file=sys.stderr)
+            return 2
+        TARGETS = chosen
     if args.worker:
         worker_main(args)
         return 0

@@ -290,7 +290,7 @@ def read_log_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = event_log_file(path)
     try:
         schema = pq.read_schema(path)
-    except (OSError, pa.ArrowInvalid) as err:
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as err:  # pyarrow decodes names it reads as UTF-8
         raise TraceError(f"{path}: not a readable Parquet event log ({err})") from None
     return _parse_metadata(schema.metadata or {}, path)
 
@@ -302,7 +302,9 @@ def _parse_metadata(raw: Mapping[bytes, bytes], path: Path) -> dict[str, Any]:
     metadata = parse_json(text, f"{path}: {METADATA_KEY}")
     if not isinstance(metadata, dict):
         raise TraceError(f"{path}: {METADATA_KEY} must be a JSON object, got {type(metadata).__name__}")
-    return metadata
+    from .capture_meta import check_capture_metadata
+
+    return check_capture_metadata(metadata, path)
 
 
 # --------------------------------------------------------------------------

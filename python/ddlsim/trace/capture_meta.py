@@ -1,0 +1,114 @@
+"""The facts a capture's event log holds in its metadata (``source = "capture"``), checked when the log is read.
+
+``ddlsim capture`` writes them: the job (``job``, ``workers``, ``servers``, its buckets and parameters), the host
+(``processes``, ``host_cores``, ``threads``, ``device``), the link (``bandwidth``) and what capture measured after
+the job (the 4-byte all-reduce, gamma, the server's and the clients' per-request costs, the idle curve). Replay and
+the planner compute with them, so a hand-edited or damaged value (a string for a count, a list for a rate, an
+infinite size) must be refused where the log is read, with the field named, and not fail somewhere in their
+arithmetic. Only the fields ddlsim reads are checked, by type and range; every other key passes as it is. A
+checked field may be absent (captures of older versions lack some) but not null, which no capture writes (but
+``bandwidth``, null for an unshaped link), and which the readers would take for a value.
+
+pydantic is the checker (the scenario's own), in strict mode: a count must be a JSON integer, not "2" or 2.0, and a
+boolean is no number.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import TraceError
+
+Count = Annotated[int, Field(ge=1, le=2**31 - 1, strict=True)]
+Index = Annotated[int, Field(ge=0, le=2**63 - 1, strict=True)]
+Amount = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]  # ns, bytes/s, ns per byte: finite, >= 0
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
+Text = Annotated[str, Field(strict=True)]
+
+
+class _Open(BaseModel):
+    """A default of None stands for an absent field (not validated); a null given is validated, and refused where
+    the type is not Optional."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _Rank(_Open):
+    host: Optional[Text] = None  # null: the host is not known (the readers take it so)
+    role: Text = None
+    rpc_round_trip_ns: Amount = None
+
+
+class _Bucket(_Open):
+    bytes: Index = 0
+    tensors: list[Index] = []
+
+
+class _Layout(_Open):
+    buckets: list[_Bucket] = []
+    from_iteration: Index = None
+
+
+class _Parameter(_Open):
+    name: Text
+    bytes: Index = 0
+    elements: Index = 0
+
+
+class CaptureFacts(_Open):
+    """The checked part of a capture's metadata (every field may be absent: captures of older versions lack some)."""
+
+    job: Text = None
+    model: Text = None
+    device: Text = None
+    backend: Text = None
+    bandwidth: Optional[Text] = None  # the one fact that may be null: no shaped link
+    workers: Count = None
+    servers: Count = None
+    iterations: Count = None
+    batch_size: Count = None
+    image_size: Count = None
+    processes: Count = None
+    host_cores: Count = None
+    threads: Count = None
+    layer_every: Count = None
+    layer_iterations: list[Index] = []
+    bucket_cap_mb: Positive = None
+    ranks: dict[str, _Rank] = {}
+    buckets: list[_Bucket] = []
+    bucket_layouts: list[_Layout] = []
+    parameters: list[_Parameter] = []
+    layers: list[Text] = []
+    gamma_ns_per_byte: Amount = None
+    allreduce_small_ns: Amount = None
+    allreduce_small_mean_ns: Amount = None
+    allreduce_small_repeats: Index = None
+    allreduce_step_ns: Amount = None
+    allreduce_rate_bps: Amount = None
+    allreduce_rate_ns: list[Amount] = []
+    allreduce_rate_sizes: list[Index] = []
+    server_cost: dict[str, Any] = None
+    client_cost: dict[str, Any] = None
+    idle_curve: dict[str, Any] = None
+    clocks: dict[str, Any] = {}
+
+
+def check_capture_metadata(metadata: dict[str, Any], path: Path | str) -> dict[str, Any]:
+    """`metadata` unchanged where it is not a capture's or its facts have the types and ranges ddlsim reads; a
+    :class:`~ddlsim.errors.TraceError` naming the file, the first wrong field and the fix otherwise."""
+    if metadata.get("source") != "capture":
+        return metadata
+    try:
+        CaptureFacts.model_validate(metadata)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        got = repr(first.get("input"))
+        if len(got) > 60:
+            got = got[:57] + "..."
+        raise TraceError(f"{path}: the capture's metadata field {where!r}: {first['msg'].lower()} (got {got}); "
+                         "ddlsim capture writes these facts: capture again, or correct the field") from None
+    return metadata
