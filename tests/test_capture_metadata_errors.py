@@ -108,3 +108,17 @@ def test_a_checked_fact_may_be_absent_but_not_null(capture, tmp_path, field):
     with pytest.raises(TraceError, match=f"field '{field}'"):
         read_log_metadata(with_metadata(capture, tmp_path / "null.parquet", {field: None}))
     assert field not in read_log_metadata(with_metadata(capture, tmp_path / "absent.parquet", {}, drop=(field,)))
+
+
+def test_analyze_refuses_a_parquet_file_whose_column_names_are_not_utf8_in_one_line(capture, tmp_path):
+    """`ddlsim analyze` counted the file's rows with pyarrow before reading it, and pyarrow's UnicodeDecodeError
+    escaped (the fuzzer's replay target, seed 5): every reader now catches what pyarrow raises on a damaged file
+    (``ddlsim.trace.parquet.PARQUET_ERRORS``)."""
+    damaged = tmp_path / "events.parquet"
+    damaged.write_bytes(capture.read_bytes().replace(b"end_ns", b"\xe1nd_ns"))
+    from ddlsim.analyze.streaming import open_analysis
+
+    with pytest.raises(TraceError):
+        open_analysis(damaged)
+    run = subprocess.run([sys.executable, "-m", "ddlsim", "analyze", str(damaged)], capture_output=True, text=True)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr

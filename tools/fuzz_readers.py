@@ -26,7 +26,7 @@ each signature) with ``info.json`` (seed, index, target, traceback).
 ``--replay DIR`` runs the reader on a saved input in this process and prints
 the traceback.
 
-The ``replay`` target is what ``ddlsim replay`` and ``ddlsim plan --profile`` do with a real capture (made with
+The ``replay`` target is what ``ddlsim analyze``, ``replay`` and ``plan --profile`` do with a real capture (made with
 ``ddlsim capture ddp`` and ``capture ps`` at the start, where PyTorch is installed); most of its mutations change
 one fact of the log's metadata (the job's and the host's), which those commands read. ``--targets`` drives some
 readers only.
@@ -731,12 +731,14 @@ def run_target(target: str, directory: Path) -> Any:
         from ddlsim.plan.cost import CostModel
 
         return CostModel.load(directory / "cost.json")
-    if target == "replay":  # what `ddlsim replay CAPTURE` and `ddlsim plan --profile CAPTURE` do with a capture
+    if target == "replay":  # what `ddlsim analyze`, `replay` and `plan --profile` do with a capture
         import ddlsim
+        from ddlsim.analyze.streaming import open_analysis
         from ddlsim.plan.planner import make_plan
         from ddlsim.trace.parquet import read_log_metadata
 
         path = directory / "events.parquet"
+        open_analysis(path).headline()
         result = ddlsim.replay(path)
         if read_log_metadata(path).get("job") == "ddp":
             make_plan(profile=str(path), model="lenet5", workers=2, bucket_caps_mb=(1, 25), slice_bytes=(),

@@ -79,16 +79,15 @@ class EventLogFile:
     """An event-log Parquet file, opened for streaming (see the module doc)."""
 
     def __init__(self, path: str | Path):
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from ..trace.parquet import _check_version, _parse_metadata, event_log_file
+        from ..trace.parquet import PARQUET_ERRORS, _check_version, _parse_metadata, event_log_file
         from ..trace.schema import COLUMNS, EXTENSION_PREFIX
 
         self.path = event_log_file(path)
         try:
             self.parquet = pq.ParquetFile(self.path)
-        except (pa.ArrowException, OSError) as err:
+        except PARQUET_ERRORS as err:
             raise TraceError(f"{self.path}: not a readable Parquet file ({err}); event logs are written by "
                              "ddlsim (simulate/capture) or ddlsim.trace.write_event_log") from None
         schema = self.parquet.schema_arrow

@@ -65,12 +65,13 @@ def open_analysis(path: str | Path, *, stream: bool | None = None, iteration: in
 
 
 def _parquet_rows(path: Path) -> int:
-    import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from ..trace.parquet import PARQUET_ERRORS
 
     try:
         return pq.ParquetFile(path).metadata.num_rows
-    except (pa.ArrowException, OSError):
+    except PARQUET_ERRORS:
         return 0  # let the in-memory reader name the problem
 
 

@@ -862,12 +862,12 @@ def _workers_and_iterations(path: Path) -> tuple[int, int]:
     import numpy as np
     import pyarrow.parquet as pq
 
-    import pyarrow as pa
+    from ..trace.parquet import PARQUET_ERRORS
 
     try:
         table = pq.read_table(path, columns=["rank", "role", "iteration"])
         table.validate(full=True)
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as err:  # read in full later; here a damaged file
+    except PARQUET_ERRORS as err:  # read in full later; here a damaged file
         raise DdlsimError(f"{path}: not a readable Parquet event log ({str(err).splitlines()[0][:200]})") from None
     ranks, iterations = table.column("rank").to_numpy(), table.column("iteration").to_numpy()
     workers = np.asarray(table.column("role").to_pylist(), dtype=object) == "worker"

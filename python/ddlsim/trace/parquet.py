@@ -51,6 +51,10 @@ from .schema import (
     validate_event_log,
 )
 
+# what pyarrow raises on a damaged Parquet file: its own errors, I/O errors, and the UnicodeDecodeError of a name in
+# the file's schema that is not UTF-8 (decoded when the file is opened)
+PARQUET_ERRORS = (pa.ArrowException, OSError, UnicodeDecodeError)
+
 
 
 @contextlib.contextmanager
@@ -218,7 +222,7 @@ def _read_side(path: Path, name: str, file: str) -> pa.Table:
                            f"{path.with_name(file)} does not exist; copy the side tables along with the events file")
     try:
         return _names_checked(pq.read_table(side_path).replace_schema_metadata(None), side_path)
-    except (pa.ArrowException, OSError) as err:
+    except PARQUET_ERRORS as err:
         raise TraceError(f"{side_path}: not a readable Parquet file ({err})") from None
 
 
@@ -260,7 +264,7 @@ def _read_table(path: Path) -> pa.Table:
     event_log_file(path)
     try:
         return _names_checked(pq.read_table(path), path)
-    except (pa.ArrowException, OSError) as err:
+    except PARQUET_ERRORS as err:
         raise TraceError(
             f"{path}: not a readable Parquet file ({err}); event logs are written by "
             "ddlsim (simulate/capture) or ddlsim.trace.write_event_log"
@@ -290,7 +294,7 @@ def read_log_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = event_log_file(path)
     try:
         schema = pq.read_schema(path)
-    except (OSError, pa.ArrowException, UnicodeDecodeError) as err:  # pyarrow decodes names it reads as UTF-8
+    except PARQUET_ERRORS as err:
         raise TraceError(f"{path}: not a readable Parquet event log ({err})") from None
     return _parse_metadata(schema.metadata or {}, path)
 
