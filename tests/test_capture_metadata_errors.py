@@ -122,3 +122,52 @@ def test_analyze_refuses_a_parquet_file_whose_column_names_are_not_utf8_in_one_l
         open_analysis(damaged)
     run = subprocess.run([sys.executable, "-m", "ddlsim", "analyze", str(damaged)], capture_output=True, text=True)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    import ddlsim
+
+    out = tmp_path_factory.mktemp("sim") / "run"
+    ddlsim.simulate(model="lenet5", workers=2, iterations=2).save(out, timeline=False)
+    return out / "events.parquet"
+
+
+@pytest.mark.parametrize("scenario, field", [("x", "scenario"), ({"model": True}, "scenario.model"),
+                                             ({"network": "10Gbps"}, "scenario.network"),
+                                             ({"strategy": [1]}, "scenario.strategy")])
+def test_a_simulated_log_whose_scenario_is_not_an_object_is_refused_naming_the_field(simulated, tmp_path, scenario,
+                                                                                     field):
+    """`analyze` called .get on a scenario given as a string, and replay .items() on a model given as a boolean (the
+    fuzzer's replay target on simulated logs, seed 8): every log's scenario and its model, network and strategy
+    must be objects (the values inside are the scenario parser's to check)."""
+    change = {"scenario": scenario if isinstance(scenario, str) else
+              {**json.loads(pq.read_table(simulated).schema.metadata[METADATA_KEY.encode()])["scenario"], **scenario}}
+    path = with_metadata(simulated, tmp_path / "events.parquet", change)
+    with pytest.raises(TraceError, match=f"the log's metadata field '{field}'"):
+        read_log_metadata(path)
+    for argv in (["analyze", str(path)], ["replay", str(path)]):
+        run = subprocess.run([sys.executable, "-m", "ddlsim", *argv], capture_output=True, text=True)
+        assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and f"'{field}'" in run.stderr, \
+            (argv, run.stderr[-2000:])
+
+
+def test_the_iterations_a_mean_describes_are_named_without_counting_through_the_gap_between_them():
+    """A damaged log's iteration numbers 0 and 2**62 made the description of the mean build a list of 2**62
+    numbers (MemoryError; the fuzzer, seed 8). The description against a brute force over seeded short lists."""
+    import random
+
+    import numpy as np
+
+    from ddlsim.analyze.breakdown import describe_mean
+
+    assert describe_mean(np.array([1, 2 ** 62]), np.array([0])) == \
+        f"mean of iterations 1, {2 ** 62}, warm-up iteration 0 excluded"
+    rng = random.Random(8)
+    for _ in range(2000):
+        numbers = sorted(rng.sample(range(-3, 12), rng.randint(1, 6)))
+        contiguous = all(b == a + 1 for a, b in zip(numbers, numbers[1:]))
+        expected = (f"iteration {numbers[0]}" if len(numbers) == 1 else
+                    f"iterations {numbers[0]}-{numbers[-1]}" if contiguous else
+                    "iterations " + ", ".join(map(str, numbers)))
+        assert describe_mean(np.array(numbers), np.array([])) == f"mean of {expected}, no warm-up excluded"

@@ -142,14 +142,21 @@ def make_samples(directory: Path) -> None:
 
 def make_capture_samples(sample) -> None:
     """The ``replay`` target's samples: real captures (a DDP and a PS job, LeNet-5, 2 workers, 3 iterations) made
-    with ``ddlsim capture`` (PyTorch needed); a simulated run's log where PyTorch is missing. Their metadata (the
-    job's and the host's facts) is what replay and the planner read."""
+    with ``ddlsim capture`` (PyTorch needed), and simulated runs' logs (a ring and a PS job: their metadata holds
+    the scenario that replay reads). Their metadata (the job's and the host's facts) is what replay and the
+    planner read."""
     import importlib.util
 
-    if importlib.util.find_spec("torch") is None:
-        from ddlsim.api import simulate
+    from ddlsim.api import simulate
 
-        simulate(model="lenet5", workers=2, iterations=2).save(sample("replay", "simulated"), timeline=False)
+    for name, strategy in (("simulated_ring", "ring"), ("simulated_ps", "ps")):
+        out = sample("replay", name)
+        shutil.rmtree(out)
+        simulate(model="lenet5", workers=2, iterations=2, strategy=strategy).save(out, timeline=False)
+        for path in sorted(out.iterdir()):  # the event log and its side tables only
+            if not path.name.endswith(".parquet"):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if importlib.util.find_spec("torch") is None:
         return
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "OMP_NUM_THREADS": "1"}
     for job, extra in (("ddp", []), ("ps", ["--connections", "none"])):
@@ -740,7 +747,7 @@ def run_target(target: str, directory: Path) -> Any:
         path = directory / "events.parquet"
         open_analysis(path).headline()
         result = ddlsim.replay(path)
-        if read_log_metadata(path).get("job") == "ddp":
+        if read_log_metadata(path).get("job") == "ddp":  # a DDP capture: the planner's path from a capture
             make_plan(profile=str(path), model="lenet5", workers=2, bucket_caps_mb=(1, 25), slice_bytes=(),
                       credit_bytes=(), threads=1)
         return result

@@ -306,9 +306,9 @@ def _parse_metadata(raw: Mapping[bytes, bytes], path: Path) -> dict[str, Any]:
     metadata = parse_json(text, f"{path}: {METADATA_KEY}")
     if not isinstance(metadata, dict):
         raise TraceError(f"{path}: {METADATA_KEY} must be a JSON object, got {type(metadata).__name__}")
-    from .capture_meta import check_capture_metadata
+    from .log_facts import check_log_facts
 
-    return check_capture_metadata(metadata, path)
+    return check_log_facts(metadata, path)
 
 
 # --------------------------------------------------------------------------

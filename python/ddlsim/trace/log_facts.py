@@ -1,4 +1,8 @@
-"""The facts a capture's event log holds in its metadata (``source = "capture"``), checked when the log is read.
+"""The facts an event log's metadata holds that ddlsim computes with, checked when the log is read.
+
+Every log: its ``scenario`` (a simulated run's, which replay and analyze read) must be an object, and so must its
+``model``, ``network`` and ``strategy`` (the values in them are the scenario parser's to check, when a replay
+builds the scenario again). A capture's (``source = "capture"``) are below.
 
 ``ddlsim capture`` writes them: the job (``job``, ``workers``, ``servers``, its buckets and parameters), the host
 (``processes``, ``host_cores``, ``threads``, ``device``), the link (``bandwidth``) and what capture measured after
@@ -96,19 +100,35 @@ class CaptureFacts(_Open):
     clocks: dict[str, Any] = {}
 
 
-def check_capture_metadata(metadata: dict[str, Any], path: Path | str) -> dict[str, Any]:
-    """`metadata` unchanged where it is not a capture's or its facts have the types and ranges ddlsim reads; a
-    :class:`~ddlsim.errors.TraceError` naming the file, the first wrong field and the fix otherwise."""
-    if metadata.get("source") != "capture":
-        return metadata
+class _Scenario(_Open):
+    model: dict[str, Any] = None
+    network: dict[str, Any] = None
+    strategy: dict[str, Any] = None
+
+
+class LogFacts(_Open):
+    """The checked part of any log's metadata."""
+
+    scenario: _Scenario = None
+
+
+def check_log_facts(metadata: dict[str, Any], path: Path | str) -> dict[str, Any]:
+    """`metadata` unchanged where its facts have the types and ranges ddlsim reads (:class:`LogFacts`, and
+    :class:`CaptureFacts` for a capture's); a :class:`~ddlsim.errors.TraceError` naming the file, the first wrong
+    field and the fix otherwise."""
+    capture = metadata.get("source") == "capture"
     try:
-        CaptureFacts.model_validate(metadata)
+        LogFacts.model_validate(metadata)
+        if capture:
+            CaptureFacts.model_validate(metadata)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         got = repr(first.get("input"))
         if len(got) > 60:
             got = got[:57] + "..."
-        raise TraceError(f"{path}: the capture's metadata field {where!r}: {first['msg'].lower()} (got {got}); "
-                         "ddlsim capture writes these facts: capture again, or correct the field") from None
+        fix = ("ddlsim capture writes these facts: capture again, or correct the field" if capture else
+               "the run that wrote the log writes these facts: run it again, or correct the field")
+        raise TraceError(f"{path}: the {'capture' if capture else 'log'}'s metadata field {where!r}: "
+                         f"{first['msg'].lower()} (got {got}); {fix}") from None
     return metadata
