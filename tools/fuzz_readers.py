@@ -153,9 +153,7 @@ def make_capture_samples(sample) -> None:
         out = sample("replay", name)
         shutil.rmtree(out)
         simulate(model="lenet5", workers=2, iterations=2, strategy=strategy).save(out, timeline=False)
-        for path in sorted(out.iterdir()):  # the event log and its side tables only
-            if not path.name.endswith(".parquet"):
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        _keep_parquet(out)
     if importlib.util.find_spec("torch") is None:
         return
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "OMP_NUM_THREADS": "1"}
@@ -165,9 +163,14 @@ def make_capture_samples(sample) -> None:
         subprocess.run([sys.executable, "-m", "ddlsim", "capture", job, "--model", "lenet5", "--workers", "2",
                         "--iterations", "3", "--out", str(out), *extra], check=True, env=env,
                        stdout=subprocess.DEVNULL, timeout=600)
-        for path in sorted(out.iterdir()):  # the event log and its side tables only
-            if not path.name.endswith(".parquet"):
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        _keep_parquet(out)
+
+
+def _keep_parquet(directory: Path) -> None:
+    """Leaves only the event log and its side tables (the Parquet files) in a run's or a capture's `directory`."""
+    for path in sorted(directory.iterdir()):
+        if not path.name.endswith(".parquet"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def mutate_log_metadata(rng: random.Random, data: bytes, name: str) -> bytes:

@@ -266,7 +266,7 @@ def _span(numbers) -> str:
     numbers = [int(x) for x in numbers]
     if len(numbers) == 1:
         return f"iteration {numbers[0]}"
-    if numbers[-1] - numbers[0] == len(numbers) - 1 and all(b - a == 1 for a, b in zip(numbers, numbers[1:])):
+    if all(b - a == 1 for a, b in zip(numbers, numbers[1:])):  # contiguous (no range built: a gap may be 2**62)
         return f"iterations {numbers[0]}-{numbers[-1]}"
     return "iterations " + ", ".join(str(x) for x in numbers)
 

@@ -284,12 +284,11 @@ def _ddp_capture_meta(profile: Any) -> Optional[dict]:
     return meta if meta.get("source") == "capture" and meta.get("job") == "ddp" else None
 
 
-def _first_bucket_is_cap(model: Model, own_groups: Sequence[dict], profile: Any, notes: list[str]) -> bool:
-    """Whether the DDP capture at `profile` built its buckets (`own_groups`) with a first bucket as large as the
+def _first_bucket_is_cap(model: Model, own_groups: Sequence[dict], meta: dict, notes: list[str]) -> bool:
+    """Whether the DDP capture whose metadata is `meta` built its buckets (`own_groups`) with a first bucket as large as the
     others (torch's DDP does so when it is given ``bucket_cap_mb``, as a plan's ``ddp_kwargs`` and ``capture ddp``
     give it, in the versions whose first small bucket is only for the default) rather than DDP's 1 MiB first bucket
     (:func:`ddlsim.simulation.grouping.ddp`); `notes` gets a line when it did."""
-    meta = _ddp_capture_meta(profile) or {}
     cap = meta.get("bucket_cap_mb")
     if not isinstance(cap, (int, float)) or isinstance(cap, bool) or cap <= 0:
         return False
@@ -415,7 +414,8 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
         raise PlanError(f"ByteScheduler credits and the partition size must be > 0 bytes, got credits {list(credit_bytes)}, "
                         f"partition {partition_bytes}")
     notes: list[str] = []
-    from_capture = scenario is None and cost_model is None and _ddp_capture_meta(overrides.get("profile")) is not None
+    capture_meta = _ddp_capture_meta(overrides.get("profile"))  # read once: the buckets' rule and the caveat use it
+    from_capture = scenario is None and cost_model is None and capture_meta is not None
     sc, cost_model = plan_scenario(scenario, cost_model, notes, **overrides)
     replayed = sc if from_capture else None
     if credits and sc.network.collective_model == "closed-form":
@@ -451,7 +451,7 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
     own = sc.strategy.grouping if replayed is not None else None
     own_groups = gp.user_groups(model, own.groups) if own is not None and getattr(own, "kind", None) == "groups" else None
     if own_groups is not None:
-        first_is_cap = _first_bucket_is_cap(model, own_groups, overrides.get("profile"), notes)
+        first_is_cap = _first_bucket_is_cap(model, own_groups, capture_meta or {}, notes)
     else:  # no capture to show which rule the job's torch follows: the one of the torch versions in use today
         first_is_cap = True
         notes.append(f"DDP's buckets for each bucket_cap_mb: the first as large as the others, as torch's DDP builds "
@@ -534,7 +534,7 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
     )
     plan.notes.extend(sc.migration_notes)
     if plan.captured is not None:
-        plan.shared_cores = shared_core_overlap(_ddp_capture_meta(overrides.get("profile")) or {}, plan)
+        plan.shared_cores = shared_core_overlap(capture_meta or {}, plan)
         if plan.shared_cores is not None:
             notes.append(plan.shared_cores["note"])
     if plan.ddp_default.iteration_time_s < best.iteration_time_s:
