@@ -57,7 +57,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ("events", "sketchdlc", "sketchdlc_records", "chakra", "kineto", "netop", "capture", "scenario", "fit",
-           "costmodel", "replay")
+           "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep")
+#: the run budget the ``simulate`` target's runs get (--max-memory): an input the budget admits must stay within the
+#: worker's address-space limit and time limit, or the estimate did not bound the real cost
+SIMULATE_BUDGET_BYTES = 192 << 20
 INTERESTING_NUMBERS = ("1e30", "-1e30", "1e309", "nan", "NaN", "inf", "-inf", "Infinity", "-1", "0", "-0", "1.5",
                        "9" * 40, "-" + "9" * 40, "9223372036854775807", "9223372036854775808", "-9223372036854775809",
                        "18446744073709551616", "4294967296", "2147483648", "1e-30", "0x10", "1_000", "")
@@ -133,6 +136,9 @@ def make_samples(directory: Path) -> None:
         f"{layer.name},{0.01 * (i + 1):.2f},{0.02 * (i + 1):.2f}\n" for i, layer in enumerate(load_model("lenet5").layers)),
         encoding="utf-8")
     make_capture_samples(sample)
+    make_simulate_samples(sample)
+    make_plan_samples(sample)
+    make_sweep_samples(sample)
     shutil.copy(ROOT / "examples" / "osu_allreduce_8nodes.txt", sample("fit", "osu") / "table.txt")
     shutil.copy(ROOT / "examples" / "allreduce_times.csv", sample("fit", "csv") / "table.txt")
     from ddlsim.plan.cost import fit_tables
@@ -164,6 +170,195 @@ def make_capture_samples(sample) -> None:
                         "--iterations", "3", "--out", str(out), *extra], check=True, env=env,
                        stdout=subprocess.DEVNULL, timeout=600)
         _keep_parquet(out)
+
+
+#: the ``simulate`` target's scenarios: small runs of every kind of network, strategy and workload a scenario file
+#: can ask for (a run of each takes well under a second), so that a mutation reaches the lowering, the budget's
+#: estimate and the engine
+SIMULATE_SCENARIOS = {
+    "ring_analytic": """workers = 2
+iterations = 2
+seed = 1
+model = { name = "lenet5" }
+
+[strategy]
+kind = "ring"
+algorithm = "ring"
+grouping = { kind = "mg-wfbp" }
+
+[network]
+fidelity = "analytic"
+bandwidth = "10Gbps"
+latency = "10us"
+""",
+    "butterfly_flow_stragglers": """workers = 4
+iterations = 3
+seed = 2
+stagger = "100us"
+stagger_mode = "random"
+model = { name = "lenet5", compute_speedup = 2.0, speedup_kinds = ["Conv"] }
+
+[strategy]
+kind = "ring"
+algorithm = "butterfly"
+grouping = { kind = "fusion", threshold = "64KiB", cycle_time = "1ms" }
+
+[network]
+fidelity = "flow"
+bandwidth = "1Gbps"
+latency = "20us"
+topology = "leaf-spine"
+hosts_per_leaf = 2
+spines = 1
+
+[[straggler]]
+rank = 1
+factor = 1.5
+
+[[straggler]]
+probability = 0.2
+factor = 2.0
+""",
+    "ps_multicast_flow": """workers = 3
+iterations = 2
+seed = 3
+model = { name = "lenet5" }
+
+[strategy]
+kind = "ps"
+servers = 2
+in_network = "multicast"
+
+[network]
+fidelity = "flow"
+bandwidth = "10Gbps"
+latency = "10us"
+""",
+    "ps_split_server_cost": """workers = 3
+iterations = 2
+seed = 5
+model = { name = "lenet5" }
+
+[strategy]
+kind = "ps"
+servers = 2
+placement = "split"
+distribution = "round-robin"
+chunk_bytes = 16384
+gamma_ns_per_byte = 0.01
+server_cost = { a = "20us", b = "5us" }
+
+[network]
+fidelity = "flow"
+bandwidth = "10Gbps"
+latency = "10us"
+""",
+    "packet_tenants": """workers = 2
+iterations = 2
+seed = 4
+
+[model]
+name = "synthetic"
+synthetic = { profile = "thesis-simulator", layers = 4, model_size = "200KB", compute = "2ms" }
+
+[strategy]
+kind = "ring"
+algorithm = "ring"
+grouping = { kind = "thesis-fusion", fusion_buffer_size = 65536 }
+
+[network]
+bandwidth = "1Gbps"
+latency = "10us"
+topology = "star"
+hosts = 3
+fidelity = "packet"
+job_band = 1
+record_flows = true
+packet = { framing = "ppp", bands = 3, queue_limit = 100, queue_limit_unit = "packets", queue_scope = "band" }
+
+[[tenant]]
+name = "search"
+sizes = "websearch"
+flows_per_second_per_host = 20
+band = 0
+
+[[tenant]]
+name = "mine"
+sizes = "sizes.csv"
+load = 0.05
+band = 2
+hosts = [0, 2]
+start = "100us"
+""",
+    "two_jobs": """iterations = 2
+workers = 2
+model = { name = "lenet5" }
+
+[network]
+fidelity = "flow"
+bandwidth = "1Gbps"
+topology = "leaf-spine"
+hosts_per_leaf = 2
+spines = 1
+oversubscription = 2.0
+
+[[job]]
+name = "a"
+placement = "spread"
+
+[[job]]
+name = "b"
+strategy = { kind = "ps", servers = 1 }
+placement = "spread"
+start = "1ms"
+""",
+}
+
+
+def make_simulate_samples(sample) -> None:
+    """The ``simulate`` target's samples (:data:`SIMULATE_SCENARIOS`); the tenants' one names a flow-size CSV."""
+    for name, text in SIMULATE_SCENARIOS.items():
+        directory = sample("simulate", name)
+        (directory / "scenario.toml").write_text(text, encoding="utf-8")
+        if "sizes.csv" in text:
+            (directory / "sizes.csv").write_text("bytes,cdf\n# a small data-mining-like CDF\n0,0\n100,0.5\n"
+                                                 "10000,0.9\n200000,1\n", encoding="utf-8")
+
+
+def make_plan_samples(sample) -> None:
+    """The ``plan`` target's samples: what ``ddlsim plan --model lenet5 --out plan.json`` writes, for a link where
+    MG-WFBP's merges win and one where DDP's bucket does; the ``idlecurve`` target's: a CSV of the trials
+    ``benchmarks/idle_wake.py --out`` writes."""
+    from ddlsim.plan.planner import make_plan
+
+    for name, bandwidth in (("slow_link", "100Mbps"), ("fast_link", "100Gbps")):
+        make_plan(model="lenet5", workers=2, bandwidth=bandwidth, bucket_caps_mb=(1, 25), slice_bytes=(),
+                  credit_bytes=(), threads=1).save(sample("plan", name) / "plan.json")
+    rows = ["mode,idle_ms,step_ms,forward_ms,backward_ms"]
+    for i, idle in enumerate((0, 0.5, 2, 8, 32)):
+        for repeat in range(3):
+            slow = 1 + idle / 40 + repeat * 0.01
+            rows.append(f"{'sleep' if repeat < 2 else 'spin'},{idle},{0.4 * slow:.4f},{1.1 * slow:.4f},{2.3 * slow:.4f}")
+    curve = sample("idlecurve", "trials")
+    (curve / "idle.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    capture = sample("replay", "ddp")  # made before (with PyTorch): the capture it scales, with its side tables
+    if (capture / "events.parquet").is_file():
+        shutil.copytree(capture, curve / FIXED)
+
+
+def make_sweep_samples(sample) -> None:
+    """The ``sweep`` target's samples: the sweep files of ``examples/sweep`` and the ``--out`` directory of a finished
+    sweep (``small-grid.toml``: 4 analytic runs), whose manifest and result tables ``--status`` reads."""
+    from ddlsim.sweep.grid import load_grid
+    from ddlsim.sweep.runner import run_grid
+
+    for toml in sorted((ROOT / "examples" / "sweep").glob("*.toml")):
+        shutil.copy(toml, sample("sweep", toml.stem) / "sweep.toml")
+    results = sample("sweep", "results")
+    shutil.rmtree(results)
+    run_grid(load_grid(ROOT / "examples" / "sweep" / "small-grid.toml"), results)
+    for lock in results.glob(".*.lock"):
+        lock.unlink()
 
 
 def _keep_parquet(directory: Path) -> None:
@@ -617,6 +812,10 @@ TEXT_MUTATORS = {
     "capture": (mutate_jsonl, mutate_jsonl, mutate_numbers, mutate_lines, mutate_bytes),
     "kineto": (mutate_json, mutate_json, mutate_json, mutate_numbers, mutate_bytes),
     "scenario": (mutate_toml, mutate_toml, mutate_numbers, mutate_lines, mutate_bytes),
+    "simulate": (mutate_toml, mutate_toml, mutate_toml, mutate_numbers, mutate_lines, mutate_bytes),
+    "plan": (mutate_json, mutate_json, mutate_json, mutate_numbers, mutate_bytes),
+    "idlecurve": (mutate_numbers, mutate_numbers, mutate_lines, mutate_bytes),
+    "sweep": (mutate_toml, mutate_json, mutate_json, mutate_numbers, mutate_lines, mutate_bytes),
 }
 
 
@@ -632,6 +831,10 @@ def _parquet_variant(seed: int, sample_number: int, name: str, variant: int, dat
     return _PARQUET_VARIANTS[key]
 
 
+#: a sample's folder of files that are never mutated (what a reader needs beside its input, e.g. the capture that
+#: ``--idle-curve`` scales)
+FIXED = "fixed"
+
 #: a file of an input that is written as a FIFO (named pipe) with nothing on its other end, not as a regular file
 FIFO = None
 
@@ -646,7 +849,10 @@ def make_input(samples: dict[str, list[dict[str, bytes]]], seed: int, index: int
     files = dict(sample)
     applied = []
     for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4))):
-        name = rng.choice(sorted(files))
+        mutable = sorted(n for n in files if not n.startswith(FIXED + "/"))
+        if not mutable:  # the one file the reader reads was removed
+            break
+        name = rng.choice(mutable)
         data = files[name]
         if data is FIFO:
             continue
@@ -670,7 +876,7 @@ def make_input(samples: dict[str, list[dict[str, bytes]]], seed: int, index: int
             mutator = mutate_chakra if rng.random() < 0.7 else mutate_bytes
             files[name] = mutator(rng, data)
         else:
-            if rng.random() < 0.05 and len(files) > 1:
+            if rng.random() < 0.05 and len(mutable) > 1:
                 del files[name]
                 applied.append(f"remove {name}")
                 continue
@@ -754,6 +960,44 @@ def run_target(target: str, directory: Path) -> Any:
             make_plan(profile=str(path), model="lenet5", workers=2, bucket_caps_mb=(1, 25), slice_bytes=(),
                       credit_bytes=(), threads=1)
         return result
+    if target == "simulate":  # what `ddlsim simulate SCENARIO --max-memory 192MiB` does with a scenario file
+        from ddlsim.api import simulate, simulate_jobs
+        from ddlsim.simulation.budget import run_control
+        from ddlsim.simulation.scenario import load_scenario
+
+        path = directory / "scenario.toml"
+        with run_control(max_memory=SIMULATE_BUDGET_BYTES):
+            if load_scenario(path).job:
+                return simulate_jobs(path).summary()
+            return simulate(path).summary()
+    if target == "plan":  # what `ddlsim capture ddp --plan plan.json` does with the plan before it starts a rank
+        from ddlsim.capture.ddp_plan import load_plan
+        from ddlsim.cli.capture_ddp_command import apply_plan
+
+        plan = load_plan(directory / "plan.json")
+        config = {"model": "lenet5", "image_size": 32}
+        return [apply_plan(config, plan, entry, directory / "plan.json") for entry in ("best", "ddp", "mg_wfbp")]
+    if target == "idlecurve":  # what `ddlsim replay --idle-curve idle.csv` does with it: read, then each ratio
+        from ddlsim.simulation.idle_wake import CLASSES, check_curve, ratio, read_curve
+
+        import ddlsim
+
+        curve = check_curve(read_curve(directory / "idle.csv"), "idle_curve")
+        ratios = [ratio(curve[cls], t) for cls in CLASSES for t in (0.0, 0.25, 1.0, 1e3, 1e30)]
+        capture = directory / FIXED / "events.parquet"
+        if not capture.is_file():  # no DDP capture among the samples (no PyTorch)
+            return ratios
+        return ratios, ddlsim.replay(capture, idle_curve=str(directory / "idle.csv"), bandwidth="100Mbps").summary()
+    if target == "sweep":  # `ddlsim sweep FILE` makes its grid; `ddlsim sweep --status DIR` reads a sweep's --out
+        from ddlsim.sweep.grid import grid_from_manifest, load_grid
+        from ddlsim.sweep.store import MANIFEST, RunDataset, read_sweep
+
+        if (directory / "sweep.toml").exists():
+            return [point.key for point in load_grid(directory / "sweep.toml").points]
+        dataset = RunDataset(directory)
+        grid = grid_from_manifest(dataset.read_manifest(), origin=str(directory / MANIFEST))
+        done = dataset.done()
+        return read_sweep(directory), [point.key in done for point in grid.points]
     raise ValueError(target)
 
 

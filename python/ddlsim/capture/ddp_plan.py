@@ -58,7 +58,10 @@ def load_plan(path: str | Path) -> dict:
     for key in ("model", "ddp", "mg_wfbp"):
         if not isinstance(data.get(key), dict):
             raise DdlsimError(f"--plan {path}: field {key!r} is missing or not an object; write the plan again with ddlsim plan --out")
-    return data
+    from .plan_facts import check_plan_facts
+
+    return check_plan_facts(data, f"--plan {path}")
+
 
 
 def choose_entry(plan: dict, entry: str) -> str:

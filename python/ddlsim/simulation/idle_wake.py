@@ -55,8 +55,9 @@ def curve_from_trials(trials: list[dict[str, Any]], source: str) -> dict[str, An
     out: dict[str, Any] = {"source": source, "trials": len(kept)}
     for cls in CLASSES:
         medians = [statistics.median(float(t[f"{cls}_ms"]) for t in by_idle[i]) for i in idles]
-        if medians[0] <= 0:
-            raise ValueError(f"the {cls} at the shortest idle ({idles[0]:g} ms) has a median of {medians[0]:g} ms; it must be > 0")
+        for idle, median in zip(idles, medians):  # a ratio of 0 would make the replayed compute take no time
+            if median <= 0:
+                raise ValueError(f"the {cls} at idle {idle:g} ms has a median of {median + 0.0:g} ms; it must be > 0")
         out[cls] = [[i, m / medians[0]] for i, m in zip(idles, medians)]
     return out
 
@@ -89,6 +90,8 @@ def read_curve(path: str | Path) -> dict[str, Any]:
         raise DdlsimError(f"{path}: cannot read the idle curve ({exc.strerror or exc}); {fix}") from None
     except UnicodeDecodeError:
         raise DdlsimError(f"{path}: not a text CSV; {fix}") from None
+    except csv.Error as exc:  # e.g. a field over csv's 131,072 characters (found by tools/fuzz_readers.py)
+        raise DdlsimError(f"{path}: not a readable CSV ({exc}); {fix}") from None
     try:
         return curve_from_trials(trials, source=str(path))
     except ValueError as exc:

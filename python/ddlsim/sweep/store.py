@@ -231,11 +231,16 @@ class RunDataset:
         path = input_file(self.directory / MANIFEST, "sweep manifest", "run the sweep again to rewrite it",
                           missing=f"{self.directory / MANIFEST}: not found; is {self.directory} the --out of a ddlsim sweep?")
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            manifest = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise DdlsimError(f"{path}: not found; is {self.directory} the --out of a ddlsim sweep?") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise DdlsimError(f"{path}: cannot read the sweep's manifest ({exc}); run the sweep again to rewrite it") from None
+        runs = manifest.get("runs", []) if isinstance(manifest, dict) else None
+        if not (isinstance(runs, list) and all(isinstance(r, dict) and isinstance(r.get("key"), str) for r in runs)):
+            raise DdlsimError(f"{path}: not a sweep manifest (an object whose \"runs\" is a list of runs, each with "
+                              "its \"key\"); run the sweep again to rewrite it")
+        return manifest
 
     def read(self, table: str = SUMMARY_TABLE, keys: Optional[Sequence[str]] = None) -> "pa.Table":
         """The complete runs' `table` (summary, iterations, flows, queues) as
@@ -244,11 +249,36 @@ class RunDataset:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from ..trace.parquet import PARQUET_ERRORS
+
         order = sorted(self.done()) if keys is None else [k for k in keys if k in self.done()]
-        parts = [pq.read_table(self.path(table, k)) for k in order if self.path(table, k).is_file()]
+        parts = []
+        for k in order:
+            path = self.path(table, k)
+            if not path.is_file():
+                continue
+            try:
+                parts.append(pq.read_table(input_file(path, "sweep result table", _REDO.format(path=path))))
+            except PARQUET_ERRORS as exc:
+                why = _one_line(str(exc).replace(f"Parquet input source '{path}'", "it"))
+                raise DdlsimError(f"{path}: cannot read this run's {table} table ({why}); "
+                                  f"{_REDO.format(path=path)}") from None
         if not parts:
             return pa.table({"key": pa.array([], pa.string())})
-        return pa.concat_tables(parts, promote_options="default")
+        try:
+            return pa.concat_tables(parts, promote_options="default")
+        except pa.ArrowException as exc:  # a table whose columns are not the others' (not written by ddlsim sweep)
+            odd = next((k for k, part in zip(order, parts) if not part.schema.equals(parts[0].schema)), order[-1])
+            raise DdlsimError(f"{self.directory / table}: the runs' {table} tables do not agree ({_one_line(exc)}), "
+                              f"e.g. {self.path(table, odd).name}; {_REDO.format(path=self.path(table, odd))}") from None
+
+
+_REDO = "remove {path} and run the same ddlsim sweep again: it redoes the runs it misses"
+
+
+def _one_line(exc: BaseException | str) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def read_sweep(directory: "str | Path", table: str = SUMMARY_TABLE) -> "pd.DataFrame":

@@ -1,0 +1,79 @@
+"""The facts of a ``ddlsim plan`` result that ``ddlsim capture ddp --plan`` reads, checked when the plan is loaded.
+
+The capture reads each entry's predicted ``iteration_time_s`` (to choose ``best`` and to record the prediction),
+the DDP entry's ``bucket_cap_mb``, the MG-WFBP entry's groups of tensor names, the model's name and the default
+DDP baseline's time. A hand-edited or damaged value (a string for a time, a list for a tensor name, an infinite
+bucket) is refused here with its field named, not somewhere in the capture's arithmetic (found by
+tools/fuzz_readers.py's ``plan`` target). Every other key passes as it is.
+
+pydantic is the checker (the scenario's and the event log's own), in strict mode: a time is a JSON number, a name a
+string, and a boolean is no number.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import DdlsimError
+
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+Name = Annotated[str, Field(strict=True)]
+
+
+class _Open(BaseModel):
+    """A default of None stands for an absent field; a null given is refused where the type is not Optional."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _Model(_Open):
+    name: Optional[Name] = None
+
+
+class _DDPEntry(_Open):
+    iteration_time_s: Seconds
+    bucket_cap_mb: Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
+
+
+class _Group(_Open):
+    tensors: Annotated[list[Name], Field(min_length=1)]
+
+
+class _MGWFBPEntry(_Open):
+    iteration_time_s: Seconds
+    plan: list[_Group]
+
+
+class _Baseline(_Open):
+    iteration_time_s: Optional[Seconds] = None
+
+
+class _Baselines(_Open):
+    ddp_default: _Baseline = None
+
+
+class PlanFacts(_Open):
+    model: _Model
+    ddp: _DDPEntry
+    mg_wfbp: _MGWFBPEntry
+    baselines: _Baselines = None
+
+
+def check_plan_facts(plan: dict[str, Any], label: str) -> dict[str, Any]:
+    """`plan` unchanged where the facts the capture reads have their types and ranges (:class:`PlanFacts`); a
+    :class:`~ddlsim.errors.DdlsimError` naming `label` (``--plan PATH``), the first wrong field and the fix
+    otherwise."""
+    try:
+        PlanFacts.model_validate(plan)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        got = repr(first.get("input"))
+        got = got if len(got) <= 60 else got[:57] + "..."
+        msg = re.sub(r" or instance of \w+", "", first["msg"]).lower()  # not the checker's class names
+        raise DdlsimError(f"{label}: field {where!r}: {msg} (got {got}); write the plan again with "
+                          "ddlsim plan --out") from None
+    return plan

@@ -1,0 +1,92 @@
+"""A sweep's --out directory damaged or hand-edited (found by tools/fuzz_readers.py's ``sweep`` target, which reads
+it as ``ddlsim sweep --status`` and ``ddlsim.read_sweep`` do): before, a result table that is not Parquet escaped
+as pyarrow's ArrowInvalid or OSError, two runs' tables whose columns differ in type as ArrowTypeError, a manifest
+whose runs are not objects as a TypeError, one nested too deeply as a RecursionError. Each is now a one-line
+error naming the file and the fix; a manifest the reader cannot use only loses the runs' order."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ddlsim.errors import DdlsimError
+from ddlsim.sweep.grid import load_grid
+from ddlsim.sweep.runner import run_grid
+from ddlsim.sweep.store import MANIFEST, SUMMARY_TABLE, RunDataset, read_sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sweep") / "out"
+    run_grid(load_grid(ROOT / "examples" / "sweep" / "small-grid.toml"), out)
+    return out
+
+
+@pytest.fixture
+def sweep(finished, tmp_path) -> Path:
+    import shutil
+
+    copy = tmp_path / "out"
+    shutil.copytree(finished, copy)
+    return copy
+
+
+def status(directory: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ddlsim", "sweep", "--status", str(directory)], capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"})
+
+
+def test_an_intact_sweep_reads_in_the_manifests_order(sweep):
+    frame = read_sweep(sweep)
+    order = [r["key"] for r in json.loads((sweep / MANIFEST).read_text())["runs"]]
+    assert list(frame.key) == order and len(order) == 4
+    assert status(sweep).returncode == 0
+
+
+def test_a_result_table_that_is_not_parquet_is_named_with_the_fix(sweep):
+    victim = sorted((sweep / SUMMARY_TABLE).glob("*.parquet"))[1]
+    victim.write_bytes(victim.read_bytes()[:-9])  # the footer cut: ArrowInvalid before
+    with pytest.raises(DdlsimError) as caught:
+        read_sweep(sweep)
+    message = str(caught.value)
+    assert message.startswith(f"{victim}: cannot read this run's summary table (") and "\n" not in message
+    assert message.endswith(f"remove {victim} and run the same ddlsim sweep again: it redoes the runs it misses")
+    run = status(sweep)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+    assert victim.exists()  # nothing removed: the user decides
+
+
+def test_runs_whose_tables_disagree_in_a_columns_type_are_refused_naming_one(sweep):
+    victim = sorted((sweep / SUMMARY_TABLE).glob("*.parquet"))[2]
+    table = pq.read_table(victim)
+    index = table.schema.get_field_index("workers")
+    pq.write_table(table.set_column(index, "workers", table.column("workers").cast(pa.int32())), victim)
+    with pytest.raises(DdlsimError, match=r"summary: the runs' summary tables do not agree \(Unable to merge: Field "
+                                          r"workers has incompatible types: int64 vs int32\), e\.g\. "
+                                          + victim.name.replace(".", r"\.")):
+        read_sweep(sweep)  # ArrowTypeError before
+
+
+@pytest.mark.parametrize("manifest", [
+    lambda m: json.dumps({**m, "runs": [r["key"] for r in m["runs"]]}),  # TypeError before: a string indexed by "key"
+    lambda m: json.dumps({**m, "runs": "all"}),
+    lambda m: json.dumps([m]),
+    lambda m: "[" * 5000 + "]" * 5000,  # RecursionError before
+])
+def test_a_manifest_the_reader_cannot_use_is_refused_by_status_and_costs_read_sweep_only_the_order(sweep, manifest):
+    path = sweep / MANIFEST
+    original = json.loads(path.read_text())
+    path.write_text(manifest(original))
+    with pytest.raises(DdlsimError, match=r"sweep\.json: (not a sweep manifest|cannot read the sweep's manifest)"):
+        RunDataset(sweep).read_manifest()
+    frame = read_sweep(sweep)  # the runs in key order: every result is still there
+    assert sorted(frame.key) == list(frame.key) == sorted(r["key"] for r in original["runs"])
+    run = status(sweep)
+    assert run.returncode == 2 and "sweep.json" in run.stderr and "Traceback" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
