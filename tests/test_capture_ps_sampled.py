@@ -107,7 +107,7 @@ def test_analyze_and_replay_read_a_sampled_ps_capture(capture):
 
 @pytest.mark.parametrize("settings, message", [
     (dict(model="lenet5", layer_every=0), "layer_every must be a positive integer"),
-    (dict(model="lenet5", layer_every=1.5), "layer_every must be a positive integer"),
+    (dict(model="lenet5", layer_every=1.5), "layer_every = 1.5; give a whole number"),
     (dict(model="sparse-lr", layer_every=2), "only --model lenet5"),
 ])
 def test_bad_layer_every(settings, message):

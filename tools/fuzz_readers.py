@@ -57,7 +57,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ("events", "sketchdlc", "sketchdlc_records", "chakra", "kineto", "netop", "capture", "scenario", "fit",
-           "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep")
+           "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep", "merge")
 #: the run budget the ``simulate`` target's runs get (--max-memory): an input the budget admits must stay within the
 #: worker's address-space limit and time limit, or the estimate did not bound the real cost
 SIMULATE_BUDGET_BYTES = 192 << 20
@@ -136,6 +136,7 @@ def make_samples(directory: Path) -> None:
         f"{layer.name},{0.01 * (i + 1):.2f},{0.02 * (i + 1):.2f}\n" for i, layer in enumerate(load_model("lenet5").layers)),
         encoding="utf-8")
     make_capture_samples(sample)
+    shutil.copytree(directory / "capture" / "ring", sample("merge", "recorded"), dirs_exist_ok=True)  # no job.json
     make_simulate_samples(sample)
     make_plan_samples(sample)
     make_sweep_samples(sample)
@@ -169,6 +170,10 @@ def make_capture_samples(sample) -> None:
         subprocess.run([sys.executable, "-m", "ddlsim", "capture", job, "--model", "lenet5", "--workers", "2",
                         "--iterations", "3", "--out", str(out), *extra], check=True, env=env,
                        stdout=subprocess.DEVNULL, timeout=600)
+        raw = sample("merge", job)  # the ranks' files and the job's description: what `capture merge` reads
+        for path in sorted(out.iterdir()):
+            if path.is_file() and not path.name.endswith(".parquet"):
+                shutil.copy(path, raw / path.name)
         _keep_parquet(out)
 
 
@@ -816,6 +821,7 @@ TEXT_MUTATORS = {
     "plan": (mutate_json, mutate_json, mutate_json, mutate_numbers, mutate_bytes),
     "idlecurve": (mutate_numbers, mutate_numbers, mutate_lines, mutate_bytes),
     "sweep": (mutate_toml, mutate_json, mutate_json, mutate_numbers, mutate_lines, mutate_bytes),
+    "merge": (mutate_jsonl, mutate_jsonl, mutate_json, mutate_numbers, mutate_lines, mutate_bytes),
 }
 
 
@@ -998,6 +1004,19 @@ def run_target(target: str, directory: Path) -> Any:
         grid = grid_from_manifest(dataset.read_manifest(), origin=str(directory / MANIFEST))
         done = dataset.done()
         return read_sweep(directory), [point.key in done for point in grid.points]
+    if target == "merge":  # `ddlsim capture merge DIR`: a real capture's rank files, sidecars and job.json
+        from ddlsim.cli.capture_command import merge_directory
+        from ddlsim.trace import write_event_log
+
+        from ddlsim.analyze.streaming import open_analysis
+
+        from ddlsim.errors import DdlsimError
+
+        write_event_log(merge_directory(directory), directory / "merged.parquet")
+        try:  # what merge wrote, ddlsim reads: merge must refuse a fact the readers refuse, not write it
+            return open_analysis(directory / "merged.parquet").headline()
+        except DdlsimError as exc:
+            raise AssertionError(f"capture merge wrote a log that ddlsim refuses: {exc}") from None
     raise ValueError(target)
 
 

@@ -54,8 +54,16 @@ def read_sidecars(out_dir: str | Path) -> list[dict]:
             if facts:
                 continue
             raise TraceError(f"{path}: unreadable DDP capture facts ({exc}); delete it to merge without the bucket table") from None
-        if isinstance(data, dict):
-            facts.append(data)
+        if not isinstance(data, dict):
+            continue
+        from ..trace.log_facts import check_sidecar_facts
+
+        try:
+            facts.append(check_sidecar_facts(data, path))
+        except TraceError:  # a fact of the wrong type or range: as unreadable (found by tools/fuzz_readers.py)
+            if facts:
+                continue
+            raise
     return facts
 
 

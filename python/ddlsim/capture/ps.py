@@ -29,6 +29,9 @@ its push response's recv, next forward on the pull responses' recvs.
 
 from __future__ import annotations
 
+import json
+import math
+
 import os
 import queue
 import socket
@@ -56,6 +59,20 @@ def ps_config(**given: Any) -> dict:
     if unknown:
         raise DdlsimError(f"ps capture: unknown setting(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
     c = {**DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+    for name, default in DEFAULTS.items():  # the types first: a job.json given to `capture merge` may hold anything
+        value = c[name]
+        if isinstance(default, bool):
+            ok, kind = isinstance(value, bool), "true or false"
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**31
+            kind = "a whole number of magnitude below 2^31"
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            kind = "a finite number"
+        else:
+            ok, kind = isinstance(value, str), "a name"
+        if not ok:
+            raise DdlsimError(f"ps capture: {name} = {value!r:.60}; give {kind} (e.g. {json.dumps(default)})")
     if c["model"] not in MODELS:
         raise DdlsimError(f"ps capture: unknown model {c['model']!r}; use --model {' or '.join(MODELS)}")
     if c["placement"] not in PLACEMENTS:

@@ -35,19 +35,31 @@ def merge(
 
     A DDP capture's bucket table and facts come from the ranks' sidecar files; a PS capture's facts from the job's
     configuration."""
-    import json
-
-    from ..capture.ddp_merge import SIDECAR_SUFFIX, merge_ddp
-    from ..capture.merge import merge_capture
+    from ..capture.ddp_merge import SIDECAR_SUFFIX
     from ..capture.recorder import FILE_SUFFIX
-    from ..errors import DdlsimError
-    from ..inputs import input_file
     from ..safe_io import check_file_target
     from ..trace import write_event_log
 
     target = out_path or capture_dir / "events.parquet"
     read = [*capture_dir.glob(f"*{FILE_SUFFIX}"), *capture_dir.glob(f"*{SIDECAR_SUFFIX}"), config or capture_dir / "job.json"]
     check_file_target(target, inputs=read)  # never a directory, a device or the files merged
+    log = merge_directory(capture_dir, config)
+    write_event_log(log, target)
+    flag = f"; partial ranks {log.metadata['partial_ranks']}" if log.metadata.get("partial") else ""
+    out.print(f"wrote {target}: {log.table.num_rows} rows from {len(log.metadata['ranks'])} ranks{flag}", highlight=False)
+
+
+def merge_directory(capture_dir: Path, config: Optional[Path] = None):
+    """The event log of a capture directory's per-rank files (what ``ddlsim capture merge`` writes): a DDP
+    capture's (it has the ranks' sidecar files) with its buckets and facts, a PS capture's with the facts of its
+    job description (`config`, default ``CAPTURE_DIR/job.json``), any other's rows as they are."""
+    import json
+
+    from ..capture.ddp_merge import SIDECAR_SUFFIX, merge_ddp
+    from ..capture.merge import merge_capture
+    from ..errors import DdlsimError
+    from ..inputs import input_file
+
     job_file = config or capture_dir / "job.json"
     if config is not None:
         input_file(config, "job description", "give the job.json the ranks were started with", label=f"--config {config}",
@@ -58,19 +70,24 @@ def merge(
         job = json.loads(job_file.read_text(encoding="utf-8")) if job_file.is_file() else {}
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, > 4300 digits
         raise DdlsimError(f"{job_file}: unreadable job description ({exc}); delete it to merge the rows without the job's facts") from None
+    if not isinstance(job, dict):
+        raise DdlsimError(f"{job_file}: not a job description (a JSON object such as ddlsim capture writes); delete it to "
+                          "merge the rows without the job's facts")
     if any(capture_dir.glob(f"*{SIDECAR_SUFFIX}")):  # a DDP capture: buckets as groups, the job's facts
-        log = merge_ddp(capture_dir, write=False)
-    elif job.get("job") == "ps":
+        return merge_ddp(capture_dir, write=False)
+    if job.get("job") == "ps":
         from ..capture.ps import metadata, ps_config
         from .capture_ps_command import _add_client_cost
 
-        log = merge_capture(capture_dir, metadata=metadata(ps_config(**{k: v for k, v in job.items() if k not in ("job", "world_size")})))
+        try:
+            config = ps_config(**{str(k): v for k, v in job.items() if k not in ("job", "world_size")})
+        except DdlsimError as exc:
+            raise DdlsimError(f"{job_file}: {exc}; correct it, or delete the file to merge the rows without the job's "
+                              "facts") from None
+        log = merge_capture(capture_dir, metadata=metadata(config))
         _add_client_cost(log)
-    else:
-        log = merge_capture(capture_dir)
-    write_event_log(log, target)
-    flag = f"; partial ranks {log.metadata['partial_ranks']}" if log.metadata.get("partial") else ""
-    out.print(f"wrote {target}: {log.table.num_rows} rows from {len(log.metadata['ranks'])} ranks{flag}", highlight=False)
+        return log
+    return merge_capture(capture_dir)
 
 
 @capture_app.command("cleanup")

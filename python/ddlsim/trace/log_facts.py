@@ -112,6 +112,61 @@ class LogFacts(_Open):
     scenario: _Scenario = None
 
 
+class _SidecarBucket(_Open):
+    bucket: Index = None
+    group: Index
+    tensors: list[Index]
+    offsets: list[Index]
+    tensor_bytes: list[Index]
+    bytes: Index = None
+
+
+class _SidecarLayout(_Open):
+    from_iteration: Index
+    buckets: list[_SidecarBucket]
+
+
+class _IdleTrials(_Open):
+    trials: list[Annotated[list[Amount], Field(min_length=4, max_length=4)]] = []  # idle, step, forward, backward ms
+
+
+class SidecarFacts(_Open):
+    """The checked part of a DDP rank's facts file (``<rank>.ddp.json``, which ``capture merge`` makes the log's
+    metadata and bucket table of): the job's facts are a capture's (:class:`CaptureFacts`)."""
+
+    job: CaptureFacts = None
+    parameters: list[_Parameter] = []
+    layers: list[Text] = []
+    layouts: list[_SidecarLayout] = []
+    layer_every: Count = None
+    layer_iterations: list[Index] = []
+    collective_iterations: list[Index] = []
+    reducer: dict[str, Any] = None
+    idle_trials: _IdleTrials = None
+
+
+def _first_error(err: ValidationError) -> tuple[str, str]:
+    """(the first wrong field's dotted name, what is wrong with it and what it got) of a pydantic error."""
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    got = repr(first.get("input"))
+    if len(got) > 60:
+        got = got[:57] + "..."
+    return where, f"{first['msg'].lower()} (got {got})"
+
+
+def check_sidecar_facts(facts: dict[str, Any], path: Path | str) -> dict[str, Any]:
+    """`facts` (a DDP rank's facts file) unchanged where :class:`SidecarFacts` holds; a
+    :class:`~ddlsim.errors.TraceError` naming the file, the first wrong field and the fix otherwise."""
+    try:
+        SidecarFacts.model_validate(facts)
+    except ValidationError as err:
+        where, what = _first_error(err)
+        raise TraceError(f"{path}: the DDP capture facts' field {where!r}: {what}; the capture's ranks write this "
+                         "file: capture again, or delete it to merge without the bucket table") from None
+    return facts
+
+
 def check_log_facts(metadata: dict[str, Any], path: Path | str) -> dict[str, Any]:
     """`metadata` unchanged where its facts have the types and ranges ddlsim reads (:class:`LogFacts`, and
     :class:`CaptureFacts` for a capture's); a :class:`~ddlsim.errors.TraceError` naming the file, the first wrong
@@ -122,13 +177,8 @@ def check_log_facts(metadata: dict[str, Any], path: Path | str) -> dict[str, Any
         if capture:
             CaptureFacts.model_validate(metadata)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        got = repr(first.get("input"))
-        if len(got) > 60:
-            got = got[:57] + "..."
+        where, what = _first_error(err)
         fix = ("ddlsim capture writes these facts: capture again, or correct the field" if capture else
                "the run that wrote the log writes these facts: run it again, or correct the field")
-        raise TraceError(f"{path}: the {'capture' if capture else 'log'}'s metadata field {where!r}: "
-                         f"{first['msg'].lower()} (got {got}); {fix}") from None
+        raise TraceError(f"{path}: the {'capture' if capture else 'log'}'s metadata field {where!r}: {what}; {fix}") from None
     return metadata
