@@ -57,7 +57,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ("events", "sketchdlc", "sketchdlc_records", "chakra", "kineto", "netop", "capture", "scenario", "fit",
-           "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep", "merge")
+           "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep", "merge", "validate")
 #: the run budget the ``simulate`` target's runs get (--max-memory): an input the budget admits must stay within the
 #: worker's address-space limit and time limit, or the estimate did not bound the real cost
 SIMULATE_BUDGET_BYTES = 192 << 20
@@ -175,6 +175,21 @@ def make_capture_samples(sample) -> None:
             if path.is_file() and not path.name.endswith(".parquet"):
                 shutil.copy(path, raw / path.name)
         _keep_parquet(out)
+        shutil.copytree(out, sample("validate", "grid") / "captures" / f"{job}-unshaped", dirs_exist_ok=True)
+    # the DDP capture again as if made on a 1 Gbit/s link, so that `validate` also cross-predicts
+    import io
+
+    import pyarrow.parquet as pq
+
+    from ddlsim.trace.parquet import METADATA_KEY
+
+    shaped = sample("validate", "grid") / "captures" / "ddp-1g"
+    shutil.copytree(sample("replay", "ddp"), shaped, dirs_exist_ok=True)
+    table = pq.read_table(io.BytesIO((shaped / "events.parquet").read_bytes()))
+    metadata = dict(table.schema.metadata)
+    metadata[METADATA_KEY.encode()] = json.dumps({**json.loads(metadata[METADATA_KEY.encode()]),
+                                                  "bandwidth": "1Gbps"}).encode()
+    pq.write_table(table.replace_schema_metadata(metadata), shaped / "events.parquet")
 
 
 #: the ``simulate`` target's scenarios: small runs of every kind of network, strategy and workload a scenario file
@@ -406,6 +421,8 @@ def load_samples(directory: Path) -> dict[str, list[dict[str, bytes]]]:
     out: dict[str, list[dict[str, bytes]]] = {}
     for target in TARGETS:
         samples = []
+        if not (directory / target).is_dir():  # validate's without PyTorch
+            continue
         for sample_dir in sorted((directory / target).iterdir()):
             samples.append({str(p.relative_to(sample_dir)): p.read_bytes()
                             for p in sorted(sample_dir.rglob("*")) if p.is_file()})
@@ -866,7 +883,8 @@ def make_input(samples: dict[str, list[dict[str, bytes]]], seed: int, index: int
             files[name] = FIFO
             applied.append(f"fifo {name}")
             continue
-        if target == "replay" and name == "events.parquet" and data is sample[name] and rng.random() < 0.8:
+        if target in ("replay", "validate") and name.endswith("events.parquet") and data is sample[name] \
+                and rng.random() < 0.8:
             mutator = mutate_log_metadata  # the facts replay and the planner read
             files[name] = _parquet_variant(seed, sample_number, name, rng.randrange(4096), data, mutator)
         elif name.endswith(".parquet"):
@@ -1017,6 +1035,10 @@ def run_target(target: str, directory: Path) -> Any:
             return open_analysis(directory / "merged.parquet").headline()
         except DdlsimError as exc:
             raise AssertionError(f"capture merge wrote a log that ddlsim refuses: {exc}") from None
+    if target == "validate":  # `ddlsim validate --captures DIR --out OUT`: measure, replay, compare, write the report
+        from ddlsim.validation import validate
+
+        return validate(directory / "report", captures=directory / "captures")
     raise ValueError(target)
 
 
@@ -1302,6 +1324,7 @@ def _summary(campaign: Campaign, elapsed: float) -> str:
 
 
 def run_campaign(args: argparse.Namespace) -> Campaign:
+    global TARGETS
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     samples_dir = out / "samples"
@@ -1314,6 +1337,8 @@ def run_campaign(args: argparse.Namespace) -> Campaign:
         staging.rename(samples_dir)
     scratch_root = Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else out
     scratch_root = Path(scratch_root) / f"ddlsim-fuzz-{os.getpid()}"
+    # a reader without samples is left out: validate's are real captures, made only where PyTorch is installed
+    TARGETS = tuple(t for t in TARGETS if (samples_dir / t).is_dir() and any((samples_dir / t).iterdir()))
     campaign = Campaign(args)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # end the workers too (finally)
     next_index, end = args.start, args.start + args.inputs
