@@ -30,7 +30,7 @@ def test_a_changed_engine_build_changes_the_key(monkeypatch):
 def test_a_stale_entry_of_another_build_is_not_served(tmp_path, monkeypatch):
     store = ResultStore(tmp_path)
     monkeypatch.setattr(sweep_store, "engine_build_id", lambda: "old-build")
-    stale = {"iteration_times_s": [123.0], "wall_s": 0.0, "stale": True}
+    stale = {**sweep_runner.simulate_summary(_tiny()), "iteration_times_s": [123.0], "wall_s": 0.0, "stale": True}
     store.put(scenario_key(_tiny()), stale)
     served, stats = run_sweep([_tiny()], store=store)
     assert served == [stale] and stats.cached == 1  # same build: the entry is the answer

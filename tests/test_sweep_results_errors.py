@@ -90,3 +90,48 @@ def test_a_manifest_the_reader_cannot_use_is_refused_by_status_and_costs_read_sw
     run = status(sweep)
     assert run.returncode == 2 and "sweep.json" in run.stderr and "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda m: m["axes"][0].update(key=-10**30), "the axis {'key': -1000000000000000000000000000000"),  # TypeError before
+    (lambda m: m["axes"][0].update(values="10Gbps"), "is not a key and a list of values"),
+    (lambda m: m.update(axes={"workers": [2, 4]}), "axes = {'workers': [2, 4]} is not a list"),
+    (lambda m: m.update(base_dir=["/tmp"]), "base_dir = ['/tmp'] is not a path"),
+])
+def test_a_manifest_with_a_wrong_axis_or_path_is_refused_by_status_in_one_line(sweep, change, why):
+    path = sweep / MANIFEST
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+    run = status(sweep)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    line = run.stderr.strip()
+    assert "\n" not in line and "sweep.json: not a sweep manifest (" in line and why in line, line
+
+
+# ---------------------------------------------------------------- the results cache (`reproduce --cache`)
+
+
+@pytest.mark.parametrize("damage", [
+    lambda entry: json.dumps({k: v for k, v in entry.items() if k != "iteration_times_s"}),  # KeyError before
+    lambda entry: json.dumps({**entry, "iteration_times_s": []}),  # ZeroDivisionError in steady_time before
+    lambda entry: json.dumps({**entry, "iteration_times_s": ["0.1"]}),  # TypeError before
+    lambda entry: json.dumps([entry]),
+    lambda entry: b"\xff\xfe" + json.dumps(entry).encode(),  # UnicodeDecodeError before
+    lambda entry: "[" * 5000 + "]" * 5000,  # RecursionError before
+])
+def test_a_results_cache_entry_of_the_wrong_shape_is_simulated_again_and_replaced(tmp_path, damage):
+    from ddlsim.reproduce.network_operator import steady_time
+    from ddlsim.simulation.scenario import scenario_from_dict
+    from ddlsim.sweep import ResultStore, run_sweep, scenario_key
+
+    scenario = scenario_from_dict({"workers": 2, "iterations": 2, "model": {"name": "lenet5"}})
+    store = ResultStore(tmp_path / "cache")
+    (first,), _ = run_sweep([scenario], store=store)
+    entry = store._path(scenario_key(scenario))
+    text = damage(first)
+    entry.write_bytes(text if isinstance(text, bytes) else text.encode())
+    (again,), stats = run_sweep([scenario], store=store)
+    assert stats.simulated == 1 and stats.cached == 0
+    assert again["iteration_times_s"] == first["iteration_times_s"] and steady_time(again) == steady_time(first)
+    assert store.get(scenario_key(scenario))["iteration_times_s"] == first["iteration_times_s"]  # written again

@@ -57,7 +57,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ("events", "sketchdlc", "sketchdlc_records", "chakra", "kineto", "netop", "capture", "scenario", "fit",
-           "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep", "merge", "validate")
+           "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep", "merge", "validate", "cache")
 #: the run budget the ``simulate`` target's runs get (--max-memory): an input the budget admits must stay within the
 #: worker's address-space limit and time limit, or the estimate did not bound the real cost
 SIMULATE_BUDGET_BYTES = 192 << 20
@@ -140,6 +140,7 @@ def make_samples(directory: Path) -> None:
     make_simulate_samples(sample)
     make_plan_samples(sample)
     make_sweep_samples(sample)
+    make_cache_samples(sample)
     shutil.copy(ROOT / "examples" / "osu_allreduce_8nodes.txt", sample("fit", "osu") / "table.txt")
     shutil.copy(ROOT / "examples" / "allreduce_times.csv", sample("fit", "csv") / "table.txt")
     from ddlsim.plan.cost import fit_tables
@@ -379,6 +380,19 @@ def make_sweep_samples(sample) -> None:
     run_grid(load_grid(ROOT / "examples" / "sweep" / "small-grid.toml"), results)
     for lock in results.glob(".*.lock"):
         lock.unlink()
+
+
+#: the ``cache`` target's scenarios (tiny: a damaged entry is simulated again in the target)
+CACHE_SCENARIOS = ({"workers": 2, "iterations": 2, "model": {"name": "lenet5"}},
+                   {"workers": 3, "iterations": 2, "model": {"name": "lenet5"}, "strategy": {"kind": "ps"}})
+
+
+def make_cache_samples(sample) -> None:
+    """The ``cache`` target's sample: the results cache (``reproduce --cache``) that :data:`CACHE_SCENARIOS` leave."""
+    from ddlsim.simulation.scenario import scenario_from_dict
+    from ddlsim.sweep import ResultStore, run_sweep
+
+    run_sweep([scenario_from_dict(s) for s in CACHE_SCENARIOS], store=ResultStore(sample("cache", "two_runs")))
 
 
 def _keep_parquet(directory: Path) -> None:
@@ -839,6 +853,7 @@ TEXT_MUTATORS = {
     "idlecurve": (mutate_numbers, mutate_numbers, mutate_lines, mutate_bytes),
     "sweep": (mutate_toml, mutate_json, mutate_json, mutate_numbers, mutate_lines, mutate_bytes),
     "merge": (mutate_jsonl, mutate_jsonl, mutate_json, mutate_numbers, mutate_lines, mutate_bytes),
+    "cache": (mutate_json, mutate_json, mutate_json, mutate_numbers, mutate_bytes),
 }
 
 
@@ -1039,6 +1054,18 @@ def run_target(target: str, directory: Path) -> Any:
         from ddlsim.validation import validate
 
         return validate(directory / "report", captures=directory / "captures")
+    if target == "cache":  # `ddlsim reproduce --cache DIR`: runs served from the cache, a damaged entry run again
+        from ddlsim.reproduce.network_operator import steady_time
+        from ddlsim.simulation.scenario import scenario_from_dict
+        from ddlsim.sweep import ResultStore, run_sweep, scenario_key
+
+        scenarios = [scenario_from_dict(s) for s in CACHE_SCENARIOS]
+        store = ResultStore(directory)
+        summaries, _ = run_sweep(scenarios, store=store)
+        times = [steady_time(summary) for summary in summaries]
+        if any(store.get(scenario_key(sc)) is None for sc in scenarios):  # a damaged entry is replaced
+            raise AssertionError("a results-cache entry was neither served nor written again")
+        return times
     raise ValueError(target)
 
 

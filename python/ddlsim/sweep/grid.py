@@ -302,10 +302,22 @@ def load_grid(scenario_file: "str | Path | None", sets: Sequence[str] = ()) -> G
 
 def grid_from_manifest(manifest: dict[str, Any], origin: str) -> Grid:
     """The grid a sweep.json describes (keys recomputed for this engine build)."""
+    def refuse(why: str) -> ScenarioError:
+        return ScenarioError(f"{origin}: not a sweep manifest ({why}); was it written by ddlsim sweep?")
+
     try:
         base = scenario_from_dict(manifest["base"], origin=origin)
-        base = base.model_copy(update={"base_dir": manifest.get("base_dir")})
-        axes = [Axis(a["key"], list(a["values"]), origin) for a in manifest["axes"]]
+        axes_given = manifest["axes"]
     except (KeyError, TypeError) as exc:
-        raise ScenarioError(f"{origin}: not a sweep manifest ({exc}); was it written by ddlsim sweep?") from None
+        raise refuse(str(exc)) from None
+    for field in ("base_dir", "scenario_file"):  # paths: a string, or absent
+        if not isinstance(manifest.get(field), (str, type(None))):
+            raise refuse(f"{field} = {manifest[field]!r:.60} is not a path")
+    if not isinstance(axes_given, list):
+        raise refuse(f"axes = {axes_given!r:.60} is not a list")
+    for a in axes_given:  # found by tools/fuzz_readers.py: an axis key of 0 was a TypeError
+        if not (isinstance(a, dict) and isinstance(a.get("key"), str) and isinstance(a.get("values"), list)):
+            raise refuse(f"the axis {a!r:.60} is not a key and a list of values")
+    base = base.model_copy(update={"base_dir": manifest.get("base_dir")})
+    axes = [Axis(a["key"], list(a["values"]), origin) for a in axes_given]
     return expand(base, axes, source=manifest.get("scenario_file")).keyed()

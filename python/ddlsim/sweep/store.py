@@ -15,7 +15,9 @@ import uuid
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import DdlsimError
 from ..inputs import input_file
@@ -80,6 +82,9 @@ def scenario_key(scenario: Scenario) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+_Seconds = Annotated[float, Field(allow_inf_nan=False, strict=True)]
+
+
 class ResultStore:
     """Summaries as `<directory>/runs/<key[:2]>/<key>.json`, written atomically
     (a reader never sees half a file; concurrent writers of one key write the same bytes)."""
@@ -98,12 +103,15 @@ class ResultStore:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
+        except UnicodeDecodeError:
+            return None  # damaged: simulated again and overwritten, as below
         except OSError as exc:
             raise DdlsimError(f"{path}: cannot read the results cache ({exc.strerror or exc}); choose another --cache") from None
         try:
-            return json.loads(text)
-        except json.JSONDecodeError:
+            entry = json.loads(text)
+        except (ValueError, RecursionError):  # not JSON (ValueError: also an int of over 4300 digits), too deep
             return None  # a damaged entry is simulated again and overwritten
+        return entry if _cached_summary_ok(entry) else None  # one of the wrong shape too (found by fuzz_readers)
 
     def put(self, key: str, summary: dict[str, Any]) -> None:
         from ..safe_io import write_text_file
@@ -117,6 +125,37 @@ class ResultStore:
 
     def __len__(self) -> int:
         return sum(1 for _ in (self.directory / "runs").glob("*/*.json")) if (self.directory / "runs").is_dir() else 0
+
+
+class _CachedSummary(BaseModel):
+    """What :func:`ddlsim.sweep.runner.simulate_summary` writes, with the types its readers compute with (every
+    iteration time finite, at least one); other keys pass as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: Annotated[str, Field(strict=True)]
+    model_bytes: Annotated[int, Field(ge=0, strict=True)]
+    workers: Annotated[int, Field(ge=1, strict=True)]
+    iteration_times_s: Annotated[list[_Seconds], Field(min_length=1)]
+    compute_s: list[_Seconds]
+    exposed_communication_s: list[_Seconds]
+    idle_s: list[_Seconds]
+    bytes_sent_per_worker_per_iteration: _Seconds
+    events: Annotated[int, Field(ge=0, strict=True)]
+    transfers: Annotated[int, Field(ge=0, strict=True)]
+    engine_wall_s: _Seconds
+    wall_s: _Seconds
+    notes: list[Annotated[str, Field(strict=True)]]
+    scenario: dict[str, Any]
+
+
+def _cached_summary_ok(entry: Any) -> bool:
+    """Whether a results-cache entry is a :class:`_CachedSummary`."""
+    try:
+        _CachedSummary.model_validate(entry)
+    except ValidationError:
+        return False
+    return True
 
 
 # ----------------------------------------------------------------- a sweep's Parquet dataset
