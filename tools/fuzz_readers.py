@@ -68,6 +68,7 @@ JSON_VALUES: tuple[Any, ...] = (float("nan"), float("inf"), float("-inf"), 1e30,
                                 2 ** 63, 2 ** 64, -(2 ** 63) - 1, 2 ** 31, 1.5, True, False, None, "", "x", "nan",
                                 [], {}, [1, 2], {"a": 1}, "0", "-1", "\u0000", "\u00e9")
 DEEP = 5000
+STARTUP_LIMIT_S = 600.0  # a worker's warm-up (imports, every reader's sample once), wall time
 MAX_SAVED_PER_SIGNATURE = 3
 _NUMBER_TOKEN = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
@@ -1176,6 +1177,8 @@ def worker_main(args: argparse.Namespace) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     injections = {int(index): kind for kind, index in (item.split(":") for item in args.inject)}
     out = sys.stdout
+    out.write("ready\n")  # the warm-up above (imports, every reader once) is not an input's time
+    out.flush()
     for line in sys.stdin:
         first, count = (int(x) for x in line.split())
         for index in range(first, first + count):
@@ -1219,6 +1222,8 @@ class Worker:
         self.last_progress = time.monotonic()
         self.cpu_at_progress = 0.0
         self.started = True
+        self.ready = False  # the worker said it finished its warm-up (imports, every reader once)
+        self.started_at = time.monotonic()
 
     def send(self, first: int, count: int) -> None:
         self.pending = list(range(first, first + count))
@@ -1252,6 +1257,8 @@ class Worker:
     def stalled(self, now: float, limit: float) -> str:
         """Why the worker counts as hung: over ``limit`` s of CPU on one input (a loop the alarm cannot
         break), or 10 times that of wall time (blocked: a deadlock, a wait); '' when it is not."""
+        if not self.ready:  # its warm-up runs every reader's sample once: no input's limit applies yet
+            return f"not ready within {STARTUP_LIMIT_S:.0f} s" if now - self.started_at > STARTUP_LIMIT_S else ""
         if self.cpu_seconds() - self.cpu_at_progress > limit:
             return f"over {limit:.0f} s of CPU time without an answer"
         if now - self.last_progress > 10 * limit:
@@ -1413,6 +1420,9 @@ def run_campaign(args: argparse.Namespace) -> Campaign:
                     continue
                 lines, ended = worker.read_lines()
                 for line in lines:
+                    if line == b"ready":  # read_lines took its time and CPU as the new baseline
+                        worker.ready = True
+                        continue
                     if line == b"done":
                         worker.pending, worker.busy = [], False
                         hand_out(worker)
