@@ -194,6 +194,22 @@ def make_capture_samples(sample) -> None:
     pq.write_table(table.replace_schema_metadata(metadata), shaped / "events.parquet")
 
 
+_PS_SCENARIO = """workers = 3
+iterations = 2
+seed = {seed}
+model = {{ name = "lenet5" }}
+
+[strategy]
+kind = "ps"
+servers = 2
+{strategy}
+
+[network]
+fidelity = "flow"
+bandwidth = "10Gbps"
+latency = "10us"
+"""
+
 #: the ``simulate`` target's scenarios: small runs of every kind of network, strategy and workload a scenario file
 #: can ask for (a run of each takes well under a second), so that a mutation reaches the lowering, the budget's
 #: estimate and the engine
@@ -241,40 +257,10 @@ factor = 1.5
 probability = 0.2
 factor = 2.0
 """,
-    "ps_multicast_flow": """workers = 3
-iterations = 2
-seed = 3
-model = { name = "lenet5" }
-
-[strategy]
-kind = "ps"
-servers = 2
-in_network = "multicast"
-
-[network]
-fidelity = "flow"
-bandwidth = "10Gbps"
-latency = "10us"
-""",
-    "ps_split_server_cost": """workers = 3
-iterations = 2
-seed = 5
-model = { name = "lenet5" }
-
-[strategy]
-kind = "ps"
-servers = 2
-placement = "split"
-distribution = "round-robin"
-chunk_bytes = 16384
-gamma_ns_per_byte = 0.01
-server_cost = { a = "20us", b = "5us" }
-
-[network]
-fidelity = "flow"
-bandwidth = "10Gbps"
-latency = "10us"
-""",
+    "ps_multicast_flow": _PS_SCENARIO.format(seed=3, strategy='in_network = "multicast"'),
+    "ps_split_server_cost": _PS_SCENARIO.format(seed=5, strategy='placement = "split"\ndistribution = "round-robin"\n'
+                                                'chunk_bytes = 16384\ngamma_ns_per_byte = 0.01\n'
+                                                'server_cost = { a = "20us", b = "5us" }'),
     "packet_tenants": """workers = 2
 iterations = 2
 seed = 4
