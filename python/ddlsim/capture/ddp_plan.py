@@ -63,7 +63,6 @@ def load_plan(path: str | Path) -> dict:
     return check_plan_facts(data, f"--plan {path}")
 
 
-
 def choose_entry(plan: dict, entry: str) -> str:
     """`entry`, or for ``best`` the entry the plan predicts faster (``ddp`` on a tie)."""
     if entry not in ENTRIES:

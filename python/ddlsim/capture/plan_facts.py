@@ -12,12 +12,12 @@ string, and a boolean is no number.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import DdlsimError
+from ..trace.log_facts import first_error
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
 Name = Annotated[str, Field(strict=True)]
@@ -69,11 +69,6 @@ def check_plan_facts(plan: dict[str, Any], label: str) -> dict[str, Any]:
     try:
         PlanFacts.model_validate(plan)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        got = repr(first.get("input"))
-        got = got if len(got) <= 60 else got[:57] + "..."
-        msg = re.sub(r" or instance of \w+", "", first["msg"]).lower()  # not the checker's class names
-        raise DdlsimError(f"{label}: field {where!r}: {msg} (got {got}); write the plan again with "
-                          "ddlsim plan --out") from None
+        where, what = first_error(err)
+        raise DdlsimError(f"{label}: field {where!r}: {what}; write the plan again with ddlsim plan --out") from None
     return plan

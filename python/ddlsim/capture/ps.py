@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-
 import os
 import queue
 import socket

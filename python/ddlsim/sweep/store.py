@@ -273,7 +273,7 @@ class RunDataset:
             manifest = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise DdlsimError(f"{path}: not found; is {self.directory} the --out of a ddlsim sweep?") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON, > 4300 digits
             raise DdlsimError(f"{path}: cannot read the sweep's manifest ({exc}); run the sweep again to rewrite it") from None
         runs = manifest.get("runs", []) if isinstance(manifest, dict) else None
         if not (isinstance(runs, list) and all(isinstance(r, dict) and isinstance(r.get("key"), str) for r in runs)):

@@ -19,6 +19,7 @@ boolean is no number.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -145,14 +146,16 @@ class SidecarFacts(_Open):
     idle_trials: _IdleTrials = None
 
 
-def _first_error(err: ValidationError) -> tuple[str, str]:
-    """(the first wrong field's dotted name, what is wrong with it and what it got) of a pydantic error."""
+def first_error(err: ValidationError) -> tuple[str, str]:
+    """(the first wrong field's dotted name, what is wrong with it and what it got) of a pydantic error, without
+    the checker's own class names."""
     first = err.errors()[0]
     where = ".".join(str(part) for part in first["loc"])
     got = repr(first.get("input"))
     if len(got) > 60:
         got = got[:57] + "..."
-    return where, f"{first['msg'].lower()} (got {got})"
+    msg = re.sub(r" or instance of \w+", "", first["msg"]).lower()
+    return where, f"{msg} (got {got})"
 
 
 def check_sidecar_facts(facts: dict[str, Any], path: Path | str) -> dict[str, Any]:
@@ -161,7 +164,7 @@ def check_sidecar_facts(facts: dict[str, Any], path: Path | str) -> dict[str, An
     try:
         SidecarFacts.model_validate(facts)
     except ValidationError as err:
-        where, what = _first_error(err)
+        where, what = first_error(err)
         raise TraceError(f"{path}: the DDP capture facts' field {where!r}: {what}; the capture's ranks write this "
                          "file: capture again, or delete it to merge without the bucket table") from None
     return facts
@@ -177,7 +180,7 @@ def check_log_facts(metadata: dict[str, Any], path: Path | str) -> dict[str, Any
         if capture:
             CaptureFacts.model_validate(metadata)
     except ValidationError as err:
-        where, what = _first_error(err)
+        where, what = first_error(err)
         fix = ("ddlsim capture writes these facts: capture again, or correct the field" if capture else
                "the run that wrote the log writes these facts: run it again, or correct the field")
         raise TraceError(f"{path}: the {'capture' if capture else 'log'}'s metadata field {where!r}: {what}; {fix}") from None
