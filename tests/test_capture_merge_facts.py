@@ -74,6 +74,7 @@ def test_intact_facts_merge_into_a_log_ddlsim_reads(tmp_path):
     (lambda f: f["layouts"][0]["buckets"][0]["tensor_bytes"].__setitem__(0, "fc1"), "layouts.0.buckets.0.tensor_bytes.0"),
     (lambda f: f["layouts"][0].__setitem__("buckets", 1e30), "layouts.0.buckets"),  # TypeError before
     (lambda f: f["layouts"][0]["buckets"][0].pop("group"), "layouts.0.buckets.0.group"),  # KeyError before
+    (lambda f: f["layouts"][0]["buckets"][0].pop("bytes"), "layouts.0.buckets.0.bytes"),  # KeyError (seed 12)
     (lambda f: f["layouts"][0]["buckets"][0].__setitem__("group", {}), "layouts.0.buckets.0.group"),
     (lambda f: f["job"].__setitem__("gamma_ns_per_byte", "0.02"), "job.gamma_ns_per_byte"),  # merged, then unreadable
     (lambda f: f["parameters"][0].__setitem__("bytes", -32), "parameters.0.bytes"),

@@ -57,7 +57,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ("events", "sketchdlc", "sketchdlc_records", "chakra", "kineto", "netop", "capture", "scenario", "fit",
-           "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep", "merge", "validate", "cache")
+           "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep", "merge", "validate", "cache", "convert")
 #: the run budget the ``simulate`` target's runs get (--max-memory): an input the budget admits must stay within the
 #: worker's address-space limit and time limit, or the estimate did not bound the real cost
 SIMULATE_BUDGET_BYTES = 192 << 20
@@ -97,6 +97,7 @@ def make_samples(directory: Path) -> None:
 
     for name, log in runs.items():
         write_trace(log, sample("events", name) / "run.events.parquet", "events")
+        shutil.copytree(directory / "events" / name, sample("convert", name), dirs_exist_ok=True)  # with its side tables
         write_trace(log, sample("chakra", name) / "trace", "chakra")
         write_trace(log, sample("kineto", name), "kineto")
         if name == "ring":  # the profiler's compressed form too
@@ -841,6 +842,7 @@ TEXT_MUTATORS = {
     "sweep": (mutate_toml, mutate_json, mutate_json, mutate_numbers, mutate_lines, mutate_bytes),
     "merge": (mutate_jsonl, mutate_jsonl, mutate_json, mutate_numbers, mutate_lines, mutate_bytes),
     "cache": (mutate_json, mutate_json, mutate_json, mutate_numbers, mutate_bytes),
+    "convert": (mutate_bytes,),
 }
 
 
@@ -1041,6 +1043,28 @@ def run_target(target: str, directory: Path) -> Any:
         from ddlsim.validation import validate
 
         return validate(directory / "report", captures=directory / "captures")
+    if target == "convert":  # `ddlsim convert LOG OUT` to every format; what it wrote, ddlsim reads back
+        from ddlsim.errors import DdlsimError
+        from ddlsim.interop import convert
+        from ddlsim.trace.formats import read_trace
+
+        source, written = directory / "run.events.parquet", {}
+        for fmt, name in (("events", "copy.events.parquet"), ("chakra", "chakra/trace.et"), ("kineto", "kineto"),
+                          ("sketchdlc", "sketchdlc"), ("chrome", "trace.json"), ("csv", "events.csv")):
+            try:
+                written[fmt] = convert(source, directory / "out" / name, to_format=fmt, notes=[])
+            except DdlsimError:
+                if fmt == "events":
+                    raise  # the log itself was refused: an input like any other
+                # another format may refuse what it cannot hold (e.g. SketchDLC a ring's rows), in one line
+        for fmt, name in (("events", "copy.events.parquet"), ("chakra", "chakra/trace"), ("kineto", "kineto"),
+                          ("sketchdlc", "sketchdlc")):
+            if fmt in written:
+                try:
+                    read_trace(directory / "out" / name, fmt)
+                except DdlsimError as exc:
+                    raise AssertionError(f"ddlsim convert wrote {fmt} that ddlsim refuses: {exc}") from None
+        return sorted(written)
     if target == "cache":  # `ddlsim reproduce --cache DIR`: runs served from the cache, a damaged entry run again
         from ddlsim.reproduce.network_operator import steady_time
         from ddlsim.simulation.scenario import scenario_from_dict

@@ -113,13 +113,13 @@ class LogFacts(_Open):
     scenario: _Scenario = None
 
 
-class _SidecarBucket(_Open):
-    bucket: Index = None
+class _SidecarBucket(_Open):  # every field is read by the merge
+    bucket: Index
     group: Index
     tensors: list[Index]
     offsets: list[Index]
     tensor_bytes: list[Index]
-    bytes: Index = None
+    bytes: Index
 
 
 class _SidecarLayout(_Open):

@@ -256,6 +256,7 @@ def _export(log: Any) -> tuple[dict[str, pd.DataFrame], _Nodes]:
             "pull_request/pull_response); SketchDLC describes PS communication only"
         )
     rows = list(iter_rows(ps, _PS_COLUMNS))
+    _check_pairs(rows)
     nodes = _number_nodes(log, rows)
     num_pp = _dispatch_numbers([row for row in rows if row.kind == "send"])
     records = _records(rows, num_pp)
@@ -263,6 +264,35 @@ def _export(log: Any) -> tuple[dict[str, pd.DataFrame], _Nodes]:
     for rank in sorted(records, key=lambda r: nodes.number[r]):
         tables[nodes.name[rank]] = _node_table(records[rank], nodes)
     return tables, nodes
+
+
+def _check_pairs(rows: list[Any]) -> None:
+    """Every PS message a send and a recv that agree: the recv on the send's peer, from the send's rank, of the same
+    operation, tensor and iteration. SketchDLC pairs each send with its recv on the peer, so a file written from
+    other rows does not read back (an event log allows them: a capture whose receiver stopped keeps its sends).
+    Found by tools/fuzz_readers.py's ``convert`` target."""
+    sends: dict[int, Any] = {}
+    recvs: dict[int, Any] = {}
+    for row in rows:
+        mine = sends if row.kind == "send" else recvs
+        if row.message in mine:
+            why = " (switch aggregation: several workers' pushes arrive as one)" if row.kind == "send" else ""
+            raise TraceError(f"event log row id={row.id}: message {row.message} has two {row.kind} rows (the other is "
+                             f"id={mine[row.message].id}){why}; SketchDLC pairs one send with one recv per message, "
+                             "worker to server: export such a run to Chakra, Kineto or CSV")
+        mine[row.message] = row
+    for message, send in sends.items():
+        recv = recvs.get(message)
+        if recv is None:
+            raise TraceError(f"event log row id={send.id}: the {send.op} message {message} was never received (no recv "
+                             "row); SketchDLC pairs every send with its recv: export a log whose messages all arrived")
+        same = (recv.rank, recv.peer, recv.op, recv.tensor, recv.iteration) == (send.peer, send.rank, send.op,
+                                                                               send.tensor, send.iteration)
+        if not same:
+            raise TraceError(f"event log row id={recv.id}: the recv of message {message} (rank {recv.rank}, from "
+                             f"{recv.peer}, {recv.op}, tensor {recv.tensor}, iteration {recv.iteration}) does not match "
+                             f"its send id={send.id} (to {send.peer}, from {send.rank}, {send.op}, tensor {send.tensor}, "
+                             f"iteration {send.iteration}); SketchDLC pairs a send with the recv on its peer")
 
 
 def _number_nodes(log: EventLog, rows: list[Any]) -> _Nodes:
