@@ -369,10 +369,18 @@ def unbound_link(metadata: dict[str, Any] | None) -> Optional[str]:
             return None  # the shaping binds
         return (f"its {wire:.0f} wire bytes per rank and iteration fit the {burst}-byte token bucket of its "
                 f"{meta['bandwidth']} tbf link")
+    return "unshaped, every rank on one host: the loopback" if on_the_loopback(meta) else None
+
+
+def on_the_loopback(metadata: dict[str, Any] | None) -> bool:
+    """Whether a capture's messages went over the loopback: not shaped (no ``bandwidth``), and every one of its
+    ``ranks`` (two or more) on one known ``host``. A shaped capture's go over a veth pair between network namespaces
+    (docs/capture-shaping.md), a real job's over a NIC; neither is the loopback's cost per message."""
+    meta = metadata or {}
+    if meta.get("source") != "capture" or meta.get("bandwidth"):
+        return False
     hosts = [r.get("host") if isinstance(r, dict) else None for r in (meta.get("ranks") or {}).values()]
-    if len(hosts) < 2 or None in hosts or len(set(hosts)) != 1:
-        return None
-    return "unshaped, every rank on one host: the loopback"
+    return len(hosts) >= 2 and None not in hosts and len(set(hosts)) == 1
 
 
 def transport_on_the_cores(metadata: dict[str, Any] | None) -> Optional[str]:
