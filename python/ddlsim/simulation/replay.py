@@ -551,7 +551,8 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
                      "between network namespaces (a real job's over a NIC), which costs each message more than the "
                      "loopback, and which a capture on the loopback cannot measure: on the 2-core validation machine "
                      "PS LeNet-5 captured unshaped and replayed at 1 Gbit/s this way was predicted 11 to 24 % short in "
-                     "6 of 9 grids (docs/validation.md); to predict a link, capture on that kind of link")
+                     "5 of 9 grids (12 % long in one; docs/validation.md); to predict a link, capture on that kind of "
+                     "link")
     elif bucket is not None:
         note += (f"; the shaped link does not bind (tbf's {bucket}-byte token bucket holds the "
                  f"{found['worker_bytes'] / wire_fraction('tbf'):.0f} wire bytes a worker sends per iteration), so the "
