@@ -993,11 +993,19 @@ def run_target(target: str, directory: Path) -> Any:
         from ddlsim.simulation.budget import run_control
         from ddlsim.simulation.scenario import load_scenario
 
+        from ddlsim.analyze.streaming import open_analysis
+        from ddlsim.errors import DdlsimError
+
         path = directory / "scenario.toml"
         with run_control(max_memory=SIMULATE_BUDGET_BYTES):
-            if load_scenario(path).job:
-                return simulate_jobs(path).summary()
-            return simulate(path).summary()
+            result = simulate_jobs(path) if load_scenario(path).job else simulate(path)
+        summary = result.summary()
+        result.save(directory / "out", timeline=False)  # what `--out` writes (the log, its side tables, the trace)
+        try:  # ... ddlsim reads: a run's own output refused is a failure
+            open_analysis(directory / "out" / "events.parquet").headline()
+        except DdlsimError as exc:
+            raise AssertionError(f"ddlsim simulate --out wrote a log that ddlsim refuses: {exc}") from None
+        return summary
     if target == "plan":  # what `ddlsim capture ddp --plan plan.json` does with the plan before it starts a rank
         from ddlsim.capture.ddp_plan import load_plan
         from ddlsim.cli.capture_ddp_command import apply_plan

@@ -57,6 +57,10 @@ BUS_FACTORS = {
 _STRINGS = {"role", "kind", "op", "name", "stream", "device", "coll_type", "algorithm"}
 
 
+#: the most windows `concurrent_connections` lists with their zeros (beyond: the windows with requests only)
+MAX_CONNECTION_WINDOWS = 1_000_000
+
+
 def _noted(frame: pd.DataFrame, note: str | None) -> pd.DataFrame:
     if note:
         frame.attrs["note"] = note
@@ -664,15 +668,27 @@ class Analysis:
         w = (req["a_end"].to_numpy() - origin) // t_window_ns
         frame = pd.DataFrame({"server": req["rank"].to_numpy(), "window": w, "worker": req["peer"].to_numpy()})
         g = frame.groupby(["server", "window"]).agg(connections=("worker", "nunique"), requests=("worker", "size"))
+        spans = {server: int(part.index.get_level_values("window").max() - part.index.get_level_values("window").min()) + 1
+                 for server, part in g.groupby(level="server")}
+        total = sum(spans.values())
         parts = []
         for server, part in g.groupby(level="server"):
-            windows = part.index.get_level_values("window")
-            full = pd.RangeIndex(int(windows.min()), int(windows.max()) + 1, name="window")
-            part = part.droplevel("server").reindex(full, fill_value=0).reset_index()
-            parts.append(part.assign(server=server))
+            part = part.droplevel("server")
+            if total <= MAX_CONNECTION_WINDOWS:  # the empty windows as rows of 0
+                windows = part.index
+                part = part.reindex(pd.RangeIndex(int(windows.min()), int(windows.max()) + 1, name="window"), fill_value=0)
+            parts.append(part.reset_index().assign(server=server))
         out = pd.concat(parts, ignore_index=True)
         out["window_start_ns"] = origin + out["window"] * t_window_ns
-        return out[columns].astype({"connections": np.int64, "requests": np.int64})
+        out = out[columns].astype({"connections": np.int64, "requests": np.int64})
+        empty = total - len(out)
+        out.attrs["empty_windows"] = empty  # windows without requests that the table leaves out (0 when none)
+        if empty:  # a long run in short windows (found by tools/fuzz_readers.py: 1.9e9 windows, a MemoryError)
+            return self._note(out, f"concurrent connections: {total:,} windows of {t_window_ns / 1e6:g} ms between "
+                                   f"each PS's first and last request; the table lists the {len(out):,} with requests, "
+                                   f"the other {empty:,} count 0 connections (attrs['empty_windows']); a longer "
+                                   "window (--t-window) lists them all")
+        return out
 
     def _key_ops(self) -> pd.DataFrame:
         """Per key: server writes (push requests received), reads (pull
@@ -1075,7 +1091,9 @@ class Analysis:
                 out["rpc_latency"] = shares.set_index("kind").drop(columns=["rpcs"]).to_dict(orient="index")
             cc = self.concurrent_connections(t_window_ns)
             if len(cc):
-                out["concurrent_connections"] = {"t_window_ns": int(t_window_ns), "mean": float(cc["connections"].mean()),
+                windows = len(cc) + cc.attrs.get("empty_windows", 0)  # the windows left out count 0
+                out["concurrent_connections"] = {"t_window_ns": int(t_window_ns),
+                                                 "mean": float(cc["connections"].sum()) / windows,
                                                  "max": int(cc["connections"].max())}
             hot = self.hot_keys()
             if len(hot):
