@@ -28,8 +28,13 @@ the traceback.
 
 The ``replay`` target is what ``ddlsim analyze``, ``replay`` and ``plan --profile`` do with a real capture (made with
 ``ddlsim capture ddp`` and ``capture ps`` at the start, where PyTorch is installed); most of its mutations change
-one fact of the log's metadata (the job's and the host's), which those commands read. ``--targets`` drives some
-readers only.
+one fact of the log's metadata (the job's and the host's), which those commands read. The other targets are the
+files ddlsim reads back from itself, each driven as its command drives it: ``simulate`` (a scenario run under a
+run budget, its ``--out`` read back), ``plan`` (``capture ddp --plan``), ``idlecurve`` (``replay --idle-curve``),
+``sweep`` (a sweep file, a sweep's ``--out``), ``merge`` (``capture merge`` of a real capture, read back),
+``validate`` (``validate --captures``), ``cache`` (the results cache) and ``convert`` (every format written, the
+readable ones read back); where a command's own output does not read back, that is a failure too (docs/interop.md).
+``--targets`` drives some readers only; a reader without samples (``validate`` without PyTorch) is left out.
 
 Progress lines go to stderr (inputs/s and failures by kind); the last line on
 stdout is the summary, ``fuzz_readers: N inputs, F failures (...)``; the exit
