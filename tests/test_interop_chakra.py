@@ -222,15 +222,27 @@ def test_file_names_must_carry_the_rank(tmp_path):
         read_chakra(tmp_path / "nothing")
 
 
-def test_message_ids_beyond_int32_are_refused(tmp_path):
+def test_message_ids_beyond_int32_are_numbered_and_read_back(tmp_path):
+    """A capture's message ids (rank << 32 | n) do not fit Chakra's int32 comm_tag: before 2026-11-28 every real PS
+    capture was refused ("does not fit Chakra's int32 comm_tag", found converting a capture to every format). The
+    tags are then the messages' numbers, the same on a send and its receive; ddlsim_message keeps the id. Oracle:
+    the log read back, and the tags pairing what the ids paired."""
     from trace_logs import small_rows
     from ddlsim.trace import event_log_from_rows
 
     rows = small_rows()
-    rows[1]["message"] = rows[2]["message"] = 2**31
-    with pytest.raises(TraceError, match="does not fit Chakra's int32 comm_tag"):
-        write_chakra(event_log_from_rows(rows), tmp_path / "t")
-    assert not list(tmp_path.iterdir())
+    rows[1]["message"] = rows[2]["message"] = 2**32 + 1  # a send and its recv
+    log = event_log_from_rows(rows)
+    write_chakra(log, tmp_path / "t")
+    back = read_chakra(tmp_path / "t")
+    assert frame(back)[["id", "message"]].equals(frame(log)[["id", "message"]])
+    tags = {}
+    for rank in (0, 1):
+        for r in records((tmp_path / f"t.{rank}.et").read_bytes())[1:]:
+            n = node_summary(r)
+            if n["type"] in (5, 6):  # COMM_SEND_NODE, COMM_RECV_NODE
+                tags[n["id"]] = n["attrs"]["comm_tag"]
+    assert tags == {rows[1]["id"]: 0, rows[2]["id"]: 0}
 
 
 

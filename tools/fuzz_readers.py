@@ -184,6 +184,7 @@ def make_capture_samples(sample) -> None:
                 shutil.copy(path, raw / path.name)
         _keep_parquet(out)
         shutil.copytree(out, sample("validate", "grid") / "captures" / f"{job}-unshaped", dirs_exist_ok=True)
+        shutil.copytree(out, sample("convert", f"capture_{job}"), dirs_exist_ok=True)  # a capture's ids: rank << 32
     # the DDP capture again as if made on a 1 Gbit/s link, so that `validate` also cross-predicts
     import io
 
@@ -1061,7 +1062,9 @@ def run_target(target: str, directory: Path) -> Any:
         from ddlsim.interop import convert
         from ddlsim.trace.formats import read_trace
 
-        source, written = directory / "run.events.parquet", {}
+        written = {}
+        source = directory / "run.events.parquet"  # a simulated run's; a capture's is events.parquet
+        source = source if source.exists() or not (directory / "events.parquet").exists() else directory / "events.parquet"
         for fmt, name in (("events", "copy.events.parquet"), ("chakra", "chakra/trace.et"), ("kineto", "kineto"),
                           ("sketchdlc", "sketchdlc"), ("chrome", "trace.json"), ("csv", "events.csv")):
             try:

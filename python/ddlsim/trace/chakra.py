@@ -16,7 +16,9 @@ compute        COMP_NODE          ``is_cpu_op`` false
 send           COMM_SEND_NODE     ``comm_src`` = rank, ``comm_dst`` = peer,
                                   ``comm_size`` = bytes (at least 1: ASTRA-sim
                                   aborts on 0; ``ddlsim_bytes`` keeps the true
-                                  size), ``comm_tag`` = message
+                                  size), ``comm_tag`` = message (or its
+                                  number among the log's messages where an
+                                  id does not fit int32, e.g. a capture's)
 recv           COMM_RECV_NODE     ``comm_src`` = peer, ``comm_dst`` = rank, ...
 collective     COMM_COLL_NODE     ``comm_type`` (ALL_REDUCE...), ``comm_size``
 barrier        (left out)         a row that waited for it waits for its rank's rows
@@ -50,7 +52,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from ..errors import TraceError
 from ..inputs import input_file
@@ -221,6 +223,9 @@ def write_chakra(log: Any, prefix: str | os.PathLike[str]) -> list[Path]:
         log = validate_event_log(log, source="event log for Chakra export", check_causality=False)
     classes = _message_classes()
     rows = list(iter_rows(log, COLUMN_NAMES))
+    if not rows:  # one file per rank, and no rank: nothing a reader would find (tools/fuzz_readers.py)
+        raise TraceError("the log has no rows: a Chakra trace is one file per rank, and there is none to write")
+    tags = _comm_tags(rows)
     by_rank: dict[int, list[Any]] = {}
     for row in rows:
         by_rank.setdefault(row.rank, []).append(row)
@@ -248,7 +253,7 @@ def write_chakra(log: Any, prefix: str | os.PathLike[str]) -> list[Path]:
             else:
                 planned.append((row, exact, None))
         for row, deps, exact in _one_communication_at_a_time(planned):
-            chunks.append(_delimited(_node(classes, row, deps, rank_of, paths[rank], exact_deps=exact)))
+            chunks.append(_delimited(_node(classes, row, deps, rank_of, tags, exact_deps=exact)))
         with atomic_output(paths[rank]) as temporary:
             temporary.write_bytes(b"".join(chunks))
     return [paths[rank] for rank in sorted(by_rank)]
@@ -318,21 +323,33 @@ def _metadata(classes: dict[str, Any], rank: int, world: int, log: EventLog, bar
     return classes["GlobalMetadata"](version=CHAKRA_VERSION, attr=attrs)
 
 
-def _node(classes: dict[str, Any], row: Any, deps: list[int] | None, rank_of: dict[int, int], path: Path,
-          exact_deps: list[int] | None = None) -> Any:
-    """``deps``: what the node waits for; ``exact_deps`` (a row that waited for a left-out barrier): the row's
-    own deps, kept in ``ddlsim_deps`` for :func:`read_chakra`."""
+def _comm_tags(rows: list[Any]) -> Optional[dict[int, int]]:
+    """Each message id's ``comm_tag``: None (the id itself) where every id of the log fits Chakra's int32; else
+    the message's number among the log's messages, in id order (a capture's ids, ``rank << 32 | n``, do not fit;
+    before 2026-11-28 such a log was refused). The tag only pairs a send with its receives, on both ends alike;
+    ``ddlsim_message`` keeps the id."""
+    messages = sorted({row.message for row in rows if row.kind in ("send", "recv")})
+    if not messages or messages[-1] <= _INT32_MAX:
+        return None
+    if len(messages) > _INT32_MAX + 1:
+        raise TraceError(f"the log has {len(messages):,} messages, more than Chakra's int32 comm_tag can number")
+    return {message: number for number, message in enumerate(messages)}
+
+
+def _node(classes: dict[str, Any], row: Any, deps: list[int] | None, rank_of: dict[int, int],
+          tags: Optional[dict[int, int]], exact_deps: list[int] | None = None) -> Any:
+    """``deps``: what the node waits for; ``tags``: the messages' ``comm_tag`` (:func:`_comm_tags`); ``exact_deps``
+    (a row that waited for a left-out barrier): the row's own deps, kept in ``ddlsim_deps`` for
+    :func:`read_chakra`."""
     node_type = _KIND_TO_NODE[row.kind]
     local = [dep for dep in deps or [] if rank_of.get(dep) == row.rank]
     remote = [dep for dep in deps or [] if rank_of.get(dep) != row.rank]
     attrs = [_attr(classes, "is_cpu_op", bool_val=False)]
     if row.kind in ("send", "recv"):
-        if row.message > _INT32_MAX:
-            raise TraceError(f"{path}: row {row.id}: message id {row.message} does not fit Chakra's int32 comm_tag")
         src, dst = (row.rank, row.peer) if row.kind == "send" else (row.peer, row.rank)
         attrs += [_attr(classes, "comm_src", int32_val=src), _attr(classes, "comm_dst", int32_val=dst),
                   _attr(classes, "comm_size", int64_val=max(row.bytes, 1)),  # ASTRA-sim aborts on 0; ddlsim_bytes is exact
-                  _attr(classes, "comm_tag", int32_val=row.message)]
+                  _attr(classes, "comm_tag", int32_val=row.message if tags is None else tags[row.message])]
     elif node_type == "COMM_COLL_NODE":
         comm = _COLL_TYPE_TO_COMM.get(row.coll_type or ("barrier" if row.kind == "barrier" else "allreduce"))
         attrs += [_attr(classes, "comm_type", int64_val=COMM_TYPES[comm]), _attr(classes, "comm_size", int64_val=row.bytes)]

@@ -96,6 +96,14 @@ def to_kineto(log: Any) -> dict[int, dict[str, Any]]:
     if not isinstance(log, EventLog) or not log.is_validated:
         log = validate_event_log(log, source="event log for Kineto export", check_causality=False)
     rows = list(iter_rows(log, COLUMN_NAMES))
+    if not rows:  # one file per rank, and no rank: nothing a reader would find (tools/fuzz_readers.py)
+        raise TraceError("the log has no rows: a Kineto trace is one file per rank, and there is none to write")
+    for row in rows:  # what the reader takes back (_MAX_US): a time in ns fits an int64 after ts + dur
+        for name, ns in (("start_ns", row.start_ns), ("end_ns", row.end_ns), ("ready_ns", row.ready_ns or 0),
+                         ("end_ns - start_ns", row.end_ns - row.start_ns)):
+            if abs(ns) > _MAX_US * 1000:
+                raise TraceError(f"event log row id={row.id}: {name} = {ns} is beyond the +-{_MAX_US:g} us a Kineto "
+                                 "trace holds; export it to Chakra, CSV or Chrome")
     by_rank: dict[int, list[Any]] = {}
     for row in rows:
         by_rank.setdefault(row.rank, []).append(row)

@@ -1,4 +1,6 @@
-"""SketchDLC export of PS logs whose messages do not pair (found by tools/fuzz_readers.py's ``convert`` target,
+"""What the per-rank export formats write reads back (found by tools/fuzz_readers.py's ``convert`` target).
+
+SketchDLC export of PS logs whose messages do not pair (found by tools/fuzz_readers.py's ``convert`` target,
 which converts a log to every format and reads back what it wrote): before, a log with switch aggregation (two
 pushes as one message), a recv moved to another rank, or a send never received was written, and the SketchDLC
 reader refused the files ("Push_Send_Worker ... has no matching Push_Recv_Server record"). Now the writer refuses
@@ -82,3 +84,44 @@ def test_every_ps_log_written_reads_back_with_its_records(tmp_path):
         sent = sum(1 for k, o in zip(log.table.column("kind").to_pylist(), log.table.column("op").to_pylist())
                    if k == "send" and o in ("push_request", "push_response", "pull_request", "pull_response"))
         assert sum(1 for k in back.table.column("kind").to_pylist() if k == "send") == sent, case
+
+
+# ---------------------------------------------------------------- the other per-rank writers (the same target)
+
+
+def test_an_empty_log_is_refused_by_the_per_rank_formats_not_written_as_no_file(tmp_path):
+    """A log of no rows wrote no Chakra or Kineto file and returned [], which the reader then refused ("no Chakra
+    files found"): now one line saying so."""
+    log = ps_log()
+    empty = EventLog(log.table.slice(0, 0), metadata=log.metadata, groups=log.groups)
+    for fmt in ("chakra", "kineto"):
+        with pytest.raises(TraceError, match=f"the log has no rows: a {fmt.capitalize()} trace is one file per rank"):
+            write_trace(empty, tmp_path / fmt / "t", fmt)
+
+
+@pytest.mark.parametrize("start", [-(2**62), 2**62 - 10**6])
+def test_times_beyond_what_kineto_holds_are_refused_where_it_wrote_what_its_reader_refused(tmp_path, start):
+    """A row at -2^62 ns was written as ts -4611686018427388.0 us, which the Kineto reader refuses (beyond its
+    +-4.6e15 us: ts + dur in ns must fit an int64)."""
+    log = ps_log()
+    shift = start - min(log.table.column("start_ns").to_pylist())
+    for column in ("start_ns", "end_ns", "ready_ns"):
+        log = with_column(log, column, lambda values, table: values.__setitem__(
+            slice(None), [None if v is None else v + shift for v in values]))
+    with pytest.raises(TraceError, match=r"is beyond the \+-4\.6e\+15 us a Kineto trace holds"):
+        write_trace(log, tmp_path / "k", "kineto")
+
+
+def test_a_capture_s_message_ids_export_to_chakra_and_read_back(tmp_path):
+    """A capture numbers its messages rank << 32 | n, beyond Chakra's int32 comm_tag: before, every real PS capture
+    was refused. The log read back has the ids, and the sends and receives pair as before."""
+    log = ps_log()
+    ids = log.table.column("message").to_pylist()
+    big = with_column(log, "message", lambda values, table: values.__setitem__(
+        slice(None), [m if m < 0 else (3 << 32) + m for m in values]))
+    (tmp_path / "c").mkdir()
+    write_trace(big, tmp_path / "c" / "t", "chakra")
+    back = read_trace(tmp_path / "c" / "t", "chakra")
+    got = dict(zip(back.table.column("id").to_pylist(), back.table.column("message").to_pylist()))
+    assert all(got[i] == ((3 << 32) + m if m >= 0 else m) for i, m in zip(log.table.column("id").to_pylist(), ids)
+               if i in got)
