@@ -14,48 +14,39 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from ..errors import DdlsimError
-from ..trace.log_facts import first_error
-
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
-Name = Annotated[str, Field(strict=True)]
+from ..trace.log_facts import Amount, Facts, Positive, Text, first_error
 
 
-class _Open(BaseModel):
-    """A default of None stands for an absent field; a null given is refused where the type is not Optional."""
-
-    model_config = ConfigDict(extra="allow")
+class _Model(Facts):
+    name: Optional[Text] = None
 
 
-class _Model(_Open):
-    name: Optional[Name] = None
+class _DDPEntry(Facts):
+    iteration_time_s: Amount
+    bucket_cap_mb: Positive
 
 
-class _DDPEntry(_Open):
-    iteration_time_s: Seconds
-    bucket_cap_mb: Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
+class _Group(Facts):
+    tensors: Annotated[list[Text], Field(min_length=1)]
 
 
-class _Group(_Open):
-    tensors: Annotated[list[Name], Field(min_length=1)]
-
-
-class _MGWFBPEntry(_Open):
-    iteration_time_s: Seconds
+class _MGWFBPEntry(Facts):
+    iteration_time_s: Amount
     plan: list[_Group]
 
 
-class _Baseline(_Open):
-    iteration_time_s: Optional[Seconds] = None
+class _Baseline(Facts):
+    iteration_time_s: Optional[Amount] = None
 
 
-class _Baselines(_Open):
+class _Baselines(Facts):
     ddp_default: _Baseline = None
 
 
-class PlanFacts(_Open):
+class PlanFacts(Facts):
     model: _Model
     ddp: _DDPEntry
     mg_wfbp: _MGWFBPEntry

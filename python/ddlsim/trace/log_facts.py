@@ -34,36 +34,36 @@ Positive = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
 Text = Annotated[str, Field(strict=True)]
 
 
-class _Open(BaseModel):
+class Facts(BaseModel):
     """A default of None stands for an absent field (not validated); a null given is validated, and refused where
     the type is not Optional."""
 
     model_config = ConfigDict(extra="allow")
 
 
-class _Rank(_Open):
+class _Rank(Facts):
     host: Optional[Text] = None  # null: the host is not known (the readers take it so)
     role: Text = None
     rpc_round_trip_ns: Amount = None
 
 
-class _Bucket(_Open):
+class _Bucket(Facts):
     bytes: Index = 0
     tensors: list[Index] = []
 
 
-class _Layout(_Open):
+class _Layout(Facts):
     buckets: list[_Bucket] = []
     from_iteration: Index = None
 
 
-class _Parameter(_Open):
+class _Parameter(Facts):
     name: Text
     bytes: Index = 0
     elements: Index = 0
 
 
-class CaptureFacts(_Open):
+class CaptureFacts(Facts):
     """The checked part of a capture's metadata (every field may be absent: captures of older versions lack some)."""
 
     job: Text = None
@@ -101,19 +101,19 @@ class CaptureFacts(_Open):
     clocks: dict[str, Any] = {}
 
 
-class _Scenario(_Open):
+class _Scenario(Facts):
     model: dict[str, Any] = None
     network: dict[str, Any] = None
     strategy: dict[str, Any] = None
 
 
-class LogFacts(_Open):
+class LogFacts(Facts):
     """The checked part of any log's metadata."""
 
     scenario: _Scenario = None
 
 
-class _SidecarBucket(_Open):  # every field is read by the merge
+class _SidecarBucket(Facts):  # every field is read by the merge
     bucket: Index
     group: Index
     tensors: list[Index]
@@ -122,16 +122,16 @@ class _SidecarBucket(_Open):  # every field is read by the merge
     bytes: Index
 
 
-class _SidecarLayout(_Open):
+class _SidecarLayout(Facts):
     from_iteration: Index
     buckets: list[_SidecarBucket]
 
 
-class _IdleTrials(_Open):
+class _IdleTrials(Facts):
     trials: list[Annotated[list[Amount], Field(min_length=4, max_length=4)]] = []  # idle, step, forward, backward ms
 
 
-class SidecarFacts(_Open):
+class SidecarFacts(Facts):
     """The checked part of a DDP rank's facts file (``<rank>.ddp.json``, which ``capture merge`` makes the log's
     metadata and bucket table of): the job's facts are a capture's (:class:`CaptureFacts`)."""
 
