@@ -56,10 +56,36 @@ def test_a_result_table_that_is_not_parquet_is_named_with_the_fix(sweep):
         read_sweep(sweep)
     message = str(caught.value)
     assert message.startswith(f"{victim}: cannot read this run's summary table (") and "\n" not in message
-    assert message.endswith(f"remove {victim} and run the same ddlsim sweep again: it redoes the runs it misses")
+    assert message.endswith(f"remove {victim} (the run's done mark) and run the command that wrote it again: it "
+                            "redoes that run")
     run = status(sweep)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
     assert victim.exists()  # nothing removed: the user decides
+
+
+def test_a_damaged_side_table_names_the_runs_summary_and_following_the_fix_brings_the_table_back(sweep):
+    # before, the fix named the side table itself: removed, the run still counted as done (its summary is its done
+    # mark), so the sweep skipped it and the run had no iterations table from then on
+    victim = sorted((sweep / "iterations").glob("*.parquet"))[1]
+    victim.write_bytes(b"not parquet")
+    with pytest.raises(DdlsimError) as caught:
+        RunDataset(sweep).read("iterations")
+    summary = sweep / SUMMARY_TABLE / victim.name
+    assert str(caught.value).startswith(f"{victim}: cannot read this run's iterations table (")
+    assert f"remove {summary} (the run's done mark)" in str(caught.value)
+    summary.unlink()
+    run_grid(load_grid(ROOT / "examples" / "sweep" / "small-grid.toml"), sweep)
+    keys = set(RunDataset(sweep).read("iterations").column("key").to_pylist())
+    assert victim.stem in keys and len(keys) == 4
+
+
+def test_text_that_is_not_utf8_in_a_result_table_is_refused_naming_it(sweep):
+    victim = sorted((sweep / SUMMARY_TABLE).glob("*.parquet"))[0]
+    table = pq.read_table(victim)
+    index = table.schema.get_field_index("scenario")
+    pq.write_table(table.set_column(index, "scenario", pa.array([b"\xff"], pa.binary()).view(pa.string())), victim)
+    with pytest.raises(DdlsimError, match=r"cannot read this run's summary table \(.*Invalid UTF8 sequence"):
+        read_sweep(sweep)  # pyarrow's ArrowException ("Wrapping ... failed") where pandas took the value, before
 
 
 def test_runs_whose_tables_disagree_in_a_columns_type_are_refused_naming_one(sweep):

@@ -32,8 +32,9 @@ one fact of the log's metadata (the job's and the host's), which those commands 
 files ddlsim reads back from itself, each driven as its command drives it: ``simulate`` (a scenario run under a
 run budget, its ``--out`` read back), ``plan`` (``capture ddp --plan``), ``idlecurve`` (``replay --idle-curve``),
 ``sweep`` (a sweep file, a sweep's ``--out``), ``merge`` (``capture merge`` of a real capture, read back),
-``validate`` (``validate --captures``), ``cache`` (the results cache) and ``convert`` (every format written, the
-readable ones read back); where a command's own output does not read back, that is a failure too (docs/interop.md).
+``validate`` (``validate --captures``), ``cache`` (the results cache), ``convert`` (every format written, the
+readable ones read back) and ``thesisruns`` (``reproduce thesis-network --runs``: the runs it skips and reads, and
+``reproduce.adaptive_priority`` on them); where a command's own output does not read back, that is a failure too (docs/interop.md).
 ``--targets`` drives some readers only; a reader without samples (``validate`` without PyTorch) is left out.
 
 Progress lines go to stderr (inputs/s and failures by kind); the last line on
@@ -62,7 +63,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ("events", "sketchdlc", "sketchdlc_records", "chakra", "kineto", "netop", "capture", "scenario", "fit",
-           "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep", "merge", "validate", "cache", "convert")
+           "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep", "merge", "validate", "cache", "convert",
+           "thesisruns")
 #: the run budget the ``simulate`` target's runs get (--max-memory): an input the budget admits must stay within the
 #: worker's address-space limit and time limit, or the estimate did not bound the real cost
 SIMULATE_BUDGET_BYTES = 192 << 20
@@ -148,6 +150,7 @@ def make_samples(directory: Path) -> None:
     make_plan_samples(sample)
     make_sweep_samples(sample)
     make_cache_samples(sample)
+    make_thesis_runs_samples(sample)
     shutil.copy(ROOT / "examples" / "osu_allreduce_8nodes.txt", sample("fit", "osu") / "table.txt")
     shutil.copy(ROOT / "examples" / "allreduce_times.csv", sample("fit", "csv") / "table.txt")
     from ddlsim.plan.cost import fit_tables
@@ -373,6 +376,24 @@ def make_sweep_samples(sample) -> None:
     shutil.rmtree(results)
     run_grid(load_grid(ROOT / "examples" / "sweep" / "small-grid.toml"), results)
     for lock in results.glob(".*.lock"):
+        lock.unlink()
+
+
+def _thesis_plan():
+    """The ``thesisruns`` target's plan: ``ddlsim reproduce thesis-network --quick --ratios 4 --rates 23`` (3 runs)."""
+    from ddlsim.reproduce.thesis_network import parse_plan
+
+    return parse_plan(True, None, [4], [23], None)
+
+
+def make_thesis_runs_samples(sample) -> None:
+    """The ``thesisruns`` target's sample: the ``--runs`` directory :func:`_thesis_plan` leaves (its sweep
+    datasets R4 and R4-alone: manifests, summary, iteration and flow tables)."""
+    from ddlsim.reproduce.thesis_network import run_all
+
+    runs = sample("thesisruns", "quick") / "runs"
+    run_all(_thesis_plan(), runs)
+    for lock in runs.glob("*/.*.lock"):
         lock.unlink()
 
 
@@ -849,6 +870,7 @@ TEXT_MUTATORS = {
     "merge": (mutate_jsonl, mutate_jsonl, mutate_json, mutate_numbers, mutate_lines, mutate_bytes),
     "cache": (mutate_json, mutate_json, mutate_json, mutate_numbers, mutate_bytes),
     "convert": (mutate_bytes,),
+    "thesisruns": (mutate_json, mutate_json, mutate_numbers, mutate_bytes),
 }
 
 
@@ -1093,6 +1115,19 @@ def run_target(target: str, directory: Path) -> Any:
         if any(store.get(scenario_key(sc)) is None for sc in scenarios):  # a damaged entry is replaced
             raise AssertionError("a results-cache entry was neither served nor written again")
         return times
+    if target == "thesisruns":  # `ddlsim reproduce thesis-network --runs DIR`: skips the runs done there, reads them
+        from ddlsim.reproduce.adaptive_priority import cells, collect
+        from ddlsim.reproduce.thesis_network import build, run_all, small_flow_cdf
+        import matplotlib.pyplot as plt
+
+        plan = _thesis_plan()
+        rep = build(plan, run_all(plan, directory / "runs"), small_flow_cdf(plan, directory / "runs"))
+        for name, frame in rep.tables.items():
+            frame.to_csv(directory / f"{name}.csv", index=False)
+        for figure in rep.figures.values():  # made as the command makes them (not rendered: time per input)
+            plt.close(figure())
+        # the same runs read as `python -m ddlsim.reproduce.adaptive_priority OUT RUN_DIR...` reads them
+        return sorted(rep.tables), cells(collect([directory / "runs" / "R4", directory / "runs" / "R4-alone"])).shape
     raise ValueError(target)
 
 

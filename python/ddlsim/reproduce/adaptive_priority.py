@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from ..errors import DdlsimError
 from .thesis_network import FULL, ITERATION_MS, _run_metrics
 
 if TYPE_CHECKING:
@@ -50,21 +51,26 @@ def collect(run_dirs: Sequence["str | Path"]) -> "pd.DataFrame":
     the first directory's)."""
     import numpy as np
     import pandas as pd
-    import pyarrow.parquet as pq
+
+    from ..sweep.store import RunDataset
+    from .thesis_network import FLOW_COLUMNS, SUMMARY_COLUMNS
 
     rows, seen = [], set()
     for d in run_dirs:
-        for summary_path in sorted(Path(d).glob("summary/*.parquet")):
-            key = summary_path.stem
-            summary = pq.read_table(summary_path).to_pandas().iloc[0]
-            scenario = json.loads(summary["scenario"])
-            row = label(scenario)
+        dataset = RunDataset(d)
+        for key in sorted(dataset.done()):
+            summary = dataset.read_run("summary", key, {**SUMMARY_COLUMNS, "scenario": "text"}, rows=1).iloc[0]
+            try:
+                row = label(json.loads(summary["scenario"]))
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+                raise DdlsimError(f"{dataset.path('summary', key)}: its scenario is not one of a ddlsim sweep "
+                                  f"({type(exc).__name__}: {str(exc)[:120]}); {dataset.redo(key)}") from None
             ident = (row["ratio"], row["rate"], row["band"], row["seed"])
             if ident in seen:
                 continue
             seen.add(ident)
-            flows = pq.read_table(Path(d) / "flows" / f"{key}.parquet",
-                                  columns=["tenant", "bytes", "band", "start_ns", "end_ns", "timeouts", "drops"]).to_pandas()
+            flows = dataset.read_run("flows", key, {**FLOW_COLUMNS, "band": "number", "timeouts": "number",
+                                                     "drops": "number"})
             row["iteration_ms"] = float(summary["iteration_time_s"]) * 1e3
             row.update(_run_metrics(FULL, flows))
             row.pop("job_bytes", None)
@@ -206,15 +212,23 @@ def main(argv: Sequence[str]) -> int:
     if len(argv) < 2:
         print("usage: python -m ddlsim.reproduce.adaptive_priority OUT_DIR RUN_DIR [RUN_DIR ...]", file=sys.stderr)
         return 2
+    from ..safe_io import check_directory_target, staged_directory
+
     out = Path(argv[0])
-    out.mkdir(parents=True, exist_ok=True)
-    runs = collect(argv[1:])
-    runs.to_csv(out / "runs.csv", index=False)
-    c = cells(runs)
-    c.to_csv(out / "cells.csv", index=False)
-    (out / "table.md").write_text(table_markdown(c) + "\n")
-    if len(c):
-        figure(c).savefig(out / "adaptive-priority.png", dpi=110)
+    try:
+        check_directory_target(out, option="OUT_DIR")
+        runs = collect(argv[1:])
+        c = cells(runs)
+        inputs = [p for d in argv[1:] for p in Path(d).glob("*/*.parquet")]
+        with staged_directory(out, option="OUT_DIR", inputs=inputs) as stage:  # all or nothing, never over an input
+            runs.to_csv(stage / "runs.csv", index=False)
+            c.to_csv(stage / "cells.csv", index=False)
+            (stage / "table.md").write_text(table_markdown(c) + "\n")
+            if len(c):
+                figure(c).savefig(stage / "adaptive-priority.png", dpi=110)
+    except DdlsimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(table_markdown(c))
     return 0
 

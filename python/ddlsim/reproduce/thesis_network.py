@@ -292,11 +292,16 @@ def _run_metrics(plan: Plan, flows: "pd.DataFrame") -> dict:
     return out
 
 
+#: what the chapter's tables read of each run (ddlsim.sweep.store.RunDataset.read_run checks them)
+SUMMARY_COLUMNS = {"iteration_time_s": "positive", "wall_s": "number"}
+ITERATION_COLUMNS = {"time_s": "number"}
+FLOW_COLUMNS = {"tenant": "number", "bytes": "number", "start_ns": "number", "end_ns": "number"}
+
+
 def collect(plan: Plan, runs_dir: "str | Path", todo: Optional[list] = None) -> "pd.DataFrame":
     """One row per run of the plan found in `runs_dir`: ratio, rate, band, seed, the job's iteration time and
     link utilisation, the background flows' counts and mean FCT per size class."""
     import pandas as pd
-    import pyarrow.parquet as pq
 
     from ..sweep.store import RunDataset
 
@@ -307,10 +312,9 @@ def collect(plan: Plan, runs_dir: "str | Path", todo: Optional[list] = None) -> 
         for point in grid.points:
             if point.key not in done:
                 continue
-            summary = pq.read_table(dataset.path("summary", point.key)).to_pandas().iloc[0]
-            iterations = pq.read_table(dataset.path("iterations", point.key), columns=["time_s"]).column("time_s").to_numpy()
-            flows = pq.read_table(dataset.path("flows", point.key),
-                                  columns=["tenant", "bytes", "start_ns", "end_ns"]).to_pandas()
+            summary = dataset.read_run("summary", point.key, SUMMARY_COLUMNS, rows=1).iloc[0]
+            iterations = dataset.read_run("iterations", point.key, ITERATION_COLUMNS, min_rows=1)["time_s"].to_numpy()
+            flows = dataset.read_run("flows", point.key, FLOW_COLUMNS)
             row = _point_labels(ratio, point)
             iteration_s = float(summary["iteration_time_s"])
             row.update({"fidelity": plan.fidelity, "iterations": int(len(iterations)), "iteration_ms": iteration_s * 1e3,
@@ -329,7 +333,6 @@ def small_flow_cdf(plan: Plan, runs_dir: "str | Path", ratio: Optional[int] = No
     flows/s for the full plan). One row per flow: seed, band, fct_ms, fraction."""
     import numpy as np
     import pandas as pd
-    import pyarrow.parquet as pq
 
     from ..analyze.fct import size_classes
     from ..sweep.store import RunDataset
@@ -346,7 +349,7 @@ def small_flow_cdf(plan: Plan, runs_dir: "str | Path", ratio: Optional[int] = No
             labels = _point_labels(r, point)
             if labels["rate"] != rate or point.key not in done:
                 continue
-            f = pq.read_table(dataset.path("flows", point.key), columns=["tenant", "bytes", "start_ns", "end_ns"]).to_pandas()
+            f = dataset.read_run("flows", point.key, FLOW_COLUMNS)
             first, last = plan.warmup_s * 1e9, (plan.duration_s - plan.cooldown_s) * 1e9
             f = f[(f["tenant"] == 1) & (f["start_ns"] >= first) & (f["start_ns"] <= last) & f["end_ns"].notna()]
             f = f[size_classes(f["bytes"].to_numpy()) == "small"]

@@ -297,11 +297,13 @@ class RunDataset:
             if not path.is_file():
                 continue
             try:
-                parts.append(pq.read_table(input_file(path, "sweep result table", _REDO.format(path=path))))
+                part = pq.read_table(input_file(path, "sweep result table", self.redo(k)))
+                part.validate(full=True)  # e.g. text that is not UTF-8: refused here, not where a value is taken
+                parts.append(part)
             except PARQUET_ERRORS as exc:
                 why = _one_line(str(exc).replace(f"Parquet input source '{path}'", "it"))
                 raise DdlsimError(f"{path}: cannot read this run's {table} table ({why}); "
-                                  f"{_REDO.format(path=path)}") from None
+                                  f"{self.redo(k)}") from None
         if not parts:
             return pa.table({"key": pa.array([], pa.string())})
         try:
@@ -309,10 +311,60 @@ class RunDataset:
         except pa.ArrowException as exc:  # a table whose columns are not the others' (not written by ddlsim sweep)
             odd = next((k for k, part in zip(order, parts) if not part.schema.equals(parts[0].schema)), order[-1])
             raise DdlsimError(f"{self.directory / table}: the runs' {table} tables do not agree ({_one_line(exc)}), "
-                              f"e.g. {self.path(table, odd).name}; {_REDO.format(path=self.path(table, odd))}") from None
+                              f"e.g. {self.path(table, odd).name}; {self.redo(odd)}") from None
 
 
-_REDO = "remove {path} and run the same ddlsim sweep again: it redoes the runs it misses"
+    def redo(self, key: str) -> str:
+        """The fix for a run whose tables cannot be read: remove its summary (the run's "done" mark); the same sweep
+        then runs it again and writes every table of it anew."""
+        return (f"remove {self.path(SUMMARY_TABLE, key)} (the run's done mark) and run the command that wrote it "
+                "again: it redoes that run")
+
+    def read_run(self, table: str, key: str, columns: "dict[str, str]", rows: Optional[int] = None,
+                 min_rows: int = 0) -> "pd.DataFrame":
+        """One complete run's `table` as a DataFrame of `columns` (name -> ``"number"``: integers or floats, nulls
+        allowed; ``"positive"``: finite and above 0, no nulls; ``"text"``: strings), each checked, with exactly
+        `rows` rows if given and at least `min_rows`. A table the caller cannot use (missing, not Parquet, a column
+        missing or of another type) is one line naming the file, the column and the fix (:meth:`redo`)."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from ..trace.parquet import PARQUET_ERRORS
+
+        path = self.path(table, key)
+        redo = self.redo(key)
+        try:
+            # something else at the table's path (a FIFO, a directory): the redone run could not write its table there
+            placed = path.exists() and not path.is_file()
+            schema = pq.read_schema(input_file(path, f"sweep {table} table",
+                                               f"move it away, then {redo}" if placed else redo))
+            missing = [name for name in columns if name not in schema.names]
+            if missing:
+                raise DdlsimError(f"{path}: this run's {table} table has no column {missing[0]!r}; {redo}")
+            data = pq.read_table(path, columns=list(columns))
+            data.validate(full=True)  # e.g. text that is not UTF-8: refused here, not where a value is taken
+        except PARQUET_ERRORS as exc:
+            why = _one_line(str(exc).replace(f"Parquet input source '{path}'", "it"))
+            raise DdlsimError(f"{path}: cannot read this run's {table} table ({why}); {redo}") from None
+        if (rows is not None and data.num_rows != rows) or data.num_rows < min_rows:
+            wanted = rows if rows is not None else f"at least {min_rows}"
+            raise DdlsimError(f"{path}: this run's {table} table has {data.num_rows} rows, not {wanted}; {redo}")
+        for name, kind in columns.items():
+            column = data.column(name)
+            numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+            if kind == "text" and not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+                raise DdlsimError(f"{path}: column {name!r} of this run's {table} table holds {column.type}, not text; {redo}")
+            if kind != "text" and not numeric:
+                raise DdlsimError(f"{path}: column {name!r} of this run's {table} table holds {column.type}, not "
+                                  f"numbers; {redo}")
+            if kind == "positive":
+                values = column.to_numpy(zero_copy_only=False).astype(float) if column.null_count == 0 else None
+                if values is None or not (np.isfinite(values) & (values > 0)).all():
+                    raise DdlsimError(f"{path}: column {name!r} of this run's {table} table holds a value that is not "
+                                      f"a finite number above 0; {redo}")
+        return data.to_pandas()
+
 
 
 def _one_line(exc: BaseException | str) -> str:
