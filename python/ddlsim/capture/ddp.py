@@ -24,6 +24,7 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+from ..errors import DdlsimError
 from .allreduce_rate import upper_median
 from .ddp_merge import merge_ddp, write_sidecar
 from .ddp_models import build_model, check_model_config, synthetic_batches
@@ -103,12 +104,15 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     from .ddp_hooks import DdpHooks, reducer_facts
     from .dist_clock import estimate_offset_ns
 
-    cfg = job_config(config)
+    try:
+        cfg = job_config(config)
+    except ValueError as exc:
+        raise DdlsimError(f"ddp capture: {exc}") from None
     out = Path(out_dir)
     torch.manual_seed(cfg["seed"])
     cuda = cfg["device"] == "cuda"
     if cuda and not torch.cuda.is_available():
-        raise ValueError("device \"cuda\" but torch sees no GPU on this machine; capture with device \"cpu\"")
+        raise DdlsimError("device \"cuda\" but torch sees no GPU on this machine; capture with device \"cpu\"")
     if cuda:
         gpu = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
         torch.cuda.set_device(gpu)

@@ -54,11 +54,35 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: {', '.join(missing)} not set; start ranks with `ddlsim capture` or torchrun", file=sys.stderr)
         return 2
-    config = json.loads(Path(args.config).read_text(encoding="utf-8"))
+    from ..errors import DdlsimError
+
     module, _, function = JOBS[args.job].partition(":")
-    run_rank = getattr(import_module(module), function)
-    run_rank(config, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), Path(args.out))
+    try:
+        config = read_config(args.config)
+        run_rank = getattr(import_module(module), function)
+        run_rank(config, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), Path(args.out))
+    except DdlsimError as exc:  # a job description the job refuses: one line, as ddlsim's commands say it
+        print(f"error: rank {os.environ['RANK']}: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def read_config(path: str) -> dict:
+    """The job description a rank was started with (``--config``): a JSON object, as ``ddlsim capture`` and
+    ``ddlsim.capture.ps.ps_config`` write it; anything else is a DdlsimError naming the file."""
+    from ..errors import DdlsimError
+    from ..inputs import input_file
+
+    fix = "give the job.json that ddlsim capture wrote (or ddlsim.capture.ps.ps_config's, with \"job\")"
+    input_file(path, "job description", fix, label=f"--config {path}")
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON, > 4300 digits
+        raise DdlsimError(f"--config {path}: cannot read the job description ({' '.join(str(exc).split())[:200]}); "
+                          f"{fix}") from None
+    if not isinstance(config, dict):
+        raise DdlsimError(f"--config {path}: not a job description (a JSON object); {fix}")
+    return config
 
 
 def exit_now(status: int) -> None:
