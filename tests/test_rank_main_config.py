@@ -51,6 +51,13 @@ def test_a_job_description_it_cannot_read_is_one_line(tmp_path, text, why):
     ("ps", '{"job": "ps", "workers": 3}', "ps capture: world size 2 != workers 3 + servers 1"),
     ("ddp", '{"model": "nope"}', "ddp capture: unknown model 'nope'"),
     ("ddp", '{"model": "lenet5", "device": "tpu"}', 'ddp capture: device must be "cpu" or "cuda"'),  # ValueError before
+    # accepted before, and failed after the rendezvous (torch.manual_seed's TypeError, a timedelta's OverflowError)
+    # or trained with them (a learning rate of NaN, a bucket of inf MiB)
+    ("ddp", '{"seed": "x"}', "ddp capture: seed must be a whole number from 0 to 2^63 - 1, got 'x'"),
+    ("ddp", '{"timeout_s": 1e300}', "ddp capture: timeout_s must be a positive number of seconds below 86400000000000, got 1e+300"),
+    ("ddp", '{"lr": NaN}', "ddp capture: lr must be a positive number, got nan"),
+    ("ddp", '{"bucket_cap_mb": Infinity}', "ddp capture: bucket_cap_mb must be a positive number of MiB, got inf"),
+    ("ddp", '{"merge": "yes"}', "ddp capture: merge must be true or false, got 'yes'"),
 ])
 def test_a_job_description_the_job_refuses_is_one_line(tmp_path, job, text, why):
     pytest.importorskip("torch")

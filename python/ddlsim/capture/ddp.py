@@ -44,8 +44,20 @@ def job_config(config: dict) -> dict:
     for key in ("iterations", "batch_size", "image_size"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise ValueError(f"{key} must be a positive integer, got {cfg[key]!r}")
-    if not isinstance(cfg["bucket_cap_mb"], (int, float)) or cfg["bucket_cap_mb"] <= 0:
-        raise ValueError(f"bucket_cap_mb must be a positive number of MiB, got {cfg['bucket_cap_mb']!r}")
+    for key, what in (("bucket_cap_mb", "a positive number of MiB"), ("lr", "a positive number"),
+                      ("timeout_s", "a positive number of seconds")):
+        value = cfg[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{key} must be {what}, got {value!r}")
+    try:
+        timedelta(seconds=cfg["timeout_s"])  # the process group's timeout
+    except OverflowError:
+        raise ValueError(f"timeout_s must be a positive number of seconds below {timedelta.max.total_seconds():.0f}, "
+                         f"got {cfg['timeout_s']!r}") from None
+    if isinstance(cfg["seed"], bool) or not isinstance(cfg["seed"], int) or not 0 <= cfg["seed"] < 2 ** 63:
+        raise ValueError(f"seed must be a whole number from 0 to 2^63 - 1, got {cfg['seed']!r}")
+    if not isinstance(cfg["merge"], bool):
+        raise ValueError(f"merge must be true or false, got {cfg['merge']!r}")
     groups = cfg["merge_groups"]
     if groups is not None and not (isinstance(groups, list) and groups and all(
             isinstance(g, list) and g and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in g)
