@@ -269,3 +269,38 @@ def test_carried_from_the_loopback_the_replay_says_a_veth_or_nic_costs_each_mess
 def said_note(path) -> str:
     return next(n for n in ddlsim.replay(path, network="analytic", bandwidth="1Gbps", wire="tbf").notes
                 if "went over the loopback" in n)
+
+
+@pytest.mark.parametrize("shaped", [None, "1Gbps", "100Mbps"])
+def test_naming_a_captures_own_wire_or_rate_replays_it_exactly_as_leaving_them_out(tmp_path, shaped):
+    """Oracle: the replay without options. ``--wire`` defaults to the capture's own framing (tbf for a shaped capture,
+    none for an unshaped one); naming it, or a shaped capture's own rate, asks for the same link. Before, the PS
+    messages' own times were taken only where --wire and --bandwidth were both left out: an unshaped capture with
+    --wire none, or a 1 Gbit/s one with --wire tbf or --bandwidth 1Gbps, took half the 4-byte round trip instead
+    (on a real capture: 25.42 against 14.01 ms, and 26.45 against 18.59 ms)."""
+    rows = ps_rows(workers=2, per_byte=1, issue=300 * US)
+    path = ps_capture(tmp_path / "ps.parquet", rows=rows, workers=2, **({"bandwidth": shaped} if shaped else {}))
+    plain = ddlsim.replay(path, network="analytic")
+    named = [dict(wire="tbf" if shaped else "none")] + ([dict(bandwidth=shaped), dict(bandwidth=shaped, wire="tbf")]
+                                                          if shaped else [])
+    for kw in named:
+        again = ddlsim.replay(path, network="analytic", **kw)
+        assert again.events.table.equals(plain.events.table), kw
+        assert again.scenario.network.latency_ns == plain.scenario.network.latency_ns, kw
+
+
+def test_on_a_bare_link_at_another_rate_the_replay_says_what_it_leaves_out(tmp_path):
+    rows = ps_rows(workers=1, per_byte=1, issue=1_000 * US)
+    unshaped = ps_capture(tmp_path / "ps.parquet", rows=rows, workers=1)
+    shaped = ps_capture(tmp_path / "shaped.parquet", rows=rows, workers=1, bandwidth="1Gbps")
+    mean_ms = training_message_latency(read_event_log(unshaped))["mean_ns"] / 1e6
+    for path, kw, how in ((unshaped, dict(bandwidth="1Gbps"), "no --wire: an unshaped capture's default"),
+                          (shaped, dict(wire="none"), "--wire none"),
+                          (shaped, dict(bandwidth="10Gbps", wire="ethernet"), "--wire ethernet")):
+        r = ddlsim.replay(path, network="analytic", **kw)
+        assert r.scenario.network.latency_ns == 450_000, kw  # half the round trip, as before
+        note = next(n for n in r.notes if n.startswith("replay: on a bare link"))
+        assert f"({how}) at " in note and f"({mean_ms:.3g} ms on average" in note and "--wire tbf" in note, note
+    for path, kw in ((unshaped, {}), (shaped, {}), (unshaped, dict(bandwidth="1Gbps", wire="tbf")),
+                     (unshaped, dict(overheads=False))):
+        assert not any("on a bare link" in n for n in ddlsim.replay(path, network="analytic", **kw).notes), kw

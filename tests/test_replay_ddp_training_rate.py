@@ -116,7 +116,8 @@ def test_another_rate_no_overheads_or_a_capture_without_a_small_all_reduce_leave
     path = tmp_path / "c.parquet"
     one_bucket_capture(path, durations)
     own, _ = replay_plan(path)
-    for kwargs in ({"bandwidth": "100Mbps"}, {"overheads": False}, {"wire": "tbf"}):
+    # another rate or framing than the capture's 100 Mbit/s tbf link (its own, named, is the next test's)
+    for kwargs in ({"bandwidth": "1Gbps"}, {"overheads": False}, {"wire": "none"}, {"wire": "ethernet"}):
         scenario, notes = replay_plan(path, **kwargs)
         assert scenario.network.bandwidth_bps != pytest.approx(own.network.bandwidth_bps, rel=1e-3)
         assert not any("while training" in n for n in notes)
@@ -288,3 +289,24 @@ def test_an_unshaped_capture_replayed_with_its_training_rate_assumes_no_link_rat
     assert scenario.network.bandwidth_bps == pytest.approx(8e9 / ((3_000 * US - SMALL_NS) / (total - 4)), rel=1e-9)
     assert not any("ASSUMED" in n for n in notes)
     assert any("ASSUMED" in n for n in replay_plan(path, overheads=False)[1])  # the default rate, assumed
+
+
+@pytest.mark.parametrize("bandwidth", ["100Mbps", "1Gbps", None])
+def test_naming_a_captures_own_wire_or_rate_replays_it_exactly_as_leaving_them_out(tmp_path, bandwidth):
+    """Oracle: the replay without options. ``--wire tbf`` of a shaped capture (``--wire none`` of an unshaped one) is
+    its default framing, and a shaped capture's own rate given (also as another spelling of it) is its own link:
+    both ask for the same replay. Before, either named dropped the ring's rate while training (on the 100 Mbit/s
+    capture: 20.1 against 25.5 ms)."""
+    path = tmp_path / "ddp.parquet"
+    one_bucket_capture(path, [40_000 * US, 20_000 * US, 21_000 * US, 22_000 * US], bandwidth=bandwidth)
+    plain = ddlsim.replay(path, network="analytic")
+    named = [dict(wire="tbf" if bandwidth else "none")]
+    if bandwidth:
+        spelled = f"{ddlsim.units.parse_bandwidth(bandwidth) / 1e9:g}Gbps"
+        named += [dict(bandwidth=bandwidth), dict(bandwidth=spelled, wire="tbf")]
+    for kw in named:
+        again = ddlsim.replay(path, network="analytic", **kw)
+        assert again.events.table.equals(plain.events.table), kw
+    if bandwidth:  # another rate is another link
+        other = ddlsim.replay(path, network="analytic", bandwidth="10Gbps")
+        assert not other.events.table.equals(plain.events.table)

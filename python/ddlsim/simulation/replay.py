@@ -154,11 +154,13 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
     data["model"]["profile"] = str(path.resolve())
     scenario = with_overrides(scenario_from_dict(data, origin=f"{path} (recorded scenario)"), overrides)
     given = "bandwidth" in overrides or "bandwidth" in (overrides.get("network") or {})
+    # the capture's own link: its own rate (a shaped capture's, named or not) and its own framing (named or not)
+    own_link = (not given or _captured_rate_given(meta, overrides)) and (wire is None or wire == default_wire(meta))
     rate = meta.get("allreduce_rate_bps")
-    measured = (not given and wire is None and meta.get("source") == "capture" and meta.get("job") == "ddp"
+    measured = (own_link and meta.get("source") == "capture" and meta.get("job") == "ddp"
                 and isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0)
     own_job = meta.get("source") == "capture" and meta.get("job") == "ddp"
-    own = not given and wire is None and own_job and scenario.model.overheads
+    own = own_link and own_job and scenario.model.overheads
     training = _training_rate(scenario, rows) if own else None
     if not ((measured or training is not None) and origin is None):  # an unshaped capture's measured rate is no assumption
         notes.append(_bandwidth_note(scenario, overrides, origin))
@@ -183,9 +185,11 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                    and scenario.strategy.kind == "ps"  # the RPC messages' own latency: not a ring step's (--strategy ring)
                    and scenario.model.overheads and "latency" not in overrides
                    and not (isinstance(overrides.get("network"), dict) and "latency" in overrides["network"]))
-    # at another rate, only on a tbf-shaped link (--wire tbf) whose token bucket may hold a worker's bytes
-    target = _given_rate(overrides) if given and wire == "tbf" else None
-    if ps_messages and ((not given and wire is None) or target is not None):
+    # elsewhere, only on a tbf-shaped link (--wire tbf, a shaped capture's default) whose token bucket may hold a
+    # worker's bytes: at the given rate, or (no rate given) the recorded link's
+    on_tbf = (wire or default_wire(meta)) == "tbf"
+    target = None if own_link or not on_tbf else (_given_rate(overrides) if given else scenario.network.bandwidth_bps)
+    if ps_messages and (own_link or target is not None):
         scenario, message_note, unbound = _ps_training_latency(scenario, rows, meta, message_times or "measured", target)
         if message_note:  # in place of the round trip's note
             notes = [n for n in notes if not (n.startswith("replay: latency ") and "4-byte RPC round trip" in n)]
@@ -194,6 +198,10 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
             notes.append(message_note)
             if not scenario.strategy.message_latency.is_empty() and shared:
                 notes[notes.index(shared)] = shared_cores_note(meta, messages_measured=True)
+    elif ps_messages:
+        bare = _bare_link_note(rows, scenario, wire)
+        if bare:
+            notes.append(bare)
     if training is None and own_job and scenario.model.overheads and "latency" not in overrides:
         scenario, call_note = _per_call_cost(scenario, rows)
         if call_note:
@@ -410,13 +418,36 @@ def _overheads_note(rows: Callable[[], Any], scenario: Scenario) -> str:
             "--no-overheads (overheads=False) leaves them out")
 
 
+def _captured_rate_given(meta: dict[str, Any], overrides: dict[str, Any]) -> bool:
+    """Whether the rate given is the one a shaped capture was made at (``--bandwidth 1Gbps`` of a 1 Gbit/s
+    capture: its own link; an unshaped capture's link has no rate to name)."""
+    import math
+
+    from ..units import parse_bandwidth
+
+    given = _given_rate(overrides)
+    if given is None or meta.get("source") != "capture" or not meta.get("bandwidth"):
+        return False
+    try:
+        captured = parse_bandwidth(str(meta["bandwidth"]))
+    except (DdlsimError, ValueError):
+        return False
+    return math.isclose(given, captured, rel_tol=1e-12)
+
+
+def default_wire(meta: dict[str, Any]) -> str:
+    """The framing a log is replayed with when ``--wire`` is not given: a shaped capture's tbf (what its shaping
+    counts), anything else none."""
+    return "tbf" if meta.get("source") == "capture" and meta.get("bandwidth") else "none"
+
+
 def _on_the_wire(scenario: Scenario, meta: dict[str, Any], wire: Optional[str]) -> tuple[Scenario, Optional[str]]:
     """The link rate the payload gets (:func:`ddlsim.simulation.overheads.payload_fraction`): `wire` names the
     framing (ethernet | tbf | none); a shaped capture defaults to tbf (what its shaping counts), anything else to none."""
     from .overheads import WIRE, wire_fraction
 
     if wire is None:
-        wire = "tbf" if meta.get("source") == "capture" and meta.get("bandwidth") else "none"
+        wire = default_wire(meta)
     if wire not in WIRE:
         raise DdlsimError(f"wire {wire!r}: give one of {', '.join(WIRE)} (the framing whose headers the link's rate pays)")
     fraction = wire_fraction(wire)
@@ -469,6 +500,26 @@ def _given_rate(overrides: dict[str, Any]) -> Optional[float]:
     if given is None and isinstance(overrides.get("network"), dict):
         given = overrides["network"].get("bandwidth")
     return None if given is None else parse_bandwidth(str(given))
+
+
+def _bare_link_note(rows: Callable[[], Any], scenario: Scenario, wire: Optional[str]) -> str:
+    """What a PS capture replayed on a bare link at another rate leaves out: its messages' times while training
+    (the machine's part of them), which the replay carries only at the capture's own link and to a tbf link whose
+    bucket holds a worker's bytes; "" where the rows do not give them."""
+    from .overheads import training_message_latency
+
+    log = rows()
+    found = training_message_latency(log, log.metadata)
+    if found is None:
+        return ""
+    how = f"--wire {wire}" if wire else "no --wire: an unshaped capture's default"
+    return (f"replay: on a bare link ({how}) at {scenario.network.bandwidth_bps / 1e6:g} Mbit/s each message takes the "
+            f"latency above and its bytes at the link's rate, not the times the capture's own messages took "
+            f"({found['mean_ns'] / 1e6:.3g} ms on average: the machine's RPC stack and its waits for a core), which the "
+            "replay carries only at the capture's own link and to a tbf link whose token bucket holds a worker's "
+            "bytes (--wire tbf); where the link does not bind this predicts too little: PS LeNet-5 captured unshaped "
+            "on the 2-core validation machine and replayed so at 1 Gbit/s gave 16.2-18.6 ms against 26.65 ms measured "
+            "on a 1 Gbit/s tbf link (-34 %), with --wire tbf 22.9-25.7 ms (-7.5 %; docs/validation.md)")
 
 
 def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict[str, Any],
