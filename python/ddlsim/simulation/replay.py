@@ -185,12 +185,14 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
                    and scenario.strategy.kind == "ps"  # the RPC messages' own latency: not a ring step's (--strategy ring)
                    and scenario.model.overheads and "latency" not in overrides
                    and not (isinstance(overrides.get("network"), dict) and "latency" in overrides["network"]))
-    # elsewhere, only on a tbf-shaped link (--wire tbf, a shaped capture's default) whose token bucket may hold a
-    # worker's bytes: at the given rate, or (no rate given) the recorded link's
+    # elsewhere: on a tbf-shaped link (--wire tbf, a shaped capture's default) whose token bucket may hold a worker's
+    # bytes, at the given rate or (no rate given) the recorded link's; or on a bare link (no token bucket)
     on_tbf = (wire or default_wire(meta)) == "tbf"
     target = None if own_link or not on_tbf else (_given_rate(overrides) if given else scenario.network.bandwidth_bps)
-    if ps_messages and (own_link or target is not None):
-        scenario, message_note, unbound = _ps_training_latency(scenario, rows, meta, message_times or "measured", target)
+    bare = not own_link and not on_tbf  # another rate or framing on a link without a token bucket
+    if ps_messages and (own_link or target is not None or bare):
+        scenario, message_note, unbound = _ps_training_latency(scenario, rows, meta, message_times or "measured", target,
+                                                               bare=bare)
         if message_note:  # in place of the round trip's note
             notes = [n for n in notes if not (n.startswith("replay: latency ") and "4-byte RPC round trip" in n)]
             if unbound:  # the shaped link does not bind: the shaped rate's notes no longer hold
@@ -198,10 +200,6 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
             notes.append(message_note)
             if not scenario.strategy.message_latency.is_empty() and shared:
                 notes[notes.index(shared)] = shared_cores_note(meta, messages_measured=True)
-    elif ps_messages:
-        bare = _bare_link_note(rows, scenario, wire)
-        if bare:
-            notes.append(bare)
     if training is None and own_job and scenario.model.overheads and "latency" not in overrides:
         scenario, call_note = _per_call_cost(scenario, rows)
         if call_note:
@@ -502,29 +500,9 @@ def _given_rate(overrides: dict[str, Any]) -> Optional[float]:
     return None if given is None else parse_bandwidth(str(given))
 
 
-def _bare_link_note(rows: Callable[[], Any], scenario: Scenario, wire: Optional[str]) -> str:
-    """What a PS capture replayed on a bare link at another rate leaves out: its messages' times while training
-    (the machine's part of them), which the replay carries only at the capture's own link and to a tbf link whose
-    bucket holds a worker's bytes; "" where the rows do not give them."""
-    from .overheads import training_message_latency
-
-    log = rows()
-    found = training_message_latency(log, log.metadata)
-    if found is None:
-        return ""
-    how = f"--wire {wire}" if wire else "no --wire: an unshaped capture's default"
-    return (f"replay: on a bare link ({how}) at {scenario.network.bandwidth_bps / 1e6:g} Mbit/s each message takes the "
-            f"latency above and its bytes at the link's rate, not the times the capture's own messages took "
-            f"({found['mean_ns'] / 1e6:.3g} ms on average: the machine's RPC stack and its waits for a core), which the "
-            "replay carries only at the capture's own link and to a tbf link whose token bucket holds a worker's "
-            "bytes (--wire tbf); where the link does not bind this predicts too little: PS LeNet-5 captured unshaped "
-            "on the 2-core validation machine and replayed so at 1 Gbit/s gave 16.2-18.6 ms against 26.65 ms measured "
-            "on a 1 Gbit/s tbf link (-34 %), with --wire tbf 22.9-25.7 ms (-7.5 %; docs/validation.md)")
-
-
 def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict[str, Any],
-                         message_times: str = "measured",
-                         target_bps: Optional[float] = None) -> tuple[Scenario, Optional[str], bool]:
+                         message_times: str = "measured", target_bps: Optional[float] = None,
+                         bare: bool = False) -> tuple[Scenario, Optional[str], bool]:
     """A PS capture replayed at its own link with its overheads: the message latency its own RPC messages got
     while training (:func:`ddlsim.simulation.overheads.training_message_latency`: the intercept of latency +
     per-byte over their transport times), instead of half the 4-byte round trip measured before training; the
@@ -542,7 +520,13 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
     capture's link nor the target's binds (each one's token bucket, ``default_burst_bytes``, holds the wire bytes
     a worker sends per iteration; an unshaped capture's link does not bind), no message waits for either link's
     rate: the link is the unshaped one, and the messages' transport, which the machine set, is carried from the
-    capture as at its own link. Unchanged, with no note, where either binds."""
+    capture as at its own link. Unchanged, with no note, where either binds.
+
+    `bare`: a replay at another rate or framing on a bare link (no token bucket: ``--wire none`` or ``ethernet``, or
+    an unshaped capture's ``--bandwidth R``), the scenario's link. From a capture whose link did not bind, each message
+    takes its own time beyond its bytes at the replayed link's rate (at least its bytes there: a message alone takes
+    the longer of the two), carried; from one whose shaped link bound, what the machine took (its time less what the
+    shaped links took it), fitted, as to a tbf link. The link stays the scenario's, which the engine simulates."""
     from ..capture.shaping import default_burst_bytes
     from ..units import parse_bandwidth, parse_duration_ns
     from .overheads import (beyond_shaped_links, message_latency_table, on_the_loopback, training_message_latency,
@@ -560,13 +544,13 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
         captured_bps = parse_bandwidth(str(meta["bandwidth"]))
         bucket = default_burst_bytes(captured_bps)
         if found["worker_bytes"] / wire_fraction("tbf") > bucket:  # the shaping binds
-            if target_bucket is None:
+            if target_bucket is None and not bare:
                 return scenario, None, False  # at its own link: its queueing is the engine's to simulate
             bound = captured_bps, found["mean_ns"]  # to a link that does not bind: the machine's part is carried
             found = beyond_shaped_links(found, captured_bps)
     latency = round(found["latency_ns"])
     update = {"latency": f"{latency}ns"}
-    if bucket is not None or target_bucket is not None:
+    if (bucket is not None or target_bucket is not None) and not bare:
         # tbf's token bucket holds every byte a worker sends per iteration (and refills in far less than an
         # iteration): the shaped rate never held a message back, so the link is the unshaped one, as tbf_burst_factor
         # has it for DDP; what the messages took is the latency and per-byte term measured here
@@ -580,7 +564,22 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
             f"{found['messages']} messages of its {len(found['iterations'])} counted iterations: a request from its "
             "rpc_async call's return to the server's receipt, a response from the server's send to the worker's "
             "receive queue), not half the 4-byte round trip measured before training")
-    if bound is not None:
+    if bound is not None and bare:
+        note += (f"; the capture's {bound[0] / 1e6:g} Mbit/s link bound (tbf's {bucket}-byte token bucket holds less "
+                 f"than the {found['worker_bytes'] / wire_fraction('tbf'):.0f} wire bytes a worker sends per "
+                 f"iteration), so each message's time is taken less what its two shaped links took it (the captured "
+                 f"sends re-run through them at their captured times: {found['link_mean_ns'] / 1e6:.4g} ms of its "
+                 f"{bound[1] / 1e6:.4g} ms per message on average; {found['below_link']} of {found['messages']} took "
+                 f"less than that, counted 0): what the machine took, carried to the bare "
+                 f"{scenario.network.bandwidth_bps / 1e6:g} Mbit/s link, whose bytes and queueing the engine simulates; "
+                 "every message takes the fitted latency, not its own time")
+    elif bare:
+        note += (f"; carried to the bare {scenario.network.bandwidth_bps / 1e6:g} Mbit/s link (no token bucket: every "
+                 "byte at its rate, which the engine simulates) from a capture whose own link did not bind: on the "
+                 "2-core validation machine PS LeNet-5 captured unshaped and replayed so at 1 Gbit/s was 1.6 and 6.5 % "
+                 "short of the captures made on a 1 Gbit/s tbf link in two grids, at 100 Mbit/s 2.6 % short (half "
+                 "the round trip per message, as before 2026-11-28: 32, 34 and 6.0 % short; docs/validation.md)")
+    elif bound is not None:
         note += (f"; the capture's {bound[0] / 1e6:g} Mbit/s link bound (tbf's {bucket}-byte token bucket holds less "
                  f"than the {found['worker_bytes'] / wire_fraction('tbf'):.0f} wire bytes a worker sends per "
                  f"iteration), so each message's time is taken less what its two shaped links took it (the captured "
@@ -624,8 +623,8 @@ def _ps_training_latency(scenario: Scenario, rows: Callable[[], Any], meta: dict
                  f"{len(table['iterations'])} counted iterations (iteration k the capture's k, in turn after the last), "
                  "message for message, on a latency of their smallest; --message-times mean gives every message the "
                  "fitted latency")
-    note += "; --latency or --bandwidth replays other values, --no-overheads the round trip"
-    return with_overrides(scenario, update), note, bucket is not None or target_bucket is not None
+    note += "; --latency replays another latency, --no-overheads the round trip"
+    return with_overrides(scenario, update), note, (bucket is not None or target_bucket is not None) and not bare
 
 
 def _idle_wake(path: Path, meta: dict[str, Any], given: Any,
