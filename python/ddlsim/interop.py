@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from .errors import DdlsimError
 from .trace.formats import DIRECTORY_OUTPUTS, chakra_prefix, infer_output_format, read_trace, write_trace
 
 
@@ -31,6 +32,9 @@ def write_output(log: Any, out: str | os.PathLike[str], fmt: str | None = None, 
         name = None
     else:
         named = chakra_prefix(out) if fmt == "chakra" else out
+        if fmt == "chakra" and named.name in ("", ".", ".."):
+            raise DdlsimError(f"{option} {str(out) or repr(str(out))}: a Chakra output is a prefix of files, e.g. "
+                              "out/trace (written as out/trace.<rank>.et); name one")
         if fmt != "chakra":  # a Chakra prefix names no file itself; its <prefix>.<rank>.et files are checked when moved
             named = check_file_target(named, inputs=sources, option=option, example=EXAMPLE_NAMES.get(fmt, "out"))
         target, name = named.parent, named.name

@@ -42,8 +42,8 @@ def job_config(config: dict) -> dict:
     """`config` over the defaults, checked; raises ValueError naming the bad key."""
     cfg = {**DEFAULTS, **{k: v for k, v in config.items() if k in DEFAULTS}}
     for key in ("iterations", "batch_size", "image_size"):
-        if not isinstance(cfg[key], int) or cfg[key] < 1:
-            raise ValueError(f"{key} must be a positive integer, got {cfg[key]!r}")
+        if isinstance(cfg[key], bool) or not isinstance(cfg[key], int) or not 1 <= cfg[key] < 2 ** 31:
+            raise ValueError(f"{key} must be a positive integer below 2^31, got {cfg[key]!r}")
     for key, what in (("bucket_cap_mb", "a positive number of MiB"), ("lr", "a positive number"),
                       ("timeout_s", "a positive number of seconds")):
         value = cfg[key]

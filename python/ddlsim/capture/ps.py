@@ -83,6 +83,8 @@ def ps_config(**given: Any) -> dict:
     if int(c["servers"]) > keys:
         raise DdlsimError(f"ps capture: {c['servers']} servers but model {c['model']} has only {keys} keys to place "
                           f"on every server; use --servers {keys} or fewer")
+    if int(c["seed"]) < 0:
+        raise DdlsimError(f"ps capture: seed = {c['seed']}; give a whole number from 0 (e.g. --seed 0)")
     if float(c["zipf_s"]) <= 0 or float(c["lr"]) <= 0 or float(c["timeout_s"]) <= 0:
         raise DdlsimError("ps capture: zipf_s, lr and timeout must be > 0")
     try:

@@ -61,6 +61,13 @@ def ps(
     from ..capture.ps import metadata, ps_config
     from ..trace import write_event_log
 
+    if bandwidth is not None:  # before --out is made: a bad rate is one line and leaves nothing
+        from ..units import parse_bandwidth
+
+        try:
+            parse_bandwidth(bandwidth)
+        except ValueError as exc:
+            raise DdlsimError(f"--bandwidth {bandwidth}: {exc}") from None
     config = ps_config(model=model, workers=workers, servers=servers, iterations=iterations, batch_size=batch_size,
                        sync=not asynchronous, zipf_s=zipf_s, vocab=vocab, seed=seed, placement=placement,
                        timeout_s=min(timeout, 120.0), layer_every=layer_every)
@@ -183,6 +190,8 @@ def connections(
 
     from ..capture.connections import run_scaling
 
+    if not 0 < timeout < float("inf"):
+        raise DdlsimError(f"--timeout {timeout:g}: give a positive number of seconds, e.g. --timeout 300")
     try:
         values = [int(c) for c in counts.split(",") if c.strip()]
     except ValueError:

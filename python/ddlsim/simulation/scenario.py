@@ -188,6 +188,9 @@ class PacketConfig(_Strict):
     def _positive_duration(cls, v, info):
         if v is not None and parse_duration_ns(v) <= 0:
             raise ValueError(f"{info.field_name} must be longer than 0, got {v!r}; write e.g. \"200ms\"")
+        if info.field_name in ("rto_min", "rto_initial") and parse_duration_ns(v) > 60 * 10**9:
+            raise ValueError(f"{info.field_name} must be at most 60s (the engine's bound on a retransmission timeout), "
+                             f"got {v!r}; write e.g. \"200ms\"")
         return v
 
     @property

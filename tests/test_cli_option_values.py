@@ -1,0 +1,89 @@
+"""Odd option values, run as a user would (found by probing every command's options, 2026-11-28): each was a Python
+traceback, an "internal error" with crash files, or a crash of the ranks after the output directory was made. Now
+one line, exit status 2, nothing written (docs/cli.md, "Bad input")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ddlsim(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "TMPDIR": str(cwd)}
+    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env=env)
+
+
+def refused(run: subprocess.CompletedProcess, why: str) -> None:
+    line = run.stderr.strip()
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert "\n" not in line and line.startswith("error: ") and why in line, line
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sim")
+    run = ddlsim("simulate", "-m", "lenet5", "-n", "2", "-i", "2", "-q", "-o", str(out / "run"), cwd=out)
+    assert run.returncode == 0, run.stderr
+    return out / "run" / "events.parquet"
+
+
+@pytest.mark.parametrize("command", [["export", "{log}", "-f", "chakra", "-o", ""],
+                                     ["convert", "{log}", "", "--to", "chakra"]])
+def test_an_empty_chakra_prefix_is_refused_and_leaves_no_staging_files(tmp_path, log, command):
+    # before: a ValueError from the staging's relative paths, exit 1, and .ddlsim-staging-*.et left in the directory
+    run = ddlsim(*[a.format(log=log) for a in command], cwd=tmp_path)
+    refused(run, "a Chakra output is a prefix of files, e.g. out/trace")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("rto", ["61s", "1e6s"])
+def test_a_retransmission_timeout_beyond_the_engines_bound_is_the_users_error_not_an_internal_one(tmp_path, rto):
+    # before: "internal error, please report it" and crash files in the temporary directory
+    run = ddlsim("simulate", "-m", "lenet5", "-n", "2", "-i", "1", "-q", "--network", "packet", "--rto-min", rto,
+                 cwd=tmp_path)
+    assert run.returncode == 2 and "internal error" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert "rto_min must be at most 60s" in run.stderr, run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--bandwidth", "10"], "--bandwidth 10: bandwidth '10' has no unit"),  # a ValueError traceback before
+    (["--bandwidth", "0"], "--bandwidth 0: bandwidth must be positive"),
+    (["--bandwidth", "nan"], "--bandwidth nan: bandwidth must be a finite number"),
+    (["--seed", "-1"], "ps capture: seed = -1; give a whole number from 0"),  # the ranks' numpy ValueError before
+])
+def test_capture_ps_refuses_a_rate_or_seed_before_it_makes_the_capture_directory(tmp_path, args, why):
+    pytest.importorskip("torch")
+    run = ddlsim("capture", "ps", "--workers", "2", "--iterations", "2", "--connections", "none", "--timeout", "50",
+                 *args, "-o", "cap", cwd=tmp_path)
+    refused(run, why)
+    assert not (tmp_path / "cap").exists()
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-1"])
+def test_capture_connections_refuses_a_timeout_that_is_not_a_positive_number(tmp_path, timeout):
+    # before: nan and inf failed in the ranks (RuntimeError, OverflowError), 0 and -1 ran into the time limit
+    pytest.importorskip("torch")
+    run = ddlsim("capture", "connections", "--connections", "1,2", "--requests", "20", "--timeout", timeout, "-o", "cc",
+                 cwd=tmp_path)
+    refused(run, f"--timeout {float(timeout):g}: give a positive number of seconds")
+    assert not (tmp_path / "cc").exists()
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--batch-size", "99999999999999999999"], "batch_size must be a positive integer below 2^31"),  # torch's overflow
+    (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),  # accepted before
+    (["--timeout", "inf"], "--timeout must be a positive number of seconds, got inf"),
+])
+def test_capture_ddp_refuses_sizes_and_timeouts_it_cannot_run(tmp_path, args, why):
+    pytest.importorskip("torch")
+    run = ddlsim("capture", "ddp", "-m", "lenet5", "-n", "2", "-i", "2", *args, "-o", "cap", cwd=tmp_path)
+    refused(run, why)
+    assert not (tmp_path / "cap").exists()
