@@ -266,15 +266,9 @@ def _simulate_and_report(run, *, iterations: Optional[int], out_dir: Optional[Pa
         from ..safe_io import check_directory_target
 
         check_directory_target(out_dir)  # refused before the run, not after it
-    budget_bytes = None
-    if max_memory is not None:
-        from ..units import parse_size_bytes
+    from ..simulation.budget import parse_max_memory, run_control
 
-        try:
-            budget_bytes = parse_size_bytes(max_memory)
-        except ValueError as exc:
-            raise DdlsimError(f"--max-memory: {exc}") from None
-    from ..simulation.budget import run_control
+    budget_bytes = parse_max_memory(max_memory)
     from .progress import EngineProgress
 
     with EngineProgress(err, iterations or 0, enabled=sys.stderr.isatty() and not quiet) as progress:

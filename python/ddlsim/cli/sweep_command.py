@@ -33,6 +33,10 @@ def sweep(
     status: Optional[Path] = typer.Option(
         None, "--status", help="Show the done and missing runs of the sweep in this directory (its grid, or the one "
         "SCENARIO and --set give) and exit."),
+    max_memory: Optional[str] = typer.Option(
+        None, "--max-memory", help="Refuse a grid with a run estimated to need more memory than this, e.g. 16GB "
+        "(default: half of RAM); a budget per run, checked for every point before any runs."),
+    force: bool = typer.Option(False, "--force", help="Run even the points whose cost estimate is over budget."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Run a grid of scenarios (the cartesian product of the axes) and collect the results as a Parquet dataset."""
@@ -47,7 +51,9 @@ def sweep(
     if jobs is not None and jobs < 1:
         raise DdlsimError(f"--jobs {jobs}: give at least 1")
     from ..safe_io import check_directory_target
+    from ..simulation.budget import parse_max_memory
 
+    budget_bytes = parse_max_memory(max_memory)
     check_directory_target(out_dir)  # before the grid is validated and anything runs
     grid = load_grid(scenario, sets or [])
     jobs = jobs or os.cpu_count() or 1
@@ -56,7 +62,7 @@ def sweep(
 
     with SweepProgress(real_console(err), enabled=err.is_terminal and not quiet,
                        description="sweeping on Ray" if ray_target is not None else "sweeping") as progress:
-        stats = run_grid(grid, out_dir, jobs=jobs, ray=ray_target, on_progress=progress)
+        stats = run_grid(grid, out_dir, jobs=jobs, ray=ray_target, on_progress=progress, max_memory=budget_bytes, force=force)
     _print_results(out_dir, grid, done=None)
     if not quiet:
         where = "on Ray" + (f" at {ray_target}" if ray_target != "local" else " (local instance)") if ray_target is not None else \

@@ -111,6 +111,19 @@ def run_control(max_memory: Optional[int] = None, force: bool = False,
         _CONTROL.reset(token)
 
 
+def parse_max_memory(text: Optional[str], option: str = "--max-memory") -> Optional[int]:
+    """A --max-memory value (16GB, 512MiB) in bytes; None stays None (the default budget). A bad one is one line."""
+    if text is None:
+        return None
+    from ..units import parse_size_bytes
+
+    try:
+        value = parse_size_bytes(text)
+    except ValueError as exc:
+        raise ScenarioError(f"{option}: {exc}") from None
+    return value
+
+
 def current_control() -> RunControl:
     return _CONTROL.get()
 
@@ -398,12 +411,12 @@ def ps_piece_count(group_bytes: int, servers: int, split: bool, chunk_bytes: int
     return r * messages(q + 1) + (k - r) * messages(q)
 
 
-def check(est: Estimate, scenario: Scenario, detail: str, control: Optional[RunControl] = None) -> None:
+def check(est: Estimate, scenario: Scenario, detail: str, control: Optional[RunControl] = None, announce: bool = True) -> None:
     """Refuses (ScenarioError) a run over its memory or event budget, unless
-    forced; tells `control.on_start` about a run it admits."""
+    forced; tells `control.on_start` about a run it admits (with `announce`)."""
     control = control or current_control()
     _refuse_over_budget(est, scenario, detail, control)
-    if control.on_start is not None:
+    if announce and control.on_start is not None:
         control.on_start(scenario, est)
 
 

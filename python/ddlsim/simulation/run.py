@@ -60,9 +60,11 @@ def _resolve(scenario: Scenario | dict | str | Path | None, overrides: dict[str,
     return with_overrides(base, overrides) if overrides else base
 
 
-def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrides: Any) -> SimulationRun:
-    """Simulates a training job and returns its event log."""
-    sc = _resolve(scenario, overrides)
+def _prepare(sc: Scenario, announce: bool) -> tuple[Model, dict, dict, str, "budget.RunControl"]:
+    """Everything a simulation needs before the engine runs: the model, the
+    engine's documents, the trace detail, and the budget's admission (a
+    ScenarioError where the scenario cannot run, e.g. an unknown model or a
+    run over budget). `announce`: tell the run control a run starts."""
     if sc.job:
         raise ScenarioError("the scenario has [[job]] tables (several jobs on one fabric): run it with "
                             "ddlsim.simulate_jobs or `ddlsim simulate` (docs/jobs.md)")
@@ -79,7 +81,21 @@ def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrid
     # Closed form: alike workers run once per class; the estimate counts the classes.
     classes = _core.rank_class_sizes(engine_json(training), engine_json(network)) if training.get("rank_classes") else None
     budget.check(budget.estimate(sc, len(training["layers"]), [g["bytes"] for g in training["groups"]], detail,
-                                 network.get("tenants"), compute_ns, classes), sc, detail, control)
+                                 network.get("tenants"), compute_ns, classes), sc, detail, control, announce=announce)
+    return model, training, network, detail, control
+
+
+def check_runnable(scenario: Scenario) -> None:
+    """Refuses (ScenarioError) a scenario that `run_scenario` would refuse
+    before simulating, without simulating it: what a sweep checks of every
+    point before it writes or runs anything."""
+    _prepare(scenario, announce=False)
+
+
+def run_scenario(scenario: Scenario | dict | str | Path | None = None, **overrides: Any) -> SimulationRun:
+    """Simulates a training job and returns its event log."""
+    sc = _resolve(scenario, overrides)
+    model, training, network, detail, control = _prepare(sc, announce=True)
     t0 = time.perf_counter()
     try:
         out = _core.simulate_training_json(engine_json(training), engine_json(network), detail, control.progress)

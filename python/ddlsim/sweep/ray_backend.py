@@ -55,14 +55,66 @@ def start_ray(ray, address: str, cpus: int) -> bool:
     return True
 
 
-def ray_map(fn: Callable[[Any], tuple[int, Any]], tasks: Sequence[Any], address: str = "local", cpus: int = 1,
+class RaySession:
+    """`with RaySession(address, cpus):` Ray connected (or a local instance
+    started) on entry, before a sweep writes anything: an address that cannot
+    be reached is a one-line DdlsimError, in seconds. On exit, a Ray instance
+    this session started or connected is shut down."""
+
+    def __init__(self, address: str, cpus: int) -> None:
+        self.address, self.cpus, self.started = address, cpus, False
+
+    def __enter__(self) -> "RaySession":
+        if self.address != "local":
+            check_address(self.address)  # in seconds, before Ray's import (seconds too)
+        ray = import_ray()
+        self.started = start_ray(ray, self.address, self.cpus)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.started:
+            import_ray().shutdown()
+            self.started = False
+
+
+# How long the check of a cluster's address waits for its port to answer.
+REACH_TIMEOUT_S = 5.0
+
+
+def check_address(address: str) -> None:
+    """Refuses (one line) a --ray-address that is empty, or whose HOST:PORT
+    does not take a TCP connection within REACH_TIMEOUT_S: Ray itself waits
+    minutes there, printing warnings. "auto" is left to Ray (it looks for the
+    cluster this machine belongs to and says at once when there is none)."""
+    import socket
+
+    hint = "give HOST:PORT (the head node's GCS, 6379 by default), ray://HOST:PORT (Ray Client, 10001) or auto"
+    text = address.strip()
+    if not text:
+        raise DdlsimError(f"--ray-address {address!r}: empty; {hint}")
+    if text == "auto":
+        return
+    rest = text[len("ray://"):] if text.startswith("ray://") else text
+    host, sep, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise DdlsimError(f"--ray-address {address!r}: not an address; {hint}")
+    try:
+        with socket.create_connection((host, int(port)), timeout=REACH_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__ if not isinstance(exc, socket.timeout) else f"no answer in {REACH_TIMEOUT_S:g} s"
+        raise DdlsimError(f"--ray-address {address}: cannot reach {host} port {port} ({why}); check the address "
+                          "(ray status on the head node), or leave --ray out to run on local processes") from None
+
+
+def ray_map(fn: Callable[[Any], tuple[int, Any]], tasks: Sequence[Any],
             labels: Optional[Sequence[str]] = None) -> Iterator[tuple[int, Any]]:
-    """fn(task) for every task as Ray tasks, yielded as they finish. Closing
-    the iterator (the caller's `finally`) cancels what is still running and
-    shuts down a Ray instance this call started. A task that fails is a
-    DdlsimError naming it (its own message when it raised one)."""
+    """fn(task) for every task as Ray tasks (inside a RaySession), yielded as
+    they finish. Closing the iterator (the caller's `finally`) cancels what is
+    still running. A task that fails is a DdlsimError naming it (its own
+    message when it raised one)."""
     ray = import_ray()
-    started = start_ray(ray, address, cpus)
     pending: list = []
     try:
         remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(fn)
@@ -91,5 +143,3 @@ def ray_map(fn: Callable[[Any], tuple[int, Any]], tasks: Sequence[Any], address:
                 ray.cancel(ref, force=True)
             except Exception:  # already finished or gone
                 pass
-        if started:
-            ray.shutdown()

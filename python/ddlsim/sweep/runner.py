@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import signal
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
@@ -213,30 +214,71 @@ class GridStats:
     wall_s: float = 0.0  # of the whole sweep, here
 
 
-def _simulate_point(task: tuple[int, Scenario]) -> tuple[int, dict[str, Any]]:
-    index, scenario = task
-    return index, simulate_run(scenario)
+def _simulate_point(task: tuple[int, Scenario, Optional[int], bool]) -> tuple[int, dict[str, Any]]:
+    from ..simulation.budget import run_control
+
+    index, scenario, max_memory, force = task
+    with run_control(max_memory=max_memory, force=force):  # the sweep's budget, in the worker that runs the point
+        return index, simulate_run(scenario)
 
 
 def run_grid(grid: "Grid", out_dir: "str | Path", jobs: int = 1, ray: Optional[str] = None,
-             on_progress: Optional[Progress] = None) -> GridStats:
+             on_progress: Optional[Progress] = None, max_memory: Optional[int] = None, force: bool = False) -> GridStats:
     """Runs the points of `grid` not yet done in `out_dir` (a RunDataset) and
     writes each one's tables as it finishes. `jobs`: local processes (or the
     CPUs of a local Ray instance); `ray`: None for the local pool, "local" for
     a Ray instance started for this sweep, else the address of a Ray cluster
-    to connect to (or "auto"). Returns the counts; a run that fails stops the
-    sweep with its error (the runs done so far are kept)."""
+    to connect to (or "auto"). `max_memory` (bytes) and `force`: each run's
+    budget, as `ddlsim simulate --max-memory / --force` (a point over it is
+    refused before anything runs). Returns the counts; a run that fails stops
+    the sweep with its error (the runs done so far are kept)."""
     import time
 
-    from .store import RunDataset, engine_build_id
+    from .store import RunDataset
 
     t0 = time.perf_counter()
-    if ray is not None:
-        from .ray_backend import import_ray
-
-        import_ray()  # without Ray: its one-line error before anything is written
     stats = GridStats(runs=len(grid.points))
     dataset = RunDataset(out_dir)
+    check_points(grid, done=dataset.done(), max_memory=max_memory, force=force)  # before anything is written or runs
+    if ray is not None:
+        from .ray_backend import RaySession
+
+        # connected (or refused, one line) before anything is written; a Ray instance it started ends with it
+        session: Any = RaySession(ray, jobs)
+    else:
+        session = nullcontext()
+    with session:
+        _run_points(grid, dataset, stats, jobs, ray is not None, on_progress, (max_memory, force))
+    stats.wall_s = time.perf_counter() - t0
+    return stats
+
+
+def check_points(grid: "Grid", done: "set[str]" = frozenset(), max_memory: Optional[int] = None, force: bool = False) -> None:
+    """Refuses (one line naming the point) a grid with a point that would fail
+    before simulating (an unknown model, a run over the budget of `max_memory`
+    and `force`...), so that no run of it starts and nothing is written;
+    points in `done` are not checked."""
+    from ..errors import InternalError, ScenarioError
+    from ..simulation.budget import run_control
+    from ..simulation.run import check_runnable
+
+    for point in grid.points:
+        if point.key in done:
+            continue
+        try:
+            with run_control(max_memory=max_memory, force=force):
+                check_runnable(point.scenario)
+        except DdlsimError as exc:
+            if isinstance(exc, InternalError):
+                raise
+            text = " ".join(str(exc).split()).rstrip(".")
+            raise ScenarioError(f"sweep point {point.label}: {text}; nothing was run") from None
+
+
+def _run_points(grid: "Grid", dataset: Any, stats: GridStats, jobs: int, ray: bool,
+                on_progress: Optional[Progress], limits: tuple[Optional[int], bool]) -> None:
+    from .store import engine_build_id
+
     with dataset.writing():
         dataset.write_manifest(grid.manifest())
         done_keys = dataset.done()
@@ -245,13 +287,13 @@ def run_grid(grid: "Grid", out_dir: "str | Path", jobs: int = 1, ray: Optional[s
         done = stats.already_done
         if on_progress:
             on_progress(done, len(grid.points), "already done" if done else "")
-        tasks = [(i, grid.points[i].scenario) for i in todo]
+        tasks = [(i, grid.points[i].scenario, *limits) for i in todo]
         if not tasks:
             results: Iterator[tuple[int, dict[str, Any]]] = iter(())
-        elif ray is not None:
+        elif ray:
             from .ray_backend import ray_map
 
-            results = ray_map(_simulate_point, tasks, address=ray, cpus=jobs, labels=[grid.points[i].label for i in todo])
+            results = ray_map(_simulate_point, tasks, labels=[grid.points[i].label for i in todo])
         elif jobs <= 1 or len(tasks) <= 1:
             results = (_simulate_point(t) for t in tasks)
         else:
@@ -273,6 +315,4 @@ def run_grid(grid: "Grid", out_dir: "str | Path", jobs: int = 1, ray: Optional[s
         finally:
             close = getattr(results, "close", None)
             if close is not None:
-                close()  # ends the pool's workers / the Ray tasks and the Ray instance this sweep started
-    stats.wall_s = time.perf_counter() - t0
-    return stats
+                close()  # ends the pool's workers / the Ray tasks still running
