@@ -87,3 +87,16 @@ def test_capture_ddp_refuses_sizes_and_timeouts_it_cannot_run(tmp_path, args, wh
     run = ddlsim("capture", "ddp", "-m", "lenet5", "-n", "2", "-i", "2", *args, "-o", "cap", cwd=tmp_path)
     refused(run, why)
     assert not (tmp_path / "cap").exists()
+
+
+@pytest.mark.parametrize("command", ["connections", "ps"])
+@pytest.mark.parametrize("counts, why", [("1,1", "1 given twice"), ("1,,2", "an empty count"), ("2,2,4,4", "2, 4 given twice"),
+                                         ("0,1", "a count of 0"), ("-1,2", "a count of -1"), ("1", "the fit of server time against connections needs at least two"),
+                                         ("1,x", "write whole numbers")])
+def test_connection_counts_are_checked_before_the_first_run(tmp_path, command, counts, why):
+    # before: capture connections ran c1/ (and printed "1 connections done") before 1,1 failed on c1/ existing;
+    # 1,,2 was taken as 1,2; capture ps took 1,1 as 1 and refused it as "at least two"
+    run = ddlsim("capture", command, "--connections", counts, "--requests" if command == "connections" else "--iterations",
+                 "20" if command == "connections" else "2", "-o", "cc", cwd=tmp_path)
+    refused(run, f"--connections '{counts}': {why}")
+    assert not (tmp_path / "cc").exists()

@@ -137,8 +137,8 @@ def test_capture_ps_refuses_a_single_connection_count_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "ps", "--model", "lenet5", "--connections", "2",
                            "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == ("error: --connections '2': give at least two different connection counts >= 1, "
-                                   "e.g. 1,2 (or auto, or none)")
+    assert done.stderr.strip() == ("error: --connections '2': the fit of server time against connections needs at least "
+                                   "two different counts, e.g. --connections 1,2,4,8 (or auto, or none)")
     assert not (tmp_path / "x").exists()
 
 

@@ -35,6 +35,7 @@ EXPECTED = {
     ("simulate", "--switch-memory"),
     ("simulate", "--max-memory"),
     ("replay", "--max-memory"),
+    ("sweep", "--max-memory"),
     ("analyze", "--switch-memory"),
     ("fit", "--min-size"),
     ("plan", "--slice-sizes"),
@@ -77,11 +78,12 @@ def test_every_size_option_accepts_4MB(command, option, events, tmp_path, monkey
     argv = {
         "simulate": SIMULATE,
         "replay": ["replay", events, "--iterations", "1", "--json"],
+        "sweep": ["sweep", "--set", "iterations=1", "--out", str(tmp_path / "sweep")],
         "analyze": ["analyze", events, "--json"],
         "fit": ["fit", str(ROOT / "examples" / "osu_allreduce_8nodes.txt"), "--workers", "8", "--json"],
         "plan": ["plan", "--model", "lenet5", "--workers", "2", "--network", "analytic", "--bucket-caps", "25",
                  "--slice-sizes", "none", "--credits", "none", "--json"],
-        "capture connections": ["capture", "connections", "--out", str(tmp_path / "conn"), "--connections", "1",
+        "capture connections": ["capture", "connections", "--out", str(tmp_path / "conn"), "--connections", "1,2",
                                 "--requests", "2"],
     }[command]
     if option == "--switch-memory" and command == "simulate":

@@ -112,14 +112,12 @@ def _scaling_counts(text: str, workers: int) -> list[int]:
         return []
     if text.strip().lower() == "auto":
         return list(range(1, max(2, workers) + 1))
+    from ..capture.connections import parse_counts
+
     try:
-        counts = sorted({int(c) for c in text.split(",") if c.strip()})
-    except ValueError:
-        counts = []
-    if len(counts) < 2 or counts[0] < 1:
-        raise DdlsimError(f"--connections {text!r}: give at least two different connection counts >= 1, e.g. 1,2 "
-                          "(or auto, or none)")
-    return counts
+        return parse_counts(text)
+    except DdlsimError as exc:
+        raise DdlsimError(f"{exc} (or auto, or none)") from None
 
 
 def _server_cost(counts: list[int], requests: int, out_dir: Path, timeout: float) -> Optional[dict]:
@@ -192,10 +190,9 @@ def connections(
 
     if not 0 < timeout < float("inf"):
         raise DdlsimError(f"--timeout {timeout:g}: give a positive number of seconds, e.g. --timeout 300")
-    try:
-        values = [int(c) for c in counts.split(",") if c.strip()]
-    except ValueError:
-        raise DdlsimError(f"--connections {counts!r}: write whole numbers separated by commas, e.g. 1,2,4,8") from None
+    from ..capture.connections import parse_counts
+
+    values = parse_counts(counts)
     from ..units import parse_size_bytes
 
     try:
