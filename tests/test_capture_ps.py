@@ -272,7 +272,7 @@ def test_cli_bad_input(tmp_path):
         assert result.exit_code != 0
         assert message in (result.output + str(result.exception))
     result = runner.invoke(app, ["capture", "connections", "--out", str(tmp_path / "c"), "--connections", "1,x"])
-    assert result.exit_code != 0 and "whole numbers" in (result.output + str(result.exception))
+    assert result.exit_code != 0 and "not a whole number" in (result.output + str(result.exception))
 
 
 def test_a_peer_that_leaves_during_the_shutdown_join_does_not_fail_the_rank(capsys):

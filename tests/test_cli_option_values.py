@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def ddlsim(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "TMPDIR": str(cwd)}
+    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "TMPDIR": str(cwd), "HOME": str(cwd)}
     return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, timeout=300, cwd=cwd,
                           env=env)
 
@@ -90,9 +90,9 @@ def test_capture_ddp_refuses_sizes_and_timeouts_it_cannot_run(tmp_path, args, wh
 
 
 @pytest.mark.parametrize("command", ["connections", "ps"])
-@pytest.mark.parametrize("counts, why", [("1,1", "1 given twice"), ("1,,2", "an empty count"), ("2,2,4,4", "2, 4 given twice"),
+@pytest.mark.parametrize("counts, why", [("1,1", "'1' again"), ("1,,2", "an empty item"), ("2,2,4,4", "'2' again"),
                                          ("0,1", "a count of 0"), ("-1,2", "a count of -1"), ("1", "the fit of server time against connections needs at least two"),
-                                         ("1,x", "write whole numbers")])
+                                         ("1,x", "'x' is not a whole number")])
 def test_connection_counts_are_checked_before_the_first_run(tmp_path, command, counts, why):
     # before: capture connections ran c1/ (and printed "1 connections done") before 1,1 failed on c1/ existing;
     # 1,,2 was taken as 1,2; capture ps took 1,1 as 1 and refused it as "at least two"
@@ -100,3 +100,52 @@ def test_connection_counts_are_checked_before_the_first_run(tmp_path, command, c
                  "20" if command == "connections" else "2", "-o", "cc", cwd=tmp_path)
     refused(run, f"--connections '{counts}': {why}")
     assert not (tmp_path / "cc").exists()
+
+
+LIST_OPTIONS = [
+    # (argv, the option named) -- before: an empty item was dropped and a repeated one run twice (or, for
+    # validate --jobs ddp,ddp, captured into the same directory twice)
+    (["plan", "-m", "lenet5", "-n", "2", "--bucket-caps", "{v}"], "--bucket-caps", "1,,5", "5,5"),
+    (["plan", "-m", "lenet5", "-n", "2", "--slice-sizes", "{v}"], "--slice-sizes", "1MB,", "1MB,1000KB"),
+    (["replay", "{log}", "--scaling", "{v}"], "--scaling", ",4", "4,8,4"),
+    (["reproduce", "thesis-network", "--quick", "--ratios", "{v}", "-o", "out"], "--ratios", "4,,8", "8,8"),
+    (["reproduce", "network-operator", "--only", "{v}", "-o", "out"], "--only", "table1,,fig3", "fig3,FIG3"),
+    (["validate", "--quick", "--jobs", "{v}", "-o", "out"], "--jobs", "ddp,", "ddp,ddp"),
+    (["validate", "--quick", "--models", "{v}", "-o", "out"], "--models", ",lenet5", "lenet5,lenet5"),
+    (["validate", "--quick", "--links", "{v}", "-o", "out"], "--links", "unshaped,,1Gbps", "1Gbps,1000Mbps"),
+]
+
+
+@pytest.mark.parametrize("argv, option, empty, twice", LIST_OPTIONS, ids=[f"{a[0]} {o}" for a, o, _, _ in LIST_OPTIONS])
+def test_a_list_option_with_an_empty_or_repeated_item_is_refused(tmp_path, log, argv, option, empty, twice):
+    for value, why in ((empty, "an empty item"), (twice, "give each value once"), ("", "empty; give")):
+        run = ddlsim(*(a.format(v=value, log=log) for a in argv), cwd=tmp_path)
+        refused(run, f"{option} '{value}': ")
+        assert why in run.stderr, run.stderr
+        assert not (tmp_path / "out").exists()
+
+
+def test_validate_refuses_a_grid_without_a_case_before_it_makes_the_directory(tmp_path):
+    run = ddlsim("validate", "--quick", "--jobs", "ps", "--models", "resnet18", "-o", "out", cwd=tmp_path)
+    refused(run, "no case: models resnet18 for jobs ps")
+    assert not (tmp_path / "out").exists()  # before: an empty out/ was left
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_comma_lists_read_back_what_was_written_and_refuse_gaps_and_repeats(seed):
+    import random
+
+    from ddlsim.errors import DdlsimError
+    from ddlsim.option_lists import comma_list, whole_number
+
+    rng = random.Random(seed)
+    values = rng.sample(range(-10**6, 10**6), rng.randint(1, 8))
+    text = ",".join(f"{' ' * rng.randint(0, 2)}{v}{' ' * rng.randint(0, 2)}" for v in values)
+    assert comma_list(text, "--x", whole_number, example="1,2") == values
+    items = [str(v) for v in values]
+    cut = rng.randint(0, len(items))
+    with pytest.raises(DdlsimError, match="--x .*: an empty item"):
+        comma_list(",".join(items[:cut] + [""] + items[cut:]), "--x", whole_number, example="1,2")
+    again = rng.choice(items)
+    with pytest.raises(DdlsimError, match=f"'{again}' again; give each value once"):
+        comma_list(",".join(items[:cut] + [again] + items[cut:]), "--x", whole_number, example="1,2")

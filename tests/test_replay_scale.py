@@ -162,7 +162,7 @@ def test_sampled_rank_times_need_an_event_log(tmp_path):
     spread_capture(tmp_path / "events.parquet")
     with pytest.raises(DdlsimError, match="rank_times"):
         ddlsim.simulate(model="lenet5", rank_times="sampled", workers=2)
-    for args, message in ((["--scaling", "4,x"], "--scaling '4,x': give worker counts"),
+    for args, message in ((["--scaling", "4,x"], "--scaling '4,x': 'x' is not a whole number; give worker counts"),
                           (["--straggler", "7:2", "--workers", "2"], "straggler rank 7 is not a worker")):
         p = subprocess.run([sys.executable, "-m", "ddlsim", "replay", str(tmp_path / "events.parquet"), *args],
                            capture_output=True, text=True)

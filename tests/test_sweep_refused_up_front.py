@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def ddlsim(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "TMPDIR": str(cwd)}
+    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "TMPDIR": str(cwd), "HOME": str(cwd)}
     return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, timeout=120, cwd=cwd,
                           env=env)
 

@@ -180,11 +180,8 @@ def find_captures(directory: Path) -> list[Capture]:
     return found
 
 
-def capture_grid(out: Path, *, jobs: list[str], models: list[str], links: list[str], repeats: int, iterations: int,
-                 workers: int, timeout_s: float, progress: Callable[[str], None],
-                 measure_idle_curve: bool = False) -> list[Capture]:
-    """Runs every capture of the grid into ``out/captures/JOB-MODEL-LINK-rK`` (``ddlsim capture`` in a child
-    process each); `measure_idle_curve`: the DDP captures measure their ranks' idle curve after training."""
+def grid_cases(jobs: list[str], models: list[str], links: list[str]) -> list[tuple[str, str, str]]:
+    """The (job, model, link) cases to capture; none, or shaped links without root, is one line."""
     cases = [(j, m, link) for j in jobs for m in models if m in JOBS[j] for link in links]
     if not cases:
         raise DdlsimError(f"no case: models {', '.join(models)} for jobs {', '.join(jobs)}; "
@@ -192,6 +189,15 @@ def capture_grid(out: Path, *, jobs: list[str], models: list[str], links: list[s
     if any(link != "unshaped" for _, _, link in cases) and os.geteuid() != 0:
         raise DdlsimError("shaped links (--links with a rate) need root (network namespaces and tc); run as root, "
                           "use --links unshaped, or give existing captures with --captures")
+    return cases
+
+
+def capture_grid(out: Path, *, jobs: list[str], models: list[str], links: list[str], repeats: int, iterations: int,
+                 workers: int, timeout_s: float, progress: Callable[[str], None],
+                 measure_idle_curve: bool = False) -> list[Capture]:
+    """Runs every capture of the grid into ``out/captures/JOB-MODEL-LINK-rK`` (``ddlsim capture`` in a child
+    process each); `measure_idle_curve`: the DDP captures measure their ranks' idle curve after training."""
+    cases = grid_cases(jobs, models, links)
     captures, total, done = [], len(cases) * repeats, 0
     for job, model, link in cases:
         for repeat in range(repeats):
@@ -411,6 +417,7 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
                               f"{', '.join(jobs)}, models {', '.join(models)}, links {', '.join(links)})")
         out.mkdir(parents=True, exist_ok=True)
     else:
+        grid_cases(jobs, models, links)  # before the directory is made: a grid without a case leaves nothing
         out.mkdir(parents=True, exist_ok=True)
         found = capture_grid(out, jobs=jobs, models=models, links=links, repeats=repeats, iterations=iterations,
                              workers=workers, timeout_s=timeout_s, progress=say,

@@ -153,19 +153,12 @@ def parse_counts(text: str, option: str = "--connections") -> list[int]:
     """Connection counts written as whole numbers >= 1 separated by commas
     (1,2,4,8), at least two different ones (the fit is a line), none twice;
     sorted. Anything else is one line naming `option`, before anything runs."""
-    items = [c.strip() for c in text.split(",")]
+    from ..option_lists import comma_list, whole_number
+
     example = f"e.g. {option} 1,2,4,8"
-    if any(not c for c in items):
-        raise DdlsimError(f"{option} {text!r}: an empty count; write whole numbers separated by commas, {example}")
-    try:
-        counts = [int(c) for c in items]
-    except ValueError:
-        raise DdlsimError(f"{option} {text!r}: write whole numbers separated by commas, {example}") from None
+    counts = comma_list(text, option, whole_number, example="1,2,4,8", what="connection counts")
     if min(counts) < 1:
         raise DdlsimError(f"{option} {text!r}: a count of {min(counts)}; connection counts are at least 1, {example}")
-    twice = sorted({c for c in counts if counts.count(c) > 1})
-    if twice:
-        raise DdlsimError(f"{option} {text!r}: {', '.join(map(str, twice))} given twice; give each count once, {example}")
     if len(counts) < 2:
         raise DdlsimError(f"{option} {text!r}: the fit of server time against connections needs at least two different "
                           f"counts, {example}")

@@ -477,12 +477,11 @@ def replay(
 
 def _replay_scaling(events: Path, scaling: str, model: Optional[str], overrides: dict, as_json: bool, out_dir: Optional[Path]) -> None:
     """ddlsim replay --scaling: one replay per worker count, a table (or --json) of the iteration time and its spread."""
-    try:
-        counts = [int(x) for x in scaling.split(",") if x.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise DdlsimError(f"--scaling {scaling!r}: give worker counts separated by commas, e.g. 4,64,1024")
+    from ..option_lists import comma_list, whole_number
+
+    counts = comma_list(scaling, "--scaling", whole_number, example="4,64,1024", what="worker counts")
+    if min(counts) < 1:
+        raise DdlsimError(f"--scaling {scaling!r}: a count of {min(counts)}; worker counts are at least 1, e.g. --scaling 4,64,1024")
     if "workers" in overrides or out_dir is not None:
         raise DdlsimError("--scaling sets the worker counts and writes no log: drop --workers/--out, or drop --scaling")
     from ..simulation.replay import replay_plan, replay_scaling
@@ -741,17 +740,15 @@ def plan(
 
     if cost_model is not None and (bandwidth or latency or algorithm):
         raise DdlsimError("--cost-model sets alpha, beta and the algorithm; leave out --bandwidth, --latency and --algorithm")
-    try:
-        caps = [float(x) for x in bucket_caps.split(",") if x.strip()]
-    except ValueError:
-        raise DdlsimError(f"--bucket-caps {bucket_caps!r}: write numbers in MB separated by commas, e.g. 1,5,10,25") from None
+    from ..option_lists import comma_list, number
     from ..units import parse_size_bytes
 
+    caps = comma_list(bucket_caps, "--bucket-caps", number, example="1,5,10,25", what="bucket caps in MB")
+
     def sizes(option: str, text: str) -> list[int]:
-        try:
-            return [] if text.strip().lower() == "none" else [parse_size_bytes(x.strip()) for x in text.split(",") if x.strip()]
-        except ValueError as exc:
-            raise DdlsimError(f"{option} {text!r}: {exc}; separate several with commas, e.g. 1MiB,4MiB") from None
+        if text.strip().lower() == "none":
+            return []
+        return comma_list(text, option, parse_size_bytes, example="1MiB,4MiB", what="sizes")
 
     slices = sizes("--slice-sizes", slice_sizes)
     credit_sizes = sizes("--credits", credits)
@@ -927,10 +924,16 @@ def validate(
     if captures is None and importlib.util.find_spec("torch") is None:
         raise DdlsimError("ddlsim validate captures real jobs and needs PyTorch, which is not installed; "
                           "pip install ddlsim[capture], or give existing captures with --captures")
-    split = (lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None)
+    from ..option_lists import comma_list
+    from ..validation import link_label
+
+    def split(text: Optional[str], option: str, example: str, same=None) -> Optional[list[str]]:
+        return None if text is None else comma_list(text, option, example=example, what=option[2:], same=same)
+
     try:
-        tables = run_validation(out_dir, captures=captures, quick=quick, jobs=split(jobs), models=split(models),
-                                links=split(links), repeats=repeats, iterations=iterations, workers=workers,
+        tables = run_validation(out_dir, captures=captures, quick=quick, jobs=split(jobs, "--jobs", "ddp,ps"),
+                                models=split(models, "--models", "lenet5,resnet18"),
+                                links=split(links, "--links", "unshaped,1Gbps", same=link_label), repeats=repeats, iterations=iterations, workers=workers,
                                 idle_curve=False if no_idle_curve else idle_curve, measure_idle_curve=measure_idle_curve,
                                 message_times=message_times,
                                 command="ddlsim " + shlex.join(sys.argv[1:] if sys.argv[1:2] == ["validate"] else ["validate"]),

@@ -15,13 +15,9 @@ from .consoles import QUIET_HELP, err, out, real_console
 def _ints(option: str, text: Optional[str]) -> Optional[list[int]]:
     if text is None:
         return None
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise DdlsimError(f"{option} {text!r}: give whole numbers separated by commas, e.g. {option} 16,8") from None
-    if not values:
-        raise DdlsimError(f"{option} {text!r}: give at least one value")
-    return values
+    from ..option_lists import comma_list, whole_number
+
+    return comma_list(text, option, whole_number, example="16,8", what="whole numbers")
 
 
 PRINTED = (("setting", ("parameter",)), ("fig5_19", ("ratio", "rate")), ("table5_5", ("size_class",)),

@@ -113,9 +113,11 @@ QUICK = Plan(models=("inception_v3", "vgg16"), workers=8, iterations=2, table1_s
 
 
 def parse_only(text: Optional[str]) -> Optional[list[str]]:
-    if not text:
+    if text is None:
         return None
-    names = [x.strip().lower() for x in text.split(",") if x.strip()]
+    from ..option_lists import comma_list
+
+    names = comma_list(text, "--only", str.lower, example="table1,fig8", what="tables and figures")
     unknown = [n for n in names if n not in ARTIFACTS]
     if unknown:
         raise DdlsimError(f"--only: unknown table or figure {unknown[0]!r}; choose from {', '.join(ARTIFACTS)}")
