@@ -149,3 +149,56 @@ def test_comma_lists_read_back_what_was_written_and_refuse_gaps_and_repeats(seed
     again = rng.choice(items)
     with pytest.raises(DdlsimError, match=f"'{again}' again; give each value once"):
         comma_list(",".join(items[:cut] + [again] + items[cut:]), "--x", whole_number, example="1,2")
+
+
+@pytest.mark.parametrize("argv, line", [
+    # before: "error: arguments: invalid scenario:" and a second line naming the scenario field (workers,
+    # network.latency, strategy.kind), not the flag
+    (["simulate", "--workers", "0"], "error: --workers 0: Input should be greater than or equal to 1 (got 0)"),
+    (["simulate", "--bandwidth", "1x", "--latency", "-1us"],
+     "error: --bandwidth 1x: unknown bandwidth unit 'x' in '1x'; use Gbps, Gbit/s, Mbps (bits) or GB/s, GBps (bytes); "
+     "--latency -1us: duration must not be negative, got '-1us'; write e.g. \"10us\" or \"1.5ms\""),
+    (["simulate", "--strategy", "bogus"], "error: --strategy bogus: unknown strategy kind 'bogus'"),
+    (["simulate", "--gamma", "-1"], "error: --gamma -1.0: Input should be greater than or equal to 0"),
+    (["simulate", "--async"], "error: --async: strategy.asynchronous is an option of kind = \"ps\""),
+    (["replay", "{log}", "--workers", "0"], "error: --workers 0: Input should be greater than or equal to 1 (got 0)"),
+    (["replay", "{log}", "--latency", "soon"], "error: --latency soon: "),
+])
+def test_a_flag_the_scenario_refuses_is_named_as_a_flag_on_one_line(tmp_path, log, argv, line):
+    run = ddlsim(*(a.format(log=log) for a in argv), cwd=tmp_path)
+    refused(run, line)
+    assert run.stderr.startswith(line)
+
+
+def test_the_api_still_names_the_scenario_fields():
+    import ddlsim as api
+    from ddlsim.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"arguments: invalid scenario:\n  field 'workers': Input should be greater"):
+        api.simulate(workers=0)
+
+
+@pytest.mark.parametrize("argv, line", [
+    # before: click's four lines ("Usage: ...", "Try ... --help", "", "Error: ...")
+    (["simulate", "--workers", "x"], "error: Invalid value for '--workers' / '-n': "),
+    (["simulate", "--nope"], "error: No such option: --nope"),
+    (["nope"], "error: No such command 'nope'; see python -m ddlsim --help"),
+    (["analyze"], "error: Missing argument 'events'; see python -m ddlsim analyze --help"),
+    (["capture", "ps", "--workers"], "error: Option '--workers' requires an argument"),
+])
+def test_usage_errors_are_one_line_with_status_2(tmp_path, argv, line):
+    run = ddlsim(*argv, cwd=tmp_path)
+    refused(run, line)
+    assert run.stdout == ""
+
+
+@pytest.mark.parametrize("argv", [[], ["capture"], ["reproduce"]])
+def test_a_command_group_alone_still_shows_its_help(tmp_path, argv):
+    run = ddlsim(*argv, cwd=tmp_path)
+    assert run.returncode == 2 and "Usage: python -m ddlsim" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_help_and_version_still_exit_0(tmp_path):
+    assert ddlsim("--version", cwd=tmp_path).returncode == 0
+    run = ddlsim("simulate", "--help", cwd=tmp_path)
+    assert run.returncode == 0 and "--workers" in run.stdout

@@ -119,10 +119,10 @@ CLI_REFUSED = [
     (["--network", "packet", "--in-network", "multicast"], "strategy.in_network = 'multicast'"),
     (["--network", "packet", "--strategy", "ps", "--in-network", "aggregation"], "strategy.in_network = 'aggregation'"),
     (["--network", "packet", "--topology", "leaf-spine", "--routing", "spray"], 'network.routing = "spray"'),
-    (["--network", "packet", "--bands", "9"], "network.packet.bands"),
+    (["--network", "packet", "--bands", "9"], "error: --bands 9: Input should be less than or equal to 8"),
     (["--network", "packet", "--queue-limit", "lots"], "--queue-limit 'lots'"),
-    (["--network", "packet", "--rto-min", "5"], "network.packet.rto_min"),
-    (["--network", "fast"], "field 'network.fidelity'"),
+    (["--network", "packet", "--rto-min", "5"], "error: --rto-min 5: duration '5' has no unit"),
+    (["--network", "fast"], "error: --network fast: Input should be 'analytic', 'flow' or 'packet'"),
 ]
 
 

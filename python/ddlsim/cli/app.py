@@ -974,7 +974,7 @@ def main() -> None:
     sys.stdout = guard = GuardedStream(real_stdout)  # a failed write to it becomes one line (_stdout_failed)
     try:
         try:
-            app()
+            _run_app()
         except SystemExit as exc:
             if not isinstance(exc, Interrupted):
                 sys.stdout.flush()  # a full or closed standard output shows here at the latest, not at the interpreter's exit
@@ -992,8 +992,13 @@ def main() -> None:
     except DdlsimError as exc:
         from rich.markup import escape
 
+        from ..simulation.scenario import OverrideError
+
+        text = str(exc)
+        if isinstance(exc, OverrideError) and words[:1] in (["simulate"], ["replay"]):
+            text = exc.naming(_flags(words[0]))  # the flags given, not the scenario fields they set
         # escaped: a message's own brackets ([sweep], pip install 'ddlsim[sweep]') are text, not markup
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except OSError as exc:
         _stdout_failed(exc, guard)
@@ -1006,6 +1011,49 @@ def main() -> None:
         sys.exit(2)
     finally:
         sys.stdout = real_stdout
+
+
+def _run_app() -> None:
+    """The app, with click's usage errors (an unknown option, a value of the wrong type, a missing argument)
+    as one line naming the option and where the help is, status 2, like every other bad input; its
+    four-line usage block is for `--help`. A command name alone (`ddlsim`, `ddlsim capture`) shows its help."""
+    # click's exceptions, wherever this typer takes click from (its own copy since typer 0.22, click before)
+    exceptions = sys.modules[typer.BadParameter.__module__]
+    no_args_is_help = getattr(exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+
+    try:
+        code = app(standalone_mode=False)
+    except no_args_is_help as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except exceptions.ClickException as exc:
+        text = " ".join(exc.format_message().split()).rstrip(".")
+        context = getattr(exc, "ctx", None)
+        where = f"; see {context.command_path} --help" if context is not None else ""
+        err.print(f"[bold red]error:[/] {escape_markup(text)}{where}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:  # end of input at a prompt
+        err.print("aborted", highlight=False)
+        sys.exit(1)
+    if isinstance(code, int) and not isinstance(code, bool) and code:
+        sys.exit(code)  # typer.Exit(code) from a command
+
+
+# Overrides set by a flag of another name than theirs.
+_FLAG_OF_KEY = {"rank_classes": "--per-rank", "tenant": "--background", "queue_limit_unit": "--queue-limit"}
+
+
+def _flags(command: str) -> dict[str, str]:
+    """Override key -> the flag of `command` that sets it (its parameter's name -> its first long option)."""
+    click_command = typer.main.get_command(app).commands[command]
+    flags = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0]) for p in click_command.params if p.opts}
+    return {**flags, **_FLAG_OF_KEY}
+
+
+def escape_markup(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def _stdout_failed(exc: OSError, guard) -> None:

@@ -1486,6 +1486,72 @@ def _format_one(err: dict) -> str:
     return f"field {field!r}: {msg}{shown}" if field else f"{msg}{shown}"
 
 
+def _error_loc(err: dict) -> tuple:
+    """An error's path into the scenario, without the union tags pydantic puts in it."""
+    loc = tuple(err["loc"])
+    if len(loc) >= 2 and loc[0] == "strategy" and loc[1] in STRATEGY_CLASSES:
+        loc = (loc[0],) + loc[2:]
+    if len(loc) >= 3 and loc[:2] == ("strategy", "grouping") and loc[2] in GROUPING_CLASSES:
+        loc = loc[:2] + loc[3:]
+    return loc
+
+
+class OverrideError(ScenarioError):
+    """Overrides (`simulate(workers=0)`, `ddlsim simulate --workers 0`) the
+    scenario refuses. Its text is a scenario error's; `problems` holds, per
+    problem, the override it is about (its key, None where none is) and the
+    message, so that a command line can name its flags (`naming`)."""
+
+    def __init__(self, text: str, problems: list[tuple[Optional[str], Any, str]]) -> None:
+        super().__init__(text)
+        self.problems = problems
+
+    def naming(self, flags: dict[str, str]) -> str:
+        """One line, each problem after the flag of its override and the value given (`flags`: key -> flag)."""
+        parts = []
+        for key, value, message in self.problems:
+            if key is None:
+                parts.append(message)
+                continue
+            flag = flags.get(key, "--" + key.replace("_", "-"))
+            shown = "" if isinstance(value, (dict, list, bool)) or value is None else f" {value}"
+            parts.append(f"{flag}{shown}: {message}")
+        return "; ".join(dict.fromkeys(parts))
+
+
+def _override_paths(keys: Any) -> dict[str, tuple]:
+    paths = {}
+    for key in keys:
+        if key in FLAT_KEYS:
+            paths[key] = FLAT_KEYS[key]
+        elif key in PACKET_KEYS:
+            paths[key] = ("network", "packet", PACKET_KEYS[key])
+        elif key in ("background", "tenant"):
+            paths[key] = ("tenant",)
+        else:
+            paths[key] = (key,)
+    return paths
+
+
+def _override_error(exc: ValidationError, origin: str, items: dict[str, Any]) -> OverrideError:
+    """The scenario's errors under `items` (overrides by key), each tied to the override it is about."""
+    import re
+
+    paths = _override_paths(items)
+    problems = []
+    for err in exc.errors():
+        loc, text = _error_loc(err), _format_one(err)
+        owners = [k for k, p in paths.items() if loc[:len(p)] == p]
+        if not owners and loc == ("strategy",) and "strategy" in paths:
+            owners = ["strategy"]  # the kind itself
+        if owners:
+            key = max(owners, key=lambda k: len(paths[k]))
+            problems.append((key, items[key], re.sub(r"^field '[^']*': ", "", text)))
+        else:
+            problems.append((None, None, text))
+    return OverrideError(_format_errors(exc, origin), problems)
+
+
 def _format_errors(exc: ValidationError, origin: str) -> str:
     lines = list(dict.fromkeys(_format_one(err) for err in exc.errors()))
     return f"{origin}: invalid scenario:\n  " + "\n  ".join(lines)
@@ -1578,6 +1644,9 @@ def with_overrides(scenario: Scenario, overrides: dict[str, Any], origin: str = 
             data["network"] = {**network, "packet": {**(network.get("packet") or {}), PACKET_KEYS[key]: value}}
         else:
             data[key] = value
-    result = scenario_from_dict(data, origin=origin)
+    try:
+        result = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise _override_error(exc, origin, items) from None
     result._migration_notes = scenario.migration_notes + result.migration_notes
     return result.model_copy(update={"base_dir": scenario.base_dir})
