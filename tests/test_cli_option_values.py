@@ -58,6 +58,10 @@ def test_a_retransmission_timeout_beyond_the_engines_bound_is_the_users_error_no
     (["--bandwidth", "0"], "--bandwidth 0: bandwidth must be positive"),
     (["--bandwidth", "nan"], "--bandwidth nan: bandwidth must be a finite number"),
     (["--seed", "-1"], "ps capture: seed = -1; give a whole number from 0"),  # the ranks' numpy ValueError before
+    # before: "zipf_s, lr and timeout must be > 0" for either; --timeout inf crashed the connection scaling's ranks
+    (["--zipf-s", "0"], "ps capture: --zipf-s 0.0; give a positive finite number"),
+    (["--timeout", "0"], "--timeout 0: give a positive number of seconds"),
+    (["--timeout", "inf"], "--timeout inf: give a positive number of seconds"),
 ])
 def test_capture_ps_refuses_a_rate_or_seed_before_it_makes_the_capture_directory(tmp_path, args, why):
     pytest.importorskip("torch")
@@ -79,8 +83,8 @@ def test_capture_connections_refuses_a_timeout_that_is_not_a_positive_number(tmp
 
 @pytest.mark.parametrize("args, why", [
     (["--batch-size", "99999999999999999999"], "batch_size must be a positive integer below 2^31"),  # torch's overflow
-    (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),  # accepted before
-    (["--timeout", "inf"], "--timeout must be a positive number of seconds, got inf"),
+    (["--timeout", "nan"], "--timeout nan: give a positive number of seconds"),  # accepted before
+    (["--timeout", "inf"], "--timeout inf: give a positive number of seconds"),
 ])
 def test_capture_ddp_refuses_sizes_and_timeouts_it_cannot_run(tmp_path, args, why):
     pytest.importorskip("torch")
@@ -202,3 +206,19 @@ def test_help_and_version_still_exit_0(tmp_path):
     assert ddlsim("--version", cwd=tmp_path).returncode == 0
     run = ddlsim("simulate", "--help", cwd=tmp_path)
     assert run.returncode == 0 and "--workers" in run.stdout
+
+
+@pytest.mark.parametrize("gamma", ["nan", "inf", "-1"])
+def test_fit_names_gamma_when_it_is_not_a_reduction_time(tmp_path, gamma):
+    # before: nan was refused as "cost model beta_ns_per_byte must be a finite number >= 0, got nan"
+    run = ddlsim("fit", str(ROOT / "examples" / "osu_allreduce_8nodes.txt"), "--workers", "8", f"--gamma={gamma}",
+                 "-o", "cost.json", cwd=tmp_path)
+    refused(run, f"--gamma {gamma}: the reduction time per byte is a finite number of ns >= 0")
+    assert not (tmp_path / "cost.json").exists()
+
+
+def test_reproduce_thesis_network_names_runs_when_it_is_a_file(tmp_path):
+    (tmp_path / "runs").write_text("mine")
+    run = ddlsim("reproduce", "thesis-network", "--quick", "--runs", "runs", "-o", "out", cwd=tmp_path)
+    refused(run, "--runs runs: exists and is not a directory")  # before: "--out runs/R4: cannot write here"
+    assert (tmp_path / "runs").read_text() == "mine" and not (tmp_path / "out").exists()

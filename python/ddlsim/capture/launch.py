@@ -142,6 +142,12 @@ def host_facts(processes: int) -> dict:
     return {"processes": int(processes), "host_cores": int(host_cores())}
 
 
+def check_timeout(timeout: float, option: str = "--timeout") -> None:
+    """A capture's timeout in seconds: positive and finite (one line naming the option, before anything runs)."""
+    if not 0 < timeout < float("inf"):
+        raise DdlsimError(f"{option} {timeout:g}: give a positive number of seconds, e.g. {option} 300")
+
+
 def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *, timeout_s: float = 600.0,
                  grace_s: float = 5.0, env: Optional[dict] = None, wrap: Optional[Callable[[int, list[str]], list[str]]] = None,
                  master_addr: str = "127.0.0.1", on_poll: Optional[Callable[[], None]] = None) -> list[RankResult]:

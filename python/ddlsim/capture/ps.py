@@ -85,8 +85,9 @@ def ps_config(**given: Any) -> dict:
                           f"on every server; use --servers {keys} or fewer")
     if int(c["seed"]) < 0:
         raise DdlsimError(f"ps capture: seed = {c['seed']}; give a whole number from 0 (e.g. --seed 0)")
-    if float(c["zipf_s"]) <= 0 or float(c["lr"]) <= 0 or float(c["timeout_s"]) <= 0:
-        raise DdlsimError("ps capture: zipf_s, lr and timeout must be > 0")
+    for name, flag, example in (("zipf_s", "--zipf-s", "1.1"), ("lr", "lr", "0.01"), ("timeout_s", "--timeout", "300")):
+        if not 0 < float(c[name]) < math.inf:  # found by probing the options: nan and inf passed, 0 named all three
+            raise DdlsimError(f"ps capture: {flag} {c[name]}; give a positive finite number (e.g. {flag} {example})")
     try:
         check_layer_every(c["layer_every"])
     except ValueError as exc:

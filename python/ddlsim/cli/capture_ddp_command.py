@@ -66,8 +66,9 @@ def ddp(
     elif plan_entry != "best":
         raise DdlsimError("--plan-entry needs --plan PLAN.json (a ddlsim plan --out result)")
     model = model or "resnet18"
-    if not 0 < timeout < float("inf"):
-        raise DdlsimError(f"--timeout must be a positive number of seconds, got {timeout}")
+    from ..capture.launch import check_timeout
+
+    check_timeout(timeout)
     config = {"model": model, "iterations": iterations, "batch_size": batch_size, "image_size": image_size,
               "bucket_cap_mb": bucket_cap_mb, "seed": seed, "device": device, "layer_every": layer_every,
               "idle_curve": idle_curve}

@@ -61,6 +61,9 @@ def ps(
     from ..capture.ps import metadata, ps_config
     from ..trace import write_event_log
 
+    from ..capture.launch import check_timeout
+
+    check_timeout(timeout)  # before --out is made (inf: the connection scaling's ranks crashed)
     if bandwidth is not None:  # before --out is made: a bad rate is one line and leaves nothing
         from ..units import parse_bandwidth
 
@@ -188,8 +191,9 @@ def connections(
 
     from ..capture.connections import run_scaling
 
-    if not 0 < timeout < float("inf"):
-        raise DdlsimError(f"--timeout {timeout:g}: give a positive number of seconds, e.g. --timeout 300")
+    from ..capture.launch import check_timeout
+
+    check_timeout(timeout)
     from ..capture.connections import parse_counts
 
     values = parse_counts(counts)

@@ -62,6 +62,7 @@ def thesis_network(
     except ValueError as exc:
         raise DdlsimError(str(exc)) from None
     check_directory_target(out_dir)  # before the simulations, not after
+    check_directory_target(runs_dir, option="--runs")
     ray_target = ray_address if ray_address is not None else ("local" if ray else None)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=real_console(err), transient=True, disable=quiet or not err.is_terminal)

@@ -300,6 +300,9 @@ def fit(samples: Iterable[Sample], algorithm: str = "ring", gamma_ns_per_byte: f
     and one alpha and beta for all of them (the least-squares solution of
     Table II over every sample; with one worker count, that count's)."""
     algorithm = algorithm_name(algorithm)
+    if not 0 <= gamma_ns_per_byte < math.inf:  # found by probing: nan was refused as "beta_ns_per_byte ... got nan"
+        raise PlanError(f"--gamma {gamma_ns_per_byte:g}: the reduction time per byte is a finite number of ns >= 0, "
+                        "e.g. --gamma 0.1 (or leave it out: 0)")
     by_workers: dict[int, list[Sample]] = {}
     for s in samples:
         if s.size_bytes >= min_size_bytes:

@@ -259,7 +259,7 @@ def run_all(plan: Plan, runs_dir: "str | Path", jobs: int = 1, ray: Optional[str
             if progress is not None:
                 progress(offset + done, total, f"thesis chapter 5 {sub}: {label}")
 
-        run_grid(grid, runs_dir / sub, jobs=jobs, ray=ray, on_progress=on_progress)
+        run_grid(grid, runs_dir / sub, jobs=jobs, ray=ray, on_progress=on_progress, option="--runs")
         offset += len(grid.points)
     if progress is not None:
         progress(total, total, "done")

@@ -223,14 +223,16 @@ def _simulate_point(task: tuple[int, Scenario, Optional[int], bool]) -> tuple[in
 
 
 def run_grid(grid: "Grid", out_dir: "str | Path", jobs: int = 1, ray: Optional[str] = None,
-             on_progress: Optional[Progress] = None, max_memory: Optional[int] = None, force: bool = False) -> GridStats:
+             on_progress: Optional[Progress] = None, max_memory: Optional[int] = None, force: bool = False,
+             option: str = "--out") -> GridStats:
     """Runs the points of `grid` not yet done in `out_dir` (a RunDataset) and
     writes each one's tables as it finishes. `jobs`: local processes (or the
     CPUs of a local Ray instance); `ray`: None for the local pool, "local" for
     a Ray instance started for this sweep, else the address of a Ray cluster
     to connect to (or "auto"). `max_memory` (bytes) and `force`: each run's
     budget, as `ddlsim simulate --max-memory / --force` (a point over it is
-    refused before anything runs). Returns the counts; a run that fails stops
+    refused before anything runs). `option`: the flag that named `out_dir`, for
+    errors. Returns the counts; a run that fails stops
     the sweep with its error (the runs done so far are kept)."""
     import time
 
@@ -248,7 +250,7 @@ def run_grid(grid: "Grid", out_dir: "str | Path", jobs: int = 1, ray: Optional[s
     else:
         session = nullcontext()
     with session:
-        _run_points(grid, dataset, stats, jobs, ray is not None, on_progress, (max_memory, force))
+        _run_points(grid, dataset, stats, jobs, ray is not None, on_progress, (max_memory, force), option)
     stats.wall_s = time.perf_counter() - t0
     return stats
 
@@ -276,11 +278,11 @@ def check_points(grid: "Grid", done: "set[str]" = frozenset(), max_memory: Optio
 
 
 def _run_points(grid: "Grid", dataset: Any, stats: GridStats, jobs: int, ray: bool,
-                on_progress: Optional[Progress], limits: tuple[Optional[int], bool]) -> None:
+                on_progress: Optional[Progress], limits: tuple[Optional[int], bool], option: str) -> None:
     from .store import engine_build_id
 
-    with dataset.writing():
-        dataset.write_manifest(grid.manifest())
+    with dataset.writing(option=option):
+        dataset.write_manifest(grid.manifest(), option=option)
         done_keys = dataset.done()
         todo = [i for i, p in enumerate(grid.points) if p.key not in done_keys]
         stats.already_done = len(grid.points) - len(todo)

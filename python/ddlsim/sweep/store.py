@@ -190,6 +190,7 @@ class RunDataset:
     def __init__(self, directory: "str | Path"):
         self.directory = Path(directory)
         self._lock_fd: Optional[int] = None
+        self._option = "--out"  # the flag that named the directory, for errors (writing())
 
     def path(self, table: str, key: str) -> Path:
         return self.directory / table / f"{key}.parquet"
@@ -227,7 +228,7 @@ class RunDataset:
             os.close(fd)
             raise DdlsimError(f"{option} {self.directory}: another ddlsim sweep is writing there; wait for it to finish "
                               f"or choose another {option}") from None
-        self._lock_fd = fd
+        self._lock_fd, self._option = fd, option
         try:
             self._remove_scratch()
             yield self
@@ -243,12 +244,12 @@ class RunDataset:
                 if _SCRATCH.match(item.name) and item.is_dir() and not item.is_symlink():
                     shutil.rmtree(item, ignore_errors=True)
 
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
+    def write_manifest(self, manifest: dict[str, Any], option: str = "--out") -> None:
         """sweep.json: never over the sweep's own scenario file (refused, one line)."""
         from ..safe_io import write_text_file
 
         inputs = [manifest["scenario_file"]] if manifest.get("scenario_file") else []
-        write_text_file(self.directory / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n", option="--out",
+        write_text_file(self.directory / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n", option=option,
                         inputs=inputs)
 
     def put(self, key: str, summary: "pa.Table", tables: dict[str, "Optional[pa.Table]"]) -> None:
@@ -261,7 +262,7 @@ class RunDataset:
         for name, table in [*((n, tables.get(n)) for n in SIDE_TABLES), (SUMMARY_TABLE, summary)]:
             if table is None:
                 continue
-            with atomic_file(self.path(name, key), option="--out", make_parent=True) as temporary:
+            with atomic_file(self.path(name, key), option=self._option, make_parent=True) as temporary:
                 pq.write_table(table, temporary)
 
     # -- reading
