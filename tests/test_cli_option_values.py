@@ -39,7 +39,7 @@ def log(tmp_path_factory) -> Path:
 def test_an_empty_chakra_prefix_is_refused_and_leaves_no_staging_files(tmp_path, log, command):
     # before: a ValueError from the staging's relative paths, exit 1, and .ddlsim-staging-*.et left in the directory
     run = ddlsim(*[a.format(log=log) for a in command], cwd=tmp_path)
-    refused(run, "a Chakra output is a prefix of files, e.g. out/trace")
+    refused(run, "'': empty; give a value")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -222,3 +222,23 @@ def test_reproduce_thesis_network_names_runs_when_it_is_a_file(tmp_path):
     run = ddlsim("reproduce", "thesis-network", "--quick", "--runs", "runs", "-o", "out", cwd=tmp_path)
     refused(run, "--runs runs: exists and is not a directory")  # before: "--out runs/R4: cannot write here"
     assert (tmp_path / "runs").read_text() == "mine" and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, line", [
+    # before: -o '' wrote into the current directory, --speedup-kind '' ran as if none were given
+    (["simulate", "-m", "lenet5", "-n", "2", "-i", "1", "-o", ""], "error: -o '': empty; give a value (for the current directory, write .)"),
+    (["simulate", "-m", "lenet5", "-n", "2", "-i", "1", "--out="], "error: --out '': empty; give a value"),
+    (["simulate", "-m", "lenet5", "-n", "2", "-i", "1", "--speedup-kind", ""], "error: --speedup-kind '': empty; give a value"),
+    (["sweep", "--set", "", "-o", "s"], "error: --set '': empty; give a value"),
+    (["analyze", ""], "error: an argument '': empty; give a value"),
+])
+def test_an_empty_value_is_refused_before_anything_runs(tmp_path, argv, line):
+    run = ddlsim(*argv, cwd=tmp_path)
+    refused(run, line)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_current_directory_written_as_dot_is_still_an_output(tmp_path):
+    run = ddlsim("simulate", "-m", "lenet5", "-n", "2", "-i", "1", "-q", "-o", ".", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "events.parquet").is_file()

@@ -140,3 +140,23 @@ def test_format_binary_size_uses_the_largest_unit_that_divides_exactly():
 
     sizes = (1 << 20, 16 << 20, 3 << 30, 2048, 1536, 1500, 0)
     assert [format_binary_size(n) for n in sizes] == ["1 MiB", "16 MiB", "3 GiB", "2 KiB", "1536 B", "1500 B", "0 B"]
+
+
+@pytest.mark.parametrize("text, bytes_", [("0.5", 0.5), ("0.4", 0.4), ("2.5B", 2.5), ("0.1KiB", 102.4), ("1.0000005MB", 1000000.5)])
+def test_a_size_that_is_not_a_whole_number_of_bytes_is_refused(text, bytes_):
+    # before: rounded without a word (--chunk-bytes 0.5 ran with 1-byte chunks, 0.4 with 0: no chunking)
+    with pytest.raises(ValueError, match=f"is {bytes_:.12g} bytes, not a whole number of bytes"):
+        parse_size_bytes(text)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fractional_sizes_in_larger_units_that_are_whole_bytes_are_exact(seed):
+    import random
+
+    rng = random.Random(seed)
+    for unit, scale in (("KiB", 1024), ("MiB", 1024**2), ("GiB", 1024**3)):
+        quarters = rng.randint(1, 10**6)  # n/4 of a binary unit is a whole number of bytes
+        assert parse_size_bytes(f"{quarters / 4}{unit}") == quarters * scale // 4
+    for unit, scale in (("KB", 10**3), ("MB", 10**6), ("GB", 10**9)):
+        thousandths = rng.randint(1, 10**6)
+        assert parse_size_bytes(f"{thousandths / 1000}{unit}") == thousandths * scale // 1000

@@ -140,7 +140,11 @@ def parse_size_bytes(value: str | float | int) -> int:
             hint = "; a lowercase 'b' means bits, sizes are bytes: write 'B'" if unit.endswith("b") else ""
             raise ValueError(f"unknown size unit {unit!r} in {value!r}; use B, KB, MB, GB, KiB, MiB or GiB{hint}")
         scale = _prefix_scale(m.group("prefix"))
-    n = _round_exact(number * scale)
+    exact = number * scale
+    n = _round_exact(exact)
+    if exact != n:  # found by probing the options: --chunk-bytes 0.5 ran with 1 byte, 0.4 with 0 (no chunking)
+        raise ValueError(f"size {value!r} is {float(exact):.12g} bytes, not a whole number of bytes; write a whole "
+                         f"number, e.g. {max(n, 1)}B")
     if n > MAX_SIZE_BYTES:
         raise ValueError(f"size {value!r} is absurdly large (limit 1e15 B = 1 PB); check the unit, e.g. {_SIZE_HINT}")
     return n

@@ -974,6 +974,7 @@ def main() -> None:
     sys.stdout = guard = GuardedStream(real_stdout)  # a failed write to it becomes one line (_stdout_failed)
     try:
         try:
+            _refuse_empty_arguments(sys.argv[1:])
             _run_app()
         except SystemExit as exc:
             if not isinstance(exc, Interrupted):
@@ -1011,6 +1012,23 @@ def main() -> None:
         sys.exit(2)
     finally:
         sys.stdout = real_stdout
+
+
+def _refuse_empty_arguments(argv: list[str]) -> None:
+    """An empty value (`-o ''`, `--out=`, `--set ''`) is a one-line error before anything runs: no option or
+    argument of ddlsim takes one, and an empty path would silently be the current directory."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return
+        if arg.startswith("--") and arg.endswith("=") and len(arg) > 3:
+            option = arg[:-1]
+        elif arg == "":
+            option = argv[i - 1] if i and argv[i - 1].startswith("-") and "=" not in argv[i - 1] else ""
+        else:
+            continue
+        what = f"{option} ''" if option else "an argument ''"
+        path = option in ("", "-o", "--out")  # an output or input path: say how to name the current directory
+        raise DdlsimError(f"{what}: empty; give a value" + (" (for the current directory, write .)" if path else ""))
 
 
 def _run_app() -> None:
