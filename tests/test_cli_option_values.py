@@ -242,3 +242,17 @@ def test_the_current_directory_written_as_dot_is_still_an_output(tmp_path):
     run = ddlsim("simulate", "-m", "lenet5", "-n", "2", "-i", "1", "-q", "-o", ".", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "events.parquet").is_file()
+
+
+@pytest.mark.parametrize("argv, line", [
+    # before: the last bucket_cap_mb was taken, and an empty item dropped, without a word
+    (["--grouping", "ddp:bucket_cap_mb=5,bucket_cap_mb=10"], "error: --grouping ddp:bucket_cap_mb=5,bucket_cap_mb=10: "
+                                                             "grouping option bucket_cap_mb is given twice; give it once"),
+    (["--grouping", "ddp:bucket_cap_mb=5,"], "error: --grouping ddp:bucket_cap_mb=5,: an empty option"),
+    (["--network", "packet", "--background", "websearch:load=0.3,,band=0"],
+     "error: --background 'websearch:load=0.3,,band=0': an empty option"),
+])
+def test_options_inside_a_value_are_given_once_and_none_is_empty(tmp_path, argv, line):
+    run = ddlsim("simulate", "-m", "lenet5", "-n", "2", "-i", "1", *argv, cwd=tmp_path)
+    refused(run, line)
+    assert run.stderr.startswith(line)

@@ -518,7 +518,7 @@ def parse_background(spec: Any) -> Any:
     elif not sizes:
         raise ValueError(f"{spec!r}: start with the flow sizes: websearch, datamining or cdf=PATH, e.g. websearch:load=0.3")
     table: dict[str, Any] = {"sizes": sizes}
-    for item in filter(None, (x.strip() for x in rest.split(","))):
+    for item in _option_items(rest, f"{spec!r}: "):
         key, eq, value = item.partition("=")
         key = key.strip().lower().replace("-", "_")
         if not eq or not value.strip():
@@ -824,6 +824,18 @@ def _grouping_kind(kind: str) -> str:
     return GROUPING_ALIASES.get(k, k)
 
 
+def _option_items(rest: str, prefix: str = "") -> list[str]:
+    """The KEY=VALUE items after the colon of a `--grouping` / `--background` value; an empty one
+    (`ddp:a=1,,b=2`, a trailing comma) is an error, not dropped."""
+    if not rest.strip():
+        return []
+    items = [x.strip() for x in rest.split(",")]
+    if not all(items):
+        raise ValueError(f"{prefix}an empty option (two commas in a row, or one at an end); write KEY=VALUE items "
+                         "separated by single commas")
+    return items
+
+
 def parse_grouping(value: Any) -> Any:
     """A grouping given as a name (`"ddp"`), a name with options
     (`"ddp:bucket_cap_mb=50"`, `"fusion:threshold=32MiB,cycle_time=2ms"`) or
@@ -832,10 +844,12 @@ def parse_grouping(value: Any) -> Any:
         text = value.strip()
         kind, _, rest = text.partition(":")
         table: dict[str, Any] = {"kind": kind}
-        for item in filter(None, (x.strip() for x in rest.split(","))):
+        for item in _option_items(rest):
             key, eq, v = item.partition("=")
             if not eq or not key.strip():
                 raise ValueError(f"cannot read grouping option {item!r} in {value!r}; write e.g. \"ddp:bucket_cap_mb=50\"")
+            if key.strip() in table:  # found by probing the options: the last one was taken without a word
+                raise ValueError(f"grouping option {key.strip()} is given twice; give it once")
             table[key.strip()] = v.strip()
         value = table
     if isinstance(value, dict):
