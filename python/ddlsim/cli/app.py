@@ -1048,7 +1048,7 @@ def _run_app() -> None:
         text = " ".join(exc.format_message().split()).rstrip(".")
         context = getattr(exc, "ctx", None)
         where = f"; see {context.command_path} --help" if context is not None else ""
-        err.print(f"[bold red]error:[/] {escape_markup(text)}{where}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {_escape_markup(text)}{where}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except typer.Abort:  # end of input at a prompt
         err.print("aborted", highlight=False)
@@ -1068,7 +1068,7 @@ def _flags(command: str) -> dict[str, str]:
     return {**flags, **_FLAG_OF_KEY}
 
 
-def escape_markup(text: str) -> str:
+def _escape_markup(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)

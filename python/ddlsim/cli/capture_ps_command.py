@@ -55,13 +55,11 @@ def ps(
     """Run a parameter-server job over torch.distributed.rpc (TCP) and record every RPC as an event log."""
     from contextlib import ExitStack
 
-    from ..capture.launch import CaptureError, cores_note, host_facts, launch_local
+    from ..capture.launch import CaptureError, check_timeout, cores_note, host_facts, launch_local
     from ..capture.merge import merge_capture
     from ..capture.outdir import capture_dir
     from ..capture.ps import metadata, ps_config
     from ..trace import write_event_log
-
-    from ..capture.launch import check_timeout
 
     check_timeout(timeout)  # before --out is made (inf: the connection scaling's ranks crashed)
     if bandwidth is not None:  # before --out is made: a bad rate is one line and leaves nothing
@@ -191,11 +189,10 @@ def connections(
 
     from ..capture.connections import run_scaling
 
+    from ..capture.connections import parse_counts
     from ..capture.launch import check_timeout
 
     check_timeout(timeout)
-    from ..capture.connections import parse_counts
-
     values = parse_counts(counts)
     from ..units import parse_size_bytes
 
