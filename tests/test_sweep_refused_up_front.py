@@ -65,8 +65,11 @@ def test_the_api_refuses_the_grid_before_it_runs_a_point(tmp_path):
 def test_a_point_over_the_budget_is_refused_up_front(tmp_path):
     # 2 workers run; 65,536 are over the memory and event budgets: refused before the 2 workers run
     out = tmp_path / "sweep"
-    run = ddlsim("sweep", "--set", "workers=2,65536", "--set", "iterations=1", "-o", str(out), "-q", cwd=tmp_path)
-    refused(run, "sweep point workers=65536", "nothing was run")
+    run = ddlsim("sweep", "--set", "workers=2,65536", "--set", "iterations=2", "-o", str(out), "-q", cwd=tmp_path)
+    line = refused(run, "sweep point workers=65536 iterations=2", "nothing was run")
+    # the ways to go on as sweep takes them (before: simulate's --workers and --iterations, which sweep has not)
+    assert "fewer workers (--set workers=N)" in line and "(--set iterations=N, now 2)" in line, line
+    assert "--max-memory" in line and "--force" in line and "(--workers)" not in line
     assert not out.exists()
 
 

@@ -92,6 +92,12 @@ class RunControl:
     progress: Optional[ProgressCallback] = None
     # Called with the resolved scenario and its estimate once a run is admitted.
     on_start: Optional[Callable[[Scenario, "Estimate"], None]] = None
+    # How a refusal names the settings to change: "flags" (simulate's: --workers) or "sweep" (--set workers=N).
+    settings: str = "flags"
+
+    def setting(self, flag: str, key: str, value: str) -> str:
+        """The way to change a setting, as the command that runs it takes it."""
+        return f"--set {key}={value}" if self.settings == "sweep" else flag
 
 
 _CONTROL: contextvars.ContextVar[RunControl] = contextvars.ContextVar("ddlsim_run_control", default=RunControl())
@@ -100,10 +106,12 @@ _CONTROL: contextvars.ContextVar[RunControl] = contextvars.ContextVar("ddlsim_ru
 @contextmanager
 def run_control(max_memory: Optional[int] = None, force: bool = False,
                 progress: Optional[ProgressCallback] = None,
-                on_start: Optional[Callable[[Scenario, "Estimate"], None]] = None) -> Iterator[RunControl]:
+                on_start: Optional[Callable[[Scenario, "Estimate"], None]] = None,
+                settings: str = "flags") -> Iterator[RunControl]:
     """Runs started inside get this budget (`max_memory` bytes, or no
-    budget with `force`), this progress callback and this start callback."""
-    control = RunControl(max_memory=max_memory, force=force, progress=progress, on_start=on_start)
+    budget with `force`), this progress callback and this start callback;
+    `settings`: how a refusal names the settings to change (RunControl)."""
+    control = RunControl(max_memory=max_memory, force=force, progress=progress, on_start=on_start, settings=settings)
     token = _CONTROL.set(control)
     try:
         yield control
@@ -434,13 +442,14 @@ def _refuse_over_budget(est: Estimate, scenario: Scenario, detail: str, control:
     if not over:
         return
     ways = []
+    setting = control.setting
     if detail == "step" and scenario.strategy.kind == "ring":
-        ways.append("log collectives, not their steps (--trace-detail collective)")
+        ways.append(f"log collectives, not their steps ({setting('--trace-detail collective', 'trace_detail', 'collective')})")
     if scenario.iterations > 1:
-        ways.append(f"simulate fewer iterations (--iterations, now {scenario.iterations})")
-    ways.append("fewer workers (--workers)")
+        ways.append(f"simulate fewer iterations ({setting('--iterations', 'iterations', 'N')}, now {scenario.iterations})")
+    ways.append(f"fewer workers ({setting('--workers', 'workers', 'N')})")
     if est.packet_hops > MAX_PACKET_HOPS:
-        ways.append("a flow-level network (--network flow)")
+        ways.append(f"a flow-level network ({setting('--network flow', 'network.fidelity', 'flow')})")
     if est.memory_bytes > limit:
         ways.append(f"raise the budget (--max-memory, e.g. {format_bytes(_round_up(est.memory_bytes))})")
     ways.append("run anyway (--force)")

@@ -218,7 +218,7 @@ def _simulate_point(task: tuple[int, Scenario, Optional[int], bool]) -> tuple[in
     from ..simulation.budget import run_control
 
     index, scenario, max_memory, force = task
-    with run_control(max_memory=max_memory, force=force):  # the sweep's budget, in the worker that runs the point
+    with run_control(max_memory=max_memory, force=force, settings="sweep"):  # the sweep's budget, where the point runs
         return index, simulate_run(scenario)
 
 
@@ -268,7 +268,7 @@ def check_points(grid: "Grid", done: "set[str]" = frozenset(), max_memory: Optio
         if point.key in done:
             continue
         try:
-            with run_control(max_memory=max_memory, force=force):
+            with run_control(max_memory=max_memory, force=force, settings="sweep"):
                 check_runnable(point.scenario)
         except DdlsimError as exc:
             if isinstance(exc, InternalError):
