@@ -256,3 +256,14 @@ def test_options_inside_a_value_are_given_once_and_none_is_empty(tmp_path, argv,
     run = ddlsim("simulate", "-m", "lenet5", "-n", "2", "-i", "1", *argv, cwd=tmp_path)
     refused(run, line)
     assert run.stderr.startswith(line)
+
+
+@pytest.mark.parametrize("argv, line", [
+    # a field inside a flag's value is named too (found by CI: "--straggler: Input should be ..." lost "probability")
+    (["--workers", "4", "--transient-straggler", "1.5:2"],
+     "error: --straggler / --transient-straggler: probability: Input should be less than or equal to 1 (got 1.5)"),
+    (["--grouping", "ddp:bucket_cap_mb=-1"], "error: --grouping ddp:bucket_cap_mb=-1: bucket_cap_mb: Input should be greater than 0"),
+])
+def test_a_field_inside_a_flags_value_is_named(tmp_path, argv, line):
+    run = ddlsim("simulate", "-m", "lenet5", "-i", "1", "--network", "analytic", *argv, cwd=tmp_path)
+    refused(run, line)

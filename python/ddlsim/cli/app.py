@@ -1058,7 +1058,8 @@ def _run_app() -> None:
 
 
 # Overrides set by a flag of another name than theirs.
-_FLAG_OF_KEY = {"rank_classes": "--per-rank", "tenant": "--background", "queue_limit_unit": "--queue-limit"}
+_FLAG_OF_KEY = {"rank_classes": "--per-rank", "tenant": "--background", "queue_limit_unit": "--queue-limit",
+                "straggler": "--straggler / --transient-straggler"}
 
 
 def _flags(command: str) -> dict[str, str]:

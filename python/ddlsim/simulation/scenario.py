@@ -1560,7 +1560,11 @@ def _override_error(exc: ValidationError, origin: str, items: dict[str, Any]) ->
             owners = ["strategy"]  # the kind itself
         if owners:
             key = max(owners, key=lambda k: len(paths[k]))
-            problems.append((key, items[key], re.sub(r"^field '[^']*': ", "", text)))
+            message = re.sub(r"^field '[^']*': ", "", text)
+            inner = ".".join(str(p) for p in loc[len(paths[key]):] if not isinstance(p, int))
+            if inner and not message.startswith(("field ", "unknown key")) and inner not in message:
+                message = f"{inner}: {message}"  # a field inside the value (--straggler's probability)
+            problems.append((key, items[key], message))
         else:
             problems.append((None, None, text))
     return OverrideError(_format_errors(exc, origin), problems)
