@@ -991,15 +991,13 @@ def main() -> None:
         sys.stderr.flush()
         os._exit(exc.code)
     except DdlsimError as exc:
-        from rich.markup import escape
-
         from ..simulation.scenario import OverrideError
 
         text = str(exc)
         if isinstance(exc, OverrideError) and words[:1] in (["simulate"], ["replay"]):
             text = exc.naming(_flags(words[0]))  # the flags given, not the scenario fields they set
         # escaped: a message's own brackets ([sweep], pip install 'ddlsim[sweep]') are text, not markup
-        err.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {_escape_markup(text)}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except OSError as exc:
         _stdout_failed(exc, guard)

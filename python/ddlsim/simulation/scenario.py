@@ -1455,14 +1455,20 @@ def _field_model(loc: tuple, kind: Optional[str]) -> type[BaseModel]:
     return cls
 
 
-def _format_one(err: dict) -> str:
+def _split_tags(err: dict) -> tuple[tuple, Optional[str], Optional[str]]:
+    """An error's path into the scenario without the union tags pydantic puts in it, and those tags:
+    (path, strategy kind, grouping kind)."""
     loc = tuple(err["loc"])
-    kind = None
+    kind = grouping_kind = None
     if len(loc) >= 2 and loc[0] == "strategy" and loc[1] in STRATEGY_CLASSES:
-        kind, loc = loc[1], (loc[0],) + loc[2:]  # drop the union tag pydantic puts in the path
-    grouping_kind = None
+        kind, loc = loc[1], (loc[0],) + loc[2:]
     if len(loc) >= 3 and loc[:2] == ("strategy", "grouping") and loc[2] in GROUPING_CLASSES:
         grouping_kind, loc = loc[2], loc[:2] + loc[3:]
+    return loc, kind, grouping_kind
+
+
+def _format_one(err: dict) -> str:
+    loc, kind, grouping_kind = _split_tags(err)
     field = ".".join(str(p) for p in loc)
     typ, msg = err["type"], err["msg"].removeprefix("Value error, ")
     if typ == "extra_forbidden":
@@ -1498,16 +1504,6 @@ def _format_one(err: dict) -> str:
     got = err.get("input")
     shown = "" if isinstance(got, dict) or repr(got) in msg else f" (got {got!r})"
     return f"field {field!r}: {msg}{shown}" if field else f"{msg}{shown}"
-
-
-def _error_loc(err: dict) -> tuple:
-    """An error's path into the scenario, without the union tags pydantic puts in it."""
-    loc = tuple(err["loc"])
-    if len(loc) >= 2 and loc[0] == "strategy" and loc[1] in STRATEGY_CLASSES:
-        loc = (loc[0],) + loc[2:]
-    if len(loc) >= 3 and loc[:2] == ("strategy", "grouping") and loc[2] in GROUPING_CLASSES:
-        loc = loc[:2] + loc[3:]
-    return loc
 
 
 class OverrideError(ScenarioError):
@@ -1554,7 +1550,7 @@ def _override_error(exc: ValidationError, origin: str, items: dict[str, Any]) ->
     paths = _override_paths(items)
     problems = []
     for err in exc.errors():
-        loc, text = _error_loc(err), _format_one(err)
+        loc, text = _split_tags(err)[0], _format_one(err)
         owners = [k for k, p in paths.items() if loc[:len(p)] == p]
         if not owners and loc == ("strategy",) and "strategy" in paths:
             owners = ["strategy"]  # the kind itself
