@@ -267,3 +267,45 @@ def test_options_inside_a_value_are_given_once_and_none_is_empty(tmp_path, argv,
 def test_a_field_inside_a_flags_value_is_named(tmp_path, argv, line):
     run = ddlsim("simulate", "-m", "lenet5", "-i", "1", "--network", "analytic", *argv, cwd=tmp_path)
     refused(run, line)
+
+
+@pytest.mark.parametrize("argv, line", [
+    # before: a check across fields named only the scenario's keys ("error: network.hosts_per_leaf = 4 only applies
+    # to ...", "... set fidelity = \"analytic\""), neither the flags given nor --network, which sets the fidelity
+    (["--hosts-per-leaf", "4"], "error: --hosts-per-leaf 4: network.hosts_per_leaf = 4 only applies to topology = "),
+    (["--topology", "star", "--spines", "3"], "error: --topology star, --spines 3: network.spines = 3 only applies"),
+    (["--collective-model", "closed-form", "--network", "flow"],
+     "error: --network flow, --collective-model closed-form: network.collective_model = \"closed-form\" needs "
+     "fidelity = \"analytic\" (got 'flow')"),
+    (["--ecn-threshold", "20"], "error: --ecn-threshold 20: network.packet configures the packet-level model"),
+    (["--preemption", "chunk", "--stream-policy", "fifo"],
+     "error: --stream-policy fifo, --preemption chunk: strategy.preemption = 'chunk' needs"),
+    (["--staleness", "2", "--strategy", "ps"], "error: --strategy ps, --staleness 2: strategy.staleness = 2 bounds"),
+    (["--workers", "2", "--straggler", "3:1.5"],
+     "error: --workers 2, --straggler / --transient-straggler: straggler rank 3 is not a worker"),
+    (["--network", "analytic", "--collective-model", "closed-form", "--background", "websearch:load=0.3"],
+     "error: --collective-model closed-form, --background: network.collective_model = \"closed-form\" times"),
+])
+def test_options_that_contradict_are_named_as_the_flags_given(tmp_path, argv, line):
+    run = ddlsim("simulate", "-m", "lenet5", "-i", "1", *argv, cwd=tmp_path)
+    refused(run, line)
+    assert run.stderr.startswith(line) and run.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, setter", [
+    # a field the fix names whose flag has another name: the flag that sets it follows the message
+    (["--collective-model", "closed-form"], "(--network sets network.fidelity)"),
+    (["--strategy", "ring", "--servers", "4"], "(--strategy sets strategy.kind)"),
+    (["--strategy", "ps", "--staleness", "2"], "(--async sets strategy.asynchronous)"),
+])
+def test_a_field_set_by_a_flag_of_another_name_says_which(tmp_path, argv, setter):
+    run = ddlsim("simulate", "-m", "lenet5", "-i", "1", *argv, cwd=tmp_path)
+    assert run.returncode == 2 and run.stderr.rstrip().endswith(setter), run.stderr
+
+
+def test_the_api_names_the_scenario_fields_of_options_that_contradict():
+    import ddlsim as api
+    from ddlsim.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"arguments: invalid scenario:\n  network.hosts_per_leaf = 4 only applies"):
+        api.simulate(hosts_per_leaf=4)

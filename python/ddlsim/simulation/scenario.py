@@ -1509,24 +1509,52 @@ def _format_one(err: dict) -> str:
 class OverrideError(ScenarioError):
     """Overrides (`simulate(workers=0)`, `ddlsim simulate --workers 0`) the
     scenario refuses. Its text is a scenario error's; `problems` holds, per
-    problem, the override it is about (its key, None where none is) and the
-    message, so that a command line can name its flags (`naming`)."""
+    problem, the overrides it is about (their keys and values: one for a value
+    refused on its own, several for options that contradict, none where no
+    override is named) and the message, so that a command line can name its
+    flags (`naming`)."""
 
-    def __init__(self, text: str, problems: list[tuple[Optional[str], Any, str]]) -> None:
+    def __init__(self, text: str, problems: list[tuple[tuple[str, ...], tuple, str]]) -> None:
         super().__init__(text)
         self.problems = problems
 
     def naming(self, flags: dict[str, str]) -> str:
-        """One line, each problem after the flag of its override and the value given (`flags`: key -> flag)."""
+        """One line, each problem after the flags of its overrides and the values given (`flags`: key -> flag);
+        a scenario field the message names that is set by a flag of another name is followed by that flag."""
         parts = []
-        for key, value, message in self.problems:
-            if key is None:
-                parts.append(message)
-                continue
-            flag = flags.get(key, "--" + key.replace("_", "-"))
-            shown = "" if isinstance(value, (dict, list, bool)) or value is None else f" {value}"
-            parts.append(f"{flag}{shown}: {message}")
+        for keys, values, message in self.problems:
+            named = []
+            for key, value in zip(keys, values):
+                flag = flags.get(key, "--" + key.replace("_", "-"))
+                shown = "" if isinstance(value, (dict, list, bool)) or value is None else f" {value}"
+                named.append(f"{flag}{shown}")
+            setters = _setters_named(message, flags)
+            parts.append((f"{', '.join(named)}: " if named else "") + message + (f" ({setters})" if setters else ""))
         return "; ".join(dict.fromkeys(parts))
+
+
+def _mentions(message: str, path: tuple) -> bool:
+    """Whether `message` names the scenario field at `path`: its dotted path (`network.hosts_per_leaf`), or a
+    top-level field's bare name (`workers 0 to 1`), not as the tail of another path (`message_latency.iterations`)."""
+    import re
+
+    dotted = ".".join(path)
+    return re.search(rf"(?<![\w.]){re.escape(dotted)}(?![\w])", message) is not None
+
+
+def _setters_named(message: str, flags: dict[str, str]) -> str:
+    """`--network sets network.fidelity`, for each field the message names (`fidelity = "analytic"`,
+    `strategy.kind`) whose flag is not its own name: what a command line types to follow the message's fix."""
+    import re
+
+    notes = []
+    for key, path in _override_paths(k for k in flags if k in FLAT_KEYS or k in PACKET_KEYS).items():
+        flag, leaf = flags[key], path[-1]
+        if flag == "--" + leaf.replace("_", "-"):
+            continue
+        if _mentions(message, path) or re.search(rf"(?<![\w.]){re.escape(leaf)} = ", message):
+            notes.append(f"{flag} sets {'.'.join(path)}")
+    return ", ".join(dict.fromkeys(notes))
 
 
 def _override_paths(keys: Any) -> dict[str, tuple]:
@@ -1551,18 +1579,23 @@ def _override_error(exc: ValidationError, origin: str, items: dict[str, Any]) ->
     problems = []
     for err in exc.errors():
         loc, text = _split_tags(err)[0], _format_one(err)
+        # a check across fields (`hosts_per_leaf` on a star) names them: the overrides whose fields it names
+        named = [k for k, p in paths.items() if _mentions(text, p) or _mentions(text, p[:2])
+                 or re.search(rf"(?<![\w.]){re.escape(p[-1])} (=|is) ", text)
+                 or (k in ("background", "tenant") and re.search(r"\btenants?\b|\[\[tenant\]\]", text))
+                 or (k == "straggler" and re.search(r"\bstraggler\b", text))]
         owners = [k for k, p in paths.items() if loc[:len(p)] == p]
         if not owners and loc == ("strategy",) and "strategy" in paths:
             owners = ["strategy"]  # the kind itself
-        if owners:
+        message = text
+        if owners:  # a value refused on its own, or the kind a strategy's check is about
             key = max(owners, key=lambda k: len(paths[k]))
             message = re.sub(r"^field '[^']*': ", "", text)
             inner = ".".join(str(p) for p in loc[len(paths[key]):] if not isinstance(p, int))
             if inner and not message.startswith(("field ", "unknown key")) and inner not in message:
                 message = f"{inner}: {message}"  # a field inside the value (--straggler's probability)
-            problems.append((key, items[key], message))
-        else:
-            problems.append((None, None, text))
+            named = [key] + [k for k in named if k != key]
+        problems.append((tuple(named), tuple(items[k] for k in named), message))
     return OverrideError(_format_errors(exc, origin), problems)
 
 
