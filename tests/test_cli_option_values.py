@@ -167,6 +167,10 @@ def test_comma_lists_read_back_what_was_written_and_refuse_gaps_and_repeats(seed
     (["simulate", "--async"], "error: --async: strategy.asynchronous is an option of kind = \"ps\""),
     (["replay", "{log}", "--workers", "0"], "error: --workers 0: Input should be greater than or equal to 1 (got 0)"),
     (["replay", "{log}", "--latency", "soon"], "error: --latency soon: "),
+    # plan too (before: "error: arguments: invalid scenario:" and the field on a second line)
+    (["plan", "-m", "lenet5", "--workers", "0"], "error: --workers 0: Input should be greater than or equal to 1 (got 0)"),
+    (["plan", "-m", "lenet5", "-n", "2", "--ecn-threshold", "20"],
+     "error: --ecn-threshold 20: network.packet configures the packet-level model"),
 ])
 def test_a_flag_the_scenario_refuses_is_named_as_a_flag_on_one_line(tmp_path, log, argv, line):
     run = ddlsim(*(a.format(log=log) for a in argv), cwd=tmp_path)

@@ -994,8 +994,9 @@ def main() -> None:
         from ..simulation.scenario import OverrideError
 
         text = str(exc)
-        if isinstance(exc, OverrideError) and words[:1] in (["simulate"], ["replay"]):
-            text = exc.naming(_flags(words[0]))  # the flags given, not the scenario fields they set
+        flags = _flags(words) if isinstance(exc, OverrideError) and exc.origin == "arguments" else None
+        if flags:
+            text = exc.naming(flags)  # the flags given, not the scenario fields they set
         # escaped: a message's own brackets ([sweep], pip install 'ddlsim[sweep]') are text, not markup
         err.print(f"[bold red]error:[/] {_escape_markup(text)}", highlight=False, soft_wrap=True)
         sys.exit(2)
@@ -1060,10 +1061,17 @@ _FLAG_OF_KEY = {"rank_classes": "--per-rank", "tenant": "--background", "queue_l
                 "straggler": "--straggler / --transient-straggler"}
 
 
-def _flags(command: str) -> dict[str, str]:
-    """Override key -> the flag of `command` that sets it (its parameter's name -> its first long option)."""
-    click_command = typer.main.get_command(app).commands[command]
-    flags = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0]) for p in click_command.params if p.opts}
+def _flags(words: list[str]) -> Optional[dict[str, str]]:
+    """Override key -> the flag of the command `words` ran that sets it (its parameter's name -> its first long
+    option); None where the words name no command."""
+    command = typer.main.get_command(app)
+    for word in words:  # down the groups (`capture ps`) to the command
+        if word not in getattr(command, "commands", {}):
+            break
+        command = command.commands[word]
+    if hasattr(command, "commands"):
+        return None
+    flags = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0]) for p in command.params if p.opts}
     return {**flags, **_FLAG_OF_KEY}
 
 

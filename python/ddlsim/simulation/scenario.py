@@ -1514,9 +1514,10 @@ class OverrideError(ScenarioError):
     override is named) and the message, so that a command line can name its
     flags (`naming`)."""
 
-    def __init__(self, text: str, problems: list[tuple[tuple[str, ...], tuple, str]]) -> None:
+    def __init__(self, text: str, problems: list[tuple[tuple[str, ...], tuple, str]], origin: str = "arguments") -> None:
         super().__init__(text)
         self.problems = problems
+        self.origin = origin  # "arguments": a caller's own overrides (flags); else e.g. "cost model"
 
     def naming(self, flags: dict[str, str]) -> str:
         """One line, each problem after the flags of its overrides and the values given (`flags`: key -> flag);
@@ -1596,7 +1597,7 @@ def _override_error(exc: ValidationError, origin: str, items: dict[str, Any]) ->
                 message = f"{inner}: {message}"  # a field inside the value (--straggler's probability)
             named = [key] + [k for k in named if k != key]
         problems.append((tuple(named), tuple(items[k] for k in named), message))
-    return OverrideError(_format_errors(exc, origin), problems)
+    return OverrideError(_format_errors(exc, origin), problems, origin)
 
 
 def _format_errors(exc: ValidationError, origin: str) -> str:
