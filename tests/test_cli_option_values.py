@@ -313,3 +313,13 @@ def test_the_api_names_the_scenario_fields_of_options_that_contradict():
 
     with pytest.raises(ScenarioError, match=r"arguments: invalid scenario:\n  network.hosts_per_leaf = 4 only applies"):
         api.simulate(hosts_per_leaf=4)
+
+
+def test_a_scenario_files_problems_are_one_line(tmp_path):
+    # before: "error: typo.toml: invalid scenario:" and then a line per problem
+    (tmp_path / "typo.toml").write_text('[network]\nbandwith = "10Gbps"\nlatency = "-1us"\n')
+    run = ddlsim("simulate", "typo.toml", cwd=tmp_path)
+    refused(run, "error: typo.toml: invalid scenario: ")
+    assert run.stderr.count("\n") == 1, run.stderr
+    assert "field 'network.latency': duration must not be negative" in run.stderr
+    assert "; unknown key 'network.bandwith': did you mean 'bandwidth'?" in run.stderr

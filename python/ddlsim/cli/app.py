@@ -991,12 +991,15 @@ def main() -> None:
         sys.stderr.flush()
         os._exit(exc.code)
     except DdlsimError as exc:
-        from ..simulation.scenario import OverrideError
+        from ..errors import ScenarioError
+        from ..simulation.scenario import OverrideError, one_line
 
         text = str(exc)
         flags = _flags(words) if isinstance(exc, OverrideError) and exc.origin == "arguments" else None
         if flags:
             text = exc.naming(flags)  # the flags given, not the scenario fields they set
+        elif isinstance(exc, ScenarioError):
+            text = one_line(text)  # a scenario file's problems: one line, not one a problem
         # escaped: a message's own brackets ([sweep], pip install 'ddlsim[sweep]') are text, not markup
         err.print(f"[bold red]error:[/] {_escape_markup(text)}", highlight=False, soft_wrap=True)
         sys.exit(2)

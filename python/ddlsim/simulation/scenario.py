@@ -1605,6 +1605,12 @@ def _format_errors(exc: ValidationError, origin: str) -> str:
     return f"{origin}: invalid scenario:\n  " + "\n  ".join(lines)
 
 
+def one_line(message: str) -> str:
+    """A scenario error (`origin: invalid scenario:` and a line per problem) as one line, its problems after `; `:
+    what a command line prints."""
+    return message.replace("invalid scenario:\n  ", "invalid scenario: ").replace("\n  ", "; ").replace("\n", " ")
+
+
 # ----------------------------------------------------------------- loading
 
 

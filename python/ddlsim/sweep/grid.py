@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import ScenarioError
-from ..simulation.scenario import FLAT_KEYS, PACKET_KEYS, SHARED_STRATEGY_FIELDS, Scenario, read_scenario_toml, scenario_from_dict
+from ..simulation.scenario import (
+    FLAT_KEYS, PACKET_KEYS, SHARED_STRATEGY_FIELDS, Scenario, one_line, read_scenario_toml, scenario_from_dict,
+)
 
 try:
     import tomllib
@@ -138,11 +140,6 @@ def scenario_path(key: str) -> tuple[str, ...]:
     return tuple(key.split("."))
 
 
-def _one_line(message: str) -> str:
-    """A scenario error (one line per problem) as one line."""
-    return message.replace("invalid scenario:\n  ", "invalid scenario: ").replace("\n  ", "; ").replace("\n", " ")
-
-
 def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in patch.items():
@@ -180,7 +177,7 @@ def apply_settings(scenario: Scenario, settings: dict[str, Any], origin: str = "
     try:
         result = scenario_from_dict(_merge(data, patch), origin=origin)
     except ScenarioError as exc:
-        raise ScenarioError(_one_line(str(exc))) from None
+        raise ScenarioError(one_line(str(exc))) from None
     result._migration_notes = scenario.migration_notes + result.migration_notes
     return result.model_copy(update={"base_dir": scenario.base_dir})
 
@@ -261,7 +258,7 @@ def read_sweep_file(path: "str | Path") -> tuple[Scenario, list[Axis]]:
     try:
         base = scenario_from_dict(data, origin=str(path))
     except ScenarioError as exc:
-        raise ScenarioError(_one_line(str(exc))) from None
+        raise ScenarioError(one_line(str(exc))) from None
     copy = base.model_copy(update={"base_dir": str(path.resolve().parent)})
     copy._migration_notes = base.migration_notes
     return copy, axes
