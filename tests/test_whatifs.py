@@ -73,6 +73,19 @@ def test_faster_compute_scales_exactly_the_chosen_layer_kinds(kinds):
             assert (f1, b1) == (f0, b0)
 
 
+@pytest.mark.parametrize("model, kinds", [("lenet5", ["Convv"]), ("bert_base", ["Conv"]), ("resnet50", ["BatchNorm3d", "Pool3d"])])
+def test_a_speedup_that_would_change_no_layer_is_refused(model, kinds):
+    # before: a kind no layer has (a typo, a model without convolutions) ran as if no speedup were asked for
+    from ddlsim.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=rf"no layer of {model} has such a type \(its types: .*\); set model.speedup_kinds"):
+        ddlsim.simulate(model=model, workers=2, iterations=1, network="analytic", compute_speedup=2.0, speedup_kinds=kinds)
+    # one kind that matches is enough; without a speedup the kinds are not read
+    ddlsim.simulate(model=model, workers=2, iterations=1, network="analytic", speedup_kinds=kinds)
+    ddlsim.simulate(model=model, workers=2, iterations=1, network="analytic", compute_speedup=2.0,
+                    speedup_kinds=[*kinds, "L"])
+
+
 def test_faster_compute_in_a_run():
     base = ddlsim.simulate(model="resnet50", workers=2, iterations=1, network="analytic").events.to_pandas()
     fast = ddlsim.simulate(model="resnet50", workers=2, iterations=1, network="analytic", compute_speedup=2.0).events.to_pandas()

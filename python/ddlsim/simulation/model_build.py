@@ -84,6 +84,13 @@ def layer_times_ns(model: Model, config: ModelConfig) -> list[tuple[int, int]]:
     on the device."""
     if not model.layers:
         raise ModelError(f"model {model.name} has no layers")
+    if config.compute_speedup != 1.0 and not any(sped_up(layer, config) for layer in model.layers):
+        # a faster-compute what-if that would change nothing (a typo in a kind, a model without that type)
+        types = ", ".join(dict.fromkeys(layer.type for layer in model.layers if layer.type)) or "none recorded"
+        raise ScenarioError(
+            f"model.compute_speedup = {config.compute_speedup:g} speeds up layers whose type starts with "
+            f"{' or '.join(repr(k) for k in config.speedup_kinds)}, but no layer of {model.name} has such a type "
+            f"(its types: {types}); set model.speedup_kinds (--speedup-kind) to one of them")
     device = find_device(config.device)
     if config.compute == "roofline":
         from ..workload.roofline import layer_times_s
