@@ -198,3 +198,17 @@ def test_a_capture_with_more_ranks_than_cores_says_so_and_records_both(tmp_path,
     assert (meta["processes"], meta["host_cores"]) == (2, cores)
     notes = ddlsim.replay(out / "events.parquet").notes
     assert any("ran 2 processes on 1 cores" in n for n in notes) == noted
+
+
+@pytest.mark.parametrize("out", ["-1", "--run"])
+def test_an_output_directory_whose_name_starts_with_a_dash_is_captured_into(tmp_path, out):
+    # before: the ranks were started with "--out -1/...", which their argument parser read as an option, so every
+    # rank exited at once ("expected one argument") and plan --apply=-1 failed with "no rank recorded anything"
+    import os
+
+    run = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "ddp", "--model", "lenet5", "--workers", "2",
+                          "--iterations", "1", "--batch-size", "4", f"--out={out}"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "HOME": str(tmp_path),
+                                                      "PYTHONPATH": str(ROOT / "python")})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert len(read_event_log(tmp_path / out / "events.parquet").to_pandas()) > 0

@@ -179,7 +179,8 @@ def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *
                 rank_env = {**os.environ, **(env or {}), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
                             "MASTER_ADDR": master_addr, "MASTER_PORT": str(port), LAUNCHER_ENV: str(os.getpid()),
                             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-                argv = [sys.executable, "-m", "ddlsim.capture.rank_main", job, "--config", str(config_path), "--out", str(out)]
+                # VALUE joined to its option: a path that starts with "-" (--out=-1) is not read as an option
+                argv = [sys.executable, "-m", "ddlsim.capture.rank_main", job, f"--config={config_path}", f"--out={out}"]
                 if wrap is not None:
                     argv = wrap(rank, argv)
                 log = open(out / "logs" / f"rank{rank}.log", "w", encoding="utf-8")
