@@ -607,7 +607,7 @@ class ModelConfig(_Strict):
     dtype_bytes: int = Field(4, ge=1)
     # faster compute (§8.6): layers whose type starts with one of these kinds run this many times faster
     compute_speedup: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
-    speedup_kinds: list[str] = Field(default_factory=lambda: ["Conv"])
+    speedup_kinds: list[str] = Field(default_factory=lambda: ["Conv"], min_length=1)
     # synthetic growth (§8.5): add grow_count Inception-v3 modules: "inception-35x35x288" (compute)
     # or "inception-17x17x768" (network)
     grow_module: Optional[Literal["inception-35x35x288", "inception-17x17x768", "compute", "network"]] = None
@@ -1685,6 +1685,10 @@ def with_overrides(scenario: Scenario, overrides: dict[str, Any], origin: str = 
     for key in sorted(items, key=lambda k: k != "strategy"):
         value = items[key]
         if key == "strategy":
+            if not isinstance(value, (str, dict)):  # before: a TypeError from deep inside (`strategy=-1`)
+                why = f'give a kind ("ring" or "ps") or a strategy section (a dict), got {value!r}'
+                raise OverrideError(f"{origin}: invalid scenario:\n  field 'strategy': {why}", [(("strategy",), (value,), why)],
+                                    origin)
             data["strategy"] = _apply_strategy(data["strategy"], value)
         elif key in ("background", "tenant"):  # replaces the scenario's [[tenant]] tables
             data["tenant"] = value
