@@ -49,3 +49,63 @@ def test_an_empty_list_of_speedup_kinds_is_refused_as_such():
 
     with pytest.raises(ScenarioError, match=r"field 'model.speedup_kinds': List should have at least 1 item"):
         ddlsim.simulate(model="lenet5", workers=2, compute_speedup=2.0, speedup_kinds=[])
+
+
+NUMBERS = [-1, 0, float("inf"), float("nan"), 10**30, -0.5, 0.5, 2.5, True, "3", None]
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def _calls(value):
+    plan = {"model": {"name": "lenet5"}, "workers": 2, "network": {"fidelity": "analytic"}}
+    jobs = ROOT / "examples" / "jobs" / "offsets.toml"
+    return {
+        "synthetic_model(layers)": lambda: ddlsim.synthetic_model(layers=value),
+        "synthetic_model(model_size_bytes)": lambda: ddlsim.synthetic_model(model_size_bytes=value),
+        "synthetic_model(compute_s)": lambda: ddlsim.synthetic_model(compute_s=value),
+        "synthetic_model(forward_share)": lambda: ddlsim.synthetic_model(forward_share=value),
+        "synthetic_model(first_to_last_forward)": lambda: ddlsim.synthetic_model(first_to_last_forward=value),
+        "synthetic_model(dtype_bytes)": lambda: ddlsim.synthetic_model(dtype_bytes=value),
+        "thesis_simulator_model(layers)": lambda: ddlsim.thesis_simulator_model(layers=value),
+        "thesis_simulator_model(model_size_bytes)": lambda: ddlsim.thesis_simulator_model(model_size_bytes=value),
+        "thesis_simulator_model(compute_s)": lambda: ddlsim.thesis_simulator_model(compute_s=value),
+        "make_plan(bucket_caps_mb)": lambda: ddlsim.make_plan(plan, bucket_caps_mb=[value], slice_bytes=(), credit_bytes=()),
+        "make_plan(slice_bytes)": lambda: ddlsim.make_plan(plan, bucket_caps_mb=[25], slice_bytes=[value], credit_bytes=()),
+        "make_plan(credit_bytes)": lambda: ddlsim.make_plan(plan, bucket_caps_mb=[25], slice_bytes=(), credit_bytes=[value]),
+        "make_jobs_plan(grid_ns)": lambda: ddlsim.make_jobs_plan(jobs, groupings="keep", grid_ns=value, max_cells=64),
+        "make_jobs_plan(max_cells)": lambda: ddlsim.make_jobs_plan(jobs, groupings="keep", max_cells=value),
+        "make_jobs_plan(restarts)": lambda: ddlsim.make_jobs_plan(jobs, groupings="keep", max_cells=64, restarts=value),
+    }
+
+
+@pytest.mark.parametrize("value", NUMBERS, ids=repr)
+def test_the_api_s_numeric_arguments_are_checked_before_any_arithmetic(value):
+    # before: synthetic_model(model_size_bytes=inf) raised "ValueError: cannot convert float NaN to integer",
+    # thesis_simulator_model(layers=inf) a TypeError, make_plan(slice_bytes=[nan]) and make_jobs_plan(max_cells=inf)
+    # an OverflowError or ValueError, and thesis_simulator_model(layers=10**30) ran without end
+    import signal
+
+    def too_long(*_):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    try:
+        for name, call in _calls(value).items():
+            if value is None and "grid_ns" in name:
+                continue  # grid_ns=None is its default: the grid the search chooses
+            signal.alarm(60)
+            try:
+                call()
+            except DdlsimError as exc:
+                assert "\n" not in str(exc), (name, str(exc))
+            except Exception as exc:  # noqa: BLE001 - the test is that none escapes
+                pytest.fail(f"{name} = {value!r} raised {type(exc).__name__}: {exc}")
+            finally:
+                signal.alarm(0)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_count_given_as_a_whole_float_is_taken():
+    assert len(ddlsim.synthetic_model(layers=4.0, model_size_bytes=4e6).layers) == 4
+    with pytest.raises(DdlsimError, match=r"synthetic model: layers must be a whole number from 1 to 1,000,000, got 4\.5"):
+        ddlsim.synthetic_model(layers=4.5)

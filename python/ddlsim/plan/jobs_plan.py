@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from ..arguments import whole
 from ..errors import PlanError
 from .offsets import DEFAULT_MAX_CELLS, DEFAULT_RESTARTS, CommProfile, OffsetPlan, profile_from_log, search_offsets
 
@@ -171,8 +172,11 @@ def make_jobs_plan(scenario: Any, *, groupings: str = "plan", grid_ns: Optional[
         raise PlanError(f"groupings {groupings!r}: choose plan (each job's fastest plan) or keep (each job's own)")
     if method not in ("auto", "exact", "affinity"):  # before any simulation
         raise PlanError(f"offset search: method {method!r}: choose auto, exact or affinity")
-    if grid_ns is not None and int(grid_ns) <= 0:
-        raise PlanError(f"offset search: grid {grid_ns} ns; the grid step must be > 0")
+    if grid_ns is not None:
+        grid_ns = whole(grid_ns, "offset search: grid_ns (the grid step)", 1, 10**15, PlanError)
+    restarts = whole(restarts, "offset search: restarts", 0, 10**6, PlanError)
+    max_cells = whole(max_cells, "offset search: max_cells", 1, 1 << 31, PlanError)
+    seed = whole(seed, "offset search: seed", 0, 2**64 - 1, PlanError)
     sc = _resolve(scenario, {k: v for k, v in overrides.items() if v is not None})
     if len(sc.job) < 2:
         raise PlanError("offsets for several jobs need a scenario with two or more [[job]] tables (docs/jobs.md)")

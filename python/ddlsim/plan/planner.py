@@ -50,13 +50,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..api import SimulationResult, simulate
+from ..arguments import real, whole
 from ..errors import PlanError
 from ..simulation import grouping as gp
 from ..simulation.lowering import allreduce_cost
 from ..simulation.model_build import build_model, layer_times_ns
 from ..simulation.run import _resolve
 from ..simulation.scenario import Scenario, with_overrides
-from ..units import format_binary_size, format_bytes
+from ..units import MAX_SIZE_BYTES, format_binary_size, format_bytes
 from ..workload.model import Model
 from .cost import CostModel
 
@@ -403,16 +404,13 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
     >>> p.best_ddp.bucket_cap_mb, p.speedups(p.mg_wfbp)                   # doctest: +SKIP
     """
     t0 = time.perf_counter()
-    caps = list(dict.fromkeys(float(c) for c in bucket_caps_mb))
-    if not caps or any(not (0 < c <= 1e6) for c in caps):
-        raise PlanError(f"bucket caps must be > 0 and at most 1e6 MB, got {list(bucket_caps_mb)}")
-    slices = list(dict.fromkeys(int(s) for s in slice_bytes))
-    if any(s <= 0 for s in slices):
-        raise PlanError(f"P3 slice sizes must be > 0 bytes, got {list(slice_bytes)}")
-    credits = list(dict.fromkeys(int(c) for c in credit_bytes))
-    if any(c <= 0 for c in credits) or int(partition_bytes) <= 0:
-        raise PlanError(f"ByteScheduler credits and the partition size must be > 0 bytes, got credits {list(credit_bytes)}, "
-                        f"partition {partition_bytes}")
+    caps = list(dict.fromkeys(real(c, "bucket caps (MB): each", 0, 1e6, PlanError, open_lo=True) for c in bucket_caps_mb))
+    if not caps:
+        raise PlanError("bucket caps: give at least one, e.g. (1, 5, 25)")
+    slices = list(dict.fromkeys(whole(s, "P3 slice sizes (bytes): each", 1, MAX_SIZE_BYTES, PlanError) for s in slice_bytes))
+    credits = list(dict.fromkeys(whole(c, "ByteScheduler credits (bytes): each", 1, MAX_SIZE_BYTES, PlanError)
+                                 for c in credit_bytes))
+    partition_bytes = whole(partition_bytes, "ByteScheduler partition size (bytes)", 1, MAX_SIZE_BYTES, PlanError)
     notes: list[str] = []
     capture_meta = _ddp_capture_meta(overrides.get("profile"))  # read once: the buckets' rule and the caveat use it
     from_capture = scenario is None and cost_model is None and capture_meta is not None

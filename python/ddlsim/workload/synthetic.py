@@ -26,9 +26,13 @@ Size distributions:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from ..arguments import real, whole
 from ..errors import ModelError
+from ..units import MAX_SIZE_BYTES
 from .model import Layer, Model, Tensor
 
 # Relative per-layer weight of the three parts of the thesis profile; the
@@ -60,6 +64,15 @@ def _weights(layers: int, distribution: str) -> np.ndarray:
     return np.diff(np.interp(grid, source_grid, cumulative))
 
 
+def _checked(layers: Any, model_size_bytes: Any, compute_s: Any, forward_share: Any, dtype_bytes: Any) -> tuple:
+    """The arguments both synthetic models share, checked (the bounds of a scenario's [model.synthetic])."""
+    return (whole(layers, "synthetic model: layers", 1, 1_000_000, ModelError),
+            whole(model_size_bytes, "synthetic model: model_size_bytes", 1, MAX_SIZE_BYTES, ModelError),
+            real(compute_s, "synthetic model: compute_s", 0, 1e6, ModelError),
+            real(forward_share, "synthetic model: forward_share", 0, 1, ModelError, open_lo=True, open_hi=True),
+            whole(dtype_bytes, "synthetic model: dtype_bytes", 1, 64, ModelError))
+
+
 def synthetic_model(
     layers: int = 100,
     model_size_bytes: int = 100_000_000,
@@ -78,12 +91,12 @@ def synthetic_model(
     forward_share: they rise with the layer index (thesis §4.4), the last
     layer's backward being `first_to_last_forward` x the first layer's.
     """
-    if layers < 1:
-        raise ModelError("synthetic model: layers must be >= 1")
+    layers, model_size_bytes, compute_s, forward_share, dtype_bytes = _checked(
+        layers, model_size_bytes, compute_s, forward_share, dtype_bytes)
+    first_to_last_forward = real(first_to_last_forward, "synthetic model: first_to_last_forward", 0, 1e6, ModelError,
+                                 open_lo=True)
     if model_size_bytes < dtype_bytes * layers:
         raise ModelError("synthetic model: model_size must give every layer at least one parameter")
-    if compute_s < 0 or not 0 < forward_share < 1 or first_to_last_forward <= 0:
-        raise ModelError("synthetic model: need compute_s >= 0, 0 < forward_share < 1, first_to_last_forward > 0")
     # Arithmetic progression a, a+d, ..., with a/(a+(L-1)d) = r and sum = F.
     forward_total = compute_s * forward_share
     ratio = first_to_last_forward
@@ -151,10 +164,8 @@ def thesis_simulator_model(
     """
     from fractions import Fraction
 
-    if layers < 1:
-        raise ModelError("synthetic model: layers must be >= 1")
-    if compute_s < 0 or not 0 < forward_share < 1:
-        raise ModelError("synthetic model: need compute_s >= 0 and 0 < forward_share < 1")
+    layers, model_size_bytes, compute_s, forward_share, dtype_bytes = _checked(
+        layers, model_size_bytes, compute_s, forward_share, dtype_bytes)
     compute_ns = Fraction(round(compute_s * 1e9))
     forward_ns = compute_ns * Fraction(forward_share).limit_denominator(10**6)
     backward_ns = compute_ns - forward_ns
