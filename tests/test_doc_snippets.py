@@ -83,7 +83,7 @@ def _can_shape() -> bool:
 def simulated(tmp_path_factory):
     """`simulated(argv, into)`: the output directory of the setup command `ddlsim simulate ... --out X`, copied to
     `into`. Each simulation is run once per session (SIM and PS serve several snippets): a simulation's files do not
-    depend on the name of its --out directory (only summary.json's wall_s differs from run to run)."""
+    depend on the name of its --out directory, nor on the run."""
     done: dict[tuple[str, ...], Path] = {}
 
     def copy(argv: list[str], into: Path) -> None:

@@ -105,3 +105,26 @@ def test_record_flows_writes_one_flow_per_transfer_beside_the_events(tmp_path):
 def test_without_record_flows_there_is_no_flows_file(tmp_path):
     ddlsim.simulate(model="lenet5", workers=2, iterations=1).save(tmp_path / "o", timeline=False)
     assert not (tmp_path / "o" / "flows.parquet").exists()
+
+
+@pytest.mark.parametrize("kwargs", [dict(model="lenet5", workers=2, iterations=2),
+                                    dict(model="lenet5", workers=4, iterations=2, strategy="ps", jitter=0.1, seed=3)])
+def test_identical_inputs_give_byte_identical_files(tmp_path, kwargs):
+    # before: summary.json held the engine's wall time (wall_s), different in every run
+    outs = [tmp_path / f"run{k}" for k in range(2)]
+    for out in outs:
+        ddlsim.simulate(**kwargs).save(out, timeline=True)
+    names = sorted(p.name for p in outs[0].iterdir())
+    assert "summary.json" in names and "timeline.png" in names
+    assert names == sorted(p.name for p in outs[1].iterdir())
+    for name in names:
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+
+
+def test_the_wall_time_is_in_the_result_not_in_the_file(tmp_path):
+    import json
+
+    result = ddlsim.simulate(model="lenet5", workers=2, iterations=1)
+    result.save(tmp_path / "run", timeline=False)
+    assert result.summary()["wall_s"] == result.wall_s > 0
+    assert "wall_s" not in json.loads((tmp_path / "run" / "summary.json").read_text())

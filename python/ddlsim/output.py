@@ -88,13 +88,19 @@ def chrome_view(log):
     return view, notes
 
 
+def write_summary(summary: dict[str, Any], path: Path) -> None:
+    """A run's summary as summary.json, without the engine's wall time (`wall_s`: printed, in `--json` and the
+    result's `wall_s`), the one value that differs from run to run: identical inputs give identical files."""
+    path.write_text(json.dumps({k: v for k, v in summary.items() if k != "wall_s"}, indent=2) + "\n", encoding="utf-8")
+
+
 def write_result_files(result: Any, directory: Path, names: dict[str, str]) -> None:
     write_event_log(result.events, directory / names["events"])
     chrome_events, notes = chrome_view(result.events)
     write_chrome_trace(chrome_events, directory / names["chrome_trace"])
     result.notes.extend(notes)
     result.iterations.to_csv(directory / names["iterations"], index=False)
-    (directory / names["summary"]).write_text(json.dumps(result.summary(), indent=2) + "\n", encoding="utf-8")
+    write_summary(result.summary(), directory / names["summary"])
     if "timeline" in names:
         from .analyze.plot import save_figure, timeline_figure  # matplotlib only when a picture is wanted
 

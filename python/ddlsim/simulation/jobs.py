@@ -482,7 +482,7 @@ class JobsRun:
         """Writes events.parquet (and its side tables), trace.json (Perfetto), jobs.csv (one row per job),
         contention.csv (one row per contended link and owner), summary.json and, with `timeline`, timeline.png
         (one lane per job) into `out_dir`, all or nothing."""
-        from ..output import chrome_view
+        from ..output import chrome_view, write_summary
         from ..safe_io import staged_directory
         from ..trace import write_chrome_trace, write_event_log
 
@@ -497,7 +497,7 @@ class JobsRun:
             self.notes.extend(notes)
             self.job_table().to_csv(stage / names["jobs"], index=False)
             self.contention_table().to_csv(stage / names["contention"], index=False)
-            (stage / names["summary"]).write_text(json.dumps(self.summary(), indent=2) + "\n", encoding="utf-8")
+            write_summary(self.summary(), stage / names["summary"])
             if timeline:
                 from ..analyze.plot import save_figure
 
