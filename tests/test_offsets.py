@@ -402,3 +402,15 @@ def test_the_docs_example_scenario_plans_and_the_offsets_help_both_jobs():
         assert row["measured"]["with"]["slowdown"] < row["measured"]["without"]["slowdown"]
         assert row["measured"]["gain"] > 1.0
     scenario_from_dict(data["scenario"])
+
+
+def test_a_jobs_plan_file_is_the_same_bytes_for_the_same_inputs(tmp_path):
+    # before: the plan's JSON held the planning's wall time (wall_s), different in every run
+    from ddlsim.plan.jobs_plan import make_jobs_plan
+
+    data = shared_spine([{"name": "a", "placement": [0, 2]}, {"name": "b", "placement": [1, 3]}],
+                        model=one_layer(10.0, 10.0), iterations=2)
+    outs = [tmp_path / f"plan{k}.json" for k in range(2)]
+    for out in outs:
+        make_jobs_plan(data, groupings="keep").save(out)
+    assert outs[0].read_bytes() == outs[1].read_bytes()

@@ -464,3 +464,13 @@ def test_fit_out_into_a_missing_directory_fails_clearly_and_writes_nothing(tmp_p
     run = cli("fit", str(osu), "--workers", "8", "--out", str(tmp_path / "missing" / "cost.json"))
     assert run.returncode == 2 and "does not exist" in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_plan_file_is_the_same_bytes_for_the_same_inputs(tmp_path):
+    # before: plan.json held the planning's wall time (wall_s), different in every run
+    outs = [tmp_path / f"plan{k}.json" for k in range(2)]
+    for out in outs:
+        assert cli("plan", "--model", "lenet5", "--workers", "2", "--network", "analytic", "--bucket-caps", "1,5",
+                   "--out", str(out)).returncode == 0
+    assert outs[0].read_bytes() == outs[1].read_bytes()
+    assert "wall_s" not in json.loads(outs[0].read_text())

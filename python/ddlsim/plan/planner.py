@@ -210,7 +210,8 @@ class Plan:
     def save(self, path: str | Path) -> None:
         from ..trace.parquet import write_json  # complete or absent, never half-written
 
-        write_json(path, self.to_dict())
+        # without the wall time the planning took (printed, and in --json): identical inputs give identical files
+        write_json(path, {k: v for k, v in self.to_dict().items() if k != "wall_s"})
 
 
 def scenario_dict(sc: Scenario) -> dict:
