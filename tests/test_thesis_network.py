@@ -159,6 +159,18 @@ def test_quick_reproduction_end_to_end_resumes_and_is_deterministic(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
+def test_two_fresh_reproductions_write_the_same_bytes(tmp_path):
+    # simulated twice (two runs directories), not read from one cache; before: runs.csv held each run's
+    # simulation_wall_s, different every time
+    for k in (1, 2):
+        r = _cli("--quick", "--out", f"out{k}", "--runs", f"runs{k}", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "out1").iterdir())
+    assert "runs.csv" in names and names == sorted(p.name for p in (tmp_path / "out2").iterdir())
+    for name in names:
+        assert (tmp_path / "out1" / name).read_bytes() == (tmp_path / "out2" / name).read_bytes(), name
+
+
 @pytest.mark.parametrize("args, words", [
     (["--ratios", "3"], "--ratios 3"),
     (["--rates", "x"], "--rates"),

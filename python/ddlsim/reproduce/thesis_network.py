@@ -322,7 +322,6 @@ def collect(plan: Plan, runs_dir: "str | Path", todo: Optional[list] = None) -> 
                         "iterations_in_duration": int((iterations.cumsum() <= plan.duration_s + 1e-9).sum())})
             row.update(_run_metrics(plan, flows))
             row["u_horovod_measured_pct"] = 100 * row.pop("job_bytes") * 8 / (WORKERS * len(iterations) * iteration_s * BANDWIDTH_BPS)
-            row["simulation_wall_s"] = float(summary["wall_s"])
             rows.append(row)
     return pd.DataFrame(rows)
 
