@@ -109,3 +109,19 @@ def test_a_count_given_as_a_whole_float_is_taken():
     assert len(ddlsim.synthetic_model(layers=4.0, model_size_bytes=4e6).layers) == 4
     with pytest.raises(DdlsimError, match=r"synthetic model: layers must be a whole number from 1 to 1,000,000, got 4\.5"):
         ddlsim.synthetic_model(layers=4.5)
+
+
+@pytest.mark.parametrize("workers, words", [
+    # before: a count alone raised "TypeError: 'int' object is not iterable", [nan] a ValueError from a comparison
+    (8, "workers = 8: give a list of worker counts"),
+    ("8,64", "workers = '8,64': give a list of worker counts"),
+    ([], "give at least one worker count"),
+    ([float("nan")], "worker count in the scaling list must be a whole number from 1 to 65,536, got nan"),
+    ([0], "worker count in the scaling list must be a whole number from 1 to 65,536, got 0"),
+    ([2.5], "got 2.5"),
+])
+def test_replay_scaling_names_a_worker_list_it_cannot_use(tmp_path, workers, words):
+    log = ddlsim.simulate(model="lenet5", workers=2, iterations=2, network="analytic")
+    log.save(tmp_path / "run", timeline=False)
+    with pytest.raises(DdlsimError, match=__import__("re").escape(words)):
+        ddlsim.replay_scaling(tmp_path / "run" / "events.parquet", workers=workers)

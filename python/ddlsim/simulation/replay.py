@@ -952,10 +952,15 @@ def replay_scaling(log_path: str | Path, workers: list[int], model: Optional[str
     from .run import run_scenario
     from .variation import compute_part_ns, expected_max
 
+    from ..arguments import whole
+
+    if isinstance(workers, (str, bytes)) or not hasattr(workers, "__iter__"):
+        raise DdlsimError(f"workers = {workers!r}: give a list of worker counts, e.g. [8, 64]")
+    counts = [whole(n, "worker count in the scaling list", 1, 65536) for n in workers]  # the scenario's bounds
+    if not counts:
+        raise DdlsimError("workers = []: give at least one worker count, e.g. [8, 64]")
     rows = []
-    for n in workers:
-        if n < 1:
-            raise DdlsimError(f"worker count {n} in the scaling list: give counts of at least 1")
+    for n in counts:
         scenario, _notes = replay_plan(log_path, model=model, **{**overrides, "workers": n})
         if scenario.job:
             raise DdlsimError(f"{log_path}: a log of several jobs; replay at scale (--scaling) takes a log of one job: "
