@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -461,3 +462,13 @@ def test_an_empty_scenario_file_says_the_defaults_are_used(tmp_path):
     sc = load_scenario(tmp_path / "empty.toml")
     assert sc.model_dump(exclude={"base_dir"}) == Scenario().model_dump(exclude={"base_dir"})
     assert any("empty: the defaults are used" in n for n in sc.migration_notes)
+
+
+@pytest.mark.parametrize("data, words", [
+    # before: "field 'model': Input should be a valid dictionary or instance of ModelConfig (got 'lenet5')"
+    ({"model": "lenet5"}, "field 'model': expected a [model] table (in Python a dict), e.g. [model] name = "),
+    ({"network": "flow"}, "field 'network': expected a [network] table (in Python a dict), e.g. [network] bandwidth"),
+])
+def test_a_section_given_as_a_value_says_it_is_a_table(data, words):
+    with pytest.raises(ScenarioError, match=re.escape(words)):
+        scenario_from_dict(data)

@@ -1499,6 +1499,10 @@ def _format_one(err: dict) -> str:
     if typ == "model_attributes_type" and loc == ("strategy",):
         return (f"field 'strategy': expected a [strategy] table with kind = \"ring\" or \"ps\", "
                 f"got {err.get('input')!r}")
+    if typ in ("model_type", "model_attributes_type") and loc in (("model",), ("network",)):
+        example = {"model": 'name = "resnet50"', "network": 'bandwidth = "10Gbps"'}[loc[0]]
+        return (f"field {field!r}: expected a [{field}] table (in Python a dict), e.g. [{field}] {example}, "
+                f"got {err.get('input')!r}")
     if typ == "value_error":  # our own messages already show the input and the fix
         return f"field {field!r}: {msg}" if field and f"{field}." not in msg else msg
     got = err.get("input")
