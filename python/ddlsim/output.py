@@ -88,10 +88,16 @@ def chrome_view(log):
     return view, notes
 
 
+def without_wall_time(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` (a run's summary, a plan) as its file holds it: without `wall_s`, the time the work took here
+    (printed, and in `--json` and the result), the one value that differs from run to run, so that identical inputs
+    give identical files."""
+    return {k: v for k, v in document.items() if k != "wall_s"}
+
+
 def write_summary(summary: dict[str, Any], path: Path) -> None:
-    """A run's summary as summary.json, without the engine's wall time (`wall_s`: printed, in `--json` and the
-    result's `wall_s`), the one value that differs from run to run: identical inputs give identical files."""
-    path.write_text(json.dumps({k: v for k, v in summary.items() if k != "wall_s"}, indent=2) + "\n", encoding="utf-8")
+    """A run's summary as summary.json (:func:`without_wall_time`)."""
+    path.write_text(json.dumps(without_wall_time(summary), indent=2) + "\n", encoding="utf-8")
 
 
 def write_result_files(result: Any, directory: Path, names: dict[str, str]) -> None:

@@ -97,10 +97,10 @@ class JobsOffsetPlan:
         }
 
     def save(self, path: str | Path) -> None:
+        from ..output import without_wall_time
         from ..trace.parquet import write_json  # complete or absent, never half-written
 
-        # without the wall time the planning took (printed, and in --json): identical inputs give identical files
-        write_json(path, {k: v for k, v in self.to_dict().items() if k != "wall_s"})
+        write_json(path, without_wall_time(self.to_dict()))
 
 
 def _scenario_data(sc: Any) -> dict:
