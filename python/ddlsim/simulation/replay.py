@@ -949,10 +949,9 @@ def replay_scaling(log_path: str | Path, workers: list[int], model: Optional[str
     import numpy as np
 
     from ..analyze.breakdown import iteration_arrays
+    from ..arguments import whole
     from .run import run_scenario
     from .variation import compute_part_ns, expected_max
-
-    from ..arguments import whole
 
     if isinstance(workers, (str, bytes)) or not hasattr(workers, "__iter__"):
         raise DdlsimError(f"workers = {workers!r}: give a list of worker counts, e.g. [8, 64]")
