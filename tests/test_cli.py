@@ -189,3 +189,25 @@ def test_the_defaults_shown_in_help_are_the_scenario_defaults():
         if isinstance(actual, dict):
             actual = actual["kind"]
         assert shown.get(text, text) == actual or text == str(actual), (key, text, actual)
+
+
+@pytest.mark.parametrize("command", ["simulate", "plan"])
+def test_the_device_help_lists_every_preset(command):
+    # before: plan's --device help stopped at H100 (H200 and B200 were added to the presets, not to that line)
+    from typer.testing import CliRunner
+
+    from ddlsim.cli.app import app
+    from ddlsim.workload.devices import DEVICES
+
+    text = " ".join(CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"}).output.split())
+    assert " | ".join(DEVICES) in text
+
+
+def test_the_device_presets_load_without_numpy():
+    # the CLI reads them for its help at every start: the workload package loads its other modules on first use
+    import subprocess
+    import sys
+
+    code = "import sys; import ddlsim.workload.devices; print('numpy' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "False", run.stderr

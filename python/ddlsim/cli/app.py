@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 from .. import _core as _engine
 from ..errors import DdlsimError
+from ..workload.devices import DEVICES
 from .consoles import QUIET_HELP, err, out, real_console
 
 # The engine's all-reduce algorithms, spelled as ddlsim.simulation.algorithms.names() does, for
@@ -49,6 +50,7 @@ _STRAGGLER_OPTION = typer.Option(
 _TRANSIENT_STRAGGLER_OPTION = typer.Option(
     None, "--transient-straggler", help="A transient straggler (repeatable): P:FACTOR, e.g. 0.01:2 (each worker, each "
     "iteration, computes 2x as long with probability 0.01; seeded).")
+_DEVICE_OPTION = typer.Option(None, "--device", help=" | ".join(DEVICES))  # every preset (plan's had lost two)
 _RANK_TIMES_OPTION = typer.Option(
     None, "--rank-times", help="With an event-log profile: median (every rank the median layer times) | sampled "
     "(each rank and iteration draws a captured step's layer times; docs/replay-at-scale.md)")
@@ -149,7 +151,7 @@ def simulate(
     job_stagger: Optional[str] = typer.Option(
         None, "--job-stagger", help="Scenarios with [[job]] tables: job k starts k x this later, e.g. 10ms (docs/jobs.md)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size."),
-    device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100 | H200 | B200"),
+    device: Optional[str] = _DEVICE_OPTION,
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | tf32 | fp16 | bf16"),
     compute: Optional[str] = typer.Option(None, "--compute", help="roofline (per-kernel roofline + launch costs) | flops (FLOPs / (peak x efficiency))."),
     efficiency: Optional[float] = typer.Option(None, "--efficiency", help="Share of peak FLOP/s reached (0-1], with --compute flops."),
@@ -692,7 +694,7 @@ def plan(
     queue_sample: Optional[str] = typer.Option(
         None, "--queue-sample", help="Packet level: sample queue occupancy at this period (e.g. 100us) into queues.parquet."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size."),
-    device: Optional[str] = typer.Option(None, "--device", help="K80 | P100 | V100 | T4 | A100 | H100"),
+    device: Optional[str] = _DEVICE_OPTION,
     iterations: Optional[int] = typer.Option(
         None, "--iterations", "-i", help="Iterations per simulation (default: 1 when the barrier is on and there is no jitter)."),
     barrier: Optional[bool] = typer.Option(
