@@ -287,6 +287,8 @@ def test_a_field_inside_a_flags_value_is_named(tmp_path, argv, line):
     (["--staleness", "2", "--strategy", "ps"], "error: --strategy ps, --staleness 2: strategy.staleness = 2 bounds"),
     (["--workers", "2", "--straggler", "3:1.5"],
      "error: --workers 2, --straggler / --transient-straggler: straggler rank 3 is not a worker"),
+    # one flag that sets two fields is named once (before: "--queue-limit 10, --queue-limit packets")
+    (["--queue-limit", "10", "--network", "flow"], "error: --network flow, --queue-limit 10: network.packet configures"),
     (["--network", "analytic", "--collective-model", "closed-form", "--background", "websearch:load=0.3"],
      "error: --collective-model closed-form, --background: network.collective_model = \"closed-form\" times"),
 ])

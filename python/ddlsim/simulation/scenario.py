@@ -1528,9 +1528,12 @@ class OverrideError(ScenarioError):
         a scenario field the message names that is set by a flag of another name is followed by that flag."""
         parts = []
         for keys, values, message in self.problems:
-            named = []
+            named, seen = [], set()
             for key, value in zip(keys, values):
                 flag = flags.get(key, "--" + key.replace("_", "-"))
+                if flag in seen:  # one flag that sets two fields (--queue-limit 10: the limit and its unit)
+                    continue
+                seen.add(flag)
                 shown = "" if isinstance(value, (dict, list, bool)) or value is None else f" {value}"
                 named.append(f"{flag}{shown}")
             setters = _setters_named(message, flags)
