@@ -43,7 +43,7 @@ REASONS = {
     ("docs/cli.md", "ddlsim replay edited/events.parquet"): "tests/test_capture_metadata_errors.py",
     ("docs/cli.md", "ddlsim reproduce thesis-network --quick --runs runs --out report"):
         "tests/test_thesis_network_runs_errors.py",
-    ("docs/tenants.md", "ddlsim simulate overload.toml"): "tests/test_tenant_budget.py",
+    ("docs/tenants.md", "ddlsim simulate overload.toml"): "tests/test_tenant_overload_hint.py",
 }
 
 # Text of a doc's transcript that depends on the machine (the memory budget is half of its RAM; the resolver's
