@@ -58,6 +58,7 @@ instead is left in :attr:`Scenario.migration_notes`.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
@@ -1544,8 +1545,6 @@ class OverrideError(ScenarioError):
 def _mentions(message: str, path: tuple) -> bool:
     """Whether `message` names the scenario field at `path`: its dotted path (`network.hosts_per_leaf`), or a
     top-level field's bare name (`workers 0 to 1`), not as the tail of another path (`message_latency.iterations`)."""
-    import re
-
     dotted = ".".join(path)
     return re.search(rf"(?<![\w.]){re.escape(dotted)}(?![\w])", message) is not None
 
@@ -1553,8 +1552,6 @@ def _mentions(message: str, path: tuple) -> bool:
 def _setters_named(message: str, flags: dict[str, str]) -> str:
     """`--network sets network.fidelity`, for each field the message names (`fidelity = "analytic"`,
     `strategy.kind`) whose flag is not its own name: what a command line types to follow the message's fix."""
-    import re
-
     notes = []
     for key, path in _override_paths(k for k in flags if k in FLAT_KEYS or k in PACKET_KEYS).items():
         flag, leaf = flags[key], path[-1]
@@ -1581,8 +1578,6 @@ def _override_paths(keys: Any) -> dict[str, tuple]:
 
 def _override_error(exc: ValidationError, origin: str, items: dict[str, Any]) -> OverrideError:
     """The scenario's errors under `items` (overrides by key), each tied to the override it is about."""
-    import re
-
     paths = _override_paths(items)
     problems = []
     for err in exc.errors():
