@@ -275,3 +275,98 @@ def test_the_report_counts_the_cases_within_their_goal_per_job_and_kind(quick):
     assert goal_summary(made) == ("within goal: ps cross 2 of 3 (goal above the spread in 2), ps self 1 of 1 (goal "
                                   "above the spread in 1), ddp self 1 of 1 (goal above the spread in 0)")
     assert goal_summary([]) == ""
+
+
+def _anova_f(groups):
+    """One-way ANOVA's F, from the textbook sums of squares: (SSB / (k - 1)) / (SSW / (N - k))."""
+    k, n_total = len(groups), sum(len(g) for g in groups)
+    grand = sum(sum(g) for g in groups) / n_total
+    means = [sum(g) / len(g) for g in groups]
+    ssb = sum(len(g) * (m - grand) ** 2 for g, m in zip(groups, means))
+    ssw = sum((x - m) ** 2 for g, m in zip(groups, means) for x in g)
+    return (ssb / (k - 1)) / (ssw / (n_total - k))
+
+
+def test_capture_noise_is_the_square_root_of_one_way_anovas_f_for_captures_of_equal_length():
+    """Seeded captures of equal length, some with a state of their own (an offset per capture): ratio² equals the
+    textbook F, and sem is one capture's standard error, the root of the mean within-capture variance over n."""
+    import numpy as np
+
+    from ddlsim.validation import capture_noise
+
+    rng = np.random.default_rng(20)
+    for trial in range(200):
+        k, n = int(rng.integers(2, 6)), int(rng.integers(2, 30))
+        offsets = rng.normal(0, rng.choice([0.0, 0.5, 5.0]), k)
+        groups = [list(rng.normal(10 + o, rng.uniform(0.1, 3), n)) for o in offsets]
+        got = capture_noise(groups)
+        assert got["ratio"] ** 2 == pytest.approx(_anova_f(groups), rel=1e-9)
+        pooled = sum(sum((x - sum(g) / n) ** 2 for x in g) / (n - 1) for g in groups) / k
+        assert got["sem"] == pytest.approx(math.sqrt(pooled / n), rel=1e-9)
+
+
+def test_captures_alike_but_for_their_iterations_noise_are_rarely_called_apart():
+    """The threshold's claim: captures drawn alike (no state of their own) reach BETWEEN_CAPTURES_RATIO about as
+    rarely as one-way ANOVA's 5 % point (3 captures: 5.7 % with 4 iterations each, 2.3 % with 20); captures whose
+    means are moved 4 standard errors apart reach it almost always."""
+    import numpy as np
+
+    from ddlsim.validation import BETWEEN_CAPTURES_RATIO, capture_noise
+
+    rng = np.random.default_rng(21)
+    for n, low, high in ((4, 0.03, 0.09), (20, 0.01, 0.04)):
+        alike = [capture_noise([list(rng.normal(5, 1, n)) for _ in range(3)])["ratio"] for _ in range(4000)]
+        share = sum(r >= BETWEEN_CAPTURES_RATIO for r in alike) / len(alike)
+        assert low <= share <= high, (n, share)
+        apart = [capture_noise([list(rng.normal(5 + 4 * j / math.sqrt(n), 1, n)) for j in range(3)])["ratio"]
+                 for _ in range(1000)]
+        assert sum(r >= BETWEEN_CAPTURES_RATIO for r in apart) / len(apart) > 0.9
+
+
+def test_capture_noise_cannot_tell_from_one_capture_or_one_iteration():
+    from ddlsim.validation import capture_noise
+
+    assert all(math.isnan(v) for v in capture_noise([[1.0, 2.0, 3.0]]).values())
+    assert all(math.isnan(v) for v in capture_noise([[1.0, 2.0], [3.0]]).values())
+    assert capture_noise([[2.0, 2.0], [3.0, 3.0]]) == {"sem": 0.0, "ratio": math.inf}
+    assert math.isnan(capture_noise([[2.0, 2.0], [2.0, 2.0]])["ratio"])
+
+
+def test_a_spread_above_the_goal_is_told_within_or_between_the_captures(tmp_path):
+    """Three hand-built captures of one link, alike but for one slow step in iteration 2 of 0, 3 and 6 ms: cases.csv
+    carries each capture's mean and the F of their counted iterations (worked out here from the captures' own
+    iteration times), and the printed report a line for the set, its spread above the 5 % goal."""
+    captures = tmp_path / "captures"
+    paths = []
+    for repeat, slow in enumerate((0, 3_000_000, 6_000_000)):
+        (captures / f"unshaped-{repeat}").mkdir(parents=True)
+        path, *_ = synthetic_capture(captures / f"unshaped-{repeat}" / "events.parquet", workers=2, slow_ns=slow)
+        paths.append(path)
+    result = CliRunner().invoke(app, ["validate", "--captures", str(captures), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    (case,) = rows(tmp_path / "out" / "cases.csv")
+    groups = []
+    for path in paths:
+        log = read_event_log(path)
+        arrays = iteration_arrays(log)
+        mean = iteration_mean(arrays, log.metadata)
+        groups.append([t * 1e3 for t, counted in zip(arrays["time_s"], mean["mask"]) if counted])
+    assert [len(g) for g in groups] == [3, 3, 3]
+    assert float(case["between_capture_ratio"]) ** 2 == pytest.approx(_anova_f(groups), rel=1e-6)
+    assert case["capture_means_ms"] == " ".join(f"{sum(g) / 3:.2f}" for g in groups)
+    assert case["goal_above_spread"] == "False"
+    lines = result.output.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("spread above a goal: "))
+    assert lines[head + 1].split() == ["ddp", "lenet5", "unshaped", "spread", f"{float(case['measured_spread_pct']):.1f}",
+                                       "%:", "captures", "of", *case["capture_means_ms"].split(), "ms,", "each",
+                                       f"±{float(case['capture_sem_ms']):.2f}", "ms,",
+                                       f"{float(case['between_capture_ratio']):.1f}", "apart"]
+    page = (tmp_path / "out" / "index.html").read_text(encoding="utf-8").replace("&#x27;", "'")
+    assert f"<p>{lines[head]}</p>" in page and f"<p>{lines[head + 1]}</p>" in page
+
+
+def test_no_spread_line_where_every_goal_is_above_its_spread_or_a_case_has_one_capture(quick):
+    out, text = quick
+    assert not any(line.startswith("spread above a goal") for line in text.splitlines())
+    for case in rows(out / "cases.csv"):  # one capture per case: nothing to tell
+        assert math.isnan(float(case["between_capture_ratio"])) and math.isnan(float(case["capture_sem_ms"]))

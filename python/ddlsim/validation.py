@@ -230,6 +230,34 @@ def _stats(values: list[float]) -> dict[str, float]:
     return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "spread_pct": spread_pct(v)}
 
 
+# Captures' means this many of their own standard errors apart (or more): the spread is the captures' own state.
+BETWEEN_CAPTURES_RATIO = 2.0
+
+
+def capture_noise(times: list[list[float]]) -> dict[str, float]:
+    """How far repeated captures' means lie apart, against how well each capture knows its own mean. `times`: per
+    capture, the times of its counted iterations. ``sem``: a capture mean's standard error, pooled over the captures
+    (the root of the mean of var_i / n_i, var with one degree of freedom less); ``ratio``: the standard deviation of
+    the captures' means over ``sem``. Near 1, the captures differ as their iterations' noise predicts, and more
+    iterations per capture narrow the spread; at :data:`BETWEEN_CAPTURES_RATIO` or more (one-way ANOVA's F, which is
+    ratio² for captures of equal length, at 4 or more: about its 5 % point for 3 captures of 4 or more iterations)
+    each capture keeps a state of its own through its iterations, which only more captures average away. Both nan
+    for fewer than two captures or a capture of fewer than two iterations; ``ratio`` inf where every capture's
+    iterations are alike but their means are not."""
+    import numpy as np
+
+    if len(times) < 2 or any(len(t) < 2 for t in times):
+        return {"sem": float("nan"), "ratio": float("nan")}
+    series = [np.asarray(t, dtype=float) for t in times]
+    sem = float(np.sqrt(np.mean([t.var(ddof=1) / len(t) for t in series])))
+    spread = float(np.std([t.mean() for t in series], ddof=1))
+    return {"sem": sem, "ratio": spread / sem if sem > 0 else (float("inf") if spread > 0 else float("nan"))}
+
+
+def _counted_times_ms(c: Capture) -> list[float]:
+    return [t * 1e3 for t, counted in zip(c.measured["times_s"], c.measured["counted"]) if counted]
+
+
 def _cores(captures: list[Capture]) -> dict[str, Any]:
     """The most processes and the fewest cores any of `captures` ran with on its host (``processes``,
     ``host_cores`` in their metadata; "" where a capture does not record them)."""
@@ -277,6 +305,9 @@ def evaluate(captures: list[Capture], progress: Callable[[str], None],
                    "predicted_ms": p["mean"], "predicted_spread_pct": p["spread_pct"], "error_pct": error,
                    "goal_pct": goal, "within_goal": abs(error) <= goal, "goal_above_spread": goal > m["spread_pct"],
                    **_cores([*members, *measured_at])}
+            noise = capture_noise([_counted_times_ms(c) for c in measured_at])
+            row["capture_sem_ms"], row["between_capture_ratio"] = noise["sem"], noise["ratio"]
+            row["capture_means_ms"] = " ".join(f"{c.measured['mean_s'] * 1e3:.2f}" for c in measured_at)
             for part in PARTS:
                 name = part.replace("_s", "")
                 row[f"measured_{name}_ms"] = sum(c.measured[part] for c in measured_at) / len(measured_at) * 1e3
@@ -344,7 +375,8 @@ def _html(cases: list[dict[str, Any]], command: str) -> str:
     columns = ["job", "model", "kind", "captured_link", "predicted_link", "repeats_measured", "measured_ms",
                "measured_spread_pct", "predicted_ms", "error_pct", "goal_pct", "within_goal", "measured_compute_ms",
                "predicted_compute_ms", "measured_exposed_communication_ms", "predicted_exposed_communication_ms",
-               "measured_idle_ms", "predicted_idle_ms", "processes", "host_cores"]
+               "measured_idle_ms", "predicted_idle_ms", "processes", "host_cores", "capture_means_ms",
+               "capture_sem_ms", "between_capture_ratio"]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(f'{r[c]:.4g}' if isinstance(r[c], float) else str(r[c]))}</td>"
                                     for c in columns) + "</tr>\n" for r in cases)
@@ -355,7 +387,9 @@ def _html(cases: list[dict[str, Any]], command: str) -> str:
             "<p>measured: mean over repeats of each capture's iteration mean (warm-up excluded, as capture and analyze "
             "count it); predicted: <code>ddlsim replay</code> of each capture (cross: at the other link's rate); "
             "error = predicted / measured - 1; spread = (max - min) / mean of the measured repeats.</p>\n"
-            f"<table><tr>{head}</tr>\n{body}</table>\n<p>{html.escape(goal_summary(cases))}</p>\n"
+            f"<table><tr>{head}</tr>\n{body}</table>\n"
+            + "".join(f"<p>{html.escape(line)}</p>\n" for line in spread_notes(cases))
+            + f"<p>{html.escape(goal_summary(cases))}</p>\n"
             "<p><img src=\"validation.png\" alt=\"predicted against measured\"> "
             "<img src=\"errors.png\" alt=\"error per case\"></p>\n</body></html>\n")
 
@@ -475,6 +509,28 @@ def format_cases(cases: list[dict[str, Any]]) -> str:
                 if job == "ps" else "")
         lines.append(f"shared cores: {job} {model} ran {processes} processes on {cores} cores, which the replay does not "
                      f"simulate (docs/validation.md){held}")
+    lines += spread_notes(cases)
     if cases:
         lines.append(goal_summary(cases))
     return "\n".join(lines)
+
+
+def spread_notes(cases: list[dict[str, Any]]) -> list[str]:
+    """For each set of captures (job, model, link) whose spread some case's goal does not exceed, a line that tells
+    whether that spread lies within the captures or between them (:func:`capture_noise`): how many standard errors of
+    one capture's mean their means lie apart. A header line first; nothing where no set qualifies."""
+    noisy = {(c["job"], c["model"], c["predicted_link"]) for c in cases if not c["goal_above_spread"]}
+    rows = []
+    for c in cases:
+        key = (c["job"], c["model"], c["predicted_link"])
+        ratio = c.get("between_capture_ratio", float("nan"))
+        if c["kind"] != "self" or key not in noisy or ratio != ratio:  # nan: too few captures or iterations to tell
+            continue
+        noisy.discard(key)
+        rows.append(f"  {key[0]:4} {key[1]:9} {key[2]:>9}  spread {c['measured_spread_pct']:5.1f} %: captures of "
+                    f"{c['capture_means_ms']} ms, each ±{c['capture_sem_ms']:.2f} ms, {ratio:.1f} apart")
+    if not rows:
+        return []
+    return [f"spread above a goal: the captures' means, in standard errors of one capture's mean apart (about 1: the "
+            f"iterations' noise, which more --iterations narrow; {BETWEEN_CAPTURES_RATIO:g} or more: each capture's own "
+            "state, which only more --repeats average away)", *rows]
