@@ -946,7 +946,8 @@ def validate(
                       highlight=False)
         raise
     out.print(format_cases(tables["cases"]), highlight=False, soft_wrap=True)
-    out.print("\nper operation (self-prediction), ms per rank and iteration:", highlight=False)
+    out.print("\nper operation (self-prediction), ms per rank and iteration (a replayed forward or backward holds the "
+              "framework gap before it, the first forward the optimizer step):", highlight=False, soft_wrap=True)
     out.print(format_operations(tables["operations"]), highlight=False, soft_wrap=True)
     out.print(f"wrote {out_dir}/cases.csv, runs.csv, iterations.csv, operations.csv, validation.png, errors.png, index.html",
               highlight=False)
