@@ -30,11 +30,13 @@ _LAZY = {
     "apply_plan": "plan.apply",
     "make_jobs_plan": "plan.jobs_plan",
     "convert": "interop",
+    "validate": "validation",
 }
 
 
 # Subpackages reachable as attributes of an imported ddlsim (`ddlsim.trace.read_event_log`), loaded on first use.
-SUBPACKAGES = ("analyze", "capture", "interop", "plan", "reproduce", "simulation", "sweep", "trace", "units", "workload")
+SUBPACKAGES = ("analyze", "capture", "interop", "plan", "reproduce", "simulation", "sweep", "trace", "units", "validation",
+               "workload")
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), SUBPACKAGES)
 
