@@ -155,7 +155,7 @@ def test_an_unshaped_capture_is_cross_predicted_on_the_shaped_links_framing(tmp_
     (["--captures", "{tmp}/nowhere"], "--captures {tmp}/nowhere: not a directory"),
     (["--captures", "{tmp}/empty"], "--captures {tmp}/empty: no DDP or PS captures found"),
     (["--captures", "{tmp}/empty", "--jobs", "allreduce"], "--jobs: unknown job 'allreduce'; give ddp and/or ps"),
-    (["--captures", "{tmp}/empty", "--models", "vgg"], "--models: unknown model 'vgg'"),
+    (["--models", "vgg", "--links", "unshaped"], "--models: unknown model 'vgg'; give any of lenet5, resnet18"),
     (["--captures", "{tmp}/empty", "--links", "fast"], "link 'fast':"),
     (["--captures", "{tmp}/empty", "--repeats", "0"], "--repeats must be >= 1"),
     (["--quick", "--workers", "0"], "--workers >= 1"),  # not taken for "none given" (--quick's 2)

@@ -62,6 +62,7 @@ class Capture:
     path: Path  # events.parquet
     repeat: int = 0
     measured: dict[str, Any] = field(default_factory=dict)
+    replayable: bool = True  # a zoo model, or one rebuilt from the capture (ddlsim.workload.captured)
 
 
 def link_label(bandwidth: Optional[str]) -> str:
@@ -154,7 +155,10 @@ def _job_of(path: Path) -> Optional[str]:
 def find_captures(directory: Path) -> list[Capture]:
     """Every capture (``events.parquet`` with ``source = capture``) under `directory`, up to three levels down."""
     from .trace.parquet import read_log_metadata
+    from .workload import list_models
+    from .workload.captured import captured_model
 
+    zoo = set(list_models())
     if not directory.is_dir():
         raise DdlsimError(f"--captures {directory}: not a directory; give the directory that holds the captures "
                           "(e.g. the captures/ of an earlier ddlsim validate --out)")
@@ -168,7 +172,9 @@ def find_captures(directory: Path) -> list[Capture]:
                                   "capture it again") from None
             if meta.get("source") != "capture" or meta.get("job") not in JOBS:
                 continue
-            found.append(Capture(str(meta["job"]), str(meta.get("model", "")), link_label(meta.get("bandwidth")), path))
+            model = str(meta.get("model", ""))
+            replayable = model in zoo or captured_model(meta, str(path)) is not None
+            found.append(Capture(str(meta["job"]), model, link_label(meta.get("bandwidth")), path, replayable=replayable))
     if not found:
         raise DdlsimError(f"--captures {directory}: no DDP or PS captures found (DIR/*/events.parquet made by "
                           "ddlsim capture ddp|ps); capture some or drop --captures")
@@ -423,17 +429,30 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
 
         cores = host_cores()
         workers = default_workers(cores)
-        say(f"{workers} workers per capture ({cores} cores{': a core per process and one to spare' if workers > 2 else ''})")
+        chosen = f"{workers} workers per capture ({cores} cores{': a core per process and one to spare' if workers > 2 else ''})"
+    else:
+        chosen = None
     workers = 2 if workers is None else workers
-    jobs, models = jobs or list(JOBS), models or ["lenet5", "resnet18"]
+    jobs = jobs or list(JOBS)
     links = [link_label(x) if x != "unshaped" else x for x in (links or list(LINKS))]
     for job in jobs:
         if job not in JOBS:
             raise DdlsimError(f"--jobs: unknown job {job!r}; give ddp and/or ps")
-    known = sorted({m for j in JOBS.values() for m in j})
+    if repeats < 1 or iterations < 2 or workers < 1:
+        raise DdlsimError("--repeats must be >= 1, --iterations >= 2 (the first is a warm-up), --workers >= 1")
+    # existing captures may hold any model (your own script's, rebuilt from the capture); new ones a grid's
+    existing = find_captures(Path(captures)) if captures is not None else []
+    held = sorted({c.model for c in existing if c.replayable})
+    known = sorted({m for j in JOBS.values() for m in j}) if captures is None else held
+    models = models or (held if captures is not None else ["lenet5", "resnet18"])
     for model in models:
+        if model in {c.model for c in existing} - set(held):
+            raise DdlsimError(f"--models {model}: its captures under {captures} cannot be replayed (not a zoo model, "
+                              "and they do not record their layers and parameters, as a DDP capture does); give any of "
+                              f"{', '.join(held) or '(none)'}")
         if model not in known:
-            raise DdlsimError(f"--models: unknown model {model!r}; give any of {', '.join(known)}")
+            where = f"the captures under {captures} hold" if captures is not None else "give any of"
+            raise DdlsimError(f"--models: unknown model {model!r}; {where} {', '.join(known) or '(none replayable)'}")
     if idle_curve is not None and idle_curve is not False and not isinstance(idle_curve, dict):
         from .simulation.idle_wake import read_curve
 
@@ -441,10 +460,10 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
     from .simulation.replay import check_message_times
 
     check_message_times(message_times)  # before any capture
-    if repeats < 1 or iterations < 2 or workers < 1:
-        raise DdlsimError("--repeats must be >= 1, --iterations >= 2 (the first is a warm-up), --workers >= 1")
+    if chosen:  # said once the input is known to be good
+        say(chosen)
     if captures is not None:
-        found = [c for c in find_captures(Path(captures)) if c.job in jobs and c.model in models and
+        found = [c for c in existing if c.job in jobs and c.model in models and
                  c.link in [link_label(x) for x in links]]
         if not found:
             raise DdlsimError(f"--captures {captures}: none of its captures is in the grid asked for (jobs "

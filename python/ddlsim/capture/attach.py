@@ -77,15 +77,23 @@ class DdpCapture:
     def _write_facts(self, **extra) -> None:
         write_sidecar(self.out, self.rank, {"job": {**self.job, "iterations": self._iterations}, **self.hooks.facts(), **extra})
 
-    def close(self, merge: bool = True) -> Optional[Path]:
-        """Completes this rank's file; with `merge`, waits for all ranks and rank 0 writes (and returns) OUT/events.parquet."""
+    def close(self, merge: bool = True, measure: bool = True) -> Optional[Path]:
+        """Completes this rank's file; with `merge`, waits for all ranks and rank 0 writes (and returns)
+        OUT/events.parquet. With `measure` (and the default process group), first measures what ``ddlsim capture
+        ddp`` measures after training, on every rank together: the reduction cost, 40 four-byte all-reduces and the
+        ring's payload rate (about a second; ``ddlsim replay`` of the log takes its link latency and rate from them,
+        where it would otherwise assume 10 Gbit/s and no per-call cost)."""
         import torch.distributed as dist
 
         from .ddp_hooks import reducer_facts
 
+        self.hooks.remove()  # the measurements' all-reduces are not the training's
+        if measure and self._group is None:
+            from .ddp import after_training_facts
+
+            self.job.update(after_training_facts(self._ddp.module, self.world_size))
         self._write_facts(reducer=reducer_facts(self._ddp))
         self.recorder.close(iterations=self._iterations)
-        self.hooks.remove()
         if not merge:
             return None
         dist.barrier(group=self._group)

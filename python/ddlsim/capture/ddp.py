@@ -108,6 +108,21 @@ def small_allreduce_ns(repeats: int = 40) -> dict:
             "allreduce_small_repeats": len(times)}
 
 
+def after_training_facts(model, world_size: int) -> dict:
+    """What every rank measures after training, on the default process group (replay uses each; docs/validation.md):
+    the reduction cost ``gamma_ns_per_byte``, and with two ranks or more the 4-byte all-reduces
+    (:func:`small_allreduce_ns`), the per-step latency ``allreduce_step_ns`` and the ring's payload rate
+    (:func:`ddlsim.capture.allreduce_rate.measured_allreduce_rate`). Collective: every rank calls it."""
+    facts = {"gamma_ns_per_byte": reduction_cost_ns_per_byte(min(sum(p.numel() for p in model.parameters()), 2**22))}
+    if world_size > 1:
+        facts.update(small_allreduce_ns())
+        facts["allreduce_step_ns"] = facts["allreduce_small_ns"] / (2 * (world_size - 1))
+        from .allreduce_rate import measured_allreduce_rate
+
+        facts.update(measured_allreduce_rate(world_size))  # the ring's payload rate on these links
+    return facts
+
+
 def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> None:
     import torch
     import torch.distributed as dist
@@ -181,13 +196,7 @@ def run_rank(config: dict, rank: int, world_size: int, out_dir: str | Path) -> N
     from .ddp_plan import parameter_checksum
 
     job["parameter_sha256"] = parameter_checksum(model)  # the trained weights: equal runs, equal digests
-    job["gamma_ns_per_byte"] = reduction_cost_ns_per_byte(min(sum(p.numel() for p in model.parameters()), 2**22))
-    if world_size > 1:
-        job.update(small_allreduce_ns())
-        job["allreduce_step_ns"] = job["allreduce_small_ns"] / (2 * (world_size - 1))
-        from .allreduce_rate import measured_allreduce_rate
-
-        job.update(measured_allreduce_rate(world_size))  # the ring's payload rate on these links (replay uses it)
+    job.update(after_training_facts(model, world_size))
     extra = {}
     if cfg["idle_curve"] and not cuda:  # compute after a wait, on this rank's thread (capture/idle_curve.py)
         from .idle_curve import capture_trials

@@ -157,7 +157,8 @@ class DdpHooks(LayerHooks):
         with self._lock:
             layouts = list(self.layouts)
         facts = {"parameters": [{"name": n, "elements": p.numel(), "bytes": p.numel() * p.element_size()} for n, p in self.params],
-                 "layers": [n for n, _ in self.layers], "layouts": layouts}
+                 "layers": [n for n, _ in self.layers], "layer_types": [type(m).__name__ for _, m in self.layers],
+                 "layouts": layouts}
         if self.layer_every > 1:
             facts.update(layer_every=self.layer_every, layer_iterations=list(self.layer_iterations))
         if self.plain is not None:  # all-reduce rows on the sampled iterations only

@@ -119,6 +119,8 @@ def merge_ddp(out_dir: str | Path, *, write: bool = True, metadata: Optional[dic
         meta.update(facts.get("job", {}))
         meta["parameters"] = facts.get("parameters", [])
         meta["layers"] = facts.get("layers", [])
+        if facts.get("layer_types"):
+            meta["layer_types"] = facts["layer_types"]
         meta["bucket_layouts"] = [{"from_iteration": c["from_iteration"],
                                    "buckets": [{k: b[k] for k in ("bucket", "group", "tensors", "bytes")} for b in c["buckets"]]}
                                   for c in layouts]

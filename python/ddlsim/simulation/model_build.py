@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..errors import ModelError, ScenarioError
 from ..units import parse_duration_ns, parse_size_bytes
+from ..workload.captured import captured_model_of
 from ..workload.devices import find_device
 from ..workload.growth import grow
 from ..workload.model import Layer, Model, Tensor
@@ -53,14 +54,12 @@ def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
                 dtype_bytes=config.dtype_bytes,
             )
     else:
-        model = load_model(config.name)
+        model = _named_model(config, base_dir)
     base_layers = {layer.name for layer in model.layers}
     if config.grow_count:
         model = grow(model, config.grow_module, config.grow_count)
     if config.profile:
-        path = Path(config.profile)
-        if base_dir and not path.is_absolute():
-            path = Path(base_dir) / path
+        path = _profile_path(config, base_dir)
         # modules added by growth take their times from the profile when it has them (a replayed
         # grown run), else from their FLOPs
         model = apply_profile(model, path, optional={layer.name for layer in model.layers} - base_layers,
@@ -72,6 +71,23 @@ def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
             log = read_event_log(path)
             model = with_overheads(model, framework_overheads(log, log.metadata, job=config.profile_job))
     return model
+
+
+def _profile_path(config: ModelConfig, base_dir: str | None) -> Path:
+    path = Path(config.profile)
+    return Path(base_dir) / path if base_dir and not path.is_absolute() else path
+
+
+def _named_model(config: ModelConfig, base_dir: str | None) -> Model:
+    """The zoo model `config.name`, or, where the zoo has none of that name and the profile is a DDP capture of a
+    model so named that records its layers and parameters (your own script's), the model rebuilt from it."""
+    try:
+        return load_model(config.name)
+    except ModelError:
+        captured = captured_model_of(_profile_path(config, base_dir), config.name) if config.profile else None
+        if captured is None:
+            raise
+        return captured
 
 
 def sped_up(layer: Layer, config: ModelConfig) -> bool:

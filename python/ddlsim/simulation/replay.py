@@ -97,6 +97,9 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
             if "grouping" not in overrides:
                 notes.append(group_note)
         data = {"model": {"name": str(name)}, "workers": workers, "iterations": iterations, **settings}
+        rebuilt = _rebuilt_model_note(meta, str(name), path)
+        if rebuilt:
+            notes.append(rebuilt)
         if meta.get("source") == "capture":
             data["model"]["overheads"] = True  # the capture's framework gaps and optimizer step, as measured
             gamma = (settings.get("strategy") or {}).get("gamma_ns_per_byte")
@@ -780,6 +783,28 @@ def _bandwidth_note(scenario: Scenario, overrides: dict[str, Any], origin: Optio
             "(an unshaped capture); give --bandwidth to replay the rate it ran at")
 
 
+def _rebuilt_model_note(meta: dict[str, Any], name: str, path: Path) -> Optional[str]:
+    """A note where the replayed model is not in the zoo but rebuilt from the capture's layers and parameters."""
+    from ..errors import ModelError
+    from ..workload import load_model
+    from ..workload.captured import UNKNOWN_TYPE, captured_model
+
+    if str(meta.get("model", "")) != name:
+        return None
+    try:
+        load_model(name)
+        return None  # a zoo model
+    except ModelError:
+        pass
+    model = captured_model(meta, str(path))
+    if model is None:
+        return None
+    types = sorted({layer.type for layer in model.layers} - {UNKNOWN_TYPE})
+    return (f"replay: model {name} rebuilt from the capture (not a zoo model): {len(model.layers)} layers"
+            f"{' (' + ', '.join(types) + ')' if types else ''}, {len(model.tensors)} parameter tensors, "
+            f"{model.size_bytes / 2**20:.3g} MiB, in the capture's registration order")
+
+
 def captured_buckets(meta: dict[str, Any], model: str) -> tuple[Optional[list[list[str]]], str]:
     """A DDP capture's own buckets (its last layout), as lists of tensor names
     of the zoo `model`, and a note saying so; (None, note) when the capture
@@ -796,14 +821,19 @@ def captured_buckets(meta: dict[str, Any], model: str) -> tuple[Optional[list[li
         return None, f"replay: gradient buckets {fallback}: the capture's bucket table does not match its parameter list"
     from ..errors import ModelError
     from ..workload import load_model
+    from ..workload.captured import captured_model
 
     try:
         known = {t.name for t in load_model(model).tensors}
+        kind = f"zoo model {model}"
     except (ModelError, OSError):
-        return None, f"replay: gradient buckets {fallback}"
+        rebuilt = captured_model(meta, "the capture") if str(meta.get("model", "")) == model else None
+        if rebuilt is None:
+            return None, f"replay: gradient buckets {fallback}"
+        known, kind = {t.name for t in rebuilt.tensors}, f"the model {model} rebuilt from the capture"
     missing = [n for group in names for n in group if n not in known]
     if missing:
-        return None, (f"replay: gradient buckets {fallback}: the captured buckets name tensors that zoo model {model} "
+        return None, (f"replay: gradient buckets {fallback}: the captured buckets name tensors that {kind} "
                       f"does not have (e.g. {missing[0]!r})")
     sizes = ", ".join(f"{int(b.get('bytes', 0)) / 2**20:.2f}" for b in buckets)
     return names, f"replay: gradient buckets = the capture's {len(names)} DDP buckets ({sizes} MiB), not re-derived"

@@ -87,6 +87,7 @@ class CaptureFacts(Facts):
     bucket_layouts: list[_Layout] = []
     parameters: list[_Parameter] = []
     layers: list[Text] = []
+    layer_types: list[Text] = []
     gamma_ns_per_byte: Amount = None
     allreduce_small_ns: Amount = None
     allreduce_small_mean_ns: Amount = None
@@ -138,6 +139,7 @@ class SidecarFacts(Facts):
     job: CaptureFacts = None
     parameters: list[_Parameter] = []
     layers: list[Text] = []
+    layer_types: list[Text] = []
     layouts: list[_SidecarLayout] = []
     layer_every: Count = None
     layer_iterations: list[Index] = []
