@@ -213,3 +213,38 @@ def test_a_model_neither_in_the_zoo_nor_in_the_capture_is_still_unknown(tmp_path
     run.save(tmp_path / "run", timeline=False)
     with pytest.raises(DdlsimError, match="unknown model 'mynet'"):
         ddlsim.simulate(model="mynet", workers=2, iterations=1, profile=str(tmp_path / "run" / "events.parquet"))
+
+
+def test_a_replay_of_the_replayed_log_keeps_the_model_rebuilt_from_the_capture(own_capture, tmp_path):
+    """The replay's log names the capture the model was rebuilt from (model.layers_from), so replaying that log
+    rebuilds it again: before, it stopped at "unknown model 'Sequential'" (its profile is the replay's own log)."""
+    import ddlsim
+    from ddlsim.trace import read_event_log
+
+    first = ddlsim.replay(own_capture)
+    first.save(tmp_path / "again", timeline=False)
+    recorded = read_event_log(tmp_path / "again" / "events.parquet").metadata["scenario"]["model"]
+    assert recorded["layers_from"] == str(own_capture.resolve())
+    second = ddlsim.replay(tmp_path / "again" / "events.parquet")
+    events = second.events.to_pandas()
+    sent = events[events.kind == "collective"].groupby(["rank", "iteration"]).bytes.sum()
+    assert (sent == (64 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10) * 4).all()
+    assert second.iteration_time_s == pytest.approx(first.iteration_time_s, rel=0.05)
+
+
+def test_layers_from_alone_takes_the_captures_times_too_and_names_a_wrong_file(own_capture, tmp_path):
+    """A scenario's model.layers_from without a profile: the same run as with the capture as its profile, exactly.
+    A file that is not a capture of that model is one line naming the field. Scenarios without it dump as before."""
+    import ddlsim
+
+    cap = str(own_capture)
+    def run(**model):
+        return ddlsim.simulate({"model": model, "workers": 2, "iterations": 2})
+
+    alone = run(name="Sequential", layers_from=cap)
+    both = run(name="Sequential", layers_from=cap, profile=cap)
+    implicit = run(name="Sequential", profile=cap)
+    assert alone.iteration_time_s == both.iteration_time_s == implicit.iteration_time_s > 0
+    with pytest.raises(DdlsimError, match=r"model.layers_from .*: not a DDP capture of model 'MyNet'"):
+        run(name="MyNet", layers_from=cap)
+    assert "layers_from" not in ddlsim.Scenario().model_dump()["model"]

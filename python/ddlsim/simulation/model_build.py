@@ -58,8 +58,8 @@ def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
     base_layers = {layer.name for layer in model.layers}
     if config.grow_count:
         model = grow(model, config.grow_module, config.grow_count)
-    if config.profile:
-        path = _profile_path(config, base_dir)
+    if config.profile or config.layers_from:
+        path = _profile_path(config, base_dir) if config.profile else _resolved(config.layers_from, base_dir)
         # modules added by growth take their times from the profile when it has them (a replayed
         # grown run), else from their FLOPs
         model = apply_profile(model, path, optional={layer.name for layer in model.layers} - base_layers,
@@ -73,14 +73,26 @@ def build_model(config: ModelConfig, base_dir: str | None = None) -> Model:
     return model
 
 
-def _profile_path(config: ModelConfig, base_dir: str | None) -> Path:
-    path = Path(config.profile)
+def _resolved(value: str, base_dir: str | None) -> Path:
+    path = Path(value)
     return Path(base_dir) / path if base_dir and not path.is_absolute() else path
 
 
+def _profile_path(config: ModelConfig, base_dir: str | None) -> Path:
+    return _resolved(config.profile, base_dir)
+
+
 def _named_model(config: ModelConfig, base_dir: str | None) -> Model:
-    """The zoo model `config.name`, or, where the zoo has none of that name and the profile is a DDP capture of a
-    model so named that records its layers and parameters (your own script's), the model rebuilt from it."""
+    """The model rebuilt from the capture `config.layers_from`; else the zoo model `config.name`, or, where the zoo
+    has none of that name and the profile is a DDP capture of a model so named that records its layers and
+    parameters (your own script's), the model rebuilt from that."""
+    if config.layers_from:
+        captured = captured_model_of(_resolved(config.layers_from, base_dir), config.name)
+        if captured is None:
+            raise ModelError(f"model.layers_from {config.layers_from}: not a DDP capture of model {config.name!r} that "
+                             "records its layers and parameters; name the capture the model was recorded in, or "
+                             "leave layers_from out for a zoo model")
+        return captured
     try:
         return load_model(config.name)
     except ModelError:

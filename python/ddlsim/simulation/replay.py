@@ -100,6 +100,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
         rebuilt = _rebuilt_model_note(meta, str(name), path)
         if rebuilt:
             notes.append(rebuilt)
+            data["model"]["layers_from"] = str(path.resolve())  # kept by a replay of the log this replay writes
         if meta.get("source") == "capture":
             data["model"]["overheads"] = True  # the capture's framework gaps and optimizer step, as measured
             gamma = (settings.get("strategy") or {}).get("gamma_ns_per_byte")

@@ -594,6 +594,10 @@ class ModelConfig(_Strict):
     compute: Literal["roofline", "flops"] = "roofline"
     efficiency: float = Field(0.5, gt=0, le=1)
     profile: Optional[str] = None
+    # a model that is not in the zoo: the DDP capture whose recorded layers and parameters it is (your own script's
+    # under ddlsim.capture.attach; ddlsim.workload.captured). ddlsim replay of such a capture sets it, and the replay
+    # of a log made so keeps it, as profile then names that log
+    layers_from: Optional[str] = None
     # with an event-log profile: "median" (every rank the median layer times) or "sampled" (each rank and
     # iteration draws a whole captured (rank, iteration) vector of layer times; docs/replay-at-scale.md)
     rank_times: Literal["median", "sampled"] = "median"
@@ -629,10 +633,12 @@ class ModelConfig(_Strict):
 
     @model_serializer(mode="wrap")
     def _without_idle_wake(self, handler):
-        # a scenario without idle curves dumps as before the field existed (logs' recorded scenarios alike)
+        # a scenario without idle curves (or a rebuilt model) dumps as before the fields existed (logs' recorded
+        # scenarios alike)
         data = handler(self)
-        if isinstance(data, dict) and data.get("idle_wake", 0) is None:
-            del data["idle_wake"]
+        for key in ("idle_wake", "layers_from"):
+            if isinstance(data, dict) and key in data and data[key] is None:
+                del data[key]
         return data
 
     @model_validator(mode="after")
