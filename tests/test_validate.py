@@ -370,3 +370,21 @@ def test_no_spread_line_where_every_goal_is_above_its_spread_or_a_case_has_one_c
     assert not any(line.startswith("spread above a goal") for line in text.splitlines())
     for case in rows(out / "cases.csv"):  # one capture per case: nothing to tell
         assert math.isnan(float(case["between_capture_ratio"])) and math.isnan(float(case["capture_sem_ms"]))
+
+
+def test_each_case_carries_its_captures_and_replays_lowest_and_highest(tmp_path):
+    """Oracle: runs.csv, one row per capture and prediction. A case's measured_min/max_ms are the lowest and highest
+    of its measured captures' means (the self rows of the link it is measured at), predicted_min/max_ms of its own
+    predictions; the plots draw these bars."""
+    _, cases = validated_grid(tmp_path, ("1000Mbps", "100Mbps"))
+    runs = rows(tmp_path / "out" / "runs.csv")
+    for (kind, captured, predicted), case in cases.items():
+        measured = [float(r["measured_ms"]) for r in runs if r["kind"] == "self" and r["captured_link"] == predicted]
+        replays = [float(r["predicted_ms"]) for r in runs
+                   if r["kind"] == kind and r["captured_link"] == captured and r["predicted_link"] == predicted]
+        assert len(measured) == len(replays) == 2
+        assert float(case["measured_min_ms"]) == pytest.approx(min(measured), rel=1e-9)
+        assert float(case["measured_max_ms"]) == pytest.approx(max(measured), rel=1e-9)
+        assert float(case["predicted_min_ms"]) == pytest.approx(min(replays), rel=1e-9)
+        assert float(case["predicted_max_ms"]) == pytest.approx(max(replays), rel=1e-9)
+        assert float(case["measured_min_ms"]) <= float(case["measured_ms"]) <= float(case["measured_max_ms"])

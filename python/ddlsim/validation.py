@@ -233,7 +233,8 @@ def _stats(values: list[float]) -> dict[str, float]:
     from .analyze.breakdown import spread_pct
 
     v = np.asarray(values, dtype=float)
-    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "spread_pct": spread_pct(v)}
+    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "spread_pct": spread_pct(v),
+            "min": float(v.min()), "max": float(v.max())}
 
 
 # Captures' means this many of their own standard errors apart (or more): the spread is the captures' own state.
@@ -308,7 +309,9 @@ def evaluate(captures: list[Capture], progress: Callable[[str], None],
             row = {"job": job, "model": model, "kind": kind, "captured_link": link, "predicted_link": target,
                    "repeats_captured": len(members), "repeats_measured": len(measured_at),
                    "measured_ms": m["mean"], "measured_std_ms": m["std"], "measured_spread_pct": m["spread_pct"],
-                   "predicted_ms": p["mean"], "predicted_spread_pct": p["spread_pct"], "error_pct": error,
+                   "measured_min_ms": m["min"], "measured_max_ms": m["max"],
+                   "predicted_ms": p["mean"], "predicted_spread_pct": p["spread_pct"],
+                   "predicted_min_ms": p["min"], "predicted_max_ms": p["max"], "error_pct": error,
                    "goal_pct": goal, "within_goal": abs(error) <= goal, "goal_above_spread": goal > m["spread_pct"],
                    **_cores([*members, *measured_at])}
             noise = capture_noise([_counted_times_ms(c) for c in measured_at])
@@ -347,15 +350,29 @@ def _plots(stage: Path, cases: list[dict[str, Any]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    # log axes: the cases run from a few ms (LeNet-5) to seconds (ResNet-18 at 100 Mbit/s); bars: the captures'
+    # (measured) and their replays' (predicted) lowest to highest
+    fig, ax = plt.subplots(figsize=(6, 5.5))
     for kind, marker in (("self", "o"), ("cross", "s")):
         rows = [c for c in cases if c["kind"] == kind]
         if rows:
-            ax.scatter([c["measured_ms"] for c in rows], [c["predicted_ms"] for c in rows], marker=marker, label=kind)
-    top = max([c["measured_ms"] for c in cases] + [c["predicted_ms"] for c in cases] + [1.0]) * 1.1
-    ax.plot([0, top], [0, top], color="grey", linewidth=0.8, label="predicted = measured")
-    ax.set_xlim(0, top), ax.set_ylim(0, top)
-    ax.set_xlabel("measured iteration (ms)"), ax.set_ylabel("replayed iteration (ms)")
+            ax.errorbar([c["measured_ms"] for c in rows], [c["predicted_ms"] for c in rows],
+                        xerr=[[c["measured_ms"] - c["measured_min_ms"] for c in rows],
+                              [c["measured_max_ms"] - c["measured_ms"] for c in rows]],
+                        yerr=[[c["predicted_ms"] - c["predicted_min_ms"] for c in rows],
+                              [c["predicted_max_ms"] - c["predicted_ms"] for c in rows]],
+                        fmt=marker, capsize=2, elinewidth=0.8, label=kind)
+    values = [c[k] for c in cases for k in ("measured_min_ms", "measured_max_ms", "predicted_min_ms", "predicted_max_ms")
+              if c[k] > 0]
+    low, high = (min(values) / 1.5, max(values) * 1.5) if values else (0.1, 10.0)
+    ax.plot([low, high], [low, high], color="grey", linewidth=0.8, label="predicted = measured")
+    for factor in (0.9, 1.1):
+        ax.plot([low, high], [low * factor, high * factor], color="grey", linewidth=0.6, linestyle="--")
+    ax.plot([], [], color="grey", linewidth=0.6, linestyle="--", label="±10 %")
+    ax.set_xscale("log"), ax.set_yscale("log")
+    ax.set_xlim(low, high), ax.set_ylim(low, high)
+    ax.set_xlabel("measured iteration (ms): mean of the captures, bar: lowest to highest")
+    ax.set_ylabel("replayed iteration (ms): mean of the replays, bar: lowest to highest")
     ax.legend()
     fig.tight_layout()
     fig.savefig(stage / "validation.png", dpi=110, metadata={"Software": None})
@@ -364,13 +381,16 @@ def _plots(stage: Path, cases: list[dict[str, Any]]) -> None:
     labels = [f"{c['job']} {c['model']} {c['captured_link']}->{c['predicted_link']}" for c in cases]
     ys = range(len(cases))
     ax.barh(list(ys), [c["error_pct"] for c in cases], color=["tab:green" if c["within_goal"] else "tab:red" for c in cases])
-    ax.errorbar([0] * len(cases), list(ys), xerr=[c["measured_spread_pct"] for c in cases], fmt="none", ecolor="black",
-                capsize=3, label="measured spread")
+    # the measured captures' lowest and highest against their mean: a replay in that band is as close as they are
+    ax.errorbar([0] * len(cases), list(ys),
+                xerr=[[(1 - c["measured_min_ms"] / c["measured_ms"]) * 100 for c in cases],
+                      [(c["measured_max_ms"] / c["measured_ms"] - 1) * 100 for c in cases]],
+                fmt="none", ecolor="black", capsize=3, label="measured captures, lowest to highest")
     for y, c in zip(ys, cases):
         ax.plot([-c["goal_pct"], c["goal_pct"]], [y, y], "|", color="grey", markersize=12)
     ax.set_yticks(list(ys), labels)
     ax.axvline(0, color="grey", linewidth=0.8)
-    ax.set_xlabel("replay error (%), goal marked |, measured spread as error bar")
+    ax.set_xlabel("replay error (%); | goal; bar: the measured captures against their mean")
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(stage / "errors.png", dpi=110, metadata={"Software": None})
