@@ -91,7 +91,7 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
         workers, iterations = _workers_and_iterations(path)
         settings = capture_settings(meta)
         if meta.get("source") == "capture" and meta.get("job") == "ddp":
-            buckets, group_note = captured_buckets(meta, str(name))
+            buckets, group_note = captured_buckets(meta, str(name), str(path))
             if buckets is not None:
                 settings["strategy"]["grouping"] = {"kind": "groups", "groups": buckets}
             if "grouping" not in overrides:
@@ -806,7 +806,8 @@ def _rebuilt_model_note(meta: dict[str, Any], name: str, path: Path) -> Optional
             f"{model.size_bytes / 2**20:.3g} MiB, in the capture's registration order")
 
 
-def captured_buckets(meta: dict[str, Any], model: str) -> tuple[Optional[list[list[str]]], str]:
+def captured_buckets(meta: dict[str, Any], model: str,
+                     source: str = "the capture") -> tuple[Optional[list[list[str]]], str]:
     """A DDP capture's own buckets (its last layout), as lists of tensor names
     of the zoo `model`, and a note saying so; (None, note) when the capture
     does not record them or they name tensors the zoo model lacks (the replay
@@ -828,7 +829,7 @@ def captured_buckets(meta: dict[str, Any], model: str) -> tuple[Optional[list[li
         known = {t.name for t in load_model(model).tensors}
         kind = f"zoo model {model}"
     except (ModelError, OSError):
-        rebuilt = captured_model(meta, "the capture") if str(meta.get("model", "")) == model else None
+        rebuilt = captured_model(meta, source) if str(meta.get("model", "")) == model else None
         if rebuilt is None:
             return None, f"replay: gradient buckets {fallback}"
         known, kind = {t.name for t in rebuilt.tensors}, f"the model {model} rebuilt from the capture"
