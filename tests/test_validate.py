@@ -157,8 +157,10 @@ def test_an_unshaped_capture_is_cross_predicted_on_the_shaped_links_framing(tmp_
     (["--captures", "{tmp}/empty", "--jobs", "allreduce"], "--jobs: unknown job 'allreduce'; give ddp and/or ps"),
     (["--models", "vgg", "--links", "unshaped"], "--models: unknown model 'vgg'; give any of lenet5, resnet18"),
     (["--captures", "{tmp}/empty", "--links", "fast"], "link 'fast':"),
-    (["--captures", "{tmp}/empty", "--repeats", "0"], "--repeats must be >= 1"),
-    (["--quick", "--workers", "0"], "--workers >= 1"),  # not taken for "none given" (--quick's 2)
+    (["--captures", "{tmp}/empty", "--repeats", "0"], "repeats (--repeats) must be a whole number from 1 to 10,000, got 0"),
+    (["--quick", "--workers", "0"], "workers (--workers) must be a whole number from 1 to 4,096, got 0"),  # not taken
+    # for "none given" (--quick's 2)
+    (["--quick", "--iterations", "1"], "iterations (--iterations; the first is a warm-up) must be a whole number from 2"),
 ])
 def test_bad_input_is_one_line_and_status_2(tmp_path, args, message):
     (tmp_path / "empty").mkdir()
@@ -388,3 +390,28 @@ def test_each_case_carries_its_captures_and_replays_lowest_and_highest(tmp_path)
         assert float(case["predicted_min_ms"]) == pytest.approx(min(replays), rel=1e-9)
         assert float(case["predicted_max_ms"]) == pytest.approx(max(replays), rel=1e-9)
         assert float(case["measured_min_ms"]) <= float(case["measured_ms"]) <= float(case["measured_max_ms"])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"repeats": "3"}, "repeats (--repeats) must be a whole number from 1 to 10,000, got '3'"),
+    ({"iterations": 2.5}, "iterations (--iterations; the first is a warm-up) must be a whole number from 2 to 1,000,000, got 2.5"),
+    ({"workers": True}, "workers (--workers) must be a whole number from 1 to 4,096, got True"),
+    ({"timeout_s": -1}, "timeout_s must be a finite number in (0, 1e+09], got -1"),
+    ({"timeout_s": float("nan")}, "timeout_s must be a finite number in (0, 1e+09], got nan"),
+    ({"jobs": "ddp,allreduce", "links": "unshaped"}, "--jobs: unknown job 'allreduce'; give ddp and/or ps"),
+    ({"models": "vgg", "links": "unshaped"}, "--models: unknown model 'vgg'"),
+])
+def test_the_python_api_refuses_bad_values_before_anything_runs(tmp_path, kwargs, message):
+    """Before: repeats="3" was a TypeError from a comparison, iterations=2.5 went to every capture's command line,
+    jobs="ddp" was read as the jobs 'd', 'd', 'p', and timeout_s=-1 started the first capture and failed there,
+    leaving the output directory behind."""
+    with pytest.raises(ddlsim.DdlsimError) as info:
+        ddlsim.validate(tmp_path / "out", **kwargs)
+    assert message in str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_python_api_takes_a_comma_separated_string_as_the_flags_do(quick, tmp_path):
+    out, _ = quick
+    tables = ddlsim.validate(tmp_path / "again", captures=out / "captures", jobs="ps", models="lenet5", links="unshaped")
+    assert {c["job"] for c in tables["cases"]} == {"ps"}

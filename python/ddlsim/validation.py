@@ -435,7 +435,17 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
     """Runs the validation (module docstring) into `out`, a new or empty directory. Returns the three tables."""
     from .safe_io import check_directory_target
 
+    from .arguments import real, whole
+
     say = progress or (lambda text: None)
+    # checked before anything runs: counts as whole numbers in range (the flag named too), and from Python a list of
+    # names as a list or as one comma-separated string (as the flags take them)
+    repeats = whole(repeats, "repeats (--repeats)", 1, 10_000)
+    iterations = whole(iterations, "iterations (--iterations; the first is a warm-up)", 2, 1_000_000)
+    workers = None if workers is None else whole(workers, "workers (--workers)", 1, 4096)
+    timeout_s = real(timeout_s, "timeout_s", 0, 1e9, open_lo=True)
+    jobs, models, links = ([x.strip() for x in v.split(",") if x.strip()] if isinstance(v, str) else v
+                           for v in (jobs, models, links))
     out = check_directory_target(Path(out))
     if out.exists() and any(out.iterdir()):
         raise DdlsimError(f"--out {out}: exists and is not empty; name a new or empty directory (ddlsim validate "
@@ -458,8 +468,6 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
     for job in jobs:
         if job not in JOBS:
             raise DdlsimError(f"--jobs: unknown job {job!r}; give ddp and/or ps")
-    if repeats < 1 or iterations < 2 or workers < 1:
-        raise DdlsimError("--repeats must be >= 1, --iterations >= 2 (the first is a warm-up), --workers >= 1")
     # existing captures may hold any model (your own script's, rebuilt from the capture); new ones a grid's
     existing = find_captures(Path(captures)) if captures is not None else []
     held = sorted({c.model for c in existing if c.replayable})
