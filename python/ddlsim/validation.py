@@ -155,10 +155,8 @@ def _job_of(path: Path) -> Optional[str]:
 def find_captures(directory: Path) -> list[Capture]:
     """Every capture (``events.parquet`` with ``source = capture``) under `directory`, up to three levels down."""
     from .trace.parquet import read_log_metadata
-    from .workload import list_models
-    from .workload.captured import captured_model
+    from .workload.captured import captured_model, in_zoo
 
-    zoo = set(list_models())
     if not directory.is_dir():
         raise DdlsimError(f"--captures {directory}: not a directory; give the directory that holds the captures "
                           "(e.g. the captures/ of an earlier ddlsim validate --out)")
@@ -173,7 +171,7 @@ def find_captures(directory: Path) -> list[Capture]:
             if meta.get("source") != "capture" or meta.get("job") not in JOBS:
                 continue
             model = str(meta.get("model", ""))
-            replayable = model in zoo or captured_model(meta, str(path)) is not None
+            replayable = in_zoo(model) or captured_model(meta, str(path)) is not None
             found.append(Capture(str(meta["job"]), model, link_label(meta.get("bandwidth")), path, replayable=replayable))
     if not found:
         raise DdlsimError(f"--captures {directory}: no DDP or PS captures found (DIR/*/events.parquet made by "

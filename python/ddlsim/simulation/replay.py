@@ -3,7 +3,8 @@ under its own conditions or other ones.
 
 The replayed job is the data-parallel iteration the log shows: its model
 (the recorded scenario's for a simulated log, a zoo model by name for an
-imported or captured one), its worker count, and each layer's forward and
+imported or captured one, or one rebuilt from a DDP capture of a model the zoo
+lacks, :mod:`ddlsim.workload.captured`), its worker count, and each layer's forward and
 backward time as the log measured them (the median over workers and
 iterations, see :func:`ddlsim.workload.profile.layer_times_from_log`).
 Communication is not replayed: it is lowered again under the scenario's
@@ -18,6 +19,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import DdlsimError
 from ..inputs import input_file
+from ..workload.captured import rebuilt_model
 from .scenario import Scenario, scenario_from_dict, with_overrides
 
 # What the recorded layer times already contain, so a replay must not apply it again.
@@ -90,16 +92,16 @@ def replay_plan(log_path: str | Path, model: Optional[str] = None, jobs: Optiona
             raise DdlsimError(f"{path}: the log does not say which model ran; give it with --model (a zoo model, see ddlsim models)")
         workers, iterations = _workers_and_iterations(path)
         settings = capture_settings(meta)
+        rebuilt = rebuilt_model(meta, str(name), str(path))  # None: a zoo model
         if meta.get("source") == "capture" and meta.get("job") == "ddp":
-            buckets, group_note = captured_buckets(meta, str(name), str(path))
+            buckets, group_note = captured_buckets(meta, str(name), rebuilt)
             if buckets is not None:
                 settings["strategy"]["grouping"] = {"kind": "groups", "groups": buckets}
             if "grouping" not in overrides:
                 notes.append(group_note)
         data = {"model": {"name": str(name)}, "workers": workers, "iterations": iterations, **settings}
-        rebuilt = _rebuilt_model_note(meta, str(name), path)
-        if rebuilt:
-            notes.append(rebuilt)
+        if rebuilt is not None:
+            notes.append(_rebuilt_model_note(rebuilt))
             data["model"]["layers_from"] = str(path.resolve())  # kept by a replay of the log this replay writes
         if meta.get("source") == "capture":
             data["model"]["overheads"] = True  # the capture's framework gaps and optimizer step, as measured
@@ -784,34 +786,23 @@ def _bandwidth_note(scenario: Scenario, overrides: dict[str, Any], origin: Optio
             "(an unshaped capture); give --bandwidth to replay the rate it ran at")
 
 
-def _rebuilt_model_note(meta: dict[str, Any], name: str, path: Path) -> Optional[str]:
-    """A note where the replayed model is not in the zoo but rebuilt from the capture's layers and parameters."""
-    from ..errors import ModelError
-    from ..workload import load_model
-    from ..workload.captured import UNKNOWN_TYPE, captured_model
+def _rebuilt_model_note(model: Any) -> str:
+    """The note for a replayed model that is not in the zoo but rebuilt from the capture's layers and parameters."""
+    from ..workload.captured import UNKNOWN_TYPE
 
-    if str(meta.get("model", "")) != name:
-        return None
-    try:
-        load_model(name)
-        return None  # a zoo model
-    except ModelError:
-        pass
-    model = captured_model(meta, str(path))
-    if model is None:
-        return None
     types = sorted({layer.type for layer in model.layers} - {UNKNOWN_TYPE})
-    return (f"replay: model {name} rebuilt from the capture (not a zoo model): {len(model.layers)} layers"
+    return (f"replay: model {model.name} rebuilt from the capture (not a zoo model): {len(model.layers)} layers"
             f"{' (' + ', '.join(types) + ')' if types else ''}, {len(model.tensors)} parameter tensors, "
             f"{model.size_bytes / 2**20:.3g} MiB, in the capture's registration order")
 
 
 def captured_buckets(meta: dict[str, Any], model: str,
-                     source: str = "the capture") -> tuple[Optional[list[list[str]]], str]:
+                     rebuilt: Any = None) -> tuple[Optional[list[list[str]]], str]:
     """A DDP capture's own buckets (its last layout), as lists of tensor names
-    of the zoo `model`, and a note saying so; (None, note) when the capture
-    does not record them or they name tensors the zoo model lacks (the replay
-    then derives them with DDP's rule from the capture's bucket cap)."""
+    of the zoo `model` (or of `rebuilt`, the model rebuilt from the capture),
+    and a note saying so; (None, note) when the capture does not record them or
+    they name tensors the model lacks (the replay then derives them with DDP's
+    rule from the capture's bucket cap)."""
     buckets, parameters = meta.get("buckets") or [], meta.get("parameters") or []
     cap = meta.get("bucket_cap_mb") or 25
     fallback = f"re-derived by DDP's rule from the capture's bucket cap ({cap:g} MiB)"
@@ -823,16 +814,14 @@ def captured_buckets(meta: dict[str, Any], model: str,
         return None, f"replay: gradient buckets {fallback}: the capture's bucket table does not match its parameter list"
     from ..errors import ModelError
     from ..workload import load_model
-    from ..workload.captured import captured_model
 
-    try:
-        known = {t.name for t in load_model(model).tensors}
-        kind = f"zoo model {model}"
-    except (ModelError, OSError):
-        rebuilt = captured_model(meta, source) if str(meta.get("model", "")) == model else None
-        if rebuilt is None:
-            return None, f"replay: gradient buckets {fallback}"
+    if rebuilt is not None:
         known, kind = {t.name for t in rebuilt.tensors}, f"the model {model} rebuilt from the capture"
+    else:
+        try:
+            known, kind = {t.name for t in load_model(model).tensors}, f"zoo model {model}"
+        except (ModelError, OSError):
+            return None, f"replay: gradient buckets {fallback}"
     missing = [n for group in names for n in group if n not in known]
     if missing:
         return None, (f"replay: gradient buckets {fallback}: the captured buckets name tensors that {kind} "

@@ -59,6 +59,26 @@ def captured_model(meta: dict[str, Any], source: str) -> Optional[Model]:
                  layers=tuple(Layer(name=name, type=kind, tensors=tuple(owned[name])) for name, kind in zip(layers, types)))
 
 
+def in_zoo(name: str) -> bool:
+    """Whether the zoo has a model of this name, by :func:`ddlsim.workload.zoo.load_model`'s own rule (case and '-'
+    insensitive): where it does, the zoo's model is used and nothing is rebuilt."""
+    from .zoo import load_model
+
+    try:
+        load_model(name)
+    except ModelError:
+        return False
+    return True
+
+
+def rebuilt_model(meta: dict[str, Any], name: str, source: str) -> Optional[Model]:
+    """The model `name` rebuilt from the capture whose metadata is `meta` (:func:`captured_model`), where the zoo has
+    no model of that name and the capture is of that model; None otherwise (a zoo model, or nothing to rebuild)."""
+    if str(meta.get("model", "")) != name or in_zoo(name):
+        return None
+    return captured_model(meta, source)
+
+
 def captured_model_of(profile: Any, name: str) -> Optional[Model]:
     """The model `name` rebuilt from the capture at `profile` (a path), where `profile` is a DDP capture of a model
     of that name that records its layers and parameters; None otherwise."""
