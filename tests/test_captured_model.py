@@ -248,3 +248,35 @@ def test_layers_from_alone_takes_the_captures_times_too_and_names_a_wrong_file(o
     with pytest.raises(DdlsimError, match=r"model.layers_from .*: not a DDP capture of model 'MyNet'"):
         run(name="MyNet", layers_from=cap)
     assert "layers_from" not in ddlsim.Scenario().model_dump()["model"]
+
+
+def test_the_examples_capture_plans_runs_the_plan_and_reports_it_as_the_docs_show(own_capture, tmp_path):
+    """docs/capture.md's shell loop: plan from the example's capture (its model rebuilt from it), run the example
+    with the plan, compare the two captures."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ddlsim.cli.app import app
+    from ddlsim.trace import read_event_log
+
+    plan = tmp_path / "plan.json"
+    result = CliRunner().invoke(app, ["plan", "--model", "Sequential", "--profile", str(own_capture), "--workers", "2",
+                                      "--out", str(plan)])
+    assert result.exit_code == 0, result.output
+    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "capture_own_script.py"), str(tmp_path / "after"),
+                           "--iterations", "4", "--plan", str(plan)], capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(plan.read_text())
+    ran = read_event_log(tmp_path / "after" / "events.parquet").metadata["plan"]
+    best = "mg_wfbp" if data["mg_wfbp"]["iteration_time_s"] < data["ddp"]["iteration_time_s"] else "ddp"
+    assert ran["entry"] == best and ran["file"] == str(plan.resolve())
+    assert ran["predicted_captured_s"] == data["captured"]["iteration_time_s"]
+    result = CliRunner().invoke(app, ["plan", "--apply", str(tmp_path / "report"), "--before", str(own_capture.parent),
+                                      "--after", str(tmp_path / "after"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["predicted"]["after_s"] == data[best]["iteration_time_s"]
+    assert report["predicted"]["before_s"] == data["captured"]["iteration_time_s"]
+    assert report["model"] == "Sequential" and report["workers"] == 2

@@ -28,6 +28,7 @@ SETUP = {
     ("docs/analysis.md", 1): [[*SIM, "--record-flows", "--out", "run-flows"]],
     ("docs/capture-shaping.md", 0): [],
     ("docs/capture.md", 0): [],
+    ("docs/capture.md", 1): [],
     ("docs/event-log.md", 0): [],
     ("docs/grouping.md", 0): [],
     ("docs/interop.md", 0): [[*PS, "--out", "ps1"], ["convert", "ps1/events.parquet", "hta/", "--to", "kineto"]],

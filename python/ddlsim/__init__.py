@@ -28,6 +28,7 @@ _LAZY = {
     "fit_cost_model": "plan.cost",
     "make_plan": "plan.planner",
     "apply_plan": "plan.apply",
+    "measure_plan": "plan.apply",
     "make_jobs_plan": "plan.jobs_plan",
     "convert": "interop",
     "validate": "validation",

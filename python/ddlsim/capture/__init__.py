@@ -21,6 +21,7 @@ _HOME = {
     **dict.fromkeys(("ShapedNetwork", "shaped_network"), "shaping"),
     **dict.fromkeys(("attach", "DdpCapture"), "attach"),
     **dict.fromkeys(("merge_ddp",), "ddp_merge"),
+    **dict.fromkeys(("plan_for", "ScriptPlan"), "ddp_plan"),
 }
 
 

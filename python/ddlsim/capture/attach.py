@@ -35,7 +35,7 @@ class DdpCapture:
     """The handle :func:`attach` returns."""
 
     def __init__(self, ddp_model, out_dir: str | Path, *, model: Optional[str] = None, metadata: Optional[dict] = None,
-                 process_group=None, layer_every: int = 1):
+                 process_group=None, layer_every: int = 1, plan=None):
         import torch
         import torch.distributed as dist
 
@@ -44,18 +44,24 @@ class DdpCapture:
 
         if not dist.is_initialized():
             raise RuntimeError("ddlsim.capture.attach: call torch.distributed.init_process_group first")
+        merger = _plan_merger(ddp_model, plan)
         self.out = Path(out_dir)
         self.rank, self.world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
         self._group = process_group
         offset, measured = estimate_offset_ns(self.rank, self.world_size)
         self.recorder = RankRecorder(self.out, self.rank, "worker", clock_offset_ns=offset,
                                      meta={"clock_offset_measured_ns": measured})
-        self.hooks = DdpHooks(ddp_model, self.recorder, process_group=process_group, layer_every=layer_every)
+        self.hooks = DdpHooks(ddp_model, self.recorder, process_group=process_group, layer_every=layer_every,
+                              merger=merger)
         self._ddp = ddp_model
         self._iterations = 0
         self.job = {"job": "ddp", "model": model or type(ddp_model.module).__name__, "workers": self.world_size,
                     "backend": str(dist.get_backend(process_group)), "torch_version": torch.__version__,
                     "bucket_cap_mb": ddp_model.bucket_bytes_cap / 2**20, "script": True, **(metadata or {})}
+        if plan is not None:  # which plan ran, and what it predicted (ddlsim plan --apply DIR --before --after)
+            self.job["plan"] = dict(plan.facts)
+            if "bucket_cap_mb_list" in plan.ddp_kwargs:
+                self.job["bucket_cap_mb_list"] = list(plan.ddp_kwargs["bucket_cap_mb_list"])
 
     @contextlib.contextmanager
     def iteration(self) -> Iterator[int]:
@@ -104,18 +110,49 @@ class DdpCapture:
 
 
 def attach(ddp_model, out_dir: str | Path, *, model: Optional[str] = None, metadata: Optional[dict] = None,
-           process_group=None, layer_every: int = 1) -> DdpCapture:
+           process_group=None, layer_every: int = 1, plan=None) -> DdpCapture:
     """Installs the recording hooks on a DistributedDataParallel model (every rank calls it); see the module docstring.
 
     `model`: a zoo name (``ddlsim models``) if the model is one, so ``ddlsim replay`` can use the log.
     `layer_every`: per-layer rows on iteration 0 and every `layer_every`-th iteration from 1 on only (``ddlsim
     capture ddp --layer-every``; the other iterations pay no per-layer cost).
+    `plan`: a :class:`~ddlsim.capture.ddp_plan.ScriptPlan` (:func:`~ddlsim.capture.ddp_plan.plan_for`) that
+    `ddp_model` was built with (``DistributedDataParallel(model, **plan.ddp_kwargs)``): its merge hook is installed
+    where it needs one, and the capture records which plan ran and what it predicted.
     """
     from .layer_hooks import check_layer_every
 
     check_layer_every(layer_every)
     return DdpCapture(ddp_model, out_dir, model=model, metadata=metadata, process_group=process_group,
-                      layer_every=layer_every)
+                      layer_every=layer_every, plan=plan)
+
+
+def _plan_merger(ddp_model, plan):
+    """The :class:`~ddlsim.capture.ddp_plan.PlanMerger` of `plan` (None without one or where DDP's own buckets run
+    it), once `ddp_model` is checked to be built with the plan's ``ddp_kwargs``."""
+    from ..errors import DdlsimError
+    from .ddp_plan import PlanMerger, ScriptPlan
+
+    if plan is None:
+        return None
+    if not isinstance(plan, ScriptPlan):
+        raise DdlsimError(f"attach: plan must be what ddlsim.capture.plan_for(model, 'plan.json') returns, got "
+                          f"{type(plan).__name__}")
+    fix = "build it with DistributedDataParallel(model, **plan.ddp_kwargs)"
+    cap = int(plan.ddp_kwargs["bucket_cap_mb"] * 2**20)  # as DDP computes bucket_bytes_cap
+    if getattr(ddp_model, "bucket_bytes_cap", None) != cap:
+        raise DdlsimError(f"attach: the DDP model's bucket_bytes_cap is {getattr(ddp_model, 'bucket_bytes_cap', None)}, "
+                          f"the plan's {cap}: {fix}")
+    caps = plan.ddp_kwargs.get("bucket_cap_mb_list")
+    if caps and getattr(ddp_model, "bucket_bytes_cap_list", None) != [int(c * 2**20) for c in caps]:
+        raise DdlsimError(f"attach: the DDP model was built without the plan's bucket_cap_mb_list: {fix}")
+    if plan.merge_groups is None:
+        return None
+    count = len(list(ddp_model.module.parameters()))
+    if sorted(t for g in plan.merge_groups for t in g) != list(range(count)):
+        raise DdlsimError(f"attach: the plan's groups are not those of this model's {count} parameters; make the plan "
+                          "with plan_for(model, ...) for the model this DDP wraps")
+    return PlanMerger([list(g) for g in plan.merge_groups])
 
 
 class _CallableModule(types.ModuleType):

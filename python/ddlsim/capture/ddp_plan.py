@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..errors import DdlsimError
 from ..inputs import input_file
@@ -45,22 +46,28 @@ ENTRIES = ("best", "ddp", "mg_wfbp")
 ONE_BYTE_MB = 1.0 / (1 << 20)  # bucket_cap_mb that leaves every parameter in a bucket of its own
 
 
-def load_plan(path: str | Path) -> dict:
-    """The plan JSON at `path`, checked to be a ``ddlsim plan`` result."""
-    path = input_file(path, "plan", "give the JSON file that ddlsim plan ... --out wrote", label=f"--plan {path}",
-                      missing=f"--plan {path}: no such file; write one with ddlsim plan ... --out {path}")
+def load_plan(path: str | Path, label: Optional[str] = None) -> dict:
+    """The plan JSON at `path`, checked to be a ``ddlsim plan`` result. `label` names it in errors (``--plan PATH``)."""
+    label = label or f"--plan {path}"
+    path = input_file(path, "plan", "give the JSON file that ddlsim plan ... --out wrote", label=label,
+                      missing=f"{label}: no such file; write one with ddlsim plan ... --out {path}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise DdlsimError(f"--plan {path}: not a readable JSON plan ({exc}); write one with ddlsim plan --out") from None
+        raise DdlsimError(f"{label}: not a readable JSON plan ({exc}); write one with ddlsim plan --out") from None
+    return checked_plan(data, label)
+
+
+def checked_plan(data: Any, label: str) -> dict:
+    """`data` (a plan as :meth:`~ddlsim.plan.planner.Plan.to_dict` gives it) checked to be a ``ddlsim plan`` result."""
     if not isinstance(data, dict) or data.get("ddlsim_plan") != 1:
-        raise DdlsimError(f"--plan {path}: not a ddlsim plan (no \"ddlsim_plan\": 1); write one with ddlsim plan --out")
+        raise DdlsimError(f"{label}: not a ddlsim plan (no \"ddlsim_plan\": 1); write one with ddlsim plan --out")
     for key in ("model", "ddp", "mg_wfbp"):
         if not isinstance(data.get(key), dict):
-            raise DdlsimError(f"--plan {path}: field {key!r} is missing or not an object; write the plan again with ddlsim plan --out")
+            raise DdlsimError(f"{label}: field {key!r} is missing or not an object; write the plan again with ddlsim plan --out")
     from .plan_facts import check_plan_facts
 
-    return check_plan_facts(data, f"--plan {path}")
+    return check_plan_facts(data, label)
 
 
 def choose_entry(plan: dict, entry: str) -> str:
@@ -86,6 +93,9 @@ def plan_config(plan: dict, entry: str, parameter_names: list[str], path: str | 
     facts = {"entry": entry, "file": str(path), "model": plan["model"].get("name"),
              "predicted_iteration_s": plan[entry]["iteration_time_s"],
              "predicted_default_s": plan.get("baselines", {}).get("ddp_default", {}).get("iteration_time_s")}
+    captured = plan.get("captured")  # a plan made from a capture: its replay, the prediction of the job as captured
+    if isinstance(captured, dict) and _is_time(captured.get("iteration_time_s")):
+        facts["predicted_captured_s"] = float(captured["iteration_time_s"])
     if entry == "ddp":
         cap = plan["ddp"].get("bucket_cap_mb")
         if not isinstance(cap, (int, float)) or isinstance(cap, bool) or cap <= 0:
@@ -129,6 +139,108 @@ def plan_config(plan: dict, entry: str, parameter_names: list[str], path: str | 
     caps = [sum(int(parameter_bytes[t]) for t in bucket) / float(1 << 20) for bucket in buckets]
     facts.update(path="ddp-buckets", buckets=[[parameter_names[t] for t in bucket] for bucket in buckets])
     return {"bucket_cap_mb": max(caps), "bucket_cap_mb_list": caps, "plan": facts}
+
+
+def _is_time(value: Any) -> bool:
+    import math
+
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+@dataclass(frozen=True)
+class ScriptPlan:
+    """A ``ddlsim plan`` result made ready for your own DDP model (:func:`plan_for`).
+
+    ``DistributedDataParallel(model, **plan.ddp_kwargs)`` builds the wrapper the plan needs, and
+    ``ddlsim.capture.attach(ddp_model, out, plan=plan)`` installs the merge hook where the plan needs one
+    (``merge_groups``) and records the plan's facts (``facts``: entry, path, predictions) in the capture, from which
+    ``ddlsim plan --apply DIR --before ... --after ...`` reports measured against predicted gain."""
+
+    entry: str  # "ddp" or "mg_wfbp"
+    path: str  # "ddp" (DDP's buckets at the plan's cap), "ddp-buckets" (the groups as DDP's own buckets) or "hook"
+    ddp_kwargs: dict  # bucket_cap_mb and, on the ddp-buckets path, bucket_cap_mb_list
+    merge_groups: Optional[tuple]  # the hook path's groups of parameter indices, else None
+    facts: dict  # recorded as the capture's ``plan``
+
+
+def plan_for(module, plan: str | Path | dict, *, entry: str = "best", loss=None) -> ScriptPlan:
+    """`plan` (a ``ddlsim plan --out`` file, or its dict) made ready for `module`, the ``torch.nn.Module`` your script
+    is about to wrap in ``DistributedDataParallel`` (every rank calls it alike). `entry`: ``best`` (the entry the plan
+    predicts faster), ``ddp`` or ``mg_wfbp``. `loss`: for the ``mg_wfbp`` entry, a function that takes a module and
+    returns a scalar loss of one small batch (e.g. ``lambda m: loss_fn(m(x), y)``): one backward pass of a copy of
+    `module` gives the order its gradients become ready, so that a merge plan whose groups are contiguous in it runs
+    as DDP's own buckets; without it (or where a group is not contiguous) the plan runs through the merge hook (one
+    bucket per parameter, each group all-reduced as one message). The plan must be for `module`: its
+    ``ddp.parameter_order`` must be the module's ``named_parameters()`` names. Raises DdlsimError naming the fault."""
+    import torch
+
+    if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+        raise DdlsimError("plan_for: give the model before DistributedDataParallel wraps it (the plan's ddp_kwargs "
+                          "build the wrapper): plan_for(model, ...), then DistributedDataParallel(model, **plan.ddp_kwargs)")
+    if not isinstance(module, torch.nn.Module):
+        raise DdlsimError(f"plan_for: module must be a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(entry, str) or entry not in ENTRIES:
+        raise DdlsimError(f"plan_for: entry {entry!r}: choose one of {', '.join(ENTRIES)}")
+    if loss is not None and not callable(loss):
+        raise DdlsimError(f"plan_for: loss must be a function of a module that returns a scalar loss, got {type(loss).__name__}")
+    if isinstance(plan, (str, Path)):
+        label, where = f"plan_for: {plan}", str(Path(plan).resolve())
+        data = load_plan(plan, label)
+    else:
+        label, where = "plan_for: plan", "(a dict)"
+        data = checked_plan(plan, label)
+    named = list(module.named_parameters())
+    names = [name for name, _ in named]
+    frozen = [name for name, p in named if not p.requires_grad]
+    if frozen:
+        raise DdlsimError(f"plan_for: parameter {frozen[0]!r} does not require grad ({len(frozen)} in all); DDP leaves "
+                          "frozen parameters out of its buckets, which a plan's tensors do not: plan for the model "
+                          "with every parameter trained")
+    order = data["ddp"].get("parameter_order")
+    if isinstance(order, list) and order != names:
+        k = next((i for i, (a, b) in enumerate(zip(order, names)) if a != b), min(len(order), len(names)))
+        theirs = order[k] if k < len(order) else "(none)"
+        ours = names[k] if k < len(names) else "(none)"
+        raise DdlsimError(f"{label}: the plan is for model {data['model'].get('name')!r}, whose parameter {k} is "
+                          f"{theirs!r}; this module's is {ours!r} ({len(names)} parameters, the plan's {len(order)}). "
+                          "Plan for this model (ddlsim plan --model NAME --profile CAPTURE, from its own capture)")
+    ready = sizes = None
+    if loss is not None and choose_entry(data, entry) == "mg_wfbp":
+        ready, sizes = module_ready_order(module, loss)
+    config = plan_config(data, entry, names, where, parameter_bytes=sizes, ready_order=ready)
+    if config["plan"]["entry"] == "mg_wfbp" and config["plan"].get("path") == "hook" and loss is None:
+        config["plan"]["why"] += " (give plan_for a loss= to learn it)"
+    kwargs = {"bucket_cap_mb": config["bucket_cap_mb"]}
+    if config.get("bucket_cap_mb_list"):
+        kwargs["bucket_cap_mb_list"] = list(config["bucket_cap_mb_list"])
+    groups = config.get("merge_groups")
+    path = "ddp" if config["plan"]["entry"] == "ddp" else config["plan"]["path"]
+    config["plan"]["path"] = path
+    return ScriptPlan(entry=config["plan"]["entry"], path=path, ddp_kwargs=kwargs,
+                      merge_groups=None if groups is None else tuple(tuple(g) for g in groups), facts=config["plan"])
+
+
+def module_ready_order(module, loss) -> tuple[list[int], list[int]]:
+    """(the parameter indices of `module` in the order their gradients become ready in one backward pass of
+    ``loss(copy)``, on a deep copy of `module` so that its own gradients stay as they are; each parameter's bytes)."""
+    import copy
+
+    import torch
+
+    twin = copy.deepcopy(module)
+    order: list[int] = []
+    handles = [p.register_post_accumulate_grad_hook(lambda _p, i=i: order.append(i))
+               for i, p in enumerate(twin.parameters())]
+    try:
+        value = loss(twin)
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            raise DdlsimError(f"plan_for: loss(module) must return a scalar tensor, got {type(value).__name__}"
+                              + (f" of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else ""))
+        value.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return order, [p.numel() * p.element_size() for p in module.parameters()]
 
 
 def job_plan_config(plan: dict, entry: str, model: str, image_size: int, path: str | Path = "plan") -> dict:
@@ -181,15 +293,8 @@ def gradient_ready_order(model: str, image_size: int, batch_size: int = 2) -> tu
 
     from .ddp_models import build_model, synthetic_batches
 
-    module = build_model(model)
-    order: list[int] = []
-    handles = [p.register_post_accumulate_grad_hook(lambda _p, i=i: order.append(i))
-               for i, p in enumerate(module.parameters())]
     images, labels = synthetic_batches(model, batch_size, image_size, 1, 0)[0]
-    torch.nn.CrossEntropyLoss()(module(images), labels).backward()
-    for handle in handles:
-        handle.remove()
-    return order, [p.numel() * p.element_size() for p in module.parameters()]
+    return module_ready_order(build_model(model), lambda m: torch.nn.CrossEntropyLoss()(m(images), labels))
 
 
 class PlanMerger:

@@ -716,6 +716,12 @@ def plan(
         "after-K/ for K >= 2); the measured gain is of the means over the pairs, printed with each pair's gain, the "
         "spread and a sign test."),
     plan_entry: str = typer.Option("best", "--plan-entry", help="With --apply: best | ddp | mg_wfbp (see capture ddp --plan)."),
+    before: Optional[str] = typer.Option(
+        None, "--before", help="With --apply and --after: your own script's captures without the plan (comma-separated "
+        "directories); nothing is captured, apply.json compares them with --after."),
+    after: Optional[str] = typer.Option(
+        None, "--after", help="With --apply and --before: your own script's captures that ran the plan "
+        "(attach(..., plan=ddlsim.capture.plan_for(model, 'plan.json'))), pair k with the k-th --before."),
     job_groupings: str = typer.Option(
         "plan", "--job-groupings", help="Several jobs ([[job]]): plan (each job's fastest plan) or keep (each job's own)."),
     offset_grid: Optional[str] = typer.Option(None, "--offset-grid", help="Several jobs: grid of the offset search, e.g. 100us."),
@@ -726,6 +732,18 @@ def plan(
     A scenario with [[job]] tables gets per-job groupings and start offsets (docs/planning.md)."""
     if repeats is not None and apply_dir is None:
         raise DdlsimError("--repeats counts the before/after capture pairs of --apply: give --apply DIR, or leave it out")
+    if before is not None or after is not None:
+        if apply_dir is None or before is None or after is None:
+            raise DdlsimError("--before and --after compare your own captures with and without a plan: give both, "
+                              "with --apply DIR for the report")
+        given = [name for name, value in (("a scenario", scenario), ("--model", model), ("--profile", profile),
+                                          ("--workers", workers), ("--bandwidth", bandwidth), ("--latency", latency),
+                                          ("--batch-size", batch_size), ("--repeats", repeats), ("--out", out_path),
+                                          ("--cost-model", cost_model)) if value is not None]
+        if given:
+            raise DdlsimError(f"--before/--after take the job and the plan from the captures: leave out {', '.join(given)}")
+        _plan_measured(apply_dir, before, after, as_json)
+        return
     if apply_dir is not None:
         if scenario is not None or profile is not None or cost_model is not None or out_path is not None:
             raise DdlsimError("--apply measures its own profile and writes its own plan: leave out the scenario, "
@@ -861,7 +879,7 @@ def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optiona
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return
-    p, m = report["predicted"], report["measured"]
+    p = report["predicted"]
     out.print(f"{model}, {workers} workers{', ' + bandwidth if bandwidth else ', unshaped'}: plan entry {report['entry']} "
               f"({report['after']['all_reduces']} all-reduces per iteration, before {report['before']['all_reduces']})",
               highlight=False)
@@ -869,11 +887,37 @@ def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optiona
               "before = ddlsim replay of the before capture)", highlight=False)
     if report.get("shared_cores"):
         out.print(f"[yellow]caveat:[/] {report['shared_cores']['note']}")
-    b, a = report["before"], report["after"]
+    _print_measured(report, repeats, alternating=True)
+    out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'apply.png'}, {apply_dir / 'plan.json'} and the captures "
+              f"{', '.join(str(apply_dir / name) for name in report['order'])}", highlight=False)
+
+
+def _plan_measured(apply_dir: Path, before: str, after: str, as_json: bool) -> None:
+    """`ddlsim plan --apply DIR --before ... --after ...`: see :func:`ddlsim.plan.apply.measure_plan`."""
+    from ..plan.apply import measure_plan
+
+    report = measure_plan(apply_dir, before=before, after=after)
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        return
+    p = report["predicted"]
+    out.print(f"{report['model']}, {report['workers']} workers: plan entry {report['entry']} ({report['path']}; "
+              f"{report['after']['all_reduces']} all-reduces per iteration, before {report['before']['all_reduces']})",
+              highlight=False)
+    out.print(f"predicted: {p['before_s'] * 1e3:.1f} -> {p['after_s'] * 1e3:.1f} ms per iteration ({-p['gain']:+.1%}; "
+              f"before = {report['predicted_before_from']})", highlight=False)
+    _print_measured(report, report["repeats"], alternating=False)
+    out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'apply.png'}", highlight=False)
+
+
+def _print_measured(report: dict, repeats: int, alternating: bool) -> None:
+    """The measured lines of a plan's report (apply.json): the two sides' means, the pairs (`alternating`: captured
+    in alternating order) and the sign test."""
+    m, b, a = report["measured"], report["before"], report["after"]
     if repeats == 1:
         how = a["definition"]
     else:
-        how = (f"mean of {repeats} pairs in alternating order, each capture's {a['definition']}; per pair "
+        how = (f"mean of {repeats} pairs{' in alternating order' if alternating else ''}, each capture's {a['definition']}; per pair "
                + ", ".join(f"{-g:+.1%}" for g in m["pair_gains"])
                + f"; spread of the captures' means: before {b['spread_pct']:.0f} %, after {a['spread_pct']:.0f} %")
     out.print(f"measured:  {m['before_s'] * 1e3:.1f} -> {m['after_s'] * 1e3:.1f} ms per iteration ({-m['gain']:+.1%}; "
@@ -885,8 +929,6 @@ def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optiona
                    f"not resolved at this noise (sign test p = {p_value:.2g}; 6 pairs or more can resolve p < 0.05)")
         out.print(f"pairs: the plan faster in {faster} of {len(m['pair_gains'])}, slower in {slower}: {verdict}",
                   highlight=False)
-    out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'apply.png'}, {apply_dir / 'plan.json'} and the captures "
-              f"{', '.join(str(apply_dir / name) for name in report['order'])}", highlight=False)
 
 
 @app.command()

@@ -74,7 +74,7 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
     report written to ``apply.json``. `plan_options` go to :func:`~ddlsim.plan.planner.make_plan` (e.g. latency);
     `repeats`: before/after pairs (``ddlsim plan --apply --repeats``)."""
     from ..capture.ddp import job_config
-    from ..capture.ddp_plan import captured_groups, job_plan_config
+    from ..capture.ddp_plan import job_plan_config
     from ..capture.ddp_run import run_ddp_capture
     from ..units import parse_bandwidth
     from .planner import make_plan
@@ -129,50 +129,187 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
             how = {"ddp-buckets": "as DDP's own buckets",
                    "hook": f"through the merge hook ({config['plan'].get('why')})"}[path]
 
-    from ..analyze.breakdown import spread_pct
+    captured = data.get("captured") or data["baselines"]["ddp_default"]  # the replay of the "before" capture
+    head = {"model": model, "workers": workers, "bandwidth": bandwidth, "iterations": iterations,
+            "batch_size": batch_size, "entry": chosen, "path": path, "alternated": True}
+    sides = {"before": {"bucket_cap_mb": DEFAULT_BUCKET_CAP_MB},
+             "after": {"bucket_cap_mb": config["bucket_cap_mb"], "bucket_cap_mb_list": config.get("bucket_cap_mb_list")}}
+    predicted = {"before_s": captured["iteration_time_s"], "after_s": data[chosen]["iteration_time_s"],
+                 "ddp_default_s": data["baselines"]["ddp_default"]["iteration_time_s"]}
+    paths = {side: [str(out / capture_dir_name(side, k) / "events.parquet") for k in range(1, repeats + 1)]
+             for side in ("before", "after")}
+    report = _report(logs, paths, head, sides, predicted, data.get("shared_cores"),
+                     [capture_dir_name(side, pair) for side, pair in order])
+    _write_report(out, report)
+    return report
 
+
+def measure_plan(out_dir: str | Path, *, before, after) -> dict:
+    """Measured against predicted gain of a plan your own script ran (``ddlsim plan --apply DIR --before CAPTURES
+    --after CAPTURES``): `before` the captures of the job as it was, `after` those made with
+    ``attach(..., plan=plan_for(model, 'plan.json'))``, pair k = (before[k], after[k]) (each a capture directory or
+    its events.parquet; a list, or a comma-separated string). The prediction is the one the "after" captures
+    recorded: the plan's entry, and for "before" the plan's replay of the capture it was made from (a plan made
+    without a capture: DDP's default buckets). Writes ``apply.json`` and ``apply.png`` in `out_dir` (new, or an
+    empty directory) and returns the report, as :func:`apply_plan` does."""
+    from ..safe_io import check_directory_target, ensure_directory
+
+    out = Path(out_dir)
+    check_directory_target(out, option="--apply")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise DdlsimError(f"--apply {out}: exists and is not an empty directory; name a new directory for the report")
+    sides = {"before": _capture_list(before, "--before"), "after": _capture_list(after, "--after")}
+    if len(sides["before"]) != len(sides["after"]):
+        raise DdlsimError(f"--before names {len(sides['before'])} capture(s), --after {len(sides['after'])}: give one "
+                          "of each per pair, pair k = the k-th of each")
+    logs, facts = {}, None
+    for side, files in sides.items():
+        for k, file in enumerate(files, start=1):
+            log = logs[side, k] = _ddp_capture(file, f"--{side}")
+            ran = log.metadata.get("plan")
+            if side == "before" and ran is not None:
+                raise DdlsimError(f"--before {file}: this capture ran a plan ({ran.get('entry') if isinstance(ran, dict) else ran!r}); "
+                                  "--before takes captures of the job without it")
+            if side == "after":
+                ran = _plan_facts(ran, file)
+                key = (ran.get("file"), ran["entry"], ran["predicted_iteration_s"])
+                if facts is not None and key != facts[0]:
+                    raise DdlsimError(f"--after {file}: ran another plan than {facts[1]} (plan {key[0]}, entry {key[1]}); "
+                                      "every --after capture must run the same plan")
+                facts = facts or (key, file, ran)
+    first_before, first_after = logs["before", 1].metadata, logs["after", 1].metadata
+    for field in ("model", "workers"):
+        for (side, k), log in logs.items():
+            if log.metadata.get(field) != first_before.get(field):
+                raise DdlsimError(f"--{side} {sides[side][k - 1]}: {field} {log.metadata.get(field)!r}, but --before "
+                                  f"{sides['before'][0]} has {first_before.get(field)!r}; compare captures of one job")
+    ran = facts[2]
+    before_s = ran.get("predicted_captured_s") or ran.get("predicted_default_s")
+    if before_s is None:
+        raise DdlsimError(f"--after {facts[1]}: its plan records no prediction of the job before it (neither the "
+                          "capture it was planned from nor DDP's default); make the plan again with ddlsim plan --out")
+    head = {"model": first_before.get("model"), "workers": first_before.get("workers"),
+            "bandwidth": first_before.get("bandwidth"), "iterations": first_before.get("iterations"),
+            "batch_size": first_before.get("batch_size"), "entry": ran["entry"], "path": ran.get("path"),
+            "alternated": False, "plan": ran.get("file"),
+            "predicted_before_from": "the plan's replay of the capture it was made from"
+            if ran.get("predicted_captured_s") else "the plan's DDP default buckets (a plan made without a capture)"}
+    settings = {side: {"bucket_cap_mb": meta.get("bucket_cap_mb")} for side, meta in (("before", first_before), ("after", first_after))}
+    settings["after"]["bucket_cap_mb_list"] = first_after.get("bucket_cap_mb_list")
+    predicted = {"before_s": float(before_s), "after_s": float(ran["predicted_iteration_s"]),
+                 "ddp_default_s": ran.get("predicted_default_s")}
+    paths = {side: [str(f) for f in files] for side, files in sides.items()}
+    order = [name for k in range(1, len(paths["before"]) + 1) for name in (f"before {k}", f"after {k}")]
+    report = _report(logs, paths, head, settings, predicted, None, order)
+    ensure_directory(out, option="--apply")
+    _write_report(out, report)
+    return report
+
+
+def _capture_list(value, option: str) -> list[Path]:
+    """`value` (a list of capture directories or event logs, or a comma-separated string of them) as event-log files."""
+    from ..option_lists import comma_list
+
+    if isinstance(value, (str, Path)):
+        items = comma_list(str(value), option, example="run-a/,run-b/", what="captures")
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, (str, Path)) for v in value):
+        items = [str(v) for v in value]
+    else:
+        raise DdlsimError(f"{option}: give capture directories (or their events.parquet), a list or a comma-separated "
+                          f"string, got {value!r}")
+    files, seen = [], {}
+    for item in items:
+        path = Path(item)
+        file = path / "events.parquet" if path.is_dir() else path
+        if not file.is_file():
+            raise DdlsimError(f"{option} {item}: no such capture (a directory with events.parquet, or the file)")
+        if file.resolve() in seen:  # one capture is one pair's, or the sign test counts it twice
+            raise DdlsimError(f"{option} {item}: the capture {seen[file.resolve()]} named twice; give each capture once")
+        seen[file.resolve()] = item
+        files.append(file)
+    return files
+
+
+def _ddp_capture(file: Path, option: str):
+    from ..trace import read_event_log
+
+    log = read_event_log(file)
+    meta = log.metadata
+    if meta.get("source") != "capture" or meta.get("job") != "ddp":
+        raise DdlsimError(f"{option} {file}: not a DDP capture (job {meta.get('job')!r}, source {meta.get('source')!r}); "
+                          "give captures of ddlsim.capture.attach or ddlsim capture ddp")
+    return log
+
+
+def _plan_facts(ran, file: Path) -> dict:
+    """The plan facts an "after" capture recorded, checked."""
+    import math
+
+    fix = "run your script with attach(..., plan=ddlsim.capture.plan_for(model, 'plan.json'))"
+    if not isinstance(ran, dict):
+        raise DdlsimError(f"--after {file}: this capture ran no plan; {fix}")
+    entry, time = ran.get("entry"), ran.get("predicted_iteration_s")
+    if entry not in ("ddp", "mg_wfbp") or not isinstance(time, (int, float)) or isinstance(time, bool) \
+            or not math.isfinite(time) or time <= 0:
+        raise DdlsimError(f"--after {file}: field 'plan' does not say which entry ran and what it predicted "
+                          f"(entry {entry!r}, predicted_iteration_s {time!r}); {fix}")
+    for key in ("predicted_captured_s", "predicted_default_s"):
+        value = ran.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                                  or not math.isfinite(value) or value <= 0):
+            raise DdlsimError(f"--after {file}: field 'plan.{key}' must be a positive number of seconds, got {value!r}; {fix}")
+    return ran
+
+
+def _report(logs: dict, paths: dict, head: dict, sides: dict, predicted: dict, shared_cores: Optional[dict],
+            order: list[str]) -> dict:
+    """apply.json's report of the captures `logs` ((side, pair) -> event log; `paths` their files per side, pair
+    1 first), with `head` (the job), `sides` (each side's DDP settings) and `predicted` (before_s, after_s,
+    ddp_default_s)."""
+    from ..analyze.breakdown import spread_pct
+    from ..capture.ddp_plan import captured_groups
+
+    repeats = len(paths["before"])
     before_log, after_log = logs["before", 1], logs["after", 1]
     measured = {key: _measured(log) for key, log in logs.items()}  # each capture's iterations, once
     before, after = measured["before", 1], measured["after", 1]
     means = {side: [measured[side, k]["mean_s"] for k in range(1, repeats + 1)] for side in ("before", "after")}
     for side, first in (("before", before), ("after", after)):  # the first pair's capture, and every pair's mean
-        first.update({"captures": [str(out / capture_dir_name(side, k) / "events.parquet") for k in range(1, repeats + 1)],
-                      "means_s": means[side], "spread_pct": spread_pct(means[side])})
+        first.update({"captures": paths[side], "means_s": means[side], "spread_pct": spread_pct(means[side])})
     measured_before = sum(means["before"]) / repeats
     measured_after = sum(means["after"]) / repeats
     gains = [1.0 - a / b for a, b in zip(means["after"], means["before"])]
-    captured = data.get("captured") or data["baselines"]["ddp_default"]  # the replay of the "before" capture
-    predicted_before = captured["iteration_time_s"]
-    predicted_after = data[chosen]["iteration_time_s"]
-    report = {
-        "ddlsim_plan_apply": 1,
-        "model": model, "workers": workers, "bandwidth": bandwidth, "iterations": iterations, "batch_size": batch_size,
-        "entry": chosen, "path": path,
-        "before": {"capture": str(out / "before" / "events.parquet"), "bucket_cap_mb": DEFAULT_BUCKET_CAP_MB,
+    digests = [log.metadata.get("parameter_sha256") for log in logs.values()]
+    return {
+        "ddlsim_plan_apply": 1, **head,
+        "before": {"capture": paths["before"][0], **sides["before"],
                    "all_reduces": len(before_log.metadata.get("buckets") or []), **before},
-        "after": {"capture": str(out / "after" / "events.parquet"), "bucket_cap_mb": config["bucket_cap_mb"],
-                  "bucket_cap_mb_list": config.get("bucket_cap_mb_list"), "all_reduces": len(after_log.metadata.get("buckets") or []), "groups": captured_groups(after_log), **after},
-        "predicted": {"before_s": predicted_before, "after_s": predicted_after,
-                      "gain": 1.0 - predicted_after / predicted_before,
-                      "ddp_default_s": data["baselines"]["ddp_default"]["iteration_time_s"]},
+        "after": {"capture": paths["after"][0], **sides["after"],
+                  "all_reduces": len(after_log.metadata.get("buckets") or []), "groups": captured_groups(after_log), **after},
+        "predicted": {"before_s": predicted["before_s"], "after_s": predicted["after_s"],
+                      "gain": 1.0 - predicted["after_s"] / predicted["before_s"],
+                      "ddp_default_s": predicted["ddp_default_s"]},
         "measured": {"before_s": measured_before, "after_s": measured_after, "gain": 1.0 - measured_after / measured_before,
                      "pair_gains": gains,
                      "pairs_faster": sum(g > 0 for g in gains), "pairs_slower": sum(g < 0 for g in gains),
                      "sign_test_p": sign_test_p(sum(g > 0 for g in gains), sum(g != 0 for g in gains)),
                      "definition": f"each side the mean over {repeats} capture(s) of each capture's mean iteration"},
         # the plan's caveat where the capture's transport ran on the cores that compute (None elsewhere)
-        "shared_cores": data.get("shared_cores"),
+        "shared_cores": shared_cores,
         "repeats": repeats,
-        "order": [capture_dir_name(side, pair) for side, pair in order],
-        "same_weights": len({log.metadata.get("parameter_sha256") for log in logs.values()}) == 1,
+        "order": order,
+        # whether every capture trained the same weights (None where a capture did not record them: your own script's)
+        "same_weights": None if None in digests else len(set(digests)) == 1,
     }
+
+
+def _write_report(out: Path, report: dict) -> None:
     from ..safe_io import atomic_file
     from ..trace.parquet import write_json
 
     with atomic_file(out / "apply.png", option="--apply") as temporary:
         plot_pairs(report, temporary)
     write_json(out / "apply.json", report)
-    return report
 
 
 def plot_pairs(report: dict, target) -> None:
@@ -191,17 +328,21 @@ def plot_pairs(report: dict, target) -> None:
     after = [t * 1e3 for t in report["after"]["means_s"]]
     pairs = list(range(1, len(before) + 1))
     p, m = report["predicted"], report["measured"]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.0 + 0.5 * len(pairs)), 3.6))
+    fig, ax = plt.subplots(figsize=(max(6.8, 1.0 + 0.5 * len(pairs)), 3.8))
     for x, b, a in zip(pairs, before, after):
         ax.plot([x, x], [b, a], color="0.75", linewidth=1, zorder=1)
-    ax.scatter(pairs, before, marker="o", color="tab:blue", zorder=2, label="before: DDP's 25 MB buckets, measured")
+    cap = report["before"].get("bucket_cap_mb")
+    ax.scatter(pairs, before, marker="o", color="tab:blue", zorder=2,
+               label=f"before: DDP's {cap:.3g} MB buckets, measured" if cap else "before, measured")
     ax.scatter(pairs, after, marker="s", color="tab:orange", zorder=2, label=f"after: the plan's {report['entry']}, measured")
     ax.axhline(m["before_s"] * 1e3, color="tab:blue", linewidth=1, label="before, mean over the pairs")
     ax.axhline(m["after_s"] * 1e3, color="tab:orange", linewidth=1, label="after, mean over the pairs")
-    ax.axhline(p["before_s"] * 1e3, color="tab:blue", linestyle=":", linewidth=1.2, label="before, predicted (replay)")
+    default = report.get("predicted_before_from", "").startswith("the plan's DDP default")
+    ax.axhline(p["before_s"] * 1e3, color="tab:blue", linestyle=":", linewidth=1.2,
+               label="before, predicted (DDP's default buckets)" if default else "before, predicted (replay)")
     ax.axhline(p["after_s"] * 1e3, color="tab:orange", linestyle=":", linewidth=1.2, label="after, predicted (plan)")
     ax.set_xticks(pairs)
-    ax.set_xlabel("pair (captures in alternating order)")
+    ax.set_xlabel("pair (captures in alternating order)" if report.get("alternated", True) else "pair")
     ax.set_ylabel("mean iteration (ms)")
     link = report["bandwidth"] or "unshaped"
     ax.set_title(plain_text(f"{report['model']}, {report['workers']} workers, {link}: predicted {-p['gain']:+.1%}, "

@@ -1,0 +1,316 @@
+"""A ``ddlsim plan`` run by your own DDP script (``ddlsim.capture.plan_for`` + ``attach(..., plan=)``) and measured
+against its prediction from your own captures (``ddlsim plan --apply DIR --before ... --after ...``).
+
+Oracles: the plan's own groups (the all-reduces the capture records after DDP's first iteration must be exactly
+them, with their tensors' bytes, computed here from the model's shapes); plain DDP (with 2 ranks every averaged
+element is a/2 + b/2 whatever the grouping, so the trained weights must be equal bit for bit); and the logs
+themselves (apply.json's measured means are the logs' iteration means, its predictions the plan's numbers)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the plan runs in a real 2-rank DDP job (pip install ddlsim[capture])")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from ddlsim.analyze.breakdown import iteration_arrays, iteration_mean  # noqa: E402
+from ddlsim.capture.ddp_plan import plan_for  # noqa: E402
+from ddlsim.cli.app import app  # noqa: E402
+from ddlsim.errors import DdlsimError  # noqa: E402
+from ddlsim.trace import read_event_log  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# the script's model (Net, below and in SCRIPT): nested modules, so names are "body.0.weight" ... and "head.weight"
+SHAPES = {"body.0.weight": (16, 12), "body.0.bias": (16,), "body.2.weight": (8, 16), "body.2.bias": (8,),
+          "head.weight": (3, 8), "head.bias": (3,)}
+NAMES = list(SHAPES)
+BYTES = {name: 4 * (shape[0] * (shape[1] if len(shape) > 1 else 1)) for name, shape in SHAPES.items()}
+# not neighbours in the backward order (head first, body.0 last): the merge hook's path
+NON_ADJACENT = [["head.weight", "body.0.weight", "body.0.bias"], ["head.bias", "body.2.weight", "body.2.bias"]]
+# runs of the order the gradients become ready (a linear layer's bias before its weight, the head first)
+CONTIGUOUS = [["head.bias", "head.weight", "body.2.bias"], ["body.2.weight", "body.0.bias", "body.0.weight"]]
+
+SCRIPT = textwrap.dedent(f"""
+    import os, sys, hashlib
+    import torch, torch.distributed as dist, torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel
+    import ddlsim.capture
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+            self.head = torch.nn.Linear(8, 3)
+        def forward(self, x):
+            return self.head(self.body(x))
+
+    def rank_main(rank, port, out, plan_path, use_loss):
+        os.environ.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo")
+        torch.manual_seed(0)
+        model = Net()
+        plan = None
+        if plan_path == "-":
+            ddp = DistributedDataParallel(model, bucket_cap_mb=25)
+        else:
+            x0, y0 = torch.randn(2, 12), torch.randint(0, 3, (2,))
+            loss = (lambda m: torch.nn.functional.cross_entropy(m(x0), y0)) if use_loss == "1" else None
+            plan = ddlsim.capture.plan_for(model, plan_path, loss=loss)
+            ddp = DistributedDataParallel(model, **plan.ddp_kwargs)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        rec = ddlsim.capture.attach(ddp, out, plan=plan)
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(4):
+            x, y = torch.randn(5, 12, generator=g), torch.randint(0, 3, (5,), generator=g)
+            with rec.iteration():
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(ddp(x), y).backward()
+                with rec.optimizer_step():
+                    opt.step()
+        rec.close(measure=False)
+        if rank == 0:
+            digest = hashlib.sha256()
+            for name, p in model.named_parameters():
+                digest.update(name.encode() + p.detach().numpy().tobytes())
+            with open(out + ".sha", "w") as f:
+                f.write(digest.hexdigest())
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        torch.set_num_threads(1)
+        mp.spawn(rank_main, args=tuple(sys.argv[1:]), nprocs=2)
+""")
+
+
+def _plan(groups, *, ddp_time=2.0, mg_time=1.0, cap=0.001, captured=None) -> dict:
+    plan = {"ddlsim_plan": 1, "model": {"name": "Net"},
+            "ddp": {"iteration_time_s": ddp_time, "bucket_cap_mb": cap, "parameter_order": NAMES},
+            "mg_wfbp": {"iteration_time_s": mg_time, "plan": [{"tensors": g} for g in groups]},
+            "baselines": {"ddp_default": {"iteration_time_s": 3.0}}}
+    if captured is not None:
+        plan["captured"] = {"iteration_time_s": captured}
+    return plan
+
+
+def _run(tmp: Path, name: str, plan: dict | None, use_loss: bool = True) -> tuple[Path, str]:
+    plan_path = "-"
+    if plan is not None:
+        plan_path = str(tmp / f"{name}.plan.json")
+        Path(plan_path).write_text(json.dumps(plan))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp / "train.py"
+    if not script.exists():
+        script.write_text(SCRIPT)
+    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": str(tmp)}
+    out = tmp / name
+    done = subprocess.run([sys.executable, str(script), str(port), str(out), plan_path, "1" if use_loss else "0"],
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, (tmp / f"{name}.sha").read_text()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    import shutil
+
+    tmp = tmp_path_factory.mktemp("own-plan")
+    plain = _run(tmp, "plain", None)
+    shutil.copytree(plain[0], tmp / "plain-copy")
+    return {
+        "plain": plain, "plain-copy": (tmp / "plain-copy", plain[1]),
+        "hook": _run(tmp, "hook", _plan(NON_ADJACENT)),
+        "buckets": _run(tmp, "buckets", _plan(CONTIGUOUS, captured=2.5)),
+        "no-loss": _run(tmp, "no-loss", _plan(CONTIGUOUS), use_loss=False),
+        "ddp": _run(tmp, "ddp", _plan(CONTIGUOUS, ddp_time=0.5, cap=0.0005)),
+    }
+
+
+def _all_reduced_groups(out: Path) -> list[list[str]]:
+    """The tensors of each all-reduce the capture recorded after DDP's first iteration (its provisional bucket)."""
+    log = read_event_log(out / "events.parquet")
+    df = log.to_pandas()
+    names = [p["name"] for p in log.metadata["parameters"]]
+    groups = log.groups.to_pandas()
+    coll = df[(df.kind == "collective") & (df.iteration >= 1)]
+    seen = []
+    for group, rows in coll.groupby("group"):
+        tensors = sorted(names[t] for t in groups[groups.group == group].tensor)
+        assert (rows.bytes == sum(BYTES[t] for t in tensors)).all()
+        assert len(rows) == 2 * 3  # 2 ranks x iterations 1-3
+        seen.append(tensors)
+    return sorted(seen)
+
+
+@pytest.mark.parametrize("case, groups, path", [("hook", NON_ADJACENT, "hook"), ("buckets", CONTIGUOUS, "ddp-buckets"),
+                                                ("no-loss", CONTIGUOUS, "hook")])
+def test_your_script_runs_the_merge_plan_exactly_and_trains_plain_ddps_weights(runs, case, groups, path):
+    out, digest = runs[case]
+    assert _all_reduced_groups(out) == sorted(sorted(g) for g in groups)
+    assert digest == runs["plain"][1]
+    meta = read_event_log(out / "events.parquet").metadata
+    assert meta["plan"]["entry"] == "mg_wfbp" and meta["plan"]["path"] == path
+    assert meta["plan"]["predicted_iteration_s"] == 1.0 and meta["plan"]["predicted_default_s"] == 3.0
+    if path == "ddp-buckets":  # each bucket's cap is exactly its group's bytes, in DDP's bucket order
+        assert meta["bucket_cap_mb_list"] == [sum(BYTES[t] for t in g) / 2**20 for g in CONTIGUOUS]
+        assert meta["plan"]["predicted_captured_s"] == 2.5
+    if case == "no-loss":
+        assert "loss=" in meta["plan"]["why"]
+
+
+def test_your_script_runs_the_ddp_entry_at_the_plans_cap(runs):
+    out, digest = runs["ddp"]
+    meta = read_event_log(out / "events.parquet").metadata
+    assert meta["plan"]["entry"] == "ddp" and meta["plan"]["path"] == "ddp"
+    assert meta["bucket_cap_mb"] == int(0.0005 * 2**20) / 2**20
+    assert "bucket_cap_mb_list" not in meta
+    assert digest == runs["plain"][1]
+
+
+def test_the_report_compares_the_captures_means_with_the_plans_predictions(runs, tmp_path):
+    before, after = runs["plain"][0], runs["buckets"][0]
+    result = CliRunner().invoke(app, ["plan", "--apply", str(tmp_path / "rep"), "--before", str(before),
+                                      "--after", str(after / "events.parquet"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert json.loads((tmp_path / "rep" / "apply.json").read_text()) == report
+    assert (tmp_path / "rep" / "apply.png").read_bytes().startswith(b"\x89PNG")
+    means = {}
+    for side, out in (("before", before), ("after", after)):
+        log = read_event_log(out / "events.parquet")
+        means[side] = iteration_mean(iteration_arrays(log), log.metadata)["mean_s"]
+        assert report[side]["mean_s"] == means[side] and report["measured"][f"{side}_s"] == means[side]
+    assert report["measured"]["gain"] == 1 - means["after"] / means["before"]
+    # the plan was made "from a capture" (its captured entry, 2.5 s): that is the predicted before
+    assert report["predicted"] == {"before_s": 2.5, "after_s": 1.0, "gain": 1 - 1.0 / 2.5, "ddp_default_s": 3.0}
+    assert report["entry"] == "mg_wfbp" and report["path"] == "ddp-buckets" and report["same_weights"] is None
+    assert sorted(map(sorted, report["after"]["groups"])) == sorted(sorted(g) for g in CONTIGUOUS)
+    # two pairs (copies of the captures) from a comma-separated list; a plan made without a capture predicts
+    # "before" as DDP's default
+    import shutil
+
+    shutil.copytree(before, tmp_path / "plain-2")
+    shutil.copytree(runs["hook"][0], tmp_path / "hook-2")
+    report = __import__("ddlsim").measure_plan(tmp_path / "rep2", before=f"{before},{tmp_path / 'plain-2'}",
+                                               after=[runs["hook"][0], tmp_path / "hook-2"])
+    assert report["repeats"] == 2 and report["predicted"]["before_s"] == 3.0
+    assert report["predicted_before_from"].startswith("the plan's DDP default")
+    assert report["measured"]["pair_gains"] == [1 - report["after"]["mean_s"] / report["before"]["mean_s"]] * 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (lambda r, t: ["--before", str(r["plain"][0]), "--after", str(r["plain"][0])], "ran no plan"),
+    (lambda r, t: ["--before", str(r["hook"][0]), "--after", str(r["hook"][0])], "ran a plan"),
+    (lambda r, t: ["--before", f"{r['plain'][0]},{r['plain-copy'][0]}", "--after", str(r["hook"][0])],
+     "one of each per pair"),
+    (lambda r, t: ["--before", f"{r['plain'][0]},{r['plain-copy'][0]}", "--after", f"{r['hook'][0]},{r['ddp'][0]}"],
+     "ran another plan"),
+    (lambda r, t: ["--before", str(r["plain"][0]), "--after", f"{r['hook'][0]},{r['ddp'][0]}"], "one of each per pair"),
+    (lambda r, t: ["--before", f"{r['plain'][0]},{r['plain'][0]}/events.parquet", "--after", str(r["hook"][0])],
+     "named twice"),
+    (lambda r, t: ["--before", str(t / "nothing"), "--after", str(r["hook"][0])], "no such capture"),
+    (lambda r, t: ["--before", str(r["plain"][0])], "give both"),
+    (lambda r, t: ["--before", str(r["plain"][0]), "--after", str(r["hook"][0]), "--model", "lenet5"], "leave out --model"),
+])
+def test_bad_comparisons_are_one_line_errors_that_write_nothing(runs, tmp_path, args, message):
+    out = tmp_path / "rep"
+    result = CliRunner().invoke(app, ["plan", "--apply", str(out), *args(runs, tmp_path)])
+    assert result.exit_code != 0 and isinstance(result.exception, DdlsimError), result.output
+    assert message in str(result.exception) and "\n" not in str(result.exception)
+    assert not out.exists()
+
+
+def test_a_report_directory_that_holds_something_is_refused(runs, tmp_path):
+    (tmp_path / "rep").mkdir()
+    (tmp_path / "rep" / "mine.txt").write_text("keep")
+    with pytest.raises(DdlsimError, match="not an empty directory"):
+        __import__("ddlsim").measure_plan(tmp_path / "rep", before=[runs["plain"][0]], after=[runs["hook"][0]])
+    assert [p.name for p in (tmp_path / "rep").iterdir()] == ["mine.txt"]
+
+
+class Net(torch.nn.Module):
+    """The script's model."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def test_plan_for_refuses_a_plan_for_another_model_a_frozen_parameter_and_bad_arguments(tmp_path):
+    plan = _plan(CONTIGUOUS)
+    wrong = {**plan, "ddp": {**plan["ddp"], "parameter_order": ["body.0.weight", "other"]}}
+    with pytest.raises(DdlsimError, match=r"parameter 1 is 'other'; this module's is 'body.0.bias'"):
+        plan_for(Net(), wrong)
+    frozen = Net()
+    frozen.head.bias.requires_grad_(False)
+    with pytest.raises(DdlsimError, match="'head.bias' does not require grad"):
+        plan_for(frozen, {**plan, "ddp": {**plan["ddp"], "parameter_order": None}})
+    with pytest.raises(DdlsimError, match="entry 'fast'"):
+        plan_for(Net(), plan, entry="fast")
+    with pytest.raises(DdlsimError, match="must be a torch.nn.Module"):
+        plan_for("Net", plan)
+    with pytest.raises(DdlsimError, match="loss must be a function"):
+        plan_for(Net(), plan, loss=3)
+    with pytest.raises(DdlsimError, match="must return a scalar tensor"):
+        plan_for(Net(), plan, loss=lambda m: m(torch.randn(2, 12)))
+    with pytest.raises(DdlsimError, match="no such file"):
+        plan_for(Net(), tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(DdlsimError, match="not a readable JSON plan"):
+        plan_for(Net(), tmp_path / "bad.json")
+
+
+def test_plan_for_leaves_the_models_own_gradients_alone():
+    """The backward pass that learns the ready order runs on a copy."""
+    net = Net()
+    got = plan_for(net, _plan(CONTIGUOUS), loss=lambda m: m(torch.randn(2, 12)).sum())
+    assert got.path == "ddp-buckets" and all(p.grad is None for p in net.parameters())
+    assert got.ddp_kwargs == {"bucket_cap_mb": max(got.ddp_kwargs["bucket_cap_mb_list"]),
+                              "bucket_cap_mb_list": [sum(BYTES[t] for t in g) / 2**20 for g in CONTIGUOUS]}
+
+
+def test_attach_refuses_a_ddp_model_not_built_with_the_plans_arguments(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, torch, torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+        import ddlsim.capture
+        from ddlsim.errors import DdlsimError
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        model = torch.nn.Linear(4, 2)
+        plan = ddlsim.capture.plan_for(model, {{"ddlsim_plan": 1, "model": {{}},
+            "ddp": {{"iteration_time_s": 1.0, "bucket_cap_mb": 0.5}},
+            "mg_wfbp": {{"iteration_time_s": 2.0, "plan": [{{"tensors": ["weight", "bias"]}}]}}}})
+        for ddp, what in ((DistributedDataParallel(model), "bucket_bytes_cap"), ("plan", "plan must be")):
+            try:
+                ddlsim.capture.attach(ddp if ddp != "plan" else DistributedDataParallel(model, **plan.ddp_kwargs),
+                                      {str(tmp_path / "x")!r}, plan=plan if ddp != "plan" else "plan.json")
+            except DdlsimError as exc:
+                assert what in str(exc), str(exc)
+                print("refused:", exc)
+            else:
+                raise SystemExit("not refused")
+        dist.destroy_process_group()
+    """)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PORT": str(port),
+           "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout
+    assert done.stdout.count("refused:") == 2
