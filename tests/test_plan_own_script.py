@@ -314,3 +314,43 @@ def test_attach_refuses_a_ddp_model_not_built_with_the_plans_arguments(tmp_path)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout
     assert done.stdout.count("refused:") == 2
+
+
+def test_plan_for_takes_make_plans_plan_as_it_takes_its_file(tmp_path):
+    import ddlsim
+
+    plan = ddlsim.make_plan(model="lenet5", workers=2)
+    plan.save(tmp_path / "plan.json")
+    from ddlsim.capture.ddp_models import build_model
+
+    model = build_model("lenet5")
+    from_object, from_file = plan_for(model, plan), plan_for(model, tmp_path / "plan.json")
+    assert (from_object.entry, from_object.path, from_object.ddp_kwargs, from_object.merge_groups) == \
+        (from_file.entry, from_file.path, from_file.ddp_kwargs, from_file.merge_groups)
+    assert from_object.facts["predicted_iteration_s"] == from_file.facts["predicted_iteration_s"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.update(plan="mg_wfbp"), "field 'plan'"),
+    (lambda m: m["plan"].update(predicted_iteration_s="1.0"), "field 'plan.predicted_iteration_s'"),
+    (lambda m: m["plan"].update(predicted_captured_s=0.0), "field 'plan.predicted_captured_s'"),
+    (lambda m: m["plan"].pop("entry"), "does not say which entry ran"),
+    (lambda m: m.update(bucket_cap_mb_list=[0.1, "x"]), "field 'bucket_cap_mb_list.1'"),
+])
+def test_a_damaged_plan_record_in_an_after_capture_is_a_one_line_error(runs, tmp_path, change, message):
+    """The report reads the after capture's plan facts: a damaged one (a string for a time, a zero) is refused with
+    its field named, not a traceback in the report's arithmetic or its figure."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    copy = tmp_path / "after"
+    shutil.copytree(runs["buckets"][0], copy)
+    table = pq.read_table(copy / "events.parquet")
+    meta = json.loads(table.schema.metadata[b"ddlsim.metadata"])
+    change(meta)
+    table = table.replace_schema_metadata({**table.schema.metadata, b"ddlsim.metadata": json.dumps(meta).encode()})
+    pq.write_table(table, copy / "events.parquet")
+    with pytest.raises(DdlsimError, match=message.replace(".", r"\.")) as caught:
+        __import__("ddlsim").measure_plan(tmp_path / "rep", before=[runs["plain"][0]], after=[copy])
+    assert "\n" not in str(caught.value) and not (tmp_path / "rep").exists()

@@ -164,7 +164,7 @@ class ScriptPlan:
 
 
 def plan_for(module, plan: str | Path | dict, *, entry: str = "best", loss=None) -> ScriptPlan:
-    """`plan` (a ``ddlsim plan --out`` file, or its dict) made ready for `module`, the ``torch.nn.Module`` your script
+    """`plan` (a ``ddlsim plan --out`` file, its dict, or :func:`ddlsim.make_plan`'s plan) made ready for `module`, the ``torch.nn.Module`` your script
     is about to wrap in ``DistributedDataParallel`` (every rank calls it alike). `entry`: ``best`` (the entry the plan
     predicts faster), ``ddp`` or ``mg_wfbp``. `loss`: for the ``mg_wfbp`` entry, a function that takes a module and
     returns a scalar loss of one small batch (e.g. ``lambda m: loss_fn(m(x), y)``): one backward pass of a copy of
@@ -186,9 +186,10 @@ def plan_for(module, plan: str | Path | dict, *, entry: str = "best", loss=None)
     if isinstance(plan, (str, Path)):
         label, where = f"plan_for: {plan}", str(Path(plan).resolve())
         data = load_plan(plan, label)
-    else:
-        label, where = "plan_for: plan", "(a dict)"
-        data = checked_plan(plan, label)
+    else:  # the plan's dict, or ddlsim.make_plan's Plan (its to_dict() is what plan --out writes)
+        label, where = "plan_for: plan", "(in memory)"
+        to_dict = getattr(plan, "to_dict", None)
+        data = checked_plan(to_dict() if callable(to_dict) and not isinstance(plan, dict) else plan, label)
     named = list(module.named_parameters())
     names = [name for name, _ in named]
     frozen = [name for name, p in named if not p.requires_grad]

@@ -63,6 +63,15 @@ class _Parameter(Facts):
     elements: Index = 0
 
 
+class _PlanRan(Facts):  # a plan the capture ran (capture ddp --plan, attach(..., plan=)): read by plan --apply
+    entry: Text = None
+    file: Text = None
+    path: Text = None
+    predicted_iteration_s: Positive = None
+    predicted_default_s: Optional[Positive] = None  # null: the plan had no DDP default baseline
+    predicted_captured_s: Positive = None
+
+
 class CaptureFacts(Facts):
     """The checked part of a capture's metadata (every field may be absent: captures of older versions lack some)."""
 
@@ -82,6 +91,8 @@ class CaptureFacts(Facts):
     layer_every: Count = None
     layer_iterations: list[Index] = []
     bucket_cap_mb: Positive = None
+    bucket_cap_mb_list: list[Positive] = None
+    plan: _PlanRan = None
     ranks: dict[str, _Rank] = {}
     buckets: list[_Bucket] = []
     bucket_layouts: list[_Layout] = []
