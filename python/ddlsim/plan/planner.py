@@ -71,6 +71,9 @@ BASELINES = ("wfbp", "synceasgd", "ddp_default")
 Progress = Callable[[int, int, str], None]
 
 
+# a plan entry that is not this much faster than the job as captured is no gain (a note says so)
+NO_GAIN = 0.01
+
 @dataclass
 class Candidate:
     """One simulated grouping."""
@@ -536,6 +539,14 @@ def make_plan(scenario: Scenario | dict | str | Path | None = None, *, cost_mode
         plan.shared_cores = shared_core_overlap(capture_meta or {}, plan)
         if plan.shared_cores is not None:
             notes.append(plan.shared_cores["note"])
+    if plan.captured is not None:
+        own = plan.captured.iteration_time_s
+        faster = min(plan.mg_wfbp.iteration_time_s, best.iteration_time_s)
+        if faster > own * (1 - NO_GAIN):
+            notes.append(f"neither entry a DDP job can run is at least {NO_GAIN:.0%} faster than the job as captured "
+                         f"({own * 1e3:.3g} ms; MG-WFBP {plan.mg_wfbp.iteration_time_s * 1e3:.3g} ms, DDP "
+                         f"{best.bucket_cap_mb:g} MB {best.iteration_time_s * 1e3:.3g} ms): keep the job's own buckets; "
+                         "running the plan (capture ddp --plan, ddlsim.capture.plan_for) would measure noise")
     if plan.ddp_default.iteration_time_s < best.iteration_time_s:
         notes.append(f"DDP's default ({gp.DDP_FIRST_BUCKET_BYTES >> 20} MiB first bucket, then "
                      f"{gp.DDP_BUCKET_CAP_MB:g} MB; {plan.ddp_default.iteration_time_s * 1e3:.2f} ms) is faster than "
