@@ -354,3 +354,21 @@ def test_a_damaged_plan_record_in_an_after_capture_is_a_one_line_error(runs, tmp
     with pytest.raises(DdlsimError, match=message.replace(".", r"\.")) as caught:
         __import__("ddlsim").measure_plan(tmp_path / "rep", before=[runs["plain"][0]], after=[copy])
     assert "\n" not in str(caught.value) and not (tmp_path / "rep").exists()
+
+
+def test_an_after_capture_whose_buckets_name_a_tensor_it_lacks_reports_no_groups(runs, tmp_path):
+    """A bucket table that names tensor 99 of 6 (a damaged log) stopped the report with an IndexError; the
+    report's groups are then unknown, and the rest stands."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    copy = tmp_path / "after"
+    shutil.copytree(runs["buckets"][0], copy)
+    table = pq.read_table(copy / "events.parquet")
+    meta = json.loads(table.schema.metadata[b"ddlsim.metadata"])
+    meta["buckets"][0]["tensors"] = [99]
+    table = table.replace_schema_metadata({**table.schema.metadata, b"ddlsim.metadata": json.dumps(meta).encode()})
+    pq.write_table(table, copy / "events.parquet")
+    report = __import__("ddlsim").measure_plan(tmp_path / "rep", before=[runs["plain"][0]], after=[copy])
+    assert report["after"]["groups"] is None and report["predicted"]["after_s"] == 1.0

@@ -64,7 +64,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ("events", "sketchdlc", "sketchdlc_records", "chakra", "kineto", "netop", "capture", "scenario", "fit",
            "costmodel", "replay", "simulate", "plan", "idlecurve", "sweep", "merge", "validate", "cache", "convert",
-           "thesisruns")
+           "thesisruns", "apply")
 #: the run budget the ``simulate`` target's runs get (--max-memory): an input the budget admits must stay within the
 #: worker's address-space limit and time limit, or the estimate did not bound the real cost
 SIMULATE_BUDGET_BYTES = 192 << 20
@@ -202,6 +202,17 @@ def make_capture_samples(sample) -> None:
     metadata[METADATA_KEY.encode()] = json.dumps({**json.loads(metadata[METADATA_KEY.encode()]),
                                                   "bandwidth": "1Gbps"}).encode()
     pq.write_table(table.replace_schema_metadata(metadata), shaped / "events.parquet")
+    # `plan --apply DIR --before --after`'s pair: the DDP capture, and again as if it ran a plan (attach(plan=))
+    shutil.copytree(sample("replay", "ddp"), sample("apply", "pair") / "before", dirs_exist_ok=True)
+    after = sample("apply", "pair") / "after"
+    shutil.copytree(sample("replay", "ddp"), after, dirs_exist_ok=True)
+    table = pq.read_table(io.BytesIO((after / "events.parquet").read_bytes()))
+    metadata = dict(table.schema.metadata)
+    ran = {"entry": "mg_wfbp", "path": "ddp-buckets", "file": "/plan.json", "model": "lenet5", "groups": 2,
+           "predicted_iteration_s": 0.02, "predicted_default_s": 0.03, "predicted_captured_s": 0.025}
+    metadata[METADATA_KEY.encode()] = json.dumps({**json.loads(metadata[METADATA_KEY.encode()]), "plan": ran,
+                                                  "bucket_cap_mb_list": [0.1, 0.2]}).encode()
+    pq.write_table(table.replace_schema_metadata(metadata), after / "events.parquet")
 
 
 _PS_SCENARIO = """workers = 3
@@ -1075,6 +1086,10 @@ def run_target(target: str, directory: Path) -> Any:
             return open_analysis(directory / "merged.parquet").headline()
         except DdlsimError as exc:
             raise AssertionError(f"capture merge wrote a log that ddlsim refuses: {exc}") from None
+    if target == "apply":  # `ddlsim plan --apply OUT --before B --after A`: your script's plan measured, the report
+        from ddlsim.plan.apply import measure_plan
+
+        return measure_plan(directory / "report", before=[directory / "before"], after=[directory / "after"])
     if target == "validate":  # `ddlsim validate --captures DIR --out OUT`: measure, replay, compare, write the report
         from ddlsim.validation import validate
 

@@ -378,9 +378,10 @@ def parameter_checksum(module) -> str:
 
 
 def captured_groups(log) -> Optional[list[list[str]]]:
-    """The tensors (names) of each all-reduce of a capture's last bucket layout, in launch order."""
+    """The tensors (names) of each all-reduce of a capture's last bucket layout, in launch order; None where the
+    capture does not record them, or its bucket table names a tensor its parameter list lacks (a damaged log)."""
     names = [p["name"] for p in log.metadata.get("parameters", [])]
     buckets = log.metadata.get("buckets") or []
-    if not names or not buckets:
+    if not names or not buckets or any(t >= len(names) for b in buckets for t in b.get("tensors", [])):
         return None
     return [[names[t] for t in b["tensors"]] for b in buckets]
