@@ -748,8 +748,8 @@ def plan(
         if scenario is not None or profile is not None or cost_model is not None or out_path is not None:
             raise DdlsimError("--apply measures its own profile and writes its own plan: leave out the scenario, "
                               "--profile, --cost-model and --out")
-        _plan_apply(apply_dir, model=model or "resnet18", workers=workers or 2, bandwidth=bandwidth,
-                    batch_size=batch_size or 8, iterations=capture_iterations, entry=plan_entry, as_json=as_json,
+        _plan_apply(apply_dir, model=model or "resnet18", workers=2 if workers is None else workers, bandwidth=bandwidth,
+                    batch_size=8 if batch_size is None else batch_size, iterations=capture_iterations, entry=plan_entry, as_json=as_json,
                     repeats=repeats, plan_options={"latency": latency, "network": network, "algorithm": algorithm})
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

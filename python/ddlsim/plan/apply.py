@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import DdlsimError
+from ..safe_io import check_directory_target, ensure_directory
 
 DEFAULT_BUCKET_CAP_MB = 25.0
 DEFAULT_REPEATS = 3  # before/after pairs: one pair's gain is often inside the noise between two captures
+MAX_WORKERS = 4096  # ranks of one capture (ddlsim validate's bound too)
 
 
 def _measured(log) -> dict:
@@ -79,22 +81,35 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
     from ..units import parse_bandwidth
     from .planner import make_plan
 
+    from ..arguments import real, whole
+    from ..capture.ddp_plan import ENTRIES
+    from .planner import plan_scenario
+
     step = on_step or (lambda text: None)
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    check_directory_target(out, option="--apply")
+    if out.exists() and any(out.iterdir()):
         raise DdlsimError(f"--apply {out}: exists and is not an empty directory; name a new directory for the two "
                           "captures, the plan and the report")
-    rate = None if bandwidth is None else parse_bandwidth(bandwidth)
+    # every argument checked before the first capture starts (minutes, and a directory written)
+    what = "ddlsim plan --apply:"
+    workers = whole(workers, f"{what} workers (--workers)", 2, MAX_WORKERS)
+    iterations = whole(iterations, f"{what} iterations (--capture-iterations; the first is a warm-up)", 2, 1_000_000)
+    repeats = whole(repeats, f"{what} repeats (--repeats, before/after pairs)", 1, 1000)
+    timeout_s = real(timeout_s, f"{what} timeout_s", 0.0, 1e9, open_lo=True)
+    if not isinstance(entry, str) or entry not in ENTRIES:
+        raise DdlsimError(f"--plan-entry {entry!r}: choose one of {', '.join(ENTRIES)}")
+    if not isinstance(plan_options, (dict, type(None))):
+        raise DdlsimError(f"{what} plan_options must be a dict of make_plan's options (e.g. latency), got {plan_options!r}")
     try:
+        rate = None if bandwidth is None else parse_bandwidth(bandwidth)
         base = job_config({"model": model, "iterations": iterations, "batch_size": batch_size,
                            "image_size": image_size, "bucket_cap_mb": DEFAULT_BUCKET_CAP_MB, "seed": seed})
     except ValueError as exc:
-        raise DdlsimError(f"ddlsim plan --apply: {exc}") from None
-    if iterations < 2:
-        raise DdlsimError("ddlsim plan --apply: --capture-iterations must be at least 2 (the first is a warm-up)")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise DdlsimError(f"ddlsim plan --apply: --repeats must be a whole number of before/after pairs >= 1, got {repeats!r}")
-    out.mkdir(parents=True, exist_ok=True)
+        raise DdlsimError(f"{what} {exc}") from None
+    options = {k: v for k, v in (plan_options or {}).items() if v is not None}
+    plan_scenario(None, None, [], model=model, workers=workers, bandwidth=bandwidth, **options)  # the plan's options
+    ensure_directory(out, option="--apply")
 
     order = capture_order(repeats)
     total = len(order) + 1  # the captures and the plan
@@ -118,7 +133,6 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
         logs[side, pair] = log
         if number == 1:
             step(f"2/{total} planning from the measured layer times")
-            options = {k: v for k, v in (plan_options or {}).items() if v is not None}
             plan = make_plan(model=model, profile=str((out / "before" / "events.parquet").resolve()), workers=workers,
                              bandwidth=bandwidth, **options)
             plan.save(out / "plan.json")
@@ -152,8 +166,6 @@ def measure_plan(out_dir: str | Path, *, before, after) -> dict:
     recorded: the plan's entry, and for "before" the plan's replay of the capture it was made from (a plan made
     without a capture: DDP's default buckets). Writes ``apply.json`` and ``apply.png`` in `out_dir` (new, or an
     empty directory) and returns the report, as :func:`apply_plan` does."""
-    from ..safe_io import check_directory_target, ensure_directory
-
     out = Path(out_dir)
     check_directory_target(out, option="--apply")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
