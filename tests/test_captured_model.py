@@ -4,13 +4,13 @@ model rebuilt from the capture's recorded layers and parameters (ddlsim.workload
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from script_helpers import free_port, run_python
 
 from ddlsim.errors import DdlsimError, ModelError
 from ddlsim.workload.captured import UNKNOWN_TYPE, captured_model
@@ -122,9 +122,7 @@ def test_any_corruption_of_the_record_is_a_model_or_a_model_error():
 def own_capture(tmp_path_factory):
     pytest.importorskip("torch", reason="the example captures a real 2-rank job (pip install ddlsim[capture])")
     out = tmp_path_factory.mktemp("own")
-    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": str(out)}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "capture_own_script.py"), str(out)],
-                          capture_output=True, text=True, timeout=180, env=env)
+    done = run_python([str(ROOT / "examples" / "capture_own_script.py"), str(out)], out, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     return out / "events.parquet"
 
@@ -189,14 +187,7 @@ def test_attach_measures_after_training_unless_told_not_to(tmp_path, measure):
         rec.close(measure={measure})
         dist.destroy_process_group()
     """)
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PORT": str(port),
-           "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    done = run_python(["-c", script], tmp_path, timeout=120, PORT=str(free_port()))
     assert done.returncode == 0, done.stderr[-2000:]
     from ddlsim.trace import read_event_log
 
@@ -264,9 +255,8 @@ def test_the_examples_capture_plans_runs_the_plan_and_reports_it_as_the_docs_sho
     result = CliRunner().invoke(app, ["plan", "--model", "Sequential", "--profile", str(own_capture), "--workers", "2",
                                       "--out", str(plan)])
     assert result.exit_code == 0, result.output
-    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "capture_own_script.py"), str(tmp_path / "after"),
-                           "--iterations", "4", "--plan", str(plan)], capture_output=True, text=True, timeout=180, env=env)
+    done = run_python([str(ROOT / "examples" / "capture_own_script.py"), str(tmp_path / "after"), "--iterations", "4",
+                       "--plan", str(plan)], tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(plan.read_text())
     ran = read_event_log(tmp_path / "after" / "events.parquet").metadata["plan"]

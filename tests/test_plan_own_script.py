@@ -9,13 +9,11 @@ themselves (apply.json's measured means are the logs' iteration means, its predi
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from script_helpers import free_port, run_python
 
 torch = pytest.importorskip("torch", reason="the plan runs in a real 2-rank DDP job (pip install ddlsim[capture])")
 
@@ -27,8 +25,6 @@ from ddlsim.cli.app import app  # noqa: E402
 from ddlsim.errors import DdlsimError  # noqa: E402
 from ddlsim.trace import read_event_log  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-
 # the script's model (Net, below and in SCRIPT): nested modules, so names are "body.0.weight" ... and "head.weight"
 SHAPES = {"body.0.weight": (16, 12), "body.0.bias": (16,), "body.2.weight": (8, 16), "body.2.bias": (8,),
           "head.weight": (3, 8), "head.bias": (3,)}
@@ -39,7 +35,7 @@ NON_ADJACENT = [["head.weight", "body.0.weight", "body.0.bias"], ["head.bias", "
 # runs of the order the gradients become ready (a linear layer's bias before its weight, the head first)
 CONTIGUOUS = [["head.bias", "head.weight", "body.2.bias"], ["body.2.weight", "body.0.bias", "body.0.weight"]]
 
-SCRIPT = textwrap.dedent(f"""
+SCRIPT = textwrap.dedent("""
     import os, sys, hashlib
     import torch, torch.distributed as dist, torch.multiprocessing as mp
     from torch.nn.parallel import DistributedDataParallel
@@ -106,16 +102,11 @@ def _run(tmp: Path, name: str, plan: dict | None, use_loss: bool = True) -> tupl
     if plan is not None:
         plan_path = str(tmp / f"{name}.plan.json")
         Path(plan_path).write_text(json.dumps(plan))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     script = tmp / "train.py"
     if not script.exists():
         script.write_text(SCRIPT)
-    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": str(tmp)}
     out = tmp / name
-    done = subprocess.run([sys.executable, str(script), str(port), str(out), plan_path, "1" if use_loss else "0"],
-                          capture_output=True, text=True, timeout=240, env=env)
+    done = run_python([str(script), str(free_port()), str(out), plan_path, "1" if use_loss else "0"], tmp)
     assert done.returncode == 0, done.stderr[-3000:]
     return out, (tmp / f"{name}.sha").read_text()
 
@@ -306,12 +297,7 @@ def test_attach_refuses_a_ddp_model_not_built_with_the_plans_arguments(tmp_path)
                 raise SystemExit("not refused")
         dist.destroy_process_group()
     """)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PORT": str(port),
-           "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    done = run_python(["-c", script], tmp_path, timeout=120, PORT=str(free_port()))
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout
     assert done.stdout.count("refused:") == 2
 

@@ -110,7 +110,8 @@ def test_plan_apply_prints_the_plans_caveat_beside_its_prediction(tmp_path, monk
 
     note = shared_core_overlap(meta(), plan())["note"]
     side = {"all_reduces": 1, "spread_pct": 3.0, "definition": "mean iteration"}
-    report = {"entry": "mg_wfbp", "order": ["before", "after", "after-2", "before-2"],
+    report = {"model": "lenet5", "workers": 2, "bandwidth": None, "path": "ddp-buckets", "repeats": 2,
+              "entry": "mg_wfbp", "order": ["before", "after", "after-2", "before-2"],
               "before": dict(side), "after": {**side, "all_reduces": 2},
               "predicted": {"before_s": 6.8e-3, "after_s": 5.7e-3, "gain": 1 - 5.7 / 6.8},
               "measured": {"before_s": 6.3e-3, "after_s": 7.4e-3, "gain": 1 - 7.4 / 6.3, "pair_gains": [-0.2, -0.1],

@@ -879,15 +879,7 @@ def _plan_apply(apply_dir: Path, *, model: str, workers: int, bandwidth: Optiona
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return
-    p = report["predicted"]
-    out.print(f"{model}, {workers} workers{', ' + bandwidth if bandwidth else ', unshaped'}: plan entry {report['entry']} "
-              f"({report['after']['all_reduces']} all-reduces per iteration, before {report['before']['all_reduces']})",
-              highlight=False)
-    out.print(f"predicted: {p['before_s'] * 1e3:.1f} -> {p['after_s'] * 1e3:.1f} ms per iteration ({-p['gain']:+.1%}; "
-              "before = ddlsim replay of the before capture)", highlight=False)
-    if report.get("shared_cores"):
-        out.print(f"[yellow]caveat:[/] {report['shared_cores']['note']}")
-    _print_measured(report, repeats, alternating=True)
+    _print_plan_report(report, alternating=True)
     out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'apply.png'}, {apply_dir / 'plan.json'} and the captures "
               f"{', '.join(str(apply_dir / name) for name in report['order'])}", highlight=False)
 
@@ -900,14 +892,21 @@ def _plan_measured(apply_dir: Path, before: str, after: str, as_json: bool) -> N
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return
-    p = report["predicted"]
-    out.print(f"{report['model']}, {report['workers']} workers: plan entry {report['entry']} ({report['path']}; "
-              f"{report['after']['all_reduces']} all-reduces per iteration, before {report['before']['all_reduces']})",
-              highlight=False)
-    out.print(f"predicted: {p['before_s'] * 1e3:.1f} -> {p['after_s'] * 1e3:.1f} ms per iteration ({-p['gain']:+.1%}; "
-              f"before = {report['predicted_before_from']})", highlight=False)
-    _print_measured(report, report["repeats"], alternating=False)
+    _print_plan_report(report, alternating=False)
     out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'apply.png'}", highlight=False)
+
+
+def _print_plan_report(report: dict, alternating: bool) -> None:
+    """A plan's report (apply.json) as `plan --apply` prints it: the job, predicted, the caveat, measured."""
+    p = report["predicted"]
+    out.print(f"{report['model']}, {report['workers']} workers, {report['bandwidth'] or 'unshaped'}: plan entry "
+              f"{report['entry']} ({report['path']}; {report['after']['all_reduces']} all-reduces per iteration, "
+              f"before {report['before']['all_reduces']})", highlight=False)
+    out.print(f"predicted: {p['before_s'] * 1e3:.1f} -> {p['after_s'] * 1e3:.1f} ms per iteration ({-p['gain']:+.1%}; "
+              f"before = {report.get('predicted_before_from', 'ddlsim replay of the before capture')})", highlight=False)
+    if report.get("shared_cores"):
+        out.print(f"[yellow]caveat:[/] {report['shared_cores']['note']}")
+    _print_measured(report, report["repeats"], alternating)
 
 
 def _print_measured(report: dict, repeats: int, alternating: bool) -> None:

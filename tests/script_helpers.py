@@ -1,0 +1,24 @@
+"""Running a Python script in a child process the way the tests of your own DDP script do: ddlsim from this
+checkout, one thread, a HOME of the test's own, and a free port for torch.distributed's rendezvous."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_python(args: list[str], home: Path, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
+    """``python ARGS`` (a script and its arguments, or ``-c CODE``) with ddlsim importable from this checkout and
+    `env` added; its output captured."""
+    base = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": str(home)}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env={**base, **env})
