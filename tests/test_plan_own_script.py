@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from script_helpers import free_port, run_python
+from script_helpers import ROOT, free_port, run_python
 
 torch = pytest.importorskip("torch", reason="the plan runs in a real 2-rank DDP job (pip install ddlsim[capture])")
 
@@ -24,8 +24,9 @@ from ddlsim.capture.ddp_plan import plan_for  # noqa: E402
 from ddlsim.cli.app import app  # noqa: E402
 from ddlsim.errors import DdlsimError  # noqa: E402
 from ddlsim.trace import read_event_log  # noqa: E402
+from own_net import Net  # noqa: E402
 
-# the script's model (Net, below and in SCRIPT): nested modules, so names are "body.0.weight" ... and "head.weight"
+# the script's model (own_net.Net): nested modules, so names are "body.0.weight" ... and "head.weight"
 SHAPES = {"body.0.weight": (16, 12), "body.0.bias": (16,), "body.2.weight": (8, 16), "body.2.bias": (8,),
           "head.weight": (3, 8), "head.bias": (3,)}
 NAMES = list(SHAPES)
@@ -40,14 +41,7 @@ SCRIPT = textwrap.dedent("""
     import torch, torch.distributed as dist, torch.multiprocessing as mp
     from torch.nn.parallel import DistributedDataParallel
     import ddlsim.capture
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
-            self.head = torch.nn.Linear(8, 3)
-        def forward(self, x):
-            return self.head(self.body(x))
+    from own_net import Net
 
     def rank_main(rank, port, out, plan_path, use_loss):
         os.environ.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -106,7 +100,8 @@ def _run(tmp: Path, name: str, plan: dict | None, use_loss: bool = True) -> tupl
     if not script.exists():
         script.write_text(SCRIPT)
     out = tmp / name
-    done = run_python([str(script), str(free_port()), str(out), plan_path, "1" if use_loss else "0"], tmp)
+    done = run_python([str(script), str(free_port()), str(out), plan_path, "1" if use_loss else "0"], tmp,
+                      PYTHONPATH=f"{ROOT / 'python'}:{ROOT / 'tests'}")  # the ranks import own_net's Net
     assert done.returncode == 0, done.stderr[-3000:]
     return out, (tmp / f"{name}.sha").read_text()
 
@@ -227,18 +222,6 @@ def test_a_report_directory_that_holds_something_is_refused(runs, tmp_path):
     with pytest.raises(DdlsimError, match="not an empty directory"):
         __import__("ddlsim").measure_plan(tmp_path / "rep", before=[runs["plain"][0]], after=[runs["hook"][0]])
     assert [p.name for p in (tmp_path / "rep").iterdir()] == ["mine.txt"]
-
-
-class Net(torch.nn.Module):
-    """The script's model."""
-
-    def __init__(self):
-        super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
-        self.head = torch.nn.Linear(8, 3)
-
-    def forward(self, x):
-        return self.head(self.body(x))
 
 
 def test_plan_for_refuses_a_plan_for_another_model_a_frozen_parameter_and_bad_arguments(tmp_path):
