@@ -80,7 +80,9 @@ class RankRecorder:
         self._pending: list[str] = []  # rows formatted, written at the next flush (or when 1024 are held)
         self._file = open(self.path, "w", encoding="utf-8")
         header = {"rank": self.rank, "role": role, "host": host or socket.gethostname(), "pid": os.getpid(),
-                  "clock": "monotonic_ns", "clock_offset_ns": int(clock_offset_ns), "started_ns": now_ns(), **(meta or {})}
+                  "clock": "monotonic_ns", "clock_offset_ns": int(clock_offset_ns), "started_ns": now_ns(),
+                  "started_unix_ns": time.time_ns(),  # the wall clock: which of two captures ran first (plan --apply)
+                  **(meta or {})}
         self._write({"header": header})
         self.flush()
 

@@ -892,7 +892,9 @@ def _plan_measured(apply_dir: Path, before: str, after: str, as_json: bool) -> N
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return
-    _print_plan_report(report, alternating=False)
+    _print_plan_report(report, alternating=report["alternated"])
+    if report.get("order_note"):
+        out.print(f"[yellow]caveat:[/] {report['order_note']}")
     out.print(f"wrote {apply_dir / 'apply.json'}, {apply_dir / 'apply.png'}", highlight=False)
 
 

@@ -211,11 +211,37 @@ def measure_plan(out_dir: str | Path, *, before, after) -> dict:
     predicted = {"before_s": float(before_s), "after_s": float(ran["predicted_iteration_s"]),
                  "ddp_default_s": ran.get("predicted_default_s")}
     paths = {side: [str(f) for f in files] for side, files in sides.items()}
-    order = [name for k in range(1, len(paths["before"]) + 1) for name in (f"before {k}", f"after {k}")]
+    started = {key: _started_unix_ns(log) for key, log in logs.items()}
+    pairs = len(paths["before"])
+    if None in started.values():  # a capture made before captures recorded the wall clock: the order is unknown
+        order, firsts = [name for k in range(1, pairs + 1) for name in (f"before {k}", f"after {k}")], None
+    else:
+        order = [f"{side} {k}" for side, k in sorted(started, key=lambda key: (started[key], key))]
+        firsts = ["before" if started["before", k] <= started["after", k] else "after" for k in range(1, pairs + 1)]
+    head["alternated"] = bool(firsts) and pairs > 1 and all(a != b for a, b in zip(firsts, firsts[1:]))
+    head["order_known"] = firsts is not None
     report = _report(logs, paths, head, settings, predicted, None, order)
+    report["order_note"] = _order_note(firsts, report["measured"]["pair_gains"])
     ensure_directory(out, option="--apply")
     _write_report(out, report)
     return report
+
+
+def _started_unix_ns(log) -> Optional[int]:
+    """When the capture started by the wall clock (its first rank's header), or None where it did not record it."""
+    ranks = log.metadata.get("ranks") or {}
+    times = [r.get("started_unix_ns") for r in ranks.values() if isinstance(r, dict)]
+    return min(times) if times and None not in times else None
+
+
+def _order_note(firsts: Optional[list[str]], gains: list[float]) -> Optional[str]:
+    """A caveat where every pair of two or more ran the same side first: a drift of the machine from the first
+    capture of a pair to the second then falls on one side, and is read as the plan's gain or loss."""
+    if not firsts or len(firsts) < 2 or len(set(firsts)) > 1:
+        return None
+    return (f"every pair ran its {firsts[0]} capture first: whatever drifts from the first capture of a pair to the "
+            f"second (a machine's load, caches, clocks) falls on the {'after' if firsts[0] == 'before' else 'before'} "
+            f"side and reads as the plan's effect; alternate the order (before, after | after, before | ...)")
 
 
 def _capture_list(value, option: str) -> list[Path]:

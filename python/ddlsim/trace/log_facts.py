@@ -45,6 +45,7 @@ class _Rank(Facts):
     host: Optional[Text] = None  # null: the host is not known (the readers take it so)
     role: Text = None
     rpc_round_trip_ns: Amount = None
+    started_unix_ns: Index = None  # the wall clock when the rank started (absent in captures before 2026-11-29)
 
 
 class _Bucket(Facts):
