@@ -31,6 +31,9 @@ def run_ddp_capture(config: dict, workers: int, out: Path, *, timeout_s: float =
     """(event log, CaptureError or None). Raises DdlsimError when nothing could be recorded.
 
     `on_note(text)` hears about leftovers of earlier shaped captures removed at the start."""
+    from .launch import check_world_fits
+
+    check_world_fits(workers)  # before the directory, the namespaces or any rank
     with capture_dir(out) as out:
         return _run(config, workers, out, timeout_s, bandwidth_bps, on_note)
 

@@ -148,6 +148,37 @@ def check_timeout(timeout: float, option: str = "--timeout") -> None:
         raise DdlsimError(f"{option} {timeout:g}: give a positive number of seconds, e.g. {option} 300")
 
 
+#: the least resident memory of one rank process: it imports PyTorch and its backend (measured 0.7-1.0 GiB per rank
+#: for a 2-rank LeNet-5 DDP capture on the reference machine; the floor leaves room for smaller ones)
+RANK_MEMORY_FLOOR_BYTES = 512 << 20
+
+
+def available_memory_bytes() -> Optional[int]:
+    """The memory the kernel says new processes can use (MemAvailable of /proc/meminfo), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_world_fits(world_size: int, option: str = "--workers") -> None:
+    """Refuses, before anything starts, a capture whose rank processes cannot all fit in this machine's memory
+    (`world_size` x :data:`RANK_MEMORY_FLOOR_BYTES` above what is available): thousands of ranks would otherwise be
+    started one by one until the machine runs out of memory."""
+    available = available_memory_bytes()
+    need = int(world_size) * RANK_MEMORY_FLOOR_BYTES
+    if available is not None and need > available:
+        raise DdlsimError(f"{option}: {world_size} rank processes on this machine need at least {need / 2**30:.1f} GiB "
+                          f"(each imports PyTorch: {RANK_MEMORY_FLOOR_BYTES >> 20} MiB or more), but "
+                          f"{available / 2**30:.1f} GiB is available; give at most "
+                          f"{max(1, available // RANK_MEMORY_FLOOR_BYTES)} ranks here, or spread them over machines "
+                          "with torchrun (docs/capture.md)")
+
+
 def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *, timeout_s: float = 600.0,
                  grace_s: float = 5.0, env: Optional[dict] = None, wrap: Optional[Callable[[int, list[str]], list[str]]] = None,
                  master_addr: str = "127.0.0.1", on_poll: Optional[Callable[[], None]] = None) -> list[RankResult]:
@@ -159,6 +190,7 @@ def launch_local(job: str, config: dict, world_size: int, out_dir: str | Path, *
     """
     if job not in JOBS:
         raise CaptureError(f"unknown capture job {job!r}; choose one of {', '.join(JOBS)}")
+    check_world_fits(world_size, "--workers" if job != "connections" else "--connections")
     out = Path(out_dir)
     config_path = out / "job.json"
     try:

@@ -50,6 +50,9 @@ def ddp(
         raise DdlsimError("ddlsim capture needs PyTorch, which is not installed; pip install ddlsim[capture]")
     if workers < 1:
         raise DdlsimError(f"--workers must be at least 1, got {workers}")
+    from ..capture.launch import check_world_fits
+
+    check_world_fits(workers)
     if layer_every < 1:
         raise DdlsimError(f"--layer-every must be a positive integer (1: layer rows on every iteration, K: on every "
                           f"K-th), got {layer_every}")

@@ -78,6 +78,9 @@ def ps(
         raise DdlsimError(f"--connection-requests {connection_requests} is fewer than {max(counts)} connections; give at least "
                           f"{max(counts)}")
     failure = None
+    from ..capture.launch import check_world_fits
+
+    check_world_fits(world, "--workers + --servers")  # before the directory, the namespaces or any rank
     with capture_dir(out_dir) as out_dir, ExitStack() as stack:
         kwargs = _launch_kwargs(world, bandwidth, stack)
         shared = cores_note(world)  # after the checks of --out and --bandwidth: a bad input stays one line
