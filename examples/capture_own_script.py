@@ -9,8 +9,9 @@ Under torchrun, drop the spawn and call `train(out_dir)` in each rank
 
     torchrun --nproc-per-node 2 examples/capture_own_script.py run-own/ --torchrun
 
-`--iterations N` trains N iterations (default 3). With `--plan PLAN` the script runs a `ddlsim plan --out PLAN` result (made
-from its own capture) and records that it did:
+`--iterations N` trains N iterations (default 3). With `--plan PLAN` the
+script runs a `ddlsim plan --out PLAN` result (made from its own capture)
+and records that it did:
 
     ddlsim plan --model Sequential --profile run-own/events.parquet --workers 2 --out plan.json
     python examples/capture_own_script.py run-planned/ --plan plan.json

@@ -381,3 +381,17 @@ def test_an_after_capture_whose_buckets_name_a_tensor_it_lacks_reports_no_groups
     pq.write_table(table, copy / "events.parquet")
     report = __import__("ddlsim").measure_plan(tmp_path / "rep", before=[runs["plain"][0]], after=[copy])
     assert report["after"]["groups"] is None and report["predicted"]["after_s"] == 1.0
+
+
+def test_a_report_that_cannot_be_written_leaves_no_directory_behind(runs, tmp_path, monkeypatch):
+    """Ctrl-C (or a failing write) while the report is written: no apply.json, no apply.png, and the directory this
+    call made is gone (its parent kept)."""
+    import ddlsim.plan.apply as apply_module
+
+    def interrupted(target, report):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(apply_module, "plot_pairs", lambda report, target: interrupted(target, report))
+    with pytest.raises(KeyboardInterrupt):
+        apply_module.measure_plan(tmp_path / "rep", before=[runs["plain"][0]], after=[runs["hook"][0]])
+    assert list(tmp_path.iterdir()) == []

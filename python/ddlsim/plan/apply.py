@@ -222,8 +222,14 @@ def measure_plan(out_dir: str | Path, *, before, after) -> dict:
     head["order_known"] = firsts is not None
     report = _report(logs, paths, head, settings, predicted, None, order)
     report["order_note"] = _order_note(firsts, report["measured"]["pair_gains"])
+    created = not out.exists()
     ensure_directory(out, option="--apply")
-    _write_report(out, report)
+    try:
+        _write_report(out, report)
+    except BaseException:  # an error or Ctrl-C while writing: the files are written whole or not at all, and the
+        if created and not any(out.iterdir()):  # directory this call made goes with them
+            out.rmdir()
+        raise
     return report
 
 
