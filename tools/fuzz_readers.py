@@ -1051,7 +1051,14 @@ def run_target(target: str, directory: Path) -> Any:
 
         plan = load_plan(directory / "plan.json")
         config = {"model": "lenet5", "image_size": 32}
-        return [apply_plan(config, plan, entry, directory / "plan.json") for entry in ("best", "ddp", "mg_wfbp")]
+        applied = [apply_plan(config, plan, entry, directory / "plan.json") for entry in ("best", "ddp", "mg_wfbp")]
+        # ... and what your own script's plan_for does with it (the file read again, every entry, for LeNet-5)
+        from ddlsim.capture.ddp_models import build_model
+        from ddlsim.capture.ddp_plan import plan_for
+
+        model = build_model("lenet5")
+        return applied + [plan_for(model, directory / "plan.json", entry=entry).ddp_kwargs
+                          for entry in ("best", "ddp", "mg_wfbp")]
     if target == "idlecurve":  # what `ddlsim replay --idle-curve idle.csv` does with it: read, then each ratio
         from ddlsim.simulation.idle_wake import CLASSES, check_curve, ratio, read_curve
 
