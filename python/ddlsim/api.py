@@ -157,9 +157,10 @@ def replay(events: str | Path, model: str | None = None, jobs: list[str] | str |
     :class:`ddlsim.simulation.jobs.JobsRun` as :func:`simulate_jobs` does, with each
     job's recorded iteration time beside its replayed one; `jobs` (names) replays
     only those jobs, on the same fabric without the others (docs/jobs.md)."""
+    from .arguments import path_arg
     from .simulation.replay import attach_recorded, replay_plan
 
-    scenario, notes = replay_plan(events, model=model, jobs=jobs, **overrides)
+    scenario, notes = replay_plan(path_arg(events, "events"), model=model, jobs=jobs, **overrides)
     result = simulate(scenario)
     result.notes[:0] = notes
     attach_recorded(result, events)
@@ -195,6 +196,7 @@ def replay_scaling(events: str | Path, workers: list[int], model: str | None = N
     """The replay of `events` at each worker count: iteration time mean, spread
     and compute part per count (see :func:`ddlsim.simulation.replay.replay_scaling`);
     ``replay_scaling("capture/events.parquet", [8, 128, 1024], rank_times="sampled")``."""
+    from .arguments import path_arg
     from .simulation.replay import replay_scaling as scaling
 
-    return scaling(events, workers, model=model, **overrides)
+    return scaling(path_arg(events, "events"), workers, model=model, **overrides)

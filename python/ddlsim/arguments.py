@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+from pathlib import Path
 from typing import Any
 
-from .errors import DdlsimError
+from .errors import ArgumentTypeError, DdlsimError
 
 
 def whole(value: Any, name: str, lo: int, hi: int, error: type[DdlsimError] = DdlsimError) -> int:
@@ -30,3 +32,14 @@ def real(value: Any, name: str, lo: float, hi: float, error: type[DdlsimError] =
             not (lo < value if open_lo else lo <= value) or not (value < hi if open_hi else value <= hi):
         raise error(f"{name} must be a finite number in {left}{lo:g}, {hi:g}{right}, got {value!r}")
     return float(value)
+
+
+def path_arg(value: Any, name: str) -> Path:
+    """`value` as a Path where it is one (a str or an os.PathLike); else :class:`~ddlsim.errors.ArgumentTypeError`
+    naming `name` (not Python's "expected str, bytes or os.PathLike object" from deep inside)."""
+    if isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):
+        text = os.fspath(value)
+        if isinstance(text, str) and text and "\0" not in text:
+            return Path(text)
+        raise ArgumentTypeError(f"{name} must name a file or directory, got {value!r}")
+    raise ArgumentTypeError(f"{name} must be a path (a str or a pathlib.Path), got {type(value).__name__} {value!r}")

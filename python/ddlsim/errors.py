@@ -39,6 +39,11 @@ class InternalError(DdlsimError):
         super().__init__(f"internal error, please report it{where} ({detail})")
 
 
+class ArgumentTypeError(DdlsimError, TypeError):
+    """A Python API argument of the wrong type (an int where a path is meant): ddlsim's own error, one line naming
+    the argument, and a TypeError as Python's own would be."""
+
+
 class PlanError(DdlsimError):
     """A cost-model table, cost model or plan request is malformed."""
 

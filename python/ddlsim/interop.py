@@ -71,6 +71,9 @@ def convert(source: str | os.PathLike[str], out: str | os.PathLike[str], *, from
 
     >>> ddlsim.convert("run1/events.parquet", "run1/chakra/trace.et")   # doctest: +SKIP
     """
+    from .arguments import path_arg
+
+    source, out = path_arg(source, "source"), path_arg(out, "out")
     inputs = input_files(source)
     fmt = infer_output_format(out) if to_format is None else to_format.strip().lower()
     if fmt not in DIRECTORY_OUTPUTS and fmt != "chakra":

@@ -433,8 +433,10 @@ def validate(out: str | Path, *, captures: Optional[str | Path] = None, quick: b
     """Runs the validation (module docstring) into `out`, a new or empty directory. Returns the three tables."""
     from .safe_io import check_directory_target
 
-    from .arguments import real, whole
+    from .arguments import path_arg, real, whole
 
+    out = path_arg(out, "out")
+    captures = None if captures is None else path_arg(captures, "captures")
     say = progress or (lambda text: None)
     # checked before anything runs: counts as whole numbers in range (the flag named too), and from Python a list of
     # names as a list or as one comma-separated string (as the flags take them)

@@ -51,7 +51,9 @@ def open_analysis(path: str | Path, *, stream: bool | None = None, iteration: in
     ``stream`` is True, or when it is None and the Parquet file has more than
     :data:`STREAM_ABOVE_ROWS` rows or ``iteration`` is given; in memory
     otherwise (and always for SketchDLC traces)."""
-    path = Path(path)
+    from ..arguments import path_arg
+
+    path = path_arg(path, "path")
     if path.is_dir() or path.suffix == ".txt":
         if stream or iteration is not None:
             from ..errors import DdlsimError

@@ -81,12 +81,12 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
     from ..units import parse_bandwidth
     from .planner import make_plan
 
-    from ..arguments import real, whole
+    from ..arguments import path_arg, real, whole
     from ..capture.ddp_plan import ENTRIES
     from .planner import plan_scenario
 
     step = on_step or (lambda text: None)
-    out = Path(out_dir)
+    out = path_arg(out_dir, "out_dir")
     check_directory_target(out, option="--apply")
     if out.exists() and any(out.iterdir()):
         raise DdlsimError(f"--apply {out}: exists and is not an empty directory; name a new directory for the two "
@@ -166,7 +166,9 @@ def measure_plan(out_dir: str | Path, *, before, after) -> dict:
     recorded: the plan's entry, and for "before" the plan's replay of the capture it was made from (a plan made
     without a capture: DDP's default buckets). Writes ``apply.json`` and ``apply.png`` in `out_dir` (new, or an
     empty directory) and returns the report, as :func:`apply_plan` does."""
-    out = Path(out_dir)
+    from ..arguments import path_arg
+
+    out = path_arg(out_dir, "out_dir")
     check_directory_target(out, option="--apply")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DdlsimError(f"--apply {out}: exists and is not an empty directory; name a new directory for the report")

@@ -33,6 +33,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
@@ -472,7 +473,14 @@ def fit_tables(paths: Sequence[str | Path], workers: Sequence[int] = (), algorit
                gamma_ns_per_byte: float = 0.0, time_unit: str = "us", min_size_bytes: int = 0) -> CostModel:
     """Reads every table (`workers`: one count for all tables, or one per
     table, for rows that give none) and fits them together."""
+    from ..arguments import path_arg
+
     algorithm = algorithm_name(algorithm)
+    if isinstance(paths, (str, os.PathLike)):  # one table, not the characters of its name
+        paths = [paths]
+    if not isinstance(paths, (list, tuple)):
+        raise PlanError(f"paths must be a list of table files, got {type(paths).__name__}")
+    paths = [path_arg(p, f"paths[{i}]") for i, p in enumerate(paths)]
     if not paths:
         raise PlanError("give at least one table")
     if len(workers) not in (0, 1, len(paths)):

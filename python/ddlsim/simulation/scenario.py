@@ -1650,7 +1650,9 @@ def read_scenario_toml(path: str | Path) -> dict[str, Any]:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Reads and validates a TOML scenario file."""
-    path = Path(path)
+    from ..arguments import path_arg
+
+    path = path_arg(path, "path")
     data = read_scenario_toml(path)
     scenario = scenario_from_dict(data, origin=str(path))
     if not data:

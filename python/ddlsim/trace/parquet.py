@@ -182,7 +182,9 @@ def read_event_log(path: str | os.PathLike[str], *, check_causality: bool = True
     their columns validate; their metadata is ``{}`` plus the version.
     Raises :class:`TraceError` naming the file otherwise.
     """
-    path = Path(path)
+    from ..arguments import path_arg
+
+    path = path_arg(path, "path")
     table = _read_table(path)
     raw = table.schema.metadata or {}
     metadata = _parse_metadata(raw, path)
