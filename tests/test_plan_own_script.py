@@ -43,7 +43,7 @@ SCRIPT = textwrap.dedent("""
     import ddlsim.capture
     from own_net import Net
 
-    def rank_main(rank, port, out, plan_path, use_loss):
+    def rank_main(rank, port, out, plan_path):
         os.environ.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo")
         torch.manual_seed(0)
@@ -53,8 +53,7 @@ SCRIPT = textwrap.dedent("""
             ddp = DistributedDataParallel(model, bucket_cap_mb=25)
         else:
             x0, y0 = torch.randn(2, 12), torch.randint(0, 3, (2,))
-            loss = (lambda m: torch.nn.functional.cross_entropy(m(x0), y0)) if use_loss == "1" else None
-            plan = ddlsim.capture.plan_for(model, plan_path, loss=loss)
+            plan = ddlsim.capture.plan_for(model, plan_path, loss=lambda m: torch.nn.functional.cross_entropy(m(x0), y0))
             ddp = DistributedDataParallel(model, **plan.ddp_kwargs)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
         rec = ddlsim.capture.attach(ddp, out, plan=plan)
@@ -91,7 +90,7 @@ def _plan(groups, *, ddp_time=2.0, mg_time=1.0, cap=0.001, captured=None) -> dic
     return plan
 
 
-def _run(tmp: Path, name: str, plan: dict | None, use_loss: bool = True) -> tuple[Path, str]:
+def _run(tmp: Path, name: str, plan: dict | None) -> tuple[Path, str]:
     plan_path = "-"
     if plan is not None:
         plan_path = str(tmp / f"{name}.plan.json")
@@ -100,7 +99,7 @@ def _run(tmp: Path, name: str, plan: dict | None, use_loss: bool = True) -> tupl
     if not script.exists():
         script.write_text(SCRIPT)
     out = tmp / name
-    done = run_python([str(script), str(free_port()), str(out), plan_path, "1" if use_loss else "0"], tmp,
+    done = run_python([str(script), str(free_port()), str(out), plan_path], tmp,
                       PYTHONPATH=f"{ROOT / 'python'}:{ROOT / 'tests'}")  # the ranks import own_net's Net
     assert done.returncode == 0, done.stderr[-3000:]
     return out, (tmp / f"{name}.sha").read_text()
@@ -117,7 +116,6 @@ def runs(tmp_path_factory):
         "plain": plain, "plain-copy": (tmp / "plain-copy", plain[1]),
         "hook": _run(tmp, "hook", _plan(NON_ADJACENT)),
         "buckets": _run(tmp, "buckets", _plan(CONTIGUOUS, captured=2.5)),
-        "no-loss": _run(tmp, "no-loss", _plan(CONTIGUOUS), use_loss=False),
         "ddp": _run(tmp, "ddp", _plan(CONTIGUOUS, ddp_time=0.5, cap=0.0005)),
     }
 
@@ -138,8 +136,7 @@ def _all_reduced_groups(out: Path) -> list[list[str]]:
     return sorted(seen)
 
 
-@pytest.mark.parametrize("case, groups, path", [("hook", NON_ADJACENT, "hook"), ("buckets", CONTIGUOUS, "ddp-buckets"),
-                                                ("no-loss", CONTIGUOUS, "hook")])
+@pytest.mark.parametrize("case, groups, path", [("hook", NON_ADJACENT, "hook"), ("buckets", CONTIGUOUS, "ddp-buckets")])
 def test_your_script_runs_the_merge_plan_exactly_and_trains_plain_ddps_weights(runs, case, groups, path):
     out, digest = runs[case]
     assert _all_reduced_groups(out) == sorted(sorted(g) for g in groups)
@@ -150,8 +147,6 @@ def test_your_script_runs_the_merge_plan_exactly_and_trains_plain_ddps_weights(r
     if path == "ddp-buckets":  # each bucket's cap is exactly its group's bytes, in DDP's bucket order
         assert meta["bucket_cap_mb_list"] == [sum(BYTES[t] for t in g) / 2**20 for g in CONTIGUOUS]
         assert meta["plan"]["predicted_captured_s"] == 2.5
-    if case == "no-loss":
-        assert "loss=" in meta["plan"]["why"]
 
 
 def test_your_script_runs_the_ddp_entry_at_the_plans_cap(runs):
@@ -286,6 +281,15 @@ def test_plan_for_refuses_a_plan_for_another_model_a_frozen_parameter_and_bad_ar
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(DdlsimError, match="not a readable JSON plan"):
         plan_for(Net(), tmp_path / "bad.json")
+
+
+def test_without_a_loss_a_contiguous_merge_plan_takes_the_hook_and_says_why():
+    """The order the gradients become ready is not known without loss=: the hook path (which the captures above show
+    running the plan's groups exactly), and the reason says how to learn the order."""
+    got = plan_for(Net(), _plan(CONTIGUOUS))
+    assert got.path == "hook" and got.ddp_kwargs == {"bucket_cap_mb": 1 / 2**20}
+    assert sorted(map(sorted, got.merge_groups)) == sorted(sorted(NAMES.index(t) for t in g) for g in CONTIGUOUS)
+    assert "give plan_for a loss= to learn it" in got.facts["why"]
 
 
 def test_plan_for_leaves_the_models_own_gradients_alone():
