@@ -81,16 +81,12 @@ def apply_plan(out_dir: str | Path, *, model: str = "resnet18", workers: int = 2
     from ..units import parse_bandwidth
     from .planner import make_plan
 
-    from ..arguments import path_arg, real, whole
+    from ..arguments import real, whole
     from ..capture.ddp_plan import ENTRIES
     from .planner import plan_scenario
 
     step = on_step or (lambda text: None)
-    out = path_arg(out_dir, "out_dir")
-    check_directory_target(out, option="--apply")
-    if out.exists() and any(out.iterdir()):
-        raise DdlsimError(f"--apply {out}: exists and is not an empty directory; name a new directory for the two "
-                          "captures, the plan and the report")
+    out = _new_or_empty(out_dir, "the two captures, the plan and the report")
     # every argument checked before the first capture starts (minutes, and a directory written)
     what = "ddlsim plan --apply:"
     workers = whole(workers, f"{what} workers (--workers)", 2, MAX_WORKERS)
@@ -166,12 +162,7 @@ def measure_plan(out_dir: str | Path, *, before, after) -> dict:
     recorded: the plan's entry, and for "before" the plan's replay of the capture it was made from (a plan made
     without a capture: DDP's default buckets). Writes ``apply.json`` and ``apply.png`` in `out_dir` (new, or an
     empty directory) and returns the report, as :func:`apply_plan` does."""
-    from ..arguments import path_arg
-
-    out = path_arg(out_dir, "out_dir")
-    check_directory_target(out, option="--apply")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DdlsimError(f"--apply {out}: exists and is not an empty directory; name a new directory for the report")
+    out = _new_or_empty(out_dir, "the report")
     sides = {"before": _capture_list(before, "--before"), "after": _capture_list(after, "--after")}
     if len(sides["before"]) != len(sides["after"]):
         raise DdlsimError(f"--before names {len(sides['before'])} capture(s), --after {len(sides['after'])}: give one "
@@ -223,7 +214,7 @@ def measure_plan(out_dir: str | Path, *, before, after) -> dict:
     head["alternated"] = bool(firsts) and pairs > 1 and all(a != b for a, b in zip(firsts, firsts[1:]))
     head["order_known"] = firsts is not None
     report = _report(logs, paths, head, settings, predicted, None, order)
-    report["order_note"] = _order_note(firsts, report["measured"]["pair_gains"])
+    report["order_note"] = _order_note(firsts)
     created = not out.exists()
     ensure_directory(out, option="--apply")
     try:
@@ -235,6 +226,17 @@ def measure_plan(out_dir: str | Path, *, before, after) -> dict:
     return report
 
 
+def _new_or_empty(out_dir, what: str) -> Path:
+    """`out_dir` (the ``--apply`` directory) as a Path, refused unless it is new or an empty directory."""
+    from ..arguments import path_arg
+
+    out = path_arg(out_dir, "out_dir")
+    check_directory_target(out, option="--apply")
+    if out.exists() and any(out.iterdir()):
+        raise DdlsimError(f"--apply {out}: exists and is not an empty directory; name a new directory for {what}")
+    return out
+
+
 def _started_unix_ns(log) -> Optional[int]:
     """When the capture started by the wall clock (its first rank's header), or None where it did not record it."""
     ranks = log.metadata.get("ranks") or {}
@@ -242,7 +244,7 @@ def _started_unix_ns(log) -> Optional[int]:
     return min(times) if times and None not in times else None
 
 
-def _order_note(firsts: Optional[list[str]], gains: list[float]) -> Optional[str]:
+def _order_note(firsts: Optional[list[str]]) -> Optional[str]:
     """A caveat where every pair of two or more ran the same side first: a drift of the machine from the first
     capture of a pair to the second then falls on one side, and is read as the plan's gain or loss."""
     if not firsts or len(firsts) < 2 or len(set(firsts)) > 1:
