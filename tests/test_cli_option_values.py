@@ -4,7 +4,6 @@ one line, exit status 2, nothing written (docs/cli.md, "Bad input")."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -325,3 +324,17 @@ def test_a_scenario_files_problems_are_one_line(tmp_path):
     assert run.stderr.count("\n") == 1, run.stderr
     assert "field 'network.latency': duration must not be negative" in run.stderr
     assert "; unknown key 'network.bandwith': did you mean 'bandwidth'?" in run.stderr
+
+
+@pytest.mark.parametrize("argv", [["capture", "connections", "--connections", "1,x", "-o", "cc"],
+                                  ["capture", "connections", "--connections", "1,2", "--timeout", "0", "-o", "cc"],
+                                  ["capture", "connections", "--connections", "1,2", "--request-bytes", "4 parsecs", "-o", "cc"],
+                                  ["capture", "ps", "--connections", "1,1", "-o", "cc"]])
+def test_a_bad_connection_option_is_refused_before_pytorch_is_imported(tmp_path, argv):
+    # before: both commands imported the connection benchmark (and with it PyTorch, 2-10 s) to read --connections
+    code = ("import sys\nfrom ddlsim.cli.app import main\nsys.argv = ['ddlsim', *sys.argv[1:]]\ntry:\n    main()\n"
+            "finally:\n    print('torch imported:', 'torch' in sys.modules, file=sys.stderr)\n")
+    run = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith("error: --") and run.stderr.rstrip().endswith("torch imported: False"), run.stderr
+    assert not (tmp_path / "cc").exists()

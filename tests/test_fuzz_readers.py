@@ -1,10 +1,11 @@
-"""tools/fuzz_readers.py: a few thousand seeded inputs through every reader give only ddlsim's own errors,
+"""tools/fuzz_readers.py: a thousand seeded inputs through every reader give only ddlsim's own errors,
 and the harness itself catches what a broken reader could do (crash, hang, loop, memory, exception)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,19 +24,39 @@ def _summary(run) -> str:
     return run.stdout.strip().splitlines()[-1]
 
 
-def test_three_thousand_seeded_inputs_give_only_ddlsims_own_errors(tmp_path):
-    run = fuzz("--inputs", "3000", "--seed", "20261126", "--workers", "2", "--out", str(tmp_path / "out"))
+@pytest.fixture(scope="module")
+def samples_dir(tmp_path_factory):
+    """Every reader's samples, made once for this module (two of them are real captures): a campaign whose --out
+    already holds ``samples`` starts from them, as a campaign resumed in the same directory does."""
+    spec = importlib.util.spec_from_file_location("fuzz_readers_samples", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    samples = tmp_path_factory.mktemp("samples") / "samples"
+    module.make_samples(samples)
+    return samples
+
+
+def _out_with_samples(tmp_path, samples_dir):
+    out = tmp_path / "out"
+    shutil.copytree(samples_dir, out / "samples", symlinks=True)
+    return out
+
+
+def test_a_thousand_seeded_inputs_give_only_ddlsims_own_errors(tmp_path, samples_dir):
+    # the suite's share; each session's campaign runs 10,000 (docs/interop.md, "Fuzzing the readers")
+    out = _out_with_samples(tmp_path, samples_dir)
+    run = fuzz("--inputs", "1000", "--seed", "20261126", "--workers", "2", "--out", str(out))
     summary = _summary(run)
     assert run.returncode == 0 and " 0 failures (none)" in summary, (summary, run.stderr[-3000:])
-    assert summary.startswith("fuzz_readers: 3000 inputs (seed 20261126)")
+    assert summary.startswith("fuzz_readers: 1000 inputs (seed 20261126)")
     read, refused = (int(x) for x in (summary.split("; ")[1].split(" read, ")[0],
                                       summary.split(" read, ")[1].split(" refused")[0]))
-    assert read + refused == 3000 and read > 300 and refused > 300  # both outcomes are exercised
-    assert not (tmp_path / "out" / "findings").exists()
+    assert read + refused == 1000 and read > 100 and refused > 100  # both outcomes are exercised
+    assert not (out / "findings").exists()
 
 
-def test_the_harness_counts_crashes_hangs_loops_memory_and_exceptions_and_goes_on(tmp_path):
-    out = tmp_path / "out"
+def test_the_harness_counts_crashes_hangs_loops_memory_and_exceptions_and_goes_on(tmp_path, samples_dir):
+    out = _out_with_samples(tmp_path, samples_dir)
     injected = {"crash": 3, "hang": 4, "slow": 25, "memory": 26, "exception": 27}
     run = fuzz("--inputs", "40", "--seed", "5", "--workers", "2", "--out", str(out), "--time-limit", "2",
                "--hang-limit", "3", "--memory-mb", "256", *[f"--inject={k}:{i}" for k, i in injected.items()])
@@ -52,13 +73,11 @@ def test_the_harness_counts_crashes_hangs_loops_memory_and_exceptions_and_goes_o
 
 
 @pytest.fixture(scope="module")
-def tool(tmp_path_factory):
+def tool(samples_dir):
     spec = importlib.util.spec_from_file_location("fuzz_readers", TOOL)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    samples = tmp_path_factory.mktemp("samples") / "samples"
-    module.make_samples(samples)
-    return module, module.load_samples(samples)
+    return module, module.load_samples(samples_dir)
 
 
 def test_inputs_are_a_function_of_seed_and_index(tool):

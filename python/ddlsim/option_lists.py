@@ -58,3 +58,18 @@ def comma_list(text: str, option: str, convert: Callable[[str], T] = str, *, exa
                 raise DdlsimError(f"{option} {text!r}: {again}; give each value once, e.g. {option} {example}")
             seen[key] = item
     return values
+
+
+def connection_counts(text: str, option: str = "--connections") -> list[int]:
+    """Connection counts written as whole numbers >= 1 separated by commas
+    (1,2,4,8), at least two different ones (the fit is a line), none twice;
+    sorted. Anything else is one line naming `option`, before anything runs
+    (here, where no capture module and no PyTorch is imported)."""
+    example = f"e.g. {option} 1,2,4,8"
+    counts = comma_list(text, option, whole_number, example="1,2,4,8", what="connection counts")
+    if min(counts) < 1:
+        raise DdlsimError(f"{option} {text!r}: a count of {min(counts)}; connection counts are at least 1, {example}")
+    if len(counts) < 2:
+        raise DdlsimError(f"{option} {text!r}: the fit of server time against connections needs at least two different "
+                          f"counts, {example}")
+    return sorted(counts)

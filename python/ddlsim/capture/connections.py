@@ -149,22 +149,6 @@ def fit_line(x, y) -> dict:
     return {"a": float(a), "b": float(b), "r2": 1.0 - residual / spread if spread > 0 else 1.0, "points": int(len(x))}
 
 
-def parse_counts(text: str, option: str = "--connections") -> list[int]:
-    """Connection counts written as whole numbers >= 1 separated by commas
-    (1,2,4,8), at least two different ones (the fit is a line), none twice;
-    sorted. Anything else is one line naming `option`, before anything runs."""
-    from ..option_lists import comma_list, whole_number
-
-    example = f"e.g. {option} 1,2,4,8"
-    counts = comma_list(text, option, whole_number, example="1,2,4,8", what="connection counts")
-    if min(counts) < 1:
-        raise DdlsimError(f"{option} {text!r}: a count of {min(counts)}; connection counts are at least 1, {example}")
-    if len(counts) < 2:
-        raise DdlsimError(f"{option} {text!r}: the fit of server time against connections needs at least two different "
-                          f"counts, {example}")
-    return sorted(counts)
-
-
 def run_scaling(connections: list[int], requests: int, request_bytes: int, out_dir: str | Path, *,
                 timeout_s: float = 300.0, on_done: Optional[Callable[[dict], None]] = None) -> dict:
     """One job per connection count under ``out_dir/c<C>/`` (events.parquet,

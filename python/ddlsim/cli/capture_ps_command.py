@@ -116,10 +116,10 @@ def _scaling_counts(text: str, workers: int) -> list[int]:
         return []
     if text.strip().lower() == "auto":
         return list(range(1, max(2, workers) + 1))
-    from ..capture.connections import parse_counts
+    from ..option_lists import connection_counts
 
     try:
-        return parse_counts(text)
+        return connection_counts(text)
     except DdlsimError as exc:
         raise DdlsimError(f"{exc} (or auto, or none)") from None
 
@@ -190,19 +190,18 @@ def connections(
     """Connection scaling (RPC paper Fig. 9): one server, C connections, the same total requests; fit server time vs C."""
     from rich.table import Table
 
-    from ..capture.connections import run_scaling
-
-    from ..capture.connections import parse_counts
     from ..capture.launch import check_timeout
-
-    check_timeout(timeout)
-    values = parse_counts(counts)
+    from ..option_lists import connection_counts
     from ..units import parse_size_bytes
 
+    check_timeout(timeout)  # the options first: a bad one is refused before PyTorch is imported
+    values = connection_counts(counts)
     try:
         request_bytes = parse_size_bytes(request_size)
     except ValueError as exc:
         raise DdlsimError(f"--request-bytes: {exc}") from None
+    from ..capture.connections import run_scaling
+
     result = run_scaling(values, requests, request_bytes, out_dir, timeout_s=timeout,
                          on_done=lambda r: err.print(f"  {r['connections']} connections done", highlight=False))
     view = Table(title=f"{requests} requests of {request_bytes} B, one server", title_justify="left", header_style="bold")
