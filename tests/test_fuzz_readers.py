@@ -25,14 +25,19 @@ def _summary(run) -> str:
 
 
 @pytest.fixture(scope="module")
-def samples_dir(tmp_path_factory):
-    """Every reader's samples, made once for this module (two of them are real captures): a campaign whose --out
-    already holds ``samples`` starts from them, as a campaign resumed in the same directory does."""
-    spec = importlib.util.spec_from_file_location("fuzz_readers_samples", TOOL)
+def fuzz_module():
+    spec = importlib.util.spec_from_file_location("fuzz_readers", TOOL)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def samples_dir(fuzz_module, tmp_path_factory):
+    """Every reader's samples, made once for this module (two of them are real captures): a campaign whose --out
+    already holds ``samples`` starts from them, as a campaign resumed in the same directory does."""
     samples = tmp_path_factory.mktemp("samples") / "samples"
-    module.make_samples(samples)
+    fuzz_module.make_samples(samples)
     return samples
 
 
@@ -73,11 +78,8 @@ def test_the_harness_counts_crashes_hangs_loops_memory_and_exceptions_and_goes_o
 
 
 @pytest.fixture(scope="module")
-def tool(samples_dir):
-    spec = importlib.util.spec_from_file_location("fuzz_readers", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, module.load_samples(samples_dir)
+def tool(fuzz_module, samples_dir):
+    return fuzz_module, fuzz_module.load_samples(samples_dir)
 
 
 def test_inputs_are_a_function_of_seed_and_index(tool):
