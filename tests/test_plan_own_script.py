@@ -43,9 +43,7 @@ SCRIPT = textwrap.dedent("""
     import ddlsim.capture
     from own_net import Net
 
-    def rank_main(rank, port, out, plan_path):
-        os.environ.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo")
+    def train(rank, out, plan_path):
         torch.manual_seed(0)
         model = Net()
         plan = None
@@ -72,11 +70,18 @@ SCRIPT = textwrap.dedent("""
                 digest.update(name.encode() + p.detach().numpy().tobytes())
             with open(out + ".sha", "w") as f:
                 f.write(digest.hexdigest())
+
+    def rank_main(rank, port, jobs):
+        os.environ.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo")
+        for out, plan_path in jobs:  # one training run (its own model, DDP and recorder) after the other
+            train(rank, out, plan_path)
         dist.destroy_process_group()
 
     if __name__ == "__main__":
         torch.set_num_threads(1)
-        mp.spawn(rank_main, args=tuple(sys.argv[1:]), nprocs=2)
+        # ARGV: PORT OUT PLAN [OUT PLAN ...] (PLAN "-": plain DDP)
+        mp.spawn(rank_main, args=(sys.argv[1], list(zip(sys.argv[2::2], sys.argv[3::2]))), nprocs=2)
 """)
 
 
@@ -90,19 +95,20 @@ def _plan(groups, *, ddp_time=2.0, mg_time=1.0, cap=0.001, captured=None) -> dic
     return plan
 
 
-def _run(tmp: Path, name: str, plan: dict | None) -> tuple[Path, str]:
-    plan_path = "-"
-    if plan is not None:
-        plan_path = str(tmp / f"{name}.plan.json")
-        Path(plan_path).write_text(json.dumps(plan))
-    script = tmp / "train.py"
-    if not script.exists():
-        script.write_text(SCRIPT)
-    out = tmp / name
-    done = run_python([str(script), str(free_port()), str(out), plan_path], tmp,
-                      PYTHONPATH=f"{ROOT / 'python'}:{ROOT / 'tests'}")  # the ranks import own_net's Net
+def _run(tmp: Path, jobs: dict[str, dict | None]) -> dict[str, tuple[Path, str]]:
+    """The script run once, training each of `jobs` (name -> its plan; None: plain DDP) in turn: each name's
+    capture directory and the sha256 of its trained weights."""
+    args = [str(tmp / "train.py"), str(free_port())]
+    (tmp / "train.py").write_text(SCRIPT)
+    for name, plan in jobs.items():
+        plan_path = "-"
+        if plan is not None:
+            plan_path = str(tmp / f"{name}.plan.json")
+            Path(plan_path).write_text(json.dumps(plan))
+        args += [str(tmp / name), plan_path]
+    done = run_python(args, tmp, PYTHONPATH=f"{ROOT / 'python'}:{ROOT / 'tests'}")  # the ranks import own_net's Net
     assert done.returncode == 0, done.stderr[-3000:]
-    return out, (tmp / f"{name}.sha").read_text()
+    return {name: (tmp / name, (tmp / f"{name}.sha").read_text()) for name in jobs}
 
 
 @pytest.fixture(scope="module")
@@ -110,14 +116,10 @@ def runs(tmp_path_factory):
     import shutil
 
     tmp = tmp_path_factory.mktemp("own-plan")
-    plain = _run(tmp, "plain", None)
-    shutil.copytree(plain[0], tmp / "plain-copy")
-    return {
-        "plain": plain, "plain-copy": (tmp / "plain-copy", plain[1]),
-        "hook": _run(tmp, "hook", _plan(NON_ADJACENT)),
-        "buckets": _run(tmp, "buckets", _plan(CONTIGUOUS, captured=2.5)),
-        "ddp": _run(tmp, "ddp", _plan(CONTIGUOUS, ddp_time=0.5, cap=0.0005)),
-    }
+    done = _run(tmp, {"plain": None, "hook": _plan(NON_ADJACENT), "buckets": _plan(CONTIGUOUS, captured=2.5),
+                      "ddp": _plan(CONTIGUOUS, ddp_time=0.5, cap=0.0005)})
+    shutil.copytree(done["plain"][0], tmp / "plain-copy")
+    return {**done, "plain-copy": (tmp / "plain-copy", done["plain"][1])}
 
 
 def _all_reduced_groups(out: Path) -> list[list[str]]:
