@@ -6,6 +6,8 @@ bit for bit: with 2 ranks every averaged element is (a/2 + b/2) whatever the gro
 (apply.json's measured times are the logs' iteration means, its predictions the plan's)."""
 
 import json
+import shlex
+from pathlib import Path
 
 import pytest
 
@@ -41,18 +43,43 @@ def hand_plan(groups) -> dict:
             "baselines": {"ddp_default": {"iteration_time_s": 3.0}}}
 
 
+# The README's `plan --apply` example: its run (four real 2-rank captures) is made once per session and shared with
+# test_readme (conftest.ddlsim_once); these tests read what it wrote.
+README_APPLY = "ddlsim plan --apply applied/ --model lenet5 --workers 2 --capture-iterations 3 --repeats 2"
+
+
 @pytest.fixture(scope="module")
-def applied(tmp_path_factory):
-    out = tmp_path_factory.mktemp("apply") / "run"
-    result = CliRunner().invoke(app, ["plan", "--apply", str(out), "--model", "lenet5", "--workers", "2",
+def applied(ddlsim_once):
+    assert README_APPLY in (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    run, cwd = ddlsim_once(*shlex.split(README_APPLY)[1:])
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = cwd / "applied"
+    return out, json.loads((out / "apply.json").read_text())
+
+
+def test_apply_json_prints_the_report_it_writes(applied, tmp_path, monkeypatch):
+    """`plan --apply ... --json` prints the report apply_plan returned (the one it wrote as apply.json), and hands it
+    the job's arguments as given (apply_plan stands in here: its captures are the shared run's)."""
+    import ddlsim.plan.apply
+
+    _, report = applied
+    asked = {}
+
+    def stand_in(out_dir, **kwargs):
+        asked.update(kwargs, out_dir=out_dir)
+        return report
+
+    monkeypatch.setattr(ddlsim.plan.apply, "apply_plan", stand_in)
+    result = CliRunner().invoke(app, ["plan", "--apply", str(tmp_path / "run"), "--model", "lenet5", "--workers", "2",
                                       "--capture-iterations", "3", "--batch-size", "4", "--repeats", "2", "--json"])
     assert result.exit_code == 0, result.output
-    return out, json.loads(result.stdout)
+    assert json.loads(result.stdout) == report
+    assert (asked["out_dir"], asked["model"], asked["workers"], asked["iterations"], asked["batch_size"],
+            asked["repeats"]) == (tmp_path / "run", "lenet5", 2, 3, 4, 2)
 
 
-def test_apply_reports_the_logs_own_iteration_means_and_the_plans_predictions(applied):
+def test_apply_reports_the_logs_own_iteration_means_and_the_plans_predictions(applied, tmp_path):
     out, report = applied
-    assert json.loads((out / "apply.json").read_text()) == report
     # two pairs, the second in the other order, in directories of their own
     assert report["repeats"] == 2 and report["order"] == ["before", "after", "after-2", "before-2"]
     assert sorted(p.name for p in out.iterdir()) == ["after", "after-2", "apply.json", "apply.png", "before", "before-2",
@@ -62,7 +89,7 @@ def test_apply_reports_the_logs_own_iteration_means_and_the_plans_predictions(ap
 
     png = (out / "apply.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
-    again = out.parent / "again.png"
+    again = tmp_path / "again.png"
     plot_pairs(report, again)
     assert again.read_bytes() == png
     sides = {}
@@ -73,7 +100,9 @@ def test_apply_reports_the_logs_own_iteration_means_and_the_plans_predictions(ap
             means.append(iteration_mean(iteration_arrays(log), log.metadata)["mean_s"])
         sides[side] = means
         assert report[side]["mean_s"] == means[0] and report[side]["means_s"] == means
-        assert report[side]["captures"] == [str(out / side / "events.parquet"), str(out / f"{side}-2" / "events.parquet")]
+        # the captures as the command named them (relative to where it ran)
+        assert report[side]["captures"] == [str(Path(out.name) / side / "events.parquet"),
+                                            str(Path(out.name) / f"{side}-2" / "events.parquet")]
         assert report["measured"][f"{side}_s"] == pytest.approx((means[0] + means[1]) / 2, rel=1e-15)
         assert report[side]["spread_pct"] == pytest.approx(abs(means[0] - means[1]) / ((means[0] + means[1]) / 2) * 100)
     assert report["measured"]["pair_gains"] == pytest.approx([1 - a / b for a, b in zip(sides["after"], sides["before"])])
@@ -100,7 +129,7 @@ def test_apply_reports_the_logs_own_iteration_means_and_the_plans_predictions(ap
 def test_non_adjacent_merges_run_as_planned_and_train_the_same_weights_as_plain_ddp(applied, tmp_path):
     out, report = applied
     before = read_event_log(out / "before" / "events.parquet")
-    config = {"model": "lenet5", "iterations": 3, "batch_size": 4, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0}
+    config = {"model": "lenet5", "iterations": 3, "batch_size": 8, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0}
     config = {**config, **plan_config(hand_plan(NON_ADJACENT), "best", NAMES, "hand.json")}
     assert config["bucket_cap_mb"] == ONE_BYTE_MB
     log, failure = run_ddp_capture(config, 2, tmp_path / "run", timeout_s=120)
@@ -208,7 +237,7 @@ def test_a_plan_contiguous_in_ddps_order_takes_the_ddp_bucket_path_else_the_hook
 def test_ddps_own_buckets_built_for_a_contiguous_plan_are_the_plans_groups(applied, tmp_path):
     out, _ = applied
     before = read_event_log(out / "before" / "events.parquet")
-    config = {"model": "lenet5", "iterations": 3, "batch_size": 4, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0}
+    config = {"model": "lenet5", "iterations": 3, "batch_size": 8, "image_size": 32, "bucket_cap_mb": 25.0, "seed": 0}
     config = {**config, **job_plan_config(hand_plan(CONTIGUOUS), "best", "lenet5", 32, "hand.json")}
     log, failure = run_ddp_capture(config, 2, tmp_path / "run", timeout_s=120)
     assert failure is None

@@ -1,6 +1,8 @@
 """The README's examples really run: every command of "One example per
 command" and the Python API block, in a scratch directory."""
 
+from __future__ import annotations
+
 import os
 import re
 import shlex
@@ -25,9 +27,20 @@ def _scratch(tmp_path: Path) -> Path:
 
 
 # Commands of "One example per command" whose output no later example reads and that other tests read too (the
-# demo: test_analyze_report; the quick reproductions: test_reproduce_*): run once per session, in a scratch directory
-# of their own with the same `examples` link (conftest.ddlsim_once), word for word as the README writes them.
+# demo: test_analyze_report; the quick reproductions: test_reproduce_*; plan --apply: test_capture_plan): run once
+# per session, in a scratch directory of their own with the same `examples` link (conftest.ddlsim_once), word for
+# word as the README writes them.
 SHARED = ("demo", "reproduce")
+
+
+def _shared_out(argv: list[str]) -> str | None:
+    """The directory a shared command writes (None: the command is not shared)."""
+    if argv[1] in SHARED:
+        assert argv[-2] == "--out", argv
+        return argv[-1].rstrip("/")
+    if argv[1:3] == ["plan", "--apply"]:
+        return argv[3].rstrip("/")
+    return None
 
 
 def test_every_command_example_runs(tmp_path, ddlsim_once):
@@ -35,12 +48,12 @@ def test_every_command_example_runs(tmp_path, ddlsim_once):
     commands = [line.split("#", 1)[0].strip() for line in _block("## One example per command", "sh").splitlines()]
     commands = [c for c in commands if c]
     assert len(commands) >= 7
-    shared_outs = [shlex.split(c)[-1].rstrip("/") for c in commands if shlex.split(c)[1] in SHARED]
-    assert all(shlex.split(c)[-2] == "--out" for c in commands if shlex.split(c)[1] in SHARED)
+    shared_outs = [out for out in (_shared_out(shlex.split(c)) for c in commands) if out is not None]
+    assert len(shared_outs) >= 5
     for command in commands:
         argv = shlex.split(command)
         assert argv[0] == "ddlsim"
-        if argv[1] in SHARED:
+        if _shared_out(argv) is not None:
             run, _ = ddlsim_once(*argv[1:])
         else:
             assert not any(arg.split("/")[0] in shared_outs for arg in argv), command  # it reads no shared output
