@@ -3,6 +3,7 @@ checkout, one thread, a HOME of the test's own, and a free port for torch.distri
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -22,3 +23,8 @@ def run_python(args: list[str], home: Path, timeout: float = 240, **env: str) ->
     `env` added; its output captured."""
     base = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": str(home)}
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env={**base, **env})
+
+
+def python_blocks(doc: Path) -> list[str]:
+    """The ```python blocks of a Markdown file, in order (as test_doc_snippets runs them)."""
+    return re.findall(r"^```python\n(.*?)^```", doc.read_text(encoding="utf-8"), flags=re.S | re.M)

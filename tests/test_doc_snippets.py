@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from script_helpers import python_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "reproduction").glob("*.md"))]
@@ -53,15 +54,14 @@ SETUP = {
 
 
 def _snippets() -> dict[tuple[str, int], str]:
-    found = {}
-    for doc in DOCS:
-        text = doc.read_text(encoding="utf-8")
-        for i, block in enumerate(re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)):
-            found[(str(doc.relative_to(ROOT)), i)] = block
-    return found
+    return {(str(doc.relative_to(ROOT)), i): block for doc in DOCS for i, block in enumerate(python_blocks(doc))}
 
 
 SNIPPETS = _snippets()
+# Snippets that read no file made before them and that another test runs word for word (the README's Python API
+# block: test_readme; docs/validation.md's `validate(quick=True)`: test_validate reads what it wrote): run once per
+# session (conftest.snippet_once).
+ONCE = {("README.md", 1), ("docs/validation.md", 0)}
 
 
 def test_every_snippet_is_run_below():
@@ -103,7 +103,7 @@ def simulated(tmp_path_factory):
 
 @pytest.mark.parametrize("doc,index", sorted(SETUP), ids=[f"{d}#{i}" for d, i in sorted(SETUP)])
 def test_the_snippet_runs_as_written(doc, index, tmp_path, simulated, snippet_once):
-    if (doc, index) == ("README.md", 1):  # the Python API block, which test_readme runs too: once per session
+    if (doc, index) in ONCE:
         run, _ = snippet_once(SNIPPETS[(doc, index)])
         assert run.returncode == 0, run.stderr[-3000:]
         return

@@ -34,12 +34,19 @@ def rows(path):
 
 
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory):
+def quick(snippet_once, tmp_path_factory):
+    """docs/validation.md's `ddlsim.validate("quick-py", quick=True)` (two real captures), run once per session and
+    shared with test_doc_snippets; its directory, and what `ddlsim validate --captures` prints for its captures (the
+    command's tables, without capturing again)."""
     pytest.importorskip("torch", reason="ddlsim validate --quick captures real jobs (pip install ddlsim[capture])")
-    out = tmp_path_factory.mktemp("validate") / "quick"
-    result = CliRunner().invoke(app, ["validate", "--quick", "--out", str(out)])
+    from script_helpers import ROOT, python_blocks
+
+    run, cwd = snippet_once(python_blocks(ROOT / "docs" / "validation.md")[0])
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = CliRunner().invoke(app, ["validate", "--captures", str(cwd / "quick-py" / "captures"), "--out",
+                                      str(tmp_path_factory.mktemp("validate") / "again")])
     assert result.exit_code == 0, result.output
-    return out, result.output
+    return cwd / "quick-py", result.output
 
 
 def test_quick_writes_the_report_and_its_numbers_are_replay_and_iteration_mean(quick):
@@ -55,7 +62,7 @@ def test_quick_writes_the_report_and_its_numbers_are_replay_and_iteration_mean(q
         ("ddp", "lenet5", "self", "unshaped"), ("ps", "lenet5", "self", "unshaped")]
     assert "measured ms" in text and "replayed ms" in text
     for run in rows(out / "runs.csv"):
-        events = run["capture"]
+        events = str(out.parent / run["capture"])  # as named where it ran
         log = read_event_log(events)
         measured = iteration_mean(iteration_arrays(log), log.metadata)["mean_s"] * 1e3
         assert float(run["measured_ms"]) == pytest.approx(measured, rel=1e-5)
@@ -81,7 +88,7 @@ def test_quick_records_each_captures_processes_and_cores_and_flags_shared_cores(
     flagged = [line.split(" ran ")[0] for line in text.splitlines() if line.startswith("shared cores:")]
     assert flagged == [f"shared cores: {job} lenet5" for job, n in (("ddp", 2), ("ps", 3)) if n > cores]
     for run in rows(out / "runs.csv"):
-        notes = ddlsim.replay(run["capture"]).notes
+        notes = ddlsim.replay(out.parent / run["capture"]).notes
         processes = 2 if run["job"] == "ddp" else 3
         assert any("processes on" in n and "took turns" in n for n in notes) == (processes > cores)
 
