@@ -4,7 +4,6 @@ commands that make the files it reads (the doc's own shell lines, at small
 sizes)."""
 
 import os
-import re
 import shutil
 import socket
 import subprocess
