@@ -28,11 +28,12 @@ install: rust $(PY)
 # `make test` also installs the interop extra (protobuf for Chakra, HolisticTraceAnalysis for the Kineto test),
 # the capture extra (PyTorch: the capture tests run real 2-4 process jobs on CPU with gloo) and the sweep
 # extra (Ray: the sweep tests start a small local Ray instance; where Ray has no wheel for this Python,
-# those tests skip and say so)
-install-interop: install
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,interop,capture]"
-	@$(PY) -m pip install -q --disable-pip-version-check -e ".[sweep]" || \
-	  echo "Ray could not be installed for this Python: the ddlsim sweep --ray tests will skip"
+# those tests skip and say so). One pip install (each resolves every dependency again and rebuilds the wheel).
+install-interop: rust $(PY)
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,interop,capture,sweep]" || { \
+	  echo "the install with Ray failed (Ray may have no wheel for this Python): installing without it;" \
+	       "the ddlsim sweep --ray tests will skip"; \
+	  $(PY) -m pip install -q --disable-pip-version-check -e ".[test,interop,capture]"; }
 
 demo: install
 	$(PY) -m ddlsim demo --out ddlsim-out

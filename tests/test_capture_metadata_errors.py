@@ -7,11 +7,11 @@ where the log is read; the valid captures' facts, and every other key, pass as t
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import forked_cli
 import pytest
 
 from ddlsim.errors import TraceError
@@ -69,7 +69,7 @@ def test_a_wrong_fact_is_refused_where_the_log_is_read_naming_the_field(capture,
     with pytest.raises(TraceError, match=f"{path}: the capture's metadata field '{field}'"):
         read_log_metadata(path)
     for argv in (["replay", str(path)], ["plan", "--profile", str(path), "--model", "lenet5", "--workers", "2"]):
-        run = subprocess.run([sys.executable, "-m", "ddlsim", *argv], capture_output=True, text=True)
+        run = forked_cli.run(argv)
         assert run.returncode == 2, (argv, run.stderr[-2000:])
         lines = run.stderr.strip().splitlines()
         assert len(lines) == 1 and f"'{field}'" in lines[0] and "capture again" in lines[0], run.stderr
@@ -96,7 +96,7 @@ def test_a_parquet_file_whose_column_names_are_not_utf8_is_refused_in_one_line(c
     damaged.write_bytes(data.replace(b"end_ns", b"\xe1nd_ns"))
     with pytest.raises(TraceError, match="not a readable Parquet event log"):
         read_log_metadata(damaged)
-    run = subprocess.run([sys.executable, "-m", "ddlsim", "replay", str(damaged)], capture_output=True, text=True)
+    run = forked_cli.run(["replay", str(damaged)])
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
@@ -120,7 +120,7 @@ def test_analyze_refuses_a_parquet_file_whose_column_names_are_not_utf8_in_one_l
 
     with pytest.raises(TraceError):
         open_analysis(damaged)
-    run = subprocess.run([sys.executable, "-m", "ddlsim", "analyze", str(damaged)], capture_output=True, text=True)
+    run = forked_cli.run(["analyze", str(damaged)])
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
@@ -147,7 +147,7 @@ def test_a_simulated_log_whose_scenario_is_not_an_object_is_refused_naming_the_f
     with pytest.raises(TraceError, match=f"the log's metadata field '{field}'"):
         read_log_metadata(path)
     for argv in (["analyze", str(path)], ["replay", str(path)]):
-        run = subprocess.run([sys.executable, "-m", "ddlsim", *argv], capture_output=True, text=True)
+        run = forked_cli.run(argv)
         assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and f"'{field}'" in run.stderr, \
             (argv, run.stderr[-2000:])
 

@@ -1,17 +1,16 @@
 """The command line, run as a user would (subprocess), including bad input."""
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
+import forked_cli
 import pytest
 
 from ddlsim.trace import read_event_log
 
 
 def ddlsim(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, cwd=cwd)
+    return forked_cli.run(list(args), cwd=cwd)
 
 
 def test_simulate_json_summary():

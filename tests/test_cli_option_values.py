@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -15,8 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def ddlsim(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "TMPDIR": str(cwd), "HOME": str(cwd)}
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, timeout=300, cwd=cwd,
-                          env=env)
+    return forked_cli.run(list(args), cwd=cwd, env=env)
 
 
 def refused(run: subprocess.CompletedProcess, why: str) -> None:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 from ddlsim.errors import DdlsimError, TraceError
@@ -79,8 +78,7 @@ def test_input_file_labels_missing_message_and_article():
 
 def _cli(args, cwd, timeout=120):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "COLUMNS": "400"}
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return forked_cli.run(args, cwd=cwd, env=env, timeout=timeout)  # its standard input: /dev/null
 
 
 @pytest.fixture(scope="module")

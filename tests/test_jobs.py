@@ -4,13 +4,12 @@ jobs sharing a bottleneck get the slowdown derived on paper, placement and its e
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import forked_cli
 import pytest
 
 import ddlsim
@@ -29,7 +28,7 @@ TWO_LAYERS = {"name": "two", "layers": [{"name": "a", "params": 300_000, "fwd_ms
 
 def _cli(args, cwd):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+    return forked_cli.run(args, cwd=cwd, env=env)
 
 
 # Columns that say what happened, with ranks made job-local; ids (message, collective, rpc, row id) are

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 import ddlsim
@@ -29,6 +30,8 @@ MATHTEXT = "$\\frac{x$"
 
 
 def ddlsim_cli(*args, cwd=None, stdout=subprocess.PIPE, preexec_fn=None, timeout=300):
+    if stdout is subprocess.PIPE and preexec_fn is None:  # a run that needs no fresh interpreter: forked
+        return forked_cli.run(list(args), cwd=cwd, timeout=timeout)
     return subprocess.run([sys.executable, "-m", "ddlsim", *map(str, args)], stdout=stdout, stderr=subprocess.PIPE,
                           text=True, cwd=cwd, preexec_fn=preexec_fn, timeout=timeout)
 

@@ -5,9 +5,8 @@ the engine's network description, field for field as the contract between
 the Rust model and Python states it (docs/packet-model.md)."""
 
 import json
-import subprocess
-import sys
 
+import forked_cli
 import pytest
 
 from ddlsim.errors import ScenarioError
@@ -25,7 +24,7 @@ CONTRACT_DEFAULTS = {
 
 
 def ddlsim(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, cwd=cwd)
+    return forked_cli.run(list(args), cwd=cwd)
 
 
 def packet(**network):

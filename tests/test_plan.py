@@ -3,10 +3,9 @@ simulator's synthetic model."""
 
 import json
 from pathlib import Path
-import subprocess
-import sys
 from decimal import Decimal
 
+import forked_cli
 import pytest
 
 import ddlsim
@@ -20,7 +19,7 @@ from ddlsim.simulation.scenario import scenario_from_dict
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, cwd=cwd)
+    return forked_cli.run(list(args), cwd=cwd)
 
 
 # ring all-reduce, alpha = 5 us, beta = 0.8 ns/B: a = 2(N-1) alpha, b = 2(N-1)/N beta

@@ -4,11 +4,10 @@ each must be one of ddlsim's own errors naming the file (and line or field), and
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import forked_cli
 import pytest
 
 import ddlsim
@@ -28,7 +27,7 @@ DEEP = 5000
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True)
+    return forked_cli.run(list(args))
 
 
 @pytest.fixture(scope="module")

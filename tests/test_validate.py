@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 from typer.testing import CliRunner
 
@@ -25,7 +26,7 @@ def cli(*args):
     """`python -m ddlsim ARGS` in a child process (the real exit status and stderr)."""
     python = str(Path(ddlsim.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([python, os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, env=env, timeout=300)
+    return forked_cli.run(list(args), env=env)
 
 
 def rows(path):
