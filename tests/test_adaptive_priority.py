@@ -5,6 +5,7 @@ slack. The slack plan against values worked out on paper, the bands the engine p
 from __future__ import annotations
 
 import numpy as np
+import forked_cli
 import pytest
 
 import ddlsim
@@ -191,10 +192,8 @@ def test_adaptive_refuses_what_its_plan_does_not_model():
 
 
 def _cli(*args: str):
-    import subprocess
-    import sys
 
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True)
+    return forked_cli.run([*args])
 
 
 def test_the_cli_flag_runs_and_refuses_in_one_line():

@@ -5,9 +5,8 @@ latency, the partition count in the log, and the scenario checks."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+import forked_cli
 import pytest
 
 import ddlsim
@@ -87,9 +86,7 @@ def test_impossible_bytescheduler_settings_name_the_fix(strategy, network, fix):
 
 
 def test_the_cli_flags_reach_the_engine():
-    run = subprocess.run([sys.executable, "-m", "ddlsim", "simulate", "--model", "resnet50", "--workers", "4", "--iterations", "2",
-                          "--stream-policy", "priority", "--partition", "4MB", "--credit", "16MB", "--no-barrier", "--json"],
-                         capture_output=True, text=True, timeout=120)
+    run = forked_cli.run(["simulate", "--model", "resnet50", "--workers", "4", "--iterations", "2", "--stream-policy", "priority", "--partition", "4MB", "--credit", "16MB", "--no-barrier", "--json"], timeout=120)
     assert run.returncode == 0, run.stderr
     strategy = json.loads(run.stdout)["scenario"]["strategy"]
     assert (strategy["partition_bytes"], strategy["credit_bytes"], strategy["stream_policy"]) == ("4MB", "16MB", "priority")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 from ddlsim.trace import read_kineto, write_kineto
@@ -85,8 +86,7 @@ def test_the_real_trace_imports_as_a_valid_log(real_trace):
 
 def test_the_cli_converts_the_real_trace(real_trace, tmp_path):
     target = tmp_path / "events.parquet"
-    done = subprocess.run([sys.executable, "-m", "ddlsim", "convert", str(real_trace), str(target), "--from", "kineto"],
-                          capture_output=True, text=True, timeout=120)
+    done = forked_cli.run(["convert", str(real_trace), str(target), "--from", "kineto"], timeout=120)
     assert done.returncode == 0, done.stderr
     import pyarrow.parquet as pq
 

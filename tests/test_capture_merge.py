@@ -4,9 +4,8 @@ ranks, a torn last line, damaged files named by file and line."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+import forked_cli
 import pytest
 
 from ddlsim.capture import RankRecorder, merge_capture, now_ns
@@ -71,15 +70,15 @@ def test_damaged_files_name_the_file_and_line(tmp_path):
 
 def test_merge_cli_errors_name_the_directory(tmp_path):
     missing = tmp_path / "nothing"
-    run = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "merge", str(missing)], capture_output=True, text=True)
+    run = forked_cli.run(["capture", "merge", str(missing)])
     assert run.returncode != 0 and "no such capture directory" in run.stderr and "Traceback" not in run.stderr
-    run = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "merge", str(tmp_path)], capture_output=True, text=True)
+    run = forked_cli.run(["capture", "merge", str(tmp_path)])
     assert run.returncode != 0 and "no per-rank capture files" in run.stderr
 
 
 def test_the_merge_cli_writes_the_log(tmp_path):
     two_ranks(tmp_path)
-    run = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "merge", str(tmp_path)], capture_output=True, text=True)
+    run = forked_cli.run(["capture", "merge", str(tmp_path)])
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "events.parquet").exists() and "3 rows from 2 ranks" in run.stdout
 

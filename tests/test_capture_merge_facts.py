@@ -8,10 +8,9 @@ files are written here as the capture's ranks write them)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 from ddlsim.capture import RankRecorder, now_ns
@@ -120,7 +119,6 @@ def test_the_command_refuses_it_in_one_line_with_status_2_and_writes_no_log(tmp_
     facts = ddp_capture(tmp_path)
     facts["layouts"][0]["buckets"][0]["offsets"][1] = 1.5
     (tmp_path / "0.ddp.json").write_text(json.dumps(facts), encoding="utf-8")
-    run = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "merge", str(tmp_path)], capture_output=True,
-                         text=True, timeout=120, env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"})
+    run = forked_cli.run(["capture", "merge", str(tmp_path)], timeout=120, env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"})
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
     assert "layouts.0.buckets.0.offsets.1" in run.stderr and not (tmp_path / "events.parquet").exists()

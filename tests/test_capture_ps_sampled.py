@@ -8,10 +8,9 @@ server, 6 iterations, K = 2) checked against its raw rows."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -82,8 +81,7 @@ def test_unsampled_iterations_have_one_row_per_pass_with_the_layer_rows_dependen
 def test_analyze_and_replay_read_a_sampled_ps_capture(capture):
     _, _, path = capture
     env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "python")}
-    analyze = subprocess.run([sys.executable, "-m", "ddlsim", "analyze", str(path)], capture_output=True, text=True,
-                             timeout=300, env=env)
+    analyze = forked_cli.run(["analyze", str(path)], timeout=300, env=env)
     assert analyze.returncode == 0, analyze.stderr[-2000:]
     text = " ".join((analyze.stdout + analyze.stderr).split())
     assert "layer rows on 4 iterations only (0, 1, 3, 5; --layer-every 2)" in text
@@ -119,9 +117,7 @@ def test_bad_layer_every(settings, message):
                                            (["--layer-every", "3"], "only --model lenet5")])
 def test_cli_refuses_a_bad_layer_every_in_one_line(tmp_path, args, message):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "ps", "--out", str(out), "--connections", "none",
-                           *args], capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "python")})
+    proc = forked_cli.run(["capture", "ps", "--out", str(out), "--connections", "none", *args], timeout=120, cwd=ROOT, env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "python")})
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], proc.stderr

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import forked_cli
 import pytest
 
 torch = pytest.importorskip("torch", reason="the DDP capture needs PyTorch (pip install ddlsim[capture])")
@@ -198,8 +199,7 @@ def test_analyze_replay_and_simulate_profile_read_the_sampled_log(capture):
 @pytest.mark.parametrize("value", ["0", "-2"])
 def test_a_bad_layer_every_is_one_line_and_exit_2(tmp_path, value):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "ddp", "--model", "lenet5", "--layer-every", value,
-                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = forked_cli.run(["capture", "ddp", "--model", "lenet5", "--layer-every", value, "--out", str(out)], cwd=ROOT, timeout=120)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--layer-every must be a positive integer" in lines[0] and value in lines[0], proc.stderr

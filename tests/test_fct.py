@@ -10,14 +10,13 @@ fidelity, where a flow alone on its path takes exactly its ideal time."""
 
 import json
 import math
-import subprocess
-import sys
 from fractions import Fraction
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import forked_cli
 import pytest
 from typer.testing import CliRunner
 
@@ -371,8 +370,7 @@ def test_analyze_window_options_and_their_errors(job_log, tmp_path):
     assert first == frame.attrs["run_start_ns"] + 100_000 and last == frame.attrs["run_end_ns"] - 50_000
     inside = ((frame.start_ns >= first) & (frame.start_ns <= last)).sum()
     assert fct["tenants"]["0"]["all"]["flows"] == inside < len(frame)
-    bad = subprocess.run([sys.executable, "-m", "ddlsim", "analyze", str(tmp_path / "events.parquet"), "--warmup", "soon",
-                          "--out", str(tmp_path / "a")], capture_output=True, text=True)
+    bad = forked_cli.run(["analyze", str(tmp_path / "events.parquet"), "--warmup", "soon", "--out", str(tmp_path / "a")])
     assert bad.returncode == 2 and "--warmup / --cooldown" in bad.stderr and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "a").exists()
 

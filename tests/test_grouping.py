@@ -6,10 +6,9 @@ closed forms through the simulator, and per-tensor output unchanged."""
 import itertools
 import json
 import random
-import subprocess
-import sys
 import time
 
+import forked_cli
 import pytest
 
 import ddlsim
@@ -373,12 +372,10 @@ def test_ps_with_ddp_buckets():
 
 def test_cli_grouping_flag():
     def run(*extra):
-        p = subprocess.run([sys.executable, "-m", "ddlsim", "simulate", "--model", "resnet50", "--workers", "16",
-                            "--bandwidth", "10Gbps", "--network", "analytic", "--iterations", "1", "--json", *extra],
-                           capture_output=True, text=True)
+        p = forked_cli.run(["simulate", "--model", "resnet50", "--workers", "16", "--bandwidth", "10Gbps", "--network", "analytic", "--iterations", "1", "--json", *extra])
         assert p.returncode == 0, p.stderr
         return json.loads(p.stdout)["iteration_time_s"]
 
     assert run("--grouping", "mg-wfbp") < run("--grouping", "per-tensor")
-    p = subprocess.run([sys.executable, "-m", "ddlsim", "simulate", "--grouping", "bogus"], capture_output=True, text=True)
+    p = forked_cli.run(["simulate", "--grouping", "bogus"])
     assert p.returncode != 0 and "unknown grouping kind 'bogus'" in p.stderr

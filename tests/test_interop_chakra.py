@@ -2,6 +2,7 @@
 
 import struct
 
+import forked_cli
 import pytest
 
 import ddlsim
@@ -342,12 +343,9 @@ def test_generated_files_are_scheduled_by_their_dependencies(tmp_path, explicit_
 
 
 def test_cli_converts_generated_files(tmp_path):
-    import subprocess
-    import sys
 
     prefix = generated_files(tmp_path)
-    run = subprocess.run([sys.executable, "-m", "ddlsim", "convert", str(prefix), str(tmp_path / "gen.parquet")],
-                         capture_output=True, text=True)
+    run = forked_cli.run(["convert", str(prefix), str(tmp_path / "gen.parquet")])
     assert run.returncode == 0, run.stderr
     from ddlsim.trace import read_trace
 

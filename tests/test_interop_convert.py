@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import forked_cli
 import pytest
 
 import ddlsim
@@ -12,7 +13,7 @@ from ddlsim.trace.formats import READ_FORMATS, WRITE_FORMATS, infer_input_format
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, cwd=cwd)
+    return forked_cli.run([*args], cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 from ddlsim.errors import TraceError
@@ -67,16 +68,13 @@ def test_replay_of_a_converted_trace_says_why_not_in_one_line(tmp_path):
     cannot take layer times from it, and says so with the command that simulates the trace's job (2 workers and
     2 servers in the fragment: ps1 only receives, so it has no rows of its own)."""
     import os
-    import subprocess
-    import sys
 
     import ddlsim
 
     env = {**os.environ, "PYTHONPATH": str(Path(ddlsim.__file__).resolve().parents[1])}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "ddlsim", *map(str, args)], cwd=tmp_path, env=env,
-                              capture_output=True, text=True)
+        return forked_cli.run([*map(str, args)], cwd=tmp_path, env=env)
 
     assert cli("convert", FRAGMENT, "netop.parquet", "--from", "netop").returncode == 0
     replay = cli("replay", "netop.parquet", "--model", "vgg16")

@@ -6,11 +6,10 @@ paper, and logs that cannot be replayed as jobs are refused in one line (exit st
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import forked_cli
 import pytest
 
 import ddlsim
@@ -34,8 +33,7 @@ _KEY = ("job", "rank", "peer", "iteration", "kind", "op", "name", "layer", "tens
 
 def _cli(args, cwd=ROOT):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=300)
+    return forked_cli.run([*args], cwd=cwd, env=env, timeout=300)
 
 
 def _rows(log, job=None, first_rank=0, shift_ns=0):

@@ -7,6 +7,7 @@ import random
 from fractions import Fraction
 from itertools import product
 
+import forked_cli
 import pytest
 
 from ddlsim.errors import PlanError
@@ -320,8 +321,6 @@ def test_identical_jobs_fully_overlapping_slowdown_and_prediction_on_paper():
 def test_cli_plan_several_jobs_json_runs_as_a_scenario(tmp_path):
     """`ddlsim plan jobs.toml --json`: per-job groupings from the single-job planner and offsets; the JSON's
     scenario, simulated, gives the planned jobs' iteration times."""
-    import subprocess
-    import sys
     import tomllib
 
     import ddlsim
@@ -334,8 +333,7 @@ def test_cli_plan_several_jobs_json_runs_as_a_scenario(tmp_path):
         '[network]\nbandwidth = "10Gbps"\nlatency = "0s"\ntopology = "leaf-spine"\nhosts_per_leaf = 2\n'
         'spines = 1\noversubscription = 2.0\n'
         '[[job]]\nname = "a"\nplacement = [0, 2]\n[[job]]\nname = "b"\nplacement = [1, 3]\n')
-    proc = subprocess.run([sys.executable, "-m", "ddlsim", "plan", str(toml), "--json", "--bucket-caps", "5,25"],
-                          capture_output=True, text=True, timeout=600)
+    proc = forked_cli.run(["plan", str(toml), "--json", "--bucket-caps", "5,25"], timeout=600)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert [r["name"] for r in data["jobs"]] == ["a", "b"]
@@ -346,8 +344,7 @@ def test_cli_plan_several_jobs_json_runs_as_a_scenario(tmp_path):
     run = ddlsim.simulate_jobs(data["scenario"], alone=False)
     assert [j["iteration_times_s"] for j in run.jobs()] == [r["measured"]["with"]["iteration_times_s"] for r in data["jobs"]]
     # a bad grid is one line, exit 2
-    bad = subprocess.run([sys.executable, "-m", "ddlsim", "plan", str(toml), "--offset-grid", "fast"],
-                         capture_output=True, text=True, timeout=600)
+    bad = forked_cli.run(["plan", str(toml), "--offset-grid", "fast"], timeout=600)
     assert bad.returncode == 2 and "--offset-grid" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -357,14 +354,11 @@ def test_cli_plan_several_jobs_json_runs_as_a_scenario(tmp_path):
     (["--model", "resnet50"], "--model, --profile and --cost-model plan one job"),
 ])
 def test_cli_plan_several_jobs_bad_options_one_line_exit_2(tmp_path, args, message):
-    import subprocess
-    import sys
 
     toml = tmp_path / "jobs.toml"
     toml.write_text('workers = 2\n[[job]]\nname = "a"\n[[job]]\nname = "b"\n')
     out = tmp_path / "plan.json"
-    proc = subprocess.run([sys.executable, "-m", "ddlsim", "plan", str(toml), "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=600)
+    proc = forked_cli.run(["plan", str(toml), "--out", str(out), *args], timeout=600)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
 

@@ -5,11 +5,10 @@ the docs' example."""
 import json
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+import forked_cli
 import pytest
 
 import ddlsim
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def ddlsim_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+    return forked_cli.run([*args], cwd=cwd, timeout=600)
 
 
 def _simulate(**kw):

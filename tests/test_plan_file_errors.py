@@ -6,10 +6,9 @@ over-long field is refused as a CSV error, not csv's own exception."""
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 from ddlsim.capture.ddp_plan import load_plan, plan_config
@@ -74,9 +73,7 @@ def test_the_command_refuses_it_in_one_line_with_status_2_and_writes_nothing(tmp
     plan = good_plan()
     plan["mg_wfbp"]["plan"][0]["tensors"][0] = {"name": "conv1.weight"}
     path = write(tmp_path, plan)
-    run = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "ddp", "--plan", str(path), "--out",
-                          str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
-                         env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"})
+    run = forked_cli.run(["capture", "ddp", "--plan", str(path), "--out", str(tmp_path / "run")], timeout=120, env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"})
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "field 'mg_wfbp.plan.0.tensors.0'" in lines[0] and "Traceback" not in run.stderr

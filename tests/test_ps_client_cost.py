@@ -4,11 +4,10 @@ engine's closed forms are in crates/ddlsim-core/tests/client_cost.rs)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow.parquet as pq
+import forked_cli
 import pytest
 
 import ddlsim
@@ -209,8 +208,7 @@ def test_the_cli_names_a_bad_client_cost_without_a_traceback(tmp_path):
     scenario = tmp_path / "s.toml"
     scenario.write_text('[model]\nname = "lenet5"\n[strategy]\nkind = "ps"\nclient_cost = {issue = "20us", '
                         'receive_ns_per_byte = -0.5}\n')
-    done = subprocess.run([sys.executable, "-m", "ddlsim", "simulate", str(scenario)], capture_output=True, text=True,
-                          timeout=120)
+    done = forked_cli.run(["simulate", str(scenario)], timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "invalid scenario" in done.stderr and "field 'strategy.client_cost.receive_ns_per_byte'" in done.stderr
 
@@ -278,8 +276,7 @@ def test_capture_merge_of_a_ps_job_adds_client_cost(tmp_path):
     server.close()
     (tmp_path / "job.json").write_text(json.dumps({"job": "ps", "model": "lenet5", "workers": 1, "servers": 1,
                                                    "iterations": 3}), encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "merge", str(tmp_path)], capture_output=True,
-                          text=True, timeout=120)
+    done = forked_cli.run(["capture", "merge", str(tmp_path)], timeout=120)
     assert done.returncode == 0, done.stderr
     fit = read_event_log(tmp_path / "events.parquet").metadata["client_cost"]
     assert fit["iterations"] == [1, 2]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow.parquet as pq
+import forked_cli
 import pytest
 
 import ddlsim
@@ -131,11 +132,8 @@ def test_the_scenario_names_a_bad_server_cost():
 
 
 def test_capture_ps_refuses_a_single_connection_count_in_one_line(tmp_path):
-    import subprocess
-    import sys
 
-    done = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "ps", "--model", "lenet5", "--connections", "2",
-                           "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+    done = forked_cli.run(["capture", "ps", "--model", "lenet5", "--connections", "2", "--out", str(tmp_path / "x")], timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip() == ("error: --connections '2': the fit of server time against connections needs at least "
                                    "two different counts, e.g. --connections 1,2,4,8 (or auto, or none)")
@@ -147,15 +145,11 @@ def test_a_ps_capture_stores_its_service_fit_and_replay_uses_it(tmp_path):
     is the least-squares line through scaling.csv's mean service times, and replay takes it (cost at C = 2 kept)."""
     pytest.importorskip("torch", reason="ddlsim capture ps runs torch.distributed.rpc (pip install ddlsim[capture])")
     import json
-    import subprocess
-    import sys
 
     import pandas as pd
 
     out = tmp_path / "cap"
-    done = subprocess.run([sys.executable, "-m", "ddlsim", "capture", "ps", "--model", "lenet5", "--workers", "2",
-                           "--iterations", "2", "--connections", "1,2", "--connection-requests", "20", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    done = forked_cli.run(["capture", "ps", "--model", "lenet5", "--workers", "2", "--iterations", "2", "--connections", "1,2", "--connection-requests", "20", "--out", str(out)], timeout=300)
     assert done.returncode == 0, done.stderr
     meta = read_event_log(out / "events.parquet").metadata
     fit = json.loads((out / "fit.json").read_text())["service"]

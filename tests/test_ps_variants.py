@@ -3,10 +3,9 @@ the Python API, the scenario files and the CLI."""
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
+import forked_cli
 import pytest
 
 import ddlsim
@@ -188,15 +187,12 @@ def test_scenario_file_and_errors(tmp_path):
 
 
 def test_cli_flags():
-    p = subprocess.run([sys.executable, "-m", "ddlsim", "simulate", "--model", "lenet5", "--workers", "3", "--iterations", "1",
-                        "--strategy", "ps", "--servers", "2", "--placement", "split", "--distribution", "round-robin",
-                        "--gamma", "1.5", "--stagger", "1ms", "--json"], capture_output=True, text=True)
+    p = forked_cli.run(["simulate", "--model", "lenet5", "--workers", "3", "--iterations", "1", "--strategy", "ps", "--servers", "2", "--placement", "split", "--distribution", "round-robin", "--gamma", "1.5", "--stagger", "1ms", "--json"])
     assert p.returncode == 0, p.stderr
     sc = json.loads(p.stdout)["scenario"]
     assert sc["strategy"]["placement"] == "split" and sc["strategy"]["distribution"] == "round-robin"
     assert sc["strategy"]["gamma_ns_per_byte"] == 1.5 and sc["stagger"] == "1ms"
-    p = subprocess.run([sys.executable, "-m", "ddlsim", "simulate", "--model", "lenet5", "--workers", "3", "--iterations", "2",
-                        "--strategy", "ps", "--async", "--staleness", "1", "--json"], capture_output=True, text=True)
+    p = forked_cli.run(["simulate", "--model", "lenet5", "--workers", "3", "--iterations", "2", "--strategy", "ps", "--async", "--staleness", "1", "--json"])
     assert p.returncode == 0, p.stderr
     sc = json.loads(p.stdout)["scenario"]
     assert sc["strategy"]["asynchronous"] is True and sc["strategy"]["staleness"] == 1

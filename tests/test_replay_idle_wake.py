@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import csv
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+import forked_cli
 import pytest
 
 import ddlsim
@@ -200,8 +199,7 @@ def test_the_curve_file_is_the_median_of_the_sleeping_trials_over_the_shortest_i
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"})
+    return forked_cli.run([*args], timeout=300, env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"})
 
 
 @pytest.mark.parametrize("content, message", [

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import math
 import random
-import subprocess
-import sys
 
 import numpy as np
+import forked_cli
 import pytest
 from typer.testing import CliRunner
 
@@ -164,8 +163,7 @@ def test_sampled_rank_times_need_an_event_log(tmp_path):
         ddlsim.simulate(model="lenet5", rank_times="sampled", workers=2)
     for args, message in ((["--scaling", "4,x"], "--scaling '4,x': 'x' is not a whole number; give worker counts"),
                           (["--straggler", "7:2", "--workers", "2"], "straggler rank 7 is not a worker")):
-        p = subprocess.run([sys.executable, "-m", "ddlsim", "replay", str(tmp_path / "events.parquet"), *args],
-                           capture_output=True, text=True)
+        p = forked_cli.run(["replay", str(tmp_path / "events.parquet"), *args])
         assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 

@@ -3,11 +3,10 @@ the paper's properties checked on the reproduction's own outputs."""
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
+import forked_cli
 import pytest
 
 from ddlsim.reproduce import paper_values as paper
@@ -105,8 +104,7 @@ def test_the_quick_reproduction_writes_every_promised_file(quick):
 def test_the_cli_reruns_from_the_cache_and_prints_paper_beside_ddlsim(quick, tmp_path):
     _, _, _, cache = quick
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "COLUMNS": "200"}
-    run = subprocess.run([sys.executable, "-m", "ddlsim", "reproduce", "network-operator", "--quick", "--only", "table4,table8",
-                          "--out", str(tmp_path / "o"), "--cache", str(cache)], capture_output=True, text=True, env=env, timeout=300)
+    run = forked_cli.run(["reproduce", "network-operator", "--quick", "--only", "table4,table8", "--out", str(tmp_path / "o"), "--cache", str(cache)], env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "0 simulated" in run.stdout and "paper_speedup" in run.stdout and "ddlsim_speedup" in run.stdout
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["comparison.txt", "table4.csv", "table8.csv"]
@@ -115,8 +113,7 @@ def test_the_cli_reruns_from_the_cache_and_prints_paper_beside_ddlsim(quick, tmp
 @pytest.mark.parametrize("args, message", [(["--only", "table5"], "unknown table or figure 'table5'"), (["--jobs", "0"], "--jobs 0")])
 def test_bad_options_are_clear_errors(tmp_path, args, message):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "COLUMNS": "200"}
-    run = subprocess.run([sys.executable, "-m", "ddlsim", "reproduce", "network-operator", "--quick", "--out", str(tmp_path / "o"),
-                          "--cache", str(tmp_path / "c"), *args], capture_output=True, text=True, env=env, timeout=120)
+    run = forked_cli.run(["reproduce", "network-operator", "--quick", "--out", str(tmp_path / "o"), "--cache", str(tmp_path / "c"), *args], env=env, timeout=120)
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "o").exists()
 

@@ -5,11 +5,11 @@ independent transcription, and what the papers state holds on our outputs."""
 import os
 import random
 import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
+import forked_cli
 import pytest
 
 from ddlsim.plan.cost import Sample, fit
@@ -26,7 +26,7 @@ MG_FILES = {f"{t}.csv" for t in ("fig9_runs", "fig9", "allreduce_microbenchmark"
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "COLUMNS": "150"}
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+    return forked_cli.run([*args], cwd=cwd, env=env, timeout=300)
 
 
 # The README's own quick reproductions, word for word: run once per session (conftest.ddlsim_once), test_readme

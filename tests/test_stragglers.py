@@ -16,6 +16,7 @@ import math
 import subprocess
 import sys
 
+import forked_cli
 import pytest
 from typer.testing import CliRunner
 
@@ -101,8 +102,7 @@ def test_cli_reports_the_cost_of_the_stragglers(tmp_path):
     (["--straggler", "1:0"], "factor"),
 ])
 def test_bad_stragglers_are_one_line_errors(args, message):
-    p = subprocess.run([sys.executable, "-m", "ddlsim", "simulate", "--model", "lenet5", "--workers", "4", "--network", "analytic",
-                        *args], capture_output=True, text=True)
+    p = forked_cli.run(["simulate", "--model", "lenet5", "--workers", "4", "--network", "analytic", *args])
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and "Traceback" not in p.stderr and p.stdout == ""
 
@@ -127,8 +127,7 @@ def test_the_docs_examples_run(tmp_path):
             (tmp_path / "stragglers.toml").write_text(toml, encoding="utf-8")
         for line in re.search(r"```sh\n(.*?)```", text, flags=re.S).group(1).splitlines():
             if line.strip():
-                p = subprocess.run([sys.executable, "-m", "ddlsim", *shlex.split(line)[1:]], cwd=tmp_path, capture_output=True,
-                                   text=True, env=env, timeout=600)
+                p = forked_cli.run([*shlex.split(line)[1:]], cwd=tmp_path, env=env, timeout=600)
                 assert p.returncode == 0, (line, p.stderr[-2000:])
         for block in re.findall(r"~~~python\n(.*?)~~~", text, flags=re.S):
             p = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)

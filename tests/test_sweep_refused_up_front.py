@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 from ddlsim.errors import DdlsimError, ScenarioError
@@ -20,8 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def ddlsim(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "TMPDIR": str(cwd), "HOME": str(cwd)}
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], capture_output=True, text=True, timeout=120, cwd=cwd,
-                          env=env)
+    return forked_cli.run([*args], timeout=120, cwd=cwd, env=env)
 
 
 def refused(run: subprocess.CompletedProcess, *why: str) -> str:

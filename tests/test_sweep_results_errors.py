@@ -6,11 +6,11 @@ error naming the file and the fix; a manifest the reader cannot use only loses t
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import forked_cli
 import pytest
 
 from ddlsim.errors import DdlsimError
@@ -38,8 +38,7 @@ def sweep(finished, tmp_path) -> Path:
 
 
 def status(directory: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ddlsim", "sweep", "--status", str(directory)], capture_output=True,
-                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"})
+    return forked_cli.run(["sweep", "--status", str(directory)], timeout=120, env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"})
 
 
 def test_an_intact_sweep_reads_in_the_manifests_order(sweep):

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import forked_cli
 import pytest
 
 import ddlsim
@@ -167,7 +168,7 @@ def test_background_override_replaces_the_tables():
 
 def _cli(args, cwd):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "ddlsim", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
+    return forked_cli.run([*args], cwd=cwd, env=env, timeout=120)
 
 
 @pytest.mark.parametrize("spec,expected", [

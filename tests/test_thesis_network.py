@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+import forked_cli
 import pytest
 
 import ddlsim
@@ -127,8 +126,7 @@ def test_cells_average_each_seeds_change_lower_against_same():
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "ddlsim", "reproduce", "thesis-network", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+    return forked_cli.run(["reproduce", "thesis-network", *args], cwd=cwd, timeout=600)
 
 
 def test_quick_reproduction_end_to_end_resumes_and_is_deterministic(tmp_path):
