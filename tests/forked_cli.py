@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -64,6 +65,8 @@ for line in sys.stdin:
             except OSError:
                 code = code or 120
         os._exit(code)
+    replies.write(json.dumps({"pid": pid}) + "\n")  # the client kills it (and only it) past its timeout
+    replies.flush()
     _, status = os.waitpid(pid, 0)
     with open(out, encoding="utf-8", errors="replace") as o, open(err, encoding="utf-8", errors="replace") as e:
         reply = {"returncode": os.waitstatus_to_exitcode(status), "stdout": o.read(), "stderr": e.read()}
@@ -97,16 +100,22 @@ def run(args: list, *, cwd: Path | str | None = None, env: dict[str, str] | None
         server = _start()
         server.stdin.write(json.dumps({"args": [str(a) for a in args], "cwd": str(cwd), "env": env}) + "\n")
         server.stdin.flush()
-        done = threading.Event()
-        timer = threading.Timer(timeout, lambda: done.is_set() or server.kill())
+        child, fired = json.loads(server.stdout.readline())["pid"], []
+
+        def kill() -> None:
+            fired.append(True)
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:  # it had ended
+                pass
+
+        timer = threading.Timer(timeout, kill)
         timer.start()
         try:
-            line = server.stdout.readline()
+            reply = json.loads(server.stdout.readline())  # the server waits for the child, killed or not
         finally:
-            done.set()
             timer.cancel()
-        if not line:
-            raise subprocess.TimeoutExpired(["ddlsim", *map(str, args)], timeout)
-        reply = json.loads(line)
+        if fired:
+            raise subprocess.TimeoutExpired(["ddlsim", *map(str, args)], timeout, reply["stdout"], reply["stderr"])
     return subprocess.CompletedProcess([sys.executable, "-m", "ddlsim", *map(str, args)], reply["returncode"],
                                        reply["stdout"], reply["stderr"])
