@@ -50,7 +50,7 @@ browser:
 
 test: install-interop browser
 	cargo test -q -p ddlsim-core
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 # The suite on the oldest declared Python and dependency versions (tools/floors.txt);
 # FLOOR_PYTHON must be a Python 3.9 (e.g. from pyenv).
