@@ -41,7 +41,9 @@ for line in sys.stdin:
         replies.close()
         for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
                                 (2, err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
-            os.dup2(os.open(path, flags, 0o600), fd)
+            opened = os.open(path, flags, 0o600)
+            os.dup2(opened, fd)
+            os.close(opened)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
