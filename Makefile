@@ -7,13 +7,14 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install install-interop rust browser demo test test-floors bench clean-venv
+.PHONY: install install-interop rust rust-test browser demo test test-floors bench clean-venv
 
 rust:
 	@sh tools/ensure-rust.sh
 
-# Debian's Python makes virtualenvs only with python3-venv: installed here if missing.
-$(PY):
+# Debian's Python makes virtualenvs only with python3-venv: installed here if missing (after `rust`, whose
+# apt-get may run: two at once would fight over dpkg's lock).
+$(PY): | rust
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
 	  command -v apt-get >/dev/null 2>&1 || { echo "$(PYTHON) cannot make a virtualenv"; exit 1; }; \
 	  echo "installing python3-venv"; \
@@ -41,16 +42,25 @@ demo: install
 # The analysis report is checked in a real browser: Debian's chromium,
 # installed here when missing (as root or through sudo). Without it that one
 # test skips and says so; nothing else needs it.
-browser:
+browser: | $(PY)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 	  command -v apt-get >/dev/null 2>&1 && { SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO="sudo -n"; \
 	  echo "installing chromium (headless browser for the report test)"; \
 	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1 || { $$SUDO apt-get update -q >/dev/null 2>&1 && \
 	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1; }; } || true; }
 
-test: install-interop browser
-	cargo test -q -p ddlsim-core
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25
+# `make test`: the Rust tests (in a build directory of their own, so that they build and run while pip downloads,
+# installs and builds the wheel) and the browser alongside the install; then the Python suite on TEST_PROCESSES
+# processes (pytest-xdist; tests/conftest.py says what goes together). ddlsim's modules are compiled once first:
+# where PYTHONDONTWRITEBYTECODE is set, each of the suite's processes compiled them again.
+TEST_PROCESSES ?= 2
+test:
+	@$(MAKE) --no-print-directory -j3 install-interop browser rust-test
+	$(PY) -m compileall -q python/ddlsim
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_PROCESSES) --durations=25
+
+rust-test: rust
+	CARGO_TARGET_DIR=target/rust-test cargo test -q -p ddlsim-core
 
 # The suite on the oldest declared Python and dependency versions (tools/floors.txt);
 # FLOOR_PYTHON must be a Python 3.9 (e.g. from pyenv).

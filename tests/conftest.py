@@ -9,6 +9,34 @@ import ddlsim
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# `make test` runs the suite on two processes (pytest-xdist, -n 2): each test file goes to one of them whole (its
+# module fixtures, such as a capture made once for the file's tests, are made once), and the files below go
+# together to one process, one after the other:
+SHARED = {
+    # they read runs made once per process by ddlsim_once / snippet_once (the README's `demo` and `plan --apply`,
+    # docs/validation.md's validate): on one process, each is made once
+    "test_readme.py": "runs made once", "test_doc_snippets.py": "runs made once",
+    "test_capture_plan.py": "runs made once", "test_analyze_report.py": "runs made once",
+    "test_validate.py": "runs made once", "test_reproduce_training.py": "runs made once",
+    # they compare the machine's network namespaces and links before and after shaped captures (as root)
+    "test_capture_shaping.py": "machine's network namespaces", "test_capture_interrupt.py": "machine's network namespaces",
+    # a local Ray instance, whose workers the test finds in /proc and kills
+    "test_sweep_ray.py": "local Ray",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Scopes of work for pytest-xdist: a test file, or the group of SHARED files it belongs to."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return SHARED.get(Path(file).name, file)
+
+    return FileScheduling(config, log)
+
 
 @pytest.fixture(scope="session")
 def ddlsim_once(tmp_path_factory):
@@ -39,7 +67,7 @@ def snippet_once(tmp_path_factory):
     directory) to every test that asks again. For a doc's Python block that reads no file made before it and that two
     tests run word for word (the README's Python API block: test_readme and test_doc_snippets): both only read what
     it printed and wrote, so it runs once per session."""
-    import socket
+    from ddlsim.capture.launch import free_port
 
     done: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
 
@@ -47,11 +75,8 @@ def snippet_once(tmp_path_factory):
         if code not in done:
             cwd = tmp_path_factory.mktemp("snippet_once")
             (cwd / "examples").symlink_to(ROOT / "examples")
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
             env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "COLUMNS": "100", "MPLBACKEND": "Agg",
-                   "MASTER_PORT": str(port), "XDG_CACHE_HOME": str(cwd / "cache")}
+                   "MASTER_PORT": str(free_port()), "XDG_CACHE_HOME": str(cwd / "cache")}
             done[code] = (subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
                                          env=env, timeout=600), cwd)
         return done[code]

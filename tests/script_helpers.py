@@ -4,18 +4,13 @@ checkout, one thread, a HOME of the test's own, and a free port for torch.distri
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from ddlsim.capture.launch import free_port  # the launcher's pick, for the tests' own jobs
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_python(args: list[str], home: Path, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
@@ -28,3 +23,6 @@ def run_python(args: list[str], home: Path, timeout: float = 240, **env: str) ->
 def python_blocks(doc: Path) -> list[str]:
     """The ```python blocks of a Markdown file, in order (as test_doc_snippets runs them)."""
     return re.findall(r"^```python\n(.*?)^```", doc.read_text(encoding="utf-8"), flags=re.S | re.M)
+
+
+__all__ = ["ROOT", "free_port", "python_blocks", "run_python"]

@@ -4,7 +4,6 @@ by the CLI, and exported again for Holistic Trace Analysis."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import forked_cli
 import pytest
 
+from ddlsim.capture.launch import free_port
 from ddlsim.trace import read_kineto, write_kineto
 from ddlsim.trace.schema import validate_event_log
 
@@ -19,17 +19,11 @@ JOB = Path(__file__).with_name("kineto_ddp_job.py")
 STEPS = (1, 2, 3)  # ProfilerStep#1..#3 (step 0 is the profiler's warm-up)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def real_trace(tmp_path_factory):
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("kineto_real")
-    port = str(_free_port())
+    port = str(free_port())
     procs = [subprocess.Popen([sys.executable, str(JOB), str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
                                    "MASTER_PORT": port, "OMP_NUM_THREADS": "1"})

@@ -8,7 +8,6 @@ taken out gives what the full log gives over the same iterations)."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the DDP capture needs PyTorch (pip install ddlsim[capture])")
 
 from ddlsim.capture.ddp_hooks import DdpHooks  # noqa: E402
+from ddlsim.capture.launch import free_port  # noqa: E402
 from ddlsim.capture.recorder import RankRecorder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,9 +31,7 @@ MODES = ("plain", "hooked", "twin", "twin-list")
 def job(tmp_path_factory):
     """Both ranks' results of tests/ddp_twin_job.py (every mode), and its directory."""
     out = tmp_path_factory.mktemp("twin")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
     procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "ddp_twin_job.py"), str(out), ",".join(MODES)],

@@ -5,13 +5,12 @@ sizes)."""
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from script_helpers import python_blocks
+from script_helpers import free_port, python_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "reproduction").glob("*.md"))]
@@ -68,12 +67,6 @@ def test_every_snippet_is_run_below():
     assert set(SNIPPETS) == set(SETUP)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _can_shape() -> bool:
     return os.geteuid() == 0 and all(
         subprocess.run(["which", tool], capture_output=True).returncode == 0 for tool in ("ip", "tc"))
@@ -107,7 +100,7 @@ def test_the_snippet_runs_as_written(doc, index, tmp_path, simulated, snippet_on
         assert run.returncode == 0, run.stderr[-3000:]
         return
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    env = {**os.environ, "COLUMNS": "100", "MPLBACKEND": "Agg", "MASTER_PORT": str(_free_port()),
+    env = {**os.environ, "COLUMNS": "100", "MPLBACKEND": "Agg", "MASTER_PORT": str(free_port()),
            "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the sweep's results cache, not the user's
     for argv in SETUP[(doc, index)]:
         if argv[0] == "simulate" and argv[-2] == "--out":

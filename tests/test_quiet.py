@@ -5,6 +5,7 @@ qualify them and errors are still printed."""
 
 import importlib
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -86,8 +87,11 @@ def _argv(verb: str, events: str, tmp_path, monkeypatch) -> list[str]:
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
 def test_quiet_drops_the_chatter_and_keeps_results_and_notes(verb, events, tmp_path, monkeypatch):
-    loud = CliRunner().invoke(app, _argv(verb, events, tmp_path / "loud", monkeypatch))
-    quiet = CliRunner().invoke(app, [*_argv(verb, events, tmp_path / "quiet", monkeypatch), "--quiet"])
+    # paths relative to the test's directory: a long one (the scratch directory's under pytest-xdist) was wrapped onto
+    # a line of its own, which CHATTER cannot tell from a result
+    monkeypatch.chdir(tmp_path)
+    loud = CliRunner().invoke(app, _argv(verb, events, Path("loud"), monkeypatch))
+    quiet = CliRunner().invoke(app, [*_argv(verb, events, Path("quiet"), monkeypatch), "--quiet"])
     assert loud.exit_code == 0 and quiet.exit_code == 0, (loud.output, quiet.output)
     loud_lines = [line.rstrip() for line in loud.output.splitlines()]
     quiet_lines = [line.rstrip() for line in quiet.output.splitlines()]

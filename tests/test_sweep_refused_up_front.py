@@ -12,6 +12,7 @@ from pathlib import Path
 import forked_cli
 import pytest
 
+from ddlsim.capture.launch import free_port
 from ddlsim.errors import DdlsimError, ScenarioError
 from ddlsim.sweep import load_grid, run_grid
 
@@ -32,9 +33,7 @@ def refused(run: subprocess.CompletedProcess, *why: str) -> str:
 
 def closed_port() -> int:
     """A local TCP port nobody listens on (bound, then let go)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # nothing bound to it, and outside the range the kernel hands out
 
 
 @pytest.mark.parametrize("models", ["nope", "lenet5,nope", "nope,lenet5"])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -103,7 +104,43 @@ def signals_deferred() -> Iterator[None]:
             signal.raise_signal(caught[0])
 
 
+# The rendezvous port is picked by the launcher and bound by rank 0 seconds later, once it has imported PyTorch. A
+# port the kernel hands out in between, for another process's connection or bind to port 0 (the ranks of another
+# capture connecting to each other, say), made rank 0 fail with "address already in use". The kernel hands out only
+# the ports of its ephemeral range (/proc/sys/net/ipv4/ip_local_port_range; 32768-60999 by default), so the port is
+# picked at random below that range and at or above PORT_FLOOR (under it are the ports servers name, Ray's workers'
+# 10002-19999 among them): only a program that names the same port can take it in between.
+PORT_FLOOR = 20000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_port_low() -> int:
+    """The first port of the kernel's ephemeral range (32768, Linux's default, where it cannot be read)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))  # every address: a port bound on any of them is taken
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
+    """A TCP port nothing is bound to, outside the kernel's ephemeral range (see PORT_FLOOR); the kernel's pick of a
+    free port where that range leaves fewer than 1000 ports below it, or none of 64 tries is free."""
+    low = ephemeral_port_low()
+    if low - PORT_FLOOR >= 1000:
+        pick = random.SystemRandom()  # not seeded, on purpose: two captures started together pick different ports
+        for _ in range(64):
+            port = pick.randrange(PORT_FLOOR, low)
+            if _bindable(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
