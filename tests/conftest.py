@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 import ddlsim
@@ -61,9 +62,9 @@ def ddlsim_once(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def snippet_once(tmp_path_factory):
-    """`snippet_once(code)` runs `python -c CODE` as a reader of the docs would (a subprocess in a fresh scratch
-    directory with an `examples` link, COLUMNS=100, MPLBACKEND=Agg, a free MASTER_PORT, the sweep's cache inside the
-    scratch directory) the first time a test asks for that exact code, and returns (the CompletedProcess, the
+    """`snippet_once(code)` runs `python -c CODE` as a reader of the docs would (forked_cli.run_code: a process of its
+    own, in a fresh scratch directory with an `examples` link, COLUMNS=100, MPLBACKEND=Agg, a free MASTER_PORT, the
+    sweep's cache inside the scratch directory) the first time a test asks for that exact code, and returns (the CompletedProcess, the
     directory) to every test that asks again. For a doc's Python block that reads no file made before it and that two
     tests run word for word (the README's Python API block: test_readme and test_doc_snippets): both only read what
     it printed and wrote, so it runs once per session."""
@@ -77,8 +78,7 @@ def snippet_once(tmp_path_factory):
             (cwd / "examples").symlink_to(ROOT / "examples")
             env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "COLUMNS": "100", "MPLBACKEND": "Agg",
                    "MASTER_PORT": str(free_port()), "XDG_CACHE_HOME": str(cwd / "cache")}
-            done[code] = (subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                                         env=env, timeout=600), cwd)
+            done[code] = (forked_cli.run_code(code, cwd=cwd, env=env, timeout=600), cwd)
         return done[code]
 
     return run

@@ -1,13 +1,13 @@
-"""`python -m ddlsim ARGS` in a process of its own, about ten times faster than a fresh interpreter for the many tests
-that run a command which ends at once (a refusal, a small simulation): a server process imports the command line
-and the modules most commands import on their way (typer, rich, numpy, pyarrow, pydantic, ddlsim's CLI, scenario
-and event log: about a second on 2 cores, what each fresh `python -m ddlsim` paid) once, and forks a child for
-each run; the child takes the run's working directory, environment and argv, then runs the
-`ddlsim` module as `__main__` exactly as `python -m ddlsim` does (runpy), its standard input /dev/null and its
-standard output and error files of the server's, and ends as that interpreter would (its exit status, a traceback
-where one escaped). What a run changes (signals, modules, the environment, the working directory) dies with its
-child. Use a real subprocess for what needs the interpreter's start (import-time behaviour, what is imported
-before a refusal) or a signal sent from outside.
+"""`python -m ddlsim ARGS` (and `python -c CODE`: `run_code`) in a process of its own, about ten times faster than a
+fresh interpreter for the many tests that run a command which ends at once (a refusal, a small simulation): a server
+process imports the command line and the modules most commands import on their way (typer, rich, numpy, pyarrow,
+pydantic, ddlsim's CLI, scenario and event log: about a second on 2 cores, what each fresh `python -m ddlsim` paid)
+once, and forks a child for each run; the child takes the run's working directory, environment and argv, then runs
+the `ddlsim` module as `__main__` exactly as `python -m ddlsim` does (runpy), or the code as a new `__main__` module,
+its standard input /dev/null and its standard output and error files of the server's, and ends as that interpreter
+would (its exit status, a traceback where one escaped). What a run changes (signals, modules, the environment, the
+working directory) dies with its child. Use a real subprocess for what needs the interpreter's start (import-time
+behaviour, what is imported before a refusal) or a signal sent from outside.
 
 The server is single-threaded (fork is safe) and one per test session; it ends when the session's end closes its
 standard input."""
@@ -47,18 +47,32 @@ for line in sys.stdin:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        if (not os.environ.get("LC_ALL") and os.environ.get("PYTHONCOERCECLOCALE") != "0"
+                and (os.environ.get("LC_CTYPE") or os.environ.get("LANG") or "C") in ("C", "POSIX")):
+            os.environ["LC_CTYPE"] = "C.UTF-8"  # the C locale coerced at start, as CPython does (PEP 538)
         tempfile.tempdir = None                # TMPDIR as this run's environment gives it
-        sys.argv = ["ddlsim", *request["args"]]
-        import atexit, runpy
+        import atexit, runpy, types
         try:
-            runpy.run_module("ddlsim", run_name="__main__", alter_sys=True)
+            if "code" in request:                 # python -c CODE: the code run in a new __main__ module
+                sys.argv = ["-c"]
+                main = types.ModuleType("__main__")
+                main.__dict__["__builtins__"] = __builtins__
+                sys.modules["__main__"] = main
+                exec(compile(request["code"], "<string>", "exec"), main.__dict__)
+            else:                                 # python -m ddlsim ARGS
+                sys.argv = ["ddlsim", *request["args"]]
+                runpy.run_module("ddlsim", run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:                 # as the interpreter takes sys.exit's argument
             code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
             if not isinstance(exc.code, (int, type(None))):
                 print(exc.code, file=sys.stderr)
         except BaseException:
-            sys.excepthook(*sys.exc_info())       # the traceback, as an uncaught exception prints it
+            kind, value, tb = sys.exc_info()      # the traceback, as an uncaught exception prints it (for code,
+            if "code" in request:                 # without this server's frame)
+                tb = tb.tb_next
+                value.with_traceback(tb)
+            sys.excepthook(kind, value, tb)
             code = 1
         atexit._run_exitfuncs()                   # the run's own atexit functions, then its buffered output; the
         for stream in (sys.stdout, sys.stderr):   # rest of the interpreter's shutdown (freeing every module) only
@@ -96,11 +110,22 @@ def run(args: list, *, cwd: Path | str | None = None, env: dict[str, str] | None
         timeout: float = 300) -> subprocess.CompletedProcess:
     """`python -m ddlsim ARGS` in `cwd` (None: this process's) with exactly the environment `env` (None: this
     process's), as subprocess.run(..., capture_output=True, text=True) returns it."""
+    return _run({"args": [str(a) for a in args]}, ["-m", "ddlsim", *map(str, args)], cwd, env, timeout)
+
+
+def run_code(code: str, *, cwd: Path | str | None = None, env: dict[str, str] | None = None,
+             timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -c CODE` the same way: the code runs as the `__main__` module of a forked child (a docs snippet
+    that imports ddlsim, numpy or pandas finds them imported)."""
+    return _run({"code": code}, ["-c", code], cwd, env, timeout)
+
+
+def _run(request: dict, argv: list[str], cwd, env, timeout: float) -> subprocess.CompletedProcess:
     cwd = os.getcwd() if cwd is None else cwd
     env = dict(os.environ) if env is None else env
     with _lock:
         server = _start()
-        server.stdin.write(json.dumps({"args": [str(a) for a in args], "cwd": str(cwd), "env": env}) + "\n")
+        server.stdin.write(json.dumps({**request, "cwd": str(cwd), "env": env}) + "\n")
         server.stdin.flush()
         child, fired = json.loads(server.stdout.readline())["pid"], []
 
@@ -118,6 +143,5 @@ def run(args: list, *, cwd: Path | str | None = None, env: dict[str, str] | None
         finally:
             timer.cancel()
         if fired:
-            raise subprocess.TimeoutExpired(["ddlsim", *map(str, args)], timeout, reply["stdout"], reply["stderr"])
-    return subprocess.CompletedProcess([sys.executable, "-m", "ddlsim", *map(str, args)], reply["returncode"],
-                                       reply["stdout"], reply["stderr"])
+            raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, reply["stdout"], reply["stderr"])
+    return subprocess.CompletedProcess([sys.executable, *argv], reply["returncode"], reply["stdout"], reply["stderr"])

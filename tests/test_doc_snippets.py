@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 from script_helpers import free_port, python_blocks
 
@@ -84,8 +85,7 @@ def simulated(tmp_path_factory):
         if key not in done:
             cwd = tmp_path_factory.mktemp("simulated")
             (cwd / "examples").symlink_to(ROOT / "examples")
-            run = subprocess.run([sys.executable, "-m", "ddlsim", *key, "out"], cwd=cwd, capture_output=True, text=True,
-                                 env={**os.environ, "COLUMNS": "100"}, timeout=300)
+            run = forked_cli.run([*key, "out"], cwd=cwd, env={**os.environ, "COLUMNS": "100"}, timeout=300)
             assert run.returncode == 0, (argv, run.stderr[-2000:])
             done[key] = cwd / "out"
         shutil.copytree(done[key], into)
@@ -106,11 +106,9 @@ def test_the_snippet_runs_as_written(doc, index, tmp_path, simulated, snippet_on
         if argv[0] == "simulate" and argv[-2] == "--out":
             simulated(argv, tmp_path / argv[-1])
             continue
-        run = subprocess.run([sys.executable, "-m", "ddlsim", *argv], cwd=tmp_path, capture_output=True, text=True,
-                             env=env, timeout=300)
+        run = forked_cli.run(argv, cwd=tmp_path, env=env, timeout=300)
         assert run.returncode == 0, (argv, run.stderr[-2000:])
-    run = subprocess.run([sys.executable, "-c", SNIPPETS[(doc, index)]], cwd=tmp_path, capture_output=True, text=True,
-                         env=env, timeout=600)
+    run = forked_cli.run_code(SNIPPETS[(doc, index)], cwd=tmp_path, env=env, timeout=600)
     if doc == "docs/capture-shaping.md" and not _can_shape():
         # without root and ip/tc the snippet must stop with ddlsim's clear refusal, not half-way
         assert run.returncode != 0 and "CaptureError" in run.stderr and "root" in run.stderr, run.stderr[-2000:]

@@ -57,3 +57,21 @@ def test_a_forked_run_writes_where_it_runs_and_its_changes_stay_in_it(tmp_path):
         help = ["simulate", "--help"]  # as wide as COLUMNS
         assert forked_cli.run(help, cwd=tmp_path, env=given).stdout == fresh(help, tmp_path, given).stdout
     assert os.getcwd() != str(tmp_path) and os.environ.get("COLUMNS") != "40"
+
+
+@pytest.mark.parametrize("code", [
+    "import ddlsim, sys\nr = ddlsim.simulate(model='lenet5', workers=2, iterations=2, network='analytic')\n"
+    "print(sorted(r.summary()) if hasattr(r, 'summary') else type(r).__name__, __name__, sys.argv)",
+    "import os\nprint(os.getcwd().endswith('here'), os.environ['ONLY'], sorted(os.environ))",
+    "import sys\nprint('to stderr', file=sys.stderr)\nsys.exit(3)",
+    "raise ValueError('a snippet that fails')",
+    "def f():\n    return g()\nf()",  # a NameError's traceback names <string> and the lines
+    "import sys; sys.exit('a message')",
+])
+def test_forked_code_runs_as_python_dash_c_does(tmp_path, code):
+    (tmp_path / "here").mkdir()
+    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ONLY": "this"}
+    want = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "here", env=env, capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    got = forked_cli.run_code(code, cwd=tmp_path / "here", env=env)
+    assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout, want.stderr)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,8 +56,7 @@ def test_every_command_example_runs(tmp_path, ddlsim_once):
             run, _ = ddlsim_once(*argv[1:])
         else:
             assert not any(arg.split("/")[0] in shared_outs for arg in argv), command  # it reads no shared output
-            run = subprocess.run([sys.executable, "-m", "ddlsim", *argv[1:]], cwd=cwd, capture_output=True, text=True,
-                                 env={**os.environ, "COLUMNS": "100"}, timeout=300)
+            run = forked_cli.run(argv[1:], cwd=cwd, env={**os.environ, "COLUMNS": "100"}, timeout=300)
         assert run.returncode == 0, (command, run.stderr[-2000:])
     assert (cwd / "run1" / "events.parquet").exists() and (cwd / "plan.json").exists() and (cwd / "t.json").exists()
     assert (cwd / "report.html").exists()
@@ -73,13 +71,12 @@ def test_the_walk_through_runs_on_a_real_capture(tmp_path):
     for command in filter(None, commands):
         argv = shlex.split(command)
         assert argv[0] == "ddlsim"
-        run = subprocess.run([sys.executable, "-m", "ddlsim", *argv[1:]], cwd=cwd, capture_output=True, text=True,
-                             env={**os.environ, "COLUMNS": "100"}, timeout=300)
+        run = forked_cli.run(argv[1:], cwd=cwd, env={**os.environ, "COLUMNS": "100"}, timeout=300)
         assert run.returncode == 0, (command, run.stderr[-2000:])
     for path in ("cap/events.parquet", "cap/report.html", "cap-replay/events.parquet", "cap-ps/analysis/report.html",
                  "cap-ps/sketchdlc/w0.txt", "sim/report.html"):
         assert (cwd / path).exists(), path
-    run = subprocess.run([sys.executable, "-c", _block(section, "python")], cwd=cwd, capture_output=True, text=True, timeout=300)
+    run = forked_cli.run_code(_block(section, "python"), cwd=cwd, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
 
 
