@@ -59,8 +59,8 @@ browser: | $(PY)
 	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1 || { $$SUDO apt-get update -q >/dev/null 2>&1 && \
 	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1; }; } || true; }
 
-# `make test`: the Rust tests (in a build directory of their own, so that they build and run while pip downloads,
-# installs and builds the wheel) and the browser alongside the install; then the Python suite on TEST_PROCESSES
+# `make test`: the Rust tests (in a build directory of their own, so that they build and run while the packages
+# are downloaded and installed and the wheel is built) and the browser alongside the install; then the Python suite on TEST_PROCESSES
 # processes (pytest-xdist; tests/conftest.py says what goes together). ddlsim's modules are compiled once first:
 # where PYTHONDONTWRITEBYTECODE is set, each of the suite's processes compiled them again.
 TEST_PROCESSES ?= 2

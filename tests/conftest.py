@@ -20,21 +20,35 @@ SHARED = {
     "test_capture_plan.py": "runs made once", "test_analyze_report.py": "runs made once",
     "test_validate.py": "runs made once", "test_reproduce_training.py": "runs made once",
     # they compare the machine's network namespaces and links before and after shaped captures (as root)
-    "test_capture_shaping.py": "machine's network namespaces", "test_capture_interrupt.py": "machine's network namespaces",
+    "test_capture_shaping.py": "machine's network namespaces",
+    "test_capture_interrupt.py": "machine's network namespaces",
     # a local Ray instance, whose workers the test finds in /proc and kills
     "test_sweep_ray.py": "local Ray",
 }
 
 
+# The units that take a minute or more (make test prints the slowest tests) start first, longest first: xdist
+# starts those with the most tests first, and the fuzz campaign's four tests (two minutes) started last, on one
+# process while the other had nothing left.
+FIRST = ("runs made once", "tests/test_fuzz_readers.py", "tests/test_output_safety.py",
+         "tests/test_analysis_streaming.py", "machine's network namespaces")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Scopes of work for pytest-xdist: a test file, or the group of SHARED files it belongs to."""
+    """Scopes of work for pytest-xdist: a test file, or the group of SHARED files it belongs to; FIRST first."""
     from xdist.scheduler import LoadScopeScheduling
 
     class FileScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             file = nodeid.split("::", 1)[0]
             return SHARED.get(Path(file).name, file)
+
+        def _assign_work_unit(self, node) -> None:
+            for scope in reversed(FIRST):
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     return FileScheduling(config, log)
 
@@ -64,10 +78,10 @@ def ddlsim_once(tmp_path_factory):
 def snippet_once(tmp_path_factory):
     """`snippet_once(code)` runs `python -c CODE` as a reader of the docs would (forked_cli.run_code: a process of its
     own, in a fresh scratch directory with an `examples` link, COLUMNS=100, MPLBACKEND=Agg, a free MASTER_PORT, the
-    sweep's cache inside the scratch directory) the first time a test asks for that exact code, and returns (the CompletedProcess, the
-    directory) to every test that asks again. For a doc's Python block that reads no file made before it and that two
-    tests run word for word (the README's Python API block: test_readme and test_doc_snippets): both only read what
-    it printed and wrote, so it runs once per session."""
+    sweep's cache inside the scratch directory) the first time a test asks for that exact code, and returns (the
+    CompletedProcess, the directory) to every test that asks again. For a doc's Python block that reads no file made
+    before it and that two tests run word for word (the README's Python API block: test_readme and
+    test_doc_snippets): both only read what it printed and wrote, so it runs once per session."""
     from ddlsim.capture.launch import free_port
 
     done: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
